@@ -1,0 +1,51 @@
+# persyst — see README.md. Targets that start clusters or install packages need root.
+GO      ?= go
+NODES   ?= 2
+BUILD   := build
+BIN     := $(BUILD)/persyst
+SPANK   := $(BUILD)/spank_persyst.so
+GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
+
+.PHONY: all build deps cluster-up cluster-down cluster-status demo test test-unit test-integration bench clean
+
+all: build
+
+build: $(BIN) $(SPANK)
+
+$(BIN): $(GOFILES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst
+
+$(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
+	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o $@ ./spank
+	rm -f $(BUILD)/spank_persyst.h
+
+# Install what building and testing need (Debian packages), idempotently and quietly.
+deps:
+	scripts/deps.sh
+
+cluster-up: build
+	scripts/cluster.sh up $(NODES)
+
+cluster-down:
+	scripts/cluster.sh down
+
+cluster-status:
+	scripts/cluster.sh status
+
+# The main job: until measurement exists, start a 2-node cluster and run a demo job.
+demo: deps build
+	scripts/demo.sh
+
+# Every test: unit tests, then the integration tests against a real Slurm cluster.
+test: deps build
+	scripts/test.sh
+
+test-unit:
+	$(GO) test ./...
+
+bench: deps build
+	bench/plugin_cost.sh
+
+clean:
+	-scripts/cluster.sh down
+	rm -rf $(BUILD)

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// ListJobs asks the daemon at socket for its registry.
+func ListJobs(ctx context.Context, socket string) (node string, jobs []*Job, err error) {
+	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.List})
+	if err != nil {
+		return "", nil, err
+	}
+	if err := json.Unmarshal(rep.Jobs, &jobs); err != nil {
+		return "", nil, fmt.Errorf("reply from %s: jobs: %w", socket, err)
+	}
+	return rep.Node, jobs, nil
+}
+
+// WriteJobsTable prints jobs the way squeue users expect: one line per job.
+func WriteJobsTable(w io.Writer, node string, jobs []*Job) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "JOBID\tNODE\tSTATE\tUSER\tUID\tCPUS\tSTEPS\tSTARTED\tENDED\n")
+	for _, j := range jobs {
+		steps := make([]string, 0, len(j.Steps))
+		for _, s := range j.Steps {
+			mark := ""
+			if s.State == Running {
+				mark = "*"
+			}
+			steps = append(steps, s.ID+mark)
+		}
+		user := j.User
+		if user == "" {
+			user = "-"
+		}
+		ended := "-"
+		if j.Ended != nil {
+			ended = j.Ended.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.JobID, node, j.State, user, j.UID,
+			orDash(j.Cores), orDash(strings.Join(steps, ",")), j.Started.Local().Format(time.DateTime), ended)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,129 @@
+// Package daemon is the persyst node daemon: it receives job lifecycle events from the
+// SPANK plugin over a unix socket (root and the Slurm user only, checked with
+// SO_PEERCRED), keeps a registry of the node's jobs that survives restarts, and (in later
+// stages) measures each job and writes its digest.
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/rs/zerolog"
+)
+
+// Config is the daemon's configuration.
+type Config struct {
+	Node      string // this node's Slurm name
+	Socket    string // unix socket path
+	StateDir  string // registry state (e.g. /run/persyst/<node>)
+	SlurmUser string // besides root, this user may send events ("" or "root": root only)
+	Retention time.Duration
+}
+
+// Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
+// bound and the registry restored; the watchdog is fed if systemd asked for it.
+func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error {
+	if cfg.Node == "" {
+		return fmt.Errorf("no node name (give --node)")
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o755); err != nil {
+		return fmt.Errorf("socket dir %s: %w", filepath.Dir(cfg.Socket), err)
+	}
+	var allowed []uint32
+	if cfg.SlurmUser != "" && cfg.SlurmUser != "root" {
+		uid, err := lookupUID(cfg.SlurmUser)
+		if err != nil {
+			return fmt.Errorf("SlurmUser %q: %w", cfg.SlurmUser, err)
+		}
+		allowed = append(allowed, uid)
+	}
+	reg, err := OpenRegistry(RegistryConfig{
+		Node:      cfg.Node,
+		Path:      filepath.Join(cfg.StateDir, "jobs.json"),
+		Retention: cfg.Retention,
+		UserName:  newUserCache(),
+	}, log)
+	if err != nil {
+		return err
+	}
+	ln, err := Listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	srv := NewServer(ServerConfig{AllowedUIDs: allowed}, reg, log, clock)
+	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
+	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
+		log.Warn().Err(err).Msg("sd_notify READY failed")
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go watchdog(wctx, log)
+	err = srv.Serve(ctx, ln)
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+	log.Info().Msg("persyst daemon stopped")
+	return err
+}
+
+// watchdog feeds systemd's watchdog at half its interval, when one is configured.
+func watchdog(ctx context.Context, log zerolog.Logger) {
+	iv, err := sddaemon.SdWatchdogEnabled(false)
+	if err != nil || iv <= 0 {
+		return
+	}
+	t := time.NewTicker(iv / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog); err != nil {
+				log.Warn().Err(err).Msg("sd_notify WATCHDOG failed")
+			}
+		}
+	}
+}
+
+func lookupUID(name string) (uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("uid %q: %w", u.Uid, err)
+	}
+	return uint32(n), nil
+}
+
+// newUserCache resolves uids to names once each.
+func newUserCache() func(uint32) string {
+	var mu sync.Mutex
+	cache := map[uint32]string{}
+	return func(uid uint32) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if n, ok := cache[uid]; ok {
+			return n
+		}
+		n := ""
+		if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+			n = u.Username
+		}
+		cache[uid] = n
+		return n
+	}
+}

@@ -1,0 +1,339 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// JobState is where a job is in its life on this node.
+type JobState string
+
+// Job states. OptedOut is sticky: once any event of a job says --persyst=off, the job is
+// never measured on this node.
+const (
+	Running  JobState = "running"
+	Ended    JobState = "ended"
+	OptedOut JobState = "opted_out"
+)
+
+// Step is one job step seen on this node.
+type Step struct {
+	ID         string     `json:"id"`
+	State      JobState   `json:"state"` // Running or Ended
+	Started    time.Time  `json:"started"`
+	Ended      *time.Time `json:"ended,omitempty"`
+	LocalTasks uint32     `json:"local_tasks,omitempty"`
+	TotalTasks uint32     `json:"total_tasks,omitempty"`
+	Cores      string     `json:"cores,omitempty"`
+	MemMB      uint64     `json:"mem_mb,omitempty"`
+	ExitStatus *int       `json:"exit_status,omitempty"` // wait(2) status
+	Exit       string     `json:"exit,omitempty"`        // as sacct shows it: "code:signal"
+}
+
+// exitString renders a wait(2) status as Slurm's ExitCode "code:signal".
+func exitString(status int) string {
+	ws := unix.WaitStatus(status)
+	if ws.Signaled() {
+		return fmt.Sprintf("0:%d", int(ws.Signal()))
+	}
+	return fmt.Sprintf("%d:0", ws.ExitStatus())
+}
+
+// Job is the registry's record of one job on this node.
+type Job struct {
+	JobID       uint32            `json:"job_id"`
+	ArrayJobID  uint32            `json:"array_job_id,omitempty"`
+	ArrayTaskID uint32            `json:"array_task_id,omitempty"`
+	UID         uint32            `json:"uid"`
+	GID         uint32            `json:"gid"`
+	User        string            `json:"user,omitempty"`
+	Node        string            `json:"node"`
+	NodeID      uint32            `json:"node_id"`
+	NNodes      uint32            `json:"nnodes,omitempty"`
+	State       JobState          `json:"state"`
+	Persyst     string            `json:"persyst"`
+	NCPUs       uint32            `json:"ncpus,omitempty"`
+	Cores       string            `json:"cores,omitempty"`
+	MemMB       uint64            `json:"mem_mb,omitempty"`
+	Cgroups     map[string]string `json:"cgroups,omitempty"`
+	Started     time.Time         `json:"started"`
+	Ended       *time.Time        `json:"ended,omitempty"`
+	// JobStartSeen and JobEndSeen say whether the prolog/epilog events arrived (a job
+	// whose prolog event was lost is still known from its steps).
+	JobStartSeen bool      `json:"job_start_seen"`
+	JobEndSeen   bool      `json:"job_end_seen"`
+	Steps        []*Step   `json:"steps"`
+	Updated      time.Time `json:"updated"`
+}
+
+func (j *Job) step(id string) *Step {
+	for _, s := range j.Steps {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// stateFile is the on-disk form of the registry.
+type stateFile struct {
+	Version int    `json:"version"`
+	Node    string `json:"node"`
+	Jobs    []*Job `json:"jobs"`
+}
+
+const stateVersion = 1
+
+// Registry holds the jobs of one node. It is safe for concurrent use. Every change is
+// written to Path (atomically, by rename) before Apply returns, so a restarted daemon
+// knows every job whose events it acknowledged.
+type Registry struct {
+	mu        sync.Mutex
+	node      string
+	path      string
+	retention time.Duration
+	jobs      map[uint32]*Job
+	users     func(uid uint32) string
+}
+
+// RegistryConfig configures a Registry.
+type RegistryConfig struct {
+	Node string
+	// Path is the state file; empty keeps the registry in memory only.
+	Path string
+	// Retention is how long ended jobs are kept (default 24h).
+	Retention time.Duration
+	// UserName resolves a uid to a user name ("" when unknown); nil resolves nothing.
+	UserName func(uid uint32) string
+}
+
+// OpenRegistry loads the registry from cfg.Path if it exists. A state file that cannot be
+// parsed is moved aside (never deleted) and logged; the daemon then starts empty rather
+// than refusing to run.
+func OpenRegistry(cfg RegistryConfig, log zerolog.Logger) (*Registry, error) {
+	if cfg.Retention <= 0 {
+		cfg.Retention = 24 * time.Hour
+	}
+	r := &Registry{node: cfg.Node, path: cfg.Path, retention: cfg.Retention, jobs: map[uint32]*Job{}, users: cfg.UserName}
+	if cfg.Path == "" {
+		return r, nil
+	}
+	b, err := os.ReadFile(cfg.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", cfg.Path, err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil || st.Version != stateVersion {
+		if err == nil {
+			err = fmt.Errorf("state version %d, want %d", st.Version, stateVersion)
+		}
+		aside := fmt.Sprintf("%s.unreadable-%d", cfg.Path, time.Now().Unix())
+		if rerr := os.Rename(cfg.Path, aside); rerr != nil {
+			return nil, fmt.Errorf("state %s unreadable (%v) and cannot be moved aside: %w", cfg.Path, err, rerr)
+		}
+		log.Error().Err(err).Str("state", cfg.Path).Str("moved_to", aside).Msg("state file unreadable; starting with an empty registry")
+		return r, nil
+	}
+	if st.Node != "" && cfg.Node != "" && st.Node != cfg.Node {
+		return nil, fmt.Errorf("state %s belongs to node %q, this daemon is %q", cfg.Path, st.Node, cfg.Node)
+	}
+	for _, j := range st.Jobs {
+		if j != nil && j.JobID != 0 {
+			r.jobs[j.JobID] = j
+		}
+	}
+	log.Info().Str("state", cfg.Path).Int("jobs", len(r.jobs)).Msg("registry restored")
+	return r, nil
+}
+
+// Apply records one lifecycle event at time now and persists the registry. The job is
+// recorded under this registry's node, whatever node name the event carries.
+func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[e.JobID]
+	if !ok {
+		j = &Job{JobID: e.JobID, Node: r.node, State: Running, Persyst: e.Persyst, Started: e.Time, Steps: []*Step{}}
+		r.jobs[e.JobID] = j
+	}
+	r.merge(j, e)
+	switch k {
+	case wire.JobStart:
+		j.JobStartSeen = true
+		if e.Time.Before(j.Started) {
+			j.Started = e.Time
+		}
+	case wire.StepStart:
+		s := j.step(e.StepID)
+		if s == nil {
+			s = &Step{ID: e.StepID, State: Running, Started: e.Time}
+			j.Steps = append(j.Steps, s)
+		}
+		s.LocalTasks, s.TotalTasks = e.LocalTasks, e.TotalTasks
+		s.Cores, s.MemMB = e.StepCores, e.StepMemMB
+	case wire.StepEnd:
+		s := j.step(e.StepID)
+		if s == nil { // start event lost (daemon was down): still record the end
+			s = &Step{ID: e.StepID, Started: e.Time}
+			j.Steps = append(j.Steps, s)
+		}
+		t := e.Time
+		s.State, s.Ended, s.ExitStatus = Ended, &t, e.ExitStatus
+		if e.ExitStatus != nil {
+			s.Exit = exitString(*e.ExitStatus)
+		}
+		if s.LocalTasks == 0 {
+			s.LocalTasks, s.TotalTasks = e.LocalTasks, e.TotalTasks
+		}
+	case wire.JobEnd:
+		j.JobEndSeen = true
+		t := e.Time
+		j.Ended = &t
+		if j.State != OptedOut {
+			j.State = Ended
+		}
+	}
+	j.Updated = now
+	r.prune(now)
+	if err := r.save(); err != nil {
+		return j, err
+	}
+	return copyJob(j), nil
+}
+
+// merge fills the job's facts from an event: later events complete what earlier ones
+// could not know (the prolog sees no cores; steps do).
+func (r *Registry) merge(j *Job, e *wire.Event) {
+	if e.Persyst == wire.Off {
+		j.Persyst, j.State = wire.Off, OptedOut
+	}
+	set32 := func(dst *uint32, v uint32) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set32(&j.UID, e.UID)
+	set32(&j.GID, e.GID)
+	set32(&j.ArrayJobID, e.ArrayJobID)
+	set32(&j.ArrayTaskID, e.ArrayTaskID)
+	set32(&j.NNodes, e.NNodes)
+	set32(&j.NCPUs, e.NCPUs)
+	if e.NNodes != 0 {
+		j.NodeID = e.NodeID
+	}
+	if e.JobCores != "" {
+		j.Cores = e.JobCores
+	}
+	if e.JobMemMB != 0 {
+		j.MemMB = e.JobMemMB
+	}
+	for k, v := range e.Cgroups {
+		if j.Cgroups == nil {
+			j.Cgroups = map[string]string{}
+		}
+		j.Cgroups[k] = v
+	}
+	if j.User == "" {
+		j.User = e.User
+	}
+	if j.User == "" && r.users != nil {
+		j.User = r.users(j.UID)
+	}
+}
+
+// prune drops jobs that ended more than the retention ago. Caller holds mu.
+func (r *Registry) prune(now time.Time) {
+	for id, j := range r.jobs {
+		if j.Ended != nil && now.Sub(*j.Ended) > r.retention {
+			delete(r.jobs, id)
+		}
+	}
+}
+
+// save writes the state file atomically. Caller holds mu.
+func (r *Registry) save() error {
+	if r.path == "" {
+		return nil
+	}
+	st := stateFile{Version: stateVersion, Node: r.node, Jobs: r.sortedLocked()}
+	b, err := json.MarshalIndent(&st, "", " ")
+	if err != nil {
+		return err
+	}
+	tmp := r.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write state %s: %w", tmp, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write state %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync state %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close state %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, r.path); err != nil {
+		return fmt.Errorf("rename state to %s: %w", r.path, err)
+	}
+	if d, err := os.Open(filepath.Dir(r.path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (r *Registry) sortedLocked() []*Job {
+	out := make([]*Job, 0, len(r.jobs))
+	for _, j := range r.jobs {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].JobID < out[b].JobID })
+	return out
+}
+
+// Jobs returns a copy of every job, by job id.
+func (r *Registry) Jobs() []*Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	src := r.sortedLocked()
+	out := make([]*Job, len(src))
+	for i, j := range src {
+		out[i] = copyJob(j)
+	}
+	return out
+}
+
+func copyJob(j *Job) *Job {
+	c := *j
+	c.Steps = make([]*Step, len(j.Steps))
+	for i, s := range j.Steps {
+		sc := *s
+		c.Steps[i] = &sc
+	}
+	if j.Cgroups != nil {
+		c.Cgroups = make(map[string]string, len(j.Cgroups))
+		for k, v := range j.Cgroups {
+			c.Cgroups[k] = v
+		}
+	}
+	return &c
+}

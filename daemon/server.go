@@ -1,0 +1,185 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// Clock returns the current time; tests inject a fixed one.
+type Clock func() time.Time
+
+// Server answers requests on the daemon's unix socket.
+type Server struct {
+	reg     *Registry
+	log     zerolog.Logger
+	clock   Clock
+	allowed map[uint32]bool
+	timeout time.Duration
+	wg      sync.WaitGroup
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// AllowedUIDs may talk to the daemon; root (0) is always allowed.
+	AllowedUIDs []uint32
+	// ConnTimeout bounds one exchange (default 10 s).
+	ConnTimeout time.Duration
+}
+
+// NewServer returns a server over reg.
+func NewServer(cfg ServerConfig, reg *Registry, log zerolog.Logger, clock Clock) *Server {
+	allowed := map[uint32]bool{0: true}
+	for _, u := range cfg.AllowedUIDs {
+		allowed[u] = true
+	}
+	if cfg.ConnTimeout <= 0 {
+		cfg.ConnTimeout = 10 * time.Second
+	}
+	return &Server{reg: reg, log: log, clock: clock, allowed: allowed, timeout: cfg.ConnTimeout}
+}
+
+// Listen binds the unix socket at path. A stale socket left by a dead daemon is replaced;
+// a live one (another daemon answers) is an error. The socket is world-connectable on
+// purpose: the peer credential check in Serve is the gate, and refusals are logged.
+func Listen(path string) (*net.UnixListener, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen %s: exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen %s: another daemon is answering there", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
+	}
+	old := unix.Umask(0o077)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections until ctx is cancelled, then waits for open exchanges.
+func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer s.wg.Wait()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// peer returns the credentials of the process at the other end of c.
+func peer(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, serr
+}
+
+func (s *Server) handle(c *net.UnixConn) {
+	defer c.Close()
+	_ = c.SetDeadline(s.clock().Add(s.timeout))
+	cred, err := peer(c)
+	if err != nil {
+		s.log.Error().Err(err).Msg("cannot read peer credentials; connection refused")
+		return
+	}
+	log := s.log.With().Int32("peer_pid", cred.Pid).Uint32("peer_uid", cred.Uid).Logger()
+	if !s.allowed[cred.Uid] {
+		log.Warn().Msg("refused connection: only root and the Slurm user may talk to persyst")
+		s.reply(c, &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not talk to the persyst daemon", cred.Uid)}, log)
+		return
+	}
+	line, err := wire.ReadLine(bufio.NewReader(c))
+	if err != nil {
+		log.Warn().Err(err).Msg("bad request: cannot read")
+		s.reply(c, &wire.Reply{Error: "read request: " + err.Error()}, log)
+		return
+	}
+	req, err := wire.DecodeRequest(line)
+	if err != nil {
+		log.Warn().Err(err).Msg("bad request rejected")
+		s.reply(c, &wire.Reply{Error: err.Error()}, log)
+		return
+	}
+	if req.Kind == wire.List {
+		jobs, err := json.Marshal(s.reg.Jobs())
+		if err != nil {
+			s.reply(c, &wire.Reply{Error: err.Error()}, log)
+			return
+		}
+		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Jobs: jobs}, log)
+		return
+	}
+	e := req.Event
+	j, err := s.reg.Apply(req.Kind, e, s.clock())
+	ev := log.Info()
+	if err != nil {
+		ev = log.Error().Err(err)
+	}
+	ev = ev.Str("event", string(req.Kind)).Uint32("job", e.JobID).Str("persyst", e.Persyst)
+	if e.StepID != "" {
+		ev = ev.Str("step", e.StepID)
+	}
+	if j != nil {
+		ev = ev.Str("state", string(j.State))
+	}
+	ev.Msg("lifecycle event")
+	if err != nil {
+		s.reply(c, &wire.Reply{Error: err.Error()}, log)
+		return
+	}
+	s.reply(c, &wire.Reply{OK: true}, log)
+}
+
+func (s *Server) reply(c *net.UnixConn, r *wire.Reply, log zerolog.Logger) {
+	r.V = wire.Version
+	if err := wire.WriteMessage(c, r); err != nil {
+		log.Debug().Err(err).Msg("reply not delivered")
+	}
+}

@@ -1,0 +1,302 @@
+// Package wire is the protocol between the SPANK plugin (and the persyst CLI) and the node
+// daemon: one JSON request and one JSON reply per unix-socket connection, each a single
+// line of at most MaxMessage bytes.
+//
+// Every message carries the protocol version V. A daemon answers a request of another
+// version with an error reply naming both versions, so a mixed rollout fails loudly in the
+// logs instead of misreading fields. Unknown fields are rejected for the same reason.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version is the protocol version spoken by this build.
+const Version = 1
+
+// MaxMessage bounds one request or reply line (bytes, without the newline).
+const MaxMessage = 64 << 10
+
+// Kind says what a request is.
+type Kind string
+
+// Request kinds. The first four are lifecycle events sent by the SPANK plugin; List is a
+// query used by `persyst jobs`.
+const (
+	JobStart  Kind = "job_start"
+	StepStart Kind = "step_start"
+	StepEnd   Kind = "step_end"
+	JobEnd    Kind = "job_end"
+	List      Kind = "list"
+)
+
+// Option values of --persyst.
+const (
+	On  = "on"
+	Off = "off"
+)
+
+// Request is what a client sends.
+type Request struct {
+	V     int    `json:"v"`
+	Kind  Kind   `json:"kind"`
+	Event *Event `json:"event,omitempty"`
+}
+
+// Event is a job or step lifecycle event as seen by slurmstepd (or the job prolog/epilog)
+// on one node. Fields the sender could not learn are left at their zero value.
+type Event struct {
+	JobID       uint32 `json:"job_id"`
+	StepID      string `json:"step_id,omitempty"` // "batch", "extern", "interactive" or a number; empty for job events
+	ArrayJobID  uint32 `json:"array_job_id,omitempty"`
+	ArrayTaskID uint32 `json:"array_task_id,omitempty"`
+	UID         uint32 `json:"uid"`
+	GID         uint32 `json:"gid"`
+	User        string `json:"user,omitempty"`
+	Node        string `json:"node,omitempty"` // informational; the daemon records its own node name
+	NodeID      uint32 `json:"node_id,omitempty"`
+	NNodes      uint32 `json:"nnodes,omitempty"`
+	LocalTasks  uint32 `json:"local_tasks,omitempty"`
+	TotalTasks  uint32 `json:"total_tasks,omitempty"`
+	NCPUs       uint32 `json:"ncpus,omitempty"`
+	JobCores    string `json:"job_cores,omitempty"`  // Slurm list format, e.g. "0-3,8"
+	StepCores   string `json:"step_cores,omitempty"` // Slurm list format
+	JobMemMB    uint64 `json:"job_mem_mb,omitempty"`
+	StepMemMB   uint64 `json:"step_mem_mb,omitempty"`
+	// Cgroups maps a controller ("freezer", "cpuset", ... or "unified" for cgroup v2) to
+	// the absolute path of the job's cgroup directory the sender found.
+	Cgroups map[string]string `json:"cgroups,omitempty"`
+	Persyst string            `json:"persyst"` // On or Off
+	// ExitStatus is the wait(2) status of the step's tasks (the worst one), when known.
+	ExitStatus *int      `json:"exit_status,omitempty"`
+	Time       time.Time `json:"time"`
+}
+
+// Reply is what the daemon answers.
+type Reply struct {
+	V     int    `json:"v"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Node and Jobs answer a List request.
+	Node string          `json:"node,omitempty"`
+	Jobs json.RawMessage `json:"jobs,omitempty"`
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	userRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@-]{0,63}\$?$`)
+	stepRE  = regexp.MustCompile(`^(batch|extern|interactive|[0-9]{1,10}(\+[0-9]{1,5})?)$`)
+	ctrlRE  = regexp.MustCompile(`^[a-z0-9_,=]{1,64}$`)
+	errLong = fmt.Errorf("message longer than %d bytes", MaxMessage)
+)
+
+// Validate checks a request for everything the daemon relies on. Errors name the field.
+func (r *Request) Validate() error {
+	if r.V != Version {
+		return fmt.Errorf("protocol version %d not supported (this daemon speaks %d)", r.V, Version)
+	}
+	switch r.Kind {
+	case List:
+		if r.Event != nil {
+			return errors.New("list request must not carry an event")
+		}
+		return nil
+	case JobStart, JobEnd, StepStart, StepEnd:
+	case "":
+		return errors.New("field kind: missing")
+	default:
+		return fmt.Errorf("field kind: unknown %q", r.Kind)
+	}
+	if r.Event == nil {
+		return fmt.Errorf("%s: field event: missing", r.Kind)
+	}
+	if err := r.Event.validate(r.Kind); err != nil {
+		return fmt.Errorf("%s: %w", r.Kind, err)
+	}
+	return nil
+}
+
+func (e *Event) validate(k Kind) error {
+	if e.JobID == 0 || e.JobID >= 0xfffffff0 {
+		return fmt.Errorf("field job_id: %d is not a job id", e.JobID)
+	}
+	isStep := k == StepStart || k == StepEnd
+	if isStep && !stepRE.MatchString(e.StepID) {
+		return fmt.Errorf("field step_id: %q is not a step id", e.StepID)
+	}
+	if !isStep && e.StepID != "" {
+		return fmt.Errorf("field step_id: must be empty for %s", k)
+	}
+	if e.Node != "" && !nameRE.MatchString(e.Node) {
+		return fmt.Errorf("field node: %q is not a node name", e.Node)
+	}
+	if e.User != "" && !userRE.MatchString(e.User) {
+		return fmt.Errorf("field user: %q is not a user name", e.User)
+	}
+	if e.Persyst != On && e.Persyst != Off {
+		return fmt.Errorf("field persyst: %q must be %q or %q", e.Persyst, On, Off)
+	}
+	if e.NNodes != 0 && e.NodeID >= e.NNodes {
+		return fmt.Errorf("field node_id: %d not below nnodes %d", e.NodeID, e.NNodes)
+	}
+	for _, c := range []struct{ name, v string }{{"job_cores", e.JobCores}, {"step_cores", e.StepCores}} {
+		if c.v == "" {
+			continue
+		}
+		if _, err := ParseCPUList(c.v); err != nil {
+			return fmt.Errorf("field %s: %w", c.name, err)
+		}
+	}
+	if len(e.Cgroups) > 32 {
+		return fmt.Errorf("field cgroups: %d entries, at most 32", len(e.Cgroups))
+	}
+	for ctrl, p := range e.Cgroups {
+		if !ctrlRE.MatchString(ctrl) {
+			return fmt.Errorf("field cgroups: bad controller name %q", ctrl)
+		}
+		if !strings.HasPrefix(p, "/") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") || strings.ContainsRune(p, 0) {
+			return fmt.Errorf("field cgroups[%s]: %q is not a clean absolute path", ctrl, p)
+		}
+	}
+	if e.ExitStatus != nil && k != StepEnd && k != JobEnd {
+		return fmt.Errorf("field exit_status: only for step_end and job_end")
+	}
+	if e.Time.IsZero() {
+		return errors.New("field time: missing")
+	}
+	return nil
+}
+
+// ParseCPUList parses a Slurm/Linux CPU list ("0-3,8,10-11") into CPU ids, in order.
+// It refuses lists of more than 65536 CPUs or ids above 1<<20.
+func ParseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := cpuID(lo)
+		if err != nil {
+			return nil, fmt.Errorf("cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = cpuID(hi); err != nil {
+				return nil, fmt.Errorf("cpu list %q: %w", s, err)
+			}
+			if b < a {
+				return nil, fmt.Errorf("cpu list %q: range %s is backwards", s, part)
+			}
+		}
+		if len(out)+(b-a+1) > 65536 {
+			return nil, fmt.Errorf("cpu list %q: more than 65536 CPUs", s)
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func cpuID(s string) (int, error) {
+	if s == "" || len(s) > 7 {
+		return 0, fmt.Errorf("bad cpu id %q", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 1<<20 {
+		return 0, fmt.Errorf("bad cpu id %q", s)
+	}
+	return n, nil
+}
+
+// ReadLine reads one message line of at most MaxMessage bytes.
+func ReadLine(r *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, isPrefix, err := r.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, chunk...)
+		if len(buf) > MaxMessage {
+			return nil, errLong
+		}
+		if !isPrefix {
+			return buf, nil
+		}
+	}
+}
+
+// DecodeRequest parses and validates one request line.
+func DecodeRequest(line []byte) (*Request, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var r Request
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode request: trailing data after the JSON object")
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// WriteMessage writes v as one JSON line.
+func WriteMessage(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessage {
+		return errLong
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Call sends one request to the daemon at socket and waits for its reply, all within ctx.
+// A reply with OK=false is returned as an error carrying the daemon's message.
+func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
+	req.V = Version
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", socket, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := WriteMessage(conn, req); err != nil {
+		return nil, fmt.Errorf("send to %s: %w", socket, err)
+	}
+	line, err := ReadLine(bufio.NewReader(conn))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("reply from %s: %w", socket, err)
+	}
+	var rep Reply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return nil, fmt.Errorf("reply from %s: %w", socket, err)
+	}
+	if !rep.OK {
+		return &rep, fmt.Errorf("daemon at %s: %s", socket, rep.Error)
+	}
+	return &rep, nil
+}

@@ -1,0 +1,211 @@
+// Command spank is the persyst SPANK plugin, built with -buildmode=c-shared into
+// spank_persyst.so and loaded by sbatch, srun, salloc, slurmd, slurmstepd and the job
+// prolog/epilog through plugstack.conf:
+//
+//	optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so default=on socket=/run/persyst/persyst.sock timeout=5
+//
+// plugin.c owns the SPANK symbols; the functions exported here receive plain values.
+// This package holds the plugin's per-process configuration in package variables: a
+// plugin is loaded once per process and Slurm gives it no handle to carry state in.
+package main
+
+/*
+#cgo CFLAGS: -Wall -Wno-unused-function
+// The Slurm symbols (spank_*, slurm_*) are resolved when slurmstepd, sbatch, ... load the
+// plugin; never link libslurm here (a second copy of Slurm inside slurmstepd). The flag
+// also lets `go build ./...` and `go vet` link this package as a throwaway executable.
+#cgo LDFLAGS: -Wl,--unresolved-symbols=ignore-all
+#include <stdlib.h>
+#include "persyst.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/spank/options"
+)
+
+func main() {}
+
+// plugin is this process's plugin state.
+var plugin struct {
+	mu         sync.Mutex
+	cfg        options.Config
+	configured bool
+	failed     bool // the daemon could not be reached once: log only the first time
+}
+
+func logf(level C.int, format string, args ...any) {
+	msg := C.CString("persyst: " + fmt.Sprintf(format, args...))
+	defer C.free(unsafe.Pointer(msg))
+	C.persyst_log(level, msg)
+}
+
+//export persystConfigure
+func persystConfigure(argc C.int, argv **C.char) C.int {
+	args := make([]string, 0, int(argc))
+	if argc > 0 && argv != nil {
+		for _, p := range unsafe.Slice(argv, int(argc)) {
+			args = append(args, C.GoString(p))
+		}
+	}
+	cfg, errs := options.ParseArgs(args)
+	for _, err := range errs {
+		logf(C.PERSYST_LOG_ERROR, "plugstack.conf: %v", err)
+	}
+	plugin.mu.Lock()
+	defer plugin.mu.Unlock()
+	plugin.cfg = cfg
+	plugin.configured = len(errs) == 0
+	if len(errs) > 0 {
+		return -1
+	}
+	return 0
+}
+
+//export persystParseValue
+func persystParseValue(v *C.char) C.int {
+	on, err := options.ParseValue(C.GoString(v))
+	if err != nil {
+		logf(C.PERSYST_LOG_ERROR, "--persyst: %v", err)
+		return -1
+	}
+	if on {
+		return 1
+	}
+	return 0
+}
+
+// stepName renders a Slurm step id the way sacct and the cgroup layout do.
+func stepName(id uint32) string {
+	switch id {
+	case 0xfffffffb:
+		return "batch"
+	case 0xfffffffc:
+		return "extern"
+	case 0xfffffffa:
+		return "interactive"
+	}
+	return strconv.FormatUint(uint64(id), 10)
+}
+
+// eventFrom converts the C event into a wire event, using cfg for the default option.
+func eventFrom(ev *C.struct_persyst_event, cfg options.Config, now time.Time) *wire.Event {
+	e := &wire.Event{
+		JobID:       uint32(ev.job_id),
+		ArrayJobID:  uint32(ev.array_job_id),
+		ArrayTaskID: uint32(ev.array_task_id),
+		UID:         uint32(ev.uid),
+		GID:         uint32(ev.gid),
+		NodeID:      uint32(ev.node_id),
+		NNodes:      uint32(ev.nnodes),
+		LocalTasks:  uint32(ev.local_tasks),
+		TotalTasks:  uint32(ev.total_tasks),
+		NCPUs:       uint32(ev.ncpus),
+		JobMemMB:    uint64(ev.job_mem_mb),
+		StepMemMB:   uint64(ev.step_mem_mb),
+		Time:        now,
+	}
+	// Slurm reports array_task_id NO_VAL (0xfffffffe) and array_job_id = job id for
+	// jobs that are not array tasks.
+	if e.ArrayTaskID >= 0xfffffffe {
+		e.ArrayJobID, e.ArrayTaskID = 0, 0
+	}
+	if ev.has_step != 0 {
+		e.StepID = stepName(uint32(ev.step_id))
+	}
+	if ev.job_cores != nil {
+		e.JobCores = C.GoString(ev.job_cores)
+	}
+	if ev.step_cores != nil {
+		e.StepCores = C.GoString(ev.step_cores)
+	}
+	switch {
+	case ev.option == 1:
+		e.Persyst = wire.On
+	case ev.option == 0:
+		e.Persyst = wire.Off
+	case cfg.DefaultOn:
+		e.Persyst = wire.On
+	default:
+		e.Persyst = wire.Off
+	}
+	if ev.has_exit != 0 {
+		st := int(ev.exit_status)
+		e.ExitStatus = &st
+	}
+	return e
+}
+
+func kindOf(k int) wire.Kind {
+	switch k {
+	case C.PERSYST_JOB_START:
+		return wire.JobStart
+	case C.PERSYST_STEP_START:
+		return wire.StepStart
+	case C.PERSYST_STEP_END:
+		return wire.StepEnd
+	case C.PERSYST_JOB_END:
+		return wire.JobEnd
+	}
+	return ""
+}
+
+//export persystSend
+func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
+	plugin.mu.Lock()
+	cfg, ok := plugin.cfg, plugin.configured
+	plugin.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	e := eventFrom(ev, cfg, time.Now())
+	k := kindOf(int(kind))
+	if k == wire.StepStart {
+		// slurmstepd has put itself into the job's cgroups: tell the daemon where they are.
+		if cg, err := (jobcgroup.FS{Root: "/"}).Self(e.JobID); err == nil && len(cg) > 0 {
+			e.Cgroups = cg
+		}
+	}
+	sock := cfg.Socket
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := wire.Call(ctx, sock, &wire.Request{Kind: k, Event: e})
+	plugin.mu.Lock()
+	defer plugin.mu.Unlock()
+	if err != nil {
+		if !plugin.failed {
+			why := err.Error()
+			if errors.Is(err, context.DeadlineExceeded) {
+				why = fmt.Sprintf("no answer within %v from %s", cfg.Timeout, sock)
+			}
+			logf(C.PERSYST_LOG_ERROR, "job %d step %s: %s event not recorded: %s (the job is not affected; further failures in this process are not logged)",
+				e.JobID, orDash(e.StepID), k, why)
+		}
+		plugin.failed = true
+		return -1
+	}
+	if plugin.failed {
+		logf(C.PERSYST_LOG_INFO, "job %d: daemon at %s answers again", e.JobID, sock)
+		plugin.failed = false
+	}
+	logf(C.PERSYST_LOG_DEBUG, "job %d step %s: %s sent in %v", e.JobID, orDash(e.StepID), k, time.Since(start).Round(time.Microsecond))
+	return 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
