@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/google/go-cmp v0.7.0
 	github.com/rs/zerolog v1.35.1
 	golang.org/x/sys v0.49.0
 )

@@ -142,8 +142,8 @@ func OpenRegistry(cfg RegistryConfig, log zerolog.Logger) (*Registry, error) {
 		if err == nil {
 			err = fmt.Errorf("state version %d, want %d", st.Version, stateVersion)
 		}
-		aside := fmt.Sprintf("%s.unreadable-%d", cfg.Path, time.Now().Unix())
-		if rerr := os.Rename(cfg.Path, aside); rerr != nil {
+		aside, rerr := moveAside(cfg.Path)
+		if rerr != nil {
 			return nil, fmt.Errorf("state %s unreadable (%v) and cannot be moved aside: %w", cfg.Path, err, rerr)
 		}
 		log.Error().Err(err).Str("state", cfg.Path).Str("moved_to", aside).Msg("state file unreadable; starting with an empty registry")
@@ -159,6 +159,27 @@ func OpenRegistry(cfg RegistryConfig, log zerolog.Logger) (*Registry, error) {
 	}
 	log.Info().Str("state", cfg.Path).Int("jobs", len(r.jobs)).Msg("registry restored")
 	return r, nil
+}
+
+// moveAside renames path to a new name path.unreadable-<time>[-N], never replacing an
+// earlier one (link fails if the name exists; rename would overwrite).
+func moveAside(path string) (string, error) {
+	base := fmt.Sprintf("%s.unreadable-%s", path, time.Now().UTC().Format("20060102T150405"))
+	for i := 0; i < 1000; i++ {
+		aside := base
+		if i > 0 {
+			aside = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := os.Link(path, aside)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return aside, os.Remove(path)
+	}
+	return "", fmt.Errorf("too many unreadable state files next to %s", path)
 }
 
 // Apply records one lifecycle event at time now and persists the registry. The job is
@@ -193,9 +214,10 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 			j.Steps = append(j.Steps, s)
 		}
 		t := e.Time
-		s.State, s.Ended, s.ExitStatus = Ended, &t, e.ExitStatus
+		s.State, s.Ended = Ended, &t
 		if e.ExitStatus != nil {
-			s.Exit = exitString(*e.ExitStatus)
+			st := *e.ExitStatus
+			s.ExitStatus, s.Exit = &st, exitString(st)
 		}
 		if s.LocalTasks == 0 {
 			s.LocalTasks, s.TotalTasks = e.LocalTasks, e.TotalTasks
@@ -211,7 +233,7 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 	j.Updated = now
 	r.prune(now)
 	if err := r.save(); err != nil {
-		return j, err
+		return copyJob(j), err
 	}
 	return copyJob(j), nil
 }
@@ -256,10 +278,11 @@ func (r *Registry) merge(j *Job, e *wire.Event) {
 	}
 }
 
-// prune drops jobs that ended more than the retention ago. Caller holds mu.
+// prune drops ended jobs not updated for longer than the retention. It goes by the time
+// events were received (Updated), not by the senders' clocks. Caller holds mu.
 func (r *Registry) prune(now time.Time) {
 	for id, j := range r.jobs {
-		if j.Ended != nil && now.Sub(*j.Ended) > r.retention {
+		if j.Ended != nil && now.Sub(j.Updated) > r.retention {
 			delete(r.jobs, id)
 		}
 	}

@@ -66,9 +66,9 @@ func Listen(path string) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 		}
 	}
-	old := unix.Umask(0o077)
+	// Bound with the process umask (connecting needs write permission, so at worst only
+	// root can connect until the chmod below).
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
@@ -123,7 +123,8 @@ func peer(c *net.UnixConn) (*unix.Ucred, error) {
 
 func (s *Server) handle(c *net.UnixConn) {
 	defer c.Close()
-	_ = c.SetDeadline(s.clock().Add(s.timeout))
+	// Network deadlines use the real time; the injected clock only stamps records.
+	_ = c.SetReadDeadline(time.Now().Add(s.timeout))
 	cred, err := peer(c)
 	if err != nil {
 		s.log.Error().Err(err).Msg("cannot read peer credentials; connection refused")
@@ -179,6 +180,8 @@ func (s *Server) handle(c *net.UnixConn) {
 
 func (s *Server) reply(c *net.UnixConn, r *wire.Reply, log zerolog.Logger) {
 	r.V = wire.Version
+	// A fresh write deadline: a read that timed out still gets its error reply.
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	if err := wire.WriteMessage(c, r); err != nil {
 		log.Debug().Err(err).Msg("reply not delivered")
 	}

@@ -8,6 +8,8 @@
 #   scripts/cluster.sh down       stop everything this script started (by PID), remove the
 #                                 namespaces and the bridge.
 #   scripts/cluster.sh status     print what is running.
+#   scripts/cluster.sh daemon-stop NODE | daemon-start NODE
+#                                 stop or (re)start one node's persyst daemon.
 #
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
 # Must run as root. See DESIGN.md §10 for why nsenter --net (not ip netns exec) is used:
@@ -114,7 +116,8 @@ write_configs() {
 	local n=$1 host
 	host=$(hostname -s)
 	mkdir -p "$DIR"/{etc,log,run,state,spool,munge}
-	chmod 0700 "$DIR/munge"
+	# Jobs run as ordinary users must reach the munge socket; the key stays 0400 root.
+	chmod 0755 "$DIR/munge"
 	if [ ! -s "$DIR/munge/munge.key" ]; then
 		dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
 	fi
@@ -139,7 +142,7 @@ SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
 SlurmctldDebug=info
-SlurmdDebug=info
+SlurmdDebug=debug
 PlugStackConfig=$DIR/etc/plugstack.conf
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
@@ -207,6 +210,23 @@ start_bg() {
 	printf '%s\n%s\n' "$!" "$match" >"$pidfile"
 }
 
+# daemon_start NODE: start NODE's persyst daemon in NODE's network namespace and wait until
+# its socket answers.
+daemon_start() {
+	local node=$1 ns="/run/netns/${NSPREFIX}$1"
+	[ -x "$BIN" ] || die "$BIN not built (run make)"
+	[ -e "$ns" ] || die "no namespace for $node (is the cluster up?)"
+	kill_pidfile "$DIR/run/persyst-$node.pid"
+	start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
+		nsenter --net="$ns" "$BIN" daemon --node "$node" \
+		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node"
+	for _ in $(seq 1 50); do
+		"$BIN" jobs --socket "$DIR/run/$node/persyst.sock" --timeout 1s >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	die "persyst daemon of $node did not answer; see $DIR/log/persyst-$node.log"
+}
+
 up() {
 	local n=$1
 	[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "NODES must be a positive integer, got '$n'"
@@ -236,10 +256,7 @@ up() {
 		local node="node$k" ns="/run/netns/${NSPREFIX}node$k"
 		mkdir -p "$DIR/spool/$node" "$DIR/run/$node" "$DIR/run/local"
 		if [ "$DAEMONS" = 1 ]; then
-			[ -x "$BIN" ] || die "$BIN not built (run make)"
-			start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
-				nsenter --net="$ns" "$BIN" daemon --node "$node" \
-				--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node"
+			daemon_start "$node"
 		fi
 		# slurmd (and the slurmstepd and prolog it starts) get a private mount namespace in
 		# which $DIR/run/local is this node's run directory: the plugin's socket= path then
@@ -286,5 +303,7 @@ case "${1:-}" in
 up) up "${2:-${NODES:-2}}" ;;
 down) down; log "down" ;;
 status) status ;;
-*) die "usage: $0 up [N] | down | status" ;;
+daemon-stop) [ -n "${2:-}" ] || die "usage: $0 daemon-stop NODE"; kill_pidfile "$DIR/run/persyst-$2.pid" ;;
+daemon-start) [ -n "${2:-}" ] || die "usage: $0 daemon-start NODE"; daemon_start "$2" ;;
+*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE" ;;
 esac

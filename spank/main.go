@@ -24,8 +24,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -160,6 +162,22 @@ func kindOf(k int) wire.Kind {
 	return ""
 }
 
+// fastTimeout is how long later events wait once the daemon failed to answer: a healthy
+// daemon answers in about a millisecond, so this only bounds the cost of a hung one.
+const fastTimeout = 200 * time.Millisecond
+
+// downMarker records, for every process on this node, that the daemon did not answer:
+// the job prolog, each slurmstepd and the epilog are separate processes, and without it
+// each would wait the full timeout and log the same failure. It lives next to the
+// socket, in the daemon's root-owned run directory.
+func downMarker(socket string) string { return socket + ".unreachable" }
+
+// markerFresh says whether the daemon was found unreachable within the last ttl.
+func markerFresh(path string, now time.Time, ttl time.Duration) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode().IsRegular() && now.Sub(st.ModTime()) < ttl
+}
+
 //export persystSend
 func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	plugin.mu.Lock()
@@ -177,35 +195,61 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 		}
 	}
 	sock := cfg.Socket
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	marker := downMarker(sock)
+	timeout := cfg.Timeout
+	known := markerFresh(marker, time.Now(), 10*time.Minute)
+	if known && timeout > fastTimeout {
+		timeout = fastTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
-	_, err := wire.Call(ctx, sock, &wire.Request{Kind: k, Event: e})
+	req := &wire.Request{Kind: k, Event: e}
+	var err error
+	deliverOnly := k == wire.StepEnd || k == wire.JobEnd
+	if deliverOnly {
+		// End events are delivered, not called: slurmctld releases a step's resources on
+		// a node only after slurm_spank_exit returns there, and a next srun that finds
+		// them still busy backs off for about a minute (measured: a 200 ms wait here
+		// held a 2-node job for 70 s). The daemon reads the event when it can.
+		err = wire.Deliver(ctx, sock, req)
+	} else {
+		// Start events wait for the daemon: it prepares before the tasks start.
+		_, err = wire.Call(ctx, sock, req)
+	}
 	plugin.mu.Lock()
 	defer plugin.mu.Unlock()
 	if err != nil {
-		if !plugin.failed {
+		if !known && !plugin.failed {
 			why := err.Error()
 			if errors.Is(err, context.DeadlineExceeded) {
-				why = fmt.Sprintf("no answer within %v from %s", cfg.Timeout, sock)
+				why = fmt.Sprintf("no answer within %v from %s", timeout, sock)
 			}
-			logf(C.PERSYST_LOG_ERROR, "job %d step %s: %s event not recorded: %s (the job is not affected; further failures in this process are not logged)",
-				e.JobID, orDash(e.StepID), k, why)
+			logf(C.PERSYST_LOG_ERROR, "%s: %s event not recorded: %s (the job is not affected; until the daemon answers again, events wait at most %v and are not logged)",
+				jobStep(e), k, why, fastTimeout)
 		}
 		plugin.failed = true
+		// O_NOFOLLOW: never follow a link planted in place of the marker.
+		if f, ferr := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600); ferr == nil {
+			fmt.Fprintf(f, "%s job %d %s: %v\n", time.Now().Format(time.RFC3339), e.JobID, k, err)
+			f.Close()
+		}
 		return -1
 	}
-	if plugin.failed {
+	// Only an answer proves the daemon is back; a delivered request may sit unread.
+	if !deliverOnly && (known || plugin.failed) {
 		logf(C.PERSYST_LOG_INFO, "job %d: daemon at %s answers again", e.JobID, sock)
+		_ = os.Remove(marker)
 		plugin.failed = false
 	}
-	logf(C.PERSYST_LOG_DEBUG, "job %d step %s: %s sent in %v", e.JobID, orDash(e.StepID), k, time.Since(start).Round(time.Microsecond))
+	logf(C.PERSYST_LOG_DEBUG, "%s: %s sent in %v", jobStep(e), k, time.Since(start).Round(time.Microsecond))
 	return 0
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
+// jobStep names a job or step the way Slurm's logs do: "job 7" or "step 7.batch".
+func jobStep(e *wire.Event) string {
+	if e.StepID == "" {
+		return fmt.Sprintf("job %d", e.JobID)
 	}
-	return s
+	return fmt.Sprintf("step %d.%s", e.JobID, e.StepID)
 }

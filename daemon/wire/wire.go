@@ -132,7 +132,7 @@ func (e *Event) validate(k Kind) error {
 		return fmt.Errorf("field job_id: %d is not a job id", e.JobID)
 	}
 	isStep := k == StepStart || k == StepEnd
-	if isStep && !stepRE.MatchString(e.StepID) {
+	if isStep && !validStep(e.StepID) {
 		return fmt.Errorf("field step_id: %q is not a step id", e.StepID)
 	}
 	if !isStep && e.StepID != "" {
@@ -178,6 +178,19 @@ func (e *Event) validate(k Kind) error {
 	return nil
 }
 
+// validStep accepts the named steps and numeric ids of normal steps (below Slurm's
+// SLURM_MAX_NORMAL_STEP_ID), optionally with a heterogeneous component "+N".
+func validStep(s string) bool {
+	if !stepRE.MatchString(s) {
+		return false
+	}
+	num, _, _ := strings.Cut(s, "+")
+	if n, err := strconv.ParseUint(num, 10, 64); err == nil && n >= 0xfffffff0 {
+		return false
+	}
+	return true
+}
+
 // ParseCPUList parses a Slurm/Linux CPU list ("0-3,8,10-11") into CPU ids, in order.
 // It refuses lists of more than 65536 CPUs or ids above 1<<20.
 func ParseCPUList(s string) ([]int, error) {
@@ -218,20 +231,26 @@ func cpuID(s string) (int, error) {
 	return n, nil
 }
 
-// ReadLine reads one message line of at most MaxMessage bytes.
+// ReadLine reads one newline-terminated message line of at most MaxMessage bytes and
+// returns it without the newline. A line cut short by EOF or a timeout is an error, never
+// a message (bufio.Reader.ReadLine would return the fragment as a line).
 func ReadLine(r *bufio.Reader) ([]byte, error) {
 	var buf []byte
 	for {
-		chunk, isPrefix, err := r.ReadLine()
-		if err != nil {
-			return nil, err
-		}
+		chunk, err := r.ReadSlice('\n')
 		buf = append(buf, chunk...)
-		if len(buf) > MaxMessage {
+		if len(buf) > MaxMessage+1 {
 			return nil, errLong
 		}
-		if !isPrefix {
-			return buf, nil
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(buf[:len(buf)-1], []byte("\r")), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return nil, fmt.Errorf("message cut short after %d bytes: %w", len(buf), io.ErrUnexpectedEOF)
+		default:
+			return nil, err
 		}
 	}
 }
@@ -244,7 +263,7 @@ func DecodeRequest(line []byte) (*Request, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("decode request: %w", err)
 	}
-	if dec.More() {
+	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
 		return nil, errors.New("decode request: trailing data after the JSON object")
 	}
 	if err := r.Validate(); err != nil {
@@ -266,6 +285,28 @@ func WriteMessage(w io.Writer, v any) error {
 	return err
 }
 
+// Deliver sends one request without waiting for the reply: it returns once the request
+// is in the socket's buffer, which takes microseconds even when the daemon is busy or
+// stopped (the request waits in the socket until the daemon reads it). Used for end
+// events, where any wait delays Slurm's accounting of the step's end. Errors are those of
+// connecting and writing only.
+func Deliver(ctx context.Context, socket string, req *Request) error {
+	req.V = Version
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return err // net.OpError names the socket path
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if err := WriteMessage(conn, req); err != nil {
+		return fmt.Errorf("send to %s: %w", socket, err)
+	}
+	return nil
+}
+
 // Call sends one request to the daemon at socket and waits for its reply, all within ctx.
 // A reply with OK=false is returned as an error carrying the daemon's message.
 func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
@@ -273,7 +314,7 @@ func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", socket, err)
+		return nil, err // net.OpError names the socket path
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -281,11 +322,14 @@ func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := WriteMessage(conn, req); err != nil {
-		return nil, fmt.Errorf("send to %s: %w", socket, err)
-	}
+	werr := WriteMessage(conn, req)
+	// Even when the write failed, read: a daemon that refuses a peer answers and closes
+	// without reading the request, and its answer says why (EPIPE would not).
 	line, err := ReadLine(bufio.NewReader(conn))
 	if err != nil {
+		if werr != nil {
+			return nil, fmt.Errorf("send to %s: %w", socket, werr)
+		}
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}

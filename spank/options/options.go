@@ -22,6 +22,9 @@ const DefaultTimeout = 5 * time.Second
 // MaxTimeout is the largest timeout= accepted: the plugin must never hold a job for long.
 const MaxTimeout = 300 * time.Second
 
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path is 108 bytes).
+const maxSocketPath = 107
+
 // Config is the plugin configuration from plugstack.conf.
 type Config struct {
 	// DefaultOn is whether jobs are measured when the user gives no --persyst.
@@ -65,8 +68,12 @@ func ParseArgs(args []string) (Config, []error) {
 			}
 			c.DefaultOn = on
 		case "socket":
-			if !filepath.IsAbs(v) || filepath.Clean(v) != v || strings.ContainsAny(v, "\x00\n") {
+			if !filepath.IsAbs(v) || filepath.Clean(v) != v || v == "/" || strings.ContainsAny(v, "\x00\n") {
 				errs = append(errs, fmt.Errorf("argument %q: socket must be a clean absolute path", a))
+				continue
+			}
+			if len(v) > maxSocketPath {
+				errs = append(errs, fmt.Errorf("argument %q: socket path longer than %d bytes (the unix socket limit)", a, maxSocketPath))
 				continue
 			}
 			c.Socket = v

@@ -1,0 +1,293 @@
+// Package integration holds the tests that run persyst against a real Slurm cluster started
+// on this machine by scripts/cluster.sh (slurmctld, slurmd per network namespace, munged,
+// one persyst daemon per node). They need root, Debian's Slurm packages and a built tree;
+// `make test` provides all three and sets PERSYST_INTEGRATION=1.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// jobUser is the unprivileged user jobs run as (root submits with --uid).
+const jobUser = 65534
+
+var repoRoot = func() string {
+	wd, _ := os.Getwd()
+	return filepath.Dir(wd)
+}()
+
+// skipReason says why the integration tests cannot run here ("" when they can).
+func skipReason() string {
+	switch {
+	case os.Getenv("PERSYST_INTEGRATION") != "1":
+		return "PERSYST_INTEGRATION=1 not set (make test sets it; these tests start a real Slurm cluster)"
+	case os.Geteuid() != 0:
+		return "not root (starting slurmd in network namespaces needs root)"
+	}
+	for _, c := range []string{"sbatch", "slurmd", "slurmctld", "munged"} {
+		if _, err := exec.LookPath(c); err != nil {
+			return c + " not installed (run scripts/deps.sh)"
+		}
+	}
+	for _, f := range []string{"build/persyst", "build/spank_persyst.so"} {
+		if _, err := os.Stat(filepath.Join(repoRoot, f)); err != nil {
+			return f + " not built (run make build)"
+		}
+	}
+	return ""
+}
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv("PERSYST_IT_FORGE"); sock != "" {
+		os.Exit(forgeEvent(sock))
+	}
+	if r := skipReason(); r != "" && os.Getenv("CI") != "" {
+		fmt.Fprintf(os.Stderr, "integration tests must run in CI but cannot: %s\n", r)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// forgeEvent is run as a child process under an unprivileged uid: it tries to send a
+// lifecycle event to the daemon and prints the outcome.
+func forgeEvent(sock string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := wire.Call(ctx, sock, &wire.Request{Kind: wire.JobStart, Event: &wire.Event{
+		JobID: 999999, UID: 0, Persyst: wire.On, Time: time.Now()}})
+	if err != nil {
+		fmt.Println("refused:", err)
+		return 3
+	}
+	fmt.Println("accepted")
+	return 0
+}
+
+// cluster is a running test cluster.
+type cluster struct {
+	dir   string   // build/cluster
+	env   []string // environment for Slurm commands
+	nodes []string
+	work  string // world-writable job working directory
+}
+
+// startCluster brings up a fresh cluster of n nodes; it is torn down when the test ends
+// unless the test tears it down itself.
+func startCluster(t *testing.T, n int, extraEnv ...string) *cluster {
+	t.Helper()
+	if r := skipReason(); r != "" {
+		t.Skip("integration test skipped: " + r)
+	}
+	cmd := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "up", strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), extraEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cluster up: %v\n%s", err, out)
+	}
+	c := &cluster{dir: filepath.Join(repoRoot, "build/cluster")}
+	t.Cleanup(func() {
+		if out, err := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "down").CombinedOutput(); err != nil {
+			t.Errorf("cluster down: %v\n%s", err, out)
+		}
+	})
+	f, err := os.Open(filepath.Join(c.dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c.env = os.Environ()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		kv := strings.TrimPrefix(sc.Text(), "export ")
+		k, v, _ := strings.Cut(kv, "=")
+		v = strings.Trim(v, `"`)
+		c.env = append(c.env, k+"="+v)
+		if k == "PERSYST_NODES" {
+			c.nodes = strings.Fields(v)
+		}
+	}
+	if len(c.nodes) != n {
+		t.Fatalf("env lists nodes %v, want %d", c.nodes, n)
+	}
+	c.work, err = os.MkdirTemp("", "persyst-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(c.work, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(c.work) })
+	return c
+}
+
+// run runs a command with the cluster's environment (plus extra) and returns its output.
+func (c *cluster) run(t *testing.T, extra []string, name string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(append([]string{}, c.env...), extra...)
+	cmd.Dir = c.work
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// sbatch submits a job as the unprivileged job user and returns its id.
+func (c *cluster) sbatch(t *testing.T, extra []string, args ...string) uint32 {
+	t.Helper()
+	base := []string{"--parsable", "--uid", strconv.Itoa(jobUser), "--gid", strconv.Itoa(jobUser), "-D", c.work}
+	out, errOut, err := c.run(t, extra, "sbatch", append(base, args...)...)
+	if err != nil {
+		t.Fatalf("sbatch %v: %v\n%s%s", args, err, out, errOut)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(strings.TrimSpace(out), ";")[0]), 10, 32)
+	if err != nil {
+		t.Fatalf("sbatch %v: cannot parse job id from %q", args, out)
+	}
+	return uint32(id)
+}
+
+var fieldRE = regexp.MustCompile(`(\w+)=(\S*)`)
+
+// jobInfo returns scontrol's fields of a job.
+func (c *cluster) jobInfo(t *testing.T, id uint32) map[string]string {
+	t.Helper()
+	out, errOut, err := c.run(t, nil, "scontrol", "show", "job", "-o", strconv.FormatUint(uint64(id), 10))
+	if err != nil {
+		t.Fatalf("scontrol show job %d: %v %s", id, err, errOut)
+	}
+	m := map[string]string{}
+	for _, kv := range fieldRE.FindAllStringSubmatch(out, -1) {
+		m[kv[1]] = kv[2]
+	}
+	return m
+}
+
+// waitDone polls until the job has left Slurm's active states and returns its state.
+func (c *cluster) waitDone(t *testing.T, id uint32, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := c.jobInfo(t, id)["JobState"]
+		switch st {
+		case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "":
+		default:
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d still %s after %v", id, st, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *cluster) socket(node string) string {
+	return filepath.Join(c.dir, "run", node, "persyst.sock")
+}
+
+// jobs asks node's daemon for its registry.
+func (c *cluster) jobs(t *testing.T, node string) []*daemon.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, jobs, err := daemon.ListJobs(ctx, c.socket(node))
+	if err != nil {
+		t.Fatalf("list jobs on %s: %v", node, err)
+	}
+	if n != node {
+		t.Fatalf("daemon at %s says it is node %q", c.socket(node), n)
+	}
+	return jobs
+}
+
+// waitJob polls node's daemon until ok(job) holds for job id, and returns the job.
+func (c *cluster) waitJob(t *testing.T, node string, id uint32, what string, ok func(*daemon.Job) bool) *daemon.Job {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last *daemon.Job
+	for time.Now().Before(deadline) {
+		last = nil
+		for _, j := range c.jobs(t, node) {
+			if j.JobID == id {
+				last = j
+			}
+		}
+		if last != nil && ok(last) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("node %s: job %d never became %s; last seen: %+v", node, id, what, last)
+	return nil
+}
+
+func (c *cluster) jobOn(t *testing.T, node string, id uint32) *daemon.Job {
+	t.Helper()
+	for _, j := range c.jobs(t, node) {
+		if j.JobID == id {
+			return j
+		}
+	}
+	return nil
+}
+
+func (c *cluster) harness(t *testing.T, args ...string) {
+	t.Helper()
+	out, errOut, err := c.run(t, nil, filepath.Join(repoRoot, "scripts/cluster.sh"), args...)
+	if err != nil {
+		t.Fatalf("cluster.sh %v: %v\n%s%s", args, err, out, errOut)
+	}
+}
+
+func (c *cluster) daemonPID(t *testing.T, node string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "run", "persyst-"+node+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func (c *cluster) readLog(t *testing.T, name string) string {
+	t.Helper()
+	var all []byte
+	for _, p := range []string{name + ".log", name + ".out"} {
+		b, _ := os.ReadFile(filepath.Join(c.dir, "log", p))
+		all = append(all, b...)
+	}
+	return string(all)
+}
+
+func stepIDs(j *daemon.Job) []string {
+	var ids []string
+	for _, s := range j.Steps {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// asUser returns SysProcAttr running a child as the unprivileged job user.
+func asUser() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: jobUser, Gid: jobUser}}
+}

@@ -1,0 +1,378 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// TestFoundation runs the lifecycle scenarios of the foundation issue, in order, on one
+// real 2-node cluster, and ends by tearing the cluster down and checking nothing is left.
+func TestFoundation(t *testing.T) {
+	c := startCluster(t, 2)
+	ok := true
+	step := func(name string, f func(t *testing.T)) {
+		if !ok {
+			t.Run(name, func(t *testing.T) { t.Skip("an earlier step failed; the cluster state is not trustworthy") })
+			return
+		}
+		ok = t.Run(name, f)
+	}
+	var first uint32
+	step("two-node job with srun steps is seen on both nodes", func(t *testing.T) { first = twoNodeJob(t, c) })
+	step("opt out with --persyst=off, #SBATCH and PERSYST=off", func(t *testing.T) { optOut(t, c) })
+	step("bad --persyst value is rejected", func(t *testing.T) { badValue(t, c) })
+	step("plugstack.conf errors disable the plugin, jobs still run", func(t *testing.T) { badPlugstack(t, c) })
+	step("non-root client is refused", func(t *testing.T) { nonRoot(t, c) })
+	step("daemon down on one node: jobs complete, the other node records", func(t *testing.T) { daemonDown(t, c, first) })
+	step("hung daemon delays a job by at most the timeout", func(t *testing.T) { daemonHung(t, c) })
+	step("daemon restart mid-job keeps the job", func(t *testing.T) { daemonRestart(t, c) })
+	step("cluster-down leaves nothing behind", func(t *testing.T) { clusterDown(t, c) })
+}
+
+func twoNodeJob(t *testing.T, c *cluster) uint32 {
+	id := c.sbatch(t, nil, "-N2", "-o", "out-%j.txt", "--wrap", "srun -N2 -n2 true && srun -N1 -n1 true; exit 3")
+	if st := c.waitDone(t, id, 2*time.Minute); st != "FAILED" { // exit 3 → FAILED
+		t.Fatalf("job %d ended %s, want FAILED (exit 3)", id, st)
+	}
+	info := c.jobInfo(t, id)
+	batchHost := info["BatchHost"]
+	if !slices.Contains(c.nodes, batchHost) {
+		t.Fatalf("BatchHost %q not one of %v", batchHost, c.nodes)
+	}
+	nodeIDs := map[uint32]string{}
+	step1 := 0
+	for _, node := range c.nodes {
+		j := c.waitJob(t, node, id, "ended with job_end seen", func(j *daemon.Job) bool { return j.State == daemon.Ended && j.JobEndSeen })
+		if j.UID != jobUser || j.GID != jobUser || j.User != "nobody" {
+			t.Errorf("%s: uid/gid/user = %d/%d/%q, want %d/%d/nobody", node, j.UID, j.GID, j.User, jobUser, jobUser)
+		}
+		if j.Node != node || !j.JobStartSeen || j.Persyst != wire.On || j.NNodes != 2 {
+			t.Errorf("%s: node=%q job_start_seen=%v persyst=%q nnodes=%d", node, j.Node, j.JobStartSeen, j.Persyst, j.NNodes)
+		}
+		if prev, dup := nodeIDs[j.NodeID]; dup {
+			t.Errorf("%s and %s both report node_id %d", prev, node, j.NodeID)
+		}
+		nodeIDs[j.NodeID] = node
+		want := []string{"extern", "0"}
+		if node == batchHost {
+			want = append(want, "batch")
+		}
+		got := stepIDs(j)
+		if slices.Contains(got, "1") {
+			step1++
+			want = append(want, "1")
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: steps mismatch (-want +got):\n%s", node, diff)
+		}
+		for _, s := range j.Steps {
+			if s.State != daemon.Ended || s.Ended == nil || s.Ended.Before(s.Started) {
+				t.Errorf("%s: step %s not properly ended: %+v", node, s.ID, s)
+			}
+			if s.ID == "batch" && s.Exit != "3:0" {
+				t.Errorf("%s: batch step exit %q, want 3:0", node, s.Exit)
+			}
+			if s.ID == "0" && (s.Exit != "0:0" || s.TotalTasks != 2 || s.LocalTasks != 1) {
+				t.Errorf("%s: step 0 exit %q tasks %d/%d, want 0:0 and 1 of 2", node, s.Exit, s.LocalTasks, s.TotalTasks)
+			}
+		}
+		wantCg := "slurm_" + node + "/uid_" + strconv.Itoa(jobUser) + "/job_" + strconv.FormatUint(uint64(id), 10)
+		found := false
+		for _, p := range j.Cgroups {
+			found = found || strings.HasSuffix(p, wantCg)
+		}
+		if !found {
+			t.Errorf("%s: no cgroup ending in %s among %v", node, wantCg, j.Cgroups)
+		}
+		if j.Cores == "" {
+			t.Errorf("%s: allocated cores not recorded", node)
+		}
+	}
+	if step1 != 1 {
+		t.Errorf("step 1 (srun -N1) recorded on %d nodes, want exactly 1", step1)
+	}
+	if _, err := os.Stat(filepath.Join(c.work, "out-"+strconv.FormatUint(uint64(id), 10)+".txt")); err != nil {
+		t.Errorf("job output file: %v", err)
+	}
+	return id
+}
+
+func optOut(t *testing.T, c *cluster) {
+	script := filepath.Join(c.work, "optout.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n#SBATCH --persyst=off\n#SBATCH -N2\nsrun -N2 true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"flag", nil, []string{"-N2", "-o", "/dev/null", "--persyst=off", "--wrap", "srun -N2 true"}},
+		{"#SBATCH", nil, []string{"-o", "/dev/null", script}},
+		{"PERSYST=off", []string{"PERSYST=off"}, []string{"-N2", "-o", "/dev/null", "--wrap", "srun -N2 true"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := c.sbatch(t, tc.env, tc.args...)
+			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			for _, node := range c.nodes {
+				j := c.waitJob(t, node, id, "opted out and ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+				if j.State != daemon.OptedOut || j.Persyst != wire.Off {
+					t.Errorf("%s: job %d state %s persyst %s, want opted_out/off", node, id, j.State, j.Persyst)
+				}
+			}
+		})
+	}
+	// The command line wins over the environment.
+	id := c.sbatch(t, []string{"PERSYST=off"}, "-o", "/dev/null", "--persyst=on", "--wrap", "true")
+	c.waitDone(t, id, 2*time.Minute)
+	j := c.waitJob(t, c.jobInfo(t, id)["BatchHost"], id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+	if j.State != daemon.Ended {
+		t.Errorf("PERSYST=off with --persyst=on: state %s, want ended (measured)", j.State)
+	}
+}
+
+func badValue(t *testing.T, c *cluster) {
+	cases := []struct {
+		name string
+		env  []string
+		cmd  []string
+	}{
+		{"sbatch flag", nil, []string{"sbatch", "--persyst=bogus", "--wrap", "true"}},
+		{"sbatch env", []string{"PERSYST=maybe"}, []string{"sbatch", "--wrap", "true"}},
+		{"srun flag", nil, []string{"srun", "--persyst=ON", "true"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, err := c.run(t, tc.env, tc.cmd[0], tc.cmd[1:]...)
+			if err == nil {
+				t.Fatalf("%v accepted: %s", tc.cmd, out)
+			}
+			if !strings.Contains(errOut, "persyst:") || !strings.Contains(errOut, "use on or off") {
+				t.Errorf("message does not explain the error:\n%s", errOut)
+			}
+			if strings.Contains(out, "Submitted") {
+				t.Errorf("a job was submitted: %s", out)
+			}
+		})
+	}
+}
+
+func badPlugstack(t *testing.T, c *cluster) {
+	p := filepath.Join(c.dir, "etc", "plugstack.conf")
+	orig, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// plugstack.conf is re-read at every job launch: break it, run a job, restore it.
+	bad := strings.TrimSpace(string(orig)) + " colour=blue timeout=soon\n"
+	if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.WriteFile(p, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	id := c.sbatch(t, nil, "-N2", "-o", "/dev/null", "--wrap", "srun -N2 true")
+	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+		t.Fatalf("job %d ended %s with a broken plugstack.conf; the plugin must not fail jobs", id, st)
+	}
+	for _, node := range c.nodes {
+		if j := c.jobOn(t, node, id); j != nil {
+			t.Errorf("%s: disabled plugin still sent events: %+v", node, j)
+		}
+		log := c.readLog(t, "slurmd-"+node)
+		for _, want := range []string{`persyst: plugstack.conf: argument "colour=blue": unknown key "colour"`, `argument "timeout=soon"`, "persyst: plugin disabled"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("%s: slurmd log lacks %q", node, want)
+			}
+		}
+	}
+}
+
+func nonRoot(t *testing.T, c *cluster) {
+	node := c.nodes[0]
+	before := len(c.jobs(t, node))
+	// The persyst CLI as an ordinary user.
+	cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), "jobs", "--socket", c.socket(node))
+	cmd.SysProcAttr = asUser()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Errorf("persyst jobs as uid %d: err=%v out=%s; want permission denied", jobUser, err, out)
+	}
+	// A forged lifecycle event from an ordinary user (this test binary, re-executed).
+	dir, err := os.MkdirTemp("", "persyst-forge-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "forge")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PERSYST_IT_FORGE="+c.socket(node))
+	cmd.SysProcAttr = asUser()
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "permission denied") {
+		t.Errorf("forged event as uid %d: err=%v out=%s; want refused with permission denied", jobUser, err, out)
+	}
+	if j := c.jobOn(t, node, 999999); j != nil {
+		t.Errorf("forged job recorded: %+v", j)
+	}
+	if after := len(c.jobs(t, node)); after != before {
+		t.Errorf("registry changed from %d to %d jobs", before, after)
+	}
+	if log := c.readLog(t, "persyst-"+node); !strings.Contains(log, `"peer_uid":65534`) || !strings.Contains(log, "refused connection") {
+		t.Errorf("daemon log does not record the refusal")
+	}
+}
+
+func daemonDown(t *testing.T, c *cluster, earlier uint32) {
+	down, up := c.nodes[1], c.nodes[0]
+	c.harness(t, "daemon-stop", down)
+	start := time.Now()
+	id := c.sbatch(t, nil, "-N2", "-w", strings.Join(c.nodes, ","), "-o", "/dev/null", "--wrap", "srun -N2 true; srun -N2 true")
+	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+		t.Fatalf("job %d ended %s with %s's daemon down", id, st, down)
+	}
+	t.Logf("2-node job with one daemon down took %v from submission to end", time.Since(start).Round(time.Millisecond))
+	j := c.waitJob(t, up, id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+	if got := stepIDs(j); !slices.Contains(got, "0") || !slices.Contains(got, "1") {
+		t.Errorf("%s: steps %v, want 0 and 1", up, got)
+	}
+	// The plugin logs the failure once per node, not once per event.
+	// (slurmd's own log file only: its stderr capture repeats the prolog's messages.)
+	b, _ := os.ReadFile(filepath.Join(c.dir, "log", "slurmd-"+down+".log"))
+	if n := strings.Count(string(b), "event not recorded"); n != 1 {
+		t.Errorf("%s: slurmd log has %d 'event not recorded' lines, want 1", down, n)
+	}
+	if _, err := os.Stat(c.socket(down) + ".unreachable"); err != nil {
+		t.Errorf("no unreachable marker: %v", err)
+	}
+	// Restarted, the daemon still knows the jobs it recorded before, and events flow again.
+	c.harness(t, "daemon-start", down)
+	if j := c.jobOn(t, down, earlier); j == nil || j.State != daemon.Ended {
+		t.Errorf("%s: job %d from before the restart: %+v", down, earlier, j)
+	}
+	id2 := c.sbatch(t, nil, "-N2", "-o", "/dev/null", "--wrap", "srun -N2 true")
+	c.waitDone(t, id2, 2*time.Minute)
+	c.waitJob(t, down, id2, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+	if _, err := os.Stat(c.socket(down) + ".unreachable"); err == nil {
+		t.Errorf("unreachable marker still present after the daemon answered again")
+	}
+	if !strings.Contains(c.readLog(t, "slurmd-"+down), "answers again") {
+		t.Errorf("%s: recovery not logged", down)
+	}
+}
+
+func daemonHung(t *testing.T, c *cluster) {
+	hung := c.nodes[1]
+	pid := c.daemonPID(t, hung)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	var ids []uint32
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		id := c.sbatch(t, nil, "-N2", "-o", "/dev/null", "--wrap", "srun -N2 true; srun -N2 true")
+		st := c.waitDone(t, id, 2*time.Minute)
+		took := time.Since(start)
+		if st != "COMPLETED" {
+			t.Fatalf("job %d ended %s with %s's daemon hung", id, st, hung)
+		}
+		// The first start event waits the plugstack timeout (5 s); after that every process
+		// on the node sees the marker and waits at most 200 ms per start event. End events
+		// never wait (a wait there made the next srun back off for a minute: 70 s jobs).
+		t.Logf("job %d (2 nodes, 2 steps) with a hung daemon: %v from submission to end", id, took.Round(time.Millisecond))
+		limit := 15 * time.Second
+		if i > 0 {
+			limit = 8 * time.Second
+		}
+		if took > limit {
+			t.Errorf("job %d took %v with a hung daemon, want under %v", id, took, limit)
+		}
+		ids = append(ids, id)
+	}
+	// Resumed, the daemon reads the end events that waited in its socket: no job is lost.
+	syscall.Kill(pid, syscall.SIGCONT)
+	for _, id := range ids {
+		j := c.waitJob(t, hung, id, "ended after the daemon resumed", func(j *daemon.Job) bool { return j.JobEndSeen })
+		for _, s := range j.Steps {
+			if s.State != daemon.Ended {
+				t.Errorf("job %d step %s: %s after the daemon resumed", id, s.ID, s.State)
+			}
+		}
+	}
+}
+
+func daemonRestart(t *testing.T, c *cluster) {
+	node := c.nodes[0]
+	id := c.sbatch(t, nil, "-N1", "-w", node, "-o", "/dev/null", "--wrap", "srun sleep 4")
+	c.waitJob(t, node, id, "running step 0", func(j *daemon.Job) bool { return slices.Contains(stepIDs(j), "0") })
+	c.harness(t, "daemon-stop", node)
+	c.harness(t, "daemon-start", node)
+	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+		t.Fatalf("job %d ended %s", id, st)
+	}
+	j := c.waitJob(t, node, id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+	if !j.JobStartSeen || j.State != daemon.Ended {
+		t.Errorf("after restart: job_start_seen=%v state=%s, want true/ended", j.JobStartSeen, j.State)
+	}
+	for _, s := range j.Steps {
+		if s.ID == "0" && (s.State != daemon.Ended || s.Exit != "0:0") {
+			t.Errorf("step 0 started before the restart, ended after: %+v", s)
+		}
+	}
+}
+
+func clusterDown(t *testing.T, c *cluster) {
+	c.harness(t, "down")
+	var left []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		comm, err := os.ReadFile(p + "/comm")
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(comm))
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "munged"}, name) || strings.Contains(cl, "persyst daemon") {
+			left = append(left, filepath.Base(p)+" "+cl)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("processes left after cluster-down:\n%s", strings.Join(left, "\n"))
+	}
+	out, _ := exec.Command("ip", "netns", "list").CombinedOutput()
+	if strings.Contains(string(out), "persyst-") {
+		t.Errorf("namespaces left: %s", out)
+	}
+	if err := exec.Command("ip", "link", "show", "persystbr0").Run(); err == nil {
+		t.Errorf("bridge persystbr0 left")
+	}
+}

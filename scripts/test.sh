@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# test.sh — every test of persyst: static checks, unit tests, then the integration tests
+# against a real Slurm cluster started on this machine (needs root). `make test` runs it
+# after installing dependencies and building.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "test: must run as root: the integration tests start slurmd in network namespaces" >&2
+	exit 1
+fi
+
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './build/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+go vet ./...
+
+echo "== unit and integration tests"
+# -p 1: the integration package owns the machine's test cluster while it runs.
+PERSYST_INTEGRATION=1 go test -count=1 -p 1 -timeout 20m ./... 2>&1 | tee build/test.log
