@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	reg, err := OpenRegistry(RegistryConfig{
 		Node:      cfg.Node,
-		Path:      filepath.Join(cfg.StateDir, "jobs.json"),
+		Dir:       filepath.Join(cfg.StateDir, "jobs"),
 		Retention: cfg.Retention,
 		UserName:  newUserCache(),
 	}, log)

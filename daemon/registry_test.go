@@ -287,7 +287,7 @@ func TestRegistryRetention(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newReg(t, RegistryConfig{Path: filepath.Join(t.TempDir(), "jobs.json"), Retention: tc.retention})
+			r := newReg(t, RegistryConfig{Dir: t.TempDir(), Retention: tc.retention})
 			applyAll(t, r, []applied{
 				{wire.JobStart, ev(1, "", at(0)), at(0)},
 				{wire.JobEnd, ev(1, "", at(time.Minute)), at(time.Minute)}, // job 1 ended at 0:01
@@ -302,7 +302,7 @@ func TestRegistryRetention(t *testing.T) {
 				t.Errorf("jobs after pruning mismatch (-want +got):\n%s", diff)
 			}
 			// The pruned registry is what was saved.
-			r2 := newReg(t, RegistryConfig{Path: r.path})
+			r2 := newReg(t, RegistryConfig{Dir: r.dir})
 			if diff := cmp.Diff(tc.wantIDs, ids(r2.Jobs())); diff != "" {
 				t.Errorf("saved jobs after pruning mismatch (-want +got):\n%s", diff)
 			}
@@ -331,8 +331,7 @@ func TestRegistryPersistence(t *testing.T) {
 		{wire.StepStart, ev(44, "0", at(5*time.Second)), at(5 * time.Second)},
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "jobs.json")
-	r := newReg(t, RegistryConfig{Path: path})
+	r := newReg(t, RegistryConfig{Dir: dir})
 	if diff := cmp.Diff([]*Job{}, r.Jobs()); diff != "" {
 		t.Errorf("fresh registry mismatch (-want +got):\n%s", diff)
 	}
@@ -342,26 +341,28 @@ func TestRegistryPersistence(t *testing.T) {
 		t.Fatalf("registry has %d jobs, want 3", len(want))
 	}
 
-	r2 := newReg(t, RegistryConfig{Path: path})
+	r2 := newReg(t, RegistryConfig{Dir: dir})
 	if diff := cmp.Diff(want, r2.Jobs()); diff != "" {
 		t.Errorf("reopened registry mismatch (-want +got):\n%s", diff)
 	}
 
-	// The file is private and no temporary file is left behind.
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
+	// One private file per job, and no temporary file is left behind.
+	for _, name := range []string{"42.json", "43.json", "44.json"} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(os.FileMode(0o600), st.Mode().Perm()); diff != "" {
+			t.Errorf("%s mode mismatch (-want +got):\n%s", name, diff)
+		}
 	}
-	if diff := cmp.Diff(os.FileMode(0o600), st.Mode().Perm()); diff != "" {
-		t.Errorf("state file mode mismatch (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"jobs.json"}, dirNames(t, dir)); diff != "" {
+	if diff := cmp.Diff([]string{"42.json", "43.json", "44.json"}, dirNames(t, dir)); diff != "" {
 		t.Errorf("state dir mismatch (-want +got):\n%s", diff)
 	}
 
 	// The reopened registry goes on from where the first stopped.
 	applyAll(t, r2, []applied{{wire.StepEnd, ev(44, "0", at(6*time.Second), func(e *wire.Event) { e.ExitStatus = intp(0) }), at(6 * time.Second)}})
-	r3 := newReg(t, RegistryConfig{Path: path})
+	r3 := newReg(t, RegistryConfig{Dir: dir})
 	if diff := cmp.Diff(r2.Jobs(), r3.Jobs()); diff != "" {
 		t.Errorf("second reopen mismatch (-want +got):\n%s", diff)
 	}
@@ -390,20 +391,25 @@ func TestRegistryUnreadableState(t *testing.T) {
 	}{
 		{"not json", "{not json"},
 		{"empty file", ""},
-		{"truncated", `{"version":1,"node":"node1","jobs":[{"job_id":1,`},
-		{"wrong version", `{"version":2,"node":"node1","jobs":[]}`},
-		{"no version", `{"node":"node1","jobs":[]}`},
-		{"wrong type", `{"version":1,"node":"node1","jobs":{"1":{}}}`},
+		{"truncated", `{"version":1,"node":"node1","job":{"job_id":1,`},
+		{"wrong version", `{"version":2,"node":"node1","job":{"job_id":1}}`},
+		{"no version", `{"node":"node1","job":{"job_id":1}}`},
+		{"wrong type", `{"version":1,"node":"node1","job":[1]}`},
+		{"no job", `{"version":1,"node":"node1"}`},
+		{"job id 0", `{"version":1,"node":"node1","job":{"job_id":0}}`},
+		{"id does not match the file name", `{"version":1,"node":"node1","job":{"job_id":2}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, "jobs.json")
+			path := filepath.Join(dir, "1.json")
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			r := newReg(t, RegistryConfig{Path: path})
-			if diff := cmp.Diff([]*Job{}, r.Jobs()); diff != "" {
+			// A good file beside the bad one still loads.
+			write(t, filepath.Join(dir, "5.json"), `{"version":1,"node":"node1","job":{"job_id":5}}`)
+			r := newReg(t, RegistryConfig{Dir: dir})
+			if diff := cmp.Diff([]uint32{5}, ids(r.Jobs())); diff != "" {
 				t.Errorf("registry over an unreadable state mismatch (-want +got):\n%s", diff)
 			}
 			aside, err := filepath.Glob(path + ".unreadable-*")
@@ -411,7 +417,7 @@ func TestRegistryUnreadableState(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(aside) != 1 {
-				t.Fatalf("files moved aside = %q, want exactly one jobs.json.unreadable-*", aside)
+				t.Fatalf("files moved aside = %q, want exactly one 1.json.unreadable-*", aside)
 			}
 			b, err := os.ReadFile(aside[0])
 			if err != nil {
@@ -425,8 +431,8 @@ func TestRegistryUnreadableState(t *testing.T) {
 			}
 			// The registry works and writes a fresh state file.
 			applyAll(t, r, []applied{{wire.JobStart, ev(1, "", at(0)), at(0)}})
-			r2 := newReg(t, RegistryConfig{Path: path})
-			if diff := cmp.Diff([]uint32{1}, ids(r2.Jobs())); diff != "" {
+			r2 := newReg(t, RegistryConfig{Dir: dir})
+			if diff := cmp.Diff([]uint32{1, 5}, ids(r2.Jobs())); diff != "" {
 				t.Errorf("jobs after restart mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -438,13 +444,13 @@ func TestRegistryUnreadableState(t *testing.T) {
 func TestRegistryUnreadableStateTwiceKeepsBoth(t *testing.T) {
 	for attempt := 0; attempt < 5; attempt++ {
 		dir := t.TempDir()
-		path := filepath.Join(dir, "jobs.json")
+		path := filepath.Join(dir, "7.json")
 		start := time.Now().Unix()
 		for _, content := range []string{"first garbage", "second garbage"} {
 			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			newReg(t, RegistryConfig{Path: path})
+			newReg(t, RegistryConfig{Dir: dir})
 		}
 		if time.Now().Unix() != start {
 			continue // crossed a second boundary: try again so both land in one second
@@ -468,7 +474,7 @@ func TestRegistryUnreadableStateTwiceKeepsBoth(t *testing.T) {
 
 func TestOpenRegistryErrors(t *testing.T) {
 	state := func(node string) string {
-		b, err := json.Marshal(stateFile{Version: stateVersion, Node: node, Jobs: []*Job{{JobID: 1, Node: node}}})
+		b, err := json.Marshal(jobFile{Version: stateVersion, Node: node, Job: &Job{JobID: 1, Node: node}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,29 +506,26 @@ func TestOpenRegistryErrors(t *testing.T) {
 			wantIDs: []uint32{1},
 		},
 		{
-			name: "null and id-0 jobs dropped",
+			name: "state dir is a file",
 			setup: func(t *testing.T, path string) {
-				write(t, path, `{"version":1,"node":"node1","jobs":[null,{"job_id":0},{"job_id":5,"steps":[]}]}`)
-			},
-			node:    "node1",
-			wantIDs: []uint32{5},
-		},
-		{
-			name: "state is a directory",
-			setup: func(t *testing.T, path string) {
-				if err := os.Mkdir(path, 0o755); err != nil {
+				if err := os.Remove(filepath.Dir(path)); err != nil {
 					t.Fatal(err)
 				}
+				write(t, filepath.Dir(path), "not a directory")
 			},
 			node:    "node1",
-			wantErr: []string{"read state", path0},
+			wantErr: []string{"state dir"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "jobs.json")
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "1.json")
 			tc.setup(t, path)
-			r, err := OpenRegistry(RegistryConfig{Node: tc.node, Path: path}, zerolog.Nop())
+			r, err := OpenRegistry(RegistryConfig{Node: tc.node, Dir: dir}, zerolog.Nop())
 			if tc.wantErr != nil {
 				if err == nil {
 					t.Fatalf("OpenRegistry = %d jobs, nil; want error", len(r.Jobs()))
@@ -556,8 +559,14 @@ func write(t *testing.T, path, s string) {
 }
 
 func TestApplySaveError(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "missing-dir", "jobs.json")
-	r := newReg(t, RegistryConfig{Path: path})
+	dir := filepath.Join(t.TempDir(), "state")
+	r := newReg(t, RegistryConfig{Dir: dir})
+	// The state directory vanishes and a file takes its place: saving must fail loudly.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "x")
+	path := filepath.Join(dir, "1.json")
 	e := ev(1, "", at(0))
 	j, err := r.Apply(wire.JobStart, &e, at(0))
 	if err == nil {

@@ -110,7 +110,7 @@ func self() uint32 { return uint32(os.Geteuid()) }
 
 func startServer(t *testing.T, cfg ServerConfig, clock Clock) *testServer {
 	t.Helper()
-	reg := newReg(t, RegistryConfig{Node: "node1", Path: filepath.Join(t.TempDir(), "jobs.json")})
+	reg := newReg(t, RegistryConfig{Node: "node1", Dir: t.TempDir()})
 	sock := filepath.Join(socketDir(t), "persyst.sock")
 	ln, err := Listen(sock)
 	if err != nil {

@@ -18,6 +18,9 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== unit and integration tests"
-# -p 1: the integration package owns the machine's test cluster while it runs.
-PERSYST_INTEGRATION=1 go test -count=1 -p 1 -timeout 20m ./... 2>&1 | tee build/test.log
+mkdir -p build
+echo "== unit tests"
+go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
+
+echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
+PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
