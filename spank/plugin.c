@@ -203,29 +203,25 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	return ESPANK_SUCCESS;
 }
 
-int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+/* job_script_event sends a job event from the prolog or epilog (job_script context), where
+ * slurm_spank_init is not called: the plugin configures itself here. */
+static int job_script_event(spank_t sp, int ac, char **av, int kind)
 {
 	struct persyst_event ev;
 
-	(void)ac;
-	(void)av;
-	/* slurm_spank_init is not called in job_script context: configure here. */
 	if (persystConfigure(ac, av) != 0)
 		return ESPANK_SUCCESS;
 	fill_common(sp, &ev);
-	persystSend(PERSYST_JOB_START, &ev);
+	persystSend(kind, &ev);
 	return ESPANK_SUCCESS;
+}
+
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+	return job_script_event(sp, ac, av, PERSYST_JOB_START);
 }
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
-	struct persyst_event ev;
-
-	(void)ac;
-	(void)av;
-	if (persystConfigure(ac, av) != 0)
-		return ESPANK_SUCCESS;
-	fill_common(sp, &ev);
-	persystSend(PERSYST_JOB_END, &ev);
-	return ESPANK_SUCCESS;
+	return job_script_event(sp, ac, av, PERSYST_JOB_END);
 }
