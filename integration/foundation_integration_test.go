@@ -359,6 +359,12 @@ func clusterDown(t *testing.T, c *cluster) {
 			continue
 		}
 		name := strings.TrimSpace(string(comm))
+		// A zombie has exited; it only waits for PID 1 (not ours) to reap it.
+		if stat, err := os.ReadFile(p + "/stat"); err == nil {
+			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
+				continue
+			}
+		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
 		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "munged"}, name) || strings.Contains(cl, "persyst daemon") {

@@ -47,14 +47,22 @@ node_names() { # the node names of the current (or last) cluster
 
 # kill_pidfile FILE: stop the process whose PID is in FILE (only if it is still the process
 # we started: its start time is recorded next to the pid), wait, then SIGKILL.
+# alive PID: the process exists and is not a zombie (our daemons are orphans reaped by
+# PID 1, which may take seconds; a zombie has already exited).
+alive() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
 kill_pid() {
 	local pid=$1 name=$2
 	[ -n "$pid" ] || return 0
-	kill -0 "$pid" 2>/dev/null || return 0
+	alive "$pid" || return 0
 	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 50); do
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.1
+	for _ in $(seq 1 100); do
+		alive "$pid" || return 0
+		sleep 0.05
 	done
 	log "$name (pid $pid) did not stop on SIGTERM; sending SIGKILL"
 	kill -KILL "$pid" 2>/dev/null || true
@@ -89,9 +97,11 @@ down() {
 	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NSPREFIX" || true); do
 		pids=$(ip netns pids "$ns" 2>/dev/null || true)
 		for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
-		for _ in $(seq 1 30); do
-			[ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
-			sleep 0.1
+		for _ in $(seq 1 60); do
+			local any=0
+			for p in $(ip netns pids "$ns" 2>/dev/null); do alive "$p" && any=1; done
+			[ "$any" = 0 ] && break
+			sleep 0.05
 		done
 		pids=$(ip netns pids "$ns" 2>/dev/null || true)
 		for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
