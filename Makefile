@@ -6,7 +6,7 @@ BIN     := $(BUILD)/persyst
 SPANK   := $(BUILD)/spank_persyst.so
 GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 
-.PHONY: all build deps cluster-up cluster-down cluster-status demo test test-unit test-integration bench clean
+.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status demo test test-unit test-integration bench clean
 
 all: build
 
@@ -18,6 +18,14 @@ $(BIN): $(GOFILES)
 $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o $@ ./spank
 	rm -f $(BUILD)/spank_persyst.h
+
+# Regenerate the slurmrestd client from the spec committed in jobmap/v0038 (fetched from
+# the installed slurmrestd's /openapi/v3; `make fetch-spec` refreshes it from the test cluster).
+generate:
+	cd jobmap/v0038 && $(GO) tool oapi-codegen -config oapi-codegen.yaml openapi.json
+
+fetch-spec:
+	. build/cluster/env && curl -sf --unix-socket "$${PERSYST_SLURMRESTD#unix:}" http://slurmrestd/openapi/v3 > jobmap/v0038/openapi.json
 
 # Install what building and testing need (Debian packages), idempotently and quietly.
 deps:

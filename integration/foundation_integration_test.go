@@ -367,7 +367,7 @@ func clusterDown(t *testing.T, c *cluster) {
 		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "munged"}, name) || strings.Contains(cl, "persyst daemon") {
+		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged"}, name) || strings.Contains(cl, "persyst daemon") {
 			left = append(left, filepath.Base(p)+" "+cl)
 		}
 	}

@@ -27,6 +27,9 @@ BRIDGE=${PERSYST_CLUSTER_BRIDGE:-persystbr0}
 NSPREFIX=persyst-
 CTLD_PORT=${PERSYST_CTLD_PORT:-16817}
 SLURMD_PORT=${PERSYST_SLURMD_PORT:-16818}
+# slurmrestd runs as this dedicated system user (it refuses to run as root); RESTD=0 skips it.
+RESTD_USER=${PERSYST_RESTD_USER:-persyst-restd}
+RESTD=${RESTD:-1}
 # PLUGIN=0 starts the cluster with an empty plugstack.conf (used to measure plugin cost).
 PLUGIN=${PLUGIN:-1}
 # DAEMONS=0 starts no persyst daemons.
@@ -107,6 +110,7 @@ down() {
 		for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
 		ip netns del "$ns" 2>/dev/null || true
 	done
+	kill_pidfile "$DIR/run/slurmrestd.pid"
 	kill_pidfile "$DIR/run/slurmctld.pid"
 	kill_pidfile "$DIR/run/munged.pid"
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
@@ -237,6 +241,22 @@ daemon_start() {
 	die "persyst daemon of $node did not answer; see $DIR/log/persyst-$node.log"
 }
 
+# restd_start: slurmrestd (OpenAPI v0.0.38, rest_auth/local) on a unix socket, as the
+# dedicated user, created here if missing (a system account with no home and no shell).
+restd_start() {
+	if ! id "$RESTD_USER" >/dev/null 2>&1; then
+		useradd --system --no-create-home --shell /usr/sbin/nologin "$RESTD_USER"
+	fi
+	mkdir -p "$DIR/restd"
+	chown "$RESTD_USER:" "$DIR/restd"
+	chmod 0755 "$DIR/restd"
+	start_bg "$DIR/run/slurmrestd.pid" slurmrestd "$DIR/log/slurmrestd.log" \
+		setpriv --reuid "$RESTD_USER" --regid "$RESTD_USER" --clear-groups \
+		slurmrestd -f "$SLURM_CONF" -s openapi/v0.0.38 -a rest_auth/local "unix:$DIR/restd/slurmrestd.sock"
+	for _ in $(seq 1 100); do [ -S "$DIR/restd/slurmrestd.sock" ] && return 0; sleep 0.05; done
+	die "slurmrestd did not start; see $DIR/log/slurmrestd.log"
+}
+
 up() {
 	local n=$1
 	[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "NODES must be a positive integer, got '$n'"
@@ -247,7 +267,7 @@ up() {
 	down
 	# A fresh cluster every time: no Slurm state, spool, logs or registries of a previous
 	# run (the munge key is kept).
-	rm -rf "$DIR"/{etc,log,run,state,spool}
+	rm -rf "$DIR"/{etc,log,run,state,spool,restd}
 	write_configs "$n"
 	: >"$nodes_file"
 	for k in $(seq 1 "$n"); do echo "node$k" >>"$nodes_file"; done
@@ -270,13 +290,19 @@ up() {
 		fi
 		# slurmd (and the slurmstepd and prolog it starts) get a private mount namespace in
 		# which $DIR/run/local is this node's run directory: the plugin's socket= path then
-		# reaches this node's daemon, as /run/persyst/persyst.sock does on a real node.
+		# reaches this node's daemon, as /run/persyst/persyst.sock does on a real node. A
+		# private UTS namespace gives the node its own host name, as on a real cluster
+		# (Slurm expands %N in output file names with it).
 		# unshare, sh and nsenter each exec the next, so the recorded PID is slurmd's.
 		start_bg "$DIR/run/slurmd-$node.pid" "slurmd -D -N $node" "$DIR/log/slurmd-$node.out" \
-			unshare --mount --propagation slave sh -c \
-			'mount --bind "$1" "$2" && exec nsenter --net="$3" slurmd -D -N "$4" -f "$5"' \
+			unshare --mount --uts --propagation slave sh -c \
+			'hostname "$4" && mount --bind "$1" "$2" && exec nsenter --net="$3" slurmd -D -N "$4" -f "$5"' \
 			sh "$DIR/run/$node" "$DIR/run/local" "$ns" "$node" "$SLURM_CONF"
 	done
+
+	if [ "$RESTD" = 1 ]; then
+		restd_start
+	fi
 
 	{
 		echo "export SLURM_CONF=$DIR/etc/slurm.conf"
@@ -285,6 +311,7 @@ up() {
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
 		echo "export PERSYST_SOCKET=$DIR/run/%n/persyst.sock"
+		[ "$RESTD" = 1 ] && echo "export PERSYST_SLURMRESTD=unix:$DIR/restd/slurmrestd.sock"
 	} >"$DIR/env.tmp"
 
 	local deadline=$((SECONDS + TIMEOUT_UP)) idle=0
