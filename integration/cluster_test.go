@@ -169,9 +169,16 @@ var fieldRE = regexp.MustCompile(`(\w+)=(\S*)`)
 // jobInfo returns scontrol's fields of a job.
 func (c *cluster) jobInfo(t *testing.T, id uint32) map[string]string {
 	t.Helper()
-	out, errOut, err := c.run(t, nil, "scontrol", "show", "job", "-o", strconv.FormatUint(uint64(id), 10))
+	return c.jobInfoID(t, strconv.FormatUint(uint64(id), 10))
+}
+
+// jobInfoID returns scontrol's fields of a job given as "123" or "120_3" (for an array,
+// "120" shows every task; the fields are then those of the last one).
+func (c *cluster) jobInfoID(t *testing.T, id string) map[string]string {
+	t.Helper()
+	out, errOut, err := c.run(t, nil, "scontrol", "show", "job", "-o", id)
 	if err != nil {
-		t.Fatalf("scontrol show job %d: %v %s", id, err, errOut)
+		t.Fatalf("scontrol show job %s: %v %s", id, err, errOut)
 	}
 	m := map[string]string{}
 	for _, kv := range fieldRE.FindAllStringSubmatch(out, -1) {

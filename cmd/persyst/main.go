@@ -16,7 +16,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/spank/options"
 )
 
@@ -25,6 +27,7 @@ const usage = `usage: persyst COMMAND [flags]
 commands:
   daemon     run the node daemon (as root, one per node)
   jobs       show a node daemon's jobs
+  jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   version    print the version
 
 Run 'persyst COMMAND -h' for a command's flags.
@@ -45,6 +48,8 @@ func main() {
 		err = runDaemon(ctx, args)
 	case "jobs":
 		err = runJobs(ctx, args)
+	case "jobmap":
+		err = runJobmap(ctx, args)
 	case "version", "--version":
 		fmt.Println("persyst", version)
 	case "help", "-h", "--help":
@@ -126,4 +131,52 @@ func runJobs(ctx context.Context, args []string) error {
 		}{n, jobs})
 	}
 	return daemon.WriteJobsTable(os.Stdout, n, jobs)
+}
+
+func runJobmap(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst jobmap [flags] [JOBID]", flag.ContinueOnError)
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf")
+	restd := fs.String("slurmrestd", os.Getenv("PERSYST_SLURMRESTD"), "slurmrestd address (overrides SlurmRestd in persyst.conf): unix:/path or http(s)://host:port")
+	asJSON := fs.Bool("json", false, "print JSON")
+	running := fs.Bool("running", false, "only running jobs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("jobmap: at most one JOBID, got %v", fs.Args())
+	}
+	cfg, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	if err != nil {
+		return err
+	}
+	if *restd != "" {
+		cfg.SlurmRestd = *restd
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).With().Timestamp().Logger()
+	m, err := jobmap.FromConfig(cfg, log)
+	if err != nil {
+		return err
+	}
+	var jobs []*jobmap.Job
+	switch {
+	case fs.NArg() == 1:
+		j, err := m.Job(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		jobs = []*jobmap.Job{j}
+	case *running:
+		jobs, err = m.Running(ctx)
+	default:
+		jobs, err = m.Jobs(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(jobs)
+	}
+	return jobmap.WriteTable(os.Stdout, jobs)
 }

@@ -1,0 +1,175 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/jobmap"
+)
+
+// TestJobmap checks jobmap against a real 3-node cluster, through slurmrestd (run by the
+// harness as a dedicated user) and through Slurm's commands: the nodes of each job and
+// the exact files Slurm wrote its output to.
+func TestJobmap(t *testing.T) {
+	c := startCluster(t, 3)
+	restd := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "PERSYST_SLURMRESTD="); ok {
+			restd = v
+		}
+	}
+	if restd == "" {
+		t.Fatal("the harness exported no PERSYST_SLURMRESTD")
+	}
+	if err := os.Mkdir(filepath.Join(c.work, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(c.work, "logs"), 0o1777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	for _, kv := range c.env { // the CLI source runs Slurm's commands with this env
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "SLURM_CONF" {
+			t.Setenv(k, v)
+		}
+	}
+	rs, err := jobmap.NewRestSource(jobmap.RestConfig{URL: restd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Jobs with different patterns, in two waves that each fit the 6 cores of the cluster:
+	// a wave runs while both sources are checked, then it is cancelled.
+	waves := [][][]string{{
+		{"-N2", "-J", "my job", "-o", "logs/%x-%j-%N.out", "--wrap", "srun -N2 sleep 600"},
+		{"-N1", "--wrap", "sleep 600"},       // default output
+		{"-a", "1,3", "--wrap", "sleep 600"}, // array, default output
+	}, {
+		// The 3-node job first: it needs a core on every node.
+		{"-N3", "-o", "three-%J.out", "--wrap", "srun -N3 sleep 600"},
+		{"-a", "7", "-o", "%4a_%A-%u.%s.out", "-e", "err-%j-%%-%n-%t.txt", "--wrap", "sleep 600"},
+		{"-o", c.work + "/abs-%10j.log", "--wrap", "sleep 600"},
+	}}
+	var myJob string
+	for _, wave := range waves {
+		var ids []uint32
+		for _, args := range wave {
+			ids = append(ids, c.sbatch(t, nil, args...))
+		}
+		checkWave(t, c, rs, ids)
+		if myJob == "" {
+			myJob = fmt.Sprint(ids[0])
+		}
+		for _, id := range ids {
+			c.run(t, nil, "scancel", fmt.Sprint(id))
+		}
+		for _, id := range ids {
+			c.waitDone(t, id, time.Minute)
+		}
+	}
+	ctx := context.Background()
+	// One job through the single-job endpoint, and a job Slurm never had.
+	if j, err := rs.Job(ctx, myJob); err != nil || j.Name != "my job" || len(j.Nodes) != 2 {
+		t.Errorf("Job(%s) = %+v, %v", myJob, j, err)
+	}
+	if _, err := rs.Job(ctx, "999999"); !errors.Is(err, jobmap.ErrNoJob) {
+		t.Errorf("Job(999999) error = %v, want ErrNoJob", err)
+	}
+	// The persyst CLI, through slurmrestd and with it down (fallback, logged once).
+	out, errOut, err := c.run(t, []string{"PERSYST_SLURMRESTD=" + restd}, filepath.Join(repoRoot, "build/persyst"), "jobmap", myJob)
+	if err != nil || !strings.Contains(out, "my job") {
+		t.Errorf("persyst jobmap: %v\n%s%s", err, out, errOut)
+	}
+	out, errOut, err = c.run(t, []string{"PERSYST_SLURMRESTD=unix:" + filepath.Join(c.work, "no-such.sock")}, filepath.Join(repoRoot, "build/persyst"), "jobmap", myJob)
+	if err != nil || !strings.Contains(out, "my job") || strings.Count(errOut, "slurmrestd failed") != 1 {
+		t.Errorf("persyst jobmap with slurmrestd down: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+}
+
+func expandWithScontrol(t *testing.T, c *cluster, hostlist string) []string {
+	t.Helper()
+	out, _, err := c.run(t, nil, "scontrol", "show", "hostnames", hostlist)
+	if err != nil {
+		t.Fatalf("scontrol show hostnames %s: %v", hostlist, err)
+	}
+	return strings.Fields(out)
+}
+
+func listFiles(dir string) []string {
+	out, _ := exec.Command("find", dir, "-type", "f").Output()
+	return strings.Fields(string(out))
+}
+
+// checkWave waits until the jobs run, then compares what both sources say with scontrol
+// and with the files on disk.
+func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, _, err := c.run(t, nil, "squeue", "-h", "-t", "PD,CF", "-o", "%i")
+		if err == nil && strings.TrimSpace(out) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs still pending: %s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the batch scripts have started writing
+	ctx := context.Background()
+	var running [2][]*jobmap.Job
+	for i, m := range []*jobmap.Map{
+		jobmap.NewMap(rs, jobmap.NewCLISource(nil, 0), zerolog.Nop()),
+		jobmap.NewMap(nil, jobmap.NewCLISource(nil, 0), zerolog.Nop()),
+	} {
+		var err error
+		if running[i], err = m.Running(ctx); err != nil {
+			t.Fatalf("Running: %v", err)
+		}
+	}
+	summary := func(jobs []*jobmap.Job) map[string][3]string {
+		m := map[string][3]string{}
+		for _, j := range jobs {
+			m[j.ID()] = [3]string{strings.Join(j.Nodes, ","), j.Stdout, j.Stderr}
+		}
+		return m
+	}
+	if diff := cmp.Diff(summary(running[0]), summary(running[1])); diff != "" {
+		t.Errorf("slurmrestd and the commands disagree (-restd +cli):\n%s", diff)
+	}
+	seen := map[uint32]bool{}
+	for _, j := range running[0] {
+		seen[j.JobID] = true
+		if j.IsArray {
+			seen[j.ArrayJobID] = true
+		}
+		info := c.jobInfoID(t, j.ID())
+		if diff := cmp.Diff(expandWithScontrol(t, c, info["NodeList"]), j.Nodes); diff != "" {
+			t.Errorf("job %s nodes mismatch (-scontrol +jobmap):\n%s", j.ID(), diff)
+		}
+		if j.BatchHost != info["BatchHost"] || j.User != "nobody" || j.UID != jobUser || len(j.Alloc) != len(j.Nodes) {
+			t.Errorf("job %s: batch host %q (scontrol %q) user %q uid %d alloc %+v", j.ID(), j.BatchHost, info["BatchHost"], j.User, j.UID, j.Alloc)
+		}
+		for _, p := range []string{j.Stdout, j.Stderr} {
+			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+				t.Errorf("job %s: %v; files Slurm wrote: %v", j.ID(), err, listFiles(c.work))
+			}
+		}
+		t.Logf("job %-6s nodes %-18s stdout %s", j.ID(), j.NodeList, strings.TrimPrefix(j.Stdout, c.work+"/"))
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			info := c.jobInfo(t, id)
+			t.Errorf("job %d not among the running jobs: scontrol says %s %s, exit %s, stdout %s",
+				id, info["JobState"], info["Reason"], info["ExitCode"], info["StdOut"])
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package jobmap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/jobmap/v0038"
+)
+
+// Runner runs a command and returns its standard output; tests inject recorded output.
+type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
+
+// ExecRunner runs real commands.
+func ExecRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// CLISource reads jobs with Slurm's commands, in order of preference:
+// `scontrol --json show job` (the same data parser as slurmrestd; Slurm 23.02 and later),
+// `squeue --json` (same schema; Slurm 21.08 and later, the structured form on 22.05), and
+// `scontrol show job -o -d` (any Slurm). What a command cannot do is learned once.
+type CLISource struct {
+	run     Runner
+	timeout time.Duration
+	mu      sync.Mutex
+	noJSON  map[string]bool // commands found without JSON output
+}
+
+// NewCLISource returns a CLI source; run nil means ExecRunner.
+func NewCLISource(run Runner, timeout time.Duration) *CLISource {
+	if run == nil {
+		run = ExecRunner
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return &CLISource{run: run, timeout: timeout, noJSON: map[string]bool{}}
+}
+
+// Name says where the jobs come from.
+func (s *CLISource) Name() string { return "scontrol/squeue" }
+
+var jsonForms = []struct {
+	key, name string
+	args      []string
+}{
+	{"scontrol", "scontrol", []string{"--json", "show", "job"}},
+	{"squeue", "squeue", []string{"--json"}},
+}
+
+// Jobs returns every job slurmctld knows.
+func (s *CLISource) Jobs(ctx context.Context) ([]*Job, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	hosts := s.hostnames(ctx)
+	var errs []error
+	for _, f := range jsonForms {
+		if s.skip(f.key) {
+			continue
+		}
+		out, err := s.run(ctx, f.name, f.args...)
+		if err == nil {
+			jobs, perr := parseV0038JSON(out, hosts)
+			if perr == nil {
+				return jobs, nil
+			}
+			err = fmt.Errorf("%s %s: %w", f.name, strings.Join(f.args, " "), perr)
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		s.markNoJSON(f.key, err)
+		errs = append(errs, err)
+	}
+	out, err := s.run(ctx, "scontrol", "show", "job", "-o", "-d")
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	return parseScontrol(out, hosts)
+}
+
+// Job returns one job; ErrNoJob if Slurm does not know it.
+func (s *CLISource) Job(ctx context.Context, id string) (*Job, error) {
+	job, task, isTask, err := parseJobID(id)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := s.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		if (!isTask && j.JobID == job) || (isTask && j.IsArray && j.ArrayJobID == job && j.ArrayTaskID == task) {
+			return j, nil
+		}
+	}
+	return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
+}
+
+func (s *CLISource) skip(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.noJSON[key]
+}
+
+// markNoJSON remembers a command that has no JSON output (an option error), so later
+// calls do not try it again; other failures are tried again next time.
+func (s *CLISource) markNoJSON(key string, err error) {
+	m := err.Error()
+	if strings.Contains(m, "unrecognized option") || strings.Contains(m, "invalid option") || strings.Contains(m, "not a valid") {
+		s.mu.Lock()
+		s.noJSON[key] = true
+		s.mu.Unlock()
+	}
+}
+
+// hostnames maps node names to host names with `sinfo -N -h -o "%N %n"`; node names on failure.
+func (s *CLISource) hostnames(ctx context.Context) func(string) string {
+	m := map[string]string{}
+	if out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %n"); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 {
+				m[f[0]] = f[1]
+			}
+		}
+	}
+	return func(node string) string {
+		if h, ok := m[node]; ok {
+			return h
+		}
+		return node
+	}
+}
+
+// parseV0038JSON parses the v0.0.38 jobs document of squeue/scontrol --json.
+func parseV0038JSON(b []byte, hosts func(string) string) ([]*Job, error) {
+	var doc v0038.V0038JobsResponse
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("parse jobs JSON: %w", err)
+	}
+	if err := slurmErrors(doc.Errors); err != nil {
+		return nil, err
+	}
+	if doc.Jobs == nil {
+		return nil, errors.New("parse jobs JSON: no \"jobs\" list")
+	}
+	return convertAll(doc.Jobs, hosts)
+}
+
+// scontrolKey finds the start of each Key= in `scontrol show job -o` output. Values may
+// contain spaces (job names, paths), so a value runs until the next " Key=".
+var scontrolKey = regexp.MustCompile(`(?:^| )([A-Za-z][A-Za-z_:/]*)=`)
+
+// parseScontrol parses `scontrol show job -o -d` output: one job per line.
+func parseScontrol(b []byte, hosts func(string) string) ([]*Job, error) {
+	var out []*Job
+	var errs []error
+	for n, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "No jobs in the system") {
+			continue
+		}
+		j, err := parseScontrolLine(line, hosts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scontrol output line %d: %w", n+1, err))
+			continue
+		}
+		out = append(out, j)
+	}
+	sortJobs(out)
+	if len(out) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+type kv struct{ k, v string }
+
+func splitScontrol(line string) []kv {
+	idx := scontrolKey.FindAllStringSubmatchIndex(line, -1)
+	out := make([]kv, 0, len(idx))
+	for i, m := range idx {
+		end := len(line)
+		if i+1 < len(idx) {
+			end = idx[i+1][0]
+		}
+		out = append(out, kv{line[m[2]:m[3]], line[m[1]:end]})
+	}
+	return out
+}
+
+func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
+	j := &Job{}
+	pendingTasks := false // a pending array record of several tasks ("1-100")
+	var cur *NodeAlloc    // the current "Nodes=... CPU_IDs=... Mem=..." detail group
+	var detail []NodeAlloc
+	var detailNodes []string
+	for _, p := range splitScontrol(line) {
+		switch p.k {
+		case "JobId":
+			n, err := strconv.ParseUint(p.v, 10, 32)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("JobId=%q", p.v)
+			}
+			j.JobID = uint32(n)
+		case "ArrayJobId":
+			n, _ := strconv.ParseUint(p.v, 10, 32)
+			j.ArrayJobID = uint32(n)
+		case "ArrayTaskId":
+			if n, err := strconv.ParseUint(p.v, 10, 32); err == nil {
+				j.ArrayTaskID, j.IsArray = uint32(n), true
+			} else if p.v != "" && p.v != "N/A" {
+				j.IsArray, pendingTasks = true, true
+			}
+		case "JobName":
+			j.Name = p.v
+		case "UserId":
+			j.User, j.UID = nameID(p.v)
+		case "GroupId":
+			_, j.GID = nameID(p.v)
+		case "JobState":
+			j.State = p.v
+		case "Partition":
+			j.Partition = p.v
+		case "NodeList":
+			if p.v != "(null)" {
+				j.NodeList = p.v
+			}
+		case "BatchHost":
+			j.BatchHost = p.v
+		case "TimeLimit":
+			j.TimeLimit = parseSlurmDuration(p.v)
+		case "SubmitTime":
+			j.Submit = parseSlurmTime(p.v)
+		case "StartTime":
+			j.Start = parseSlurmTime(p.v)
+		case "EndTime":
+			j.End = parseSlurmTime(p.v)
+		case "WorkDir":
+			j.WorkDir = p.v
+		case "StdOut":
+			j.StdoutPattern = p.v
+		case "StdErr":
+			j.StderrPattern = p.v
+		case "Nodes": // -d detail: a group of nodes with the same allocation
+			detail = append(detail, NodeAlloc{})
+			cur = &detail[len(detail)-1]
+			detailNodes = append(detailNodes, p.v)
+		case "CPU_IDs":
+			if cur != nil && p.v != "" {
+				if ids, err := wire.ParseCPUList(p.v); err == nil {
+					cur.CPUIDs, cur.Cores = ids, len(ids)
+				}
+			}
+		case "Mem":
+			if cur != nil {
+				cur.MemoryMB, _ = strconv.Atoi(p.v)
+			}
+		}
+	}
+	if j.JobID == 0 {
+		return nil, errors.New("no JobId")
+	}
+	if !j.IsArray {
+		j.ArrayJobID = 0
+	}
+	if j.NodeList != "" {
+		nodes, err := ExpandHostlist(j.NodeList)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: NodeList: %w", j.JobID, err)
+		}
+		j.Nodes = nodes
+		byNode := map[string]NodeAlloc{}
+		for i, expr := range detailNodes {
+			names, err := ExpandHostlist(expr)
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				a := detail[i]
+				a.Node = n
+				byNode[n] = a
+			}
+		}
+		for _, n := range nodes {
+			if a, ok := byNode[n]; ok {
+				j.Alloc = append(j.Alloc, a)
+			}
+		}
+	}
+	if pendingTasks {
+		return j, nil // Stdout/Stderr unknown until the tasks exist
+	}
+	// scontrol prints StdOut/StdErr with the patterns it can expand already expanded
+	// (it leaves %N); expanding again is exact unless an expanded value itself contains
+	// a '%' (a job name like "a%x"): the JSON sources give the raw patterns.
+	if err := j.resolveOutput(hosts); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// nameID splits "alice(1000)".
+func nameID(s string) (string, uint32) {
+	name, rest, ok := strings.Cut(s, "(")
+	if !ok {
+		return s, 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSuffix(rest, ")"), 10, 32)
+	return name, uint32(n)
+}
+
+// parseSlurmTime parses scontrol's local times ("2026-11-21T06:20:40"); Unknown/None → zero.
+func parseSlurmTime(s string) time.Time {
+	t, err := time.ParseInLocation("2006-01-02T15:04:05", s, time.Local)
+	if err != nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// parseSlurmDuration parses [days-]hours:minutes:seconds, minutes, ...; UNLIMITED → 0.
+func parseSlurmDuration(s string) time.Duration {
+	days := 0
+	if d, rest, ok := strings.Cut(s, "-"); ok {
+		days, _ = strconv.Atoi(d)
+		s = rest
+	}
+	parts := strings.Split(s, ":")
+	var vals []int
+	for _, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil {
+			return 0
+		}
+		vals = append(vals, v)
+	}
+	var h, m, sec int
+	switch len(vals) {
+	case 1:
+		m = vals[0]
+	case 2:
+		m, sec = vals[0], vals[1]
+	case 3:
+		h, m, sec = vals[0], vals[1], vals[2]
+	default:
+		return 0
+	}
+	return time.Duration(days)*24*time.Hour + time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second
+}

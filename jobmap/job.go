@@ -1,0 +1,219 @@
+package jobmap
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/persyst/persyst/jobmap/v0038"
+)
+
+// Job is what persyst needs to know of one Slurm job.
+type Job struct {
+	JobID       uint32 `json:"job_id"`
+	ArrayJobID  uint32 `json:"array_job_id,omitempty"` // 0 unless an array task
+	ArrayTaskID uint32 `json:"array_task_id,omitempty"`
+	IsArray     bool   `json:"is_array"`
+	Name        string `json:"name"`
+	User        string `json:"user"`
+	UID         uint32 `json:"uid"`
+	GID         uint32 `json:"gid"`
+	Partition   string `json:"partition"`
+	State       string `json:"state"` // RUNNING, PENDING, COMPLETED, ...
+	// NodeList is Slurm's hostlist expression; Nodes its expansion, in order.
+	NodeList string   `json:"node_list"`
+	Nodes    []string `json:"nodes"`
+	// Alloc is the allocation on each node, in the order of Nodes.
+	Alloc     []NodeAlloc   `json:"alloc,omitempty"`
+	BatchHost string        `json:"batch_host,omitempty"`
+	TimeLimit time.Duration `json:"time_limit"` // 0: unlimited
+	Submit    time.Time     `json:"submit"`
+	Start     time.Time     `json:"start"`
+	End       time.Time     `json:"end"` // for a running job: the time limit's end
+	WorkDir   string        `json:"work_dir"`
+	// StdoutPattern and StderrPattern are the file names as Slurm stores them ("" when
+	// the user gave none); Stdout and Stderr are the files Slurm writes, patterns expanded
+	// and relative to WorkDir. Stderr equals Stdout when not given separately.
+	StdoutPattern string `json:"stdout_pattern,omitempty"`
+	StderrPattern string `json:"stderr_pattern,omitempty"`
+	Stdout        string `json:"stdout"`
+	Stderr        string `json:"stderr"`
+}
+
+// NodeAlloc is a job's allocation on one node.
+type NodeAlloc struct {
+	Node  string `json:"node"`
+	Cores int    `json:"cores"` // allocated cores (0: unknown)
+	// CPUIDs are the allocated CPU ids where the source reports them (scontrol -d).
+	CPUIDs   []int `json:"cpu_ids,omitempty"`
+	MemoryMB int   `json:"memory_mb,omitempty"`
+}
+
+// Running says whether the job holds its nodes now.
+func (j *Job) Running() bool {
+	return j.State == "RUNNING" || j.State == "COMPLETING" || j.State == "SUSPENDED"
+}
+
+// ID is the job's name in Slurm's commands: "123" or, for an array task, "120_3".
+func (j *Job) ID() string {
+	if j.IsArray {
+		return fmt.Sprintf("%d_%d", j.ArrayJobID, j.ArrayTaskID)
+	}
+	return strconv.FormatUint(uint64(j.JobID), 10)
+}
+
+// fromV0038 converts one job of the v0.0.38 data parser (slurmrestd, squeue --json).
+// hostname maps a node name to its host name, for %N in output file names.
+func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string) (*Job, error) {
+	if p.JobId == nil || *p.JobId <= 0 {
+		return nil, fmt.Errorf("job without job_id")
+	}
+	j := &Job{
+		JobID:     uint32(*p.JobId),
+		Name:      str(p.Name),
+		User:      str(p.UserName),
+		Partition: str(p.Partition),
+		State:     str(p.JobState),
+		NodeList:  str(p.Nodes),
+		BatchHost: str(p.BatchHost),
+		WorkDir:   str(p.CurrentWorkingDirectory),
+		Submit:    unix(p.SubmitTime),
+		Start:     unix(p.StartTime),
+		End:       unix(p.EndTime),
+	}
+	if p.UserId != nil {
+		j.UID = uint32(*p.UserId)
+	}
+	if p.GroupId != nil {
+		j.GID = uint32(*p.GroupId)
+	}
+	// A job array's tasks carry array_job_id ≠ 0 and an array_task_id; for other jobs
+	// array_task_id is null (slurmrestd) or NO_VAL.
+	pendingTasks := false
+	if p.ArrayJobId != nil && *p.ArrayJobId > 0 {
+		switch {
+		case p.ArrayTaskId != nil && *p.ArrayTaskId >= 0 && *p.ArrayTaskId < 0xfffffffe:
+			j.IsArray, j.ArrayJobID, j.ArrayTaskID = true, uint32(*p.ArrayJobId), uint32(*p.ArrayTaskId)
+		case p.ArrayTaskString != nil && *p.ArrayTaskString != "":
+			// A pending array's meta record: "5" is one task, "1-100" many whose files
+			// are not decided yet.
+			j.IsArray, j.ArrayJobID = true, uint32(*p.ArrayJobId)
+			if t, err := strconv.ParseUint(*p.ArrayTaskString, 10, 32); err == nil {
+				j.ArrayTaskID = uint32(t)
+			} else {
+				pendingTasks = true
+			}
+		}
+	}
+	if p.TimeLimit != nil && *p.TimeLimit > 0 && *p.TimeLimit < 0xfffffffe {
+		j.TimeLimit = time.Duration(*p.TimeLimit) * time.Minute
+	}
+	if j.NodeList != "" && j.NodeList != "(null)" {
+		nodes, err := ExpandHostlist(j.NodeList)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: nodes: %w", j.JobID, err)
+		}
+		j.Nodes = nodes
+	} else {
+		j.NodeList = ""
+	}
+	if r := p.JobResources; r != nil && r.AllocatedNodes != nil {
+		byNode := map[string]NodeAlloc{}
+		for _, a := range *r.AllocatedNodes {
+			n := NodeAlloc{Node: str(a.Nodename)}
+			if a.MemoryAllocated != nil {
+				n.MemoryMB = *a.MemoryAllocated
+			}
+			if a.Sockets != nil {
+				for _, s := range *a.Sockets {
+					if s.Cores != nil {
+						n.Cores += len(*s.Cores)
+					}
+				}
+			}
+			byNode[n.Node] = n
+		}
+		for _, node := range j.Nodes {
+			if a, ok := byNode[node]; ok {
+				j.Alloc = append(j.Alloc, a)
+			}
+		}
+	}
+	j.StdoutPattern, j.StderrPattern = str(p.StandardOutput), str(p.StandardError)
+	if pendingTasks {
+		return j, nil // Stdout/Stderr unknown until the tasks exist
+	}
+	if err := j.resolveOutput(hostname); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// resolveOutput expands the output patterns as Slurm does for the batch step.
+func (j *Job) resolveOutput(hostname func(string) string) error {
+	pj := PatternJob{
+		JobID: j.JobID, ArrayJobID: j.ArrayJobID, ArrayTaskID: j.ArrayTaskID, IsArray: j.IsArray,
+		StepID: "batch", User: j.User, Name: j.Name, BatchHost: j.BatchHost,
+	}
+	if hostname != nil && j.BatchHost != "" {
+		pj.BatchHost = hostname(j.BatchHost)
+	}
+	expand := func(pattern string) (string, error) {
+		if pattern == "" {
+			return ResolvePath(j.WorkDir, DefaultOutput(pj)), nil
+		}
+		s, err := ExpandPattern(pattern, pj)
+		if err != nil {
+			return "", fmt.Errorf("job %s: output pattern %q: %w", j.ID(), pattern, err)
+		}
+		return ResolvePath(j.WorkDir, s), nil
+	}
+	var err error
+	if j.Stdout, err = expand(j.StdoutPattern); err != nil {
+		return err
+	}
+	if j.StderrPattern == "" {
+		j.Stderr = j.Stdout
+		return nil
+	}
+	j.Stderr, err = expand(j.StderrPattern)
+	return err
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func unix(p *int64) time.Time {
+	if p == nil || *p <= 0 || *p >= 0xfffffffe {
+		return time.Time{}
+	}
+	return time.Unix(*p, 0).UTC()
+}
+
+// sortJobs orders jobs by id, for stable output.
+func sortJobs(jobs []*Job) {
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].JobID < jobs[b].JobID })
+}
+
+// parseJobID accepts "123" and "120_3" (array task).
+func parseJobID(id string) (job, task uint32, isTask bool, err error) {
+	a, b, isTask := strings.Cut(id, "_")
+	n, err := strconv.ParseUint(a, 10, 32)
+	if err != nil || n == 0 {
+		return 0, 0, false, fmt.Errorf("job id %q: want N or N_T", id)
+	}
+	if !isTask {
+		return uint32(n), 0, false, nil
+	}
+	t, err := strconv.ParseUint(b, 10, 32)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("job id %q: want N or N_T", id)
+	}
+	return uint32(n), uint32(t), true, nil
+}
