@@ -57,6 +57,16 @@ func TestJobmap(t *testing.T) {
 		{"-N3", "-o", "three-%J.out", "--wrap", "srun -N3 sleep 600"},
 		{"-a", "7", "-o", "%4a_%A-%u.%s.out", "-e", "err-%j-%%-%n-%t.txt", "--wrap", "sleep 600"},
 		{"-o", c.work + "/abs-%10j.log", "--wrap", "sleep 600"},
+	}, {
+		// Edge cases of Slurm's pattern rules (read from slurmstepd 22.05; pattern.go):
+		// %a/%A of a non-array job, widths above 10, unknown letters with and without a
+		// width, a width before %%, %% next to %j, and a job name holding a pattern.
+		{"-o", "p1-%a-%A.out", "--wrap", "sleep 600"},
+		{"-o", "p2-%12j.out", "--wrap", "sleep 600"},
+		{"-o", "p3-%Q-%12Q.out", "--wrap", "sleep 600"},
+		{"-o", "p4%3%j.out", "--wrap", "sleep 600"},
+		{"-o", "p5-%%j-%%%j.out", "--wrap", "sleep 600"},
+		{"-J", "a%jb", "-o", "p6-%x.out", "--wrap", "sleep 600"},
 	}}
 	var myJob string
 	for _, wave := range waves {

@@ -1,6 +1,7 @@
 package jobmap
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strconv"
@@ -127,11 +128,7 @@ func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string
 				n.MemoryMB = *a.MemoryAllocated
 			}
 			if a.Sockets != nil {
-				for _, s := range *a.Sockets {
-					if s.Cores != nil {
-						n.Cores += len(*s.Cores)
-					}
-				}
+				n.Cores = countAllocated(*a.Sockets)
 			}
 			byNode[n.Node] = n
 		}
@@ -164,11 +161,11 @@ func (j *Job) resolveOutput(hostname func(string) string) error {
 		if pattern == "" {
 			return ResolvePath(j.WorkDir, DefaultOutput(pj)), nil
 		}
-		s, err := ExpandPattern(pattern, pj)
+		s, err := OutputPath(j.WorkDir, pattern, pj)
 		if err != nil {
 			return "", fmt.Errorf("job %s: output pattern %q: %w", j.ID(), pattern, err)
 		}
-		return ResolvePath(j.WorkDir, s), nil
+		return s, nil
 	}
 	var err error
 	if j.Stdout, err = expand(j.StdoutPattern); err != nil {
@@ -180,6 +177,13 @@ func (j *Job) resolveOutput(hostname func(string) string) error {
 	}
 	j.Stderr, err = expand(j.StderrPattern)
 	return err
+}
+
+// countAllocated counts the cores marked "allocated" in a node allocation's raw
+// {"<socket>": {"cores": {"<core>": "allocated"}}}: the keys are numbers and the values
+// Slurm's fixed words, so the quoted word occurs only as a value.
+func countAllocated(raw []byte) int {
+	return bytes.Count(raw, []byte(`"allocated"`))
 }
 
 func str(p *string) string {

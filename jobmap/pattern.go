@@ -1,4 +1,4 @@
-// sbatch output file patterns (overview; meant for the package doc).
+// sbatch output file patterns.
 //
 // ExpandPattern, DefaultOutput, ResolvePath and OutputPath give the file
 // that the batch step of a job writes its stdout/stderr to, as Slurm 22.05

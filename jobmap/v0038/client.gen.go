@@ -1141,9 +1141,7 @@ type V0038NodeAllocation struct {
 	Nodename *string `json:"nodename,omitempty"`
 
 	// Sockets allocation of each core, by socket id then core id
-	Sockets *map[string]struct {
-		Cores *map[string]string `json:"cores,omitempty"`
-	} `json:"sockets,omitempty"`
+	Sockets *json.RawMessage `json:"sockets,omitempty"`
 }
 
 // V0038NodesResponse defines model for v0.0.38_nodes_response.
