@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/jobmap"
 )
 
@@ -98,6 +99,38 @@ func TestJobmap(t *testing.T) {
 	if err != nil || !strings.Contains(out, "my job") {
 		t.Errorf("persyst jobmap: %v\n%s%s", err, out, errOut)
 	}
+	// JWT over TCP, configured in persyst.conf as a site would.
+	jwtURL := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "PERSYST_SLURMRESTD_JWT="); ok {
+			jwtURL = v
+		}
+	}
+	tokOut, _, err := c.run(t, nil, "scontrol", "token", "username=nobody", "lifespan=600")
+	if err != nil || !strings.HasPrefix(tokOut, "SLURM_JWT=") || jwtURL == "" {
+		t.Fatalf("scontrol token: %v %q (jwt url %q)", err, tokOut, jwtURL)
+	}
+	for _, tc := range []struct{ name, token, want string }{
+		{"valid token", strings.TrimPrefix(strings.TrimSpace(tokOut), "SLURM_JWT="), "my job"},
+		{"forged token", "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJub2JvZHkifQ.forged", ""},
+	} {
+		dir := t.TempDir()
+		tokFile, conf := filepath.Join(dir, "jwt"), filepath.Join(dir, "persyst.conf")
+		os.WriteFile(tokFile, []byte(tc.token+"\n"), 0o600)
+		os.WriteFile(conf, []byte("SlurmRestd="+jwtURL+"\nSlurmRestdUser=nobody\nSlurmRestdTokenFile="+tokFile+"\n"), 0o644)
+		rc, err := jobmapFromConf(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := rc.Job(ctx, myJob)
+		switch {
+		case tc.want != "" && (err != nil || j.Name != tc.want):
+			t.Errorf("%s: Job(%s) = %+v, %v", tc.name, myJob, j, err)
+		case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "GET /slurm/v0.0.38/job/"+myJob) || !strings.Contains(err.Error(), "HTTP")):
+			t.Errorf("%s: error %v, want one naming the endpoint and the HTTP status", tc.name, err)
+		}
+	}
+
 	out, errOut, err = c.run(t, []string{"PERSYST_SLURMRESTD=unix:" + filepath.Join(c.work, "no-such.sock")}, filepath.Join(repoRoot, "build/persyst"), "jobmap", myJob)
 	if err != nil || !strings.Contains(out, "my job") || strings.Count(errOut, "slurmrestd failed") != 1 {
 		t.Errorf("persyst jobmap with slurmrestd down: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
@@ -182,4 +215,18 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32) {
 				id, info["JobState"], info["Reason"], info["ExitCode"], info["StdOut"])
 		}
 	}
+}
+
+// jobmapFromConf builds a slurmrestd source from a persyst.conf, as the daemon will.
+func jobmapFromConf(path string) (*jobmap.RestSource, error) {
+	cfg, err := config.Load(path, false)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := os.ReadFile(cfg.SlurmRestdTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return jobmap.NewRestSource(jobmap.RestConfig{URL: cfg.SlurmRestd, User: cfg.SlurmRestdUser,
+		Token: strings.TrimSpace(string(tok)), Timeout: cfg.SlurmRestdTimeout})
 }

@@ -29,6 +29,8 @@ CTLD_PORT=${PERSYST_CTLD_PORT:-16817}
 SLURMD_PORT=${PERSYST_SLURMD_PORT:-16818}
 # slurmrestd runs as this dedicated system user (it refuses to run as root); RESTD=0 skips it.
 RESTD_USER=${PERSYST_RESTD_USER:-persyst-restd}
+# A second slurmrestd with rest_auth/jwt on loopback TCP (the JWT path sites use).
+RESTD_JWT_PORT=${PERSYST_RESTD_JWT_PORT:-16820}
 RESTD=${RESTD:-1}
 # PLUGIN=0 starts the cluster with an empty plugstack.conf (used to measure plugin cost).
 PLUGIN=${PLUGIN:-1}
@@ -111,6 +113,7 @@ down() {
 		ip netns del "$ns" 2>/dev/null || true
 	done
 	kill_pidfile "$DIR/run/slurmrestd.pid"
+	kill_pidfile "$DIR/run/slurmrestd-jwt.pid"
 	kill_pidfile "$DIR/run/slurmctld.pid"
 	kill_pidfile "$DIR/run/munged.pid"
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
@@ -136,6 +139,10 @@ write_configs() {
 		dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
 	fi
 	chmod 0400 "$DIR/munge/munge.key"
+	# JWT (AuthAltTypes=auth/jwt) for slurmrestd over TCP; slurmctld signs and checks tokens.
+	mkdir -p "$DIR/etc"
+	dd if=/dev/urandom of="$DIR/etc/jwt_hs256.key" bs=32 count=1 status=none
+	chmod 0600 "$DIR/etc/jwt_hs256.key"
 
 	{
 		cat <<EOF
@@ -148,6 +155,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$DIR/munge/munge.sock
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$DIR/etc/jwt_hs256.key
 CredType=cred/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
@@ -253,8 +262,17 @@ restd_start() {
 	start_bg "$DIR/run/slurmrestd.pid" slurmrestd "$DIR/log/slurmrestd.log" \
 		setpriv --reuid "$RESTD_USER" --regid "$RESTD_USER" --clear-groups \
 		slurmrestd -f "$SLURM_CONF" -s openapi/v0.0.38 -a rest_auth/local "unix:$DIR/restd/slurmrestd.sock"
-	for _ in $(seq 1 100); do [ -S "$DIR/restd/slurmrestd.sock" ] && return 0; sleep 0.05; done
-	die "slurmrestd did not start; see $DIR/log/slurmrestd.log"
+	# SLURM_JWT=daemon: slurmrestd then talks to slurmctld with the caller's token (without
+	# it, the munge plugin refuses every token: "Rejecting thread config token").
+	start_bg "$DIR/run/slurmrestd-jwt.pid" slurmrestd "$DIR/log/slurmrestd-jwt.log" \
+		setpriv --reuid "$RESTD_USER" --regid "$RESTD_USER" --clear-groups env SLURM_JWT=daemon \
+		slurmrestd -f "$SLURM_CONF" -s openapi/v0.0.38 -a rest_auth/jwt "127.0.0.1:$RESTD_JWT_PORT"
+	local ok=0
+	for _ in $(seq 1 100); do
+		[ -S "$DIR/restd/slurmrestd.sock" ] && ss -Hltn "sport = :$RESTD_JWT_PORT" | grep -q . && { ok=1; break; }
+		sleep 0.05
+	done
+	[ "$ok" = 1 ] || die "slurmrestd did not start; see $DIR/log/slurmrestd*.log"
 }
 
 up() {
@@ -311,7 +329,10 @@ up() {
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
 		echo "export PERSYST_SOCKET=$DIR/run/%n/persyst.sock"
-		[ "$RESTD" = 1 ] && echo "export PERSYST_SLURMRESTD=unix:$DIR/restd/slurmrestd.sock"
+		if [ "$RESTD" = 1 ]; then
+			echo "export PERSYST_SLURMRESTD=unix:$DIR/restd/slurmrestd.sock"
+			echo "export PERSYST_SLURMRESTD_JWT=http://127.0.0.1:$RESTD_JWT_PORT"
+		fi
 	} >"$DIR/env.tmp"
 
 	local deadline=$((SECONDS + TIMEOUT_UP)) idle=0
