@@ -251,6 +251,10 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 			j.Start = parseSlurmTime(p.v)
 		case "EndTime":
 			j.End = parseSlurmTime(p.v)
+		case "MinMemoryNode":
+			j.MemPerNodeMB = parseMem(p.v)
+		case "MinMemoryCPU":
+			j.MemPerCPUMB = parseMem(p.v)
 		case "WorkDir":
 			j.WorkDir = p.v
 		case "StdOut":
@@ -306,13 +310,34 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 	if pendingTasks {
 		return j, nil // Stdout/Stderr unknown until the tasks exist
 	}
-	// scontrol prints StdOut/StdErr with the patterns it can expand already expanded
-	// (it leaves %N); expanding again is exact unless an expanded value itself contains
-	// a '%' (a job name like "a%x"): the JSON sources give the raw patterns.
+	// scontrol prints StdOut/StdErr partly expanded (it expands %A %a %j %u %x and leaves
+	// %N %n %s %t %J, widths and %%), so the raw pattern is lost. Expanding what it
+	// prints again is exact for ordinary patterns, and wrong for odd ones: "%%" next to
+	// a letter, a width before "%", a job name containing '%' (measured on Slurm 22.05:
+	// "p4%3%j.out" gives p41.out here, Slurm wrote p4311.out). squeue --json (Slurm
+	// 21.08+) and scontrol --json give the raw pattern and are tried first.
 	if err := j.resolveOutput(hosts); err != nil {
 		return nil, err
 	}
 	return j, nil
+}
+
+// parseMem reads scontrol's memory sizes ("4000M", "2G", "0") in MB.
+func parseMem(s string) int {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "M"):
+		s = strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		s, mult = strings.TrimSuffix(s, "G"), 1024
+	case strings.HasSuffix(s, "T"):
+		s, mult = strings.TrimSuffix(s, "T"), 1024*1024
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n * mult
 }
 
 // nameID splits "alice(1000)".

@@ -29,6 +29,10 @@ type Job struct {
 	// Alloc is the allocation on each node, in the order of Nodes.
 	Alloc     []NodeAlloc   `json:"alloc,omitempty"`
 	BatchHost string        `json:"batch_host,omitempty"`
+	// MemPerNodeMB and MemPerCPUMB are the memory the job requested (0: not requested,
+	// the node's or partition's default applies).
+	MemPerNodeMB int `json:"mem_per_node_mb,omitempty"`
+	MemPerCPUMB  int `json:"mem_per_cpu_mb,omitempty"`
 	TimeLimit time.Duration `json:"time_limit"` // 0: unlimited
 	Submit    time.Time     `json:"submit"`
 	Start     time.Time     `json:"start"`
@@ -107,6 +111,12 @@ func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string
 				pendingTasks = true
 			}
 		}
+	}
+	if p.MemoryPerNode != nil && *p.MemoryPerNode > 0 {
+		j.MemPerNodeMB = *p.MemoryPerNode
+	}
+	if p.MemoryPerCpu != nil && *p.MemoryPerCpu > 0 {
+		j.MemPerCPUMB = *p.MemoryPerCpu
 	}
 	if p.TimeLimit != nil && *p.TimeLimit > 0 && *p.TimeLimit < 0xfffffffe {
 		j.TimeLimit = time.Duration(*p.TimeLimit) * time.Minute

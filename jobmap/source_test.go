@@ -310,14 +310,14 @@ func TestCLISourceScontrolText(t *testing.T) {
 
 func TestParseScontrolLine(t *testing.T) {
 	line := "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=a b=c UserId=alice(1000) GroupId=users(100) JobState=RUNNING " +
-		"Partition=p TimeLimit=1-02:03:04 NodeList=n[1-2] BatchHost=n1 Nodes=n1 CPU_IDs=0-3 Mem=100 GRES= Nodes=n2 CPU_IDs=4,6 Mem=50 GRES= " +
+		"Partition=p TimeLimit=1-02:03:04 MinMemoryNode=2G NodeList=n[1-2] BatchHost=n1 Nodes=n1 CPU_IDs=0-3 Mem=100 GRES= Nodes=n2 CPU_IDs=4,6 Mem=50 GRES= " +
 		"WorkDir=/home/alice/my dir StdOut=/home/alice/my dir/out-%N.txt StdErr=/home/alice/my dir/err.txt"
 	j, err := parseScontrolLine(line, func(n string) string { return n + ".cluster" })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Job{JobID: 12, ArrayJobID: 10, ArrayTaskID: 2, IsArray: true, Name: "a b=c", User: "alice", UID: 1000, GID: 100,
-		State: "RUNNING", Partition: "p", TimeLimit: 26*3600e9 + 3*60e9 + 4e9, NodeList: "n[1-2]", Nodes: []string{"n1", "n2"},
+		State: "RUNNING", Partition: "p", TimeLimit: 26*3600e9 + 3*60e9 + 4e9, MemPerNodeMB: 2048, NodeList: "n[1-2]", Nodes: []string{"n1", "n2"},
 		Alloc:     []NodeAlloc{{Node: "n1", Cores: 4, CPUIDs: []int{0, 1, 2, 3}, MemoryMB: 100}, {Node: "n2", Cores: 2, CPUIDs: []int{4, 6}, MemoryMB: 50}},
 		BatchHost: "n1", WorkDir: "/home/alice/my dir",
 		StdoutPattern: "/home/alice/my dir/out-%N.txt", StderrPattern: "/home/alice/my dir/err.txt",
