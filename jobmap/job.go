@@ -27,17 +27,17 @@ type Job struct {
 	NodeList string   `json:"node_list"`
 	Nodes    []string `json:"nodes"`
 	// Alloc is the allocation on each node, in the order of Nodes.
-	Alloc     []NodeAlloc   `json:"alloc,omitempty"`
-	BatchHost string        `json:"batch_host,omitempty"`
+	Alloc     []NodeAlloc `json:"alloc,omitempty"`
+	BatchHost string      `json:"batch_host,omitempty"`
 	// MemPerNodeMB and MemPerCPUMB are the memory the job requested (0: not requested,
 	// the node's or partition's default applies).
-	MemPerNodeMB int `json:"mem_per_node_mb,omitempty"`
-	MemPerCPUMB  int `json:"mem_per_cpu_mb,omitempty"`
-	TimeLimit time.Duration `json:"time_limit"` // 0: unlimited
-	Submit    time.Time     `json:"submit"`
-	Start     time.Time     `json:"start"`
-	End       time.Time     `json:"end"` // for a running job: the time limit's end
-	WorkDir   string        `json:"work_dir"`
+	MemPerNodeMB int           `json:"mem_per_node_mb,omitempty"`
+	MemPerCPUMB  int           `json:"mem_per_cpu_mb,omitempty"`
+	TimeLimit    time.Duration `json:"time_limit"` // 0: unlimited
+	Submit       time.Time     `json:"submit"`
+	Start        time.Time     `json:"start"`
+	End          time.Time     `json:"end"` // for a running job: the time limit's end
+	WorkDir      string        `json:"work_dir"`
 	// StdoutPattern and StderrPattern are the file names as Slurm stores them ("" when
 	// the user gave none); Stdout and Stderr are the files Slurm writes, patterns expanded
 	// and relative to WorkDir. Stderr equals Stdout when not given separately.
