@@ -140,12 +140,7 @@ func (s *CLISource) hostnames(ctx context.Context) func(string) string {
 			}
 		}
 	}
-	return func(node string) string {
-		if h, ok := m[node]; ok {
-			return h
-		}
-		return node
-	}
+	return hostLookup(m)
 }
 
 // parseV0038JSON parses the v0.0.38 jobs document of squeue/scontrol --json.
@@ -182,11 +177,7 @@ func parseScontrol(b []byte, hosts func(string) string) ([]*Job, error) {
 		}
 		out = append(out, j)
 	}
-	sortJobs(out)
-	if len(out) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	return collected(out, errs)
 }
 
 type kv struct{ k, v string }

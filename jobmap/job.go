@@ -2,6 +2,7 @@ package jobmap
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -210,9 +211,24 @@ func unix(p *int64) time.Time {
 	return time.Unix(*p, 0).UTC()
 }
 
-// sortJobs orders jobs by id, for stable output.
-func sortJobs(jobs []*Job) {
+// collected orders the jobs a source read by id; errors of single records are dropped
+// when others were read (one bad record must not hide the rest), returned otherwise.
+func collected(jobs []*Job, errs []error) ([]*Job, error) {
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].JobID < jobs[b].JobID })
+	if len(jobs) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return jobs, nil
+}
+
+// hostLookup maps node names to host names with m, and any other name to itself.
+func hostLookup(m map[string]string) func(string) string {
+	return func(node string) string {
+		if h, ok := m[node]; ok {
+			return h
+		}
+		return node
+	}
 }
 
 // parseJobID accepts "123" and "120_3" (array task).

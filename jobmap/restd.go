@@ -147,12 +147,7 @@ func (s *RestSource) hostnames(ctx context.Context) func(string) string {
 			}
 		}
 	}
-	return func(node string) string {
-		if h, ok := m[node]; ok {
-			return h
-		}
-		return node
-	}
+	return hostLookup(m)
 }
 
 // decode200 parses a 200 answer whose Content-Type the generated client did not take
@@ -178,16 +173,12 @@ func convertAll(src *[]v0038.V0038JobResponseProperties, hosts func(string) stri
 	for i := range *src {
 		j, err := fromV0038(&(*src)[i], hosts)
 		if err != nil {
-			errs = append(errs, err) // one bad record must not hide the others
+			errs = append(errs, err)
 			continue
 		}
 		out = append(out, j)
 	}
-	sortJobs(out)
-	if len(out) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	return collected(out, errs)
 }
 
 func slurmErrors(errs *[]v0038.V0038Error) error {
