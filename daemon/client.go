@@ -27,7 +27,7 @@ func ListJobs(ctx context.Context, socket string) (node string, jobs []*Job, err
 // WriteJobsTable prints jobs the way squeue users expect: one line per job.
 func WriteJobsTable(w io.Writer, node string, jobs []*Job) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "JOBID\tNODE\tSTATE\tUSER\tUID\tCPUS\tSTEPS\tSTARTED\tENDED\n")
+	fmt.Fprintf(tw, "JOBID\tNODE\tSTATE\tUSER\tUID\tCORES\tSTEPS\tSTARTED\tENDED\n")
 	for _, j := range jobs {
 		steps := make([]string, 0, len(j.Steps))
 		for _, s := range j.Steps {

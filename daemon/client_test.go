@@ -44,9 +44,9 @@ func TestWriteJobsTable(t *testing.T) {
 			node:  "node1",
 			jobs:  jobs,
 			want: "" +
-				"JOBID    NODE   STATE      USER   UID   CPUS  STEPS     STARTED              ENDED\n" +
-				"42       node1  ended      alice  1000  0-3   batch,0*  2024-06-01 12:00:00  2024-06-01 13:30:05\n" +
-				"1234567  node1  opted_out  -      0     -     -         2024-06-02 08:00:00  -\n",
+				"JOBID    NODE   STATE      USER   UID   CORES  STEPS     STARTED              ENDED\n" +
+				"42       node1  ended      alice  1000  0-3    batch,0*  2024-06-01 12:00:00  2024-06-01 13:30:05\n" +
+				"1234567  node1  opted_out  -      0     -      -         2024-06-02 08:00:00  -\n",
 		},
 		{
 			name:  "two jobs in local time",
@@ -54,15 +54,15 @@ func TestWriteJobsTable(t *testing.T) {
 			node:  "n",
 			jobs:  jobs,
 			want: "" +
-				"JOBID    NODE  STATE      USER   UID   CPUS  STEPS     STARTED              ENDED\n" +
-				"42       n     ended      alice  1000  0-3   batch,0*  2024-06-01 14:00:00  2024-06-01 15:30:05\n" +
-				"1234567  n     opted_out  -      0     -     -         2024-06-02 10:00:00  -\n",
+				"JOBID    NODE  STATE      USER   UID   CORES  STEPS     STARTED              ENDED\n" +
+				"42       n     ended      alice  1000  0-3    batch,0*  2024-06-01 14:00:00  2024-06-01 15:30:05\n" +
+				"1234567  n     opted_out  -      0     -      -         2024-06-02 10:00:00  -\n",
 		},
 		{
 			name:  "no jobs",
 			local: time.UTC,
 			node:  "node1",
-			want:  "JOBID  NODE  STATE  USER  UID  CPUS  STEPS  STARTED  ENDED\n",
+			want:  "JOBID  NODE  STATE  USER  UID  CORES  STEPS  STARTED  ENDED\n",
 		},
 	}
 	for _, tc := range tests {

@@ -28,4 +28,7 @@ for n in $PERSYST_NODES; do
 	build/persyst jobs --node "$n"
 done
 echo
-echo "(JSON: build/persyst jobs --node node1 --json; logs: $PERSYST_CLUSTER_DIR/log/)"
+echo "== persyst jobmap: the jobs as slurmrestd reports them, with the files their output went to"
+build/persyst jobmap
+echo
+echo "(JSON: build/persyst jobs --node node1 --json, build/persyst jobmap --json; logs: $PERSYST_CLUSTER_DIR/log/)"
