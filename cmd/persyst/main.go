@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/jobmap"
@@ -28,6 +29,8 @@ commands:
   daemon     run the node daemon (as root, one per node)
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
+  balance simulate
+             run PerSyst's job balancing on a synthetic cluster and job mix
   version    print the version
 
 Run 'persyst COMMAND -h' for a command's flags.
@@ -50,6 +53,8 @@ func main() {
 		err = runJobs(ctx, args)
 	case "jobmap":
 		err = runJobmap(ctx, args)
+	case "balance":
+		err = runBalance(args)
 	case "version", "--version":
 		fmt.Println("persyst", version)
 	case "help", "-h", "--help":
@@ -179,4 +184,68 @@ func runJobmap(ctx context.Context, args []string) error {
 		return enc.Encode(jobs)
 	}
 	return jobmap.WriteTable(os.Stdout, jobs)
+}
+
+func runBalance(args []string) error {
+	if len(args) == 0 || args[0] != "simulate" {
+		return fmt.Errorf("usage: persyst balance simulate [flags]")
+	}
+	fs := flag.NewFlagSet("persyst balance simulate", flag.ContinueOnError)
+	preset := fs.String("preset", "supermuc", "starting point: supermuc (9,216 nodes, 216 collectors, 12 sync agents) or large (100,000 nodes)")
+	nodes := fs.Int("nodes", 0, "compute nodes (0: the preset's)")
+	collectors := fs.Int("collectors", 0, "collectors (0: the preset's)")
+	syncs := fs.Int("syncs", -1, "mid-level sync agents (-1: the preset's)")
+	lmax := fs.Int("lmax-nodes", 0, "l_max in nodes' worth (0: the nodes under one collector)")
+	minJobs := fs.Int("min-jobs", 0, "fewest concurrent jobs per cycle (0: the preset's)")
+	maxJobs := fs.Int("max-jobs", 0, "most concurrent jobs per cycle (0: the preset's)")
+	cycles := fs.Int("cycles", 0, "measured cycles (0: the preset's)")
+	overflow := fs.String("overflow", "", "rest of a job's load above l_max: allow (Algorithm 2 as printed) or spill")
+	placement := fs.String("placement", "", "how the simulated scheduler places jobs: tree, island or random")
+	seed := fs.Int64("seed", 1, "random seed")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	var cfg balance.SimConfig
+	switch *preset {
+	case "supermuc":
+		cfg = balance.SuperMUC()
+	case "large":
+		cfg = balance.LargeCluster()
+	default:
+		return fmt.Errorf("--preset %q: want supermuc or large", *preset)
+	}
+	setInt := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setInt(&cfg.Nodes, *nodes)
+	setInt(&cfg.Collectors, *collectors)
+	setInt(&cfg.LMaxNodes, *lmax)
+	setInt(&cfg.MinJobs, *minJobs)
+	setInt(&cfg.MaxJobs, *maxJobs)
+	setInt(&cfg.Cycles, *cycles)
+	if *syncs >= 0 {
+		cfg.Syncs = *syncs
+	}
+	if *overflow != "" {
+		o, err := balance.ParseOverflow(*overflow)
+		if err != nil {
+			return err
+		}
+		cfg.Overflow = o
+	}
+	if *placement != "" {
+		p, err := balance.ParsePlacement(*placement)
+		if err != nil {
+			return err
+		}
+		cfg.Placement = p
+	}
+	cfg.Seed = *seed
+	res, err := balance.Simulate(cfg)
+	if err != nil {
+		return err
+	}
+	return res.WriteText(os.Stdout)
 }

@@ -1,0 +1,592 @@
+package balance
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Overflow says what Algorithm 2 does when the rest of a job's load does not
+// fit under l_max on the collectors already chosen for it.
+type Overflow uint8
+
+const (
+	// OverflowAllow is Algorithm 2 as printed (lines 22–25): the rest goes
+	// to the least-loaded chosen collector even above l_max. Medium jobs
+	// (l_j ≤ l_max) therefore always stay whole on one collector (exact).
+	// This is the default.
+	OverflowAllow Overflow = iota
+	// OverflowSpill is the variant the thesis describes in the text: when
+	// the rest would push every chosen collector above l_max, another
+	// collector is acquired with FindBestCollector, as long as one with
+	// room exists. Collectors stay under l_max, but the job is split.
+	OverflowSpill
+)
+
+// String names the policy ("allow", "spill").
+func (o Overflow) String() string {
+	switch o {
+	case OverflowAllow:
+		return "allow"
+	case OverflowSpill:
+		return "spill"
+	}
+	return fmt.Sprintf("Overflow(%d)", uint8(o))
+}
+
+// ParseOverflow reads "allow" or "spill" (for the CLI).
+func ParseOverflow(s string) (Overflow, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "allow", "":
+		return OverflowAllow, nil
+	case "spill":
+		return OverflowSpill, nil
+	}
+	return 0, fmt.Errorf("overflow policy %q: want allow or spill", s)
+}
+
+// Config holds the balancing parameters.
+type Config struct {
+	// LoadPerNode is l_a, the load one node agent sends for a job: the
+	// number of properties per node (or per core × cores, ...). 0 means 1.
+	LoadPerNode int
+	// LMax is l_max, the load one collector takes. 0 means the largest
+	// number of nodes under one collector × LoadPerNode, i.e. a collector
+	// can take its own children.
+	LMax int
+	// Overflow chooses the reading of Algorithm 2 lines 22–25.
+	Overflow Overflow
+}
+
+// Job is one running job as the balancer sees it.
+type Job struct {
+	ID    string
+	Nodes []string
+	// LoadPerNode overrides Config.LoadPerNode for this job when > 0
+	// (jobs with more properties per node, e.g. more cores measured).
+	LoadPerNode int
+}
+
+// Send says where one node agent sends the job's properties.
+type Send struct {
+	Node string
+	To   string // a collector, or the node itself for a local job
+}
+
+// Route is the balancing decision for one job: the JOB_DISTR route.
+type Route struct {
+	JobID string
+	// Load is l_j = nodes × load per node.
+	Load int
+	// Level is the kind of agent that holds the whole job: KindNode (a
+	// one-node job, processed locally), KindCollector (exact: the whole
+	// job on one collector), KindSync or KindFrontend (split over several
+	// collectors and merged there with quantile estimation).
+	Level Kind
+	// Aggregator is that agent's name.
+	Aggregator string
+	// Collectors receiving part of the job, in the order Algorithm 2 chose
+	// them (nil for local jobs).
+	Collectors []string
+	// Sends has one entry per node of the job, in the job's node order.
+	Sends []Send
+}
+
+// Exact reports whether the job is aggregated in one place without
+// quantile estimation (locally or on one collector).
+func (r Route) Exact() bool { return r.Level == KindNode || r.Level == KindCollector }
+
+// Statistics summarise one balancing (one measurement cycle).
+type Statistics struct {
+	Jobs          int // all jobs
+	LocalJobs     int // one-node jobs, aggregated at their node agent
+	CollectorJobs int // aggregated exactly on one collector
+	SyncJobs      int // merged at a sync agent
+	FrontendJobs  int // merged at the frontend
+
+	// ExactShareJobs is (LocalJobs+CollectorJobs)/Jobs: the thesis's
+	// Table 7.5 measure (91% on SuperMUC).
+	ExactShareJobs float64
+	// ExactShareLoad weights each job by its load l_j.
+	ExactShareLoad float64
+	TotalLoad      int
+
+	// TreeNodesBalanced is, summed over jobs, the number of inner agents
+	// (collectors, syncs, frontend) the job's data is sent to with the
+	// balanced routes: 0 for a local job, 1 for an exact job, and for a
+	// split job its collectors plus every agent on the paths from them up
+	// to and including the merging agent. Table 7.6: 217.59.
+	TreeNodesBalanced int
+	// TreeNodesTopology is the same count when every node sends through
+	// the established topology up to the frontend: all inner agents that
+	// are ancestors of the job's nodes, the frontend included (a one-node
+	// job on a 3-level tree counts 3). Table 7.6: 905.81.
+	TreeNodesTopology int
+
+	LMax               int
+	Collectors         int
+	MaxCollectorLoad   int
+	MeanCollectorLoad  float64 // over all collectors, idle ones included
+	CollectorsOverLMax int     // collectors ending above l_max
+	// JobsOverLMax counts jobs that left a collector they use above l_max
+	// at the time they were placed.
+	JobsOverLMax int
+	// RequiredCollectors is ⌈Σ l_j / l_max⌉ over the jobs sent to
+	// collectors; eq. 5.7 requires it ≤ Collectors.
+	RequiredCollectors int
+}
+
+// Result is the outcome of Balance.
+type Result struct {
+	Routes        []Route // in the order of the input jobs
+	CollectorLoad []int   // aligned with Tree.Collectors()
+	Stats         Statistics
+}
+
+// ErrInput marks invalid jobs or configuration.
+var ErrInput = errors.New("invalid balancing input")
+
+// Balance runs Algorithms 1–3 for one measurement cycle: jobs sorted by
+// load, biggest first (ties by job id, numerically when both ids are
+// numbers, then input order); one-node jobs stay local; every other job gets
+// n_c = ⌈l_j/l_max⌉ collectors chosen by FindBestCollector. It is
+// deterministic: the same tree, jobs and config give the same result.
+// A node may appear in several jobs (shared nodes): each (job, node) pair
+// is routed on its own.
+func Balance(t *Tree, jobs []Job, cfg Config) (*Result, error) {
+	if t == nil {
+		return nil, fmt.Errorf("balance: %w: nil tree", ErrInput)
+	}
+	if cfg.LoadPerNode < 0 {
+		return nil, fmt.Errorf("balance: %w: load per node %d < 0", ErrInput, cfg.LoadPerNode)
+	}
+	if cfg.LMax < 0 {
+		return nil, fmt.Errorf("balance: %w: l_max %d < 0", ErrInput, cfg.LMax)
+	}
+	if cfg.Overflow > OverflowSpill {
+		return nil, fmt.Errorf("balance: %w: unknown overflow policy %d", ErrInput, cfg.Overflow)
+	}
+	if len(t.collectors) == 0 {
+		return nil, fmt.Errorf("balance: %w: tree has no collectors", ErrInput)
+	}
+	la := cfg.LoadPerNode
+	if la == 0 {
+		la = 1
+	}
+	lmax := cfg.LMax
+	if lmax == 0 {
+		for _, c := range t.collectors {
+			lmax = max(lmax, len(t.children[c])*la)
+		}
+	}
+	b := newBalancer(t, lmax, cfg.Overflow)
+
+	// Resolve names, validate.
+	type jobIdx struct {
+		nodes []int32
+		la    int
+		load  int
+	}
+	res := make([]jobIdx, len(jobs))
+	ids := make(map[string]int, len(jobs))
+	for i, j := range jobs {
+		if j.ID == "" {
+			return nil, fmt.Errorf("balance: %w: job #%d has no id", ErrInput, i)
+		}
+		if p, dup := ids[j.ID]; dup {
+			return nil, fmt.Errorf("balance: %w: job %s given twice (#%d and #%d)", ErrInput, j.ID, p, i)
+		}
+		ids[j.ID] = i
+		if len(j.Nodes) == 0 {
+			return nil, fmt.Errorf("balance: %w: job %s has no nodes", ErrInput, j.ID)
+		}
+		if j.LoadPerNode < 0 {
+			return nil, fmt.Errorf("balance: %w: job %s: load per node %d < 0", ErrInput, j.ID, j.LoadPerNode)
+		}
+		b.epoch++
+		idx := make([]int32, len(j.Nodes))
+		for k, n := range j.Nodes {
+			a, ok := t.index[n]
+			if !ok {
+				return nil, fmt.Errorf("balance: %w: job %s: node %q is not in the agent tree", ErrInput, j.ID, n)
+			}
+			if t.kind[a] != KindNode {
+				return nil, fmt.Errorf("balance: %w: job %s: %q is a %s, not a compute node", ErrInput, j.ID, n, t.kind[a])
+			}
+			if b.mark[a] == b.epoch {
+				return nil, fmt.Errorf("balance: %w: job %s: node %q listed twice", ErrInput, j.ID, n)
+			}
+			b.mark[a] = b.epoch
+			idx[k] = a
+		}
+		l := la
+		if j.LoadPerNode > 0 {
+			l = j.LoadPerNode
+		}
+		if len(idx) > math.MaxInt/(2*l) {
+			return nil, fmt.Errorf("balance: %w: job %s: load overflows", ErrInput, j.ID)
+		}
+		res[i] = jobIdx{nodes: idx, la: l, load: len(idx) * l}
+	}
+
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		if res[x].load != res[y].load {
+			return res[y].load - res[x].load
+		}
+		return compareIDs(jobs[x].ID, jobs[y].ID)
+	})
+
+	out := &Result{Routes: make([]Route, len(jobs))}
+	st := &out.Stats
+	st.Jobs = len(jobs)
+	st.LMax = lmax
+	st.Collectors = len(t.collectors)
+	exactLoad, collectorLoadSum := 0, 0
+	for _, i := range order {
+		j := res[i]
+		r := Route{JobID: jobs[i].ID, Load: j.load, Sends: make([]Send, len(j.nodes))}
+		st.TotalLoad += j.load
+		st.TreeNodesTopology += b.topologyNodes(j.nodes)
+		if len(j.nodes) == 1 {
+			n := t.name[j.nodes[0]]
+			r.Level, r.Aggregator = KindNode, n
+			r.Sends[0] = Send{Node: n, To: n}
+			st.LocalJobs++
+			exactLoad += j.load
+			out.Routes[i] = r
+			continue
+		}
+		collectorLoadSum += j.load
+		dest, used, over := b.distribute(j.nodes, j.la)
+		for k, n := range j.nodes {
+			r.Sends[k] = Send{Node: t.name[n], To: t.name[dest[k]]}
+		}
+		r.Collectors = make([]string, len(used))
+		agg := t.collectors[used[0]]
+		for k, s := range used {
+			c := t.collectors[s]
+			r.Collectors[k] = t.name[c]
+			agg = t.lca(agg, c)
+		}
+		r.Level, r.Aggregator = t.kind[agg], t.name[agg]
+		switch r.Level {
+		case KindCollector:
+			st.CollectorJobs++
+			exactLoad += j.load
+		case KindSync:
+			st.SyncJobs++
+		default:
+			st.FrontendJobs++
+		}
+		st.TreeNodesBalanced += b.balancedNodes(used, agg)
+		if over {
+			st.JobsOverLMax++
+		}
+		out.Routes[i] = r
+	}
+	if st.Jobs > 0 {
+		st.ExactShareJobs = float64(st.LocalJobs+st.CollectorJobs) / float64(st.Jobs)
+	}
+	if st.TotalLoad > 0 {
+		st.ExactShareLoad = float64(exactLoad) / float64(st.TotalLoad)
+	}
+	st.RequiredCollectors = (collectorLoadSum + lmax - 1) / lmax
+	out.CollectorLoad = b.load
+	sum := 0
+	for _, l := range b.load {
+		sum += l
+		st.MaxCollectorLoad = max(st.MaxCollectorLoad, l)
+		if l > lmax {
+			st.CollectorsOverLMax++
+		}
+	}
+	st.MeanCollectorLoad = float64(sum) / float64(len(b.load))
+	return out, nil
+}
+
+// compareIDs orders job ids: numerically when both are decimal numbers,
+// otherwise bytewise.
+func compareIDs(a, b string) int {
+	if isDecimal(a) && isDecimal(b) {
+		a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// balancer holds the per-call scratch state; nothing survives a Balance call.
+type balancer struct {
+	t        *Tree
+	lmax     int
+	overflow Overflow
+	h1       int32   // height + 1: hist row length
+	load     []int   // l_c per collector slot
+	avail    []bool  // C*: collectors not yet chosen for the current job
+	hist     []int32 // hist[u*h1+d]: unassigned job nodes at depth d below u
+	mark     []int32 // epoch marks per agent
+	epoch    int32
+	// per-job grouping of the job's nodes by collector slot
+	slotStamp []int32
+	slotStart []int32
+	slotCount []int32
+}
+
+func newBalancer(t *Tree, lmax int, o Overflow) *balancer {
+	n := len(t.name)
+	nc := len(t.collectors)
+	b := &balancer{
+		t: t, lmax: lmax, overflow: o,
+		h1:        t.height + 1,
+		load:      make([]int, nc),
+		avail:     make([]bool, nc),
+		mark:      make([]int32, n),
+		slotStamp: make([]int32, nc),
+		slotStart: make([]int32, nc),
+		slotCount: make([]int32, nc),
+	}
+	b.hist = make([]int32, n*int(b.h1))
+	for i := range b.avail {
+		b.avail[i] = true
+	}
+	return b
+}
+
+// histAdd adds delta for node a at every ancestor of a: O(h).
+func (b *balancer) histAdd(a int32, delta int32) {
+	t := b.t
+	d := t.depth[a]
+	for u := t.parent[a]; u >= 0; u = t.parent[u] {
+		b.hist[u*b.h1+d] += delta
+	}
+}
+
+// sumDist is Σ_a TreeDistance(c, a) over the job's unassigned nodes a, from
+// the depth histograms of c's ancestors: O(h²) instead of O(|A_j|·log h).
+func (b *balancer) sumDist(c int32) int64 {
+	t := b.t
+	h1 := b.h1
+	dc := t.depth[c]
+	var sum int64
+	row := b.hist[c*h1 : c*h1+h1]
+	for d := dc + 1; d < h1; d++ {
+		sum += int64(row[d]) * int64(d-dc)
+	}
+	prev := c
+	for u := t.parent[c]; u >= 0; u = t.parent[u] {
+		du := t.depth[u]
+		ru := b.hist[u*h1 : u*h1+h1]
+		rp := b.hist[prev*h1 : prev*h1+h1]
+		for d := du + 1; d < h1; d++ {
+			if cnt := ru[d] - rp[d]; cnt != 0 {
+				sum += int64(cnt) * int64(max(dc-du, d-du))
+			}
+		}
+		prev = u
+	}
+	return sum
+}
+
+// findBest is Algorithm 3 over C* (b.avail): the collectors with minimum
+// load, then the least total distance to the unassigned nodes, then the
+// lowest collector index. -1 when C* is empty.
+func (b *balancer) findBest() int32 {
+	minLoad := math.MaxInt
+	for s, ok := range b.avail {
+		if ok && b.load[s] < minLoad {
+			minLoad = b.load[s]
+		}
+	}
+	best, bestD := int32(-1), int64(0)
+	for s, ok := range b.avail {
+		if !ok || b.load[s] != minLoad {
+			continue
+		}
+		d := b.sumDist(b.t.collectors[s])
+		if best < 0 || d < bestD {
+			best, bestD = int32(s), d
+		}
+	}
+	return best
+}
+
+// minAvailLoad is the smallest load in C* (MaxInt if empty).
+func (b *balancer) minAvailLoad() int {
+	m := math.MaxInt
+	for s, ok := range b.avail {
+		if ok {
+			m = min(m, b.load[s])
+		}
+	}
+	return m
+}
+
+// distribute is Algorithm 2 (DistributeLoadOnCollectors) for one job with
+// at least two nodes. It returns the destination collector (agent index) of
+// every node, the collector slots that received load in choice order, and
+// whether one of them ended above l_max.
+func (b *balancer) distribute(nodes []int32, la int) (dest []int32, used []int32, over bool) {
+	t := b.t
+	lj := len(nodes) * la
+	nc := min((lj+b.lmax-1)/b.lmax, len(t.collectors))
+
+	// Group job nodes by their own collector (counting sort over slots).
+	b.epoch++
+	var slots []int32
+	for _, a := range nodes {
+		s := t.colSlot[t.parent[a]]
+		if b.slotStamp[s] != b.epoch {
+			b.slotStamp[s] = b.epoch
+			b.slotCount[s] = 0
+			slots = append(slots, s)
+		}
+		b.slotCount[s]++
+	}
+	pos := int32(0)
+	for _, s := range slots {
+		b.slotStart[s] = pos
+		pos += b.slotCount[s]
+		b.slotCount[s] = 0
+	}
+	byCol := make([]int32, len(nodes)) // positions in the job, grouped by slot
+	for k, a := range nodes {
+		s := t.colSlot[t.parent[a]]
+		byCol[b.slotStart[s]+b.slotCount[s]] = int32(k)
+		b.slotCount[s]++
+	}
+
+	dest = make([]int32, len(nodes))
+	for k, a := range nodes {
+		dest[k] = -1
+		b.histAdd(a, 1)
+	}
+	left := len(nodes)
+	var chosen []int32
+	take := func(s int32) {
+		chosen = append(chosen, s)
+		b.avail[s] = false
+		c := t.collectors[s]
+		if b.slotStamp[s] != b.epoch {
+			return // none of c's children are in the job
+		}
+		for _, k := range byCol[b.slotStart[s] : b.slotStart[s]+b.slotCount[s]] {
+			if dest[k] < 0 && b.load[s]+la <= b.lmax {
+				dest[k] = c
+				b.load[s] += la
+				b.histAdd(nodes[k], -1)
+				left--
+			}
+		}
+	}
+	for iter := 0; iter < nc && left > 0; iter++ {
+		s := b.findBest()
+		if s < 0 {
+			break
+		}
+		take(s)
+	}
+	// The rest of the load: least-loaded chosen collector, ties by
+	// distance to the node, then choice order.
+	for k := 0; k < len(nodes) && left > 0; k++ {
+		if dest[k] >= 0 {
+			continue
+		}
+		a := nodes[k]
+		for {
+			best, bestD := int32(-1), int32(0)
+			for _, s := range chosen {
+				switch {
+				case best < 0 || b.load[s] < b.load[best]:
+					best, bestD = s, t.dist(t.collectors[s], a)
+				case b.load[s] == b.load[best]:
+					if d := t.dist(t.collectors[s], a); d < bestD {
+						best, bestD = s, d
+					}
+				}
+			}
+			if b.overflow == OverflowSpill && b.load[best]+la > b.lmax && b.minAvailLoad() <= b.lmax-la {
+				take(b.findBest())
+				if dest[k] >= 0 {
+					break // the new collector took this node as its child
+				}
+				continue
+			}
+			dest[k] = t.collectors[best]
+			b.load[best] += la
+			b.histAdd(a, -1)
+			left--
+			break
+		}
+	}
+	for _, s := range chosen {
+		b.avail[s] = true
+	}
+	// used = the chosen collectors that actually received load.
+	b.epoch++
+	for _, d := range dest {
+		s := t.colSlot[d]
+		if b.slotStamp[s] != b.epoch {
+			b.slotStamp[s] = b.epoch
+		}
+	}
+	for _, s := range chosen {
+		if b.slotStamp[s] == b.epoch {
+			used = append(used, s)
+			if b.load[s] > b.lmax {
+				over = true
+			}
+		}
+	}
+	return dest, used, over
+}
+
+// topologyNodes counts the inner agents that are ancestors of the nodes.
+func (b *balancer) topologyNodes(nodes []int32) int {
+	t := b.t
+	b.epoch++
+	n := 0
+	for _, a := range nodes {
+		for u := t.parent[a]; u >= 0 && b.mark[u] != b.epoch; u = t.parent[u] {
+			b.mark[u] = b.epoch
+			n++
+		}
+	}
+	return n
+}
+
+// balancedNodes counts the used collectors and the agents on their paths up
+// to and including the aggregator.
+func (b *balancer) balancedNodes(used []int32, agg int32) int {
+	t := b.t
+	b.epoch++
+	n := 0
+	for _, s := range used {
+		for u := t.collectors[s]; b.mark[u] != b.epoch; u = t.parent[u] {
+			b.mark[u] = b.epoch
+			n++
+			if u == agg {
+				break
+			}
+		}
+	}
+	return n
+}
