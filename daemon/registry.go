@@ -258,6 +258,15 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 		j.JobEndSeen = true
 		t := e.Time
 		j.Ended = &t
+		// The job has ended on this node, so have its steps: close a step whose end
+		// event was lost (a crashed slurmstepd) or is still on its way; a late step_end
+		// still sets its end time and exit status.
+		for _, s := range j.Steps {
+			if s.State == Running {
+				end := t
+				s.State, s.Ended = Ended, &end
+			}
+		}
 		if j.State != OptedOut {
 			j.State = Ended
 		}

@@ -579,3 +579,25 @@ func TestApplySaveError(t *testing.T) {
 		t.Errorf("Apply returned job %+v, want job 1", j)
 	}
 }
+
+// job_end closes steps whose end was not (yet) seen; a late step_end still records the exit.
+func TestJobEndClosesOpenSteps(t *testing.T) {
+	r := newReg(t, RegistryConfig{})
+	applyAll(t, r, []applied{
+		{wire.StepStart, ev(7, "extern", at(0)), at(0)},
+		{wire.StepStart, ev(7, "batch", at(time.Second)), at(time.Second)},
+		{wire.JobEnd, ev(7, "", at(5*time.Second)), at(5 * time.Second)},
+	})
+	j := r.Jobs()[0]
+	for _, s := range j.Steps {
+		if s.State != Ended || s.Ended == nil || !s.Ended.Equal(at(5*time.Second)) || s.Exit != "" {
+			t.Errorf("step %s after job_end: %+v, want ended at the job's end, exit unknown", s.ID, s)
+		}
+	}
+	applyAll(t, r, []applied{{wire.StepEnd, ev(7, "batch", at(4*time.Second), func(e *wire.Event) { e.ExitStatus = intp(256) }), at(6 * time.Second)}})
+	for _, s := range r.Jobs()[0].Steps {
+		if s.ID == "batch" && (s.Exit != "1:0" || !s.Ended.Equal(at(4*time.Second))) {
+			t.Errorf("late step_end: %+v, want exit 1:0 ended at 4s", s)
+		}
+	}
+}
