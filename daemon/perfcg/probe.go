@@ -1,0 +1,88 @@
+package perfcg
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+)
+
+// Status is the probe result for one event.
+type Status struct {
+	Event     Event // tracepoints resolved when possible
+	Available bool
+	// Err says why the event is not available; it wraps ErrNotAvailable and, when
+	// perf_event_open failed, the errno (errors.Is(Err, unix.ENOENT): no PMU).
+	Err error
+}
+
+// Probed is the result of Probe, in catalog order.
+type Probed []Status
+
+// Available returns the events that exist, ready for Open.
+func (p Probed) Available() []Event {
+	var out []Event
+	for _, s := range p {
+		if s.Available {
+			out = append(out, s.Event)
+		}
+	}
+	return out
+}
+
+// Lookup returns the status of the event called name.
+func (p Probed) Lookup(name string) (Status, bool) {
+	for _, s := range p {
+		if s.Event.Name == name {
+			return s, true
+		}
+	}
+	return Status{}, false
+}
+
+// Probe tries every Catalog event once: tracepoint ids are resolved from tracefs under
+// fs.Root, then each event is opened in cgroup mode on CPU 0 against cgroupDir and
+// closed again. Unavailable events are logged (Info) and reported with the reason;
+// an error is returned only if cgroupDir cannot be opened.
+func Probe(fs FS, cgroupDir string, log zerolog.Logger) (Probed, error) {
+	return probe(fs, cgroupDir, Catalog(), log)
+}
+
+func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed, error) {
+	cg, err := unix.Open(cgroupDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("perf probe: cgroup %s: %w", cgroupDir, err)
+	}
+	defer unix.Close(cg)
+	out := make(Probed, 0, len(events))
+	for _, e := range events {
+		st := Status{Event: e}
+		re, err := fs.Resolve(e)
+		switch {
+		case err != nil:
+			st.Err = fmt.Errorf("%s (%s): %w: %w", e.Name, e.Kind, ErrNotAvailable, err)
+		default:
+			st.Event = re
+			fd, err := openEvent(re, cg, 0, -1, singleFormat, false)
+			if err != nil {
+				st.Err = notAvailable(re, 0, err)
+			} else {
+				unix.Close(fd)
+				st.Available = true
+			}
+		}
+		if st.Available {
+			log.Debug().Str("event", e.Name).Str("kind", e.Kind.String()).Msg("perf event available")
+		} else {
+			ev := log.Info().Str("event", e.Name).Str("kind", e.Kind.String()).Err(st.Err)
+			var errno unix.Errno
+			if errors.As(st.Err, &errno) {
+				ev = ev.Str("errno", unix.ErrnoName(errno))
+			}
+			ev.Msg("perf event not available")
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
