@@ -1,0 +1,207 @@
+// Package cgstats reads a Slurm job's resource statistics from its cgroups: CPU time and
+// throttling, memory current/peak, OOM events, page faults, pids, block I/O and PSI
+// pressure, on cgroup v1 and v2 (and hybrid hosts, where both are read and merged).
+//
+// # Not measured is not zero
+//
+// Every value in Stats has a bit in Stats.Measured. A field whose bit is clear was not
+// measured (controller not mounted or not enabled, file absent, kernel too old, cgroup
+// gone) and its value is meaningless; Stats.Missing says which fields and why. We chose a
+// bitset over pointer fields so that Stats stays a comparable plain value that is cheap to
+// copy every cycle and easy to diff in tests.
+//
+// # Input
+//
+// Reader.Read takes what jobcgroup.FS.Find or Self return: hierarchy key ("memory",
+// "cpu,cpuacct", "unified", ...) → cgroup directory as seen in the mount namespace. The
+// directories are resolved under the injected FS root. On v1 the reader uses the
+// hierarchical counters (cpuacct usage, memory usage and total_* in memory.stat, the
+// *_recursive blkio files), because Slurm puts the tasks into step_* children of job_J.
+//
+// # Where github.com/containerd/cgroups/v3 is used, and where not
+//
+//   - v1 cpuacct (user/system time), cpu (throttling), memory (usage, max usage,
+//     page faults from memory.stat) and pids: the library's per-controller Stat methods
+//     (cgroup1.NewCpuacct, NewCpu, NewMemory, NewPids). We call them per controller rather
+//     than through cgroup1.Load, because Load assumes one root directory holding every
+//     controller under its own name and one path for all of them, while here each
+//     hierarchy has its own mount point from mountinfo (separate cpu and cpuacct mounts,
+//     or a joint "cpu,cpuacct" one) under an injected root. The library controllers join
+//     <root>/<controller name> with the path they are given; we pass root "/" and a path
+//     "../<absolute dir>", which filepath.Join cleans to the absolute directory. One
+//     controller failing leaves the others measured.
+//   - v1 memory.oom_control: own parser (parseFlatKeyed). The library reports a missing
+//     oom_kill line (kernels before 4.13) as 0.
+//   - v1 blkio: own parser (parseBlkio). The library cannot tell an empty
+//     blkio.throttle.* file (kernels that do not account there) from zero I/O; we report
+//     the former as not measured.
+//   - PSI on v1 (cpu.pressure etc. in v1 directories with psi_v1): not in the library.
+//   - All of v2: own parsers. cgroup2.Manager.Stat turns an absent file (memory.peak on
+//     kernels before 5.19, memory.* when the memory controller is not enabled, the
+//     throttling keys of cpu.stat without the cpu controller) and unparsable content
+//     into 0, which is exactly what this package must not do, and it cannot be pointed
+//     at single files. The v2 formats are small (flat keyed, nested keyed, PSI, single
+//     value), so the parsers here are shorter than the workarounds would be.
+//
+// # Errors
+//
+// A missing controller, file or cgroup (the job ended mid-read) is an ordinary result:
+// the affected fields are not measured and listed in Missing (Stats.Vanished is set when
+// a cgroup directory disappeared). Malformed content is an error naming the file and
+// line; Read then still returns everything else it measured, with the error.
+package cgstats
+
+import (
+	"fmt"
+	"math/bits"
+	"strings"
+)
+
+// Field names one measured value of Stats; Fields combine with |.
+type Field uint32
+
+const (
+	CPUUser          Field = 1 << iota // Stats.CPUUserNs
+	CPUSystem                          // Stats.CPUSystemNs
+	CPUPeriods                         // Stats.NrPeriods
+	CPUThrottled                       // Stats.NrThrottled
+	CPUThrottledTime                   // Stats.ThrottledNs
+	MemCurrent                         // Stats.MemCurrent
+	MemPeak                            // Stats.MemPeak
+	MemOOM                             // Stats.OOM
+	MemOOMKill                         // Stats.OOMKill
+	PgFault                            // Stats.PgFault
+	PgMajFault                         // Stats.PgMajFault
+	PidsCurrent                        // Stats.Pids
+	IOReadBytes                        // Stats.IOReadBytes
+	IOWriteBytes                       // Stats.IOWriteBytes
+	IOReadOps                          // Stats.IOReadOps
+	IOWriteOps                         // Stats.IOWriteOps
+	PSICPUSome                         // Stats.CPUSome
+	PSICPUFull                         // Stats.CPUFull
+	PSIMemSome                         // Stats.MemSome
+	PSIMemFull                         // Stats.MemFull
+	PSIIOSome                          // Stats.IOSome
+	PSIIOFull                          // Stats.IOFull
+
+	fieldEnd
+	// AllFields is every Field.
+	AllFields = fieldEnd - 1
+)
+
+var fieldNames = [...]string{
+	"cpu_user", "cpu_system", "cpu_nr_periods", "cpu_nr_throttled", "cpu_throttled_time",
+	"mem_current", "mem_peak", "mem_oom", "mem_oom_kill", "pgfault", "pgmajfault",
+	"pids_current", "io_read_bytes", "io_write_bytes", "io_read_ops", "io_write_ops",
+	"psi_cpu_some", "psi_cpu_full", "psi_memory_some", "psi_memory_full", "psi_io_some", "psi_io_full",
+}
+
+// String lists the set fields' names, joined by "|".
+func (f Field) String() string {
+	if f == 0 {
+		return "none"
+	}
+	var parts []string
+	for f != 0 {
+		i := bits.TrailingZeros32(uint32(f))
+		if i < len(fieldNames) {
+			parts = append(parts, fieldNames[i])
+		} else {
+			parts = append(parts, fmt.Sprintf("field(%d)", i))
+		}
+		f &^= 1 << i
+	}
+	return strings.Join(parts, "|")
+}
+
+// Pressure is one PSI line ("some" or "full") of a *.pressure file.
+type Pressure struct {
+	Avg10   float64 // percent of the last 10 s
+	TotalUs uint64  // cumulative stall time, µs
+}
+
+// Stats is one read of a job's cgroups. A value counts only if its Field is in Measured.
+type Stats struct {
+	Measured Field
+
+	CPUUserNs, CPUSystemNs uint64 // cumulative CPU time
+	NrPeriods, NrThrottled uint64 // CFS bandwidth periods, and those throttled
+	ThrottledNs            uint64 // cumulative throttled time
+
+	MemCurrent, MemPeak uint64 // bytes; peak is max_usage_in_bytes (v1) or memory.peak (v2)
+	OOM, OOMKill        uint64 // v2 memory.events oom / oom_kill; v1 has only oom_kill
+	PgFault, PgMajFault uint64 // cumulative page faults
+
+	Pids uint64 // tasks now
+
+	IOReadBytes, IOWriteBytes uint64 // cumulative, all devices
+	IOReadOps, IOWriteOps     uint64
+
+	CPUSome, CPUFull Pressure
+	MemSome, MemFull Pressure
+	IOSome, IOFull   Pressure
+
+	// Missing explains every field not in Measured.
+	Missing []Missing
+	// Vanished is set when a job cgroup directory disappeared before or during the read.
+	Vanished bool
+}
+
+// Missing says why Fields were not measured.
+type Missing struct {
+	Fields Field
+	Path   string // file or directory (under the FS root) that was absent; "" if none applies
+	Why    string
+}
+
+// Has reports whether all of f were measured.
+func (s *Stats) Has(f Field) bool { return s.Measured&f == f }
+
+func (s *Stats) setU(f Field, dst *uint64, v uint64) {
+	if !s.Has(f) {
+		*dst = v
+		s.Measured |= f
+	}
+}
+
+func (s *Stats) setP(f Field, dst *Pressure, v Pressure) {
+	if !s.Has(f) {
+		*dst = v
+		s.Measured |= f
+	}
+}
+
+func (s *Stats) miss(f Field, path, why string) {
+	f &^= s.Measured
+	if f == 0 {
+		return
+	}
+	s.Missing = append(s.Missing, Missing{Fields: f, Path: path, Why: why})
+}
+
+// finish drops Missing notes for fields a later source measured, merges notes with the same
+// path and reason, and adds one for fields nothing tried to measure.
+func (s *Stats) finish() {
+	var out []Missing
+	var covered Field
+	idx := map[[2]string]int{}
+	for _, m := range s.Missing {
+		m.Fields &^= s.Measured
+		m.Fields &^= covered // first reason wins
+		if m.Fields == 0 {
+			continue
+		}
+		covered |= m.Fields
+		k := [2]string{m.Path, m.Why}
+		if i, ok := idx[k]; ok {
+			out[i].Fields |= m.Fields
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, m)
+	}
+	if rest := AllFields &^ s.Measured &^ covered; rest != 0 {
+		out = append(out, Missing{Fields: rest, Why: "no cgroup hierarchy of the job provides it"})
+	}
+	s.Missing = out
+}

@@ -1,0 +1,348 @@
+package cgstats
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+)
+
+// Options tune a Reader. The zero value is the default.
+type Options struct {
+	// PreferV1 takes a field that both a v1 controller and the v2 cgroup offer (hybrid
+	// hosts) from v1. By default v2 wins: its cpu.stat counts in µs, v1 cpuacct.stat in
+	// clock ticks.
+	PreferV1 bool
+}
+
+// Reader reads job cgroup statistics below an injected filesystem root.
+type Reader struct {
+	fs   jobcgroup.FS
+	opts Options
+}
+
+// NewReader returns a Reader for cgroup directories under fsys.Root.
+func NewReader(fsys jobcgroup.FS, opts Options) *Reader {
+	return &Reader{fs: fsys, opts: opts}
+}
+
+// Read reads the job's cgroups. paths maps hierarchy keys (Mount.Key: "memory",
+// "cpu,cpuacct", "unified", ...) to cgroup directories, as jobcgroup.FS.Find and Self
+// return them. Absent controllers, files and cgroups leave fields unmeasured (see
+// Stats.Missing); the error, if any, reports malformed or unreadable files, and the
+// returned Stats still holds everything else.
+func (r *Reader) Read(paths map[string]string) (Stats, error) {
+	rd := &read{root: r.fs.Root}
+	v1dirs := map[string]string{}
+	for key, dir := range paths {
+		if key == "unified" {
+			continue
+		}
+		for _, c := range strings.Split(key, ",") {
+			v1dirs[c] = dir
+		}
+	}
+	v2dir, hasV2 := paths["unified"]
+	if r.opts.PreferV1 {
+		rd.v1(v1dirs)
+	}
+	if hasV2 {
+		rd.v2(v2dir)
+	}
+	if !r.opts.PreferV1 {
+		rd.v1(v1dirs)
+	}
+	rd.s.finish()
+	return rd.s, errors.Join(rd.errs...)
+}
+
+type read struct {
+	root string
+	s    Stats
+	errs []error
+}
+
+// abs is dir under the FS root, made absolute (the cgroup1 path trick needs that).
+func (rd *read) abs(dir string) string {
+	p := filepath.Join(rd.root, dir)
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// absentErr reports whether err means "not there": the file does not exist, the cgroup was
+// removed under an open file (ENODEV), or the kernel has the file but not the feature
+// (EOPNOTSUPP, e.g. PSI switched off with cgroup.pressure=0 or psi=0).
+func absentErr(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EOPNOTSUPP)
+}
+
+// absent records fields as unmeasured because file (in cgroup dir) could not be read with
+// err, telling a vanished cgroup from an absent file.
+func (rd *read) absent(dir, file string, fields Field, err error) {
+	if _, serr := os.Stat(rd.abs(dir)); serr != nil && errors.Is(serr, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
+		rd.s.Vanished = true
+		rd.s.miss(fields, dir, "cgroup removed (job ended?)")
+		return
+	}
+	why := "file absent"
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		why = "not supported by the kernel"
+	}
+	rd.s.miss(fields, file, why)
+}
+
+// bad records a malformed or unreadable file.
+func (rd *read) bad(file string, fields Field, err error) {
+	rd.errs = append(rd.errs, fmt.Errorf("cgstats: %s: %w", file, err))
+	rd.s.miss(fields, file, "unreadable: "+err.Error())
+}
+
+// file reads dir/name. ok is false (and fields recorded as missing) when it cannot.
+func (rd *read) file(dir, name string, fields Field) (b []byte, ok bool) {
+	file := filepath.Join(dir, name)
+	b, err := os.ReadFile(filepath.Join(rd.root, file))
+	if err != nil {
+		if absentErr(err) {
+			rd.absent(dir, file, fields, err)
+		} else {
+			rd.bad(file, fields, err)
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+func (rd *read) single(dir, name string, f Field, dst *uint64) {
+	b, ok := rd.file(dir, name, f)
+	if !ok {
+		return
+	}
+	v, num, err := parseSingle(bytes.NewReader(b))
+	switch {
+	case err != nil:
+		rd.bad(filepath.Join(dir, name), f, err)
+	case !num:
+		rd.s.miss(f, filepath.Join(dir, name), "no number (\"max\")")
+	default:
+		rd.s.setU(f, dst, v)
+	}
+}
+
+func (rd *read) flat(dir, name string, fields Field) (map[string]uint64, bool) {
+	b, ok := rd.file(dir, name, fields)
+	if !ok {
+		return nil, false
+	}
+	m, err := parseFlatKeyed(bytes.NewReader(b))
+	if err != nil {
+		rd.bad(filepath.Join(dir, name), fields, err)
+		return nil, false
+	}
+	return m, true
+}
+
+// key sets f from m[k] when present; else records why (the file is there, the key not).
+func (rd *read) key(m map[string]uint64, k string, f Field, dst *uint64, scale uint64, file, why string) {
+	if v, ok := m[k]; ok {
+		rd.s.setU(f, dst, v*scale)
+		return
+	}
+	rd.s.miss(f, file, why)
+}
+
+func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Pressure) {
+	b, ok := rd.file(dir, name, some|full)
+	if !ok {
+		return
+	}
+	p, err := parsePSI(bytes.NewReader(b))
+	if err != nil {
+		rd.bad(filepath.Join(dir, name), some|full, err)
+		return
+	}
+	file := filepath.Join(dir, name)
+	if p.hasSome {
+		rd.s.setP(some, dSome, p.some)
+	} else {
+		rd.s.miss(some, file, "no \"some\" line")
+	}
+	if p.hasFull {
+		rd.s.setP(full, dFull, p.full)
+	} else {
+		rd.s.miss(full, file, "no \"full\" line (kernel before 5.13 for cpu)")
+	}
+}
+
+// v2 reads a cgroup v2 directory with the package's own parsers (see the package doc).
+func (rd *read) v2(dir string) {
+	s := &rd.s
+	const cpuStat = CPUUser | CPUSystem | CPUPeriods | CPUThrottled | CPUThrottledTime
+	if m, ok := rd.flat(dir, "cpu.stat", cpuStat); ok {
+		f := filepath.Join(dir, "cpu.stat")
+		rd.key(m, "user_usec", CPUUser, &s.CPUUserNs, 1000, f, "no user_usec")
+		rd.key(m, "system_usec", CPUSystem, &s.CPUSystemNs, 1000, f, "no system_usec")
+		const noCPU = "no throttling keys (cpu controller not enabled for this cgroup)"
+		rd.key(m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, f, noCPU)
+		rd.key(m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, f, noCPU)
+		rd.key(m, "throttled_usec", CPUThrottledTime, &s.ThrottledNs, 1000, f, noCPU)
+	}
+	rd.single(dir, "memory.current", MemCurrent, &s.MemCurrent)
+	rd.single(dir, "memory.peak", MemPeak, &s.MemPeak)
+	if m, ok := rd.flat(dir, "memory.events", MemOOM|MemOOMKill); ok {
+		f := filepath.Join(dir, "memory.events")
+		rd.key(m, "oom", MemOOM, &s.OOM, 1, f, "no oom key")
+		rd.key(m, "oom_kill", MemOOMKill, &s.OOMKill, 1, f, "no oom_kill key")
+	}
+	if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault); ok {
+		f := filepath.Join(dir, "memory.stat")
+		rd.key(m, "pgfault", PgFault, &s.PgFault, 1, f, "no pgfault key")
+		rd.key(m, "pgmajfault", PgMajFault, &s.PgMajFault, 1, f, "no pgmajfault key")
+	}
+	rd.single(dir, "pids.current", PidsCurrent, &s.Pids)
+	const io = IOReadBytes | IOWriteBytes | IOReadOps | IOWriteOps
+	if b, ok := rd.file(dir, "io.stat", io); ok {
+		t, err := parseIOStat(bytes.NewReader(b))
+		if err != nil {
+			rd.bad(filepath.Join(dir, "io.stat"), io, err)
+		} else {
+			s.setU(IOReadBytes, &s.IOReadBytes, t.rbytes)
+			s.setU(IOWriteBytes, &s.IOWriteBytes, t.wbytes)
+			s.setU(IOReadOps, &s.IOReadOps, t.rios)
+			s.setU(IOWriteOps, &s.IOWriteOps, t.wios)
+		}
+	}
+	rd.pressure(dir, "cpu.pressure", PSICPUSome, PSICPUFull, &s.CPUSome, &s.CPUFull)
+	rd.pressure(dir, "memory.pressure", PSIMemSome, PSIMemFull, &s.MemSome, &s.MemFull)
+	rd.pressure(dir, "io.pressure", PSIIOSome, PSIIOFull, &s.IOSome, &s.IOFull)
+}
+
+// libPath turns an absolute cgroup directory into the (root, path) pair for which a
+// cgroup1 controller's Path(path) = filepath.Join(root, <controller name>, path) is that
+// directory: root "/" and "../<dir>" (Join cleans "/cpu/../x" to "/x").
+func libPath(abs string) (root, path string) {
+	return "/", ".." + abs
+}
+
+type statter interface {
+	Stat(path string, stats *v1stats.Metrics) error
+}
+
+// lib runs a cgroup1 controller's Stat on dir; false (fields recorded) on failure.
+func (rd *read) lib(dir string, fields Field, mk func(root string) statter, m *v1stats.Metrics) bool {
+	root, p := libPath(rd.abs(dir))
+	err := mk(root).Stat(p, m)
+	if err == nil {
+		return true
+	}
+	file := dir
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// Name the file relative to the FS root, as the rest of the package does.
+		if rel, rerr := filepath.Rel(rd.abs(""), pe.Path); rerr == nil && !strings.HasPrefix(rel, "..") {
+			file = "/" + rel
+		}
+	}
+	if absentErr(err) {
+		rd.absent(dir, file, fields, err)
+	} else {
+		rd.bad(file, fields, err)
+	}
+	return false
+}
+
+// v1 reads cgroup v1 controller directories (controller name → dir).
+func (rd *read) v1(dirs map[string]string) {
+	s := &rd.s
+	newMetrics := func() *v1stats.Metrics {
+		return &v1stats.Metrics{CPU: &v1stats.CPUStat{Usage: &v1stats.CPUUsage{}, Throttling: &v1stats.Throttle{}}}
+	}
+	if dir, ok := dirs["cpuacct"]; ok {
+		m := newMetrics()
+		if rd.lib(dir, CPUUser|CPUSystem, func(r string) statter { return cgroup1.NewCpuacct(r) }, m) {
+			s.setU(CPUUser, &s.CPUUserNs, m.CPU.Usage.User)
+			s.setU(CPUSystem, &s.CPUSystemNs, m.CPU.Usage.Kernel)
+		}
+	}
+	if dir, ok := dirs["cpu"]; ok {
+		m := newMetrics()
+		if rd.lib(dir, CPUPeriods|CPUThrottled|CPUThrottledTime, func(r string) statter { return cgroup1.NewCpu(r) }, m) {
+			s.setU(CPUPeriods, &s.NrPeriods, m.CPU.Throttling.Periods)
+			s.setU(CPUThrottled, &s.NrThrottled, m.CPU.Throttling.ThrottledPeriods)
+			s.setU(CPUThrottledTime, &s.ThrottledNs, m.CPU.Throttling.ThrottledTime)
+		}
+	}
+	if dir, ok := dirs["memory"]; ok {
+		m := newMetrics()
+		mk := func(r string) statter {
+			return cgroup1.NewMemory(r, cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp"))
+		}
+		if rd.lib(dir, MemCurrent|MemPeak|PgFault|PgMajFault, mk, m) {
+			s.setU(MemCurrent, &s.MemCurrent, m.Memory.Usage.Usage)
+			s.setU(MemPeak, &s.MemPeak, m.Memory.Usage.Max)
+			// total_* are hierarchical: Slurm's tasks live in step_* children.
+			s.setU(PgFault, &s.PgFault, m.Memory.TotalPgFault)
+			s.setU(PgMajFault, &s.PgMajFault, m.Memory.TotalPgMajFault)
+		}
+		if oc, ok := rd.flat(dir, "memory.oom_control", MemOOMKill); ok {
+			rd.key(oc, "oom_kill", MemOOMKill, &s.OOMKill, 1, filepath.Join(dir, "memory.oom_control"), "no oom_kill key (kernel before 4.13)")
+		}
+		s.miss(MemOOM, "", "cgroup v1 counts OOM kills only (no oom event counter)")
+		rd.pressure(dir, "memory.pressure", PSIMemSome, PSIMemFull, &s.MemSome, &s.MemFull)
+	}
+	if dir, ok := dirs["pids"]; ok {
+		m := newMetrics()
+		if rd.lib(dir, PidsCurrent, func(r string) statter { return cgroup1.NewPids(r) }, m) {
+			s.setU(PidsCurrent, &s.Pids, m.Pids.Current)
+		}
+	}
+	if dir, ok := dirs["blkio"]; ok {
+		rd.blkio(dir, "io_service_bytes", IOReadBytes, IOWriteBytes, &s.IOReadBytes, &s.IOWriteBytes)
+		rd.blkio(dir, "io_serviced", IOReadOps, IOWriteOps, &s.IOReadOps, &s.IOWriteOps)
+		rd.pressure(dir, "io.pressure", PSIIOSome, PSIIOFull, &s.IOSome, &s.IOFull)
+	}
+	if dir, ok := dirs["cpuacct"]; ok {
+		rd.pressure(dir, "cpu.pressure", PSICPUSome, PSICPUFull, &s.CPUSome, &s.CPUFull)
+	} else if dir, ok := dirs["cpu"]; ok {
+		rd.pressure(dir, "cpu.pressure", PSICPUSome, PSICPUFull, &s.CPUSome, &s.CPUFull)
+	}
+}
+
+// blkio reads blkio.throttle.<what>_recursive (hierarchical; falls back to the
+// non-recursive file on kernels without it).
+func (rd *read) blkio(dir, what string, fr, fw Field, dr, dw *uint64) {
+	name := "blkio.throttle." + what + "_recursive"
+	b, err := os.ReadFile(filepath.Join(rd.root, dir, name))
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(rd.abs(dir)); serr == nil {
+			name = "blkio.throttle." + what
+		}
+	}
+	if err != nil {
+		var ok bool
+		if b, ok = rd.file(dir, name, fr|fw); !ok {
+			return
+		}
+	}
+	file := filepath.Join(dir, name)
+	r, w, ok, perr := parseBlkio(bytes.NewReader(b))
+	switch {
+	case perr != nil:
+		rd.bad(file, fr|fw, perr)
+	case !ok:
+		rd.s.miss(fr|fw, file, "file empty (kernel does not account I/O here)")
+	default:
+		rd.s.setU(fr, dr, r)
+		rd.s.setU(fw, dw, w)
+	}
+}
