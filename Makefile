@@ -4,16 +4,21 @@ NODES   ?= 2
 BUILD   := build
 BIN     := $(BUILD)/persyst
 SPANK   := $(BUILD)/spank_persyst.so
+LOAD    := $(BUILD)/persyst-workload
 GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 
 .PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status demo test test-unit test-integration bench clean
 
 all: build
 
-build: $(BIN) $(SPANK)
+build: $(BIN) $(SPANK) $(LOAD)
 
 $(BIN): $(GOFILES)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst
+
+# Known workloads for the correctness tests and benchmarks.
+$(LOAD): $(GOFILES)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst-workload
 
 $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o $@ ./spank

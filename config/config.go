@@ -27,11 +27,14 @@ type Config struct {
 	SlurmRestdTokenFile string
 	// SlurmRestdTimeout bounds one request to slurmrestd.
 	SlurmRestdTimeout time.Duration
+	// Cycle is the measurement period (CycleSeconds, 1 to 3600 s; default 60 s). Every
+	// node reads at Unix times that are multiples of it.
+	Cycle time.Duration
 }
 
 // Defaults is the configuration without a file.
 func Defaults() Config {
-	return Config{SlurmRestdTimeout: 10 * time.Second}
+	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second}
 }
 
 type field struct {
@@ -40,6 +43,14 @@ type field struct {
 }
 
 var fields = []field{
+	{"CycleSeconds", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 3600 {
+			return fmt.Errorf("want whole seconds between 1 and 3600, got %q", v)
+		}
+		c.Cycle = time.Duration(n) * time.Second
+		return nil
+	}},
 	{"SlurmRestd", func(c *Config, v string) error {
 		if !strings.HasPrefix(v, "unix:/") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
 			return fmt.Errorf("want unix:/path or http(s)://host:port, got %q", v)

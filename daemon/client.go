@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,7 +14,7 @@ import (
 )
 
 // ListJobs asks the daemon at socket for its registry.
-func ListJobs(ctx context.Context, socket string) (node string, jobs []*Job, err error) {
+func ListJobs(ctx context.Context, socket string) (node string, jobs []JobStatus, err error) {
 	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.List})
 	if err != nil {
 		return "", nil, err
@@ -25,10 +26,15 @@ func ListJobs(ctx context.Context, socket string) (node string, jobs []*Job, err
 }
 
 // WriteJobsTable prints jobs the way squeue users expect: one line per job.
-func WriteJobsTable(w io.Writer, node string, jobs []*Job) error {
+func WriteJobsTable(w io.Writer, node string, jobs []JobStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "JOBID\tNODE\tSTATE\tUSER\tUID\tCORES\tSTEPS\tSTARTED\tENDED\n")
-	for _, j := range jobs {
+	fmt.Fprintf(tw, "JOBID\tNODE\tSTATE\tUSER\tUID\tCORES\tSTEPS\tSAMPLES\tSTARTED\tENDED\n")
+	for _, js := range jobs {
+		j := js.Job
+		samples := "-"
+		if js.Measurement != nil {
+			samples = strconv.Itoa(js.Measurement.Samples)
+		}
 		steps := make([]string, 0, len(j.Steps))
 		for _, s := range j.Steps {
 			mark := ""
@@ -45,8 +51,8 @@ func WriteJobsTable(w io.Writer, node string, jobs []*Job) error {
 		if j.Ended != nil {
 			ended = j.Ended.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.JobID, node, j.State, user, j.UID,
-			orDash(j.Cores), orDash(strings.Join(steps, ",")), j.Started.Local().Format(time.DateTime), ended)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.JobID, node, j.State, user, j.UID,
+			orDash(j.Cores), orDash(strings.Join(steps, ",")), samples, j.Started.Local().Format(time.DateTime), ended)
 	}
 	return tw.Flush()
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
 )
 
 func TestWriteJobsTable(t *testing.T) {
-	jobs := []*Job{
-		{
+	jobs := []JobStatus{
+		{Job: &Job{
 			JobID: 42, User: "alice", UID: 1000, State: Ended, Cores: "0-3",
 			Started: time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC),
 			Ended:   tp(time.Date(2024, 6, 1, 13, 30, 5, 0, time.UTC)),
@@ -24,18 +25,18 @@ func TestWriteJobsTable(t *testing.T) {
 				{ID: "batch", State: Ended},
 				{ID: "0", State: Running},
 			},
-		},
-		{
+		}, Measurement: &measure.Summary{Samples: 90}},
+		{Job: &Job{
 			JobID: 1234567, UID: 0, State: OptedOut,
 			Started: time.Date(2024, 6, 2, 8, 0, 0, 0, time.UTC),
 			Steps:   []*Step{},
-		},
+		}},
 	}
 	tests := []struct {
 		name  string
 		local *time.Location
 		node  string
-		jobs  []*Job
+		jobs  []JobStatus
 		want  string
 	}{
 		{
@@ -44,9 +45,9 @@ func TestWriteJobsTable(t *testing.T) {
 			node:  "node1",
 			jobs:  jobs,
 			want: "" +
-				"JOBID    NODE   STATE      USER   UID   CORES  STEPS     STARTED              ENDED\n" +
-				"42       node1  ended      alice  1000  0-3    batch,0*  2024-06-01 12:00:00  2024-06-01 13:30:05\n" +
-				"1234567  node1  opted_out  -      0     -      -         2024-06-02 08:00:00  -\n",
+				"JOBID    NODE   STATE      USER   UID   CORES  STEPS     SAMPLES  STARTED              ENDED\n" +
+				"42       node1  ended      alice  1000  0-3    batch,0*  90       2024-06-01 12:00:00  2024-06-01 13:30:05\n" +
+				"1234567  node1  opted_out  -      0     -      -         -        2024-06-02 08:00:00  -\n",
 		},
 		{
 			name:  "two jobs in local time",
@@ -54,15 +55,15 @@ func TestWriteJobsTable(t *testing.T) {
 			node:  "n",
 			jobs:  jobs,
 			want: "" +
-				"JOBID    NODE  STATE      USER   UID   CORES  STEPS     STARTED              ENDED\n" +
-				"42       n     ended      alice  1000  0-3    batch,0*  2024-06-01 14:00:00  2024-06-01 15:30:05\n" +
-				"1234567  n     opted_out  -      0     -      -         2024-06-02 10:00:00  -\n",
+				"JOBID    NODE  STATE      USER   UID   CORES  STEPS     SAMPLES  STARTED              ENDED\n" +
+				"42       n     ended      alice  1000  0-3    batch,0*  90       2024-06-01 14:00:00  2024-06-01 15:30:05\n" +
+				"1234567  n     opted_out  -      0     -      -         -        2024-06-02 10:00:00  -\n",
 		},
 		{
 			name:  "no jobs",
 			local: time.UTC,
 			node:  "node1",
-			want:  "JOBID  NODE  STATE  USER  UID  CORES  STEPS  STARTED  ENDED\n",
+			want:  "JOBID  NODE  STATE  USER  UID  CORES  STEPS  SAMPLES  STARTED  ENDED\n",
 		},
 	}
 	for _, tc := range tests {

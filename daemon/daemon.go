@@ -25,6 +25,8 @@ type Config struct {
 	StateDir  string // registry state (e.g. /run/persyst/<node>)
 	SlurmUser string // besides root, this user may send events ("" or "root": root only)
 	Retention time.Duration
+	// Measure configures job measurement (its Root defaults to "/").
+	Measure MeasureConfig
 }
 
 // Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
@@ -56,11 +58,21 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err != nil {
 		return err
 	}
+	meas, err := NewMeasurer(cfg.Measure, reg, cfg.Node, log, clock)
+	if err != nil {
+		return err
+	}
 	ln, err := Listen(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	srv := NewServer(ServerConfig{AllowedUIDs: allowed}, reg, log, clock)
+	srv := NewServer(ServerConfig{AllowedUIDs: allowed}, reg, meas, log, clock)
+	// Jobs that were running when a previous daemon stopped are measured again.
+	for _, j := range reg.Jobs() {
+		if j.State == Running {
+			meas.Prepare(j)
+		}
+	}
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
 	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
 		log.Warn().Err(err).Msg("sd_notify READY failed")
@@ -68,7 +80,16 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go watchdog(wctx, log)
+	measured := make(chan struct{})
+	go func() {
+		defer close(measured)
+		if err := meas.Run(wctx, RealWait); err != nil {
+			log.Error().Err(err).Msg("measurement stopped")
+		}
+	}()
 	err = srv.Serve(ctx, ln)
+	wcancel()
+	<-measured
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	log.Info().Msg("persyst daemon stopped")
 	return err

@@ -408,3 +408,26 @@ func copyJob(j *Job) *Job {
 	}
 	return &c
 }
+
+// Running returns how many jobs (measured or opted out) have not ended on this node.
+func (r *Registry) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, j := range r.jobs {
+		if j.Ended == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Job returns a copy of one job, or nil.
+func (r *Registry) Job(id uint32) *Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j, ok := r.jobs[id]; ok {
+		return copyJob(j)
+	}
+	return nil
+}

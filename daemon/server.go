@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
 )
 
@@ -23,6 +24,7 @@ type Clock func() time.Time
 // Server answers requests on the daemon's unix socket.
 type Server struct {
 	reg     *Registry
+	meas    *Measurer // nil: events are recorded, jobs not measured
 	log     zerolog.Logger
 	clock   Clock
 	allowed map[uint32]bool
@@ -39,7 +41,7 @@ type ServerConfig struct {
 }
 
 // NewServer returns a server over reg.
-func NewServer(cfg ServerConfig, reg *Registry, log zerolog.Logger, clock Clock) *Server {
+func NewServer(cfg ServerConfig, reg *Registry, meas *Measurer, log zerolog.Logger, clock Clock) *Server {
 	allowed := map[uint32]bool{0: true}
 	for _, u := range cfg.AllowedUIDs {
 		allowed[u] = true
@@ -47,7 +49,7 @@ func NewServer(cfg ServerConfig, reg *Registry, log zerolog.Logger, clock Clock)
 	if cfg.ConnTimeout <= 0 {
 		cfg.ConnTimeout = 10 * time.Second
 	}
-	return &Server{reg: reg, log: log, clock: clock, allowed: allowed, timeout: cfg.ConnTimeout}
+	return &Server{reg: reg, meas: meas, log: log, clock: clock, allowed: allowed, timeout: cfg.ConnTimeout}
 }
 
 // Listen binds the unix socket at path. A stale socket left by a dead daemon is replaced;
@@ -149,7 +151,15 @@ func (s *Server) handle(c *net.UnixConn) {
 		return
 	}
 	if req.Kind == wire.List {
-		jobs, err := json.Marshal(s.reg.Jobs())
+		views := make([]JobStatus, 0)
+		for _, j := range s.reg.Jobs() {
+			v := JobStatus{Job: j}
+			if s.meas != nil {
+				v.Measurement = s.meas.Summary(j.JobID)
+			}
+			views = append(views, v)
+		}
+		jobs, err := json.Marshal(views)
 		if err != nil {
 			s.reply(c, &wire.Reply{Error: err.Error()}, log)
 			return
@@ -171,11 +181,35 @@ func (s *Server) handle(c *net.UnixConn) {
 		ev = ev.Str("state", string(j.State))
 	}
 	ev.Msg("lifecycle event")
-	if err != nil {
+	if err != nil && j == nil {
 		s.reply(c, &wire.Reply{Error: err.Error()}, log)
 		return
 	}
-	s.reply(c, &wire.Reply{OK: true}, log)
+	rep := &wire.Reply{OK: err == nil}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	// Measurement follows the registry even when saving the job failed: the event was
+	// applied in memory.
+	if s.meas != nil {
+		switch req.Kind {
+		case wire.JobStart:
+			s.meas.Prepare(j)
+		case wire.StepStart:
+			rep.Cgroup = s.meas.Prepare(j)
+		case wire.JobEnd:
+			s.meas.End(j.JobID)
+			s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
+		}
+	}
+	s.reply(c, rep, log)
+}
+
+// JobStatus is a job as `persyst jobs` shows it: the registry's record and the
+// measurement so far.
+type JobStatus struct {
+	*Job
+	Measurement *measure.Summary `json:"measurement,omitempty"`
 }
 
 func (s *Server) reply(c *net.UnixConn, r *wire.Reply, log zerolog.Logger) {

@@ -117,7 +117,7 @@ func startServer(t *testing.T, cfg ServerConfig, clock Clock) *testServer {
 		t.Fatalf("Listen: %v", err)
 	}
 	cfg.AllowedUIDs = append(cfg.AllowedUIDs, self())
-	srv := NewServer(cfg, reg, zerolog.Nop(), clock)
+	srv := NewServer(cfg, reg, nil, zerolog.Nop(), clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
@@ -154,7 +154,11 @@ func listJobs(t *testing.T, sock string) []*Job {
 	if node != "node1" {
 		t.Errorf("ListJobs node = %q, want node1", node)
 	}
-	return jobs
+	out := make([]*Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.Job
+	}
+	return out
 }
 
 // rawExchange sends line (plus a newline) on a fresh connection and returns the reply.
@@ -584,7 +588,7 @@ func TestListen(t *testing.T) {
 				t.Errorf("socket mode mismatch (-want +got):\n%s", diff)
 			}
 			// The new listener answers.
-			srv := NewServer(ServerConfig{AllowedUIDs: []uint32{self()}}, newReg(t, RegistryConfig{}), zerolog.Nop(), time.Now)
+			srv := NewServer(ServerConfig{AllowedUIDs: []uint32{self()}}, newReg(t, RegistryConfig{}), nil, zerolog.Nop(), time.Now)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ctx, ln) }()
@@ -612,7 +616,7 @@ func TestServeStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(ServerConfig{AllowedUIDs: []uint32{self()}, ConnTimeout: 500 * time.Millisecond}, newReg(t, RegistryConfig{}), zerolog.Nop(), time.Now)
+	srv := NewServer(ServerConfig{AllowedUIDs: []uint32{self()}, ConnTimeout: 500 * time.Millisecond}, newReg(t, RegistryConfig{}), nil, zerolog.Nop(), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()

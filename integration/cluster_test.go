@@ -212,6 +212,17 @@ func (c *cluster) socket(node string) string {
 // jobs asks node's daemon for its registry.
 func (c *cluster) jobs(t *testing.T, node string) []*daemon.Job {
 	t.Helper()
+	st := c.statuses(t, node)
+	out := make([]*daemon.Job, len(st))
+	for i, j := range st {
+		out[i] = j.Job
+	}
+	return out
+}
+
+// statuses asks node's daemon for its jobs with their measurements.
+func (c *cluster) statuses(t *testing.T, node string) []daemon.JobStatus {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n, jobs, err := daemon.ListJobs(ctx, c.socket(node))

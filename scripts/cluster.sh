@@ -36,6 +36,8 @@ RESTD=${RESTD:-1}
 PLUGIN=${PLUGIN:-1}
 # DAEMONS=0 starts no persyst daemons.
 DAEMONS=${DAEMONS:-1}
+# Measurement cycle of the node daemons (production default: 60s).
+CYCLE=${PERSYST_CYCLE:-1s}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
 
 log() { echo "cluster: $*" >&2; }
@@ -120,13 +122,19 @@ down() {
 	for n in $(node_names); do
 		ip link del "ps-$n" 2>/dev/null || true
 	done
-	# Empty job cgroups left by a crashed slurmd (cgroup/v1 names them slurm_<node>).
+	# Empty job cgroups left by a crashed slurmd (cgroup/v1 names them slurm_<node>) and the
+	# daemons' own per-job perf cgroups (persyst_<node>).
 	for n in $(node_names); do
-		for c in /sys/fs/cgroup/*/slurm_"$n"; do
+		for c in /sys/fs/cgroup/*/slurm_"$n" /sys/fs/cgroup/*/persyst_"$n"; do
 			[ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 		done
 	done
 	rm -f "$DIR/env"
+	# tracefs, if this script mounted it (file-open tracepoints need it).
+	if [ -f "$DIR/tracefs.mounted" ]; then
+		umount /sys/kernel/tracing 2>/dev/null || true
+		rm -f "$DIR/tracefs.mounted"
+	fi
 }
 
 write_configs() {
@@ -241,7 +249,7 @@ daemon_start() {
 	[ -e "$ns" ] || die "no namespace for $node (is the cluster up?)"
 	kill_pidfile "$DIR/run/persyst-$node.pid"
 	start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
-		nsenter --net="$ns" "$BIN" daemon --node "$node" \
+		nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" \
 		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node"
 	for _ in $(seq 1 50); do
 		"$BIN" jobs --socket "$DIR/run/$node/persyst.sock" --timeout 1s >/dev/null 2>&1 && return 0
@@ -290,6 +298,12 @@ up() {
 	: >"$nodes_file"
 	for k in $(seq 1 "$n"); do echo "node$k" >>"$nodes_file"; done
 	setup_network "$n"
+	# The daemons read tracepoint ids from tracefs (file open/close rates). A systemd host
+	# mounts it at boot; this machine may not: mount it, and unmount it in down.
+	if [ ! -e /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
+		mount -t tracefs tracefs /sys/kernel/tracing && : >"$DIR/tracefs.mounted" ||
+			echo "cluster: tracefs not mounted; file open/close rates will not be measured" >&2
+	fi
 
 	export SLURM_CONF="$DIR/etc/slurm.conf"
 	start_bg "$DIR/run/munged.pid" munged "$DIR/log/munged.out" \

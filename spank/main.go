@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -215,7 +216,11 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 		err = wire.Deliver(ctx, sock, req)
 	} else {
 		// Start events wait for the daemon: it prepares before the tasks start.
-		_, err = wire.Call(ctx, sock, req)
+		var rep *wire.Reply
+		rep, err = wire.Call(ctx, sock, req)
+		if err == nil && k == wire.StepStart {
+			setJoin(rep.Cgroup)
+		}
 	}
 	plugin.mu.Lock()
 	defer plugin.mu.Unlock()
@@ -244,6 +249,21 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	}
 	logf(C.PERSYST_LOG_DEBUG, "%s: %s sent in %v", jobStep(e), k, time.Since(start).Round(time.Microsecond))
 	return 0
+}
+
+// setJoin hands the task hook the cgroup the daemon wants the step's tasks in. Only a
+// clean absolute path is accepted; the C side opens <dir>/cgroup.procs with O_NOFOLLOW.
+func setJoin(dir string) {
+	if dir == "" || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || len(dir) > 3000 {
+		if dir != "" {
+			logf(C.PERSYST_LOG_ERROR, "daemon sent an unusable cgroup path %q; tasks not moved", dir)
+		}
+		C.persyst_set_join(nil)
+		return
+	}
+	cs := C.CString(dir)
+	defer C.free(unsafe.Pointer(cs))
+	C.persyst_set_join(cs)
 }
 
 // jobStep names a job or step the way Slurm's logs do: "job 7" or "step 7.batch".

@@ -11,6 +11,9 @@
  * Failures never fail a job: every hook returns 0 (ESPANK_SUCCESS) except the option
  * callback, which rejects a bad --persyst value in sbatch/srun/salloc, before the job exists.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,10 @@ static int exit_status;
 
 static int opt_cb(int val, const char *optarg, int remote);
 
+/* The cgroup.procs file of the cgroup the daemon created for this job, set before the
+ * tasks fork (see persyst_set_join); tasks write their pid there. */
+static char join_procs[PATH_MAX];
+
 static struct spank_option persyst_option = {
 	"persyst", "on|off",
 	"Job performance monitoring by persyst: 'on' (site default) or 'off' to opt out. "
@@ -59,6 +66,43 @@ void persyst_log(int level, const char *msg)
 		slurm_debug("%s", msg);
 		break;
 	}
+}
+
+void persyst_set_join(const char *dir)
+{
+	join_procs[0] = '\0';
+	if (dir == NULL || dir[0] != '/')
+		return;
+	if (snprintf(join_procs, sizeof(join_procs), "%s/cgroup.procs", dir) >= (int)sizeof(join_procs))
+		join_procs[0] = '\0';
+}
+
+/* task_init_privileged runs in the forked task, as root, before it execs the user's
+ * program: plain C only. It moves the task into persyst's cgroup for the job, so perf
+ * events in cgroup mode count it and everything it starts. Failure is logged and ignored:
+ * the task runs unmeasured by perf, never harmed. */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+	char pid[32];
+	int fd, n, saved;
+
+	(void)sp;
+	(void)ac;
+	(void)av;
+	if (plugin_disabled || join_procs[0] == '\0')
+		return ESPANK_SUCCESS;
+	fd = open(join_procs, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		slurm_info("persyst: task %d not measured by perf: open %s: %s", (int)getpid(), join_procs, strerror(errno));
+		return ESPANK_SUCCESS;
+	}
+	n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	if (write(fd, pid, n) != n) {
+		saved = errno;
+		slurm_info("persyst: task %d not measured by perf: write %s: %s", (int)getpid(), join_procs, strerror(saved));
+	}
+	close(fd);
+	return ESPANK_SUCCESS;
 }
 
 static int opt_cb(int val, const char *optarg, int remote)

@@ -19,6 +19,7 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/spank/options"
 )
@@ -27,6 +28,7 @@ const usage = `usage: persyst COMMAND [flags]
 
 commands:
   daemon     run the node daemon (as root, one per node)
+  run        run a command measured like a job: persyst run [--interval D] [--json] -- CMD
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   balance simulate
@@ -49,6 +51,19 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "daemon":
 		err = runDaemon(ctx, args)
+	case "run":
+		var code int
+		code, err = runRun(ctx, args)
+		if err == nil {
+			os.Exit(code)
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "persyst:", err)
+		os.Exit(max(code, 1))
+	case standalone.ChildCommand:
+		os.Exit(standalone.Child(args))
 	case "jobs":
 		err = runJobs(ctx, args)
 	case "jobmap":
@@ -94,8 +109,21 @@ func runDaemon(ctx context.Context, args []string) error {
 	slurmUser := fs.String("slurm-user", "root", "Slurm user allowed to send events besides root")
 	retention := fs.Duration("retention", 24*time.Hour, "how long ended jobs stay in the registry")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	cycle := fs.Duration("cycle", 0, "measurement cycle (default: CycleSeconds from persyst.conf, else 60s)")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf")
+	noMeasure := fs.Bool("no-measure", false, "record lifecycle events only; measure nothing")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	if err != nil {
+		return err
+	}
+	if *cycle == 0 {
+		*cycle = conf.Cycle
+	}
+	if *cycle < time.Second {
+		return fmt.Errorf("--cycle %v: the cycle must be at least 1s", *cycle)
 	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {
@@ -109,7 +137,34 @@ func runDaemon(ctx context.Context, args []string) error {
 		StateDir:  expand(*stateDir),
 		SlurmUser: *slurmUser,
 		Retention: *retention,
+		Measure:   daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure},
 	}, log, time.Now)
+}
+
+func runRun(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("persyst run [flags] -- CMD ARGS...", flag.ContinueOnError)
+	interval := fs.Duration("interval", time.Minute, "measurement cycle (reads at multiples of it, and at the end)")
+	asJSON := fs.Bool("json", false, "print the result as JSON (to stderr)")
+	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	if *interval < time.Second {
+		return 2, fmt.Errorf("--interval %v: must be at least 1s", *interval)
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return 2, fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(lvl).With().Timestamp().Logger()
+	return standalone.Run(ctx, standalone.Options{
+		Interval: *interval,
+		JSON:     *asJSON,
+		Stdin:    os.Stdin,
+		Stdout:   os.Stdout,
+		Stderr:   os.Stderr,
+		Log:      log,
+	}, fs.Args())
 }
 
 func runJobs(ctx context.Context, args []string) error {
@@ -132,7 +187,7 @@ func runJobs(ctx context.Context, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Node string        `json:"node"`
-			Jobs []*daemon.Job `json:"jobs"`
+			Jobs []daemon.JobStatus `json:"jobs"`
 		}{n, jobs})
 	}
 	return daemon.WriteJobsTable(os.Stdout, n, jobs)

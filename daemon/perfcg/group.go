@@ -190,7 +190,35 @@ func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
 	}
 	// The kernel holds its own reference to the cgroup once the events are open.
 	defer unix.Close(cg)
+	return open(target{name: cgroupDir, pid: cg, flags: unix.PERF_FLAG_PID_CGROUP}, cpus, events)
+}
 
+// OpenProcess counts events for process pid and every process it starts afterwards
+// (inherit), per CPU. This is what an unprivileged user can count (`persyst run` as
+// non-root): children's counts are added to the returned values when they exit. Grouped
+// events are opened singly: the kernel cannot read an inherited group as one.
+func OpenProcess(pid int, cpus []int, events []Event) (*Group, error) {
+	if len(cpus) == 0 || pid <= 0 {
+		return nil, fmt.Errorf("perf open pid %d: no CPUs or bad pid", pid)
+	}
+	single := make([]Event, len(events))
+	for i, e := range events {
+		e.Group = ""
+		single[i] = e
+	}
+	return open(target{name: fmt.Sprintf("pid %d", pid), pid: pid, inherit: true}, cpus, single)
+}
+
+// target is what events count: a cgroup (pid is the directory fd) or a process.
+type target struct {
+	name    string
+	pid     int
+	flags   int
+	inherit bool
+}
+
+func open(t target, cpus []int, events []Event) (*Group, error) {
+	cgroupDir := t.name
 	g := &Group{
 		cgroupDir:   cgroupDir,
 		cpus:        append([]int(nil), cpus...),
@@ -208,7 +236,7 @@ func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
 				continue
 			}
 			if e.Group == "" {
-				fd, err := openEvent(e, cg, cpu, -1, singleFormat, false)
+				fd, err := openEvent(e, t, cpu, -1, singleFormat, false)
 				if err != nil {
 					g.errs[i][j] = notAvailable(e, cpu, err)
 					continue
@@ -227,7 +255,7 @@ func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
 			if isMember {
 				leaderFD = g.units[u].fd
 			}
-			fd, err := openEvent(e, cg, cpu, leaderFD, groupFormat, !isMember)
+			fd, err := openEvent(e, t, cpu, leaderFD, groupFormat, !isMember)
 			if err != nil {
 				g.errs[i][j] = notAvailable(e, cpu, err)
 				if !isMember {
@@ -273,7 +301,7 @@ func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
 	return g, nil
 }
 
-func openEvent(e Event, cgroupFD, cpu, groupFD int, format uint64, disabled bool) (int, error) {
+func openEvent(e Event, t target, cpu, groupFD int, format uint64, disabled bool) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:        e.Type,
 		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
@@ -283,7 +311,11 @@ func openEvent(e Event, cgroupFD, cpu, groupFD int, format uint64, disabled bool
 	if disabled {
 		attr.Bits |= unix.PerfBitDisabled
 	}
-	return unix.PerfEventOpen(&attr, cgroupFD, cpu, groupFD, unix.PERF_FLAG_PID_CGROUP|unix.PERF_FLAG_FD_CLOEXEC)
+	if t.inherit {
+		// Unprivileged users may count only user space (kernel.perf_event_paranoid 2).
+		attr.Bits |= unix.PerfBitInherit | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
+	}
+	return unix.PerfEventOpen(&attr, t.pid, cpu, groupFD, t.flags|unix.PERF_FLAG_FD_CLOEXEC)
 }
 
 func eventID(fd int) (uint64, error) {

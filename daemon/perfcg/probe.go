@@ -64,7 +64,7 @@ func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed,
 			st.Err = fmt.Errorf("%s (%s): %w: %w", e.Name, e.Kind, ErrNotAvailable, err)
 		default:
 			st.Event = re
-			fd, err := openEvent(re, cg, 0, -1, singleFormat, false)
+			fd, err := openEvent(re, target{name: cgroupDir, pid: cg, flags: unix.PERF_FLAG_PID_CGROUP}, 0, -1, singleFormat, false)
 			if err != nil {
 				st.Err = notAvailable(re, 0, err)
 			} else {
@@ -85,4 +85,21 @@ func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed,
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Reason says in a few words why event e is not available, given the error Probe or Open
+// reported for it: the errno's meaning ("no PMU for this event (typical in VMs)"), or that
+// tracefs is not mounted.
+func Reason(e Event, err error) string {
+	if err == nil {
+		return ""
+	}
+	if errors.Is(err, ErrNoTracefs) {
+		return "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return reason(e, errno)
+	}
+	return err.Error()
 }

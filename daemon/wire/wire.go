@@ -91,6 +91,10 @@ type Reply struct {
 	// Node and Jobs answer a List request.
 	Node string          `json:"node,omitempty"`
 	Jobs json.RawMessage `json:"jobs,omitempty"`
+	// Cgroup answers a step_start: the cgroup directory (absolute, in the node's mount
+	// namespace) that the plugin moves the step's tasks into before they exec, so that
+	// perf events count them; empty when Slurm's own job cgroup serves.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 var (

@@ -1,0 +1,124 @@
+package procio
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+)
+
+// ListProcs returns the PIDs in the cgroup.procs of cgroupDir and of all its descendant
+// directories, deduplicated and sorted. cgroupDir is an absolute path as seen in the mount
+// namespace (as jobcgroup.FS.Find returns it), resolved under fs.Root.
+//
+// A descendant that vanishes during the walk (a step ended) is skipped. cgroupDir itself
+// missing is an error wrapping fs.ErrNotExist (the job ended). A threaded cgroup's
+// cgroup.procs cannot be read (EOPNOTSUPP); its processes are listed by its thread-domain
+// ancestor, so it is skipped. Other errors (malformed cgroup.procs, permission) are
+// returned joined, with the PIDs that could be read.
+func (fsys FS) ListProcs(cgroupDir string) ([]int, error) {
+	top := filepath.Join(fsys.Root, cgroupDir)
+	st, err := os.Stat(top)
+	if err != nil {
+		return nil, fmt.Errorf("procio: cgroup %s: %w", cgroupDir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("procio: cgroup %s: not a directory", cgroupDir)
+	}
+	w := walker{root: fsys.Root}
+	if err := w.walk(cgroupDir, true); err != nil {
+		return nil, err
+	}
+	slices.Sort(w.pids)
+	return slices.Compact(w.pids), errors.Join(w.errs...)
+}
+
+type walker struct {
+	root string
+	pids []int
+	errs []error
+}
+
+// vanished reports whether err means the cgroup directory or file is gone: ENOENT, or
+// ENODEV for a file of a cgroup removed while open.
+func vanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}
+
+// walk reads dir's cgroup.procs and descends into its subdirectories. Only an error about
+// the top directory itself vanishing is returned; the rest is collected in w.errs.
+func (w *walker) walk(dir string, top bool) error {
+	file := filepath.Join(dir, "cgroup.procs")
+	b, err := os.ReadFile(filepath.Join(w.root, file))
+	switch {
+	case err == nil:
+		var perr error
+		w.pids, perr = parseProcs(b, w.pids)
+		if perr != nil {
+			w.errs = append(w.errs, fmt.Errorf("procio: %s: %w", file, perr))
+		}
+	case vanished(err) && top:
+		if _, serr := os.Stat(filepath.Join(w.root, dir)); serr != nil && vanished(serr) {
+			return fmt.Errorf("procio: cgroup %s: %w", dir, serr)
+		}
+		return fmt.Errorf("procio: cgroup %s: no cgroup.procs: not a cgroup directory", dir)
+	case vanished(err):
+		return nil // the step ended while we walked
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		// threaded cgroup: its processes are in the thread domain's cgroup.procs
+	default:
+		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
+	}
+	f, err := os.Open(filepath.Join(w.root, dir))
+	if err != nil {
+		if vanished(err) {
+			if top {
+				return fmt.Errorf("procio: cgroup %s: %w", dir, err)
+			}
+			return nil
+		}
+		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
+		return nil
+	}
+	ents, err := f.ReadDir(-1) // unsorted: no need, and cgroup dirs hold many files
+	f.Close()
+	if err != nil && !vanished(err) {
+		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			_ = w.walk(filepath.Join(dir, e.Name()), false)
+		}
+	}
+	return nil
+}
+
+// parseProcs appends the PIDs of a cgroup.procs file (one decimal per line) to dst.
+func parseProcs(b []byte, dst []int) ([]int, error) {
+	for line := 1; len(b) > 0; line++ {
+		var f []byte
+		f, b = nextLine(b)
+		f = trimSpace(f)
+		if len(f) == 0 {
+			continue
+		}
+		n, ok := atou(f)
+		if !ok || n == 0 || n > 1<<31-1 {
+			return dst, fmt.Errorf("line %d: want a pid, got %q", line, f)
+		}
+		dst = append(dst, int(n))
+	}
+	return dst, nil
+}
+
+func nextLine(b []byte) (line, rest []byte) {
+	for i, c := range b {
+		if c == '\n' {
+			return b[:i], b[i+1:]
+		}
+	}
+	return b, nil
+}

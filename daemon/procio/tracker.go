@@ -1,0 +1,155 @@
+package procio
+
+import "errors"
+
+// Tracker follows a set of processes across reads and keeps their cumulative I/O,
+// including what exited processes did (see the package documentation for the rules).
+// It is not safe for concurrent use.
+type Tracker struct {
+	rd    pidReader
+	procs map[int]*proc // tracked processes by pid
+	total IO
+	gen   uint64 // Update counter
+
+	// Scratch space reused across Updates.
+	extra   []int       // tracked pids not in the list passed to Update
+	gone    []goneProc  // processes found gone in this Update
+	goneIdx map[int]int // pid → index in gone
+	errs    []error
+}
+
+// proc is a tracked process.
+type proc struct {
+	start uint64 // starttime: with the pid, the process's identity
+	ppid  int    // parent as of the last read
+	last  IO     // counters already counted (per-field high-water mark)
+	delta IO     // raw difference found by the Update with gen == read
+	sub   IO     // reaped descendants' counters to subtract (pending until a read)
+	tried uint64 // gen of the last Update that tried to read it
+	read  uint64 // gen of the last Update that read it
+}
+
+// goneProc is a process found gone, as last read.
+type goneProc struct {
+	pid, ppid int
+	start     uint64
+	last      IO // what its reaper absorbed and we counted already
+}
+
+// NewTracker returns a Tracker reading <fs.Root>/proc.
+func NewTracker(fs FS) *Tracker {
+	return &Tracker{
+		rd:      newPidReader(fs.Root),
+		procs:   map[int]*proc{},
+		goneIdx: map[int]int{},
+	}
+}
+
+// Update reads /proc/PID/stat and /proc/PID/io of every pid in pids and of every process
+// tracked before, and returns the cumulative I/O of the process set since tracking began
+// (never decreasing) and the number of processes read. err joins the per-process failures
+// other than exits (permission denied, malformed content, each naming its file); total
+// still counts everything that could be read.
+func (t *Tracker) Update(pids []int) (total IO, nprocs int, err error) {
+	t.gen++
+	t.errs = t.errs[:0]
+	t.gone = t.gone[:0]
+	clear(t.goneIdx)
+
+	for _, pid := range pids {
+		t.visit(pid)
+	}
+	t.extra = t.extra[:0]
+	for pid, p := range t.procs {
+		if p.tried != t.gen {
+			t.extra = append(t.extra, pid)
+		}
+	}
+	for _, pid := range t.extra {
+		t.visit(pid)
+	}
+
+	for i := range t.gone {
+		if a := t.absorber(&t.gone[i]); a != nil {
+			a.sub = a.sub.Add(t.gone[i].last)
+		}
+	}
+	for _, p := range t.procs {
+		if p.read != t.gen {
+			continue
+		}
+		nprocs++
+		// Capped per field at the raw delta by the saturating Sub.
+		t.total = t.total.Add(p.delta.Sub(p.sub))
+		p.sub = IO{}
+	}
+	if len(t.errs) > 0 {
+		err = errors.Join(t.errs...)
+	}
+	return t.total, nprocs, err
+}
+
+// visit reads one pid and updates its entry.
+func (t *Tracker) visit(pid int) {
+	p := t.procs[pid]
+	if p != nil && p.tried == t.gen {
+		return // listed twice
+	}
+	st, cur, res, err := t.rd.read(pid)
+	switch res {
+	case readGone:
+		if p != nil {
+			t.markGone(pid, p)
+		}
+		return
+	case readFailed:
+		t.errs = append(t.errs, err)
+		if p != nil {
+			p.tried = t.gen // stays tracked; counted when readable again
+		}
+		return
+	}
+	if p != nil && p.start != st.StartTime {
+		t.markGone(pid, p) // pid reused: the process we knew is gone
+		p = nil
+	}
+	if p == nil {
+		p = &proc{start: st.StartTime, delta: cur, last: cur}
+		t.procs[pid] = p
+	} else {
+		p.delta = cur.Sub(p.last)
+		p.last = p.last.max(cur)
+	}
+	p.ppid = st.PPID
+	p.tried, p.read = t.gen, t.gen
+}
+
+func (t *Tracker) markGone(pid int, p *proc) {
+	t.goneIdx[pid] = len(t.gone)
+	// Its reaper absorbs all p ever had: the counters we counted (last) and those of
+	// children p reaped since its last successful read (sub, still pending).
+	t.gone = append(t.gone, goneProc{pid: pid, ppid: p.ppid, start: p.start, last: p.last.Add(p.sub)})
+	delete(t.procs, pid)
+}
+
+// absorber returns the tracked process that reaped g (directly, or through ancestors that
+// are gone too), or nil if there is none. A parent is never younger than its child, which
+// tells a reused pid from the real parent.
+func (t *Tracker) absorber(g *goneProc) *proc {
+	c := g
+	for range len(t.gone) + 1 {
+		pp := c.ppid
+		if pp <= 0 {
+			return nil
+		}
+		if a := t.procs[pp]; a != nil && a.start <= c.start && a.tried == t.gen {
+			return a
+		}
+		j, ok := t.goneIdx[pp]
+		if !ok || t.gone[j].start > c.start {
+			return nil
+		}
+		c = &t.gone[j]
+	}
+	return nil // a cycle: cannot happen with real parent links
+}

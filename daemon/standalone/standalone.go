@@ -1,0 +1,479 @@
+// Package standalone is `persyst run -- CMD`: it measures one command the way the daemon
+// measures a Slurm job, without Slurm.
+//
+// As root it creates a transient cgroup per hierarchy (the cgroup v2 hierarchy when it is
+// writable, and the v1 hierarchies of cpu, cpuacct, memory, blkio, pids and perf_event
+// when mounted: on hybrid hosts like our CI machine memory and I/O live only in v1),
+// starts CMD inside them, counts perf events in cgroup mode per CPU, reads the cgroup
+// statistics and the process I/O at every cycle boundary and once more when CMD exits
+// (while it is still a zombie, so its final /proc/PID/io is seen), then removes the
+// cgroups.
+//
+// Without privileges it says what it cannot do and measures what it can: perf events of
+// CMD's process tree in inherit mode (user space only), the I/O of CMD's processes from
+// /proc, and CPU time, peak memory and page faults from wait4's rusage at the end.
+//
+// CMD is started through a re-executed copy of persyst (Child) that waits until persyst
+// has moved it into the cgroups and opened the counters, then execs CMD: every
+// instruction of CMD runs inside them, and the child itself makes no write(2) that would
+// count as CMD's I/O. CMD gets persyst's stdin, stdout and stderr and its
+// environment. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded; SIGINT and SIGQUIT are
+// ignored by persyst while CMD runs (as time(1) does): from a terminal CMD, in the same
+// process group, receives them itself. persyst exits with CMD's status, or 128+N when a
+// signal N killed it.
+package standalone
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/netstat"
+	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/procio"
+)
+
+// ChildCommand is the hidden persyst subcommand that joins the cgroups and execs CMD.
+const ChildCommand = "__run-child"
+
+// Options configure Run.
+type Options struct {
+	Interval time.Duration // cycle; reads at multiples of it (default 60 s)
+	JSON     bool          // print the result as JSON instead of text
+	Root     string        // filesystem root ("/")
+	Self     string        // the persyst executable to re-exec ("/proc/self/exe")
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer // CMD's stderr, and where the summary goes
+	Log      zerolog.Logger
+	Now      func() time.Time
+	// Unprivileged forces the non-root path (tests).
+	Unprivileged bool
+}
+
+// Result is what `persyst run --json` prints.
+type Result struct {
+	Command    []string         `json:"command"`
+	ExitStatus int              `json:"exit_status"`      // persyst's own exit code
+	Signal     string           `json:"signal,omitempty"` // the signal that killed CMD
+	Mode       string           `json:"mode"`             // "cgroup" or "unprivileged"
+	Limits     []string         `json:"limits,omitempty"` // what could not be measured in this mode
+	Cgroups    []string         `json:"cgroups,omitempty"`
+	Summary    measure.Summary  `json:"summary"`
+	Samples    []measure.Sample `json:"samples"`
+}
+
+// Run runs argv measured and returns the exit code persyst should exit with.
+func Run(ctx context.Context, opts Options, argv []string) (int, error) {
+	if len(argv) == 0 {
+		return 2, errors.New("no command given: persyst run [--interval D] [--json] -- CMD ARGS...")
+	}
+	if opts.Root == "" {
+		opts.Root = "/"
+	}
+	if opts.Self == "" {
+		opts.Self = "/proc/self/exe"
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return 127, fmt.Errorf("%s: %w", argv[0], err)
+	}
+	r := &runner{opts: opts, argv: argv, fs: jobcgroup.FS{Root: opts.Root}}
+	defer r.cleanup()
+	cpus, err := r.cpus()
+	if err != nil {
+		return 1, err
+	}
+	env := &measure.Env{
+		Stats: cgstats.NewReader(r.fs, cgstats.Options{}),
+		Proc:  procio.FS{Root: opts.Root},
+		Net:   netstat.FS{Root: opts.Root},
+		Log:   opts.Log,
+		Now:   opts.Now,
+	}
+	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus}
+	privileged := !opts.Unprivileged && r.makeCgroups()
+	if privileged {
+		r.mode = "cgroup"
+		spec.StatCgroups = r.stat
+		spec.ProcCgroup = r.procDir
+		if r.perfDir != "" {
+			spec.PerfCgroup = filepath.Join(opts.Root, r.perfDir)
+			probed, err := perfcg.Probe(perfcg.FS{Root: opts.Root}, spec.PerfCgroup, opts.Log)
+			if err != nil {
+				spec.PerfCgroup, spec.PerfWhy = "", err.Error()
+			} else {
+				env.Events = perfcg.WithIPC(probed.Available())
+				env.Unavailable = map[string]string{}
+				for _, st := range probed {
+					if !st.Available {
+						env.Unavailable[st.Event.Name] = "not available: " + perfcg.Reason(st.Event, st.Err)
+					}
+				}
+			}
+		} else {
+			spec.PerfWhy = "no cgroup v2 or perf_event v1 hierarchy to count in"
+		}
+	} else {
+		r.mode = "unprivileged"
+		r.limits = append(r.limits,
+			fmt.Sprintf("running as uid %d without the right to create cgroups (%s): cgroup statistics (throttling, OOM events, block I/O, pressure) are not measured", os.Getuid(), r.cgErr),
+			"perf events count user space only, per CPU, for the command's processes (inherit mode); CPU time, peak memory and page faults come from wait4's rusage at the end")
+		resolved := perfcg.FS{Root: opts.Root}
+		for _, e := range perfcg.Catalog() {
+			if re, err := resolved.Resolve(e); err == nil {
+				env.Events = append(env.Events, re)
+			}
+		}
+	}
+	// The child waits for a byte on fd 3 before it execs CMD.
+	gate, release, err := os.Pipe()
+	if err != nil {
+		return 1, fmt.Errorf("pipe: %w", err)
+	}
+	cmd := exec.Command(opts.Self, append([]string{ChildCommand, "--", path}, argv[1:]...)...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
+	cmd.Env = os.Environ()
+	cmd.ExtraFiles = []*os.File{gate}
+	if err := cmd.Start(); err != nil {
+		gate.Close()
+		release.Close()
+		return 126, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	// persyst ignores SIGINT and SIGQUIT while CMD runs (the terminal sends them to CMD);
+	// only after the start, so that CMD does not inherit the ignored dispositions.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
+	fwd := make(chan os.Signal, 4)
+	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(fwd)
+	gate.Close()
+	pid := cmd.Process.Pid
+	r.child = pid
+	// The child waits at the gate: move it into the cgroups now, from here, so that it
+	// makes no write(2) of its own that would be counted as CMD's I/O.
+	for _, f := range r.procsFiles {
+		if err := writeNoFollow(f, strconv.Itoa(pid)); err != nil {
+			fmt.Fprintf(opts.Stderr, "persyst: could not move %s into %s: %v (measured without it)\n", argv[0], filepath.Dir(f), err)
+		}
+	}
+	if !privileged {
+		spec.PerfPID = pid
+	}
+	spec.ExtraPIDs = func() []int { return r.extraPIDs(privileged) }
+	meter, err := measure.Open(env, spec)
+	// Let CMD go whether or not measuring could start.
+	release.Write([]byte{1})
+	release.Close()
+	if err != nil {
+		fmt.Fprintf(opts.Stderr, "persyst: %s is not measured: %v\n", argv[0], err)
+	}
+
+	// Cycle reads until CMD exits.
+	exited := make(chan unix.Siginfo, 1)
+	go func() {
+		var info unix.Siginfo
+		for {
+			// WNOWAIT: CMD stays a zombie, so the final read still sees its /proc/PID/io.
+			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			exited <- info
+			return
+		}
+	}()
+	// Reads go on until CMD exits, whatever happens to persyst's own context.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var wg sync.WaitGroup
+	if meter != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next := measure.NextTick(opts.Now(), opts.Interval)
+				t := time.NewTimer(time.Until(next))
+				select {
+				case <-cctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				if _, err := meter.Read(measure.Cycle); err != nil {
+					opts.Log.Debug().Err(err).Msg("cycle read incomplete")
+				}
+			}
+		}()
+	}
+wait:
+	for {
+		select {
+		case s := <-fwd:
+			_ = cmd.Process.Signal(s)
+		case <-exited:
+			break wait
+		}
+	}
+	cancel()
+	wg.Wait()
+	if meter != nil {
+		if _, err := meter.Read(measure.End); err != nil {
+			opts.Log.Debug().Err(err).Msg("final read incomplete")
+		}
+	}
+	werr := cmd.Wait()
+	res := Result{Command: argv, Mode: r.mode, Limits: r.limits, Cgroups: r.dirs}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		res.ExitStatus = 128 + int(ws.Signal())
+		res.Signal = unix.SignalName(ws.Signal())
+	case ws.Exited():
+		res.ExitStatus = ws.ExitStatus()
+	default:
+		var ee *exec.ExitError
+		if werr != nil && !errors.As(werr, &ee) {
+			return 1, fmt.Errorf("wait %s: %w", argv[0], werr)
+		}
+	}
+	if meter != nil {
+		_ = meter.Close()
+		res.Summary = meter.Summary()
+		res.Samples = meter.Samples()
+		if !privileged {
+			addRusage(&res.Summary, cmd.ProcessState)
+		}
+	}
+	if opts.JSON {
+		enc := json.NewEncoder(opts.Stderr)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return res.ExitStatus, err
+		}
+	} else {
+		WriteText(opts.Stderr, res)
+	}
+	return res.ExitStatus, nil
+}
+
+// runner holds what Run created.
+type runner struct {
+	opts  Options
+	argv  []string
+	fs    jobcgroup.FS
+	mode  string
+	child int
+
+	stat       map[string]string // hierarchy key → cgroup dir
+	dirs       []string          // created, as seen in the mount namespace
+	mountOf    map[string]string // created dir → its mount point
+	procsFiles []string          // cgroup.procs to join (full paths)
+	perfDir    string
+	procDir    string
+	cgErr      string
+	limits     []string
+
+	mu       sync.Mutex
+	children map[int]bool
+}
+
+// v1 controllers worth a transient cgroup.
+var v1Wanted = map[string]bool{"cpu": true, "cpuacct": true, "memory": true, "blkio": true, "pids": true, "perf_event": true}
+
+// makeCgroups creates persyst_run/run-<pid> in each useful hierarchy. It reports false,
+// with cgErr set, if none could be created (no privileges).
+func (r *runner) makeCgroups() bool {
+	mounts, err := r.fs.Mounts()
+	if err != nil {
+		r.cgErr = err.Error()
+		return false
+	}
+	name := filepath.Join("persyst_run", "run-"+strconv.Itoa(os.Getpid()))
+	r.stat = map[string]string{}
+	r.mountOf = map[string]string{}
+	for _, m := range mounts {
+		want := m.IsV2
+		for _, c := range m.Ctrls {
+			want = want || v1Wanted[c]
+		}
+		if !want {
+			continue
+		}
+		dir := filepath.Join(m.Path, name)
+		if err := r.fs.Create(dir); err != nil {
+			if r.cgErr == "" {
+				r.cgErr = err.Error()
+			}
+			continue
+		}
+		r.dirs = append(r.dirs, dir)
+		r.mountOf[dir] = m.Path
+		r.stat[m.Key] = dir
+		r.procsFiles = append(r.procsFiles, filepath.Join(r.opts.Root, dir, "cgroup.procs"))
+	}
+	if len(r.dirs) == 0 {
+		if r.cgErr == "" {
+			r.cgErr = "no cgroup hierarchy mounted"
+		}
+		return false
+	}
+	if m, ok := jobcgroup.PerfHierarchy(mounts); ok {
+		if d, ok := r.stat[m.Key]; ok {
+			r.perfDir = d
+		}
+	}
+	r.procDir = r.perfDir
+	if r.procDir == "" {
+		r.procDir = r.dirs[0]
+	}
+	return true
+}
+
+// extraPIDs returns CMD itself (it leaves the cgroups when it exits but stays readable as
+// a zombie) and, without cgroups, its descendants found through /proc.
+func (r *runner) extraPIDs(privileged bool) []int {
+	if privileged {
+		return []int{r.child}
+	}
+	return descendants(r.opts.Root, r.child)
+}
+
+// cleanup removes the transient cgroups.
+func (r *runner) cleanup() {
+	for i := len(r.dirs) - 1; i >= 0; i-- {
+		d := r.dirs[i]
+		if err := r.fs.Remove(r.mountOf[d], d, 2*time.Second); err != nil {
+			r.opts.Log.Warn().Err(err).Msg("transient cgroup not removed")
+		}
+	}
+}
+
+// cpus returns the CPUs this process may run on.
+func (r *runner) cpus() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		var out []int
+		for c := 0; c < len(set)*64; c++ {
+			if set.IsSet(c) {
+				out = append(out, c)
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+	return measure.FS{Root: r.opts.Root}.OnlineCPUs()
+}
+
+// Child is the hidden subcommand run in the re-executed persyst: wait for the parent's
+// go-ahead on fd 3 (the parent moves it into the cgroups and opens the counters
+// meanwhile), then exec CMD. It only returns
+// on failure, with the exit code (127: not found, 126: cannot execute).
+func Child(args []string) int {
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "persyst: "+ChildCommand+" is internal to persyst run")
+		return 2
+	}
+	argv := args[1:]
+	gate := os.NewFile(3, "gate")
+	var b [1]byte
+	_, _ = gate.Read(b[:])
+	gate.Close()
+	err := unix.Exec(argv[0], append([]string{filepath.Base(argv[0])}, argv[1:]...), os.Environ())
+	fmt.Fprintf(os.Stderr, "persyst: exec %s: %v\n", argv[0], err)
+	if errors.Is(err, unix.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+func writeNoFollow(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString(s)
+	return err
+}
+
+// descendants returns pid and all its descendants, from /proc/*/stat parent links.
+func descendants(root string, pid int) []int {
+	ents, err := os.ReadDir(filepath.Join(root, "proc"))
+	if err != nil {
+		return []int{pid}
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, "proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// addRusage fills, from wait4's rusage, what the unprivileged mode cannot read from
+// cgroups: CPU time, peak memory (of the largest process), page faults.
+func addRusage(s *measure.Summary, ps *os.ProcessState) {
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return
+	}
+	if s.Totals == nil {
+		s.Totals = map[string]float64{}
+	}
+	set := func(name string, v float64) {
+		s.Totals[name] = v
+		delete(s.NotMeasured, name)
+	}
+	set(measure.CPUUserSeconds, time.Duration(syscall.TimevalToNsec(ru.Utime)).Seconds())
+	set(measure.CPUSystemSeconds, time.Duration(syscall.TimevalToNsec(ru.Stime)).Seconds())
+	set(measure.MemPeakBytes, float64(ru.Maxrss)*1024)
+	set(measure.MajorPageFaults, float64(ru.Majflt))
+	set(measure.PageFaults, float64(ru.Majflt+ru.Minflt))
+}
