@@ -186,7 +186,7 @@ func runJobs(ctx context.Context, args []string) error {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Node string        `json:"node"`
+			Node string             `json:"node"`
 			Jobs []daemon.JobStatus `json:"jobs"`
 		}{n, jobs})
 	}

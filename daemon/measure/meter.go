@@ -121,13 +121,13 @@ func (s Sample) Rate(name string) (float64, bool) {
 
 // Summary is a job's measurement so far.
 type Summary struct {
-	Started time.Time  `json:"started"`
-	Last    time.Time  `json:"last"`
-	Samples int        `json:"samples"`
-	Dropped int        `json:"dropped_samples,omitempty"`
-	CPUs    string     `json:"cpus"`
-	Ended   bool       `json:"ended"`
-	Seconds float64    `json:"seconds"` // measured time: Last - Started
+	Started time.Time          `json:"started"`
+	Last    time.Time          `json:"last"`
+	Samples int                `json:"samples"`
+	Dropped int                `json:"dropped_samples,omitempty"`
+	CPUs    string             `json:"cpus"`
+	Ended   bool               `json:"ended"`
+	Seconds float64            `json:"seconds"` // measured time: Last - Started
 	Totals  map[string]float64 `json:"totals"`
 	PerCPU  []CPUValues        `json:"per_cpu,omitempty"`
 	// NotMeasured maps metrics (and perf events) that have no value to the reason.
