@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
 )
 
@@ -23,6 +24,19 @@ func ListJobs(ctx context.Context, socket string) (node string, jobs []JobStatus
 		return "", nil, fmt.Errorf("reply from %s: jobs: %w", socket, err)
 	}
 	return rep.Node, jobs, nil
+}
+
+// JobSamples asks the daemon at socket for a job's samples.
+func JobSamples(ctx context.Context, socket string, job uint32) ([]measure.Sample, error) {
+	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.Samples, JobID: job})
+	if err != nil {
+		return nil, err
+	}
+	var out []measure.Sample
+	if err := json.Unmarshal(rep.Samples, &out); err != nil {
+		return nil, fmt.Errorf("reply from %s: samples: %w", socket, err)
+	}
+	return out, nil
 }
 
 // WriteJobsTable prints jobs the way squeue users expect: one line per job.

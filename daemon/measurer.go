@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,6 +76,7 @@ type Measurer struct {
 	// perfParent is <mount>/<CgroupParent> when persyst may create cgroups there.
 	perfParent string
 	perfWhy    string
+	cpusetV1   bool // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
 
 	mu   sync.Mutex
 	jobs map[uint32]*jobMeter
@@ -112,6 +115,9 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	mounts, err := m.fs.Mounts()
 	if err != nil {
 		return nil, err
+	}
+	for _, mt := range mounts {
+		m.cpusetV1 = m.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
 	}
 	mnt, ok := jobcgroup.PerfHierarchy(mounts)
 	if !ok {
@@ -228,15 +234,16 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 	if jm.meter != nil || jm.ended {
 		return
 	}
-	cg := j.Cgroups
+	cg := m.jobCgroups(j)
 	if len(cg) == 0 {
-		found, err := m.fs.Find(m.node, j.UID, j.JobID)
-		if err != nil || len(found) == 0 {
-			return // not created yet: the next event or cycle tries again
-		}
-		cg = found
+		return // not created yet: the next event or cycle tries again
 	}
-	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: cg}
+	if m.cpusetV1 && !hasKey(cg, "cpuset") && m.now().Sub(j.Started) < cpusetWait {
+		// Slurm creates the job's cpuset a moment after the prolog: wait for it, so that
+		// per-CPU values cover the job's CPUs only (later: all online CPUs).
+		return
+	}
+	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, jm)}
 	for k, dir := range cg {
 		if cpus, ok, err := m.mfs.CgroupCPUs(dir); err == nil && ok && strings.Contains(","+k+",", ",cpuset,") {
 			spec.CPUs = cpus
@@ -294,6 +301,40 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 		Str("procs", spec.ProcCgroup).Msg("measuring job")
 }
 
+// cpusetWait is how long a job's meter waits for Slurm's cpuset cgroup of the job.
+const cpusetWait = 10 * time.Second
+
+func hasKey(cg map[string]string, ctrl string) bool {
+	for k := range cg {
+		if strings.Contains(","+k+",", ","+ctrl+",") {
+			return true
+		}
+	}
+	return false
+}
+
+// jobCgroups returns the job's Slurm cgroup directories: those found in Slurm's layout
+// on every hierarchy (slurmstepd itself joins only some, e.g. only freezer on v1), and
+// those the plugin reported.
+func (m *Measurer) jobCgroups(j *Job) map[string]string {
+	cg := map[string]string{}
+	if found, err := m.fs.Find(m.node, j.UID, j.JobID); err == nil {
+		maps.Copy(cg, found)
+	}
+	maps.Copy(cg, j.Cgroups)
+	return cg
+}
+
+// statCgroups adds persyst's own v2 job cgroup to the Slurm ones: on hybrid hosts its
+// cpu.stat gives the CPU time of the job's tasks even when Slurm made no cpuacct cgroup.
+func (m *Measurer) statCgroups(cg map[string]string, jm *jobMeter) map[string]string {
+	out := maps.Clone(cg)
+	if _, ok := out["unified"]; !ok && jm.owned != "" && m.mount.IsV2 {
+		out["unified"] = jm.owned
+	}
+	return out
+}
+
 // End takes the job's final read, stops its counters and removes persyst's cgroup.
 func (m *Measurer) End(id uint32) {
 	m.mu.Lock()
@@ -320,6 +361,23 @@ func (m *Measurer) End(id uint32) {
 	if jm.owned != "" {
 		if err := m.fs.Remove(m.mount.Path, jm.owned, 2*time.Second); err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("persyst cgroup not removed")
+		}
+	}
+}
+
+// StepEnded takes a read when one of the job's steps ended: the job's cgroups still
+// exist then, while at job end Slurm may already have removed them.
+func (m *Measurer) StepEnded(id uint32) {
+	m.mu.Lock()
+	jm := m.jobs[id]
+	var mt *measure.Meter
+	if jm != nil && !jm.ended {
+		mt = jm.meter
+	}
+	m.mu.Unlock()
+	if mt != nil {
+		if _, err := mt.Read(measure.Step); err != nil {
+			m.log.Debug().Err(err).Uint32("job", id).Msg("step-end read incomplete")
 		}
 	}
 }
@@ -412,6 +470,13 @@ func (m *Measurer) cycle() {
 				m.startLocked(j, jm)
 			}
 			continue // the baseline was just read
+		}
+		// Slurm creates some of a job's cgroups after the job started (per step, or by
+		// plugins that run later): pick them up.
+		if j := byID[id]; j != nil {
+			if cg := m.statCgroups(m.jobCgroups(j), jm); !maps.Equal(cg, jm.meter.Spec().StatCgroups) {
+				jm.meter.SetStatCgroups(cg)
+			}
 		}
 		meters = append(meters, jm.meter)
 	}

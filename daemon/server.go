@@ -167,6 +167,23 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Jobs: jobs}, log)
 		return
 	}
+	if req.Kind == wire.Samples {
+		var samples []measure.Sample
+		if s.meas != nil {
+			samples = s.meas.Samples(req.JobID)
+		}
+		if samples == nil {
+			s.reply(c, &wire.Reply{Error: fmt.Sprintf("job %d: no samples on this node", req.JobID)}, log)
+			return
+		}
+		b, err := json.Marshal(samples)
+		if err != nil {
+			s.reply(c, &wire.Reply{Error: err.Error()}, log)
+			return
+		}
+		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Samples: b}, log)
+		return
+	}
 	e := req.Event
 	j, err := s.reg.Apply(req.Kind, e, s.clock())
 	ev := log.Info()
@@ -197,6 +214,8 @@ func (s *Server) handle(c *net.UnixConn) {
 			s.meas.Prepare(j)
 		case wire.StepStart:
 			rep.Cgroup = s.meas.Prepare(j)
+		case wire.StepEnd:
+			s.meas.StepEnded(j.JobID)
 		case wire.JobEnd:
 			s.meas.End(j.JobID)
 			s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
@@ -216,7 +235,7 @@ func (s *Server) reply(c *net.UnixConn, r *wire.Reply, log zerolog.Logger) {
 	r.V = wire.Version
 	// A fresh write deadline: a read that timed out still gets its error reply.
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := wire.WriteMessage(c, r); err != nil {
+	if err := wire.WriteReply(c, r); err != nil {
 		log.Debug().Err(err).Msg("reply not delivered")
 	}
 }

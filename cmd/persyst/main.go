@@ -173,11 +173,21 @@ func runJobs(ctx context.Context, args []string) error {
 	socket := fs.String("socket", socketDefault(), "daemon socket path (%n: node name)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the daemon")
+	samples := fs.Uint("samples", 0, "print this job's samples on the node as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *samples != 0 {
+		s, err := daemon.JobSamples(ctx, strings.ReplaceAll(*socket, "%n", *node), uint32(*samples))
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
 	n, jobs, err := daemon.ListJobs(ctx, strings.ReplaceAll(*socket, "%n", *node))
 	if err != nil {
 		return err

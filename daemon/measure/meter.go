@@ -18,8 +18,7 @@
 // enabled, node shared with another job, ...). A cgroup or process that vanishes during a
 // read is an ordinary event.
 //
-// A Meter is used by one goroutine at a time (the daemon's cycle); Summary is safe to call
-// concurrently with Read.
+// A Meter's methods are safe for concurrent use; reads are serialized.
 package measure
 
 import (
@@ -46,6 +45,7 @@ const (
 	Start Reason = "start" // baseline, when measurement begins
 	Cycle Reason = "cycle" // at a cycle boundary
 	End   Reason = "end"   // at job end (or when `persyst run`'s command exited)
+	Step  Reason = "step"  // when a step ended (the job's cgroups still exist then)
 )
 
 // Env is what all meters of one daemon (or one `persyst run`) share.
@@ -144,6 +144,7 @@ type Meter struct {
 	perfName []string
 	tracker  *procio.Tracker
 
+	readMu    sync.Mutex // one Read at a time (the cycle and a job's end may overlap)
 	prevTime  time.Time
 	prevPerf  perfcg.Counts
 	havePerf  bool
@@ -160,6 +161,7 @@ type Meter struct {
 	totals      map[string]float64
 	perCPU      []map[string]float64
 	notMeasured map[string]string
+	measured    map[string]bool
 	ended       bool
 }
 
@@ -174,6 +176,7 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		tracker:     procio.NewTracker(env.Proc),
 		totals:      map[string]float64{},
 		notMeasured: map[string]string{},
+		measured:    map[string]bool{},
 		perCPU:      make([]map[string]float64, len(spec.CPUs)),
 	}
 	for i := range m.perCPU {
@@ -231,12 +234,27 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 }
 
 // Spec returns what the meter measures.
-func (m *Meter) Spec() Spec { return m.spec }
+func (m *Meter) Spec() Spec {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	return m.spec
+}
+
+// SetStatCgroups changes the cgroup directories read for statistics (a job's cgroups
+// that appeared after measuring began). A counter that a new directory provides for the
+// first time starts from its next read.
+func (m *Meter) SetStatCgroups(cg map[string]string) {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	m.spec.StatCgroups = cg
+}
 
 // Read reads every source and, except for the baseline (Start), records a Sample of the
 // increases since the previous read. The error reports sources that failed (the sample
 // holds everything else); a vanished cgroup or process is not an error.
 func (m *Meter) Read(reason Reason) (Sample, error) {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
 	now := m.env.Now()
 	s := Sample{Time: now, Reason: reason, Job: map[string]float64{}}
 	if !m.prevTime.IsZero() {
@@ -260,9 +278,16 @@ func (m *Meter) Read(reason Reason) (Sample, error) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	maps.Copy(m.notMeasured, notes)
+	// A metric measured once keeps no note: at job end Slurm may already have removed
+	// the cgroups, and "file absent" would wrongly say it was never measured.
 	for k := range s.Job {
+		m.measured[k] = true
 		delete(m.notMeasured, k)
+	}
+	for k, why := range notes {
+		if !m.measured[k] {
+			m.notMeasured[k] = why
+		}
 	}
 	if reason == Start && m.started.IsZero() {
 		m.started = now
@@ -558,6 +583,8 @@ func (m *Meter) Summary() Summary {
 
 // Close stops the perf counters. It does not read: call Read(End) first.
 func (m *Meter) Close() error {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
 	if m.perf == nil {
 		return nil
 	}

@@ -25,8 +25,13 @@ import (
 // Version is the protocol version spoken by this build.
 const Version = 1
 
-// MaxMessage bounds one request or reply line (bytes, without the newline).
+// MaxMessage bounds one request line (bytes, without the newline): requests come from
+// slurmstepd and are small.
 const MaxMessage = 64 << 10
+
+// MaxReply bounds one reply line: a job list with measurements, or a job's samples, can be
+// large; replies come from the root daemon.
+const MaxReply = 64 << 20
 
 // Kind says what a request is.
 type Kind string
@@ -39,6 +44,7 @@ const (
 	StepEnd   Kind = "step_end"
 	JobEnd    Kind = "job_end"
 	List      Kind = "list"
+	Samples   Kind = "samples"
 )
 
 // Option values of --persyst.
@@ -52,6 +58,8 @@ type Request struct {
 	V     int    `json:"v"`
 	Kind  Kind   `json:"kind"`
 	Event *Event `json:"event,omitempty"`
+	// JobID names the job of a Samples query.
+	JobID uint32 `json:"job_id,omitempty"`
 }
 
 // Event is a job or step lifecycle event as seen by slurmstepd (or the job prolog/epilog)
@@ -95,14 +103,15 @@ type Reply struct {
 	// namespace) that the plugin moves the step's tasks into before they exec, so that
 	// perf events count them; empty when Slurm's own job cgroup serves.
 	Cgroup string `json:"cgroup,omitempty"`
+	// Samples answers a Samples query: the job's samples on this node.
+	Samples json.RawMessage `json:"samples,omitempty"`
 }
 
 var (
-	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	userRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@-]{0,63}\$?$`)
-	stepRE  = regexp.MustCompile(`^(batch|extern|interactive|[0-9]{1,10}(\+[0-9]{1,5})?)$`)
-	ctrlRE  = regexp.MustCompile(`^[a-z0-9_,=]{1,64}$`)
-	errLong = fmt.Errorf("message longer than %d bytes", MaxMessage)
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@-]{0,63}\$?$`)
+	stepRE = regexp.MustCompile(`^(batch|extern|interactive|[0-9]{1,10}(\+[0-9]{1,5})?)$`)
+	ctrlRE = regexp.MustCompile(`^[a-z0-9_,=]{1,64}$`)
 )
 
 // Validate checks a request for everything the daemon relies on. Errors name the field.
@@ -112,11 +121,22 @@ func (r *Request) Validate() error {
 	}
 	switch r.Kind {
 	case List:
+		if r.Event != nil || r.JobID != 0 {
+			return errors.New("list request must not carry an event or job id")
+		}
+		return nil
+	case Samples:
 		if r.Event != nil {
-			return errors.New("list request must not carry an event")
+			return errors.New("samples request must not carry an event")
+		}
+		if r.JobID == 0 {
+			return errors.New("samples: field job_id: missing")
 		}
 		return nil
 	case JobStart, JobEnd, StepStart, StepEnd:
+		if r.JobID != 0 {
+			return fmt.Errorf("%s: field job_id: only for queries (the event carries the job)", r.Kind)
+		}
 	case "":
 		return errors.New("field kind: missing")
 	default:
@@ -238,13 +258,15 @@ func cpuID(s string) (int, error) {
 // ReadLine reads one newline-terminated message line of at most MaxMessage bytes and
 // returns it without the newline. A line cut short by EOF or a timeout is an error, never
 // a message (bufio.Reader.ReadLine would return the fragment as a line).
-func ReadLine(r *bufio.Reader) ([]byte, error) {
+func ReadLine(r *bufio.Reader) ([]byte, error) { return readLine(r, MaxMessage) }
+
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
 		buf = append(buf, chunk...)
-		if len(buf) > MaxMessage+1 {
-			return nil, errLong
+		if len(buf) > limit+1 {
+			return nil, fmt.Errorf("message longer than %d bytes", limit)
 		}
 		switch {
 		case err == nil:
@@ -276,14 +298,19 @@ func DecodeRequest(line []byte) (*Request, error) {
 	return &r, nil
 }
 
-// WriteMessage writes v as one JSON line.
-func WriteMessage(w io.Writer, v any) error {
+// WriteMessage writes a request as one JSON line.
+func WriteMessage(w io.Writer, v any) error { return writeLine(w, v, MaxMessage) }
+
+// WriteReply writes a reply as one JSON line.
+func WriteReply(w io.Writer, r *Reply) error { return writeLine(w, r, MaxReply) }
+
+func writeLine(w io.Writer, v any, limit int) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxMessage {
-		return errLong
+	if len(b) > limit {
+		return fmt.Errorf("message longer than %d bytes", limit)
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
@@ -329,7 +356,7 @@ func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
 	werr := WriteMessage(conn, req)
 	// Even when the write failed, read: a daemon that refuses a peer answers and closes
 	// without reading the request, and its answer says why (EPIPE would not).
-	line, err := ReadLine(bufio.NewReader(conn))
+	line, err := readLine(bufio.NewReader(conn), MaxReply)
 	if err != nil {
 		if werr != nil {
 			return nil, fmt.Errorf("send to %s: %w", socket, werr)
