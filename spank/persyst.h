@@ -43,7 +43,7 @@ struct persyst_event {
 
 /* Implemented in C (plugin.c), called from Go. */
 void persyst_log(int level, const char *msg);
-/* Remember the cgroup directory the step's tasks join in task_init_privileged
+/* Remember the cgroup directory slurmstepd moves the step's tasks into (task_post_fork)
  * (NULL or "" : none). Called in slurmstepd before the tasks are forked. */
 void persyst_set_join(const char *dir);
 

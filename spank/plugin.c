@@ -5,8 +5,9 @@
  * process which has not forked off a task: the option callback and slurm_spank_init
  * (sbatch/srun/salloc/slurmstepd/prolog), slurm_spank_init_post_opt and
  * slurm_spank_exit (slurmstepd), and slurm_spank_job_prolog/_epilog (job_script context).
- * The task hooks (task_init_privileged, task_init, task_exit) are plain C and never enter
- * the Go runtime: task_exit only records the exit status for slurm_spank_exit to send.
+ * The task hooks (task_post_fork, task_exit) are plain C and never enter the Go runtime:
+ * task_post_fork moves a new task into persyst's cgroup, task_exit records the exit
+ * status for slurm_spank_exit to send.
  *
  * Failures never fail a job: every hook returns 0 (ESPANK_SUCCESS) except the option
  * callback, which rejects a bad --persyst value in sbatch/srun/salloc, before the job exists.
@@ -77,30 +78,32 @@ void persyst_set_join(const char *dir)
 		join_procs[0] = '\0';
 }
 
-/* task_init_privileged runs in the forked task, as root, before it execs the user's
- * program: plain C only. It moves the task into persyst's cgroup for the job, so perf
- * events in cgroup mode count it and everything it starts. Failure is logged and ignored:
- * the task runs unmeasured by perf, never harmed. */
-int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+/* task_post_fork runs in slurmstepd, the tasks' parent, after each task was forked and
+ * before it execs (the task waits for slurmstepd to finish this hook): plain C. It moves
+ * the task into persyst's cgroup for the job, so perf events in cgroup mode count it and
+ * everything it starts. Done from the parent, not from task_init_privileged in the task,
+ * so that this write(2) is not counted as the job's own I/O. Failure is logged and
+ * ignored: the task runs unmeasured by perf, never harmed. */
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
 {
-	char pid[32];
-	int fd, n, saved;
+	char buf[32];
+	pid_t pid = 0;
+	int fd, n;
 
-	(void)sp;
 	(void)ac;
 	(void)av;
 	if (plugin_disabled || join_procs[0] == '\0')
 		return ESPANK_SUCCESS;
+	if (spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS || pid <= 0)
+		return ESPANK_SUCCESS;
 	fd = open(join_procs, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		slurm_info("persyst: task %d not measured by perf: open %s: %s", (int)getpid(), join_procs, strerror(errno));
+		slurm_info("persyst: task %d not measured by perf: open %s: %s", (int)pid, join_procs, strerror(errno));
 		return ESPANK_SUCCESS;
 	}
-	n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	if (write(fd, pid, n) != n) {
-		saved = errno;
-		slurm_info("persyst: task %d not measured by perf: write %s: %s", (int)getpid(), join_procs, strerror(saved));
-	}
+	n = snprintf(buf, sizeof(buf), "%d", (int)pid);
+	if (write(fd, buf, n) != n)
+		slurm_info("persyst: task %d not measured by perf: write %s: %s", (int)pid, join_procs, strerror(errno));
 	close(fd);
 	return ESPANK_SUCCESS;
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,15 @@ Run 'persyst COMMAND -h' for a command's flags.
 `
 
 var version = "dev"
+
+func init() {
+	// persyst run's child execs CMD from the main thread: perf counters opened on its pid
+	// (unprivileged, inherit mode) are attached to that thread, and an exec from another
+	// thread would end them with it.
+	if len(os.Args) > 1 && os.Args[1] == standalone.ChildCommand {
+		runtime.LockOSThread()
+	}
+}
 
 func main() {
 	if len(os.Args) < 2 {

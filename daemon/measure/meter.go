@@ -354,6 +354,12 @@ func (m *Meter) readPerf(s *Sample, notes map[string]string) error {
 				continue
 			}
 			v, low := delta(c, p, m.perf.LowCoverage)
+			if ev := cur.Events[j]; ev.Kind != perfcg.Hardware {
+				// Software events and tracepoints take no PMU counter and are never
+				// multiplexed; in per-process mode running < enabled only means the
+				// process ran on other CPUs too. Their raw counts are exact.
+				v, low = float64(sub(c.Raw, p.Raw)), false
+			}
 			s.CPU[i].Values[name] = v
 			sum += v
 			if low {

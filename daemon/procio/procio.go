@@ -289,3 +289,20 @@ func pidPath(pid int, name string) string {
 	}
 	return "/proc/" + strconv.Itoa(pid) + "/" + name
 }
+
+// ReadSelf reads the calling process's /proc/self/io (under the FS root). A parent that
+// reaps its children gets their totals added here: `persyst run` without privileges uses
+// this for what /proc/PID/io of its exited child no longer shows to a non-root reader.
+func (fsys FS) ReadSelf() (IO, error) {
+	p := filepath.Join(fsys.Root, "proc/self/io")
+	f, err := os.Open(p)
+	if err != nil {
+		return IO{}, fmt.Errorf("procio: %w", err)
+	}
+	defer f.Close()
+	v, err := parseIO(f)
+	if err != nil {
+		return IO{}, fmt.Errorf("procio: %s: %w", p, err)
+	}
+	return v, nil
+}

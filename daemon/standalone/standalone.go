@@ -149,6 +149,10 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 			}
 		}
 	}
+	// Without privileges, /proc/PID/io of the exited child is root's (the kernel makes an
+	// exited process's /proc files root-owned): its last writes are found instead in our
+	// own counters, to which the kernel adds a reaped child's totals.
+	selfBefore, selfErr := env.Proc.ReadSelf()
 	// The child waits for a byte on fd 3 before it execs CMD.
 	gate, release, err := os.Pipe()
 	if err != nil {
@@ -267,6 +271,9 @@ wait:
 		res.Samples = meter.Samples()
 		if !privileged {
 			addRusage(&res.Summary, cmd.ProcessState)
+			if after, err := env.Proc.ReadSelf(); err == nil && selfErr == nil {
+				addReaped(&res.Summary, after.Sub(selfBefore))
+			}
 		}
 	}
 	if opts.JSON {
@@ -455,6 +462,18 @@ func descendants(root string, pid int) []int {
 		out = append(out, children[out[i]]...)
 	}
 	return out
+}
+
+// addReaped raises the write totals to what the command's process tree wrote according
+// to our own counters (the reaped child's totals minus the one byte persyst wrote to
+// release it). Read totals cannot be corrected that way (persyst itself reads /proc).
+func addReaped(s *measure.Summary, d procio.IO) {
+	if d.WChar > 0 && d.SyscW > 0 {
+		w, n := float64(d.WChar-1), float64(d.SyscW-1)
+		if w > s.Totals[measure.WriteChars] {
+			s.Totals[measure.WriteChars], s.Totals[measure.WriteSyscalls] = w, n
+		}
+	}
 }
 
 // addRusage fills, from wait4's rusage, what the unprivileged mode cannot read from

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# overhead.sh — how much measuring slows a program down: wall time of a CPU-bound and a
+# memory-bound program (persyst-workload cpu / membw, each sized to about TARGET seconds)
+# run directly and under `persyst run --interval 1s` and `--interval 60s`.
+#
+#   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 3 minutes)
+#
+# A/B/C runs are interleaved: every round runs each configuration once, in an order
+# rotated from round to round (U 1s 60s, 1s 60s U, 60s U 1s, ...), so that slow drift of
+# the machine does not favour one configuration. Wall time per run from bash's
+# EPOCHREALTIME (µs). Per configuration: median and MAD (median absolute deviation); the
+# slowdown of each measured configuration against the unmeasured runs, as a ratio of
+# medians and as the median of the per-round ratios (paired, robust to drift); the noise is
+# the unmeasured runs' MAD/median.
+#
+# `persyst run` has a fixed cost the daemon does not have (it creates and removes the
+# cgroups, probes the perf events and re-executes itself around the command), so it is
+# measured separately (`persyst run -- /bin/true` against `/bin/true`) and the slowdown
+# is also given net of it: what measuring costs the running program.
+#
+# As root `persyst run` measures like the daemon: cgroups, perf events in cgroup mode per
+# CPU, cgroup statistics and process I/O read at every cycle boundary.
+set -euo pipefail
+# The tracepoints need tracefs. If it is not mounted, the script runs in a private mount
+# namespace with tracefs mounted there: nothing changes for the rest of the machine.
+if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ -z "${PERSYST_BENCH_NS:-}" ] && [ "$(id -u)" = 0 ]; then
+	exec env PERSYST_BENCH_NS=1 unshare -m --propagation private bash -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$0" "$@"' "$0" "$@"
+fi
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${1:-12}
+TARGET=${TARGET:-2} # seconds per workload run
+export LC_ALL=C
+cd "$ROOT"
+
+[ "$(id -u)" = 0 ] || { echo "overhead: needs root (persyst run measures with cgroups and perf events in cgroup mode only as root)" >&2; exit 1; }
+[ -x build/persyst ] && [ -x build/persyst-workload ] || { echo "overhead: run make build first" >&2; exit 1; }
+tmp=$(mktemp -d /tmp/persyst-overhead.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+trap 'echo "overhead: failed at line $LINENO" >&2' ERR
+# Private copies: a concurrent `make build` must not swap binaries under the benchmark.
+cp build/persyst build/persyst-workload "$tmp/"
+P=$tmp/persyst
+W=$tmp/persyst-workload
+
+now_us() { echo "${EPOCHREALTIME/./}"; }
+
+# wall CMD...: run CMD (stdout to /dev/null, stderr to $tmp/last.err), print µs.
+wall() {
+	local s e
+	s=$(now_us)
+	"$@" >/dev/null 2>"$tmp/last.err" || { echo "overhead: $* failed:" >&2; cat "$tmp/last.err" >&2; exit 1; }
+	e=$(now_us)
+	echo $((e - s))
+}
+
+# calibrate SMALL BIG CMD...: print the size (CMD's last argument) that makes CMD run
+# about TARGET s, from runs at two sizes (fixed cost + linear).
+calibrate() {
+	local a=$1 b=$2 ta tb
+	shift 2
+	wall "$@" "$a" >/dev/null # warm-up
+	ta=$(wall "$@" "$a")
+	tb=$(wall "$@" "$b")
+	awk -v a="$a" -v b="$b" -v ta="$ta" -v tb="$tb" -v t="$TARGET" 'BEGIN {
+		per = (tb - ta) / (b - a); fixed = ta - a * per
+		n = (t * 1e6 - fixed) / per; if (n < 1) n = 1; printf "%d\n", n }'
+}
+
+# med: the median of the numbers on stdin.
+med() { sort -g | awk '{a[NR] = $1} END {printf "%.9g\n", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# stats: "median mad n" of the numbers on stdin.
+stats() {
+	local x m
+	x=$(cat)
+	m=$(med <<<"$x")
+	echo "$m $(awk -v m="$m" '{d = $1 - m; print d < 0 ? -d : d}' <<<"$x" | med) $(wc -l <<<"$x")"
+}
+
+echo "persyst measurement overhead, $(date -u +%F)"
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+[ -n "${PERSYST_BENCH_NS:-}" ] && echo "(tracefs was not mounted: running in a private mount namespace with tracefs mounted at /sys/kernel/tracing)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds; about ${TARGET} s per run"
+
+# The fixed cost of `persyst run` around a command that does nothing.
+fu=() fr=()
+wall "$P" run --interval 60s -- /bin/true >/dev/null # warm-up
+for i in $(seq 1 15); do
+	fu+=("$(wall /bin/true)")
+	fr+=("$(wall "$P" run --interval 60s -- /bin/true)")
+done
+read -r fm fd _ < <(printf '%s\n' "${fr[@]}" | stats)
+read -r tm td _ < <(printf '%s\n' "${fu[@]}" | stats)
+fixed=$(awk -v a="$fm" -v b="$tm" 'BEGIN {printf "%.0f\n", a - b}')
+awk -v f="$fixed" -v d="$fd" -v t="$tm" 'BEGIN {printf "fixed cost of persyst run (median of run -- /bin/true minus median of /bin/true (%.1f ms), 15 runs each): %.1f ms (MAD %.1f ms)\n", t / 1e3, f / 1e3, d / 1e3}'
+
+cpu_n=$(calibrate 100000000 400000000 "$W" cpu -iterations)
+mem_n=$(calibrate 4 12 "$W" membw -mib 256 -passes)
+
+# row LABEL UNMEASURED-ARRAY MEASURED-ARRAY SAMPLES-ARRAY: one table row (uses mu, fixed).
+row() {
+	local -n u=$2 t=$3 smp=$4
+	local m d paired samp i
+	read -r m d _ < <(printf '%s\n' "${t[@]}" | stats)
+	paired=$(for i in "${!u[@]}"; do echo "${t[i]} ${u[i]}"; done | awk '{printf "%.9f\n", $1 / $2}' | med)
+	samp=$(printf '%s\n' "${smp[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
+	awk -v c="$1" -v m="$m" -v d="$d" -v mu="$mu" -v p="$paired" -v f="$fixed" -v s="$samp" 'BEGIN {
+		printf "| %s | %.3f | %.4f | %+.2f %% | %+.2f %% | %+.2f %% | %s |\n", c, m / 1e6, d / 1e6,
+			100 * (m / mu - 1), 100 * (p - 1), 100 * ((m - f) / mu - 1), s }'
+}
+
+# bench LABEL ARGS...: the interleaved rounds for one workload.
+bench() {
+	local label=$1 i k cfg t order
+	shift
+	local -a tu=() t1=() t60=() s1=() s60=()
+	local cfgs=(U 1s 60s)
+	for cfg in U 1s 60s; do # warm-up, once each
+		case $cfg in U) wall "$@" ;; *) wall "$P" run --interval "$cfg" --json -- "$@" ;; esac >/dev/null
+	done
+	for i in $(seq 0 $((ROUNDS - 1))); do
+		order=()
+		for k in 0 1 2; do order+=("${cfgs[$(((i + k) % 3))]}"); done
+		for cfg in "${order[@]}"; do
+			case $cfg in
+			U) tu[i]=$(wall "$@") ;;
+			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$')") ;;
+			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$')") ;;
+			esac
+		done
+	done
+	read -r mu du nu < <(printf '%s\n' "${tu[@]}" | stats)
+	echo
+	echo "== $label: $*"
+	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | samples/run |"
+	echo "|---|---|---|---|---|---|---|"
+	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| unmeasured | %.3f | %.4f | | | | |\n", m / 1e6, d / 1e6}'
+	row "--interval 1s" tu t1 s1
+	row "--interval 60s" tu t60 s60
+	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
+}
+
+bench "CPU-bound" "$W" cpu -iterations "$cpu_n"
+bench "memory-bound" "$W" membw -mib 256 -passes "$mem_n"
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "slowdown (medians) = median(measured)/median(unmeasured) - 1; (paired) = median over rounds of measured/unmeasured - 1;"
+echo "net of fixed cost = (median(measured) - fixed cost)/median(unmeasured) - 1. samples/run = cycle reads per run (persyst run --json), end read included."

@@ -1,0 +1,467 @@
+package integration
+
+// Correctness of job measurement on the real kernel: known workloads (build/persyst-workload),
+// measured by persyst, compared with what they did. The same checks run through
+// `persyst run` (cgroup v2 for perf and CPU time, v1 for memory on this hybrid machine)
+// and inside real Slurm jobs (Slurm's cgroup v1 layout plus persyst's own v2 job cgroup).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/standalone"
+)
+
+const (
+	mib      = 1 << 20
+	spinSecs = 2.0
+)
+
+// workload is one known workload and what persyst must have measured of it.
+type workload struct {
+	name string
+	args []string // persyst-workload arguments; "@" is replaced by a scratch directory
+	cpus int      // CPUs of the Slurm job
+	// check compares the measurement with the workload's ground truth. cpus are the
+	// measured job's CPUs, in Summary.PerCPU order.
+	check func(t *testing.T, s *measure.Summary, samples []measure.Sample, base map[string]float64)
+}
+
+func within(t *testing.T, what string, got, want, frac float64) {
+	t.Helper()
+	if math.Abs(got-want) > frac*want {
+		t.Errorf("%s = %.4g, want %.4g ± %.0f%%", what, got, want, frac*100)
+	} else {
+		t.Logf("%s = %.4g (want %.4g ± %.0f%%, off by %.2f%%)", what, got, want, frac*100, 100*math.Abs(got-want)/want)
+	}
+}
+
+func total(t *testing.T, s *measure.Summary, name string) float64 {
+	t.Helper()
+	v, ok := s.Totals[name]
+	if !ok {
+		t.Fatalf("%s not measured: %q", name, s.NotMeasured[name])
+	}
+	return v
+}
+
+func perCPU(t *testing.T, s *measure.Summary, name string) map[int]float64 {
+	t.Helper()
+	out := map[int]float64{}
+	for _, c := range s.PerCPU {
+		v, ok := c.Values[name]
+		if !ok {
+			t.Fatalf("%s not measured on CPU %d", name, c.CPU)
+		}
+		out[c.CPU] = v
+	}
+	if len(out) == 0 {
+		t.Fatalf("no per-CPU values (CPUs %q)", s.CPUs)
+	}
+	return out
+}
+
+// tracepointOK reports whether the file-open tracepoint was measured; if not, the test
+// says why it cannot check open counts.
+func tracepointOK(t *testing.T, s *measure.Summary) bool {
+	if why, missing := s.NotMeasured["syscalls:sys_enter_openat"]; missing {
+		t.Logf("SKIP open/close counts: the syscalls:sys_enter_openat tracepoint is not available: %s", why)
+		return false
+	}
+	return true
+}
+
+func workloads() []workload {
+	cpuTime := func(t *testing.T, s *measure.Summary, want float64) {
+		within(t, "task-clock (s)", total(t, s, "task-clock")/1e9, want, 0.05)
+		within(t, "cgroup CPU time user+system (s)", total(t, s, measure.CPUUserSeconds)+total(t, s, measure.CPUSystemSeconds), want, 0.05)
+	}
+	// base is what an empty job writes (Slurm's own set-up in the task before it execs
+	// the script: measured separately, see TestSlurmMeasures); nil for persyst run.
+	writes := func(size float64) func(*testing.T, *measure.Summary, []measure.Sample, map[string]float64) {
+		return func(t *testing.T, s *measure.Summary, _ []measure.Sample, base map[string]float64) {
+			b, n := total(t, s, measure.WriteChars), total(t, s, measure.WriteSyscalls)
+			wantB, wantN := 64*mib+base[measure.WriteChars], 64*mib/size+base[measure.WriteSyscalls]
+			within(t, "bytes written", b, wantB, 0.01)
+			if n == 0 {
+				t.Fatalf("no write calls counted")
+			}
+			within(t, "mean write size", b/n, wantB/wantN, 0.05)
+		}
+	}
+	return []workload{
+		{name: "spin 1 thread", args: []string{"spin", "-seconds", "2"}, cpus: 1,
+			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) { cpuTime(t, s, spinSecs) }},
+		{name: "spin 2 threads on 2 CPUs", args: []string{"spin", "-seconds", "2", "-threads", "2", "-pin", "0,1"}, cpus: 2,
+			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+				cpuTime(t, s, 2*spinSecs)
+				pc := perCPU(t, s, "task-clock")
+				if len(pc) != 2 {
+					t.Fatalf("per-CPU task-clock on %d CPUs, want 2: %v", len(pc), pc)
+				}
+				a, b := pc[0], pc[1]
+				within(t, "CPU 1 task-clock relative to CPU 0", b, a, 0.10)
+			}},
+		{name: "1 thread in a 2-CPU job", args: []string{"spin", "-seconds", "2", "-pin", "1"}, cpus: 2,
+			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+				pc := perCPU(t, s, "task-clock")
+				within(t, "CPU 1 task-clock (s)", pc[1]/1e9, spinSecs, 0.05)
+				// Near 0: what runs before the pin (process start-up, the shell) may use CPU 0.
+				if pc[0]/1e9 > 0.05*spinSecs {
+					t.Errorf("CPU 0 task-clock = %.3f s, want near 0 (< %.2f s)", pc[0]/1e9, 0.05*spinSecs)
+				}
+			}},
+		{name: "64 MiB in 4 KiB writes", args: []string{"write", "-file", "@/w4k", "-bytes", strconv.Itoa(64 * mib), "-size", "4096"}, cpus: 1,
+			check: writes(4096)},
+		{name: "64 MiB in 4 MiB writes", args: []string{"write", "-file", "@/w4m", "-bytes", strconv.Itoa(64 * mib), "-size", strconv.Itoa(4 * mib)}, cpus: 1,
+			check: writes(4 * mib)},
+		{name: "10000 opens and closes", args: []string{"openclose", "-file", "@/oc", "-n", "10000"}, cpus: 1,
+			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+				if !tracepointOK(t, s) {
+					return
+				}
+				// The workload's own opens plus the few of the programs around it.
+				opens := total(t, s, "syscalls:sys_enter_openat") + s.Totals["syscalls:sys_enter_open"]
+				within(t, "file opens", opens, 10000, 0.01)
+				within(t, "file closes", total(t, s, "syscalls:sys_enter_close"), 10000, 0.01)
+			}},
+		{name: "touch 256 MiB", args: []string{"alloc", "-mib", "256", "-steps", "8", "-step-seconds", "0.5", "-hold", "1"}, cpus: 1,
+			check: func(t *testing.T, s *measure.Summary, samples []measure.Sample, _ map[string]float64) {
+				within(t, "memory peak (bytes)", total(t, s, measure.MemPeakBytes), 256*mib, 0.10)
+				// Steady growth is visible cycle by cycle: memory in use rises over at least
+				// three consecutive cycle samples, from below half to above 3/4 of 256 MiB.
+				var series []float64
+				for _, x := range samples {
+					if v, ok := x.Job[measure.MemBytes]; ok && x.Reason == measure.Cycle {
+						series = append(series, v)
+					}
+				}
+				rising, best, low, high := 0, 0, false, false
+				for i := 1; i < len(series); i++ {
+					if series[i] > series[i-1] {
+						rising++
+						best = max(best, rising)
+					} else {
+						rising = 0
+					}
+					low = low || series[i-1] < 128*mib
+					high = high || series[i] > 192*mib
+				}
+				if best < 3 || !low || !high {
+					t.Errorf("memory per cycle %v MiB: want ≥3 consecutive rises from <128 to >192 MiB", mibs(series))
+				} else {
+					t.Logf("memory per cycle (MiB): %v", mibs(series))
+				}
+			}},
+	}
+}
+
+func mibs(v []float64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x / mib)
+	}
+	return out
+}
+
+func (w workload) argv(load, dir string) []string {
+	out := []string{load}
+	for _, a := range w.args {
+		out = append(out, strings.ReplaceAll(a, "@", dir))
+	}
+	return out
+}
+
+// hardwareNotAvailable checks that a missing PMU is reported, never counted as zero.
+func hardwareNotAvailable(t *testing.T, s *measure.Summary) {
+	t.Helper()
+	if _, counted := s.Totals["cycles"]; counted {
+		if os.Getenv("PERSYST_EXPECT_PMU") == "" {
+			t.Logf("this machine has a PMU: cycles = %v", s.Totals["cycles"])
+		}
+		return
+	}
+	why, ok := s.NotMeasured["cycles"]
+	if !ok || !strings.Contains(why, "not available") {
+		t.Errorf("cycles neither counted nor reported not available: %q", why)
+	}
+	for _, c := range s.PerCPU {
+		if _, ok := c.Values["instructions"]; ok {
+			t.Errorf("CPU %d has an instructions value without a PMU", c.CPU)
+		}
+	}
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("must run as root in CI")
+		}
+		t.Skip("not root: persyst run creates cgroups")
+	}
+}
+
+func binaries(t *testing.T) (persyst, load string) {
+	t.Helper()
+	persyst, load = filepath.Join(repoRoot, "build/persyst"), filepath.Join(repoRoot, "build/persyst-workload")
+	for _, b := range []string{persyst, load} {
+		if _, err := os.Stat(b); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not built", b)
+			}
+			t.Skipf("%s not built (make build)", b)
+		}
+	}
+	return persyst, load
+}
+
+// persystRun runs `persyst run --json` in a private mount namespace with tracefs mounted
+// (this machine does not mount it at boot) and returns the result and persyst's exit code.
+func persystRun(t *testing.T, attr *syscall.SysProcAttr, args ...string) (standalone.Result, int, string) {
+	t.Helper()
+	persyst, _ := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	script := `mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; exec "$@"`
+	argv := append([]string{"-m", "sh", "-c", script, "sh", persyst, "run", "--json", "--log-level", "error"}, args...)
+	cmd := exec.CommandContext(ctx, "unshare", argv...)
+	if attr != nil {
+		// Unprivileged: no mount namespace either.
+		cmd = exec.CommandContext(ctx, persyst, append([]string{"run", "--json", "--log-level", "error"}, args...)...)
+		cmd.SysProcAttr = attr
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("persyst run %v: %v\n%s", args, err, errb.String())
+	}
+	var res standalone.Result
+	if err := json.Unmarshal(errb.Bytes(), &res); err != nil {
+		t.Fatalf("persyst run %v: stderr is not the JSON result: %v\n%s", args, err, errb.String())
+	}
+	return res, code, out.String()
+}
+
+func TestRunMeasures(t *testing.T) {
+	requireRoot(t)
+	_, load := binaries(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workloads() {
+		t.Run(w.name, func(t *testing.T) {
+			t.Parallel()
+			res, code, _ := persystRun(t, nil, append([]string{"--interval", "1s", "--"}, w.argv(load, dir)...)...)
+			if code != 0 || res.ExitStatus != 0 {
+				t.Fatalf("exit %d (result %d), want 0", code, res.ExitStatus)
+			}
+			if res.Mode != "cgroup" {
+				t.Fatalf("mode %q, want cgroup (as root)", res.Mode)
+			}
+			w.check(t, &res.Summary, res.Samples, nil)
+			hardwareNotAvailable(t, &res.Summary)
+		})
+	}
+}
+
+func TestRunExitAndSignals(t *testing.T) {
+	requireRoot(t)
+	persyst, _ := binaries(t)
+	t.Run("exit status", func(t *testing.T) {
+		res, code, _ := persystRun(t, nil, "--", "sh", "-c", "exit 7")
+		if code != 7 || res.ExitStatus != 7 {
+			t.Errorf("exit %d (result %d), want 7", code, res.ExitStatus)
+		}
+	})
+	t.Run("killed by a signal", func(t *testing.T) {
+		res, code, _ := persystRun(t, nil, "--", "sh", "-c", "kill -KILL $$")
+		if code != 137 || res.Signal != "SIGKILL" {
+			t.Errorf("exit %d signal %q, want 137 SIGKILL", code, res.Signal)
+		}
+	})
+	t.Run("stdout passes through", func(t *testing.T) {
+		_, code, out := persystRun(t, nil, "--", "echo", "hello from CMD")
+		if code != 0 || out != "hello from CMD\n" {
+			t.Errorf("exit %d stdout %q", code, out)
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		cmd := exec.Command(persyst, "run", "--", "/nonexistent/program")
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 127 || !strings.Contains(string(out), "/nonexistent/program") {
+			t.Errorf("err %v, output %q; want exit 127 naming the program", err, out)
+		}
+	})
+	t.Run("SIGTERM is forwarded", func(t *testing.T) {
+		cmd := exec.Command(persyst, "run", "--json", "--log-level", "error", "--", "sleep", "30")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		start := time.Now()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 128+15 {
+			t.Fatalf("exit %v, want 143 (sleep killed by the forwarded SIGTERM); stderr:\n%s", err, errb.String())
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %v to stop after SIGTERM", d)
+		}
+		var res standalone.Result
+		if err := json.Unmarshal(errb.Bytes(), &res); err != nil || res.Signal != "SIGTERM" {
+			t.Errorf("result after SIGTERM: %v signal %q", err, res.Signal)
+		}
+	})
+	t.Run("no cgroups left", func(t *testing.T) {
+		ents, _ := filepath.Glob("/sys/fs/cgroup/*/persyst_run/run-*")
+		if len(ents) > 0 {
+			t.Errorf("transient cgroups left behind: %v", ents)
+		}
+	})
+}
+
+// TestRunUnprivileged: as an ordinary user persyst run says what it cannot do and
+// measures what it can, instead of failing.
+func TestRunUnprivileged(t *testing.T) {
+	requireRoot(t)
+	_, load := binaries(t)
+	dir, err := os.MkdirTemp("", "persyst-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: jobUser, Gid: jobUser}}
+	w := workloads()[3] // 64 MiB in 4 KiB writes
+	res, code, _ := persystRun(t, attr, append([]string{"--interval", "1s", "--"}, w.argv(load, dir)...)...)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if res.Mode != "unprivileged" || len(res.Limits) == 0 || !strings.Contains(strings.Join(res.Limits, " "), "uid 65534") {
+		t.Errorf("mode %q limits %q: want unprivileged, saying so", res.Mode, res.Limits)
+	}
+	w.check(t, &res.Summary, res.Samples, nil)
+	if _, ok := res.Summary.Totals[measure.CPUUserSeconds]; !ok {
+		t.Errorf("CPU time not measured (rusage): %v", res.Summary.NotMeasured[measure.CPUUserSeconds])
+	}
+	// CPU time of a spin, from perf inherit mode.
+	spin := workloads()[0]
+	res, code, _ = persystRun(t, attr, append([]string{"--interval", "1s", "--"}, spin.argv(load, dir)...)...)
+	if code != 0 {
+		t.Fatalf("spin: exit %d", code)
+	}
+	if v, ok := res.Summary.Totals["task-clock"]; ok {
+		within(t, "task-clock as non-root (s)", v/1e9, spinSecs, 0.05)
+	} else {
+		t.Logf("task-clock not measured as non-root: %s", res.Summary.NotMeasured["task-clock"])
+	}
+	within(t, "CPU time from rusage (s)", res.Summary.Totals[measure.CPUUserSeconds]+res.Summary.Totals[measure.CPUSystemSeconds], spinSecs, 0.05)
+}
+
+// TestSlurmMeasures runs the workloads as Slurm jobs (v1 cgroups) on a 2-node cluster
+// whose daemons read every second, and checks what the batch host's daemon measured.
+func TestSlurmMeasures(t *testing.T) {
+	c := startCluster(t, 2)
+	_, load := binaries(t)
+	type sub struct {
+		w  workload
+		id uint32
+	}
+	var jobs []sub
+	// An empty job: what Slurm itself does in a task before it execs the batch script
+	// (one small write(2) on this Slurm) is the job's I/O too; it is the baseline of the
+	// write checks.
+	empty := c.sbatch(t, nil, "-o", filepath.Join(c.work, "m-%j.out"), "--wrap", "#!/bin/sh\nsleep 2\n")
+	for i, w := range workloads() {
+		// The batch script ends with a pause of 2 cycles after the workload: the I/O of a
+		// task's processes is read from /proc, and a process's counters are seen last at
+		// the read before it exits. The shell (a tracked process) inherits them when it
+		// reaps the workload; the shell itself is reaped by slurmstepd, outside the job.
+		// Without the pause, I/O since the last cycle before the job's last process exits
+		// would be lost (see daemon/procio).
+		script := fmt.Sprintf("#!/bin/sh\n%s\nsleep 2\n", strings.Join(w.argv(load, filepath.Join(c.work, strconv.Itoa(i))), " "))
+		if err := os.MkdirAll(filepath.Join(c.work, strconv.Itoa(i)), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(c.work, strconv.Itoa(i)), 0o777)
+		id := c.sbatch(t, nil, "-c", strconv.Itoa(w.cpus), "-o", filepath.Join(c.work, "m-%j.out"), "--wrap", script)
+		jobs = append(jobs, sub{w, id})
+	}
+	base := c.measured(t, empty)
+	t.Logf("an empty job wrote %v bytes in %v calls", base.Totals[measure.WriteChars], base.Totals[measure.WriteSyscalls])
+	for _, j := range jobs {
+		t.Run(j.w.name, func(t *testing.T) {
+			s := c.measured(t, j.id)
+			node := c.jobInfo(t, j.id)["BatchHost"]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			samples, err := daemon.JobSamples(ctx, c.socket(node), j.id)
+			if err != nil {
+				t.Fatalf("samples: %v", err)
+			}
+			if j.w.cpus == 2 && s.CPUs != "0-1" {
+				t.Errorf("job CPUs %q, want 0-1", s.CPUs)
+			}
+			if j.w.cpus == 1 && strings.ContainsAny(s.CPUs, ",-") {
+				t.Errorf("job CPUs %q, want the single allocated CPU", s.CPUs)
+			}
+			t.Logf("job %d on %s: CPUs %s, %d samples over %.1f s", j.id, node, s.CPUs, s.Samples, s.Seconds)
+			j.w.check(t, s, samples, base.Totals)
+			hardwareNotAvailable(t, s)
+		})
+	}
+	// The daemons removed their per-job perf cgroups.
+	for _, n := range c.nodes {
+		ents, _ := filepath.Glob("/sys/fs/cgroup/unified/persyst_" + n + "/job_*")
+		if len(ents) > 0 {
+			t.Errorf("%s: persyst job cgroups left after the jobs ended: %v", n, ents)
+		}
+	}
+}
+
+// measured waits for a job to complete and returns its final measurement on its batch host.
+func (c *cluster) measured(t *testing.T, id uint32) *measure.Summary {
+	t.Helper()
+	if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+		out, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("m-%d.out", id)))
+		t.Fatalf("job %d ended %s\n%s", id, st, out)
+	}
+	node := c.jobInfo(t, id)["BatchHost"]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, x := range c.statuses(t, node) {
+			if x.JobID == id && x.Measurement != nil && x.Measurement.Ended {
+				return x.Measurement
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d on %s: no final measurement", id, node)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
