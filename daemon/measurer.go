@@ -112,6 +112,14 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if cfg.Disabled {
 		return m, nil
 	}
+	// Until the probe below succeeds, every perf event is not measured, for this reason.
+	notPerf := func(why string) {
+		m.perfWhy = why
+		m.env.Unavailable = map[string]string{}
+		for _, e := range perfcg.Catalog() {
+			m.env.Unavailable[e.Name] = "not measured: " + why
+		}
+	}
 	mounts, err := m.fs.Mounts()
 	if err != nil {
 		return nil, err
@@ -121,21 +129,21 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	}
 	mnt, ok := jobcgroup.PerfHierarchy(mounts)
 	if !ok {
-		m.perfWhy = "no cgroup v2 or perf_event v1 hierarchy is mounted"
+		notPerf("no cgroup v2 or perf_event v1 hierarchy is mounted")
 		m.log.Warn().Msg("perf events not measured: " + m.perfWhy)
 		return m, nil
 	}
 	m.mount = mnt
 	parent := filepath.Join(mnt.Path, cfg.CgroupParent)
 	if err := m.fs.Create(parent); err != nil {
-		m.perfWhy = err.Error()
+		notPerf(err.Error())
 		m.log.Warn().Err(err).Msg("perf events not measured: cannot create persyst's cgroup")
 		return m, nil
 	}
 	m.perfParent = parent
 	probed, err := perfcg.Probe(perfcg.FS{Root: cfg.Root}, filepath.Join(cfg.Root, parent), m.log)
 	if err != nil {
-		m.perfWhy = err.Error()
+		notPerf(err.Error())
 		m.log.Warn().Err(err).Msg("perf events not measured")
 	} else {
 		m.env.Unavailable = map[string]string{}

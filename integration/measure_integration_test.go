@@ -257,7 +257,16 @@ func persystRun(t *testing.T, attr *syscall.SysProcAttr, args ...string) (standa
 	if err := json.Unmarshal(errb.Bytes(), &res); err != nil {
 		t.Fatalf("persyst run %v: stderr is not the JSON result: %v\n%s", args, err, errb.String())
 	}
+	noCgroupsLeft(t, cmd.Process.Pid)
 	return res, code, out.String()
+}
+
+// noCgroupsLeft checks that persyst run (pid) removed its transient cgroups.
+func noCgroupsLeft(t *testing.T, pid int) {
+	t.Helper()
+	if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/persyst_run/run-%d", pid)); len(left) > 0 {
+		t.Errorf("persyst run left its cgroups behind: %v", left)
+	}
 }
 
 func TestRunMeasures(t *testing.T) {
@@ -334,12 +343,7 @@ func TestRunExitAndSignals(t *testing.T) {
 		if err := json.Unmarshal(errb.Bytes(), &res); err != nil || res.Signal != "SIGTERM" {
 			t.Errorf("result after SIGTERM: %v signal %q", err, res.Signal)
 		}
-	})
-	t.Run("no cgroups left", func(t *testing.T) {
-		ents, _ := filepath.Glob("/sys/fs/cgroup/*/persyst_run/run-*")
-		if len(ents) > 0 {
-			t.Errorf("transient cgroups left behind: %v", ents)
-		}
+		noCgroupsLeft(t, cmd.Process.Pid)
 	})
 }
 

@@ -1,0 +1,233 @@
+package measure
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/netstat"
+	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/procio"
+)
+
+func TestNextTick(t *testing.T) {
+	base := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		now    time.Time
+		period time.Duration
+		want   time.Time
+	}{
+		{base, time.Minute, base.Add(time.Minute)}, // exactly on a boundary: the next one
+		{base.Add(time.Nanosecond), time.Minute, base.Add(time.Minute)},
+		{base.Add(59*time.Second + 999*time.Millisecond), time.Minute, base.Add(time.Minute)},
+		{base.Add(1500 * time.Millisecond), time.Second, base.Add(2 * time.Second)},
+		{base.Add(7 * time.Second), 5 * time.Second, base.Add(10 * time.Second)},
+	}
+	for _, tc := range tests {
+		got := NextTick(tc.now, tc.period)
+		if !got.Equal(tc.want) {
+			t.Errorf("NextTick(%v, %v) = %v, want %v", tc.now.Format(time.StampMilli), tc.period, got.Format(time.StampMilli), tc.want.Format(time.StampMilli))
+		}
+		if got.UnixNano()%int64(tc.period) != 0 {
+			t.Errorf("NextTick(%v, %v) = %v: not a multiple of the period in Unix time", tc.now, tc.period, got)
+		}
+	}
+}
+
+func TestDelta(t *testing.T) {
+	c := func(raw, en, run uint64) perfcg.Count {
+		return perfcg.Count{Available: true, Raw: raw, Enabled: en, Running: run}
+	}
+	tests := []struct {
+		name      string
+		cur, prev perfcg.Count
+		want      float64
+		low       bool
+	}{
+		{"not multiplexed", c(1500, 2000, 2000), c(500, 1000, 1000), 1000, false},
+		{"half the interval on the PMU", c(1500, 3000, 2000), c(1000, 1000, 1000), 1000, false},
+		{"quarter: extrapolated and flagged", c(1250, 5000, 2000), c(1000, 1000, 1000), 1000, true},
+		{"enabled but never running", c(10, 2000, 1000), c(10, 1000, 1000), 0, true},
+		{"idle CPU", c(0, 0, 0), c(0, 0, 0), 0, false},
+		{"counter went backwards", c(5, 10, 10), c(9, 5, 5), 0, false},
+	}
+	for _, tc := range tests {
+		got, low := delta(tc.cur, tc.prev, 0.5)
+		if got != tc.want || low != tc.low {
+			t.Errorf("%s: delta = %v, low %v; want %v, %v", tc.name, got, low, tc.want, tc.low)
+		}
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	tests := []struct {
+		in, want, err string
+	}{
+		{"0-3,8", "0-3,8", ""},
+		{"5,1-2,2", "1-2,5", ""},
+		{"\n", "", ""},
+		{"0-", "", "bad cpu id"},
+		{"3-1", "", "backwards"},
+	}
+	for _, tc := range tests {
+		got, err := parseCPUList(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseCPUList(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || FormatCPUList(got) != tc.want {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// fakeJob is a cgroup v2 job directory under a temporary root, with files the test
+// rewrites between reads.
+type fakeJob struct {
+	root, dir string
+}
+
+func newFakeJob(t *testing.T) *fakeJob {
+	root := t.TempDir()
+	dir := "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"
+	if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeJob{root: root, dir: dir}
+	f.write(t, "cgroup.procs", "")
+	return f
+}
+
+func (f *fakeJob) write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(f.root, f.dir, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fakeJob) set(t *testing.T, userUs, sysUs, mem, peak int) {
+	t.Helper()
+	f.write(t, "cpu.stat", "usage_usec "+itoa(userUs+sysUs)+"\nuser_usec "+itoa(userUs)+"\nsystem_usec "+itoa(sysUs)+"\n")
+	f.write(t, "memory.current", itoa(mem)+"\n")
+	f.write(t, "memory.peak", itoa(peak)+"\n")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestMeterFixture drives a Meter over fake cgroup files with a fake clock: samples hold
+// counter increases and gauges, totals add counters, keep the last gauge and the highest
+// peak, and unmeasured metrics are named with a reason, never reported as 0.
+func TestMeterFixture(t *testing.T) {
+	f := newFakeJob(t)
+	f.set(t, 1_000_000, 0, 100, 100)
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	env := &Env{
+		Stats:      cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
+		Proc:       procio.FS{Root: f.root},
+		Net:        netstat.FS{Root: f.root},
+		Log:        zerolog.Nop(),
+		Now:        func() time.Time { return now },
+		MaxSamples: 2,
+		Events:     perfcg.SoftwareEvents()[:1],
+	}
+	m, err := Open(env, Spec{
+		Name: "job 42", CPUs: []int{0, 1}, PerfWhy: "test: no perf",
+		StatCgroups: map[string]string{"unified": f.dir}, ProcCgroup: f.dir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.Samples()); n != 0 {
+		t.Fatalf("%d samples after the baseline, want 0", n)
+	}
+	steps := []struct {
+		user, sys, mem, peak int
+	}{
+		{3_000_000, 500_000, 300, 400}, // +2 s user, +0.5 s system
+		{4_000_000, 500_000, 200, 400}, // +1 s user
+		{7_000_000, 1_500_000, 50, 900},
+	}
+	var got []map[string]float64
+	for _, s := range steps {
+		now = now.Add(time.Minute)
+		f.set(t, s.user, s.sys, s.mem, s.peak)
+		smp, err := m.Read(Cycle)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if smp.Seconds != 60 {
+			t.Errorf("sample interval %v s, want 60", smp.Seconds)
+		}
+		if r, ok := smp.Rate(CPUUserSeconds); !ok || r != smp.Job[CPUUserSeconds]/60 {
+			t.Errorf("Rate(cpu_user_seconds) = %v, %v", r, ok)
+		}
+		got = append(got, map[string]float64{
+			CPUUserSeconds: smp.Job[CPUUserSeconds], CPUSystemSeconds: smp.Job[CPUSystemSeconds],
+			MemBytes: smp.Job[MemBytes], MemPeakBytes: smp.Job[MemPeakBytes],
+		})
+	}
+	want := []map[string]float64{
+		{CPUUserSeconds: 2, CPUSystemSeconds: 0.5, MemBytes: 300, MemPeakBytes: 400},
+		{CPUUserSeconds: 1, CPUSystemSeconds: 0, MemBytes: 200, MemPeakBytes: 400},
+		{CPUUserSeconds: 3, CPUSystemSeconds: 1, MemBytes: 50, MemPeakBytes: 900},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("samples (-want +got):\n%s", diff)
+	}
+	sum := m.Summary()
+	wantTotals := map[string]float64{CPUUserSeconds: 6, CPUSystemSeconds: 1.5, MemBytes: 50, MemPeakBytes: 900}
+	gotTotals := map[string]float64{}
+	for k := range wantTotals {
+		gotTotals[k] = sum.Totals[k]
+	}
+	if diff := cmp.Diff(wantTotals, gotTotals); diff != "" {
+		t.Errorf("totals (-want +got):\n%s", diff)
+	}
+	if sum.Samples != 2 || sum.Dropped != 1 {
+		t.Errorf("kept %d samples, dropped %d; want 2 and 1 (MaxSamples 2)", sum.Samples, sum.Dropped)
+	}
+	if sum.Seconds != 180 || sum.CPUs != "0-1" {
+		t.Errorf("summary seconds %v CPUs %q, want 180 and 0-1", sum.Seconds, sum.CPUs)
+	}
+	for name, want := range map[string]string{
+		"task-clock":    "test: no perf",
+		NetRxBytes:      "node counters are not attributed",
+		MajorPageFaults: "memory.stat",
+	} {
+		if why := sum.NotMeasured[name]; !strings.Contains(why, want) {
+			t.Errorf("not measured %s: %q, want it to say %q", name, why, want)
+		}
+		if _, ok := sum.Totals[name]; ok {
+			t.Errorf("%s has a total although it was not measured", name)
+		}
+	}
+	// The job's cgroup vanishes: an ordinary event, and later notes do not claim that
+	// metrics measured before were never measured.
+	if err := os.RemoveAll(filepath.Join(f.root, f.dir)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if _, err := m.Read(End); err != nil {
+		t.Errorf("read after the cgroup vanished: %v", err)
+	}
+	sum = m.Summary()
+	if _, ok := sum.NotMeasured[CPUUserSeconds]; ok || !sum.Ended {
+		t.Errorf("after the end: not measured %q, ended %v", sum.NotMeasured[CPUUserSeconds], sum.Ended)
+	}
+	if sum.Totals[CPUUserSeconds] != 6 {
+		t.Errorf("total user time changed to %v after the cgroup vanished", sum.Totals[CPUUserSeconds])
+	}
+}

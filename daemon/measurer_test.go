@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/wire"
+)
+
+// TestMeasurerCycle runs the measurement loop on a fake clock over a fake node (a cgroup v2
+// job directory under a temporary root, no perf): reads happen exactly at multiples of the
+// cycle, every running job gets one sample per cycle, a job end takes a final read, and
+// the job's summary is available through the measurer afterwards.
+func TestMeasurerCycle(t *testing.T) {
+	root := t.TempDir()
+	mnt := "/sys/fs/cgroup"
+	job := filepath.Join(mnt, "system.slice/node1_slurmstepd.scope/job_7")
+	for _, d := range []string{filepath.Join(root, job), filepath.Join(root, "proc/self"), filepath.Join(root, "sys/devices/system/cpu")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cgroup2 mount that is read-only for persyst's own cgroups: perf is not measured.
+	write("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n")
+	write("sys/devices/system/cpu/online", "0-3\n")
+	write(filepath.Join(job, "cgroup.procs"), "")
+	write(filepath.Join(job, "cpuset.cpus.effective"), "2-3\n")
+	usage := 0
+	setCPU := func() {
+		write(filepath.Join(job, "cpu.stat"), "usage_usec "+strconv.Itoa(usage)+"\nuser_usec "+strconv.Itoa(usage)+"\nsystem_usec 0\n")
+	}
+	setCPU()
+	// Make persyst's cgroup parent uncreatable: a file where the directory would go.
+	write(filepath.Join(mnt, "persyst_node1"), "")
+
+	now := time.Date(2026, 11, 21, 12, 0, 7, 500_000_000, time.UTC)
+	clock := func() time.Time { return now }
+	reg := newReg(t, RegistryConfig{})
+	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second}, reg, "node1", zerolog.Nop(), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: now}
+	j, err := reg.Apply(wire.StepStart, ev, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if join := m.Prepare(j); join != "" {
+		t.Errorf("Prepare joined %q although persyst's cgroup cannot be created", join)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var waits []time.Time
+	wait := func(ctx context.Context, until time.Time) error {
+		if len(waits) == 5 {
+			cancel()
+			return ctx.Err()
+		}
+		waits = append(waits, until)
+		now = until
+		usage += 1_000_000 // the job used 1 s of CPU per cycle
+		setCPU()
+		return nil
+	}
+	if err := m.Run(ctx, wait); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range waits {
+		if w.UnixNano()%int64(10*time.Second) != 0 {
+			t.Errorf("read %d at %v: not a multiple of the cycle", i, w)
+		}
+		if i > 0 && w.Sub(waits[i-1]) != 10*time.Second {
+			t.Errorf("read %d %v after the previous one, want 10s", i, w.Sub(waits[i-1]))
+		}
+	}
+	if len(waits) != 5 || !waits[0].Equal(time.Date(2026, 11, 21, 12, 0, 10, 0, time.UTC)) {
+		t.Fatalf("reads at %v, want 5 from 12:00:10", waits)
+	}
+	samples := m.Samples(7)
+	if len(samples) != 5 {
+		t.Fatalf("%d samples, want 5", len(samples))
+	}
+	for i, s := range samples {
+		if s.Job[measure.CPUUserSeconds] != 1 {
+			t.Errorf("sample %d: user CPU %v s, want 1", i, s.Job[measure.CPUUserSeconds])
+		}
+	}
+	now = now.Add(3 * time.Second)
+	usage += 500_000
+	setCPU()
+	m.End(7)
+	s := m.Summary(7)
+	if s == nil || !s.Ended || s.Samples != 6 || s.Totals[measure.CPUUserSeconds] != 5.5 || s.CPUs != "2-3" {
+		t.Fatalf("summary after the end = %+v; want ended, 6 samples, 5.5 s user CPU, CPUs 2-3", s)
+	}
+	if why := s.NotMeasured["task-clock"]; why == "" {
+		t.Errorf("task-clock has no not-measured reason")
+	}
+}
