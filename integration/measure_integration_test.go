@@ -104,7 +104,9 @@ func workloads() []workload {
 	}
 	return []workload{
 		{name: "spin 1 thread", args: []string{"spin", "-seconds", "2"}, cpus: 1,
-			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) { cpuTime(t, s, spinSecs) }},
+			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+				cpuTime(t, s, spinSecs)
+			}},
 		{name: "spin 2 threads on 2 CPUs", args: []string{"spin", "-seconds", "2", "-threads", "2", "-pin", "0,1"}, cpus: 2,
 			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
 				cpuTime(t, s, 2*spinSecs)

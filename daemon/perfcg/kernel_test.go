@@ -66,8 +66,11 @@ func child(mode string) int {
 	}
 	switch mode {
 	case "spin":
+		// Spin for spinFor of this thread's CPU time, not wall time: the test must hold
+		// on a loaded machine too.
+		runtime.LockOSThread()
 		x := uint64(1)
-		for start := time.Now(); time.Since(start) < spinFor; {
+		for start := threadCPU(); threadCPU()-start < spinFor; {
 			for i := 0; i < 1000; i++ {
 				x = x*6364136223846793005 + 1442695040888963407
 			}
@@ -441,4 +444,11 @@ func TestUnresolvedTracepointAndClose(t *testing.T) {
 	if _, err := g.Read(); err == nil {
 		t.Error("Read after Close: want error")
 	}
+}
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
 }
