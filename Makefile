@@ -7,7 +7,7 @@ SPANK   := $(BUILD)/spank_persyst.so
 LOAD    := $(BUILD)/persyst-workload
 GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 
-.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status demo test test-unit test-integration bench clean
+.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status run demo test test-unit test-integration bench clean
 
 all: build
 
@@ -45,7 +45,12 @@ cluster-down:
 cluster-status:
 	scripts/cluster.sh status
 
-# The main job: until measurement exists, start a 2-node cluster and run a demo job.
+# The main job: measure a command like a job (`make run CMD='./my_program args'`; without
+# CMD, a short sample workload).
+run: deps build
+	scripts/run.sh $(CMD)
+
+# A 2-node Slurm cluster with persyst: run jobs, show what the daemons measured.
 demo: deps build
 	scripts/demo.sh
 
