@@ -63,6 +63,9 @@ test-unit:
 
 bench: deps build
 	bench/plugin_cost.sh
+	bench/overhead.sh
+	bench/daemon_load.sh
+	$(GO) test -run XXX -bench BenchmarkRead -benchtime 2000x ./daemon/measure/
 
 clean:
 	-scripts/cluster.sh down

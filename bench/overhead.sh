@@ -16,7 +16,9 @@
 # `persyst run` has a fixed cost the daemon does not have (it creates and removes the
 # cgroups, probes the perf events and re-executes itself around the command), so it is
 # measured separately (`persyst run -- /bin/true` against `/bin/true`) and the slowdown
-# is also given net of it: what measuring costs the running program.
+# is also given net of it: what measuring costs the running program. (Most of that fixed
+# cost, when tracefs is mounted, is perf's syscall tracepoints: closing the last perf event
+# of a tracepoint waits for RCU grace periods, tens of ms each, after the probe and at exit.)
 #
 # As root `persyst run` measures like the daemon: cgroups, perf events in cgroup mode per
 # CPU, cgroup statistics and process I/O read at every cycle boundary.
@@ -53,21 +55,21 @@ wall() {
 	echo $((e - s))
 }
 
+# med: the median of the numbers on stdin.
+med() { sort -g | awk '{a[NR] = $1} END {printf "%.9g\n", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 # calibrate SMALL BIG CMD...: print the size (CMD's last argument) that makes CMD run
-# about TARGET s, from runs at two sizes (fixed cost + linear).
+# about TARGET s, from the median of three runs at each of two sizes (fixed cost + linear).
 calibrate() {
 	local a=$1 b=$2 ta tb
 	shift 2
 	wall "$@" "$a" >/dev/null # warm-up
-	ta=$(wall "$@" "$a")
-	tb=$(wall "$@" "$b")
+	ta=$(for _ in 1 2 3; do wall "$@" "$a"; done | med)
+	tb=$(for _ in 1 2 3; do wall "$@" "$b"; done | med)
 	awk -v a="$a" -v b="$b" -v ta="$ta" -v tb="$tb" -v t="$TARGET" 'BEGIN {
 		per = (tb - ta) / (b - a); fixed = ta - a * per
 		n = (t * 1e6 - fixed) / per; if (n < 1) n = 1; printf "%d\n", n }'
 }
 
-# med: the median of the numbers on stdin.
-med() { sort -g | awk '{a[NR] = $1} END {printf "%.9g\n", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 # stats: "median mad n" of the numbers on stdin.
 stats() {
 	local x m
@@ -94,7 +96,7 @@ fixed=$(awk -v a="$fm" -v b="$tm" 'BEGIN {printf "%.0f\n", a - b}')
 awk -v f="$fixed" -v d="$fd" -v t="$tm" 'BEGIN {printf "fixed cost of persyst run (median of run -- /bin/true minus median of /bin/true (%.1f ms), 15 runs each): %.1f ms (MAD %.1f ms)\n", t / 1e3, f / 1e3, d / 1e3}'
 
 cpu_n=$(calibrate 100000000 400000000 "$W" cpu -iterations)
-mem_n=$(calibrate 4 12 "$W" membw -mib 256 -passes)
+mem_n=$(calibrate 8 24 "$W" membw -mib 256 -passes)
 
 # row LABEL UNMEASURED-ARRAY MEASURED-ARRAY SAMPLES-ARRAY: one table row (uses mu, fixed).
 row() {
@@ -137,6 +139,16 @@ bench() {
 	row "--interval 1s" tu t1 s1
 	row "--interval 60s" tu t60 s60
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
+	# Both measured configurations pay the same fixed cost: their difference is the cost of
+	# the reads at every 1 s boundary.
+	local m1 m60 p
+	m1=$(printf '%s\n' "${t1[@]}" | med)
+	m60=$(printf '%s\n' "${t60[@]}" | med)
+	p=$(for i in "${!t1[@]}"; do echo "${t1[i]} ${t60[i]}"; done | awk '{printf "%.9f\n", $1 / $2}' | med)
+	read -r _ d60 _ < <(printf '%s\n' "${t60[@]}" | stats)
+	awk -v a="$m1" -v b="$m60" -v p="$p" -v d="$d60" 'BEGIN {
+		printf "cost of the 1 s cycle reads (--interval 1s against --interval 60s): %+.2f %% (medians), %+.2f %% (paired); noise of the 60 s runs %.2f %%\n",
+			100 * (a / b - 1), 100 * (p - 1), 100 * d / b }'
 }
 
 bench "CPU-bound" "$W" cpu -iterations "$cpu_n"

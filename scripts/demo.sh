@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh — the main job until measurement lands: start a real 2-node Slurm cluster with
+# demo.sh — start a real 2-node Slurm cluster with
 # persyst on this machine, run a 2-node job (as the unprivileged user nobody) and an
 # opted-out one, and show what each node's persyst daemon recorded. KEEP=1 leaves the
 # cluster running (stop it with `make cluster-down`).

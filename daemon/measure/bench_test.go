@@ -10,15 +10,17 @@ package measure_test
 // cgroup mode, process list) plus, on hybrid hosts, directories of the same name in the
 // v1 cpuacct, memory and pids hierarchies (cgroup statistics), with one sleeping process
 // (/bin/sleep) in all of them. Everything is removed at cleanup. The Env and Spec are
-// built the way daemon/measurer.go builds them for a job whose Slurm cgroup is on v2:
-// perf events and processes from the v2 directory, statistics from every hierarchy.
+// built the way daemon/measurer.go builds them on such a hybrid host (Slurm's job
+// cgroups in v1, persyst's own job cgroup in v2): perf events in cgroup mode and the
+// process list from the v2 directory, statistics from every hierarchy ("unified" too).
 //
 // The job is idle: its counters are inactive on every CPU, so a perf read(2) does not
 // need an IPI to the CPU where the job runs. A busy job's reads cost somewhat more.
 //
 // The meter is reopened (timer stopped) every benchMeterReads reads, so that memory does
 // not grow with b.N: the cost includes appending the sample to a job of up to that many
-// samples.
+// samples. kept-B/sample is the heap a meter keeps per sample (Samples and their maps),
+// measured untimed after the loop.
 
 import (
 	"errors"
@@ -26,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -41,7 +44,10 @@ import (
 	"github.com/persyst/persyst/daemon/procio"
 )
 
-const benchMeterReads = 1000
+const (
+	benchMeterReads  = 1000
+	benchRetainReads = 200
+)
 
 // benchJob is the benchmark's job: its cgroups (hierarchy key → directory) and the node's
 // probed perf events.
@@ -322,4 +328,20 @@ func (j *benchJob) run(b *testing.B, env *measure.Env, spec measure.Spec, fds in
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(fds), "perf-fds")
+	// What a job's meter keeps per sample (the daemon holds up to Env.MaxSamples per job):
+	// live heap after benchRetainReads reads of a fresh meter, over that many.
+	_ = m.Close()
+	m = open()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range benchRetainReads {
+		if _, err := m.Read(measure.Cycle); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(m)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/benchRetainReads, "kept-B/sample")
 }
