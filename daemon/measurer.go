@@ -270,6 +270,7 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 		}
 		spec.CPUs = cpus
 	}
+	spec.Topology = m.mfs.Topology(spec.CPUs)
 	switch {
 	case jm.owned != "":
 		spec.PerfCgroup = filepath.Join(m.cfg.Root, jm.owned)

@@ -89,3 +89,58 @@ func FormatCPUList(cpus []int) string {
 }
 
 var errNotExist = fs.ErrNotExist
+
+// CPUTopo says where a CPU sits: its core and socket (package), from sysfs. Core ids are
+// unique only within a socket.
+type CPUTopo struct {
+	CPU    int `json:"cpu"`
+	Core   int `json:"core"`
+	Socket int `json:"socket"`
+}
+
+// Topology returns the core and socket of each CPU; a CPU whose topology files are
+// missing is its own core on socket 0.
+func (fs FS) Topology(cpus []int) []CPUTopo {
+	read := func(cpu int, name string, def int) int {
+		b, err := os.ReadFile(filepath.Join(fs.Root, "sys/devices/system/cpu", "cpu"+strconv.Itoa(cpu), "topology", name))
+		if err != nil {
+			return def
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return def
+		}
+		return n
+	}
+	out := make([]CPUTopo, len(cpus))
+	for i, c := range cpus {
+		out[i] = CPUTopo{CPU: c, Core: read(c, "core_id", c), Socket: read(c, "physical_package_id", 0)}
+	}
+	return out
+}
+
+// Core identifies a physical core.
+type Core struct{ Socket, Core int }
+
+// PerCore adds per-CPU values up per physical core (hyperthreads share one), the "core"
+// device level of PerSyst's properties.
+func PerCore(values []CPUValues, topo []CPUTopo) map[Core]map[string]float64 {
+	where := make(map[int]Core, len(topo))
+	for _, t := range topo {
+		where[t.CPU] = Core{t.Socket, t.Core}
+	}
+	out := map[Core]map[string]float64{}
+	for _, v := range values {
+		k, ok := where[v.CPU]
+		if !ok {
+			k = Core{0, v.CPU}
+		}
+		if out[k] == nil {
+			out[k] = map[string]float64{}
+		}
+		for name, x := range v.Values {
+			out[k][name] += x
+		}
+	}
+	return out
+}

@@ -70,6 +70,8 @@ type Spec struct {
 	Name string // for logs: "job 42"
 	// CPUs are the job's CPUs on this node: the devices of per-CPU values.
 	CPUs []int
+	// Topology of CPUs (FS.Topology), optional.
+	Topology []CPUTopo
 	// PerfCgroup is the cgroup directory whose tasks perf counts ("" : no perf events;
 	// PerfWhy then says why).
 	PerfCgroup string
@@ -121,15 +123,17 @@ func (s Sample) Rate(name string) (float64, bool) {
 
 // Summary is a job's measurement so far.
 type Summary struct {
-	Started time.Time          `json:"started"`
-	Last    time.Time          `json:"last"`
-	Samples int                `json:"samples"`
-	Dropped int                `json:"dropped_samples,omitempty"`
-	CPUs    string             `json:"cpus"`
-	Ended   bool               `json:"ended"`
-	Seconds float64            `json:"seconds"` // measured time: Last - Started
-	Totals  map[string]float64 `json:"totals"`
-	PerCPU  []CPUValues        `json:"per_cpu,omitempty"`
+	Started time.Time `json:"started"`
+	Last    time.Time `json:"last"`
+	Samples int       `json:"samples"`
+	Dropped int       `json:"dropped_samples,omitempty"`
+	CPUs    string    `json:"cpus"`
+	// Topology gives each CPU's core and socket, to add per-CPU values up per core.
+	Topology []CPUTopo          `json:"topology,omitempty"`
+	Ended    bool               `json:"ended"`
+	Seconds  float64            `json:"seconds"` // measured time: Last - Started
+	Totals   map[string]float64 `json:"totals"`
+	PerCPU   []CPUValues        `json:"per_cpu,omitempty"`
 	// NotMeasured maps metrics (and perf events) that have no value to the reason.
 	NotMeasured map[string]string `json:"not_measured,omitempty"`
 }
@@ -571,6 +575,7 @@ func (m *Meter) Summary() Summary {
 		Samples:     len(m.samples),
 		Dropped:     m.dropped,
 		CPUs:        FormatCPUList(m.spec.CPUs),
+		Topology:    m.spec.Topology,
 		Ended:       m.ended,
 		Totals:      maps.Clone(m.totals),
 		NotMeasured: maps.Clone(m.notMeasured),

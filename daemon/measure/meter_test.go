@@ -231,3 +231,86 @@ func TestMeterFixture(t *testing.T) {
 		t.Errorf("total user time changed to %v after the cgroup vanished", sum.Totals[CPUUserSeconds])
 	}
 }
+
+func TestTopologyPerCore(t *testing.T) {
+	root := t.TempDir()
+	for cpu, ids := range map[int][2]string{0: {"0", "0"}, 1: {"1", "0"}, 2: {"0", "0"}, 3: {"0", "1"}} {
+		d := filepath.Join(root, "sys/devices/system/cpu", "cpu"+strconv.Itoa(cpu), "topology")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "core_id"), []byte(ids[0]+"\n"), 0o644)
+		os.WriteFile(filepath.Join(d, "physical_package_id"), []byte(ids[1]+"\n"), 0o644)
+	}
+	topo := FS{Root: root}.Topology([]int{0, 1, 2, 3, 9})
+	want := []CPUTopo{{0, 0, 0}, {1, 1, 0}, {2, 0, 0}, {3, 0, 1}, {9, 9, 0}}
+	if diff := cmp.Diff(want, topo); diff != "" {
+		t.Errorf("topology (-want +got):\n%s", diff)
+	}
+	v := func(cpu int, x float64) CPUValues { return CPUValues{CPU: cpu, Values: map[string]float64{"task-clock": x}} }
+	got := PerCore([]CPUValues{v(0, 1), v(1, 2), v(2, 4), v(3, 8)}, topo)
+	wantCores := map[Core]map[string]float64{
+		{0, 0}: {"task-clock": 5}, // CPUs 0 and 2 are hyperthreads of one core
+		{0, 1}: {"task-clock": 2},
+		{1, 0}: {"task-clock": 8},
+	}
+	if diff := cmp.Diff(wantCores, got); diff != "" {
+		t.Errorf("per core (-want +got):\n%s", diff)
+	}
+}
+
+// TestNodeNetworkOnlyWhenExclusive: node network counters are attributed to a job only
+// over intervals in which it had the node to itself.
+func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
+	f := newFakeJob(t)
+	f.set(t, 0, 0, 1, 1)
+	netdev := func(rx, tx int) {
+		s := "Inter-|   Receive                                                |  Transmit\n" +
+			" face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n" +
+			"    lo: 999 9 0 0 0 0 0 0 999 9 0 0 0 0 0 0\n" +
+			"  eth0: " + itoa(rx) + " 10 0 0 0 0 0 0 " + itoa(tx) + " 20 0 0 0 0 0 0\n"
+		if err := os.MkdirAll(filepath.Join(f.root, "proc/net"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(f.root, "proc/net/dev"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netdev(1000, 2000)
+	now := time.Unix(1_800_000_000, 0)
+	alone := true
+	env := &Env{
+		Stats: cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
+		Proc:  procio.FS{Root: f.root}, Net: netstat.FS{Root: f.root},
+		Log: zerolog.Nop(), Now: func() time.Time { return now },
+	}
+	m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, StatCgroups: map[string]string{"unified": f.dir},
+		Exclusive: func() bool { return alone }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []any
+	for _, step := range []struct {
+		rx, tx int
+		alone  bool
+	}{{1500, 2100, true}, {2500, 2200, false}, {3000, 2300, true}, {3100, 2400, true}} {
+		now = now.Add(time.Second)
+		netdev(step.rx, step.tx)
+		alone = step.alone
+		s, _ := m.Read(Cycle)
+		if v, ok := s.Job[NetRxBytes]; ok {
+			got = append(got, v, s.Job[NetTxBytes])
+		} else {
+			got = append(got, "-")
+		}
+	}
+	// Shared during the 2nd interval; the 3rd starts alone only at its end, so it is
+	// not attributed either.
+	want := []any{500.0, 100.0, "-", "-", 100.0, 100.0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("network per interval (-want +got):\n%s", diff)
+	}
+	if why := m.Summary().NotMeasured[IBRxBytes]; !strings.Contains(why, "InfiniBand") {
+		t.Errorf("ib_rcv_bytes: %q, want the reason to say there is no InfiniBand", why)
+	}
+}

@@ -114,7 +114,7 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		Log:   opts.Log,
 		Now:   opts.Now,
 	}
-	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus}
+	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus, Topology: measure.FS{Root: opts.Root}.Topology(cpus)}
 	privileged := !opts.Unprivileged && r.makeCgroups()
 	if privileged {
 		r.mode = "cgroup"
