@@ -247,7 +247,9 @@ func TestTopologyPerCore(t *testing.T) {
 	if diff := cmp.Diff(want, topo); diff != "" {
 		t.Errorf("topology (-want +got):\n%s", diff)
 	}
-	v := func(cpu int, x float64) CPUValues { return CPUValues{CPU: cpu, Values: map[string]float64{"task-clock": x}} }
+	v := func(cpu int, x float64) CPUValues {
+		return CPUValues{CPU: cpu, Values: map[string]float64{"task-clock": x}}
+	}
 	got := PerCore([]CPUValues{v(0, 1), v(1, 2), v(2, 4), v(3, 8)}, topo)
 	wantCores := map[Core]map[string]float64{
 		{0, 0}: {"task-clock": 5}, // CPUs 0 and 2 are hyperthreads of one core
