@@ -441,6 +441,43 @@ func TestSlurmMeasures(t *testing.T) {
 			hardwareNotAvailable(t, s)
 		})
 	}
+	// A daemon restarted mid-job measures the job again from the restart on: the perf
+	// cgroup and the tasks in it are kept, a new meter attaches to them. (Samples taken
+	// before the restart are not kept: they live in the daemon's memory.)
+	t.Run("daemon restart re-attaches", func(t *testing.T) {
+		node := c.nodes[0]
+		id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "m-%j.out"), "--wrap",
+			"#!/bin/sh\n"+load+" spin -seconds 5\nsleep 2\n")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var n int
+			for _, x := range c.statuses(t, node) {
+				if x.JobID == id && x.Measurement != nil {
+					n = x.Measurement.Samples
+				}
+			}
+			if n >= 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d: no samples before the restart", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.harness(t, "daemon-stop", node)
+		c.harness(t, "daemon-start", node)
+		s := c.measured(t, id)
+		if s.Samples < 3 {
+			t.Errorf("%d samples after the restart, want at least 3", s.Samples)
+		}
+		// At most ~2.5 s of the 5 s spin ran before the restart.
+		if v := total(t, s, "task-clock") / 1e9; v < 2 || v > 5.25 {
+			t.Errorf("task-clock after the restart = %.2f s, want 2 to 5.25 s", v)
+		} else {
+			t.Logf("measured %.2f s of the 5 s spin after the restart", v)
+		}
+	})
+
 	// The daemons removed their per-job perf cgroups.
 	for _, n := range c.nodes {
 		ents, _ := filepath.Glob("/sys/fs/cgroup/unified/persyst_" + n + "/job_*")
