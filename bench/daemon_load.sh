@@ -14,15 +14,17 @@
 #
 # Phases: 0 jobs, then JOBS jobs, SECONDS each. In each the daemon's CPU time
 # (utime+stime from /proc/PID/stat over CLK_TCK; also the scheduler's run time of its
-# threads from /proc/PID/task/*/schedstat, ns) and memory (VmRSS every second, VmHWM at the end) are sampled.
-# `persyst jobs --json` checks that every job's sample count grows by about one per cycle.
+# threads from /proc/PID/task/*/schedstat, ns) and memory (VmRSS every second, VmHWM at
+# the end) are sampled. `persyst jobs --json` checks that every job's sample count grows
+# by about one per cycle; the daemon keeps every sample in memory, so RSS growth over
+# the samples taken is reported too.
 # At the end: job_end for every job, SIGTERM to the daemon, the sleeps killed, every cgroup
 # created removed, and a check that none is left.
 set -euo pipefail
 # The tracepoints need tracefs. If it is not mounted, the script runs in a private mount
 # namespace with tracefs mounted there: nothing changes for the rest of the machine.
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ -z "${PERSYST_BENCH_NS:-}" ] && [ "$(id -u)" = 0 ]; then
-	exec env PERSYST_BENCH_NS=1 unshare -m --propagation private bash -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$0" "$@"' "$0" "$@"
+	exec env PERSYST_BENCH_NS=1 unshare -m --propagation private bash -c 'mount -t tracefs nodev /sys/kernel/tracing || echo "could not mount tracefs: tracepoints not measured" >&2; exec "$0" "$@"' "$0" "$@"
 fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JOBS=${1:-32}
@@ -121,13 +123,18 @@ phase() {
 	read -r j0 m0 mn0 mx0 tot0 <<<"$s0"
 	read -r j1 m1 mn1 mx1 tot1 <<<"$s1"
 	checks+=("$label: running jobs $j1, measured $m1; samples per job $mn0–$mx0 → $mn1–$mx1 (total $tot0 → $tot1, +$((tot1 - tot0)) in ${SECS} s)")
+	if [ "$tot1" -gt "$tot0" ]; then
+		checks+=("  RSS growth per sample taken: $(awk -v r="$((rss_last - rss_first))" -v n="$((tot1 - tot0))" 'BEGIN {printf "%.2f KiB", r / n}')")
+	fi
 	if [ "$j1" -gt 0 ] && { [ "$m1" != "$j1" ] || [ "$mn1" -le "$mn0" ]; }; then
 		checks+=("  WARNING: not every job's sample count grew")
 	fi
 }
 
 echo "persyst daemon load: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), kernel $(uname -r), $(date -u +%F)"
-[ -n "${PERSYST_BENCH_NS:-}" ] && echo "(tracefs was not mounted: running in a private mount namespace with tracefs mounted at /sys/kernel/tracing)"
+if [ -n "${PERSYST_BENCH_NS:-}" ] && [ -d /sys/kernel/tracing/events ]; then
+	echo "(tracefs was not mounted: running in a private mount namespace with tracefs mounted at /sys/kernel/tracing)"
+fi
 echo "node $NODE, cycle 1s, $JOBS jobs (one idle sleep each), ${SECS} s per phase; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 "$P" daemon --node "$NODE" --cycle 1s --socket "$SOCK" --state-dir "$tmp/state" 2>"$tmp/daemon.log" &

@@ -26,7 +26,7 @@ set -euo pipefail
 # The tracepoints need tracefs. If it is not mounted, the script runs in a private mount
 # namespace with tracefs mounted there: nothing changes for the rest of the machine.
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ -z "${PERSYST_BENCH_NS:-}" ] && [ "$(id -u)" = 0 ]; then
-	exec env PERSYST_BENCH_NS=1 unshare -m --propagation private bash -c 'mount -t tracefs nodev /sys/kernel/tracing && exec "$0" "$@"' "$0" "$@"
+	exec env PERSYST_BENCH_NS=1 unshare -m --propagation private bash -c 'mount -t tracefs nodev /sys/kernel/tracing || echo "could not mount tracefs: tracepoints not measured" >&2; exec "$0" "$@"' "$0" "$@"
 fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${1:-12}
@@ -80,7 +80,9 @@ stats() {
 
 echo "persyst measurement overhead, $(date -u +%F)"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-[ -n "${PERSYST_BENCH_NS:-}" ] && echo "(tracefs was not mounted: running in a private mount namespace with tracefs mounted at /sys/kernel/tracing)"
+if [ -n "${PERSYST_BENCH_NS:-}" ] && [ -d /sys/kernel/tracing/events ]; then
+	echo "(tracefs was not mounted: running in a private mount namespace with tracefs mounted at /sys/kernel/tracing)"
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds; about ${TARGET} s per run"
 
 # The fixed cost of `persyst run` around a command that does nothing.
