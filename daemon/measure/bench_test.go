@@ -328,7 +328,7 @@ func (j *benchJob) run(b *testing.B, env *measure.Env, spec measure.Spec, fds in
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(fds), "perf-fds")
-	// What a job's meter keeps per sample (the daemon holds up to Env.MaxSamples per job):
+	// What a job's meter keeps per sample (within Env.SampleBytes per job):
 	// live heap after benchRetainReads reads of a fresh meter, over that many.
 	_ = m.Close()
 	m = open()

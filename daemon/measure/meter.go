@@ -60,9 +60,10 @@ type Env struct {
 	Net         netstat.FS
 	Log         zerolog.Logger
 	Now         func() time.Time
-	// MaxSamples bounds the samples kept per job (0: 100,000); older ones are
-	// dropped first, and Summary counts them.
-	MaxSamples int
+	// SampleBytes is the memory budget of one job's samples (0: DefaultSampleBytes).
+	// Beyond it neighbouring samples are merged pairwise: the whole job is kept at a
+	// coarser time resolution (Summary.Halved says how often).
+	SampleBytes int
 }
 
 // Spec says what to measure for one job.
@@ -126,8 +127,9 @@ type Summary struct {
 	Started time.Time `json:"started"`
 	Last    time.Time `json:"last"`
 	Samples int       `json:"samples"`
-	Dropped int       `json:"dropped_samples,omitempty"`
-	CPUs    string    `json:"cpus"`
+	// Halved counts how often the samples were merged pairwise to stay in the budget.
+	Halved int    `json:"halved,omitempty"`
+	CPUs   string `json:"cpus"`
 	// Topology gives each CPU's core and socket, to add per-CPU values up per core.
 	Topology []CPUTopo          `json:"topology,omitempty"`
 	Ended    bool               `json:"ended"`
@@ -160,8 +162,7 @@ type Meter struct {
 
 	mu          sync.Mutex
 	started     time.Time
-	samples     []Sample
-	dropped     int
+	store       *store
 	totals      map[string]float64
 	perCPU      []map[string]float64
 	notMeasured map[string]string
@@ -219,10 +220,14 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		for _, e := range g.Events() {
 			byName[e.Name] = e
 		}
-		for name, err := range g.Unavailable() {
+		unavailable := g.Unavailable()
+		for name, err := range unavailable {
 			m.notMeasured[name] = "not available: " + perfcg.Reason(byName[name], err)
 		}
 		seen := map[string]bool{}
+		for name := range unavailable {
+			seen[name] = true // never read: no values to keep
+		}
 		for j, e := range g.Events() {
 			if !seen[e.Name] {
 				seen[e.Name] = true
@@ -231,6 +236,7 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 			}
 		}
 	}
+	m.store = newStore(env.SampleBytes, spec.CPUs, m.perfName)
 	if _, err := m.Read(Start); err != nil {
 		env.Log.Debug().Err(err).Str("job", spec.Name).Msg("baseline read incomplete")
 	}
@@ -315,16 +321,7 @@ func (m *Meter) Read(reason Reason) (Sample, error) {
 			m.perCPU[i][k] += v
 		}
 	}
-	limit := m.env.MaxSamples
-	if limit <= 0 {
-		limit = 100_000
-	}
-	if len(m.samples) >= limit {
-		n := copy(m.samples, m.samples[1:])
-		m.samples = m.samples[:n]
-		m.dropped++
-	}
-	m.samples = append(m.samples, s)
+	m.store.add(s)
 	return s, errors.Join(errs...)
 }
 
@@ -563,7 +560,7 @@ func (m *Meter) readNet(s *Sample, notes map[string]string) error {
 func (m *Meter) Samples() []Sample {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]Sample(nil), m.samples...)
+	return m.store.all()
 }
 
 // Summary returns the totals so far.
@@ -572,16 +569,16 @@ func (m *Meter) Summary() Summary {
 	defer m.mu.Unlock()
 	s := Summary{
 		Started:     m.started,
-		Samples:     len(m.samples),
-		Dropped:     m.dropped,
+		Samples:     len(m.store.samples),
+		Halved:      m.store.halved,
 		CPUs:        FormatCPUList(m.spec.CPUs),
 		Topology:    m.spec.Topology,
 		Ended:       m.ended,
 		Totals:      maps.Clone(m.totals),
 		NotMeasured: maps.Clone(m.notMeasured),
 	}
-	if n := len(m.samples); n > 0 {
-		s.Last = m.samples[n-1].Time
+	if n := len(m.store.samples); n > 0 {
+		s.Last = m.store.samples[n-1].time
 		s.Seconds = s.Last.Sub(s.Started).Seconds()
 	}
 	if m.perf != nil {

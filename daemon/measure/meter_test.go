@@ -135,13 +135,13 @@ func TestMeterFixture(t *testing.T) {
 	f.set(t, 1_000_000, 0, 100, 100)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	env := &Env{
-		Stats:      cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
-		Proc:       procio.FS{Root: f.root},
-		Net:        netstat.FS{Root: f.root},
-		Log:        zerolog.Nop(),
-		Now:        func() time.Time { return now },
-		MaxSamples: 2,
-		Events:     perfcg.SoftwareEvents()[:1],
+		Stats:       cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
+		Proc:        procio.FS{Root: f.root},
+		Net:         netstat.FS{Root: f.root},
+		Log:         zerolog.Nop(),
+		Now:         func() time.Time { return now },
+		SampleBytes: 1, // merge as soon as there are more than 2 samples
+		Events:      perfcg.SoftwareEvents()[:1],
 	}
 	m, err := Open(env, Spec{
 		Name: "job 42", CPUs: []int{0, 1}, PerfWhy: "test: no perf",
@@ -196,8 +196,24 @@ func TestMeterFixture(t *testing.T) {
 	if diff := cmp.Diff(wantTotals, gotTotals); diff != "" {
 		t.Errorf("totals (-want +got):\n%s", diff)
 	}
-	if sum.Samples != 2 || sum.Dropped != 1 {
-		t.Errorf("kept %d samples, dropped %d; want 2 and 1 (MaxSamples 2)", sum.Samples, sum.Dropped)
+	// Over the budget the first two samples were merged: the job's whole life is kept.
+	if sum.Samples != 2 || sum.Halved != 1 {
+		t.Errorf("kept %d samples, halved %d times; want 2 and 1", sum.Samples, sum.Halved)
+	}
+	merged := m.Samples()
+	wantMerged := []map[string]float64{
+		{CPUUserSeconds: 3, CPUSystemSeconds: 0.5, MemBytes: 200, MemPeakBytes: 400},
+		{CPUUserSeconds: 3, CPUSystemSeconds: 1, MemBytes: 50, MemPeakBytes: 900},
+	}
+	for i, x := range merged {
+		for k, w := range wantMerged[i] {
+			if x.Job[k] != w {
+				t.Errorf("merged sample %d: %s = %v, want %v", i, k, x.Job[k], w)
+			}
+		}
+	}
+	if merged[0].Seconds != 120 {
+		t.Errorf("merged sample covers %v s, want 120", merged[0].Seconds)
 	}
 	if sum.Seconds != 180 || sum.CPUs != "0-1" {
 		t.Errorf("summary seconds %v CPUs %q, want 180 and 0-1", sum.Seconds, sum.CPUs)
@@ -314,5 +330,41 @@ func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
 	}
 	if why := m.Summary().NotMeasured[IBRxBytes]; !strings.Contains(why, "InfiniBand") {
 		t.Errorf("ib_rcv_bytes: %q, want the reason to say there is no InfiniBand", why)
+	}
+}
+
+// TestStoreBudget: a long job stays within its sample budget, keeps its whole life (first
+// and last times) and its counter totals, at a coarser resolution.
+func TestStoreBudget(t *testing.T) {
+	st := newStore(64<<10, []int{0, 1}, []string{"task-clock"})
+	start := time.Unix(1_800_000_000, 0)
+	var sumUser, sumTC float64
+	for i := 1; i <= 100_000; i++ {
+		s := Sample{Time: start.Add(time.Duration(i) * time.Second), Reason: Cycle, Seconds: 1,
+			Job: map[string]float64{CPUUserSeconds: float64(i % 7), MemBytes: float64(i), MemPeakBytes: float64(i)},
+			CPU: []CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1}}, {CPU: 1, Values: map[string]float64{"task-clock": 2}}}}
+		sumUser += float64(i % 7)
+		sumTC += 3
+		st.add(s)
+	}
+	if got := len(st.samples) * st.bytesPer(); got > 64<<10 {
+		t.Errorf("samples use ~%d bytes, over the 64 KiB budget", got)
+	}
+	all := st.all()
+	var gotUser, gotTC, secs float64
+	for _, s := range all {
+		gotUser += s.Job[CPUUserSeconds]
+		secs += s.Seconds
+		for _, c := range s.CPU {
+			gotTC += c.Values["task-clock"]
+		}
+	}
+	last := all[len(all)-1]
+	if gotUser != sumUser || gotTC != sumTC || secs != 100_000 || last.Job[MemBytes] != 100_000 || last.Job[MemPeakBytes] != 100_000 {
+		t.Errorf("after merging to %d samples (halved %d times): user %v/%v, task-clock %v/%v, seconds %v, last mem %v peak %v",
+			len(all), st.halved, gotUser, sumUser, gotTC, sumTC, secs, last.Job[MemBytes], last.Job[MemPeakBytes])
+	}
+	if !last.Time.Equal(start.Add(100_000 * time.Second)) {
+		t.Errorf("last sample at %v, want the job's last read", last.Time)
 	}
 }

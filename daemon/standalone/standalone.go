@@ -122,18 +122,9 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		spec.ProcCgroup = r.procDir
 		if r.perfDir != "" {
 			spec.PerfCgroup = filepath.Join(opts.Root, r.perfDir)
-			probed, err := perfcg.Probe(perfcg.FS{Root: opts.Root}, spec.PerfCgroup, opts.Log)
-			if err != nil {
-				spec.PerfCgroup, spec.PerfWhy = "", err.Error()
-			} else {
-				env.Events = perfcg.WithIPC(probed.Available())
-				env.Unavailable = map[string]string{}
-				for _, st := range probed {
-					if !st.Available {
-						env.Unavailable[st.Event.Name] = "not available: " + perfcg.Reason(st.Event, st.Err)
-					}
-				}
-			}
+			// No separate probe: opening the events tells which exist, and every open and
+			// close of a syscall tracepoint costs a kernel RCU grace period (~30 ms).
+			env.Events, env.Unavailable = catalog(opts.Root)
 		} else {
 			spec.PerfWhy = "no cgroup v2 or perf_event v1 hierarchy to count in"
 		}
@@ -142,12 +133,7 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		r.limits = append(r.limits,
 			fmt.Sprintf("running as uid %d without the right to create cgroups (%s): cgroup statistics (throttling, OOM events, block I/O, pressure) are not measured", os.Getuid(), r.cgErr),
 			"perf events count user space only, per CPU, for the command's processes (inherit mode); CPU time, peak memory and page faults come from wait4's rusage at the end")
-		resolved := perfcg.FS{Root: opts.Root}
-		for _, e := range perfcg.Catalog() {
-			if re, err := resolved.Resolve(e); err == nil {
-				env.Events = append(env.Events, re)
-			}
-		}
+		env.Events, env.Unavailable = catalog(opts.Root)
 	}
 	// Without privileges, /proc/PID/io of the exited child is root's (the kernel makes an
 	// exited process's /proc files root-owned): its last writes are found instead in our
@@ -286,6 +272,23 @@ wait:
 		WriteText(opts.Stderr, res)
 	}
 	return res.ExitStatus, nil
+}
+
+// catalog returns every catalog event whose tracepoint id resolves (grouped with cycles
+// and instructions), and the others with the reason.
+func catalog(root string) ([]perfcg.Event, map[string]string) {
+	fs := perfcg.FS{Root: root}
+	var events []perfcg.Event
+	unavailable := map[string]string{}
+	for _, e := range perfcg.Catalog() {
+		re, err := fs.Resolve(e)
+		if err != nil {
+			unavailable[e.Name] = "not available: " + perfcg.Reason(e, err)
+			continue
+		}
+		events = append(events, re)
+	}
+	return perfcg.WithIPC(events), unavailable
 }
 
 // runner holds what Run created.
