@@ -41,12 +41,17 @@ func (p Probed) Lookup(name string) (Status, bool) {
 	return Status{}, false
 }
 
-// Probe tries every Catalog event once: tracepoint ids are resolved from tracefs under
+// Probe tries every event of the node's catalog (Catalog plus the raw events of its
+// processor, NodeCatalog) once: tracepoint ids are resolved from tracefs under
 // fs.Root, then each event is opened in cgroup mode on CPU 0 against cgroupDir and
 // closed again. Unavailable events are logged (Info) and reported with the reason;
 // an error is returned only if cgroupDir cannot be opened.
 func Probe(fs FS, cgroupDir string, log zerolog.Logger) (Probed, error) {
-	return probe(fs, cgroupDir, Catalog(), log)
+	events, arch := fs.NodeCatalog()
+	if arch != "" {
+		log.Info().Str("arch", arch).Msg("raw hardware events of this processor added to the probe")
+	}
+	return probe(fs, cgroupDir, events, log)
 }
 
 func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed, error) {

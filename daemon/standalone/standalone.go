@@ -280,7 +280,8 @@ func catalog(root string) ([]perfcg.Event, map[string]string) {
 	fs := perfcg.FS{Root: root}
 	var events []perfcg.Event
 	unavailable := map[string]string{}
-	for _, e := range perfcg.Catalog() {
+	all, _ := fs.NodeCatalog()
+	for _, e := range all {
 		re, err := fs.Resolve(e)
 		if err != nil {
 			unavailable[e.Name] = "not available: " + perfcg.Reason(e, err)
