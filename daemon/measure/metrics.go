@@ -107,3 +107,14 @@ var cgFields = []cgField{
 	{cgstats.PSIIOSome, PSIIOSomeSeconds, 1e-6, func(s *cgstats.Stats) uint64 { return s.IOSome.TotalUs }},
 	{cgstats.PSIIOFull, PSIIOFullSeconds, 1e-6, func(s *cgstats.Stats) uint64 { return s.IOFull.TotalUs }},
 }
+
+// Names lists every metric a Sample's Job map can hold apart from perf events (whose
+// names are perfcg's): cgroup statistics, process I/O and node network.
+func Names() []string {
+	out := make([]string, 0, len(cgFields)+len(procNames)+len(netNames))
+	for _, f := range cgFields {
+		out = append(out, f.name)
+	}
+	out = append(out, procNames...)
+	return append(out, netNames...)
+}

@@ -1,0 +1,38 @@
+package properties
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultCatalogAndStrategy(t *testing.T) {
+	c, err := DefaultCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := DefaultStrategy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every catalog property is reachable from the default strategy.
+	in := map[string]bool{}
+	for _, p := range s.Properties() {
+		in[p.Key()] = true
+	}
+	for _, k := range c.Keys() {
+		if !in[k] {
+			t.Errorf("%s is in the catalog but not in the default strategy", k)
+		}
+	}
+	// The ids the issue names are all there.
+	for _, id := range strings.Fields(`cpu_user_pct cpu_system_pct io_wait intra_node_imbalance inter_node_imbalance
+		idle_cores memory_used memory_growth memory_unused major_fault_rate cpu_throttled oom_events io_read_bw
+		io_write_bw io_read_request_size io_write_request_size file_open_rate file_close_rate net_xmit_bw net_rcvd_bw
+		net_xmit_bytes_per_packet net_rcvd_bytes_per_packet flops_rate vector_ratio sp_dp_ratio instruction_rate cpi
+		branch_miss_per_instr branch_miss_ratio llc_miss_per_instr llc_hit_miss_ratio loads_to_stores
+		memory_bw:memory_bound memory_bw:compute_bound core_frequency`) {
+		if _, ok := c.Get(id); !ok {
+			t.Errorf("catalog lacks %s", id)
+		}
+	}
+}

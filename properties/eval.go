@@ -1,0 +1,597 @@
+package properties
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/expr-lang/expr"
+
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/quantile"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Catalog  *Catalog
+	Strategy *Strategy
+	// Thresholds overrides thresholds by property id (both replicas) or key
+	// (persyst.conf Threshold.<id>=).
+	Thresholds map[string]float64
+	// Calibration holds this node type's calibration values (calibrationNames); a
+	// threshold that needs a missing one is "not assessed".
+	Calibration map[string]float64
+	// MinSeconds: jobs shorter than this get only findings that are robust at that
+	// length (properties with robust = long are left out, and the digest says so).
+	MinSeconds float64
+	// MinShare is the least share of the job a bottleneck must hold to be a finding
+	// (default 0.1); MinScore the least mean severity (default 0.05).
+	MinShare, MinScore float64
+}
+
+// Engine evaluates a strategy. It is immutable and safe for concurrent use.
+type Engine struct {
+	cfg        Config
+	thresholds map[*Property]float64
+	thrWhy     map[*Property]string // why a threshold cannot be computed
+}
+
+// NewEngine checks the configuration: threshold overrides must name catalog properties.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Catalog == nil || cfg.Strategy == nil {
+		return nil, fmt.Errorf("properties: engine needs a catalog and a strategy")
+	}
+	if cfg.MinShare <= 0 {
+		cfg.MinShare = 0.1
+	}
+	if cfg.MinScore <= 0 {
+		cfg.MinScore = 0.05
+	}
+	e := &Engine{cfg: cfg, thresholds: map[*Property]float64{}, thrWhy: map[*Property]string{}}
+	for k := range cfg.Thresholds {
+		found := false
+		for _, key := range cfg.Catalog.Keys() {
+			p, _ := cfg.Catalog.Get(key)
+			found = found || p.Key() == k || p.ID == k
+		}
+		if !found {
+			return nil, fmt.Errorf("Threshold.%s: no such property", k)
+		}
+	}
+	cal := calibrationTemplate()
+	for k, v := range cfg.Calibration {
+		cal[k] = v
+	}
+	for _, key := range cfg.Catalog.Keys() {
+		p, _ := cfg.Catalog.Get(key)
+		if v, ok := cfg.Thresholds[p.Key()]; ok {
+			e.thresholds[p] = v
+			continue
+		}
+		if v, ok := cfg.Thresholds[p.ID]; ok {
+			e.thresholds[p] = v
+			continue
+		}
+		if p.threshold == nil {
+			continue
+		}
+		var missing []string
+		for _, n := range identifiers(p.threshold) {
+			if _, ok := cfg.Calibration[n]; !ok {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			e.thrWhy[p] = "no calibration of this node type (" + strings.Join(missing, ", ") + "; run persyst calibrate)"
+			continue
+		}
+		out, err := expr.Run(p.threshold, cal)
+		if err != nil {
+			e.thrWhy[p] = "threshold: " + err.Error()
+			continue
+		}
+		e.thresholds[p] = out.(float64)
+	}
+	return e, nil
+}
+
+// Threshold returns the threshold the engine uses for p.
+func (e *Engine) Threshold(p *Property) (float64, bool) {
+	v, ok := e.thresholds[p]
+	return v, ok
+}
+
+// JobInfo is what the engine knows of a job besides its samples.
+type JobInfo struct {
+	NCPUs             int
+	MemRequestedBytes float64 // 0: not requested explicitly
+	Topology          []measure.CPUTopo
+}
+
+// acc accumulates one property's records.
+type acc struct {
+	values          []float64
+	weight          float64 // Σ interval seconds of assessed records
+	severeWeight    float64
+	sevSum, sevMax  float64
+	records         int
+	notAssessed     string // first reason
+	notAssessedName string // the missing input
+}
+
+// Accumulator collects a job's property records, sample by sample (one per cycle).
+type Accumulator struct {
+	e       *Engine
+	info    JobInfo
+	props   map[*Property]*acc
+	samples int
+	seconds float64
+}
+
+// NewAccumulator starts a job's records.
+func (e *Engine) NewAccumulator(info JobInfo) *Accumulator {
+	return &Accumulator{e: e, info: info, props: map[*Property]*acc{}}
+}
+
+func (a *Accumulator) get(p *Property) *acc {
+	x := a.props[p]
+	if x == nil {
+		x = &acc{}
+		a.props[p] = x
+	}
+	return x
+}
+
+// device is one device of a sample, with its values.
+type device struct {
+	domain Domain
+	cpu    int          // CPU domain
+	core   measure.Core // core domain, and the core of a CPU
+	env    map[string]any
+}
+
+// related says whether a child's device lies in (or contains) the parent's.
+func related(parent, child device) bool {
+	switch {
+	case parent.domain == Node || child.domain == Node:
+		return true
+	case parent.domain == child.domain && parent.domain == CPU:
+		return parent.cpu == child.cpu
+	default: // a core and a CPU, or two cores
+		return parent.core == child.core
+	}
+}
+
+const idleBusy = 0.05 // a CPU busy less than this share of an interval counts as idle
+
+// devices builds the envs of every device of a sample.
+func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
+	out := map[Domain][]device{}
+	coreOf := map[int]measure.Core{}
+	for _, t := range a.info.Topology {
+		coreOf[t.CPU] = measure.Core{Socket: t.Socket, Core: t.Core}
+	}
+	base := func() map[string]any {
+		m := map[string]any{NameSeconds: s.Seconds}
+		for k, v := range a.e.cfg.Calibration {
+			m[k] = v
+		}
+		return m
+	}
+	node := base()
+	for k, v := range s.Job {
+		node[Sanitize(k)] = v
+	}
+	addFlops(node)
+	ncpus := len(s.CPU)
+	if ncpus == 0 {
+		ncpus = a.info.NCPUs
+	}
+	if ncpus > 0 {
+		node[NameNCPUs] = float64(ncpus)
+	}
+	if a.info.MemRequestedBytes > 0 {
+		node[NameMemRequest] = a.info.MemRequestedBytes
+	}
+	// Busy shares per CPU from task-clock.
+	if len(s.CPU) > 0 && s.Seconds > 0 {
+		minB, maxB, sum, idle, n := math.Inf(1), math.Inf(-1), 0.0, 0, 0
+		for _, c := range s.CPU {
+			tc, ok := c.Values["task-clock"]
+			if !ok {
+				n = -1
+				break
+			}
+			b := tc / 1e9 / s.Seconds
+			minB, maxB, sum = math.Min(minB, b), math.Max(maxB, b), sum+b
+			if b < idleBusy {
+				idle++
+			}
+			n++
+		}
+		if n > 0 {
+			node[NameBusyMin], node[NameBusyMax], node[NameBusyMean], node[NameIdleCPUs] = minB, maxB, sum/float64(n), float64(idle)
+		}
+	}
+	out[Node] = []device{{domain: Node, env: node}}
+	cores := map[measure.Core]map[string]any{}
+	var coreOrder []measure.Core
+	for _, c := range s.CPU {
+		env := base()
+		env[NameThreads] = 1.0
+		for k, v := range c.Values {
+			env[Sanitize(k)] = v
+		}
+		addFlops(env)
+		core, ok := coreOf[c.CPU]
+		if !ok {
+			core = measure.Core{Core: c.CPU}
+		}
+		out[CPU] = append(out[CPU], device{domain: CPU, cpu: c.CPU, core: core, env: env})
+		ce := cores[core]
+		if ce == nil {
+			ce = base()
+			ce[NameThreads] = 0.0
+			cores[core] = ce
+			coreOrder = append(coreOrder, core)
+		}
+		ce[NameThreads] = ce[NameThreads].(float64) + 1
+		for k, v := range c.Values {
+			k = Sanitize(k)
+			prev, _ := ce[k].(float64)
+			ce[k] = prev + v
+		}
+	}
+	for _, k := range coreOrder {
+		addFlops(cores[k])
+		out[Core] = append(out[Core], device{domain: Core, core: k, env: cores[k]})
+	}
+	return out
+}
+
+// addFlops derives flop counts from the raw floating-point events present in env.
+func addFlops(env map[string]any) {
+	get := func(n string) (float64, bool) { v, ok := env[n].(float64); return v, ok }
+	if v, ok := get("fp_ops"); ok { // AMD: flops counted directly, no breakdown
+		env[NameFlops] = v
+		return
+	}
+	weights := []struct {
+		name   string
+		w      float64
+		vector bool
+		single bool
+	}{
+		{"fp_scalar_double", 1, false, false}, {"fp_scalar_single", 1, false, true},
+		{"fp_128_double", 2, true, false}, {"fp_128_single", 4, true, true},
+		{"fp_256_double", 4, true, false}, {"fp_256_single", 8, true, true},
+		{"fp_512_double", 8, true, false}, {"fp_512_single", 16, true, true},
+	}
+	var total, vec, sp, dp float64
+	for _, w := range weights {
+		v, ok := get(w.name)
+		if !ok {
+			return // an incomplete set would understate the rate
+		}
+		f := v * w.w
+		total += f
+		if w.vector {
+			vec += f
+		}
+		if w.single {
+			sp += f
+		} else {
+			dp += f
+		}
+	}
+	env[NameFlops], env[NameVectorFlops], env[NameSPFlops], env[NameDPFlops] = total, vec, sp, dp
+}
+
+// Add evaluates the strategy on every device of one sample. The baseline (a sample
+// without an interval) is ignored.
+func (a *Accumulator) Add(s measure.Sample) {
+	if s.Seconds <= 0 {
+		return
+	}
+	a.samples++
+	a.seconds += s.Seconds
+	devs := a.devices(s)
+	for _, root := range a.e.cfg.Strategy.Roots {
+		a.eval(root, devs[root.Prop.Domain], devs, s.Seconds)
+	}
+}
+
+// eval evaluates node on the given devices and refines into its children on the devices
+// where its condition held.
+func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, w float64) {
+	p := n.Prop
+	if p.Domain == Job {
+		return // evaluated once, in Finish
+	}
+	var held []device
+	for _, d := range on {
+		ok, _ := a.record(p, d.env, w)
+		if ok {
+			held = append(held, d)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	for _, c := range n.Children {
+		var targets []device
+		for _, d := range all[c.Prop.Domain] {
+			for _, h := range held {
+				if related(h, d) {
+					targets = append(targets, d)
+					break
+				}
+			}
+		}
+		a.eval(c, targets, all, w)
+	}
+}
+
+// record evaluates p on one device's env, records the result with weight w, and reports
+// whether p's condition holds there.
+func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond bool, sev float64) {
+	x := a.get(p)
+	for _, name := range p.valueNames {
+		if _, ok := env[name]; !ok {
+			if x.notAssessed == "" {
+				x.notAssessed, x.notAssessedName = "not measured", name
+			}
+			return false, 0
+		}
+	}
+	thr, hasThr := a.e.thresholds[p]
+	if !hasThr && (p.Severity != None || p.Condition == Above || p.Condition == Below) {
+		if x.notAssessed == "" {
+			x.notAssessed = a.e.thrWhy[p]
+		}
+		return false, 0
+	}
+	out, err := expr.Run(p.value, env)
+	if err != nil {
+		return false, 0
+	}
+	v := out.(float64)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return false, 0 // nothing to measure in this interval (e.g. no writes: 0/0)
+	}
+	s, err := p.Severity.Severity(v, thr, p.Exponent)
+	if err != nil {
+		return false, 0
+	}
+	x.notAssessed, x.notAssessedName = "", ""
+	x.values = append(x.values, v)
+	x.records++
+	x.weight += w
+	x.sevSum += s * w
+	x.sevMax = math.Max(x.sevMax, s)
+	if s > 0 {
+		x.severeWeight += w
+	}
+	switch p.Condition {
+	case Always:
+		cond = true
+	case Positive:
+		cond = v > 0
+	case Above:
+		cond = v > thr
+	case Below:
+		cond = v <= thr
+	default:
+		cond = s > 0
+	}
+	return cond, s
+}
+
+// Result is one property's outcome for a job.
+type Result struct {
+	Key    string `json:"key"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Unit   string `json:"unit"`
+	Domain Domain `json:"domain"`
+	// Assessed is false when the property could not be evaluated; NotAssessed says why.
+	Assessed    bool   `json:"assessed"`
+	NotAssessed string `json:"not_assessed,omitempty"`
+	// Values across devices and time: count, deciles (type 7; Deciles[5] is the median).
+	Count     int64     `json:"count,omitempty"`
+	Deciles   []float64 `json:"deciles,omitempty"`
+	Threshold *float64  `json:"threshold,omitempty"`
+	// Share of the job (device-time) with severity > 0, mean and highest severity.
+	TimeShare    float64 `json:"time_share"`
+	MeanSeverity float64 `json:"mean_severity"`
+	MaxSeverity  float64 `json:"max_severity"`
+	// Finding: reported in the digest. Suppressed says why a severe property is not.
+	Finding        bool   `json:"finding"`
+	Suppressed     string `json:"suppressed,omitempty"`
+	Recommendation string `json:"recommendation,omitempty"`
+}
+
+// Median returns the median value.
+func (r Result) Median() float64 { return r.Deciles[5] }
+
+// Finish evaluates the job-domain properties and summarizes every property. notMeasured
+// gives the reasons of metrics that were not measured (measure.Summary.NotMeasured).
+func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Result {
+	a.finishJob(samples, sum)
+	unsanitized := map[string]string{}
+	for name := range sum.NotMeasured {
+		unsanitized[Sanitize(name)] = name
+	}
+	short := a.e.cfg.MinSeconds > 0 && (sum.Seconds < a.e.cfg.MinSeconds || a.samples < 4)
+	var out []Result
+	seen := map[*Property]bool{}
+	for _, p := range a.e.cfg.Strategy.Properties() {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		x := a.props[p]
+		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation}
+		if t, ok := a.e.thresholds[p]; ok {
+			t := t
+			r.Threshold = &t
+		}
+		switch {
+		case x == nil:
+			r.NotAssessed = "not evaluated: the strategy did not reach it (its parent's condition never held)"
+		case x.records == 0 && x.notAssessed != "":
+			r.NotAssessed = x.notAssessed
+			if x.notAssessedName != "" {
+				orig := unsanitized[x.notAssessedName]
+				if orig == "" {
+					orig = x.notAssessedName
+				}
+				why := sum.NotMeasured[orig]
+				if why == "" {
+					why = "not provided"
+				}
+				r.NotAssessed = orig + ": " + why
+			}
+		case x.records == 0:
+			r.NotAssessed = "no value in any interval (nothing of this kind happened)"
+		default:
+			r.Assessed = true
+			qs, err := quantile.Summarize(x.values, 10)
+			if err == nil {
+				r.Deciles = qs.Quantiles
+				r.Count = qs.Count
+			}
+			r.TimeShare = x.severeWeight / x.weight
+			r.MeanSeverity = x.sevSum / x.weight
+			r.MaxSeverity = x.sevMax
+			if p.Finding && p.Severity != None && r.TimeShare >= a.e.cfg.MinShare && r.MeanSeverity >= a.e.cfg.MinScore {
+				r.Finding = true
+				if p.LongOnly && short {
+					r.Finding = false
+					r.Suppressed = fmt.Sprintf("not robust for a job shorter than %s", fmtSeconds(a.e.cfg.MinSeconds))
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// finishJob evaluates the job-domain properties on the job's summary and samples.
+func (a *Accumulator) finishJob(samples []measure.Sample, sum measure.Summary) {
+	env := map[string]any{NameSeconds: sum.Seconds, NameSamples: float64(a.samples)}
+	for k, v := range a.e.cfg.Calibration {
+		env[k] = v
+	}
+	for k, v := range sum.Totals {
+		env[Sanitize(k)] = v
+	}
+	if a.info.NCPUs > 0 {
+		env[NameNCPUs] = float64(a.info.NCPUs)
+	}
+	if a.info.MemRequestedBytes > 0 {
+		env[NameMemRequest] = a.info.MemRequestedBytes
+	}
+	if g, ok := memGrowth(samples); ok {
+		env[NameMemGrowth] = g
+	}
+	for _, n := range a.e.cfg.Strategy.Roots {
+		a.evalJob(n, env, sum.Seconds)
+	}
+}
+
+func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
+	if n.Prop.Domain != Job {
+		return
+	}
+	if w <= 0 {
+		w = 1
+	}
+	if ok, _ := a.record(n.Prop, env, w); ok {
+		for _, c := range n.Children {
+			a.evalJob(c, env, w)
+		}
+	}
+}
+
+// memGrowth fits a line to memory in use over the cycle samples, up to the last one
+// still holding at least half the peak (the job's teardown frees everything), and
+// returns the growth along the line as a share of the peak, when the line explains the
+// series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is false when
+// there is no memory series at all.
+func memGrowth(samples []measure.Sample) (float64, bool) {
+	var ts, ms []float64
+	peak := 0.0
+	for _, s := range samples {
+		if v, ok := s.Job[measure.MemBytes]; ok && s.Reason == measure.Cycle {
+			ts = append(ts, float64(s.Time.UnixNano())/1e9)
+			ms = append(ms, v)
+			peak = math.Max(peak, v)
+		}
+	}
+	if len(ms) == 0 || peak <= 0 {
+		return 0, false
+	}
+	last := len(ms) - 1
+	for last >= 0 && ms[last] < peak/2 {
+		last--
+	}
+	ts, ms = ts[:last+1], ms[:last+1]
+	if len(ms) < 4 {
+		return 0, true
+	}
+	n := float64(len(ms))
+	var st, sm, stt, stm float64
+	for i := range ms {
+		st, sm, stt, stm = st+ts[i], sm+ms[i], stt+ts[i]*ts[i], stm+ts[i]*ms[i]
+	}
+	den := n*stt - st*st
+	if den == 0 {
+		return 0, true
+	}
+	slope := (n*stm - st*sm) / den
+	icpt := (sm - slope*st) / n
+	mean := sm / n
+	var ssr, sst float64
+	for i := range ms {
+		f := icpt + slope*ts[i]
+		ssr += (ms[i] - f) * (ms[i] - f)
+		sst += (ms[i] - mean) * (ms[i] - mean)
+	}
+	if sst == 0 || 1-ssr/sst < 0.8 || slope <= 0 {
+		return 0, true
+	}
+	return slope * (ts[len(ts)-1] - ts[0]) / peak, true
+}
+
+// Findings returns the findings, most important first: by mean severity (severity ×
+// share of the job), then by highest severity, then by key.
+func Findings(rs []Result) []Result {
+	var out []Result
+	for _, r := range rs {
+		if r.Finding {
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].MeanSeverity != out[j].MeanSeverity {
+			return out[i].MeanSeverity > out[j].MeanSeverity
+		}
+		if out[i].MaxSeverity != out[j].MaxSeverity {
+			return out[i].MaxSeverity > out[j].MaxSeverity
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+func fmtSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d >= time.Minute && d%time.Minute == 0 {
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	}
+	return strconv.FormatFloat(s, 'f', -1, 64) + " s"
+}

@@ -1,0 +1,92 @@
+package properties
+
+import (
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/perfcg"
+)
+
+// Derived values the engine provides besides the metrics. They are part of the
+// expression language of the catalog.
+const (
+	// every domain
+	NameSeconds = "seconds" // length of the interval (job domain: of the whole job)
+	// cpu and core
+	NameThreads = "threads" // CPUs in the device (1 for a CPU)
+	// node
+	NameNCPUs       = "ncpus"       // the job's CPUs on the node
+	NameBusyMin     = "busy_min"    // lowest share of the interval a CPU of the job was busy (task-clock)
+	NameBusyMax     = "busy_max"    // highest
+	NameBusyMean    = "busy_mean"   // mean over the job's CPUs
+	NameIdleCPUs    = "idle_cpus"   // CPUs of the job busy less than 5 % of the interval
+	NameMemRequest  = "mem_requested_bytes"
+	NameMemGrowth   = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
+	NameSamples     = "samples"     // job: number of samples
+	NameNodes       = "nnodes"      // job: nodes with data
+	NameLoadBalance = "busy_spread" // job: spread of per-node mean busy share (max − min)
+	// cpu, core and node, from the raw floating-point events of the processor's table
+	NameFlops       = "flops"        // floating-point operations
+	NameVectorFlops = "vector_flops" // of which in packed (vector) instructions
+	NameSPFlops     = "sp_flops"     // single precision
+	NameDPFlops     = "dp_flops"     // double precision
+)
+
+// calibrationNames are values from `persyst calibrate` (or their defaults), usable in
+// thresholds and values.
+var calibrationNames = []string{
+	"stream_bw_node", "stream_bw_core", "peak_flops_core", "peak_flops_node",
+	"cores", "mem_total_bytes", "max_freq_hz", "min_freq_hz",
+}
+
+func calibrationTemplate() map[string]float64 {
+	m := map[string]float64{}
+	for _, n := range calibrationNames {
+		m[n] = 0
+	}
+	return m
+}
+
+// perfNames are every perf event the catalog may count, generic and raw.
+func perfNames() []string {
+	var out []string
+	for _, e := range perfcg.Catalog() {
+		out = append(out, e.Name)
+	}
+	for _, id := range []perfcg.CPUID{{Vendor: "GenuineIntel", Family: 6, Model: 0x8F}, {Vendor: "AuthenticAMD", Family: 0x19}} {
+		_, raw := perfcg.RawEvents(id)
+		for _, e := range raw {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+// envTemplate is every name an expression of domain d may use.
+func envTemplate(d Domain) map[string]float64 {
+	m := calibrationTemplate()
+	m[NameSeconds] = 0
+	for _, n := range perfNames() {
+		m[Sanitize(n)] = 0
+	}
+	for _, n := range []string{NameFlops, NameVectorFlops, NameSPFlops, NameDPFlops} {
+		m[n] = 0
+	}
+	switch d {
+	case CPU, Core:
+		m[NameThreads] = 0
+	case Node:
+		for _, n := range measure.Names() {
+			m[Sanitize(n)] = 0
+		}
+		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameMemRequest} {
+			m[n] = 0
+		}
+	case Job:
+		for _, n := range measure.Names() {
+			m[Sanitize(n)] = 0
+		}
+		for _, n := range []string{NameNCPUs, NameMemRequest, NameMemGrowth, NameSamples, NameNodes, NameLoadBalance} {
+			m[n] = 0
+		}
+	}
+	return m
+}

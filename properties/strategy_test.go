@@ -1,0 +1,169 @@
+package properties
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon/measure"
+)
+
+const testCatalog = `
+[parent]
+name = Parent
+domain = node
+value = a
+threshold = 10
+severity = formula1
+recommendation = fix a
+
+[child]
+name = Child
+domain = node
+value = b
+threshold = 1
+severity = formula1
+recommendation = fix b
+
+[jobprop]
+name = Whole job
+domain = job
+value = mem_peak_bytes
+threshold = 1
+severity = formula1
+recommendation = fix the job
+`
+
+func testCat(t *testing.T) *Catalog {
+	t.Helper()
+	// a and b are not metrics: give the test names through a node metric alias.
+	src := strings.NewReplacer("value = a", "value = write_chars", "value = b", "value = read_chars").Replace(testCatalog)
+	c, err := ParseCatalog(strings.NewReader(src), "test.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestStrategyErrors(t *testing.T) {
+	c := testCat(t)
+	tests := []struct{ name, src, want string }{
+		{"unknown property", "parent\n  nosuch\n", "s.strategy:2: unknown property \"nosuch\""},
+		{"bad key", "parent\n  Child!\n", "s.strategy:2: \"Child!\" is not a property key"},
+		{"two per line", "parent child\n", "s.strategy:1: one property per line"},
+		{"first indented", "  parent\n", "s.strategy:1: the first property must not be indented"},
+		{"duplicate sibling", "parent\n  child\n  child\n", "s.strategy:3: child already listed here on line 2"},
+		{"job under node", "parent\n  jobprop\n", "s.strategy:2: jobprop (domain job, evaluated once at the end) cannot refine parent (domain node)"},
+		{"empty", "# nothing\n\n", "s.strategy: no properties"},
+	}
+	for _, tc := range tests {
+		_, err := ParseStrategy(strings.NewReader(tc.src), "s.strategy", c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if s, err := ParseStrategy(strings.NewReader("parent # the gate\n\tchild\njobprop\n"), "s.strategy", c); err != nil || len(s.Roots) != 2 || len(s.Roots[0].Children) != 1 {
+		t.Errorf("valid strategy: %v %+v", err, s)
+	}
+}
+
+func TestCatalogErrors(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{"outside section", "name = x\n", "c.conf:1: \"name = x\" outside a [property] section"},
+		{"bad section", "[Bad]\n", "c.conf:1: bad section \"[Bad]\""},
+		{"unknown key", "[p]\ncolour = red\n", "c.conf:2: [p]: colour: unknown key"},
+		{"twice", "[p]\nname = a\nname = b\n", "c.conf:3: [p]: name set twice"},
+		{"bad domain", "[p]\ndomain = rack\n", "c.conf:2: [p]: domain: unknown domain \"rack\""},
+		{"bad formula", "[p]\nseverity = cubic\n", "c.conf:2: [p]: severity: unknown severity formula \"cubic\""},
+		{"unknown metric", "[p]\nname = P\nvalue = no_such_metric * 2\nthreshold = 1\nrecommendation = r\n", "c.conf:1: [p]: value: \"no_such_metric * 2\": unknown name no_such_metric"},
+		{"no threshold", "[p]\nname = P\nvalue = write_chars\nrecommendation = r\n", "c.conf:1: [p]: threshold missing"},
+		{"finding without advice", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\n", "c.conf:1: [p]: recommendation missing"},
+		{"defined twice", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\nrecommendation = r\n[p]\n", "c.conf:6: [p] defined twice (first on line 1)"},
+	}
+	for _, tc := range tests {
+		_, err := ParseCatalog(strings.NewReader(tc.src), "c.conf")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func sample(secs float64, job map[string]float64) measure.Sample {
+	return measure.Sample{Time: time.Unix(1_800_000_000, 0), Reason: measure.Cycle, Seconds: secs, Job: job}
+}
+
+// TestRefinement: a child is evaluated only where its parent's condition holds.
+func TestRefinement(t *testing.T) {
+	c := testCat(t)
+	st, err := ParseStrategy(strings.NewReader("parent\n  child\njobprop\n"), "s", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(Config{Catalog: c, Strategy: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+	// parent value 5 (below its threshold 10: condition false) → child not evaluated,
+	// even though the child's own value would be severe.
+	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	rs := acc.Finish(nil, measure.Summary{Seconds: 2, Totals: map[string]float64{"mem_peak_bytes": 3}})
+	got := map[string]Result{}
+	for _, r := range rs {
+		got[r.Key] = r
+	}
+	if got["parent"].Count != 2 || got["parent"].Finding {
+		t.Errorf("parent: %+v", got["parent"])
+	}
+	if got["child"].Assessed || !strings.Contains(got["child"].NotAssessed, "did not reach it") {
+		t.Errorf("child evaluated although the parent's condition never held: %+v", got["child"])
+	}
+	if !got["jobprop"].Finding || got["jobprop"].Median() != 3 {
+		t.Errorf("jobprop: %+v", got["jobprop"])
+	}
+	// Now the parent is severe in one of two intervals: the child is evaluated once.
+	acc = e.NewAccumulator(JobInfo{NCPUs: 1})
+	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	acc.Add(sample(3, map[string]float64{"write_chars": 15, "read_chars": 100}))
+	rs = acc.Finish(nil, measure.Summary{Seconds: 4})
+	for _, r := range rs {
+		got[r.Key] = r
+	}
+	if got["child"].Count != 1 || !got["child"].Finding {
+		t.Errorf("child after a severe parent interval: %+v", got["child"])
+	}
+	// The parent was severe (0.5) for 3 of 4 seconds.
+	if p := got["parent"]; p.TimeShare != 0.75 || p.MeanSeverity != 0.375 {
+		t.Errorf("parent time share %v mean severity %v, want 0.75 and 0.375", p.TimeShare, p.MeanSeverity)
+	}
+	if j := got["jobprop"]; j.Assessed || !strings.Contains(j.NotAssessed, "mem_peak_bytes") {
+		t.Errorf("jobprop without mem_peak_bytes: %+v", j)
+	}
+}
+
+func TestThresholdOverridesAndCalibration(t *testing.T) {
+	c, err := DefaultCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := DefaultStrategy(c)
+	if _, err := NewEngine(Config{Catalog: c, Strategy: st, Thresholds: map[string]float64{"no_such": 1}}); err == nil || !strings.Contains(err.Error(), "Threshold.no_such: no such property") {
+		t.Errorf("unknown override: %v", err)
+	}
+	e, err := NewEngine(Config{Catalog: c, Strategy: st, Thresholds: map[string]float64{"cpi": 2.5, "memory_bw": 1e9},
+		Calibration: map[string]float64{"peak_flops_core": 32e9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"cpi": 2.5, "memory_bw:memory_bound": 1e9, "memory_bw:compute_bound": 1e9, "flops_rate": 0.15 * 32e9, "io_write_request_size": 256 << 10} {
+		p, _ := c.Get(key)
+		if got, ok := e.Threshold(p); !ok || got != want {
+			t.Errorf("threshold of %s = %v, %v; want %v", key, got, ok, want)
+		}
+	}
+	p, _ := c.Get("instruction_rate")
+	if _, ok := e.Threshold(p); ok || !strings.Contains(e.thrWhy[p], "max_freq_hz") {
+		t.Errorf("instruction_rate without calibration: %q", e.thrWhy[p])
+	}
+}
