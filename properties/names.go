@@ -13,11 +13,11 @@ const (
 	// cpu and core
 	NameThreads = "threads" // CPUs in the device (1 for a CPU)
 	// node
-	NameNCPUs       = "ncpus"       // the job's CPUs on the node
-	NameBusyMin     = "busy_min"    // lowest share of the interval a CPU of the job was busy (task-clock)
-	NameBusyMax     = "busy_max"    // highest
-	NameBusyMean    = "busy_mean"   // mean over the job's CPUs
-	NameIdleCPUs    = "idle_cpus"   // CPUs of the job busy less than 5 % of the interval
+	NameNCPUs       = "ncpus"     // the job's CPUs on the node
+	NameBusyMin     = "busy_min"  // lowest share of the interval a CPU of the job was busy (task-clock)
+	NameBusyMax     = "busy_max"  // highest
+	NameBusyMean    = "busy_mean" // mean over the job's CPUs
+	NameIdleCPUs    = "idle_cpus" // CPUs of the job busy less than 5 % of the interval
 	NameMemRequest  = "mem_requested_bytes"
 	NameMemGrowth   = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
 	NameSamples     = "samples"     // job: number of samples

@@ -21,6 +21,7 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/spank/options"
 )
@@ -74,6 +75,8 @@ func main() {
 		os.Exit(max(code, 1))
 	case standalone.ChildCommand:
 		os.Exit(standalone.Child(args))
+	case digest.AppendCommand:
+		os.Exit(digest.AppendChild(args))
 	case "jobs":
 		err = runJobs(ctx, args)
 	case "jobmap":
