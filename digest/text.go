@@ -1,0 +1,233 @@
+package digest
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/persyst/persyst/properties"
+)
+
+// TextOptions bound the text digest.
+type TextOptions struct {
+	Width       int // columns (default 80)
+	MaxFindings int // findings shown (default 5; the rest are counted)
+}
+
+// Text renders the digest for a terminal or a job's output file: at most 30 lines of at
+// most Width columns, no colour codes. A job without findings gets one line.
+func Text(r Report, o TextOptions) string {
+	if o.Width <= 0 {
+		o.Width = 80
+	}
+	if o.MaxFindings <= 0 {
+		o.MaxFindings = 5
+	}
+	var b strings.Builder
+	what := fmt.Sprintf("job %d", r.JobID)
+	if r.Command != "" {
+		what = r.Command
+	}
+	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	if len(r.Findings) == 0 {
+		if r.Short {
+			facts += "; short job"
+		}
+		line := fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts)
+		return clip(line, o.Width) + "\n"
+	}
+	rule := func(title string) {
+		s := "-- " + title + " "
+		if n := o.Width - len(s); n > 0 {
+			s += strings.Repeat("-", n)
+		}
+		b.WriteString(s + "\n")
+	}
+	rule("persyst: " + what)
+	nodes := ""
+	switch {
+	case r.NNodes > 1 && len(r.Nodes) < r.NNodes:
+		nodes = fmt.Sprintf(" on %s of %d nodes", strings.Join(r.Nodes, ","), r.NNodes)
+	case len(r.Nodes) == 1:
+		nodes = " on " + r.Nodes[0]
+	case len(r.Nodes) > 1:
+		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
+	}
+	wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
+	shown := r.Findings
+	if len(shown) > o.MaxFindings {
+		shown = shown[:o.MaxFindings]
+	}
+	for i, f := range shown {
+		finding(&b, i+1, f, o.Width)
+	}
+	if n := len(r.Findings) - len(shown); n > 0 {
+		wrap(&b, fmt.Sprintf("... and %d more (persyst report %d).", n, r.JobID), o.Width, "")
+	}
+	if r.Short {
+		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", duration(r.MinSeconds)), o.Width, "")
+	}
+	for i, na := range r.NotAssessed {
+		if i == 2 {
+			break
+		}
+		wrap(&b, "Not assessed: "+strings.Join(na.Properties, ", ")+" ("+na.Reason+").", o.Width, "  ")
+	}
+	if r.Command != "" {
+		wrap(&b, "Every value: persyst run --json.", o.Width, "")
+	} else {
+		wrap(&b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+strconv.FormatUint(uint64(r.JobID), 10)+".", o.Width, "")
+	}
+	b.WriteString(strings.Repeat("-", o.Width) + "\n")
+	return limitLines(b.String(), 30)
+}
+
+func finding(b *strings.Builder, n int, f properties.Result, width int) {
+	// Severity while the bottleneck held, and for how much of the job.
+	while := f.MeanSeverity
+	if f.TimeShare > 0 {
+		while = f.MeanSeverity / f.TimeShare
+	}
+	head := fmt.Sprintf("%d. %s", n, f.Name)
+	tail := fmt.Sprintf("%s %-6s %3.0f%% of the job", bar(while), word(while), 100*f.TimeShare)
+	if pad := width - len(head) - len(tail); pad > 0 {
+		head += strings.Repeat(" ", pad)
+	} else {
+		head += " "
+	}
+	b.WriteString(clip(head+tail, width) + "\n")
+	val := "   " + formatValue(f.Median(), f.Unit)
+	if len(f.Deciles) == 11 && f.Deciles[1] != f.Deciles[9] {
+		val += fmt.Sprintf(" (10-90%%: %s to %s)", formatValue(f.Deciles[1], f.Unit), formatValue(f.Deciles[9], f.Unit))
+	}
+	if f.Threshold != nil {
+		val += ", threshold " + formatValue(*f.Threshold, f.Unit)
+	}
+	b.WriteString(clip(val, width) + "\n")
+	wrap(b, "   "+f.Recommendation, width, "   ")
+}
+
+func word(s float64) string {
+	switch {
+	case s >= 0.67:
+		return "high"
+	case s >= 0.34:
+		return "medium"
+	}
+	return "low"
+}
+
+func bar(s float64) string {
+	n := int(math.Round(s * 10))
+	n = max(0, min(10, n))
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", 10-n) + "]"
+}
+
+// formatValue prints a property value in its unit.
+func formatValue(v float64, unit string) string {
+	switch unit {
+	case "%":
+		return fmt.Sprintf("%.0f%%", v)
+	case "share":
+		return fmt.Sprintf("%.0f%%", 100*v)
+	case "bytes":
+		return humanBytes(v)
+	case "B/s":
+		return humanBytes(v) + "/s"
+	case "/s":
+		return fmt.Sprintf("%s/s", si(v))
+	case "flop/s":
+		return si(v) + "flop/s"
+	case "Hz":
+		return si(v) + "Hz"
+	case "count":
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func humanBytes(v float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for math.Abs(v) >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+func si(v float64) string {
+	for _, u := range []struct {
+		d float64
+		p string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if math.Abs(v) >= u.d {
+			return fmt.Sprintf("%.1f %s", v/u.d, u.p)
+		}
+	}
+	return fmt.Sprintf("%.0f ", v)
+}
+
+func duration(s float64) string {
+	d := time.Duration(s * float64(time.Second)).Round(time.Second)
+	switch {
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%.0f s", math.Max(s, 0))
+}
+
+func plural(n int, w string) string {
+	if n == 1 {
+		return "1 " + w
+	}
+	return strconv.Itoa(n) + " " + w + "s"
+}
+
+func clip(s string, width int) string {
+	if len(s) <= width {
+		return s
+	}
+	return s[:width-3] + "..."
+}
+
+// wrap writes s folded at width; continuation lines start with indent.
+func wrap(b *strings.Builder, s string, width int, indent string) {
+	lead := s[:len(s)-len(strings.TrimLeft(s, " "))]
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = lead + w
+		case len(line)+1+len(w) > width:
+			b.WriteString(clip(line, width) + "\n")
+			line = indent + w
+			if indent == "" {
+				line = lead + w
+			}
+		default:
+			line += " " + w
+		}
+	}
+	if line != "" {
+		b.WriteString(clip(line, width) + "\n")
+	}
+}
+
+// limitLines keeps at most n lines, the last one being the closing rule.
+func limitLines(s string, n int) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	if len(lines) <= n {
+		return s
+	}
+	last := lines[len(lines)-1]
+	kept := append(lines[:n-2:n-2], "(digest cut to 30 lines: persyst report shows all)\n", last)
+	return strings.Join(kept, "") + "\n"
+}

@@ -1,0 +1,110 @@
+package digest
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/properties"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func thr(v float64) *float64 { return &v }
+
+func deciles(lo, mid, hi float64) []float64 {
+	d := make([]float64, 11)
+	for i := range d {
+		switch {
+		case i < 5:
+			d[i] = lo + (mid-lo)*float64(i)/5
+		default:
+			d[i] = mid + (hi-mid)*float64(i-5)/5
+		}
+	}
+	return d
+}
+
+var (
+	smallWrites = properties.Result{Key: "io_write_request_size", ID: "io_write_request_size", Name: "Small writes", Unit: "bytes",
+		Domain: properties.Node, Assessed: true, Count: 120, Deciles: deciles(4096, 4096, 4200), Threshold: thr(256 << 10),
+		TimeShare: 0.92, MeanSeverity: 0.90, MaxSeverity: 0.99, Finding: true,
+		Recommendation: "Data was written in many small pieces: buffer output and write larger blocks (fewer, bigger write calls; avoid flushing after every line)."}
+	idle = properties.Result{Key: "idle_cores", ID: "idle_cores", Name: "Allocated CPUs left idle", Unit: "share", Domain: properties.Node,
+		Assessed: true, Count: 120, Deciles: deciles(0.5, 0.5, 0.5), Threshold: thr(0.1), TimeShare: 1, MeanSeverity: 1, MaxSeverity: 1, Finding: true,
+		Recommendation: "Some allocated CPUs did almost nothing: request fewer CPUs (--cpus-per-task, --ntasks), or start as many threads or tasks as CPUs (e.g. OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK)."}
+	system = properties.Result{Key: "cpu_system_pct", ID: "cpu_system_pct", Name: "CPU time in the kernel", Unit: "%", Domain: properties.Node,
+		Assessed: true, Count: 120, Deciles: deciles(22, 31, 55), Threshold: thr(20), TimeShare: 0.4, MeanSeverity: 0.2, MaxSeverity: 0.9, Finding: true,
+		Recommendation: "Much CPU time went to the kernel: make fewer, larger system calls (buffer small reads and writes), avoid busy polling and frequent process creation."}
+	noPMU = properties.Result{Key: "cpi", ID: "cpi", Name: "Cycles per instruction", Unit: "ratio", NotAssessed: "instructions: not available: no PMU for this event (typical in VMs)",
+		Recommendation: "x"}
+	noPMU2 = properties.Result{Key: "flops_rate", ID: "flops_rate", Name: "Floating-point rate", NotAssessed: "fp_ops: not available: no PMU for this event (typical in VMs)", Recommendation: "x"}
+	noPSI  = properties.Result{Key: "io_wait", ID: "io_wait", Name: "Time stalled on I/O (PSI)", NotAssessed: "psi_io_some_seconds: file absent (/sys/fs/cgroup/unified/persyst_node1/job_7/io.pressure)", Recommendation: "x"}
+	fine   = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
+)
+
+func sum(secs float64, samples int) measure.Summary {
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	return measure.Summary{Started: start, Last: start.Add(time.Duration(secs * float64(time.Second))), Seconds: secs, Samples: samples}
+}
+
+func TestTextGolden(t *testing.T) {
+	many := []properties.Result{smallWrites, idle, system}
+	for i := 0; i < 4; i++ {
+		x := system
+		x.Key, x.Name, x.MeanSeverity = x.Key+string(rune('a'+i)), x.Name+" "+string(rune('A'+i)), 0.1-0.01*float64(i)
+		many = append(many, x)
+	}
+	tests := []struct {
+		name    string
+		facts   Facts
+		results []properties.Result
+		sum     measure.Summary
+		min     float64
+	}{
+		{"no_issues", Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 8}, []properties.Result{fine}, sum(7380, 124), 300},
+		{"no_issues_short", Facts{JobID: 7, Nodes: []string{"node1"}, CPUs: 1}, []properties.Result{fine}, sum(3.2, 4), 300},
+		{"one_finding", Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 2}, []properties.Result{fine, idle, noPMU, noPMU2}, sum(3725, 63), 300},
+		{"several_findings", Facts{JobID: 99, Nodes: []string{"node1", "node2"}, NNodes: 4, CPUs: 16},
+			[]properties.Result{system, fine, smallWrites, idle, noPMU, noPSI, noPMU2}, sum(86400, 1440), 300},
+		{"short_job", Facts{JobID: 5, Nodes: []string{"node2"}, CPUs: 1}, []properties.Result{smallWrites, noPMU}, sum(12, 3), 300},
+		{"many_findings", Facts{JobID: 42, Nodes: []string{"n1"}, CPUs: 4}, many, sum(600, 10), 300},
+		{"persyst_run", Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, []properties.Result{smallWrites, noPMU}, sum(65, 65), 300},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Text(Build(tc.facts, tc.results, tc.sum, tc.min), TextOptions{})
+			lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+			if len(lines) > 30 {
+				t.Errorf("%d lines, want at most 30", len(lines))
+			}
+			for i, l := range lines {
+				if len(l) > 80 {
+					t.Errorf("line %d has %d columns: %q", i+1, len(l), l)
+				}
+				if strings.ContainsRune(l, '\x1b') {
+					t.Errorf("line %d has an escape sequence", i+1)
+				}
+			}
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("digest text (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
