@@ -27,10 +27,10 @@ type Report struct {
 	Samples int       `json:"samples"`
 	// Short is set when the job was shorter than MinSeconds (or had fewer than 4
 	// samples): properties that need a longer job are left out.
-	Short      bool                 `json:"short"`
-	MinSeconds float64              `json:"min_seconds"`
-	Findings   []properties.Result  `json:"findings"`
-	Properties []properties.Result  `json:"properties"`
+	Short       bool                `json:"short"`
+	MinSeconds  float64             `json:"min_seconds"`
+	Findings    []properties.Result `json:"findings"`
+	Properties  []properties.Result `json:"properties"`
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
 }
 
