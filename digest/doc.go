@@ -1,6 +1,5 @@
-// Package digest is the end-of-job digest appended to a job's output file. Rendering it
-// (properties and recommendations, issue 5) is not implemented yet; Append, which writes
-// it, is.
+// Package digest is the end-of-job digest appended to a job's output file: what it says,
+// and Append, which writes it there as the job's user.
 //
 // # Appending as the user
 //
@@ -56,15 +55,19 @@
 // What remains:
 //
 //   - The child is an ordinary process of the user while it lives (a few milliseconds):
-//     the user can signal it (the digest is then missing, nothing else) or, where the
-//     kernel lets a user ptrace their own processes (no Yama, or ptrace_scope=0), trace
-//     it, read its stdin (their own digest) and use its descriptors. So it inherits
-//     nothing of the daemon's: before each start Append marks every descriptor of the
-//     daemon from 3 up close-on-exec (close_range(CLOSE_RANGE_CLOEXEC)), in case one was
-//     inherited or opened without O_CLOEXEC. A tracing user could also make the child
-//     fork a process that escapes the process-group kill; it runs as the user, outside
-//     the job's cgroup, in the daemon's. Installing persyst unreadable by users (mode
-//     0711) makes the child non-dumpable from its execve on, so that it cannot be traced.
+//     the user can signal it (the digest is then missing, nothing else), open what
+//     /proc/PID/fd shows (its stdin, the digest of their own job; /dev/null; its stderr
+//     pipe, into which they could write a false reason, which Append reduces to one
+//     printable line), and, where the kernel lets users trace their own processes (no
+//     Yama, or ptrace_scope=0), trace it. So it inherits nothing else of the daemon's:
+//     before each start Append marks every descriptor of the daemon from 3 up
+//     close-on-exec (close_range(CLOSE_RANGE_CLOEXEC)), in case one was inherited or
+//     opened without O_CLOEXEC. The child makes itself non-dumpable first thing, which
+//     ends /proc access and tracing after the Go runtime's start, not before. A user who
+//     traces it in that window can make it fork a process that escapes the process-group
+//     kill and lives on as the user, outside any job's cgroup (in the daemon's). Closing
+//     that needs Yama's ptrace_scope >= 1 on the nodes, or starting the child in a cgroup
+//     of its own that the daemon empties with cgroup.kill (SysProcAttr.UseCgroupFD).
 //   - The persyst binary must be executable by every user (it is re-executed with their
 //     credentials), and the directories down to the output file must be searchable by
 //     the user, with the supplementary groups of Target.Groups (looked up with os/user

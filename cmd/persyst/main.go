@@ -21,6 +21,7 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/spank/options"
@@ -159,6 +160,7 @@ func runRun(ctx context.Context, args []string) (int, error) {
 	interval := fs.Duration("interval", time.Minute, "measurement cycle (reads at multiples of it, and at the end)")
 	asJSON := fs.Bool("json", false, "print the result as JSON (to stderr)")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (thresholds, strategy, calibration)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -170,7 +172,17 @@ func runRun(ctx context.Context, args []string) (int, error) {
 		return 2, fmt.Errorf("--log-level: %w", err)
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(lvl).With().Timestamp().Logger()
+	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	if err != nil {
+		return 2, err
+	}
+	engine, _, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+	if err != nil {
+		return 2, err
+	}
 	return standalone.Run(ctx, standalone.Options{
+		Engine:   engine,
+		Node:     shortHostname(),
 		Interval: *interval,
 		JSON:     *asJSON,
 		Stdin:    os.Stdin,
@@ -178,6 +190,11 @@ func runRun(ctx context.Context, args []string) (int, error) {
 		Stderr:   os.Stderr,
 		Log:      log,
 	}, fs.Args())
+}
+
+// propertySettings takes the property settings from persyst.conf.
+func propertySettings(c config.Config) properties.Settings {
+	return properties.Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
 }
 
 func runJobs(ctx context.Context, args []string) error {
