@@ -66,7 +66,7 @@ func Build(f Facts, results []properties.Result, sum measure.Summary, minSeconds
 	// Group the reasons of properties that could have been findings.
 	groups := map[string][]string{}
 	for _, p := range results {
-		if p.Assessed || p.Recommendation == "" || strings.HasPrefix(p.NotAssessed, "not evaluated:") {
+		if p.Assessed || strings.HasPrefix(p.NotAssessed, "not evaluated:") || p.NotAssessed == properties.NothingToAssess {
 			continue
 		}
 		why := p.NotAssessed

@@ -98,6 +98,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// MinSeconds is the job length below which only robust findings are reported.
+func (e *Engine) MinSeconds() float64 { return e.cfg.MinSeconds }
+
 // Threshold returns the threshold the engine uses for p.
 func (e *Engine) Threshold(p *Property) (float64, bool) {
 	v, ok := e.thresholds[p]
@@ -390,6 +393,22 @@ func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond b
 	return cond, s
 }
 
+// NothingToAssess: the property's inputs were measured but never gave a value (no writes,
+// so no mean write size). Not a gap in the measurement.
+const NothingToAssess = "nothing to assess: no value in any interval"
+
+// derivedWhy says why a derived value can be missing.
+var derivedWhy = map[string]string{
+	NameLoadBalance: "needs the data of all the job's nodes (one-node job, or no collector tree yet)",
+	NameMemRequest:  "the job requested no memory explicitly",
+	NameMemGrowth:   "no memory series",
+	NameBusyMin:     "no per-CPU task-clock",
+	NameBusyMax:     "no per-CPU task-clock",
+	NameIdleCPUs:    "no per-CPU task-clock",
+	NameFlops:       "no floating-point events for this processor",
+	NameVectorFlops: "no vector floating-point breakdown for this processor",
+}
+
 // Result is one property's outcome for a job.
 type Result struct {
 	Key    string `json:"key"`
@@ -451,12 +470,15 @@ func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Re
 				}
 				why := sum.NotMeasured[orig]
 				if why == "" {
+					why = derivedWhy[orig]
+				}
+				if why == "" {
 					why = "not provided"
 				}
 				r.NotAssessed = orig + ": " + why
 			}
 		case x.records == 0:
-			r.NotAssessed = "no value in any interval (nothing of this kind happened)"
+			r.NotAssessed = NothingToAssess
 		default:
 			r.Assessed = true
 			qs, err := quantile.Summarize(x.values, 10)

@@ -90,3 +90,10 @@ func envTemplate(d Domain) map[string]float64 {
 	}
 	return m
 }
+
+type perfcgFS struct{ root string }
+
+func (f perfcgFS) cpuModel() (string, error) {
+	id, err := perfcg.FS{Root: f.root}.CPUID()
+	return id.Name, err
+}

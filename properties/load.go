@@ -1,0 +1,158 @@
+package properties
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings are what persyst.conf says about properties.
+type Settings struct {
+	StrategyFile string             // "" : the built-in strategy
+	Thresholds   map[string]float64 // Threshold.<id>=
+	MinSeconds   float64            // DigestMinSeconds
+	Calibration  map[string]float64
+}
+
+// Load builds the engine from the built-in catalog, the strategy (built-in or the admin's
+// file) and the settings. Every error names its source.
+func Load(s Settings) (*Engine, error) {
+	c, err := DefaultCatalog()
+	if err != nil {
+		return nil, err
+	}
+	var st *Strategy
+	if s.StrategyFile != "" {
+		st, err = LoadStrategy(s.StrategyFile, c)
+	} else {
+		st, err = DefaultStrategy(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return NewEngine(Config{Catalog: c, Strategy: st, Thresholds: s.Thresholds, Calibration: s.Calibration, MinSeconds: s.MinSeconds})
+}
+
+// Calibration is what `persyst calibrate` stores for a node type.
+type Calibration struct {
+	NodeType string             `json:"node_type"`
+	Measured time.Time          `json:"measured"`
+	Values   map[string]float64 `json:"values"` // calibration names (stream_bw_node, ...)
+	Methods  map[string]string  `json:"methods,omitempty"`
+}
+
+var nodeTypeRE = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// NodeType names a kind of node for calibration: the processor model and CPU count,
+// e.g. "AMD_EPYC-2cpus".
+func NodeType(model string, cpus int) string {
+	m := strings.Trim(nodeTypeRE.ReplaceAllString(model, "_"), "_")
+	if m == "" {
+		m = "unknown"
+	}
+	return m + "-" + strconv.Itoa(cpus) + "cpus"
+}
+
+// CalibrationFile is where a node type's calibration lives in dir.
+func CalibrationFile(dir, nodeType string) string {
+	return filepath.Join(dir, nodeType+".json")
+}
+
+// LoadCalibration reads a node type's calibration; a missing file is not an error
+// (nothing calibrated: properties with calibrated thresholds are not assessed).
+func LoadCalibration(dir, nodeType string) (Calibration, error) {
+	p := CalibrationFile(dir, nodeType)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Calibration{NodeType: nodeType, Values: map[string]float64{}}, nil
+	}
+	if err != nil {
+		return Calibration{}, fmt.Errorf("read %s: %w", p, err)
+	}
+	var c Calibration
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Calibration{}, fmt.Errorf("read %s: %w", p, err)
+	}
+	known := map[string]bool{}
+	for _, n := range calibrationNames {
+		known[n] = true
+	}
+	for k, v := range c.Values {
+		if !known[k] {
+			return Calibration{}, fmt.Errorf("read %s: unknown value %q", p, k)
+		}
+		if !(v > 0) {
+			return Calibration{}, fmt.Errorf("read %s: %s = %v, want a positive number", p, k, v)
+		}
+	}
+	return c, nil
+}
+
+// NodeFacts reads what a node says about itself without a benchmark: memory size and the
+// frequency range (cpufreq, absent in many VMs), as calibration values.
+func NodeFacts(root string, cpus int) map[string]float64 {
+	out := map[string]float64{}
+	if cpus > 0 {
+		out["cores"] = float64(cpus)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "proc/meminfo")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					out["mem_total_bytes"] = kb * 1024
+				}
+			}
+		}
+	}
+	for name, file := range map[string]string{"max_freq_hz": "cpuinfo_max_freq", "min_freq_hz": "cpuinfo_min_freq"} {
+		if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/cpu0/cpufreq", file)); err == nil {
+			if khz, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil && khz > 0 {
+				out[name] = khz * 1000
+			}
+		}
+	}
+	return out
+}
+
+// LoadForNode is Load with this node's calibration: the node's own facts (NodeFacts),
+// overlaid with what `persyst calibrate` stored for its node type in calDir.
+func LoadForNode(root, calDir string, s Settings) (*Engine, Calibration, error) {
+	cpus := 0
+	if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/online")); err == nil {
+		for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+			lo, hi, isRange := strings.Cut(part, "-")
+			a, err1 := strconv.Atoi(lo)
+			z := a
+			var err2 error
+			if isRange {
+				z, err2 = strconv.Atoi(hi)
+			}
+			if err1 == nil && err2 == nil && z >= a {
+				cpus += z - a + 1
+			}
+		}
+	}
+	model := ""
+	if id, err := (perfcgFS{root}).cpuModel(); err == nil {
+		model = id
+	}
+	cal, err := LoadCalibration(calDir, NodeType(model, cpus))
+	if err != nil {
+		return nil, Calibration{}, err
+	}
+	values := NodeFacts(root, cpus)
+	for k, v := range cal.Values {
+		values[k] = v
+	}
+	cal.Values = values
+	s.Calibration = values
+	e, err := Load(s)
+	return e, cal, err
+}
