@@ -30,11 +30,25 @@ type Config struct {
 	// Cycle is the measurement period (CycleSeconds, 1 to 3600 s; default 60 s). Every
 	// node reads at Unix times that are multiples of it.
 	Cycle time.Duration
+	// StrategyFile replaces the built-in strategy (properties/default.strategy).
+	StrategyFile string
+	// Thresholds override property thresholds: Threshold.<id>=<number>[unit].
+	// The ids are checked against the catalog when the engine starts.
+	Thresholds map[string]float64
+	// ThresholdLines says where each threshold was set (for error messages).
+	ThresholdLines map[string]int
+	// DigestMinSeconds: shorter jobs get only the findings robust at that length.
+	DigestMinSeconds float64
+	// Digest turns the digest in job output files on or off (measurement goes on).
+	Digest bool
+	// CalibrationDir holds `persyst calibrate` results, one file per node type.
+	CalibrationDir string
 }
 
 // Defaults is the configuration without a file.
 func Defaults() Config {
-	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second}
+	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second,
+		DigestMinSeconds: 300, Digest: true, CalibrationDir: "/var/lib/persyst/calibration"}
 }
 
 type field struct {
@@ -43,6 +57,39 @@ type field struct {
 }
 
 var fields = []field{
+	{"StrategyFile", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("want an absolute path, got %q", v)
+		}
+		c.StrategyFile = v
+		return nil
+	}},
+	{"DigestMinSeconds", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 86400 {
+			return fmt.Errorf("want seconds between 0 and 86400, got %q", v)
+		}
+		c.DigestMinSeconds = f
+		return nil
+	}},
+	{"Digest", func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "on", "yes":
+			c.Digest = true
+		case "off", "no":
+			c.Digest = false
+		default:
+			return fmt.Errorf("want on or off, got %q", v)
+		}
+		return nil
+	}},
+	{"CalibrationDir", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("want an absolute path, got %q", v)
+		}
+		c.CalibrationDir = v
+		return nil
+	}},
 	{"CycleSeconds", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 3600 {
@@ -118,6 +165,12 @@ func Parse(r io.Reader, name string) (Config, error) {
 		if !ok || k == "" {
 			return Config{}, fmt.Errorf("%s:%d: want Key=Value, got %q", name, n, line)
 		}
+		if id, ok := cutPrefixFold(k, "Threshold."); ok {
+			if err := c.setThreshold(id, v, n); err != nil {
+				return Config{}, fmt.Errorf("%s:%d: %s: %w", name, n, k, err)
+			}
+			continue
+		}
 		var fd *field
 		for i := range fields {
 			if strings.EqualFold(fields[i].name, k) {
@@ -142,4 +195,46 @@ func Parse(r io.Reader, name string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: SlurmRestd=%s needs SlurmRestdUser and SlurmRestdTokenFile (JWT)", name, c.SlurmRestd)
 	}
 	return c, nil
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+var thresholdUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"%", 1},
+}
+
+// setThreshold records Threshold.<id>=<number>[unit] (units as in the catalog).
+func (c *Config) setThreshold(id, v string, line int) error {
+	if id == "" || strings.ContainsAny(id, " \t=") {
+		return fmt.Errorf("want Threshold.<property id>=<number>")
+	}
+	if prev, dup := c.ThresholdLines[id]; dup {
+		return fmt.Errorf("already set on line %d", prev)
+	}
+	num, mult := v, 1.0
+	for _, u := range thresholdUnits {
+		if strings.HasSuffix(v, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(v, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(f > 0) {
+		return fmt.Errorf("want a positive number (optionally with K, M, G, KiB, MiB, GiB or %%), got %q", v)
+	}
+	if c.Thresholds == nil {
+		c.Thresholds, c.ThresholdLines = map[string]float64{}, map[string]int{}
+	}
+	c.Thresholds[id] = f * mult
+	c.ThresholdLines[id] = line
+	return nil
 }

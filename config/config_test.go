@@ -17,17 +17,31 @@ func TestParse(t *testing.T) {
 	}{
 		{"empty", "", Defaults(), ""},
 		{"comments and blanks", "# persyst\n\n   # x\n", Defaults(), ""},
-		{"unix socket", "SlurmRestd=unix:/run/slurmrestd.sock\n", Config{SlurmRestd: "unix:/run/slurmrestd.sock", SlurmRestdTimeout: 10 * time.Second, Cycle: time.Minute}, ""},
-		{"keys are case-insensitive, spaces trimmed", " slurmrestd = unix:/x.sock # local\nSLURMRESTDTIMEOUT=2.5", Config{SlurmRestd: "unix:/x.sock", SlurmRestdTimeout: 2500 * time.Millisecond, Cycle: time.Minute}, ""},
+		{"unix socket", "SlurmRestd=unix:/run/slurmrestd.sock\n", with(func(c *Config) { c.SlurmRestd = "unix:/run/slurmrestd.sock" }), ""},
+		{"keys are case-insensitive, spaces trimmed", " slurmrestd = unix:/x.sock # local\nSLURMRESTDTIMEOUT=2.5", with(func(c *Config) { c.SlurmRestd, c.SlurmRestdTimeout = "unix:/x.sock", 2500*time.Millisecond }), ""},
 		{"jwt", "SlurmRestd=https://ctl:6820\nSlurmRestdUser=persyst\nSlurmRestdTokenFile=/etc/persyst/jwt\nSlurmRestdTimeout=1m",
-			Config{SlurmRestd: "https://ctl:6820", SlurmRestdUser: "persyst", SlurmRestdTokenFile: "/etc/persyst/jwt", SlurmRestdTimeout: time.Minute, Cycle: time.Minute}, ""},
+			with(func(c *Config) {
+				c.SlurmRestd, c.SlurmRestdUser, c.SlurmRestdTokenFile, c.SlurmRestdTimeout = "https://ctl:6820", "persyst", "/etc/persyst/jwt", time.Minute
+			}), ""},
 		{"jwt without token", "SlurmRestd=http://ctl:6820\n", Config{}, "test.conf: SlurmRestd=http://ctl:6820 needs SlurmRestdUser and SlurmRestdTokenFile"},
 		{"unknown key", "\nSlurmRest=unix:/x\n", Config{}, `test.conf:2: unknown key "SlurmRest"`},
 		{"no equals", "SlurmRestd\n", Config{}, `test.conf:1: want Key=Value`},
 		{"empty key", "=x\n", Config{}, `test.conf:1: want Key=Value`},
 		{"bad url", "SlurmRestd=/run/x.sock", Config{}, `test.conf:1: SlurmRestd: want unix:/path or http(s)://host:port`},
 		{"relative token file", "SlurmRestdTokenFile=jwt", Config{}, `test.conf:1: SlurmRestdTokenFile: want an absolute path`},
-		{"cycle", "CycleSeconds=5", Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 5 * time.Second}, ""},
+		{"cycle", "CycleSeconds=5", with(func(c *Config) { c.Cycle = 5 * time.Second }), ""},
+		{"digest settings", "StrategyFile=/etc/slurm/persyst.strategy\nDigestMinSeconds=30\nDigest=off\nCalibrationDir=/var/cal",
+			with(func(c *Config) {
+				c.StrategyFile, c.DigestMinSeconds, c.Digest, c.CalibrationDir = "/etc/slurm/persyst.strategy", 30, false, "/var/cal"
+			}), ""},
+		{"thresholds", "Threshold.cpi=2.5\nthreshold.io_write_request_size = 1MiB\nThreshold.cpu_user_pct=70%",
+			with(func(c *Config) {
+				c.Thresholds = map[string]float64{"cpi": 2.5, "io_write_request_size": 1 << 20, "cpu_user_pct": 70}
+				c.ThresholdLines = map[string]int{"cpi": 1, "io_write_request_size": 2, "cpu_user_pct": 3}
+			}), ""},
+		{"bad threshold", "Threshold.cpi=fast", Config{}, `test.conf:1: Threshold.cpi: want a positive number`},
+		{"threshold twice", "Threshold.cpi=1\nThreshold.cpi=2", Config{}, `test.conf:2: Threshold.cpi: already set on line 1`},
+		{"relative strategy", "StrategyFile=my.strategy", Config{}, `test.conf:1: StrategyFile: want an absolute path`},
 		{"cycle below 1 s", "CycleSeconds=0.5", Config{}, `test.conf:1: CycleSeconds: want whole seconds between 1 and 3600, got "0.5"`},
 		{"bad timeout", "SlurmRestdTimeout=-1", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"timeout too long", "SlurmRestdTimeout=2h", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
@@ -54,10 +68,16 @@ func TestParse(t *testing.T) {
 
 func TestLoadMissing(t *testing.T) {
 	c, err := Load(t.TempDir()+"/none.conf", true)
-	if err != nil || c != Defaults() {
+	if err != nil || !cmp.Equal(c, Defaults()) {
 		t.Errorf("Load(missing, optional) = %+v, %v; want defaults", c, err)
 	}
 	if _, err := Load(t.TempDir()+"/none.conf", false); err == nil || !strings.Contains(err.Error(), "none.conf") {
 		t.Errorf("Load(missing, required) error = %v, want one naming the file", err)
 	}
+}
+
+func with(f func(*Config)) Config {
+	c := Defaults()
+	f(&c)
+	return c
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/daemon/wire"
 )
 
@@ -37,6 +38,19 @@ func JobSamples(ctx context.Context, socket string, job uint32) ([]measure.Sampl
 		return nil, fmt.Errorf("reply from %s: samples: %w", socket, err)
 	}
 	return out, nil
+}
+
+// JobReport asks the daemon at socket for a job's report.
+func JobReport(ctx context.Context, socket string, job uint32) (*digest.Report, error) {
+	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.Report, JobID: job})
+	if err != nil {
+		return nil, err
+	}
+	var out digest.Report
+	if err := json.Unmarshal(rep.Report, &out); err != nil {
+		return nil, fmt.Errorf("reply from %s: report: %w", socket, err)
+	}
+	return &out, nil
 }
 
 // WriteJobsTable prints jobs the way squeue users expect: one line per job.

@@ -58,6 +58,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err != nil {
 		return err
 	}
+	if cfg.Measure.StateDir == "" {
+		cfg.Measure.StateDir = cfg.StateDir
+	}
 	meas, err := NewMeasurer(cfg.Measure, reg, cfg.Node, log, clock)
 	if err != nil {
 		return err

@@ -22,6 +22,8 @@ import (
 	"github.com/persyst/persyst/daemon/netstat"
 	"github.com/persyst/persyst/daemon/perfcg"
 	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
 )
 
 // MeasureConfig configures job measurement.
@@ -36,6 +38,10 @@ type MeasureConfig struct {
 	CgroupParent string
 	// Disabled turns measurement off (events are still recorded).
 	Disabled bool
+	// StateDir keeps job reports (StateDir/reports) for `persyst report`.
+	StateDir string
+	// Digest configures properties and the digest.
+	Digest DigestConfig
 }
 
 // Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.
@@ -55,10 +61,13 @@ func RealWait(ctx context.Context, t time.Time) error {
 
 // jobMeter is one job's measurement on this node.
 type jobMeter struct {
-	meter   *measure.Meter
-	owned   string // persyst's own perf cgroup of the job ("" if none)
-	ended   bool
-	summary measure.Summary // final, once ended
+	meter    *measure.Meter
+	owned    string // persyst's own perf cgroup of the job ("" if none)
+	ended    bool
+	summary  measure.Summary         // final, once ended
+	acc      *properties.Accumulator // property records, sample by sample
+	digested bool                    // the digest was made (never twice)
+	report   *digest.Report
 }
 
 // Measurer measures the node's jobs: it owns the per-job perf cgroups, opens a Meter when
@@ -77,6 +86,9 @@ type Measurer struct {
 	perfParent string
 	perfWhy    string
 	cpusetV1   bool // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
+
+	dig      DigestConfig
+	stateDir string
 
 	mu   sync.Mutex
 	jobs map[uint32]*jobMeter
@@ -100,7 +112,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m := &Measurer{
 		cfg: cfg, log: log.With().Str("part", "measure").Logger(), now: now, reg: reg, node: node,
 		fs: jobcgroup.FS{Root: cfg.Root}, mfs: measure.FS{Root: cfg.Root},
-		jobs: map[uint32]*jobMeter{},
+		jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, stateDir: cfg.StateDir,
 	}
 	m.env = &measure.Env{
 		Stats: cgstats.NewReader(m.fs, cgstats.Options{}),
@@ -355,9 +367,11 @@ func (m *Measurer) End(id uint32) {
 	jm.ended = true
 	m.mu.Unlock()
 	if jm.meter != nil {
-		if _, err := jm.meter.Read(measure.End); err != nil {
+		last, err := jm.meter.Read(measure.End)
+		if err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("final read incomplete")
 		}
+		m.accumulate(jm, last)
 		if err := jm.meter.Close(); err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("closing perf counters")
 		}
@@ -385,9 +399,11 @@ func (m *Measurer) StepEnded(id uint32) {
 	}
 	m.mu.Unlock()
 	if mt != nil {
-		if _, err := mt.Read(measure.Step); err != nil {
+		s, err := mt.Read(measure.Step)
+		if err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("step-end read incomplete")
 		}
+		m.accumulate(jm, s)
 	}
 }
 
@@ -463,7 +479,7 @@ func (m *Measurer) cycle() {
 		byID[j.JobID] = j
 	}
 	m.mu.Lock()
-	var meters []*measure.Meter
+	var meters []*jobMeter
 	ids := make([]uint32, 0, len(m.jobs))
 	for id := range m.jobs {
 		ids = append(ids, id)
@@ -487,12 +503,14 @@ func (m *Measurer) cycle() {
 				jm.meter.SetStatCgroups(cg)
 			}
 		}
-		meters = append(meters, jm.meter)
+		meters = append(meters, jm)
 	}
 	m.mu.Unlock()
-	for _, mt := range meters {
-		if _, err := mt.Read(measure.Cycle); err != nil {
-			m.log.Debug().Err(err).Str("job", mt.Spec().Name).Msg("cycle read incomplete")
+	for _, jm := range meters {
+		s, err := jm.meter.Read(measure.Cycle)
+		if err != nil {
+			m.log.Debug().Err(err).Str("job", jm.meter.Spec().Name).Msg("cycle read incomplete")
 		}
+		m.accumulate(jm, s)
 	}
 }

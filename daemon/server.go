@@ -167,6 +167,24 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Jobs: jobs}, log)
 		return
 	}
+	if req.Kind == wire.Report {
+		if s.meas == nil {
+			s.reply(c, &wire.Reply{Error: "this daemon does not measure jobs"}, log)
+			return
+		}
+		r, err := s.meas.Report(req.JobID)
+		if err != nil {
+			s.reply(c, &wire.Reply{Error: err.Error()}, log)
+			return
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			s.reply(c, &wire.Reply{Error: err.Error()}, log)
+			return
+		}
+		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Report: b}, log)
+		return
+	}
 	if req.Kind == wire.Samples {
 		var samples []measure.Sample
 		if s.meas != nil {
@@ -216,6 +234,13 @@ func (s *Server) handle(c *net.UnixConn) {
 			rep.Cgroup = s.meas.Prepare(j)
 		case wire.StepEnd:
 			s.meas.StepEnded(j.JobID)
+			if e.StepID == "batch" {
+				// The plugin waits (bounded) for this reply at the batch step's end, so
+				// the digest is in the output file before the job is complete.
+				if err := s.meas.Digest(context.Background(), j); err != nil {
+					rep.Error = "digest: " + err.Error()
+				}
+			}
 		case wire.JobEnd:
 			s.meas.End(j.JobID)
 			s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })

@@ -16,6 +16,7 @@
 //	condition = severe              # severe, always, positive, above, below
 //	report = finding                # finding (may appear in the digest) or info
 //	robust = long                   # long: only for jobs of at least DigestMinSeconds
+//	rank = 1                        # weight when ordering findings (a general symptom < 1)
 //	recommendation = Write in large blocks ...
 //
 // Expressions are evaluated with github.com/expr-lang/expr over the metrics of
@@ -84,12 +85,16 @@ type Property struct {
 	Value   string // expression
 	// Threshold is the default threshold expression (a number or an expression of
 	// calibration values); persyst.conf Threshold.<id>= overrides it.
-	Threshold      string
-	Severity       Formula
-	Exponent       float64
-	Condition      Condition
-	Finding        bool // may be reported in the digest (report = finding)
-	LongOnly       bool // robust = long
+	Threshold string
+	Severity  Formula
+	Exponent  float64
+	Condition Condition
+	Finding   bool // may be reported in the digest (report = finding)
+	LongOnly  bool // robust = long
+	// Rank weighs the property's severity when findings are ordered (default 1): a
+	// general symptom (kernel time) ranks below a specific cause (small writes, file
+	// opens) of the same severity.
+	Rank           float64
 	Recommendation string
 	Line           int // where it is defined
 
@@ -166,7 +171,7 @@ func ParseCatalog(r io.Reader, name string) (*Catalog, error) {
 			if m == nil {
 				return nil, fmt.Errorf("%s:%d: bad section %q: want [id] or [id:variant] in lower case", name, n, line)
 			}
-			cur = &Property{ID: m[1], Variant: m[2], Line: n, Severity: Formula1, Exponent: 1, Condition: Severe, Finding: true, Domain: Node}
+			cur = &Property{ID: m[1], Variant: m[2], Line: n, Severity: Formula1, Exponent: 1, Condition: Severe, Finding: true, Domain: Node, Rank: 1}
 			if c.props[cur.Key()] != nil {
 				return nil, fmt.Errorf("%s:%d: [%s] defined twice (first on line %d)", name, n, cur.Key(), c.props[cur.Key()].Line)
 			}
@@ -250,6 +255,11 @@ func (p *Property) set(k, v string) error {
 		}
 	case "recommendation":
 		p.Recommendation = v
+	case "rank":
+		p.Rank, err = strconv.ParseFloat(v, 64)
+		if err == nil && !(p.Rank > 0 && p.Rank <= 1) {
+			err = fmt.Errorf("want a number in (0, 1], got %s", v)
+		}
 	default:
 		return fmt.Errorf("unknown key")
 	}

@@ -134,6 +134,10 @@ type Accumulator struct {
 	seconds float64
 }
 
+// SetMemRequested sets the memory the job requested on this node, once known (the job
+// map is asked at the job's end).
+func (a *Accumulator) SetMemRequested(b float64) { a.info.MemRequestedBytes = b }
+
 // NewAccumulator starts a job's records.
 func (e *Engine) NewAccumulator(info JobInfo) *Accumulator {
 	return &Accumulator{e: e, info: info, props: map[*Property]*acc{}}
@@ -189,6 +193,7 @@ func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
 		node[Sanitize(k)] = v
 	}
 	addFlops(node)
+	addNetwork(node)
 	ncpus := len(s.CPU)
 	if ncpus == 0 {
 		ncpus = a.info.NCPUs
@@ -217,6 +222,7 @@ func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
 		}
 		if n > 0 {
 			node[NameBusyMin], node[NameBusyMax], node[NameBusyMean], node[NameIdleCPUs] = minB, maxB, sum/float64(n), float64(idle)
+			node[NameBusyCPUs] = sum
 		}
 	}
 	out[Node] = []device{{domain: Node, env: node}}
@@ -253,6 +259,21 @@ func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
 		out[Core] = append(out[Core], device{domain: Core, core: k, env: cores[k]})
 	}
 	return out
+}
+
+// addNetwork sums Ethernet (/proc/net/dev) and InfiniBand port counters, whichever were
+// measured: native InfiniBand traffic (MPI over verbs) shows only in the port counters.
+func addNetwork(env map[string]any) {
+	for _, t := range []struct{ out, eth, ib string }{
+		{NameTxBytes, "net_tx_bytes", "ib_xmit_bytes"}, {NameRxBytes, "net_rx_bytes", "ib_rcv_bytes"},
+		{NameTxPackets, "net_tx_packets", "ib_xmit_packets"}, {NameRxPackets, "net_rx_packets", "ib_rcv_packets"},
+	} {
+		a, okA := env[t.eth].(float64)
+		b, okB := env[t.ib].(float64)
+		if okA || okB {
+			env[t.out] = a + b
+		}
+	}
 }
 
 // addFlops derives flop counts from the raw floating-point events present in env.
@@ -405,8 +426,13 @@ var derivedWhy = map[string]string{
 	NameBusyMin:     "no per-CPU task-clock",
 	NameBusyMax:     "no per-CPU task-clock",
 	NameIdleCPUs:    "no per-CPU task-clock",
+	NameBusyCPUs:    "no per-CPU task-clock",
 	NameFlops:       "no floating-point events for this processor",
 	NameVectorFlops: "no vector floating-point breakdown for this processor",
+	NameTxBytes:     "node counters are not attributed to this job",
+	NameRxBytes:     "node counters are not attributed to this job",
+	NameTxPackets:   "node counters are not attributed to this job",
+	NameRxPackets:   "node counters are not attributed to this job",
 }
 
 // Result is one property's outcome for a job.
@@ -427,6 +453,8 @@ type Result struct {
 	TimeShare    float64 `json:"time_share"`
 	MeanSeverity float64 `json:"mean_severity"`
 	MaxSeverity  float64 `json:"max_severity"`
+	// Score orders findings: mean severity × the property's rank.
+	Score float64 `json:"score"`
 	// Finding: reported in the digest. Suppressed says why a severe property is not.
 	Finding        bool   `json:"finding"`
 	Suppressed     string `json:"suppressed,omitempty"`
@@ -489,6 +517,7 @@ func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Re
 			r.TimeShare = x.severeWeight / x.weight
 			r.MeanSeverity = x.sevSum / x.weight
 			r.MaxSeverity = x.sevMax
+			r.Score = r.MeanSeverity * p.Rank
 			if p.Finding && p.Severity != None && r.TimeShare >= a.e.cfg.MinShare && r.MeanSeverity >= a.e.cfg.MinScore {
 				r.Finding = true
 				if p.LongOnly && short {
@@ -547,9 +576,15 @@ func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
 func memGrowth(samples []measure.Sample) (float64, bool) {
 	var ts, ms []float64
 	peak := 0.0
+	var t0 time.Time
 	for _, s := range samples {
 		if v, ok := s.Job[measure.MemBytes]; ok && s.Reason == measure.Cycle {
-			ts = append(ts, float64(s.Time.UnixNano())/1e9)
+			if t0.IsZero() {
+				t0 = s.Time
+			}
+			// Seconds since the first point: Unix seconds squared would lose the
+			// precision the fit needs.
+			ts = append(ts, s.Time.Sub(t0).Seconds())
 			ms = append(ms, v)
 			peak = math.Max(peak, v)
 		}
@@ -589,8 +624,9 @@ func memGrowth(samples []measure.Sample) (float64, bool) {
 	return slope * (ts[len(ts)-1] - ts[0]) / peak, true
 }
 
-// Findings returns the findings, most important first: by mean severity (severity ×
-// share of the job), then by highest severity, then by key.
+// Findings returns the findings, most important first: by score (mean severity, that is
+// severity × share of the job, weighed by the property's rank), then by highest
+// severity, then by key.
 func Findings(rs []Result) []Result {
 	var out []Result
 	for _, r := range rs {
@@ -599,8 +635,8 @@ func Findings(rs []Result) []Result {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].MeanSeverity != out[j].MeanSeverity {
-			return out[i].MeanSeverity > out[j].MeanSeverity
+		if out[i].Score != out[j].Score {
+			return out[i].Score > out[j].Score
 		}
 		if out[i].MaxSeverity != out[j].MaxSeverity {
 			return out[i].MaxSeverity > out[j].MaxSeverity

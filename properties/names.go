@@ -18,6 +18,7 @@ const (
 	NameBusyMax     = "busy_max"  // highest
 	NameBusyMean    = "busy_mean" // mean over the job's CPUs
 	NameIdleCPUs    = "idle_cpus" // CPUs of the job busy less than 5 % of the interval
+	NameBusyCPUs    = "busy_cpus" // CPUs' worth of time the job ran (sum of busy shares)
 	NameMemRequest  = "mem_requested_bytes"
 	NameMemGrowth   = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
 	NameSamples     = "samples"     // job: number of samples
@@ -28,6 +29,11 @@ const (
 	NameVectorFlops = "vector_flops" // of which in packed (vector) instructions
 	NameSPFlops     = "sp_flops"     // single precision
 	NameDPFlops     = "dp_flops"     // double precision
+	// node: Ethernet and InfiniBand together, whichever were measured
+	NameTxBytes   = "tx_bytes"
+	NameRxBytes   = "rx_bytes"
+	NameTxPackets = "tx_packets"
+	NameRxPackets = "rx_packets"
 )
 
 // calibrationNames are values from `persyst calibrate` (or their defaults), usable in
@@ -77,7 +83,8 @@ func envTemplate(d Domain) map[string]float64 {
 		for _, n := range measure.Names() {
 			m[Sanitize(n)] = 0
 		}
-		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameMemRequest} {
+		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameBusyCPUs, NameMemRequest,
+			NameTxBytes, NameRxBytes, NameTxPackets, NameRxPackets} {
 			m[n] = 0
 		}
 	case Job:

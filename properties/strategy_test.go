@@ -1,6 +1,7 @@
 package properties
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,37 @@ func TestThresholdOverridesAndCalibration(t *testing.T) {
 	p, _ := c.Get("instruction_rate")
 	if _, ok := e.Threshold(p); ok || !strings.Contains(e.thrWhy[p], "max_freq_hz") {
 		t.Errorf("instruction_rate without calibration: %q", e.thrWhy[p])
+	}
+}
+
+func TestMemGrowth(t *testing.T) {
+	at := func(sec int, mib float64, r measure.Reason) measure.Sample {
+		return measure.Sample{Time: time.Unix(1_800_000_000+int64(sec), 0), Reason: r, Seconds: 1, Job: map[string]float64{measure.MemBytes: mib * (1 << 20)}}
+	}
+	series := func(r measure.Reason, mibs ...float64) []measure.Sample {
+		var out []measure.Sample
+		for i, m := range mibs {
+			out = append(out, at(i, m, r))
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		samples []measure.Sample
+		want    float64
+		ok      bool
+	}{
+		// 34 → 258 MiB linearly over 4 s, then freed at the end: growth 224/258 of the peak.
+		{"leak", append(series(measure.Cycle, 34, 90, 146, 202, 258, 0.5, 0.4), at(8, 0.1, measure.End)), 224.0 / 258, true},
+		{"flat", series(measure.Cycle, 100, 101, 99, 100, 100), 0, true},
+		{"allocate once, then steady", series(measure.Cycle, 5, 200, 200, 200, 200, 200, 200), 0, true},
+		{"too few points", series(measure.Cycle, 10, 20, 30), 0, true},
+		{"no memory series", nil, 0, false},
+	}
+	for _, tc := range tests {
+		got, ok := memGrowth(tc.samples)
+		if ok != tc.ok || math.Abs(got-tc.want) > 1e-6 {
+			t.Errorf("%s: memGrowth = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }

@@ -29,6 +29,8 @@ CTLD_PORT=${PERSYST_CTLD_PORT:-16817}
 SLURMD_PORT=${PERSYST_SLURMD_PORT:-16818}
 # slurmrestd runs as this dedicated system user (it refuses to run as root); RESTD=0 skips it.
 RESTD_USER=${PERSYST_RESTD_USER:-persyst-restd}
+# An ordinary user for test jobs (digests must be written as the job's user).
+JOB_USER=${PERSYST_JOB_USER:-persyst-job}
 # A second slurmrestd with rest_auth/jwt on loopback TCP (the JWT path sites use).
 RESTD_JWT_PORT=${PERSYST_RESTD_JWT_PORT:-16820}
 RESTD=${RESTD:-1}
@@ -200,6 +202,12 @@ EOF
 		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP"
 	} >"$DIR/etc/slurm.conf"
 
+	# The daemons' persyst.conf: test jobs last seconds, so findings that need a longer
+	# run (memory trends) are assessed from 3 s on (production default: 300 s).
+	cat >"$DIR/etc/persyst.conf" <<EOF
+DigestMinSeconds=${PERSYST_DIGEST_MIN:-3}
+CalibrationDir=$DIR/calibration
+EOF
 	cat >"$DIR/etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 ConstrainCores=yes
@@ -249,7 +257,7 @@ daemon_start() {
 	[ -e "$ns" ] || die "no namespace for $node (is the cluster up?)"
 	kill_pidfile "$DIR/run/persyst-$node.pid"
 	start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
-		nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" \
+		nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" --config "$DIR/etc/persyst.conf" \
 		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node"
 	for _ in $(seq 1 50); do
 		"$BIN" jobs --socket "$DIR/run/$node/persyst.sock" --timeout 1s >/dev/null 2>&1 && return 0
@@ -295,6 +303,9 @@ up() {
 	# run (the munge key is kept).
 	rm -rf "$DIR"/{etc,log,run,state,spool,restd}
 	write_configs "$n"
+	if ! id "$JOB_USER" >/dev/null 2>&1; then
+		useradd --no-create-home --shell /bin/sh --user-group "$JOB_USER"
+	fi
 	: >"$nodes_file"
 	for k in $(seq 1 "$n"); do echo "node$k" >>"$nodes_file"; done
 	setup_network "$n"
@@ -342,6 +353,7 @@ up() {
 		echo "export PERSYST_NODES=\"$(tr '\n' ' ' <"$nodes_file" | sed 's/ $//')\""
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
+		echo "export PERSYST_JOB_USER=$JOB_USER"
 		echo "export PERSYST_SOCKET=$DIR/run/%n/persyst.sock"
 		if [ "$RESTD" = 1 ]; then
 			echo "export PERSYST_SLURMRESTD=unix:$DIR/restd/slurmrestd.sock"

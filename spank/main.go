@@ -207,9 +207,11 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	start := time.Now()
 	req := &wire.Request{Kind: k, Event: e}
 	var err error
-	deliverOnly := k == wire.StepEnd || k == wire.JobEnd
+	// The batch step's end waits: the daemon writes the digest into the job's output
+	// file before replying, and the job is complete only after this hook returns.
+	deliverOnly := k == wire.JobEnd || (k == wire.StepEnd && e.StepID != "batch")
 	if deliverOnly {
-		// End events are delivered, not called: slurmctld releases a step's resources on
+		// Other end events are delivered, not called: slurmctld releases a step's resources on
 		// a node only after slurm_spank_exit returns there, and a next srun that finds
 		// them still busy backs off for about a minute (measured: a 200 ms wait here
 		// held a 2-node job for 70 s). The daemon reads the event when it can.

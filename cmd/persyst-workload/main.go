@@ -8,6 +8,7 @@
 //	write     -file F -bytes B -size S                 B bytes in write(2) calls of S bytes
 //	openclose -file F -n N                             N open(2)/close(2) pairs
 //	alloc     -mib M -steps K -step-seconds T [-hold T] allocate and touch M MiB in K steps
+//	stat      -seconds S                               stat(2) in a loop for S seconds: time in the kernel
 //	cpu       -iterations N                            fixed CPU-bound work (benchmarks)
 //	membw     -mib M -passes N                         fixed memory-bound work (benchmarks)
 package main
@@ -55,6 +56,8 @@ func main() {
 		err = openClose(*file, *n)
 	case "alloc":
 		alloc(*mib, *steps, time.Duration(*stepSecs*float64(time.Second)), time.Duration(*hold*float64(time.Second)))
+	case "stat":
+		err = statLoop(time.Duration(*seconds * float64(time.Second)))
 	case "cpu":
 		cpu(*iters)
 	case "membw":
@@ -174,6 +177,20 @@ func alloc(mib, steps int, every, hold time.Duration) {
 	}
 	time.Sleep(hold)
 	runtime.KeepAlive(keep)
+}
+
+// statLoop spends its time in the kernel (path lookups) without opening files or doing
+// I/O.
+func statLoop(d time.Duration) error {
+	var st unix.Stat_t
+	for start := time.Now(); time.Since(start) < d; {
+		for i := 0; i < 1000; i++ {
+			if err := unix.Stat("/proc/self/status", &st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func cpu(n int64) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,9 +22,9 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
-	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/spank/options"
 )
 
@@ -32,6 +33,7 @@ const usage = `usage: persyst COMMAND [flags]
 commands:
   daemon     run the node daemon (as root, one per node)
   run        run a command measured like a job: persyst run [--interval D] [--json] -- CMD
+  report     a job's digest: persyst report [--json] [--node BATCHHOST] JOBID
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   balance simulate
@@ -80,6 +82,8 @@ func main() {
 		os.Exit(digest.AppendChild(args))
 	case "jobs":
 		err = runJobs(ctx, args)
+	case "report":
+		err = runReport(ctx, args)
 	case "jobmap":
 		err = runJobmap(ctx, args)
 	case "balance":
@@ -145,13 +149,27 @@ func runDaemon(ctx context.Context, args []string) error {
 	}
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", *node).Logger()
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", *node) }
+	engine, cal, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+	if err != nil {
+		return err
+	}
+	log.Info().Str("node_type", cal.NodeType).Interface("calibration", cal.Values).Msg("properties loaded")
+	jm, err := jobmap.FromConfig(conf, log)
+	if err != nil {
+		return err
+	}
 	return daemon.Run(ctx, daemon.Config{
 		Node:      *node,
 		Socket:    expand(*socket),
 		StateDir:  expand(*stateDir),
 		SlurmUser: *slurmUser,
 		Retention: *retention,
-		Measure:   daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure},
+		Measure: daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure, Digest: daemon.DigestConfig{
+			Engine: engine, Facts: jm, Off: !conf.Digest,
+			Append: func(ctx context.Context, t digest.Target, text []byte) error {
+				return digest.Append(ctx, t, text, digest.AppendOptions{})
+			},
+		}},
 	}, log, time.Now)
 }
 
@@ -195,6 +213,37 @@ func runRun(ctx context.Context, args []string) (int, error) {
 // propertySettings takes the property settings from persyst.conf.
 func propertySettings(c config.Config) properties.Settings {
 	return properties.Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
+}
+
+func runReport(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst report [flags] JOBID", flag.ContinueOnError)
+	node := fs.String("node", shortHostname(), "the job's batch host, whose daemon has the report")
+	socket := fs.String("socket", socketDefault(), "daemon socket path (%n: node name)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (docs/digest.md)")
+	width := fs.Int("width", 80, "columns of the text digest")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("report: want one JOBID")
+	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 32)
+	if err != nil || id == 0 {
+		return fmt.Errorf("report: bad JOBID %q", fs.Arg(0))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := daemon.JobReport(ctx, strings.ReplaceAll(*socket, "%n", *node), uint32(id))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Print(digest.Text(*r, digest.TextOptions{Width: *width, MaxFindings: 100}))
+	return nil
 }
 
 func runJobs(ctx context.Context, args []string) error {

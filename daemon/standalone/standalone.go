@@ -48,6 +48,8 @@ import (
 	"github.com/persyst/persyst/daemon/netstat"
 	"github.com/persyst/persyst/daemon/perfcg"
 	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
 )
 
 // ChildCommand is the hidden persyst subcommand that joins the cgroups and execs CMD.
@@ -66,6 +68,10 @@ type Options struct {
 	Now      func() time.Time
 	// Unprivileged forces the non-root path (tests).
 	Unprivileged bool
+	// Engine evaluates the properties for the digest (nil: no digest, only totals).
+	Engine *properties.Engine
+	// Node names this machine in the digest.
+	Node string
 }
 
 // Result is what `persyst run --json` prints.
@@ -78,6 +84,8 @@ type Result struct {
 	Cgroups    []string         `json:"cgroups,omitempty"`
 	Summary    measure.Summary  `json:"summary"`
 	Samples    []measure.Sample `json:"samples"`
+	// Digest is the job digest (docs/digest.md), when an engine was given.
+	Digest *digest.Report `json:"digest,omitempty"`
 }
 
 // Run runs argv measured and returns the exit code persyst should exit with.
@@ -262,11 +270,25 @@ wait:
 			}
 		}
 	}
+	if meter != nil && opts.Engine != nil {
+		acc := opts.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(cpus), Topology: spec.Topology})
+		for _, s := range res.Samples {
+			acc.Add(s)
+		}
+		rep := digest.Build(digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)},
+			acc.Finish(res.Samples, res.Summary), res.Summary, opts.Engine.MinSeconds())
+		res.Digest = &rep
+	}
 	if opts.JSON {
 		enc := json.NewEncoder(opts.Stderr)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			return res.ExitStatus, err
+		}
+	} else if res.Digest != nil {
+		fmt.Fprint(opts.Stderr, digest.Text(*res.Digest, digest.TextOptions{}))
+		for _, l := range r.limits {
+			fmt.Fprintln(opts.Stderr, "persyst: note: "+l)
 		}
 	} else {
 		WriteText(opts.Stderr, res)

@@ -45,6 +45,7 @@ const (
 	JobEnd    Kind = "job_end"
 	List      Kind = "list"
 	Samples   Kind = "samples"
+	Report    Kind = "report"
 )
 
 // Option values of --persyst.
@@ -105,6 +106,8 @@ type Reply struct {
 	Cgroup string `json:"cgroup,omitempty"`
 	// Samples answers a Samples query: the job's samples on this node.
 	Samples json.RawMessage `json:"samples,omitempty"`
+	// Report answers a Report query: the job's digest report (digest.Report).
+	Report json.RawMessage `json:"report,omitempty"`
 }
 
 var (
@@ -125,12 +128,12 @@ func (r *Request) Validate() error {
 			return errors.New("list request must not carry an event or job id")
 		}
 		return nil
-	case Samples:
+	case Samples, Report:
 		if r.Event != nil {
-			return errors.New("samples request must not carry an event")
+			return fmt.Errorf("%s request must not carry an event", r.Kind)
 		}
 		if r.JobID == 0 {
-			return errors.New("samples: field job_id: missing")
+			return fmt.Errorf("%s: field job_id: missing", r.Kind)
 		}
 		return nil
 	case JobStart, JobEnd, StepStart, StepEnd:

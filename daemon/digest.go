@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
+)
+
+// JobFacts looks a job up in the cluster's job map (jobmap.Map in production).
+type JobFacts interface {
+	Job(ctx context.Context, id string) (*jobmap.Job, error)
+}
+
+// DigestConfig configures the digest the daemon writes at the end of a batch job.
+type DigestConfig struct {
+	Engine *properties.Engine // nil: no properties, no digest
+	Facts  JobFacts           // where the job's output file is
+	// Off: evaluate and keep reports, but write nothing into output files.
+	Off bool
+	// Append writes text at the end of the file as the user (digest.Append).
+	Append func(ctx context.Context, t digest.Target, text []byte) error
+	// Timeout bounds the whole digest (lookup, evaluation, write); the plugin waits for
+	// it at the batch step's end (default 4 s, below the plugin's 5 s).
+	Timeout time.Duration
+}
+
+// accumulate evaluates the properties on a new sample of a job.
+func (m *Measurer) accumulate(jm *jobMeter, s measure.Sample) {
+	if m.dig.Engine == nil || s.Seconds <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if jm.acc == nil {
+		sum := jm.meter.Summary()
+		jm.acc = m.dig.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(jm.meter.Spec().CPUs), Topology: sum.Topology})
+	}
+	jm.acc.Add(s)
+}
+
+// Digest evaluates a job's properties on this node, keeps the report, and (unless the
+// digest is off) appends the text digest to the job's output file as the job's user.
+// It is called at the end of the batch step on the batch host, once per job.
+func (m *Measurer) Digest(ctx context.Context, j *Job) error {
+	if m.dig.Engine == nil || j.State != Running {
+		return nil
+	}
+	m.mu.Lock()
+	jm := m.jobs[j.JobID]
+	if jm == nil || jm.meter == nil || jm.digested {
+		m.mu.Unlock()
+		return nil
+	}
+	jm.digested = true
+	m.mu.Unlock()
+
+	timeout := m.dig.Timeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	id := strconv.FormatUint(uint64(j.JobID), 10)
+	var facts *jobmap.Job
+	if m.dig.Facts != nil {
+		f, err := m.dig.Facts.Job(ctx, id)
+		if err != nil {
+			m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("job not found in the job map: digest kept, not written")
+		}
+		facts = f
+	}
+	info := properties.JobInfo{NCPUs: len(jm.meter.Spec().CPUs)}
+	if facts != nil {
+		switch {
+		case facts.MemPerNodeMB > 0:
+			info.MemRequestedBytes = float64(facts.MemPerNodeMB) * (1 << 20)
+		case facts.MemPerCPUMB > 0:
+			info.MemRequestedBytes = float64(facts.MemPerCPUMB) * (1 << 20) * float64(info.NCPUs)
+		}
+	}
+	samples := jm.meter.Samples()
+	sum := jm.meter.Summary()
+	m.mu.Lock()
+	acc := jm.acc
+	if acc == nil { // no interval measured yet
+		acc = m.dig.Engine.NewAccumulator(properties.JobInfo{NCPUs: info.NCPUs, Topology: sum.Topology})
+	}
+	acc.SetMemRequested(info.MemRequestedBytes)
+	results := acc.Finish(samples, sum)
+	m.mu.Unlock()
+	rep := digest.Build(digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: info.NCPUs},
+		results, sum, m.dig.Engine.MinSeconds())
+	m.mu.Lock()
+	jm.report = &rep
+	m.mu.Unlock()
+	if err := m.saveReport(j.JobID, &rep); err != nil {
+		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
+	}
+	log := m.log.With().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Logger()
+	if m.dig.Off || facts == nil || m.dig.Append == nil {
+		log.Info().Msg("job digest kept (not written into the output file)")
+		return nil
+	}
+	path := facts.Stdout
+	if path != "" && !filepath.IsAbs(path) {
+		path = filepath.Join(facts.WorkDir, path)
+	}
+	if path == "" {
+		log.Info().Msg("job has no output file: digest kept, not written")
+		return nil
+	}
+	text := digest.Text(rep, digest.TextOptions{})
+	err := m.dig.Append(ctx, digest.Target{Path: path, UID: j.UID, GID: j.GID}, []byte(text))
+	switch {
+	case errors.Is(err, digest.ErrNotRegular):
+		log.Debug().Str("path", path).Msg("output is not a regular file (e.g. /dev/null): no digest written")
+		return nil
+	case err != nil:
+		log.Warn().Err(err).Str("path", path).Msg("digest not written")
+		return err
+	}
+	log.Info().Str("path", path).Dur("took", time.Since(start)).Msg("digest written")
+	return nil
+}
+
+// reportDir holds each job's report as JSON, for `persyst report`.
+func (m *Measurer) reportDir() string { return filepath.Join(m.stateDir, "reports") }
+
+func (m *Measurer) saveReport(id uint32, r *digest.Report) error {
+	if m.stateDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(m.reportDir(), 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(m.reportDir(), strconv.FormatUint(uint64(id), 10)+".json")
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// Report returns a job's report: kept in memory, else from the state directory.
+func (m *Measurer) Report(id uint32) (*digest.Report, error) {
+	m.mu.Lock()
+	jm := m.jobs[id]
+	m.mu.Unlock()
+	if jm != nil && jm.report != nil {
+		return jm.report, nil
+	}
+	p := filepath.Join(m.reportDir(), strconv.FormatUint(uint64(id), 10)+".json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("job %d: no report on this node (the report is on the job's batch host)", id)
+		}
+		return nil, err
+	}
+	var r digest.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return &r, nil
+}

@@ -1,0 +1,228 @@
+package integration
+
+// The digest in real jobs' output files: jobs built to show one bottleneck each get the
+// matching finding and recommendation at the top of their digest, a balanced job gets
+// "no issues found", the digest is written as the job's user (a user the harness
+// created), before `sbatch --wait` returns, never through a symlink the job planted,
+// and not at all for an opted-out job.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+)
+
+type bottleneck struct {
+	name   string
+	sbatch []string // extra sbatch options
+	script string   // "@" is the workload binary, "%d" a scratch directory
+	top    string   // key of the expected first finding ("" : no finding)
+	advice string   // words of its recommendation in the output file
+}
+
+func TestDigest(t *testing.T) {
+	c := startCluster(t, 2)
+	_, load := binaries(t)
+	u, err := user.Lookup(os.Getenv("PERSYST_JOB_USER"))
+	if err != nil {
+		u, err = user.Lookup("persyst-job")
+	}
+	if err != nil {
+		t.Fatalf("the harness's job user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	work := filepath.Join(c.work, "digest")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(work, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	sbatch := func(t *testing.T, extra []string, script string) uint32 {
+		t.Helper()
+		args := append([]string{"--parsable", "--uid", u.Uid, "--gid", u.Gid, "-D", work, "-o", filepath.Join(work, "slurm-%j.out")}, extra...)
+		out, errOut, err := c.run(t, nil, "sbatch", append(args, "--wrap", script)...)
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s%s", err, out, errOut)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(strings.TrimSpace(out), ";")[0]), 10, 32)
+		if err != nil {
+			t.Fatalf("sbatch: job id from %q", out)
+		}
+		return uint32(id)
+	}
+	cases := []bottleneck{
+		{"allocated cores left idle", []string{"-c", "2"}, "@ spin -seconds 4", "idle_cores", "request fewer CPUs"},
+		// The writes last several cycles: the I/O of a job's last process since the last
+		// read before it exits is not seen (README, "Process I/O of exiting processes").
+		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 100000000 -size 64", "io_write_request_size", "write larger blocks"},
+		{"steadily growing memory", nil, "@ alloc -mib 256 -steps 8 -step-seconds 0.7 -hold 1", "memory_growth", "free what you allocate"},
+		{"heavy system time", nil, "@ stat -seconds 4", "cpu_system_pct", "fewer, larger system calls"},
+		{"a storm of file opens", nil, "@ openclose -file %d/f -n 300000", "file_open_rate", "keep files open"},
+		{"memory request far above use", []string{"--mem=900"}, "@ spin -seconds 4", "memory_unused", "request less (--mem"},
+		{"balanced job", []string{"-c", "2"}, "@ spin -seconds 4 -threads 2 -pin 0,1", "", ""},
+	}
+	ids := make([]uint32, len(cases))
+	submit := func(i int) {
+		bc := cases[i]
+		dir := filepath.Join(work, strconv.Itoa(i))
+		os.MkdirAll(dir, 0o755)
+		os.Chown(dir, uid, gid)
+		script := "#!/bin/sh\n" + strings.ReplaceAll(strings.ReplaceAll(bc.script, "@", load), "%d", dir) + "\n"
+		ids[i] = sbatch(t, bc.sbatch, script)
+	}
+	// The balanced job runs alone, after the others: the test nodes share this machine's
+	// two CPUs, and jobs running beside it would unbalance its threads.
+	for i := range cases[:len(cases)-1] {
+		submit(i)
+	}
+
+	// An attack: the job replaces its own output file with a symlink to a root-owned,
+	// world-writable file. The digest must not land there.
+	victim := filepath.Join(c.work, "root-owned")
+	if err := os.WriteFile(victim, []byte("root's data\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(victim, 0o666)
+	attack := sbatch(t, nil, fmt.Sprintf("#!/bin/sh\nout=%s/slurm-$SLURM_JOB_ID.out\nrm -f $out\nln -s %s $out\n%s spin -seconds 2\n", work, victim, load))
+	// An opted-out job: no digest, nothing written.
+	optout := sbatch(t, []string{"--persyst=off"}, "#!/bin/sh\necho hello\n")
+
+	// sbatch --wait: when it returns, the digest is in the file.
+	t.Run("digest before sbatch --wait returns", func(t *testing.T) {
+		args := []string{"--parsable", "--wait", "--uid", u.Uid, "--gid", u.Gid, "-D", work, "-o", filepath.Join(work, "wait-%j.out"), "-c", "2",
+			"--wrap", "#!/bin/sh\necho start\n" + load + " spin -seconds 2\n"}
+		out, errOut, err := c.run(t, nil, "sbatch", args...)
+		if err != nil {
+			t.Fatalf("sbatch --wait: %v\n%s%s", err, out, errOut)
+		}
+		id := strings.TrimSpace(strings.Split(strings.TrimSpace(out), ";")[0])
+		b, err := os.ReadFile(filepath.Join(work, "wait-"+id+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "-- persyst: job "+id) || !strings.Contains(string(b), "Allocated CPUs left idle") {
+			t.Errorf("right after sbatch --wait returned, the output file has no digest:\n%s", b)
+		}
+	})
+
+	for i, bc := range cases {
+		if i == len(cases)-1 {
+			for _, id := range append(ids[:i:i], attack, optout) {
+				c.waitDone(t, id, 3*time.Minute)
+			}
+			submit(i)
+		}
+		t.Run(bc.name, func(t *testing.T) {
+			id := ids[i]
+			if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			path := filepath.Join(work, fmt.Sprintf("slurm-%d.out", id))
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sys := st.Sys().(*syscall.Stat_t); int(sys.Uid) != uid {
+				t.Errorf("output file owned by uid %d, want the job user %d", sys.Uid, uid)
+			}
+			rep := c.report(t, id)
+			if bc.top == "" {
+				if len(rep.Findings) != 0 || !strings.Contains(text, fmt.Sprintf("persyst: job %d: no issues found", id)) {
+					t.Errorf("balanced job: findings %v; output:\n%s", keys(rep.Findings), text)
+				}
+				return
+			}
+			if len(rep.Findings) == 0 || rep.Findings[0].Key != bc.top {
+				t.Fatalf("first finding %v, want %s; output:\n%s", keys(rep.Findings), bc.top, text)
+			}
+			first := "1. " + rep.Findings[0].Name
+			if !strings.Contains(text, first) || !strings.Contains(strings.Join(strings.Fields(text), " "), bc.advice) {
+				t.Errorf("output file lacks %q or the advice %q:\n%s", first, bc.advice, text)
+			}
+			for _, l := range strings.Split(text[strings.Index(text, "-- persyst:"):], "\n") {
+				if len(l) > 80 {
+					t.Errorf("digest line of %d columns: %q", len(l), l)
+				}
+			}
+			t.Logf("job %d: findings %v", id, keys(rep.Findings))
+		})
+	}
+
+	t.Run("symlinked output file", func(t *testing.T) {
+		if st := c.waitDone(t, attack, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", attack, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+		b, _ := os.ReadFile(victim)
+		if string(b) != "root's data\n" {
+			t.Errorf("the root-owned file was written through the job's symlink:\n%s", b)
+		}
+		log := c.readLog(t, "persyst-"+c.jobInfo(t, attack)["BatchHost"])
+		if !strings.Contains(log, "digest not written") || !strings.Contains(log, "symlink") {
+			t.Errorf("the refusal is not logged")
+		}
+	})
+	t.Run("opted out", func(t *testing.T) {
+		if st := c.waitDone(t, optout, time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", optout, st)
+		}
+		b, _ := os.ReadFile(filepath.Join(work, fmt.Sprintf("slurm-%d.out", optout)))
+		if string(b) != "hello\n" {
+			t.Errorf("opted-out job's output: %q, want only its own line", b)
+		}
+	})
+}
+
+func keys(rs []digestResult) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Key)
+	}
+	return out
+}
+
+type digestResult = struct {
+	Key  string `json:"key"`
+	Name string `json:"name"`
+}
+
+// report asks the job's batch host for its digest report.
+func (c *cluster) report(t *testing.T, id uint32) struct{ Findings []digestResult } {
+	t.Helper()
+	node := c.jobInfo(t, id)["BatchHost"]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var r *digest.Report
+	var err error
+	for i := 0; i < 50; i++ {
+		if r, err = daemon.JobReport(ctx, c.socket(node), id); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("report of job %d from %s: %v", id, node, err)
+	}
+	var out struct{ Findings []digestResult }
+	for _, f := range r.Findings {
+		out.Findings = append(out.Findings, digestResult{Key: f.Key, Name: f.Name})
+	}
+	return out
+}
