@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/digest"
 )
 
 // ListJobs asks the daemon at socket for its registry.
