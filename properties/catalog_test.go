@@ -1,6 +1,7 @@
 package properties
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,20 @@ func TestDefaultCatalogAndStrategy(t *testing.T) {
 		memory_bw:memory_bound memory_bw:compute_bound core_frequency`) {
 		if _, ok := c.Get(id); !ok {
 			t.Errorf("catalog lacks %s", id)
+		}
+	}
+}
+
+// TestDocsListEveryProperty keeps docs/properties.md in step with the catalog.
+func TestDocsListEveryProperty(t *testing.T) {
+	b, err := os.ReadFile("../docs/properties.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := DefaultCatalog()
+	for _, k := range c.Keys() {
+		if !strings.Contains(string(b), "| `"+k+"` |") {
+			t.Errorf("docs/properties.md does not list %s", k)
 		}
 	}
 }
