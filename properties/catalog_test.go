@@ -51,3 +51,30 @@ func TestDocsListEveryProperty(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := dir + "/site.strategy"
+	os.WriteFile(bad, []byte("cpu_user_pct\n    idle_cores\n    no_such_thing\n"), 0o644)
+	if _, err := Load(Settings{StrategyFile: bad}); err == nil || !strings.Contains(err.Error(), bad+":3: unknown property \"no_such_thing\"") {
+		t.Errorf("bad strategy file: %v", err)
+	}
+	if _, err := Load(Settings{StrategyFile: dir + "/missing"}); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing strategy file: %v", err)
+	}
+	if err := CheckThresholds("/etc/slurm/persyst.conf", map[string]int{"cpi": 3, "cpu_usr_pct": 7, "memory_bw": 9}); err == nil ||
+		err.Error() != "/etc/slurm/persyst.conf:7: Threshold.cpu_usr_pct: no such property (see docs/properties.md)" {
+		t.Errorf("CheckThresholds: %v", err)
+	}
+	good := dir + "/ok.strategy"
+	os.WriteFile(good, []byte("io_write_bw\n  io_write_request_size\n"), 0o644)
+	e, err := Load(Settings{StrategyFile: good, Thresholds: map[string]float64{"io_write_request_size": 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := DefaultCatalog()
+	p, _ := c.Get("io_write_request_size")
+	if v, ok := e.Threshold(p); !ok || v != 1<<20 {
+		t.Errorf("overridden threshold %v %v", v, ok)
+	}
+}

@@ -101,9 +101,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 // MinSeconds is the job length below which only robust findings are reported.
 func (e *Engine) MinSeconds() float64 { return e.cfg.MinSeconds }
 
-// Threshold returns the threshold the engine uses for p.
+// Threshold returns the threshold the engine uses for the property with p's key (p may
+// come from another catalog instance).
 func (e *Engine) Threshold(p *Property) (float64, bool) {
-	v, ok := e.thresholds[p]
+	own, ok := e.cfg.Catalog.Get(p.Key())
+	if !ok {
+		return 0, false
+	}
+	v, ok := e.thresholds[own]
 	return v, ok
 }
 

@@ -156,3 +156,27 @@ func LoadForNode(root, calDir string, s Settings) (*Engine, Calibration, error) 
 	e, err := Load(s)
 	return e, cal, err
 }
+
+// CheckThresholds reports the first Threshold.<id> of a configuration file that names no
+// property, with the file and line (lines maps ids to the lines they were set on).
+func CheckThresholds(file string, lines map[string]int) error {
+	c, err := DefaultCatalog()
+	if err != nil {
+		return err
+	}
+	ids := map[string]bool{}
+	for _, k := range c.Keys() {
+		p, _ := c.Get(k)
+		ids[k], ids[p.ID] = true, true
+	}
+	bad := ""
+	for id, line := range lines {
+		if !ids[id] && (bad == "" || line < lines[bad]) {
+			bad = id
+		}
+	}
+	if bad != "" {
+		return fmt.Errorf("%s:%d: Threshold.%s: no such property (see docs/properties.md)", file, lines[bad], bad)
+	}
+	return nil
+}

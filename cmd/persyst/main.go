@@ -149,6 +149,9 @@ func runDaemon(ctx context.Context, args []string) error {
 	}
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", *node).Logger()
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", *node) }
+	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
+		return err
+	}
 	engine, cal, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
 	if err != nil {
 		return err
@@ -194,6 +197,9 @@ func runRun(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
+	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
+		return 2, err
+	}
 	engine, _, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
 	if err != nil {
 		return 2, err
@@ -212,6 +218,7 @@ func runRun(ctx context.Context, args []string) (int, error) {
 
 // propertySettings takes the property settings from persyst.conf.
 func propertySettings(c config.Config) properties.Settings {
+
 	return properties.Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
 }
 
