@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh — start a real 2-node Slurm cluster with
 # persyst on this machine, run a 2-node job (as the unprivileged user nobody) and an
-# opted-out one, and show what each node's persyst daemon recorded. KEEP=1 leaves the
+# opted-out one, and show what each node's persyst daemon recorded and the digest at the
+# end of the first job's output. KEEP=1 leaves the
 # cluster running (stop it with `make cluster-down`).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +28,9 @@ for n in $PERSYST_NODES; do
 	echo "== persyst jobs --node $n"
 	build/persyst jobs --node "$n"
 done
+echo
+echo "== the first job's output file, ending with its persyst digest"
+cat "$work"/slurm-*.out
 echo
 echo "== persyst jobmap: the jobs as slurmrestd reports them, with the files their output went to"
 build/persyst jobmap
