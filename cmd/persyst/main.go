@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/balance"
+	"github.com/persyst/persyst/calibrate"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
@@ -38,6 +39,8 @@ commands:
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   balance simulate
              run PerSyst's job balancing on a synthetic cluster and job mix
+  calibrate  measure this node type's memory bandwidth and peak flops for the thresholds:
+             persyst calibrate [--dir DIR] [--seconds N] [--json] [--node-type NAME]
   version    print the version
 
 Run 'persyst COMMAND -h' for a command's flags.
@@ -88,6 +91,8 @@ func main() {
 		err = runJobmap(ctx, args)
 	case "balance":
 		err = runBalance(args)
+	case "calibrate":
+		err = runCalibrate(ctx, args)
 	case "version", "--version":
 		fmt.Println("persyst", version)
 	case "help", "-h", "--help":
@@ -399,4 +404,41 @@ func runBalance(args []string) error {
 		return err
 	}
 	return res.WriteText(os.Stdout)
+}
+
+func runCalibrate(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst calibrate", flag.ContinueOnError)
+	dir := fs.String("dir", "", "where to write the calibration (default: CalibrationDir of persyst.conf)")
+	seconds := fs.Float64("seconds", 10, "time budget of the benchmarks (the run ends within about twice that)")
+	asJSON := fs.Bool("json", false, "print the calibration written, as JSON")
+	nodeType := fs.String("node-type", "", "node type to calibrate (default: processor model and online CPUs, e.g. AMD_EPYC-2cpus)")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (CalibrationDir)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("calibrate: unexpected arguments %q", fs.Args())
+	}
+	if !(*seconds > 0 && *seconds <= 3600) {
+		return fmt.Errorf("calibrate: --seconds %v: want more than 0 and at most 3600", *seconds)
+	}
+	if *dir == "" {
+		conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+		if err != nil {
+			return err
+		}
+		*dir = conf.CalibrationDir
+	}
+	res, err := calibrate.Run(ctx, calibrate.Options{Budget: time.Duration(*seconds * float64(time.Second)),
+		NodeType: *nodeType, Dir: *dir, Progress: os.Stderr})
+	if err != nil {
+		return fmt.Errorf("calibrate: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res.Calibration)
+	}
+	fmt.Print(calibrate.Text(res))
+	return nil
 }
