@@ -124,6 +124,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if cfg.Disabled {
 		return m, nil
 	}
+	m.openEnergy()
 	// Until the probe below succeeds, every perf event is not measured, for this reason.
 	notPerf := func(why string) {
 		m.perfWhy = why
@@ -173,6 +174,22 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	}
 	m.sweep()
 	return m, nil
+}
+
+// openEnergy opens the node's RAPL energy counters, if the kernel has them.
+func (m *Measurer) openEnergy() {
+	pfs := perfcg.FS{Root: m.cfg.Root}
+	evs, err := pfs.PowerEvents()
+	if err == nil {
+		var cpus []int
+		if cpus, err = m.mfs.OnlineCPUs(); err == nil {
+			m.env.Energy, err = perfcg.OpenEnergy(evs, pfs.PackageCPUs(cpus))
+		}
+	}
+	if err != nil {
+		m.env.EnergyWhy = "not available: " + err.Error()
+		m.log.Info().Err(err).Msg("energy (RAPL) not measured")
+	}
 }
 
 // ownedDir is persyst's perf cgroup for job id.

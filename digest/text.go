@@ -144,6 +144,8 @@ func formatValue(v float64, unit string) string {
 		return si(v) + "Hz"
 	case "count":
 		return fmt.Sprintf("%.0f", v)
+	case "W":
+		return fmt.Sprintf("%.0f W", v)
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }

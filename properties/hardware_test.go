@@ -104,3 +104,27 @@ func TestHardwareNotAssessedWithoutPMU(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerSimulatedCounters: RAPL energy over an interval becomes watts, for a job alone
+// on its node (values constructed: no power PMU here).
+func TestPowerSimulatedCounters(t *testing.T) {
+	c, _ := DefaultCatalog()
+	st, _ := DefaultStrategy(c)
+	e, _ := NewEngine(Config{Catalog: c, Strategy: st})
+	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+	for i := 0; i < 3; i++ {
+		acc.Add(measure.Sample{Reason: measure.Cycle, Seconds: 60, Job: map[string]float64{"energy_pkg_joules": 60 * 180, "energy_ram_joules": 60 * 12}})
+	}
+	for _, r := range acc.Finish(nil, measure.Summary{Seconds: 180}) {
+		switch r.Key {
+		case "pkg_power":
+			if !r.Assessed || r.Median() != 180 || r.Finding {
+				t.Errorf("pkg_power: %+v", r)
+			}
+		case "dram_power":
+			if !r.Assessed || r.Median() != 12 {
+				t.Errorf("dram_power: %+v", r)
+			}
+		}
+	}
+}

@@ -56,6 +56,9 @@ type Env struct {
 	// Unavailable names the catalog events that are not measured on this node, and why.
 	Unavailable map[string]string
 	Stats       *cgstats.Reader
+	// Energy reads the node's RAPL counters (nil: EnergyWhy says why not).
+	Energy    *perfcg.Energy
+	EnergyWhy string
 	Proc        procio.FS
 	Net         netstat.FS
 	Log         zerolog.Logger
@@ -497,6 +500,7 @@ func (m *Meter) readNet(s *Sample, notes map[string]string) error {
 		for _, n := range netNames {
 			notes[n] = why
 		}
+		notes[EnergyPkgJoules], notes[EnergyRAMJoules] = why, why
 		m.prevNet, m.exclusive = nil, false
 		return nil
 	}
@@ -539,6 +543,27 @@ func (m *Meter) readNet(s *Sample, notes map[string]string) error {
 			}
 		}
 	}
+	if m.env.Energy != nil {
+		if joules, err := m.env.Energy.Read(); err != nil {
+			errs = append(errs, err)
+		} else {
+			if v, ok := joules["energy-pkg"]; ok {
+				cur[EnergyPkgJoules] = v
+			}
+			if v, ok := joules["energy-ram"]; ok {
+				cur[EnergyRAMJoules] = v
+			}
+		}
+	}
+	for _, n := range []string{EnergyPkgJoules, EnergyRAMJoules} {
+		if _, ok := cur[n]; !ok {
+			why := m.env.EnergyWhy
+			if why == "" {
+				why = "no such RAPL counter on this node"
+			}
+			notes[n] = why
+		}
+	}
 	if m.exclusive && m.prevNet != nil {
 		for k, v := range cur {
 			if p, ok := m.prevNet[k]; ok {
@@ -546,7 +571,7 @@ func (m *Meter) readNet(s *Sample, notes map[string]string) error {
 			}
 		}
 	} else {
-		for _, n := range netNames {
+		for _, n := range append(netNames, EnergyPkgJoules, EnergyRAMJoules) {
 			if _, ok := notes[n]; !ok {
 				notes[n] = "the job got the node to itself only at this read"
 			}

@@ -62,6 +62,9 @@ const (
 	IBTxBytes    = "ib_xmit_bytes"
 	IBRxPackets  = "ib_rcv_packets"
 	IBTxPackets  = "ib_xmit_packets"
+	// RAPL energy (package, DRAM), node-wide, only when the job has the node alone.
+	EnergyPkgJoules = "energy_pkg_joules"
+	EnergyRAMJoules = "energy_ram_joules"
 )
 
 // KindOf returns how the metric name combines over time (perf events are counters).
@@ -116,5 +119,6 @@ func Names() []string {
 		out = append(out, f.name)
 	}
 	out = append(out, procNames...)
-	return append(out, netNames...)
+	out = append(out, netNames...)
+	return append(out, EnergyPkgJoules, EnergyRAMJoules)
 }
