@@ -59,10 +59,10 @@ type Env struct {
 	// Energy reads the node's RAPL counters (nil: EnergyWhy says why not).
 	Energy    *perfcg.Energy
 	EnergyWhy string
-	Proc        procio.FS
-	Net         netstat.FS
-	Log         zerolog.Logger
-	Now         func() time.Time
+	Proc      procio.FS
+	Net       netstat.FS
+	Log       zerolog.Logger
+	Now       func() time.Time
 	// SampleBytes is the memory budget of one job's samples (0: DefaultSampleBytes).
 	// Beyond it neighbouring samples are merged pairwise: the whole job is kept at a
 	// coarser time resolution (Summary.Halved says how often).
