@@ -173,6 +173,9 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		m.log.Info().Strs("events", names).Int("not_available", len(m.env.Unavailable)).Str("cgroups", parent).Msg("perf events probed")
 	}
 	m.sweep()
+	if m.stateDir != "" {
+		m.sweepReports(func(id uint32) bool { return reg.Job(id) != nil })
+	}
 	return m, nil
 }
 
@@ -425,12 +428,31 @@ func (m *Measurer) StepEnded(id uint32) {
 }
 
 // Forget drops jobs the registry no longer holds.
+// Their saved reports go with them: a report lives as long as the registry keeps its job.
 func (m *Measurer) Forget(keep func(uint32) bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for id, jm := range m.jobs {
 		if jm.ended && !keep(id) {
 			delete(m.jobs, id)
+		}
+	}
+	m.mu.Unlock()
+	m.sweepReports(keep)
+}
+
+// sweepReports removes saved reports of jobs the registry no longer holds.
+func (m *Measurer) sweepReports(keep func(uint32) bool) {
+	ents, err := os.ReadDir(m.reportDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".json"), 10, 32)
+		if err != nil || !strings.HasSuffix(e.Name(), ".json") || keep(uint32(id)) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(m.reportDir(), e.Name())); err != nil {
+			m.log.Warn().Err(err).Msg("old report not removed")
 		}
 	}
 }

@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,9 @@ import (
 
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
 )
 
 // TestMeasurerCycle runs the measurement loop on a fake clock over a fake node (a cgroup v2
@@ -48,7 +53,22 @@ func TestMeasurerCycle(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 7, 500_000_000, time.UTC)
 	clock := func() time.Time { return now }
 	reg := newReg(t, RegistryConfig{})
-	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second}, reg, "node1", zerolog.Nop(), clock)
+	engine, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var appended []digest.Target
+	var texts []string
+	dig := DigestConfig{
+		Engine: engine,
+		Facts:  fakeFacts{7: {JobID: 7, WorkDir: "/home/u", Stdout: "slurm-7.out", MemPerNodeMB: 4096}},
+		Append: func(_ context.Context, tg digest.Target, text []byte) error {
+			appended, texts = append(appended, tg), append(texts, string(text))
+			return nil
+		},
+	}
+	stateDir := t.TempDir()
+	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: stateDir, Digest: dig}, reg, "node1", zerolog.Nop(), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +120,32 @@ func TestMeasurerCycle(t *testing.T) {
 	now = now.Add(3 * time.Second)
 	usage += 500_000
 	setCPU()
+	// The batch step ended: the digest is written once, as the job's user, into the
+	// output file the job map names, and the report is kept.
+	for i := 0; i < 2; i++ {
+		if err := m.Digest(context.Background(), j); err != nil {
+			t.Fatalf("Digest: %v", err)
+		}
+	}
+	if len(appended) != 1 || appended[0].Path != "/home/u/slurm-7.out" || appended[0].UID != 1000 {
+		t.Fatalf("appended %+v, want once to /home/u/slurm-7.out as uid 1000", appended)
+	}
+	if !strings.Contains(texts[0], "persyst: job 7") {
+		t.Errorf("digest text:\n%s", texts[0])
+	}
+	rep, err := m.Report(7)
+	if err != nil || rep.JobID != 7 || rep.Samples != 5 {
+		t.Fatalf("report: %+v %v", rep, err)
+	}
+	for _, p := range rep.Properties {
+		if p.Key == "memory_unused" && !strings.Contains(p.NotAssessed, "mem_peak_bytes") {
+			t.Errorf("memory_unused with a 4 GiB request but no memory measured: %q", p.NotAssessed)
+		}
+	}
+	saved := filepath.Join(stateDir, "reports", "7.json")
+	if _, err := os.Stat(saved); err != nil {
+		t.Errorf("report not saved: %v", err)
+	}
 	m.End(7)
 	s := m.Summary(7)
 	if s == nil || !s.Ended || s.Samples != 6 || s.Totals[measure.CPUUserSeconds] != 5.5 || s.CPUs != "2-3" {
@@ -108,4 +154,19 @@ func TestMeasurerCycle(t *testing.T) {
 	if why := s.NotMeasured["task-clock"]; why == "" {
 		t.Errorf("task-clock has no not-measured reason")
 	}
+	// Once the registry drops the job, its report goes too.
+	m.Forget(func(uint32) bool { return false })
+	if _, err := os.Stat(filepath.Join(stateDir, "reports", "7.json")); !os.IsNotExist(err) {
+		t.Errorf("report of a forgotten job still saved: %v", err)
+	}
+}
+
+type fakeFacts map[uint32]*jobmap.Job
+
+func (f fakeFacts) Job(_ context.Context, id string) (*jobmap.Job, error) {
+	n, _ := strconv.ParseUint(id, 10, 32)
+	if j, ok := f[uint32(n)]; ok {
+		return j, nil
+	}
+	return nil, fmt.Errorf("job %s: %w", id, jobmap.ErrNoJob)
 }
