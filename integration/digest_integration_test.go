@@ -143,6 +143,11 @@ func TestDigest(t *testing.T) {
 				t.Errorf("output file owned by uid %d, want the job user %d", sys.Uid, uid)
 			}
 			rep := c.report(t, id)
+			defer func() {
+				if t.Failed() {
+					c.debugJob(t, id)
+				}
+			}()
 			if bc.top == "" {
 				if len(rep.Findings) != 0 || !strings.Contains(text, fmt.Sprintf("persyst: job %d: no issues found", id)) {
 					t.Errorf("balanced job: findings %v; output:\n%s", keys(rep.Findings), text)
@@ -225,4 +230,33 @@ func (c *cluster) report(t *testing.T, id uint32) struct{ Findings []digestResul
 		out.Findings = append(out.Findings, digestResult{Key: f.Key, Name: f.Name})
 	}
 	return out
+}
+
+// debugJob logs what the job's batch host's daemon said and measured about a job.
+func (c *cluster) debugJob(t *testing.T, id uint32) {
+	node := c.jobInfo(t, id)["BatchHost"]
+	tag := fmt.Sprintf(`"job":%d`, id)
+	for _, l := range strings.Split(c.readLog(t, "persyst-"+node), "\n") {
+		if strings.Contains(l, tag+",") || strings.Contains(l, tag+"}") {
+			t.Logf("daemon: %s", l)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	samples, err := daemon.JobSamples(ctx, c.socket(node), id)
+	for _, s := range samples {
+		var per []string
+		for _, cpu := range s.CPU {
+			per = append(per, fmt.Sprintf("cpu%d task-clock %.0f ms", cpu.CPU, cpu.Values["task-clock"]/1e6))
+		}
+		t.Logf("sample %s %.2f s: user %.2f s, system %.2f s, %s", s.Reason, s.Seconds, s.Job["cpu_user_seconds"], s.Job["cpu_system_seconds"], strings.Join(per, ", "))
+	}
+	if err != nil {
+		t.Logf("samples: %v", err)
+	}
+	for _, l := range strings.Split(c.readLog(t, "slurmd-"+node), "\n") {
+		if strings.Contains(l, "persyst") && strings.Contains(l, strconv.FormatUint(uint64(id), 10)) {
+			t.Logf("slurmd: %s", l)
+		}
+	}
 }
