@@ -215,11 +215,13 @@ func (s *Server) handle(c *net.UnixConn) {
 	if j != nil {
 		ev = ev.Str("state", string(j.State))
 	}
-	ev.Msg("lifecycle event")
 	if err != nil && j == nil {
+		ev.Msg("lifecycle event")
 		s.reply(c, &wire.Reply{Error: err.Error()}, log)
 		return
 	}
+	handled := time.Now()
+	defer func() { ev.Dur("took", time.Since(handled)).Msg("lifecycle event") }()
 	rep := &wire.Reply{OK: err == nil}
 	if err != nil {
 		rep.Error = err.Error()
@@ -236,10 +238,10 @@ func (s *Server) handle(c *net.UnixConn) {
 			s.meas.StepEnded(j.JobID)
 			if e.StepID == "batch" {
 				// The plugin waits (bounded) for this reply at the batch step's end, so
-				// the digest is in the output file before the job is complete.
-				if err := s.meas.Digest(context.Background(), j); err != nil {
-					rep.Error = "digest: " + err.Error()
-				}
+				// the digest is in the output file before the job is complete. A digest
+				// that could not be written is the daemon's to log, not an error of the
+				// event: the plugin must not take it for a daemon that is down.
+				_ = s.meas.Digest(context.Background(), j)
 			}
 		case wire.JobEnd:
 			s.meas.End(j.JobID)

@@ -207,6 +207,7 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	start := time.Now()
 	req := &wire.Request{Kind: k, Event: e}
 	var err error
+	answered := false
 	// The batch step's end waits: the daemon writes the digest into the job's output
 	// file before replying, and the job is complete only after this hook returns.
 	deliverOnly := k == wire.JobEnd || (k == wire.StepEnd && e.StepID != "batch")
@@ -220,12 +221,23 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 		// Start events wait for the daemon: it prepares before the tasks start.
 		var rep *wire.Reply
 		rep, err = wire.Call(ctx, sock, req)
+		answered = rep != nil
 		if err == nil && k == wire.StepStart {
 			setJoin(rep.Cgroup)
 		}
 	}
 	plugin.mu.Lock()
 	defer plugin.mu.Unlock()
+	if err != nil && answered {
+		// The daemon is up and refused the event (a bad field, a version mismatch):
+		// say so, and do not mark it unreachable.
+		logf(C.PERSYST_LOG_ERROR, "%s: %s event refused by the daemon: %v", jobStep(e), k, err)
+		if known || plugin.failed {
+			_ = os.Remove(marker)
+			plugin.failed = false
+		}
+		return -1
+	}
 	if err != nil {
 		if !known && !plugin.failed {
 			why := err.Error()
