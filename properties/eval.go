@@ -28,7 +28,8 @@ type Config struct {
 	// length (properties with robust = long are left out, and the digest says so).
 	MinSeconds float64
 	// MinShare is the least share of the job a bottleneck must hold to be a finding
-	// (default 0.1); MinScore the least mean severity (default 0.05).
+	// (default 0.2: a job's start and teardown intervals alone do not make one);
+	// MinScore the least mean severity (default 0.05).
 	MinShare, MinScore float64
 }
 
@@ -45,7 +46,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("properties: engine needs a catalog and a strategy")
 	}
 	if cfg.MinShare <= 0 {
-		cfg.MinShare = 0.1
+		cfg.MinShare = 0.2
 	}
 	if cfg.MinScore <= 0 {
 		cfg.MinScore = 0.05
