@@ -7,9 +7,10 @@ import (
 	"io/fs"
 	"math"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/persyst/persyst/daemon/measure"
 )
 
 // What the node says about itself: pure parsers over readers and an fs.FS (the root of
@@ -18,33 +19,11 @@ import (
 // ParseCPUList parses a kernel CPU list ("0-3,8,10-11", as in
 // /sys/devices/system/cpu/online) into sorted CPU numbers.
 func ParseCPUList(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
+	cpus, err := measure.ParseCPUList(s)
+	if err == nil && len(cpus) == 0 {
 		return nil, fmt.Errorf("empty CPU list")
 	}
-	seen := map[int]bool{}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("CPU list %q: bad CPU %q", s, part)
-		}
-		z := a
-		if isRange {
-			if z, err = strconv.Atoi(hi); err != nil || z < a {
-				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
-			}
-		}
-		for c := a; c <= z; c++ {
-			if !seen[c] {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-	}
-	sort.Ints(out)
-	return out, nil
+	return cpus, err
 }
 
 // ParseCacheSize parses a sysfs cache size ("32K", "32768K", "1M", "512").

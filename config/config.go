@@ -204,12 +204,30 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 	return "", false
 }
 
-var thresholdUnits = []struct {
+var quantityUnits = []struct {
 	suffix string
 	mult   float64
 }{
 	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
 	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"%", 1},
+}
+
+// ParseQuantity reads a number with an optional unit suffix: "2MiB", "1.1M", "80%",
+// "0.5" (K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB of 1024, % is the number itself).
+func ParseQuantity(s string) (float64, bool) {
+	s = strings.TrimSpace(s)
+	mult := 1.0
+	for _, u := range quantityUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v * mult, true
 }
 
 // setThreshold records Threshold.<id>=<number>[unit] (units as in the catalog).
@@ -220,21 +238,14 @@ func (c *Config) setThreshold(id, v string, line int) error {
 	if prev, dup := c.ThresholdLines[id]; dup {
 		return fmt.Errorf("already set on line %d", prev)
 	}
-	num, mult := v, 1.0
-	for _, u := range thresholdUnits {
-		if strings.HasSuffix(v, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(v, u.suffix)), u.mult
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || !(f > 0) {
+	f, ok := ParseQuantity(v)
+	if !ok || !(f > 0) {
 		return fmt.Errorf("want a positive number (optionally with K, M, G, KiB, MiB, GiB or %%), got %q", v)
 	}
 	if c.Thresholds == nil {
 		c.Thresholds, c.ThresholdLines = map[string]float64{}, map[string]int{}
 	}
-	c.Thresholds[id] = f * mult
+	c.Thresholds[id] = f
 	c.ThresholdLines[id] = line
 	return nil
 }

@@ -45,6 +45,8 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
+
+	"github.com/persyst/persyst/config"
 )
 
 //go:embed catalog.conf
@@ -313,7 +315,7 @@ func compileExpr(src string, d Domain) (*vm.Program, []string, error) {
 // compileThreshold accepts a number with an optional unit suffix, or an expression of
 // calibration values.
 func compileThreshold(src string) (*vm.Program, []string, error) {
-	if v, ok := parseQuantity(src); ok {
+	if v, ok := config.ParseQuantity(src); ok {
 		src = strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	prog, err := expr.Compile(src, expr.Env(calibrationTemplate()), expr.AsFloat64())
@@ -346,31 +348,6 @@ func identifiers(p *vm.Program) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-var units = []struct {
-	suffix string
-	mult   float64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"%", 1},
-}
-
-// parseQuantity reads "2MiB", "1.1M", "80%", "0.5".
-func parseQuantity(s string) (float64, bool) {
-	s = strings.TrimSpace(s)
-	mult := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, false
-	}
-	return v * mult, true
 }
 
 // Sanitize turns a metric name into an expression identifier: "task-clock" →

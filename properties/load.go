@@ -2,8 +2,10 @@ package properties
 
 import (
 	"encoding/json"
+
 	"errors"
 	"fmt"
+	"github.com/persyst/persyst/daemon/measure"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -125,19 +127,8 @@ func NodeFacts(root string, cpus int) map[string]float64 {
 // overlaid with what `persyst calibrate` stored for its node type in calDir.
 func LoadForNode(root, calDir string, s Settings) (*Engine, Calibration, error) {
 	cpus := 0
-	if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/online")); err == nil {
-		for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-			lo, hi, isRange := strings.Cut(part, "-")
-			a, err1 := strconv.Atoi(lo)
-			z := a
-			var err2 error
-			if isRange {
-				z, err2 = strconv.Atoi(hi)
-			}
-			if err1 == nil && err2 == nil && z >= a {
-				cpus += z - a + 1
-			}
-		}
+	if online, err := (measure.FS{Root: root}).OnlineCPUs(); err == nil {
+		cpus = len(online)
 	}
 	model := ""
 	if id, err := (perfcgFS{root}).cpuModel(); err == nil {

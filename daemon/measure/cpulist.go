@@ -13,8 +13,10 @@ import (
 	"github.com/persyst/persyst/daemon/wire"
 )
 
-// parseCPUList parses the kernel's CPU list format (cpuset.cpus, cpu/online); an empty
-// list yields no CPUs. The result is sorted and without duplicates.
+// ParseCPUList parses the kernel's CPU list format (cpuset.cpus, cpu/online, "0-3,8");
+// an empty list yields no CPUs. The result is sorted and without duplicates.
+func ParseCPUList(s string) ([]int, error) { return parseCPUList(s) }
+
 func parseCPUList(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
