@@ -320,36 +320,61 @@ func addFlops(env map[string]any) {
 	env[NameFlops], env[NameVectorFlops], env[NameSPFlops], env[NameDPFlops] = total, vec, sp, dp
 }
 
-// Add evaluates the strategy on every device of one sample. The baseline (a sample
-// without an interval) is ignored.
-func (a *Accumulator) Add(s measure.Sample) {
+// Record is one property evaluated on one device in one interval: what a cycle yields
+// for the collectors (seed 000 §4: property records, not raw counters, travel).
+type Record struct {
+	Time     time.Time `json:"time"`
+	Key      string    `json:"key"`
+	Device   string    `json:"device"` // "node", "cpu3", "core0.2" (socket.core)
+	Value    float64   `json:"value"`
+	Severity float64   `json:"severity"`
+}
+
+// Add evaluates the strategy on every device of one sample and returns the property
+// records of that interval. The baseline (a sample without an interval) is ignored.
+func (a *Accumulator) Add(s measure.Sample) []Record {
 	if s.Seconds <= 0 {
-		return
+		return nil
 	}
 	a.samples++
 	a.seconds += s.Seconds
 	devs := a.devices(s)
+	var out []Record
 	for _, root := range a.e.cfg.Strategy.Roots {
-		a.eval(root, devs[root.Prop.Domain], devs, s.Seconds)
+		out = a.eval(root, devs[root.Prop.Domain], devs, s, out)
 	}
+	return out
+}
+
+func (d device) label() string {
+	switch d.domain {
+	case CPU:
+		return "cpu" + strconv.Itoa(d.cpu)
+	case Core:
+		return "core" + strconv.Itoa(d.core.Socket) + "." + strconv.Itoa(d.core.Core)
+	}
+	return string(d.domain)
 }
 
 // eval evaluates node on the given devices and refines into its children on the devices
 // where its condition held.
-func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, w float64) {
+func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, s measure.Sample, out []Record) []Record {
 	p := n.Prop
 	if p.Domain == Job {
-		return // evaluated once, in Finish
+		return out // evaluated once, in Finish
 	}
 	var held []device
 	for _, d := range on {
-		ok, _ := a.record(p, d.env, w)
+		ok, v, sev, valid := a.record(p, d.env, s.Seconds)
+		if valid {
+			out = append(out, Record{Time: s.Time, Key: p.Key(), Device: d.label(), Value: v, Severity: sev})
+		}
 		if ok {
 			held = append(held, d)
 		}
 	}
 	if len(held) == 0 {
-		return
+		return out
 	}
 	for _, c := range n.Children {
 		var targets []device
@@ -361,20 +386,21 @@ func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device
 				}
 			}
 		}
-		a.eval(c, targets, all, w)
+		out = a.eval(c, targets, all, s, out)
 	}
+	return out
 }
 
 // record evaluates p on one device's env, records the result with weight w, and reports
-// whether p's condition holds there.
-func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond bool, sev float64) {
+// whether p's condition holds there, the value and severity, and whether there was one.
+func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond bool, v, sev float64, valid bool) {
 	x := a.get(p)
 	for _, name := range p.valueNames {
 		if _, ok := env[name]; !ok {
 			if x.notAssessed == "" {
 				x.notAssessed, x.notAssessedName = "not measured", name
 			}
-			return false, 0
+			return false, 0, 0, false
 		}
 	}
 	thr, hasThr := a.e.thresholds[p]
@@ -382,27 +408,27 @@ func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond b
 		if x.notAssessed == "" {
 			x.notAssessed = a.e.thrWhy[p]
 		}
-		return false, 0
+		return false, 0, 0, false
 	}
 	out, err := expr.Run(p.value, env)
 	if err != nil {
-		return false, 0
+		return false, 0, 0, false
 	}
-	v := out.(float64)
+	v = out.(float64)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return false, 0 // nothing to measure in this interval (e.g. no writes: 0/0)
+		return false, 0, 0, false // nothing to measure in this interval (e.g. no writes: 0/0)
 	}
-	s, err := p.Severity.Severity(v, thr, p.Exponent)
+	sev, err = p.Severity.Severity(v, thr, p.Exponent)
 	if err != nil {
-		return false, 0
+		return false, 0, 0, false
 	}
 	x.notAssessed, x.notAssessedName = "", ""
 	x.values = append(x.values, v)
 	x.records++
 	x.weight += w
-	x.sevSum += s * w
-	x.sevMax = math.Max(x.sevMax, s)
-	if s > 0 {
+	x.sevSum += sev * w
+	x.sevMax = math.Max(x.sevMax, sev)
+	if sev > 0 {
 		x.severeWeight += w
 	}
 	switch p.Condition {
@@ -415,9 +441,9 @@ func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond b
 	case Below:
 		cond = v <= thr
 	default:
-		cond = s > 0
+		cond = sev > 0
 	}
-	return cond, s
+	return cond, v, sev, true
 }
 
 // NothingToAssess: the property's inputs were measured but never gave a value (no writes,
@@ -567,7 +593,7 @@ func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
 	if w <= 0 {
 		w = 1
 	}
-	if ok, _ := a.record(n.Prop, env, w); ok {
+	if ok, _, _, _ := a.record(n.Prop, env, w); ok {
 		for _, c := range n.Children {
 			a.evalJob(c, env, w)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/persyst/persyst/daemon/measure"
 )
 
@@ -198,5 +200,32 @@ func TestMemGrowth(t *testing.T) {
 		if ok != tc.ok || math.Abs(got-tc.want) > 1e-6 {
 			t.Errorf("%s: memGrowth = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestRecordsPerDevice: each interval yields one record per device a property was
+// evaluated on, labelled with the device.
+func TestRecordsPerDevice(t *testing.T) {
+	c, _ := DefaultCatalog()
+	st, err := ParseStrategy(strings.NewReader("cpu_user_pct\n  idle_cores\n  intra_node_imbalance\ninstruction_rate\n"), "s", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := NewEngine(Config{Catalog: c, Strategy: st, Calibration: map[string]float64{"max_freq_hz": 1e9}})
+	acc := e.NewAccumulator(JobInfo{NCPUs: 2, Topology: []measure.CPUTopo{{CPU: 0}, {CPU: 1, Core: 1}}})
+	recs := acc.Add(measure.Sample{Time: time.Unix(60, 0), Reason: measure.Cycle, Seconds: 1,
+		Job: map[string]float64{"cpu_user_seconds": 1, "cpu_system_seconds": 0},
+		CPU: []measure.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9, "instructions": 3e9}},
+			{CPU: 1, Values: map[string]float64{"task-clock": 0, "instructions": 0}}}})
+	got := map[string]float64{}
+	for _, r := range recs {
+		got[r.Key+"@"+r.Device] = r.Value
+	}
+	want := map[string]float64{
+		"cpu_user_pct@node": 50, "idle_cores@node": 0.5, "intra_node_imbalance@node": 1,
+		"instruction_rate@cpu0": 3e9, "instruction_rate@cpu1": 0,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
 	}
 }
