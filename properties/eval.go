@@ -138,6 +138,10 @@ type Accumulator struct {
 	props   map[*Property]*acc
 	samples int
 	seconds float64
+	// devSeconds is the job's device-time per domain (Σ interval × devices): the base of
+	// time shares, so a refined property's share is of the whole job, not only of the
+	// intervals its parent let it be evaluated in.
+	devSeconds map[Domain]float64
 }
 
 // SetMemRequested sets the memory the job requested on this node, once known (the job
@@ -339,6 +343,12 @@ func (a *Accumulator) Add(s measure.Sample) []Record {
 	a.samples++
 	a.seconds += s.Seconds
 	devs := a.devices(s)
+	if a.devSeconds == nil {
+		a.devSeconds = map[Domain]float64{}
+	}
+	for d, list := range devs {
+		a.devSeconds[d] += s.Seconds * float64(len(list))
+	}
 	var out []Record
 	for _, root := range a.e.cfg.Strategy.Roots {
 		out = a.eval(root, devs[root.Prop.Domain], devs, s, out)
@@ -481,7 +491,8 @@ type Result struct {
 	Count     int64     `json:"count,omitempty"`
 	Deciles   []float64 `json:"deciles,omitempty"`
 	Threshold *float64  `json:"threshold,omitempty"`
-	// Share of the job (device-time) with severity > 0, mean and highest severity.
+	// Share of the job's device-time with severity > 0, severity averaged over the job's
+	// device-time (0 where not evaluated), and the highest severity.
 	TimeShare    float64 `json:"time_share"`
 	MeanSeverity float64 `json:"mean_severity"`
 	MaxSeverity  float64 `json:"max_severity"`
@@ -546,8 +557,12 @@ func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Re
 				r.Deciles = qs.Quantiles
 				r.Count = qs.Count
 			}
-			r.TimeShare = x.severeWeight / x.weight
-			r.MeanSeverity = x.sevSum / x.weight
+			base := x.weight
+			if p.Domain != Job && a.devSeconds[p.Domain] > base {
+				base = a.devSeconds[p.Domain]
+			}
+			r.TimeShare = x.severeWeight / base
+			r.MeanSeverity = x.sevSum / base
 			r.MaxSeverity = x.sevMax
 			r.Score = r.MeanSeverity * p.Rank
 			if p.Finding && p.Severity != None && r.TimeShare >= a.e.cfg.MinShare && r.MeanSeverity >= a.e.cfg.MinScore {

@@ -229,3 +229,24 @@ func TestRecordsPerDevice(t *testing.T) {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
 }
+
+// TestShareOfTheWholeJob: a refined property evaluated only in a short interval (the
+// job's teardown, where its parent's condition held) holds for a small share of the job,
+// not for 100 % of the intervals it was evaluated in.
+func TestShareOfTheWholeJob(t *testing.T) {
+	c := testCat(t)
+	st, _ := ParseStrategy(strings.NewReader("parent\n  child\n"), "s", c)
+	e, _ := NewEngine(Config{Catalog: c, Strategy: st})
+	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+	for i := 0; i < 9; i++ {
+		acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100})) // parent quiet
+	}
+	acc.Add(sample(0.2, map[string]float64{"write_chars": 50, "read_chars": 100})) // teardown
+	for _, r := range acc.Finish(nil, measure.Summary{Seconds: 9.2}) {
+		if r.Key == "child" {
+			if math.Abs(r.TimeShare-0.2/9.2) > 1e-9 || r.Finding {
+				t.Errorf("child: share %v finding %v, want %v and no finding", r.TimeShare, r.Finding, 0.2/9.2)
+			}
+		}
+	}
+}
