@@ -66,7 +66,7 @@ func TestDigest(t *testing.T) {
 		{"allocated cores left idle", []string{"-c", "2"}, "@ spin -seconds 4", "idle_cores", "request fewer CPUs"},
 		// The writes last several cycles: the I/O of a job's last process since the last
 		// read before it exits is not seen (README, "Process I/O of exiting processes").
-		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 100000000 -size 64", "io_write_request_size", "write larger blocks"},
+		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 250000000 -size 64", "io_write_request_size", "write larger blocks"},
 		{"steadily growing memory", nil, "@ alloc -mib 256 -steps 8 -step-seconds 0.7 -hold 1", "memory_growth", "free what you allocate"},
 		{"heavy system time", nil, "@ stat -seconds 4", "cpu_system_pct", "fewer, larger system calls"},
 		{"a storm of file opens", nil, "@ openclose -file %d/f -n 300000", "file_open_rate", "keep files open"},

@@ -615,17 +615,27 @@ func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
 	}
 }
 
-// memGrowth fits a line to memory in use over the cycle samples, up to the last one
+// memGrowth fits a line to the job's memory (anonymous memory where measured, else
+// memory in use) over the cycle samples, up to the last one
 // still holding at least half the peak (the job's teardown frees everything), and
 // returns the growth along the line as a share of the peak, when the line explains the
 // series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is false when
 // there is no memory series at all.
 func memGrowth(samples []measure.Sample) (float64, bool) {
+	// Anonymous memory when measured: memory in use also counts the page cache that
+	// writing files fills, which grows steadily without any leak.
+	metric := measure.MemBytes
+	for _, s := range samples {
+		if _, ok := s.Job[measure.MemAnonBytes]; ok {
+			metric = measure.MemAnonBytes
+			break
+		}
+	}
 	var ts, ms []float64
 	peak := 0.0
 	var t0 time.Time
 	for _, s := range samples {
-		if v, ok := s.Job[measure.MemBytes]; ok && s.Reason == measure.Cycle {
+		if v, ok := s.Job[metric]; ok && s.Reason == measure.Cycle {
 			if t0.IsZero() {
 				t0 = s.Time
 			}

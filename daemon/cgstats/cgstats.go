@@ -83,6 +83,7 @@ const (
 	PSIMemFull                         // Stats.MemFull
 	PSIIOSome                          // Stats.IOSome
 	PSIIOFull                          // Stats.IOFull
+	MemAnon                            // Stats.MemAnon
 
 	fieldEnd
 	// AllFields is every Field.
@@ -94,6 +95,7 @@ var fieldNames = [...]string{
 	"mem_current", "mem_peak", "mem_oom", "mem_oom_kill", "pgfault", "pgmajfault",
 	"pids_current", "io_read_bytes", "io_write_bytes", "io_read_ops", "io_write_ops",
 	"psi_cpu_some", "psi_cpu_full", "psi_memory_some", "psi_memory_full", "psi_io_some", "psi_io_full",
+	"mem_anon",
 }
 
 // String lists the set fields' names, joined by "|".
@@ -129,6 +131,9 @@ type Stats struct {
 	ThrottledNs            uint64 // cumulative throttled time
 
 	MemCurrent, MemPeak uint64 // bytes; peak is max_usage_in_bytes (v1) or memory.peak (v2)
+	// MemAnon is anonymous memory (heap, stacks): memory.stat anon (v2) or total_rss
+	// (v1). Unlike MemCurrent it leaves out the page cache a job's file I/O fills.
+	MemAnon             uint64
 	OOM, OOMKill        uint64 // v2 memory.events oom / oom_kill; v1 has only oom_kill
 	PgFault, PgMajFault uint64 // cumulative page faults
 

@@ -153,7 +153,7 @@ func TestFieldString(t *testing.T) {
 	if got := Field(0).String(); got != "none" {
 		t.Errorf("got %q", got)
 	}
-	if len(fieldNames) != 22 || AllFields != 1<<22-1 {
+	if len(fieldNames) != 23 || AllFields != 1<<23-1 {
 		t.Errorf("fieldNames and Field constants out of step")
 	}
 }

@@ -204,10 +204,11 @@ func (rd *read) v2(dir string) {
 		rd.key(m, "oom", MemOOM, &s.OOM, 1, f, "no oom key")
 		rd.key(m, "oom_kill", MemOOMKill, &s.OOMKill, 1, f, "no oom_kill key")
 	}
-	if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault); ok {
+	if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon); ok {
 		f := filepath.Join(dir, "memory.stat")
 		rd.key(m, "pgfault", PgFault, &s.PgFault, 1, f, "no pgfault key")
 		rd.key(m, "pgmajfault", PgMajFault, &s.PgMajFault, 1, f, "no pgmajfault key")
+		rd.key(m, "anon", MemAnon, &s.MemAnon, 1, f, "no anon key")
 	}
 	rd.single(dir, "pids.current", PidsCurrent, &s.Pids)
 	const io = IOReadBytes | IOWriteBytes | IOReadOps | IOWriteOps
@@ -287,9 +288,10 @@ func (rd *read) v1(dirs map[string]string) {
 		mk := func(r string) statter {
 			return cgroup1.NewMemory(r, cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp"))
 		}
-		if rd.lib(dir, MemCurrent|MemPeak|PgFault|PgMajFault, mk, m) {
+		if rd.lib(dir, MemCurrent|MemPeak|PgFault|PgMajFault|MemAnon, mk, m) {
 			s.setU(MemCurrent, &s.MemCurrent, m.Memory.Usage.Usage)
 			s.setU(MemPeak, &s.MemPeak, m.Memory.Usage.Max)
+			s.setU(MemAnon, &s.MemAnon, m.Memory.TotalRSS)
 			// total_* are hierarchical: Slurm's tasks live in step_* children.
 			s.setU(PgFault, &s.PgFault, m.Memory.TotalPgFault)
 			s.setU(PgMajFault, &s.PgMajFault, m.Memory.TotalPgMajFault)

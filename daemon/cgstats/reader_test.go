@@ -50,6 +50,7 @@ func unset(s Stats, f Field) Stats {
 		MemCurrent: &s.MemCurrent, MemPeak: &s.MemPeak, MemOOM: &s.OOM, MemOOMKill: &s.OOMKill,
 		PgFault: &s.PgFault, PgMajFault: &s.PgMajFault, PidsCurrent: &s.Pids,
 		IOReadBytes: &s.IOReadBytes, IOWriteBytes: &s.IOWriteBytes, IOReadOps: &s.IOReadOps, IOWriteOps: &s.IOWriteOps,
+		MemAnon: &s.MemAnon,
 	}
 	pp := map[Field]*Pressure{
 		PSICPUSome: &s.CPUSome, PSICPUFull: &s.CPUFull, PSIMemSome: &s.MemSome,
@@ -73,7 +74,7 @@ const (
 	cpuAll  = CPUUser | CPUSystem | CPUPeriods | CPUThrottled | CPUThrottledTime
 	ioAll   = IOReadBytes | IOWriteBytes | IOReadOps | IOWriteOps
 	psiAll  = PSICPUSome | PSICPUFull | PSIMemSome | PSIMemFull | PSIIOSome | PSIIOFull
-	memLib1 = MemCurrent | MemPeak | PgFault | PgMajFault
+	memLib1 = MemCurrent | MemPeak | PgFault | PgMajFault | MemAnon
 )
 
 // The fixtures hold the same job in both layouts, so most values agree.
@@ -81,7 +82,7 @@ func fixtureValues() Stats {
 	return Stats{
 		CPUUserNs: 1_500_000_000, CPUSystemNs: 250_000_000,
 		NrPeriods: 120, NrThrottled: 7, ThrottledNs: 350_000_000,
-		MemCurrent: 71303168, MemPeak: 73400320, OOM: 2, OOMKill: 1,
+		MemCurrent: 71303168, MemPeak: 73400320, MemAnon: 67108864, OOM: 2, OOMKill: 1,
 		PgFault: 16850, PgMajFault: 3, Pids: 1,
 		IOReadBytes: 4096000 + 8192, IOWriteBytes: 1048576, IOReadOps: 1002, IOWriteOps: 16,
 		CPUSome: Pressure{2.45, 570929}, CPUFull: Pressure{0, 0},
@@ -228,14 +229,14 @@ func TestReadFixtures(t *testing.T) {
 				write(t, root, v2Dir+"/cpu.stat", "usage_usec 1750000\nuser_usec 1500000\nsystem_usec 250000\nnice_usec 0\n")
 			},
 			want: func() Stats {
-				s := unset(v2Want(), CPUPeriods|CPUThrottled|CPUThrottledTime|MemCurrent|MemPeak|MemOOM|MemOOMKill|PgFault|PgMajFault|PidsCurrent|ioAll)
+				s := unset(v2Want(), CPUPeriods|CPUThrottled|CPUThrottledTime|MemCurrent|MemPeak|MemOOM|MemOOMKill|PgFault|PgMajFault|MemAnon|PidsCurrent|ioAll)
 				const noCPU = "no throttling keys (cpu controller not enabled for this cgroup)"
 				s.Missing = []Missing{
 					{CPUPeriods | CPUThrottled | CPUThrottledTime, v2Dir + "/cpu.stat", noCPU},
 					{MemCurrent, v2Dir + "/memory.current", "file absent"},
 					{MemPeak, v2Dir + "/memory.peak", "file absent"},
 					{MemOOM | MemOOMKill, v2Dir + "/memory.events", "file absent"},
-					{PgFault | PgMajFault, v2Dir + "/memory.stat", "file absent"},
+					{PgFault | PgMajFault | MemAnon, v2Dir + "/memory.stat", "file absent"},
 					{PidsCurrent, v2Dir + "/pids.current", "file absent"},
 					{ioAll, v2Dir + "/io.stat", "file absent"},
 				}

@@ -29,6 +29,7 @@ const (
 	CPUThrottledSecs  = "cpu_throttled_seconds"
 	MemBytes          = "mem_bytes"
 	MemPeakBytes      = "mem_peak_bytes"
+	MemAnonBytes      = "mem_anon_bytes" // anonymous memory, without the page cache
 	OOMEvents         = "oom_events"
 	OOMKills          = "oom_kills"
 	PageFaults        = "page_faults"
@@ -70,7 +71,7 @@ const (
 // KindOf returns how the metric name combines over time (perf events are counters).
 func KindOf(name string) Kind {
 	switch name {
-	case MemBytes, Tasks, Processes:
+	case MemBytes, MemAnonBytes, Tasks, Processes:
 		return Gauge
 	case MemPeakBytes:
 		return Peak
@@ -94,6 +95,7 @@ var cgFields = []cgField{
 	{cgstats.CPUThrottledTime, CPUThrottledSecs, 1e-9, func(s *cgstats.Stats) uint64 { return s.ThrottledNs }},
 	{cgstats.MemCurrent, MemBytes, 1, func(s *cgstats.Stats) uint64 { return s.MemCurrent }},
 	{cgstats.MemPeak, MemPeakBytes, 1, func(s *cgstats.Stats) uint64 { return s.MemPeak }},
+	{cgstats.MemAnon, MemAnonBytes, 1, func(s *cgstats.Stats) uint64 { return s.MemAnon }},
 	{cgstats.MemOOM, OOMEvents, 1, func(s *cgstats.Stats) uint64 { return s.OOM }},
 	{cgstats.MemOOMKill, OOMKills, 1, func(s *cgstats.Stats) uint64 { return s.OOMKill }},
 	{cgstats.PgFault, PageFaults, 1, func(s *cgstats.Stats) uint64 { return s.PgFault }},

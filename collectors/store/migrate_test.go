@@ -1,0 +1,241 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func fixedNow() time.Time { return t0 }
+
+// openTest opens a fresh store in a temporary directory.
+func openTest(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "persyst.db"), Options{Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// schemaOf returns the schema's SQL, by object name.
+func schemaOf(t *testing.T, db *sql.DB) map[string]string {
+	t.Helper()
+	rows, err := db.Query(`SELECT name, coalesce(sql, '') FROM sqlite_schema`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var n, s string
+		if err := rows.Scan(&n, &s); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = s
+	}
+	return out
+}
+
+func pragma(t *testing.T, db *sql.DB, name string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRow(`PRAGMA ` + name).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestConstants(t *testing.T) {
+	if SchemaVersion != len(migrations) {
+		t.Errorf("SchemaVersion %d, %d migrations", SchemaVersion, len(migrations))
+	}
+	if !strings.Contains(migrations[0].steps[len(migrations[0].steps)-1], "1347572564") || applicationID != 1347572564 {
+		t.Errorf("application_id step does not set %d", applicationID)
+	}
+}
+
+func TestOpenFresh(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	v, err := s.Version(ctx)
+	if err != nil || v != SchemaVersion {
+		t.Fatalf("version %d, %v; want %d", v, err, SchemaVersion)
+	}
+	for name, want := range map[string]string{
+		"journal_mode":   "wal",
+		"foreign_keys":   "1",
+		"busy_timeout":   "5000",
+		"synchronous":    "1", // NORMAL
+		"application_id": "1347572564",
+	} {
+		if got := pragma(t, s.w, name); got != want {
+			t.Errorf("PRAGMA %s = %s, want %s", name, got, want)
+		}
+	}
+	if got := pragma(t, s.r, "query_only"); got != "1" {
+		t.Errorf("read pool: query_only = %s", got)
+	}
+	if _, err := s.r.Exec(`DELETE FROM jobs`); err == nil {
+		t.Error("read pool accepted a write")
+	}
+	var n int
+	var desc string
+	if err := s.w.QueryRow(`SELECT count(*), max(description) FROM schema_version`).Scan(&n, &desc); err != nil || n != 1 || desc != migrations[0].description {
+		t.Errorf("schema_version: %d rows, %q, %v", n, desc, err)
+	}
+	sch := schemaOf(t, s.w)
+	for _, tbl := range []string{"schema_version", "jobs", "cycles", "reports"} {
+		if sch[tbl] == "" {
+			t.Errorf("no table %s", tbl)
+		}
+	}
+}
+
+func TestReopenIsNoop(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(ctx, path, Options{Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCycle(ctx, 7, t0, []CycleResult{result("a", 1, 2, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	before := schemaOf(t, s.w)
+	s.Close()
+
+	later := func() time.Time { return t0.Add(time.Hour) }
+	s, err = Open(ctx, path, Options{Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := cmp.Diff(before, schemaOf(t, s.w)); d != "" {
+		t.Errorf("schema changed on re-open (-before +after):\n%s", d)
+	}
+	var n int
+	var applied int64
+	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != 1 || applied != t0.Unix() {
+		t.Errorf("schema_version after re-open: %d rows applied at %d, %v", n, applied, err)
+	}
+	cs, err := s.Cycles(ctx, 7, "a")
+	if err != nil || len(cs) != 1 {
+		t.Errorf("data after re-open: %v, %v", cs, err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec(`INSERT INTO schema_version VALUES (?, 0, 'from the future')`, SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(ctx, path, Options{})
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer database: %v", err)
+	}
+	for _, want := range []string{path, "schema version 2", "versions up to 1", "newer persyst"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Log(err)
+}
+
+func TestFailingMigrationKeepsVersion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	broken := append(migrations[:len(migrations):len(migrations)], migration{
+		description: "broken",
+		steps: []string{
+			`CREATE TABLE extra (x INTEGER)`,
+			`ALTER TABLE jobs ADD COLUMN partition TEXT`,
+			`INSERT INTO no_such_table VALUES (1)`,
+		},
+	})
+	_, err := open(ctx, path, Options{}, broken)
+	if err == nil || !strings.Contains(err.Error(), "migration to schema version 2 (broken): step 3") {
+		t.Fatalf("open with a broken migration: %v", err)
+	}
+	t.Log(err)
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(ctx); v != 1 {
+		t.Errorf("version %d after the failed migration, want 1", v)
+	}
+	sch := schemaOf(t, s.w)
+	if sch["extra"] != "" || strings.Contains(sch["jobs"], "partition") {
+		t.Errorf("the failed migration's first steps were kept: %q, %q", sch["extra"], sch["jobs"])
+	}
+
+	// A fresh database whose first migration fails has version 0 and no tables
+	// but schema_version.
+	path2 := filepath.Join(t.TempDir(), "q.db")
+	_, err = open(ctx, path2, Options{}, []migration{{description: "bad", steps: []string{`CREATE TABLE a (x)`, `bogus`}}})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	s2, err := open(ctx, path2, Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if v, _ := s2.Version(ctx); v != 0 {
+		t.Errorf("version %d, want 0", v)
+	}
+	if sch := schemaOf(t, s2.w); len(sch) != 1 || sch["schema_version"] == "" {
+		t.Errorf("tables %v", sch)
+	}
+}
+
+func TestNotAStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	mk := func(name string, stmts ...string) string {
+		p := filepath.Join(dir, name)
+		db, err := sql.Open("sqlite", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, q := range stmts {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	for _, p := range []string{
+		mk("other.db", `CREATE TABLE t (x)`),
+		mk("app.db", `PRAGMA application_id = 42`),
+	} {
+		if _, err := Open(ctx, p, Options{}); !errors.Is(err, ErrNotStore) {
+			t.Errorf("%s: %v", p, err)
+		} else {
+			t.Log(err)
+		}
+	}
+	for _, p := range []string{"", ":memory:", "file:x.db", filepath.Join(dir, "a?b.db")} {
+		if _, err := Open(ctx, p, Options{}); err == nil {
+			t.Errorf("Open(%q) accepted", p)
+		}
+	}
+}

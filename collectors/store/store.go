@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+)
+
+// ErrNotFound is returned when a job or its report is not in the store.
+var ErrNotFound = errors.New("not found")
+
+// ErrSchemaTooNew is returned by Open for a database written by a newer
+// persyst (its schema version is above SchemaVersion).
+var ErrSchemaTooNew = errors.New("database schema is newer than this persyst")
+
+// ErrNotStore is returned by Open for a SQLite file that is not a persyst
+// store (another application's id, or tables but no schema_version).
+var ErrNotStore = errors.New("not a persyst database")
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	// BusyTimeout is how long a statement waits for a lock held by another
+	// connection or process before failing with SQLITE_BUSY (default 5 s).
+	BusyTimeout time.Duration
+	// ReadConns is the number of connections serving reads (default 4).
+	// Writes always go through one connection.
+	ReadConns int
+	// Now stamps the updated_ts columns (default time.Now).
+	Now func() time.Time
+}
+
+// Store is a persyst database. It is safe for concurrent use. Writes are
+// serialized through one connection (SQLite has one writer at a time anyway;
+// serializing in Go avoids SQLITE_BUSY between the store's own connections);
+// reads use a pool and, in WAL mode, do not wait for writers. Other processes
+// may open the same file: their writes wait up to Options.BusyTimeout.
+type Store struct {
+	path string
+	w    *sql.DB // one connection, write transactions are BEGIN IMMEDIATE
+	r    *sql.DB // read-only connections
+	now  func() time.Time
+}
+
+// Open opens the database at path, creating it if needed, and brings its
+// schema to SchemaVersion. The database uses WAL journaling, synchronous =
+// NORMAL (durable against process crashes; a power loss may lose the last
+// transactions, never corrupt the file), foreign keys and a busy timeout.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	return open(ctx, path, opts, migrations)
+}
+
+func open(ctx context.Context, path string, opts Options, migs []migration) (*Store, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("store: %q: need a file path (no URI, no '?' or '#')", path)
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
+	wq := url.Values{
+		"_busy_timeout": {busy},
+		"_journal_mode": {"WAL"},
+		"_synchronous":  {"NORMAL"},
+		"_foreign_keys": {"1"},
+		"_txlock":       {"immediate"},
+	}
+	w, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, w, migs, opts.Now); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	rq := url.Values{
+		"_busy_timeout": {busy},
+		"_foreign_keys": {"1"},
+		"_query_only":   {"1"},
+	}
+	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(opts.ReadConns)
+	r.SetMaxIdleConns(opts.ReadConns)
+	return &Store{path: path, w: w, r: r, now: opts.Now}, nil
+}
+
+// Close closes the database. The WAL is checkpointed by SQLite when the last
+// connection closes.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// migrate brings the database to len(migs). Each migration runs in its own
+// IMMEDIATE transaction that re-reads the version, so two processes opening
+// a fresh file at once apply each migration once.
+func migrate(ctx context.Context, db *sql.DB, migs []migration, now func() time.Time) error {
+	var cur int
+	err := inTx(ctx, db, func(tx *sql.Tx) error {
+		var app int64
+		if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&app); err != nil {
+			return err
+		}
+		if app != 0 && app != applicationID {
+			return fmt.Errorf("%w: application_id is %#x, not persyst's %#x", ErrNotStore, app, applicationID)
+		}
+		var tables, versioned int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE name = 'schema_version')
+			FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&tables, &versioned); err != nil {
+			return err
+		}
+		if tables > 0 && versioned == 0 {
+			return fmt.Errorf("%w: it has other tables and no schema_version table", ErrNotStore)
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+				version     INTEGER PRIMARY KEY,
+				applied_ts  INTEGER NOT NULL,
+				description TEXT NOT NULL
+			) STRICT`); err != nil {
+			return err
+		}
+		var err error
+		cur, err = version(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if cur > len(migs) {
+		return fmt.Errorf("%w: it has schema version %d, this persyst knows versions up to %d; use a newer persyst", ErrSchemaTooNew, cur, len(migs))
+	}
+	for v := cur + 1; v <= len(migs); v++ {
+		m := migs[v-1]
+		err := inTx(ctx, db, func(tx *sql.Tx) error {
+			got, err := version(ctx, tx)
+			switch {
+			case err != nil:
+				return err
+			case got >= v:
+				return nil // applied by another process meanwhile
+			case got != v-1:
+				return fmt.Errorf("schema version %d, expected %d", got, v-1)
+			}
+			for i, step := range m.steps {
+				if _, err := tx.ExecContext(ctx, step); err != nil {
+					return fmt.Errorf("step %d: %w", i+1, err)
+				}
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_ts, description) VALUES (?, ?, ?)`,
+				v, now().Unix(), m.description)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration to schema version %d (%s): %w", v, m.description, err)
+		}
+	}
+	return nil
+}
+
+func version(ctx context.Context, tx *sql.Tx) (int, error) {
+	var v int
+	err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v)
+	return v, err
+}
+
+// Version returns the database's schema version.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var v int
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v)
+	return v, err
+}
+
+// inTx runs f in a transaction (BEGIN IMMEDIATE on the write pool), committing
+// if f returns nil and rolling back otherwise.
+func inTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	return tx.Commit()
+}
+
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// size returns the database's size in bytes (page_count × page_size; in WAL
+// mode this includes committed pages still in the WAL). After vacuum it is
+// the size of the file as a fresh copy.
+func (s *Store) size(ctx context.Context) (int64, error) {
+	var pages, pageSize int64
+	if err := s.w.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		return 0, err
+	}
+	if err := s.w.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
+		return 0, err
+	}
+	return pages * pageSize, nil
+}
+
+// vacuum rebuilds the database compactly and truncates the WAL.
+func (s *Store) vacuum(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `VACUUM`); err != nil {
+		return err
+	}
+	_, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	return err
+}

@@ -1,0 +1,436 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/quantile"
+)
+
+// result is an exact CycleResult of values, with severities 0, 0.3, 0, 0.3, ...
+func result(key string, values ...float64) CycleResult {
+	sum, err := quantile.Summarize(values, quantile.DefaultQ)
+	if err != nil {
+		panic(err)
+	}
+	r := CycleResult{Key: key, Summary: sum, Devices: int64(len(values))}
+	for i := range values {
+		r.Severity.Add(0.3 * float64(i%2))
+	}
+	r.TimeShare = timeShare(r.Severity, r.Devices)
+	return r
+}
+
+func TestCycleRoundTrip(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	empty, _ := quantile.Summarize(nil, 4)
+	empty.NonFinite = 3
+	pct, _ := quantile.Summarize([]float64{1e-300, -2.5, 1e300, 0, 1.0 / 3, math.Pi, 7}, 100)
+	inf := result("inf", 1, 2)
+	inf.Summary.Sum, inf.Summary.Mean = math.Inf(1), math.Inf(1)
+	inf.Summary.Quantiles[10] = math.Inf(1)
+	inf.Summary.Quantiles[0] = math.Inf(-1)
+	bad := result("bad", 1, 2, 3)
+	bad.Severity.Invalid = 2
+	bad.Severity.Counts[4] = 5
+	bad.Devices = 64
+	bad.TimeShare = 0.125
+
+	cycle1 := []CycleResult{
+		result("cpu_user_pct", 0.1, 0.9, 0.5, 0.25, 0.75, 0.3),
+		{Key: "empty", Summary: empty},
+		{Key: "percentiles", Summary: pct, Devices: 7},
+		inf,
+		bad,
+	}
+	cycle2 := []CycleResult{result("cpu_user_pct", 1, 2, 3)}
+	ts1 := t0.Add(500 * time.Millisecond) // stored as whole seconds
+	ts2 := t0.Add(time.Minute).In(time.FixedZone("CET", 3600))
+	if err := s.PutCycle(ctx, 42, ts1, cycle1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCycle(ctx, 42, ts2, cycle2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCycle(ctx, 43, ts1, cycle2); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := cmp.Options{cmpopts.EquateNaNs()}
+	want := []StoredCycle{{Time: t0, CycleResult: cycle1[0]}, {Time: t0.Add(time.Minute), CycleResult: cycle2[0]}}
+	got, err := s.Cycles(ctx, 42, "cpu_user_pct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got, opts); d != "" {
+		t.Errorf("Cycles (-want +got):\n%s", d)
+	}
+	for _, r := range cycle1[1:] {
+		got, err := s.Cycles(ctx, 42, r.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff([]StoredCycle{{Time: t0, CycleResult: r}}, got, opts); d != "" {
+			t.Errorf("Cycles %s (-want +got):\n%s", r.Key, d)
+		}
+	}
+	if got, err := s.Cycles(ctx, 42, "nope"); err != nil || len(got) != 0 {
+		t.Errorf("unknown key: %v, %v", got, err)
+	}
+	j, err := s.Job(ctx, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Samples != 2 || !j.Updated.Equal(t0) {
+		t.Errorf("job row %+v", j)
+	}
+	// The quantiles column is JSON that SQLite's json functions read.
+	var median float64
+	var nulls int
+	if err := s.r.QueryRow(`SELECT json_extract(quantiles, '$[5]') FROM cycles WHERE job_id = 42 AND key = 'cpu_user_pct' AND ts = ?`, t0.Unix()).Scan(&median); err != nil || median != cycle1[0].Summary.Quantiles[5] {
+		t.Errorf("json median %v, %v; want %v", median, err, cycle1[0].Summary.Quantiles[5])
+	}
+	if err := s.r.QueryRow(`SELECT count(*) FROM cycles, json_each(quantiles) WHERE cycles.key = 'empty' AND json_each.type = 'null'`).Scan(&nulls); err != nil || nulls != 5 {
+		t.Errorf("empty summary: %d null quantiles, %v", nulls, err)
+	}
+}
+
+func TestPutCycleRefuses(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	ok := result("a", 1)
+	noQ := ok
+	noQ.Summary.Quantiles = []float64{1}
+	share := ok
+	share.TimeShare = math.NaN()
+	neg := ok
+	neg.Severity.Counts[2] = -1
+	for name, c := range map[string]struct {
+		job uint32
+		rs  []CycleResult
+	}{
+		"job 0":      {0, []CycleResult{ok}},
+		"no key":     {1, []CycleResult{{Summary: ok.Summary}}},
+		"q 0":        {1, []CycleResult{noQ}},
+		"time share": {1, []CycleResult{share}},
+		"negative":   {1, []CycleResult{neg}},
+		"twice":      {1, []CycleResult{ok, ok}},
+	} {
+		if err := s.PutCycle(ctx, c.job, t0, c.rs); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := s.Job(ctx, 1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused cycle created the job: %v", err)
+	}
+}
+
+func TestPutCycleUpsert(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	rs := []CycleResult{result("a", 1, 2, 3), result("b", 4, 5)}
+	for range 3 {
+		if err := s.PutCycle(ctx, 9, t0, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows int
+	if err := s.r.QueryRow(`SELECT count(*) FROM cycles`).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("%d rows after 3 identical puts, %v", rows, err)
+	}
+	if j, _ := s.Job(ctx, 9); j.Samples != 1 {
+		t.Errorf("samples %d after 3 puts of one cycle", j.Samples)
+	}
+	// A resent cycle with new values replaces the old row; a new key at the
+	// same ts adds one and is not a new sample.
+	rs2 := []CycleResult{result("a", 10, 20), result("c", 1)}
+	if err := s.PutCycle(ctx, 9, t0, rs2); err != nil {
+		t.Fatal(err)
+	}
+	opts := cmpopts.EquateNaNs()
+	for key, want := range map[string]CycleResult{"a": rs2[0], "b": rs[1], "c": rs2[1]} {
+		got, err := s.Cycles(ctx, 9, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff([]StoredCycle{{Time: t0, CycleResult: want}}, got, opts); d != "" {
+			t.Errorf("%s (-want +got):\n%s", key, d)
+		}
+	}
+	if j, _ := s.Job(ctx, 9); j.Samples != 1 {
+		t.Errorf("samples %d", j.Samples)
+	}
+}
+
+func testReport(job uint32) digest.Report {
+	thr := 0.25
+	cet := time.FixedZone("CET", 3600)
+	return digest.Report{
+		Schema: digest.SchemaVersion, JobID: job,
+		Nodes: []string{"node1", "node2"}, NNodes: 2, CPUs: 64,
+		Start: time.Date(2025, 3, 1, 13, 0, 0, 123456789, cet), End: time.Date(2025, 3, 1, 14, 0, 0, 0, cet),
+		Seconds: 3600, Samples: 61, MinSeconds: 300,
+		Findings: []properties.Result{{
+			Key: "idle_cores", ID: "idle_cores", Name: "Allocated CPUs left idle", Unit: "%", Domain: properties.Core,
+			Assessed: true, Count: 3904, Deciles: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1},
+			Threshold: &thr, TimeShare: 1, MeanSeverity: 0.66, MaxSeverity: 1, Score: 0.66, Finding: true,
+			Recommendation: "request fewer CPUs",
+		}},
+		Properties: []properties.Result{{Key: "instruction_rate", NotAssessed: "instructions: not available"}},
+		NotAssessed: []digest.NotAssessed{{Reason: "not available", Properties: []string{"instruction_rate"}}},
+	}
+}
+
+func TestReportRoundTrip(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	if _, err := s.Report(ctx, 5); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing report: %v", err)
+	}
+	r := testReport(5)
+	r.Properties = append(r.Properties, r.Findings...)
+	if err := s.PutReport(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Report(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(&r, got); d != "" {
+		t.Errorf("Report (-want +got):\n%s", d)
+	}
+	// The report fills the job facts the row lacks and keeps those it has.
+	if err := s.PutJob(ctx, Job{ID: 6, User: "alice", CPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	r6 := testReport(6)
+	if err := s.PutReport(ctx, r6); err != nil {
+		t.Fatal(err)
+	}
+	r6.Samples = 99 // a replaced report
+	if err := s.PutReport(ctx, r6); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Report(ctx, 6); got.Samples != 99 {
+		t.Errorf("replaced report: samples %d", got.Samples)
+	}
+	j, err := s.Job(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Job{ID: 6, User: "alice", Nodes: "node1,node2", NNodes: 2, CPUs: 8,
+		Start: time.Unix(r6.Start.Unix(), 0).UTC(), End: r6.End.UTC(), Updated: t0}
+	if d := cmp.Diff(want, j); d != "" {
+		t.Errorf("job row (-want +got):\n%s", d)
+	}
+
+	for name, bad := range map[string]digest.Report{
+		"job 0":     {Schema: 1},
+		"no schema": {JobID: 3},
+		"NaN":       {Schema: 1, JobID: 3, Seconds: math.NaN()},
+	} {
+		if err := s.PutReport(ctx, bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := s.w.Exec(`UPDATE reports SET schema = ? WHERE job_id = 5`, digest.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Report(ctx, 5); err == nil {
+		t.Error("a report of a newer schema was read")
+	}
+}
+
+func TestPutJobAndReuse(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	start := t0.Add(-time.Hour)
+	if err := s.PutJob(ctx, Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCycle(ctx, 3, t0, []CycleResult{result("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutReport(ctx, testReport(3)); err != nil {
+		t.Fatal(err)
+	}
+	// The end, later: other facts stay.
+	if err := s.PutJob(ctx, Job{ID: 3, End: t0, Samples: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.Job(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start, End: t0, Samples: 1, Updated: t0}
+	if d := cmp.Diff(want, j); d != "" {
+		t.Errorf("job (-want +got):\n%s", d)
+	}
+	// The same id with another start: a new job; the old one's data goes.
+	if err := s.PutJob(ctx, Job{ID: 3, User: "carol", Start: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = s.Job(ctx, 3)
+	want = &Job{ID: 3, User: "carol", Start: t0.Add(time.Hour), Updated: t0}
+	if d := cmp.Diff(want, j); d != "" {
+		t.Errorf("reused id (-want +got):\n%s", d)
+	}
+	if cs, _ := s.Cycles(ctx, 3, "a"); len(cs) != 0 {
+		t.Errorf("the earlier job's cycles survived: %v", cs)
+	}
+	if _, err := s.Report(ctx, 3); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the earlier job's report survived: %v", err)
+	}
+	if _, err := s.Job(ctx, 4); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown job: %v", err)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "p.db"), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(job uint32, end time.Time) {
+		t.Helper()
+		if err := s.PutCycle(ctx, job, t0, []CycleResult{result("a", 1, 2), result("b", 3)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutReport(ctx, testReport(job)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutJob(ctx, Job{ID: job, End: end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, t0.Add(-48*time.Hour))
+	put(2, t0.Add(-25*time.Hour))
+	put(3, t0.Add(-1*time.Hour))
+	// Jobs 4 and 5 have no end: 4 was last written 30 h ago, 5 now.
+	now = t0.Add(-30 * time.Hour)
+	if err := s.PutCycle(ctx, 4, t0, []CycleResult{result("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	now = t0
+	if err := s.PutCycle(ctx, 5, t0, []CycleResult{result("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	// Job 6's report came after the job map's end: the row keeps the job map's.
+	if err := s.PutJob(ctx, Job{ID: 6, End: t0.Add(-72 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutReport(ctx, testReport(6)); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := s.Prune(ctx, t0.Add(-24*time.Hour))
+	if err != nil || n != 4 {
+		t.Fatalf("pruned %d, %v; want 4 (jobs 1, 2, 4, 6)", n, err)
+	}
+	count := func(table string) (jobs []uint32) {
+		rows, err := s.r.Query(`SELECT DISTINCT job_id FROM ` + table + ` ORDER BY job_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var j uint32
+			rows.Scan(&j)
+			jobs = append(jobs, j)
+		}
+		return jobs
+	}
+	for table, want := range map[string][]uint32{"jobs": {3, 5}, "cycles": {3, 5}, "reports": {3}} {
+		if d := cmp.Diff(want, count(table)); d != "" {
+			t.Errorf("%s after prune (-want +got):\n%s", table, d)
+		}
+	}
+	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour)); n != 0 || err != nil {
+		t.Errorf("second prune: %d, %v", n, err)
+	}
+}
+
+// TestConcurrentWriters: goroutines writing cycles of different jobs through
+// one Store, and through two Stores on the same file (as two processes
+// would), while a reader reads; WAL and the busy timeout make every write
+// succeed.
+func TestConcurrentWriters(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	a, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	const cycles, props = 40, 20
+	rs := make([]CycleResult, props)
+	for i := range rs {
+		rs[i] = result(fmt.Sprintf("prop%02d", i), float64(i), float64(i)*2, 3)
+	}
+	errs := make(chan error, 8)
+	stop := make(chan struct{})
+	var reader sync.WaitGroup
+	var reads int
+	reader.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := b.Cycles(ctx, 1, "prop03"); err != nil {
+				errs <- fmt.Errorf("read: %w", err)
+				return
+			}
+			reads++
+		}
+	})
+	var writers sync.WaitGroup
+	for job, s := range map[uint32]*Store{1: a, 2: a, 3: b, 4: b} {
+		writers.Go(func() {
+			for c := range cycles {
+				if err := s.PutCycle(ctx, job, t0.Add(time.Duration(c)*time.Minute), rs); err != nil {
+					errs <- fmt.Errorf("job %d cycle %d: %w", job, c, err)
+					return
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	reader.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for job := uint32(1); job <= 4; job++ {
+		for _, key := range []string{"prop00", "prop19"} {
+			cs, err := a.Cycles(ctx, job, key)
+			if err != nil || len(cs) != cycles {
+				t.Errorf("job %d %s: %d cycles, %v", job, key, len(cs), err)
+			}
+		}
+	}
+	t.Logf("%d reads during the writes", reads)
+}
