@@ -188,7 +188,7 @@ func testReport(job uint32) digest.Report {
 			Threshold: &thr, TimeShare: 1, MeanSeverity: 0.66, MaxSeverity: 1, Score: 0.66, Finding: true,
 			Recommendation: "request fewer CPUs",
 		}},
-		Properties: []properties.Result{{Key: "instruction_rate", NotAssessed: "instructions: not available"}},
+		Properties:  []properties.Result{{Key: "instruction_rate", NotAssessed: "instructions: not available"}},
 		NotAssessed: []digest.NotAssessed{{Reason: "not available", Properties: []string{"instruction_rate"}}},
 	}
 }
