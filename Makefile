@@ -28,6 +28,13 @@ $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
 # the installed slurmrestd's /openapi/v3; `make fetch-spec` refreshes it from the test cluster).
 generate:
 	cd jobmap/v0038 && $(GO) tool oapi-codegen -config oapi-codegen.yaml openapi.json
+	scripts/deps.sh --protoc
+	mkdir -p $(BUILD)
+	$(GO) build -o $(BUILD)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	$(GO) build -o $(BUILD)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	protoc --plugin=protoc-gen-go=$(BUILD)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BUILD)/protoc-gen-go-grpc \
+		-I collectors/pb --go_out=collectors/pb --go_opt=paths=source_relative \
+		--go-grpc_out=collectors/pb --go-grpc_opt=paths=source_relative collectors/pb/collector.proto
 
 fetch-spec:
 	. build/cluster/env && curl -sf --unix-socket "$${PERSYST_SLURMRESTD#unix:}" http://slurmrestd/openapi/v3 > jobmap/v0038/openapi.json

@@ -4,6 +4,10 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client slurmrestd libslurm-dev munge iproute2 util-linux procps gcc libc6-dev)
+# `make generate` also needs protoc (the generated gRPC code is committed: tests do not).
+if [ "${1:-}" = --protoc ]; then
+	PKGS=(protobuf-compiler)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
