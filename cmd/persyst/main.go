@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/calibrate"
+	"github.com/persyst/persyst/collectors"
+	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
@@ -35,6 +38,7 @@ commands:
   daemon     run the node daemon (as root, one per node)
   run        run a command measured like a job: persyst run [--interval D] [--json] -- CMD
   report     a job's digest: persyst report [--json] [--node BATCHHOST] JOBID
+  collector  a collector of the agent tree (gRPC): persyst collector --listen ADDR --db PATH
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   balance simulate
@@ -87,6 +91,8 @@ func main() {
 		err = runJobs(ctx, args)
 	case "report":
 		err = runReport(ctx, args)
+	case "collector":
+		err = runCollector(ctx, args)
 	case "jobmap":
 		err = runJobmap(ctx, args)
 	case "balance":
@@ -225,6 +231,33 @@ func runRun(ctx context.Context, args []string) (int, error) {
 func propertySettings(c config.Config) properties.Settings {
 
 	return properties.Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
+}
+
+func runCollector(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst collector", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:16830", "gRPC address to listen on")
+	db := fs.String("db", "/var/lib/persyst/collector.db", "SQLite database of results")
+	name := fs.String("name", shortHostname(), "this collector's name")
+	q := fs.Int("quantiles", 10, "quantile steps per property and cycle (10: deciles)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := zerolog.New(os.Stderr).With().Timestamp().Str("collector", *name).Logger()
+	st, err := store.Open(ctx, *db, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	c, err := collectors.New(collectors.Config{Name: *name, Store: st, Q: *q, Log: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *listen, err)
+	}
+	log.Info().Str("listen", ln.Addr().String()).Str("db", *db).Msg("persyst collector ready")
+	return collectors.Serve(ctx, ln, c)
 }
 
 func runReport(ctx context.Context, args []string) error {

@@ -303,3 +303,21 @@ func parseQuantiles(s string) ([]float64, error) {
 	}
 	return out, nil
 }
+
+// Keys returns the property keys stored for a job, sorted.
+func (s *Store) Keys(ctx context.Context, job uint32) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT key FROM cycles WHERE job_id = ? ORDER BY key`, job)
+	if err != nil {
+		return nil, fmt.Errorf("store: keys of job %d: %w", job, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("store: keys of job %d: %w", job, err)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,212 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/properties"
+)
+
+// Config configures a Collector.
+type Config struct {
+	Name  string       // this collector's name in heartbeats and partial summaries
+	Store *store.Store // where results go
+	Q     int          // quantile steps (10: deciles)
+	// Keep is how many cycles of records per job are buffered (default 3): a node's push
+	// for a cycle may arrive after the next cycle began.
+	Keep int
+	Log  zerolog.Logger
+	Now  func() time.Time
+}
+
+// Collector receives a job's property records from the node daemons its routes point at
+// and keeps, per job and cycle, the exact summary of every property over all the
+// devices it received: when it holds the whole job (the medium jobs of seed 000 §5.3),
+// the quantiles are exact. Each push recomputes the cycle's summary from everything
+// received for it so far and upserts it, so a late node only refines the cycle.
+type Collector struct {
+	pb.UnimplementedCollectorServer
+	cfg Config
+
+	mu     sync.Mutex
+	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
+	nodes  map[string]bool             // nodes heard from in the current cycle
+}
+
+type cycle struct {
+	byNode map[string][]properties.Record
+}
+
+// New returns a collector over cfg.Store.
+func New(cfg Config) (*Collector, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("collector: no store")
+	}
+	if cfg.Q <= 0 {
+		cfg.Q = 10
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = 3
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Collector{cfg: cfg, cycles: map[uint32]map[int64]*cycle{}, nodes: map[string]bool{}}, nil
+}
+
+// Push takes one node's records of one cycle of a job.
+func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
+	if err := checkPush(in); err != nil {
+		return &pb.Ack{Error: err.Error()}, nil
+	}
+	recs := make([]properties.Record, 0, len(in.Records))
+	ts := time.Unix(in.Ts, 0).UTC()
+	for _, r := range in.Records {
+		// Devices are per node: "node2/cpu3".
+		recs = append(recs, properties.Record{Time: ts, Key: r.Key, Device: in.Node + "/" + r.Device, Value: r.Value, Severity: r.Severity})
+	}
+	c.mu.Lock()
+	jc := c.cycles[in.JobId]
+	if jc == nil {
+		jc = map[int64]*cycle{}
+		c.cycles[in.JobId] = jc
+	}
+	cy := jc[in.Ts]
+	if cy == nil {
+		cy = &cycle{byNode: map[string][]properties.Record{}}
+		jc[in.Ts] = cy
+		c.trim(jc)
+	}
+	cy.byNode[in.Node] = recs // a repeated push from a node replaces its records
+	var all []properties.Record
+	for _, rs := range cy.byNode {
+		all = append(all, rs...)
+	}
+	c.nodes[in.Node] = true
+	c.mu.Unlock()
+
+	results, err := store.Summarize(all, c.cfg.Q)
+	if err != nil {
+		return &pb.Ack{Error: err.Error()}, nil
+	}
+	if err := c.cfg.Store.PutCycle(ctx, in.JobId, ts, results); err != nil {
+		c.cfg.Log.Error().Err(err).Uint32("job", in.JobId).Msg("cycle not stored")
+		return &pb.Ack{Error: "store: " + err.Error()}, nil
+	}
+	return &pb.Ack{Ok: true}, nil
+}
+
+// trim keeps the newest Keep cycles of a job. Caller holds mu.
+func (c *Collector) trim(jc map[int64]*cycle) {
+	if len(jc) <= c.cfg.Keep {
+		return
+	}
+	ts := make([]int64, 0, len(jc))
+	for t := range jc {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	for _, t := range ts[:len(ts)-c.cfg.Keep] {
+		delete(jc, t)
+	}
+}
+
+func checkPush(in *pb.CycleRecords) error {
+	switch {
+	case in.JobId == 0:
+		return errors.New("push: job_id missing")
+	case in.Node == "":
+		return errors.New("push: node missing")
+	case in.Ts <= 0:
+		return errors.New("push: ts missing")
+	}
+	for i, r := range in.Records {
+		if !properties.ValidKey(r.Key) {
+			return fmt.Errorf("push: record %d: bad key %q", i, r.Key)
+		}
+		if r.Device == "" {
+			return fmt.Errorf("push: record %d: device missing", i)
+		}
+		if !(r.Severity >= 0 && r.Severity <= 1) {
+			return fmt.Errorf("push: record %d: severity %v outside [0, 1]", i, r.Severity)
+		}
+	}
+	return nil
+}
+
+// Summary returns what the collector stored of a job: its per-cycle summaries and, when
+// the job ended, its report.
+func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	out := &pb.JobSummary{JobId: in.JobId}
+	byTS := map[int64]*pb.PartialCycle{}
+	var order []int64
+	keys, err := c.cfg.Store.Keys(ctx, in.JobId)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		cs, err := c.cfg.Store.Cycles(ctx, in.JobId, k)
+		if err != nil {
+			return nil, err
+		}
+		for _, sc := range cs {
+			t := sc.Time.Unix()
+			pc := byTS[t]
+			if pc == nil {
+				pc = &pb.PartialCycle{JobId: in.JobId, Ts: t, From: c.cfg.Name}
+				byTS[t] = pc
+				order = append(order, t)
+			}
+			pc.Summaries = append(pc.Summaries, toPB(sc.CycleResult))
+		}
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	for _, t := range order {
+		out.Cycles = append(out.Cycles, byTS[t])
+	}
+	return out, nil
+}
+
+func toPB(r store.CycleResult) *pb.PropertySummary {
+	s := &pb.PropertySummary{
+		Key: r.Key, Count: r.Summary.Count, Nonfinite: r.Summary.NonFinite, Sum: r.Summary.Sum,
+		Min: r.Summary.Min, Max: r.Summary.Max, Quantiles: r.Summary.Quantiles,
+		SeverityInvalid: r.Severity.Invalid, Devices: r.Devices, TimeShare: r.TimeShare,
+	}
+	for _, n := range r.Severity.Counts {
+		s.SeverityBins = append(s.SeverityBins, n)
+	}
+	return s
+}
+
+// Ping answers a heartbeat with the collector's own: its load is the number of nodes it
+// heard from since the last ping.
+func (c *Collector) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
+	c.mu.Lock()
+	load := len(c.nodes)
+	c.nodes = map[string]bool{}
+	c.mu.Unlock()
+	return &pb.Heartbeat{Name: c.cfg.Name, Role: "collector", Ts: c.cfg.Now().Unix(), Load: float64(load)}, nil
+}
+
+// Serve runs the collector's gRPC server on ln until ctx is done.
+func Serve(ctx context.Context, ln net.Listener, c *Collector, opts ...grpc.ServerOption) error {
+	srv := grpc.NewServer(opts...)
+	pb.RegisterCollectorServer(srv, c)
+	stop := context.AfterFunc(ctx, srv.GracefulStop)
+	defer stop()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("collector: %w", err)
+	}
+	return nil
+}
