@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -43,6 +44,9 @@ type Config struct {
 	Digest bool
 	// CalibrationDir holds `persyst calibrate` results, one file per node type.
 	CalibrationDir string
+	// Collector is the collector (host:port) node daemons send property records to,
+	// until the frontend's routes exist; "" keeps them on the node.
+	Collector string
 }
 
 // Defaults is the configuration without a file.
@@ -81,6 +85,13 @@ var fields = []field{
 		default:
 			return fmt.Errorf("want on or off, got %q", v)
 		}
+		return nil
+	}},
+	{"Collector", func(c *Config, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return fmt.Errorf("want host:port, got %q", v)
+		}
+		c.Collector = v
 		return nil
 	}},
 	{"CalibrationDir", func(c *Config, v string) error {

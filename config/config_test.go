@@ -39,6 +39,8 @@ func TestParse(t *testing.T) {
 				c.Thresholds = map[string]float64{"cpi": 2.5, "io_write_request_size": 1 << 20, "cpu_user_pct": 70}
 				c.ThresholdLines = map[string]int{"cpi": 1, "io_write_request_size": 2, "cpu_user_pct": 3}
 			}), ""},
+		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
+		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
 		{"bad threshold", "Threshold.cpi=fast", Config{}, `test.conf:1: Threshold.cpi: want a positive number`},
 		{"threshold twice", "Threshold.cpi=1\nThreshold.cpi=2", Config{}, `test.conf:2: Threshold.cpi: already set on line 1`},
 		{"relative strategy", "StrategyFile=my.strategy", Config{}, `test.conf:1: StrategyFile: want an absolute path`},

@@ -45,7 +45,10 @@ func (m *Measurer) accumulate(jm *jobMeter, s measure.Sample) {
 		sum := jm.meter.Summary()
 		jm.acc = m.dig.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(jm.meter.Spec().CPUs), Topology: sum.Topology})
 	}
-	jm.acc.Add(s)
+	recs := jm.acc.Add(s)
+	if m.cfg.Ship != nil {
+		m.cfg.Ship.Send(jm.id, s.Time, s.Seconds, recs)
+	}
 }
 
 // Digest evaluates a job's properties on this node, keeps the report, and (unless the

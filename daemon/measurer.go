@@ -42,6 +42,8 @@ type MeasureConfig struct {
 	StateDir string
 	// Digest configures properties and the digest.
 	Digest DigestConfig
+	// Ship, if set, sends each cycle's property records to the job's collector.
+	Ship *Shipper
 }
 
 // Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.
@@ -61,6 +63,7 @@ func RealWait(ctx context.Context, t time.Time) error {
 
 // jobMeter is one job's measurement on this node.
 type jobMeter struct {
+	id       uint32
 	meter    *measure.Meter
 	owned    string // persyst's own perf cgroup of the job ("" if none)
 	ended    bool
@@ -254,7 +257,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	defer m.mu.Unlock()
 	jm := m.jobs[j.JobID]
 	if jm == nil {
-		jm = &jobMeter{}
+		jm = &jobMeter{id: j.JobID}
 		m.jobs[j.JobID] = jm
 	}
 	if jm.owned == "" && m.usesOwned(j.Cgroups) {

@@ -172,13 +172,20 @@ func runDaemon(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var ship *daemon.Shipper
+	if conf.Collector != "" {
+		if ship, err = daemon.NewShipper(daemon.ShipConfig{Addr: conf.Collector, Node: *node}, log); err != nil {
+			return err
+		}
+		go ship.Run(ctx, *cycle)
+	}
 	return daemon.Run(ctx, daemon.Config{
 		Node:      *node,
 		Socket:    expand(*socket),
 		StateDir:  expand(*stateDir),
 		SlurmUser: *slurmUser,
 		Retention: *retention,
-		Measure: daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure, Digest: daemon.DigestConfig{
+		Measure: daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure, Ship: ship, Digest: daemon.DigestConfig{
 			Engine: engine, Facts: jm, Off: !conf.Digest,
 			Append: func(ctx context.Context, t digest.Target, text []byte) error {
 				return digest.Append(ctx, t, text, digest.AppendOptions{})

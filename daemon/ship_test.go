@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/collectors"
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/properties"
+)
+
+// runCollector serves a real collector at addr ("127.0.0.1:0" picks a port) until stop.
+func runCollector(t *testing.T, addr string, st *store.Store) (string, func()) {
+	t.Helper()
+	c, err := collectors.New(collectors.Config{Name: "c1", Store: st, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { collectors.Serve(ctx, ln, c); close(done) }()
+	return ln.Addr().String(), func() { cancel(); <-done }
+}
+
+func recs(ts time.Time, v float64) []properties.Record {
+	return []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: v}}
+}
+
+// TestShipperSurvivesADeadCollector: records reach the collector; while it is down,
+// sending never blocks and each job keeps only its newest cycle; when it is back, that
+// cycle arrives. At most one cycle is lost.
+func TestShipperSurvivesADeadCollector(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	addr, stop := runCollector(t, "127.0.0.1:0", st)
+	sh, err := NewShipper(ShipConfig{Addr: addr, Node: "node1", Timeout: 300 * time.Millisecond, Retries: 1}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go sh.Run(rctx, 100*time.Millisecond)
+
+	t0 := time.Unix(1_800_000_000, 0)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	stored := func() []int64 {
+		cs, _ := st.Cycles(ctx, 7, "cpu_user_pct")
+		var out []int64
+		for _, c := range cs {
+			out = append(out, c.Time.Unix())
+		}
+		return out
+	}
+	sh.Send(7, t0, 60, recs(t0, 50))
+	waitFor("the first cycle at the collector", func() bool { return len(stored()) == 1 })
+
+	stop() // the collector dies
+	start := time.Now()
+	for i := 1; i <= 3; i++ {
+		ts := t0.Add(time.Duration(i) * time.Minute)
+		sh.Send(7, ts, 60, recs(ts, float64(50+i)))
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("Send blocked for %v with the collector down", d)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if n := sh.Pending(); n != 1 {
+		t.Errorf("%d jobs pending, want 1 (the newest cycle of job 7)", n)
+	}
+	// The collector comes back at the same address.
+	_, stop2 := runCollector(t, addr, st)
+	defer stop2()
+	waitFor("the buffered cycle", func() bool { return len(stored()) == 2 })
+	got := stored()
+	if got[1] != t0.Add(3*time.Minute).Unix() {
+		t.Errorf("stored cycles %v: want the first and the newest (%d)", got, t0.Add(3*time.Minute).Unix())
+	}
+	if sh.Pending() != 0 {
+		t.Errorf("still pending after the collector came back")
+	}
+}
