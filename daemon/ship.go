@@ -14,9 +14,11 @@ import (
 	"github.com/persyst/persyst/properties"
 )
 
-// ShipConfig configures sending property records to a collector.
+// ShipConfig configures sending property records to collectors.
 type ShipConfig struct {
-	Addr    string        // collector address (host:port)
+	// Addr is the collector of jobs without a route from the frontend (host:port); ""
+	// keeps such jobs on the node.
+	Addr    string
 	Node    string        // this node's name in the records
 	Timeout time.Duration // deadline of one push (default 2 s)
 	// Retries bounds the attempts of one push (default 2).
@@ -29,18 +31,20 @@ type ShipConfig struct {
 // (at most one cycle of a job is lost); meanwhile the daemon aggregates the job itself,
 // as it always does for its digest.
 type Shipper struct {
-	cfg    ShipConfig
-	log    zerolog.Logger
-	conn   *grpc.ClientConn
-	client pb.CollectorClient
+	cfg ShipConfig
+	log zerolog.Logger
 
 	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn // collector address → connection
+	routes  map[uint32]string           // job → collector, from the frontend
+	routed  bool                        // the frontend has sent routes
 	pending map[uint32]*pb.CycleRecords // newest unsent cycle per job
+	dest    map[uint32]string           // where each pending cycle goes
 	wake    chan struct{}
-	down    bool
+	down    map[string]bool
 }
 
-// NewShipper prepares a connection to the collector (made lazily, on the first push).
+// NewShipper prepares sending; connections are made lazily, on the first push.
 func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
@@ -48,12 +52,53 @@ func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
 	if cfg.Retries <= 0 {
 		cfg.Retries = 2
 	}
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("collector %s: %w", cfg.Addr, err)
+	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{},
+		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
+}
+
+// SetRoutes takes this node's routes from the frontend: each job's collector. A job
+// without a route (a one-node job) stays on the node.
+func (s *Shipper) SetRoutes(rs *pb.Routes) {
+	routes := map[uint32]string{}
+	for _, r := range rs.Routes {
+		if a := r.NodeCollector[s.cfg.Node]; a != "" {
+			routes[r.JobId] = a
+		}
 	}
-	return &Shipper{cfg: cfg, log: log.With().Str("collector", cfg.Addr).Logger(), conn: conn,
-		client: pb.NewCollectorClient(conn), pending: map[uint32]*pb.CycleRecords{}, wake: make(chan struct{}, 1)}, nil
+	s.mu.Lock()
+	s.routes, s.routed = routes, true
+	s.mu.Unlock()
+}
+
+// Route returns where a job's records go ("" : nowhere, the node keeps them).
+func (s *Shipper) Route(job uint32) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routeLocked(job)
+}
+
+func (s *Shipper) routeLocked(job uint32) string {
+	if a, ok := s.routes[job]; ok {
+		return a
+	}
+	if s.routed {
+		return "" // the frontend balances: no route means local
+	}
+	return s.cfg.Addr
+}
+
+func (s *Shipper) client(addr string) (pb.CollectorClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.conns[addr]
+	if !ok {
+		var err error
+		if c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			return nil, fmt.Errorf("collector %s: %w", addr, err)
+		}
+		s.conns[addr] = c
+	}
+	return pb.NewCollectorClient(c), nil
 }
 
 // Send queues a job's records of one interval; a newer cycle of the same job replaces an
@@ -62,15 +107,20 @@ func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []propert
 	if len(recs) == 0 {
 		return
 	}
+	s.mu.Lock()
+	dest := s.routeLocked(job)
+	if dest == "" {
+		s.mu.Unlock()
+		return
+	}
 	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds}
 	for _, r := range recs {
 		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
 	}
-	s.mu.Lock()
 	if old := s.pending[job]; old != nil && old.Ts != in.Ts {
 		s.log.Debug().Uint32("job", job).Int64("ts", old.Ts).Msg("unsent cycle replaced by a newer one")
 	}
-	s.pending[job] = in
+	s.pending[job], s.dest[job] = in, dest
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -93,7 +143,13 @@ func (s *Shipper) Run(ctx context.Context, retry time.Duration) {
 	}
 	t := time.NewTicker(retry)
 	defer t.Stop()
-	defer s.conn.Close()
+	defer func() {
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,42 +161,59 @@ func (s *Shipper) Run(ctx context.Context, retry time.Duration) {
 	}
 }
 
-// flush tries to send every pending cycle once (with bounded retries each).
+// flush tries to send every pending cycle once (with bounded retries each); a collector
+// that does not answer is skipped for the rest of this round.
 func (s *Shipper) flush(ctx context.Context) {
+	type item struct {
+		in   *pb.CycleRecords
+		addr string
+	}
 	s.mu.Lock()
-	batch := make([]*pb.CycleRecords, 0, len(s.pending))
-	for _, in := range s.pending {
-		batch = append(batch, in)
+	batch := make([]item, 0, len(s.pending))
+	for job, in := range s.pending {
+		batch = append(batch, item{in, s.dest[job]})
 	}
 	s.mu.Unlock()
-	for _, in := range batch {
-		err := s.push(ctx, in)
+	failed := map[string]bool{}
+	for _, it := range batch {
+		if failed[it.addr] {
+			continue
+		}
+		err := s.push(ctx, it.addr, it.in)
 		s.mu.Lock()
 		if err == nil {
-			if cur := s.pending[in.JobId]; cur == in {
-				delete(s.pending, in.JobId)
+			if cur := s.pending[it.in.JobId]; cur == it.in {
+				delete(s.pending, it.in.JobId)
+				delete(s.dest, it.in.JobId)
 			}
-			if s.down {
-				s.log.Info().Msg("collector answers again")
-				s.down = false
+			if s.down[it.addr] {
+				s.log.Info().Str("collector", it.addr).Msg("collector answers again")
+				delete(s.down, it.addr)
 			}
-		} else if !s.down {
-			s.log.Warn().Err(err).Msg("collector does not answer: keeping each job's last cycle until it does")
-			s.down = true
+		} else {
+			failed[it.addr] = true
+			if !s.down[it.addr] {
+				s.log.Warn().Err(err).Str("collector", it.addr).Msg("collector does not answer: keeping each job's last cycle until it does or the job is rerouted")
+				s.down[it.addr] = true
+			}
+			// A reroute from the frontend sends the kept cycle to the new collector.
+			if d := s.routeLocked(it.in.JobId); d != "" && d != it.addr {
+				s.dest[it.in.JobId] = d
+			}
 		}
 		s.mu.Unlock()
-		if err != nil {
-			return // the collector is down: try the rest at the next retry
-		}
 	}
 }
 
-func (s *Shipper) push(ctx context.Context, in *pb.CycleRecords) error {
-	var err error
+func (s *Shipper) push(ctx context.Context, addr string, in *pb.CycleRecords) error {
+	cl, err := s.client(addr)
+	if err != nil {
+		return err
+	}
 	for i := 0; i < s.cfg.Retries; i++ {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		var ack *pb.Ack
-		ack, err = s.client.Push(pctx, in)
+		ack, err = cl.Push(pctx, in)
 		cancel()
 		if err == nil && !ack.Ok {
 			// The collector refused the data: retrying would not help.

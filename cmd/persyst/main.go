@@ -39,6 +39,7 @@ commands:
   run        run a command measured like a job: persyst run [--interval D] [--json] -- CMD
   report     a job's digest: persyst report [--json] [--node BATCHHOST] JOBID
   collector  a collector of the agent tree (gRPC): persyst collector --listen ADDR --db PATH
+  frontend   balances jobs over collectors and pushes routes: persyst frontend --collectors c1=ADDR,... --nodes HOSTLIST
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
   balance simulate
@@ -93,6 +94,8 @@ func main() {
 		err = runReport(ctx, args)
 	case "collector":
 		err = runCollector(ctx, args)
+	case "frontend":
+		err = runFrontend(ctx, args)
 	case "jobmap":
 		err = runJobmap(ctx, args)
 	case "balance":
@@ -141,6 +144,7 @@ func runDaemon(ctx context.Context, args []string) error {
 	cycle := fs.Duration("cycle", 0, "measurement cycle (default: CycleSeconds from persyst.conf, else 60s)")
 	confPath := fs.String("config", config.DefaultPath, "persyst.conf")
 	noMeasure := fs.Bool("no-measure", false, "record lifecycle events only; measure nothing")
+	grpcListen := fs.String("grpc-listen", "", "address of the gRPC service the frontend pushes routes to (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -173,11 +177,22 @@ func runDaemon(ctx context.Context, args []string) error {
 		return err
 	}
 	var ship *daemon.Shipper
-	if conf.Collector != "" {
+	if conf.Collector != "" || *grpcListen != "" {
 		if ship, err = daemon.NewShipper(daemon.ShipConfig{Addr: conf.Collector, Node: *node}, log); err != nil {
 			return err
 		}
 		go ship.Run(ctx, *cycle)
+	}
+	if *grpcListen != "" {
+		ln, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			return fmt.Errorf("--grpc-listen %s: %w", *grpcListen, err)
+		}
+		go func() {
+			if err := daemon.ServeNode(ctx, ln, &daemon.NodeServer{Node: *node, Ship: ship}); err != nil {
+				log.Error().Err(err).Msg("node gRPC service stopped")
+			}
+		}()
 	}
 	return daemon.Run(ctx, daemon.Config{
 		Node:      *node,
@@ -265,6 +280,56 @@ func runCollector(ctx context.Context, args []string) error {
 	}
 	log.Info().Str("listen", ln.Addr().String()).Str("db", *db).Msg("persyst collector ready")
 	return collectors.Serve(ctx, ln, c)
+}
+
+func runFrontend(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst frontend", flag.ContinueOnError)
+	cols := fs.String("collectors", "", "collectors: name=host:port,name=host:port")
+	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order")
+	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
+	cycle := fs.Duration("cycle", time.Minute, "balancing cycle")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	collectorsMap, err := collectors.ParseCollectors(*cols)
+	if err != nil {
+		return err
+	}
+	nodes, err := jobmap.ExpandHostlist(*nodeList)
+	if err != nil || len(nodes) == 0 {
+		return fmt.Errorf("--nodes %q: %v", *nodeList, err)
+	}
+	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	if err != nil {
+		return err
+	}
+	log := zerolog.New(os.Stderr).With().Timestamp().Str("role", "frontend").Logger()
+	jm, err := jobmap.FromConfig(conf, log)
+	if err != nil {
+		return err
+	}
+	f, err := collectors.NewFrontend(collectors.FrontendConfig{
+		Collectors: collectorsMap, Nodes: nodes, Log: log,
+		NodeAddr: func(n string) string { return strings.ReplaceAll(*nodeAddr, "%n", n) },
+		Jobs: func(ctx context.Context) ([]balance.Job, error) {
+			running, err := jm.Running(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]balance.Job, 0, len(running))
+			for _, j := range running {
+				out = append(out, balance.Job{ID: strconv.FormatUint(uint64(j.JobID), 10), Nodes: j.Nodes})
+			}
+			return out, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	log.Info().Int("nodes", len(nodes)).Int("collectors", len(collectorsMap)).Msg("persyst frontend running")
+	return f.Run(ctx, *cycle)
 }
 
 func runReport(ctx context.Context, args []string) error {

@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc"
+
+	"github.com/persyst/persyst/collectors/pb"
+)
+
+// NodeServer is the node daemon's side of the agent tree: the frontend pushes it the
+// routes of this node's jobs (which collector each job's records go to), and pings it.
+// It has no authentication yet: bind it to the cluster's management network only (mTLS
+// is part of the collector-tree issue).
+type NodeServer struct {
+	pb.UnimplementedNodeServer
+	Node string
+	Ship *Shipper
+}
+
+// SetRoutes takes the routes of the next cycle.
+func (n *NodeServer) SetRoutes(ctx context.Context, rs *pb.Routes) (*pb.Ack, error) {
+	if n.Ship == nil {
+		return &pb.Ack{Error: "this daemon does not send records"}, nil
+	}
+	n.Ship.SetRoutes(rs)
+	return &pb.Ack{Ok: true}, nil
+}
+
+// Ping answers a heartbeat.
+func (n *NodeServer) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
+	return &pb.Heartbeat{Name: n.Node, Role: "node", Ts: in.Ts}, nil
+}
+
+// ServeNode runs the node's gRPC server on ln until ctx is done.
+func ServeNode(ctx context.Context, ln net.Listener, n *NodeServer) error {
+	srv := grpc.NewServer()
+	pb.RegisterNodeServer(srv, n)
+	stop := context.AfterFunc(ctx, srv.GracefulStop)
+	defer stop()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("node server: %w", err)
+	}
+	return nil
+}
