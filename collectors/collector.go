@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -27,6 +29,9 @@ type Config struct {
 	Keep int
 	Log  zerolog.Logger
 	Now  func() time.Time
+	// Engine, if set, makes job-wide property results and the job's digest report
+	// from everything the collector received of a job (JobSummary.report_json).
+	Engine *properties.Engine
 }
 
 // Collector receives a job's property records from the node daemons its routes point at
@@ -40,6 +45,7 @@ type Collector struct {
 
 	mu     sync.Mutex
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
+	views  map[uint32]*jobView         // job → the whole job as received
 	nodes  map[string]bool             // nodes heard from in the current cycle
 }
 
@@ -61,7 +67,7 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Collector{cfg: cfg, cycles: map[uint32]map[int64]*cycle{}, nodes: map[string]bool{}}, nil
+	return &Collector{cfg: cfg, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, nodes: map[string]bool{}}, nil
 }
 
 // Push takes one node's records of one cycle of a job.
@@ -88,6 +94,14 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 		c.trim(jc)
 	}
 	cy.byNode[in.Node] = recs // a repeated push from a node replaces its records
+	if c.cfg.Engine != nil {
+		v := c.views[in.JobId]
+		if v == nil {
+			v = newJobView()
+			c.views[in.JobId] = v
+		}
+		v.add(in)
+	}
 	var all []properties.Record
 	for _, rs := range cy.byNode {
 		all = append(all, rs...)
@@ -173,6 +187,23 @@ func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
 	for _, t := range order {
 		out.Cycles = append(out.Cycles, byTS[t])
+	}
+	if c.cfg.Engine != nil {
+		c.mu.Lock()
+		v := c.views[in.JobId]
+		var rep *digest.Report
+		if v != nil {
+			r := v.report(in.JobId, c.cfg.Engine)
+			rep = &r
+		}
+		c.mu.Unlock()
+		if rep != nil {
+			b, err := json.Marshal(rep)
+			if err != nil {
+				return nil, err
+			}
+			out.ReportJson, out.Nodes = b, rep.Nodes
+		}
 	}
 	return out, nil
 }

@@ -2,6 +2,8 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"math/rand"
 	"net"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
 
@@ -119,5 +123,67 @@ func TestCollectorRejectsBadPushes(t *testing.T) {
 		if err != nil || ack.Ok || ack.Error == "" {
 			t.Errorf("%s: ack %v err %v, want a refusal naming the field", name, ack, err)
 		}
+	}
+}
+
+// TestJobWideReport: a collector holding both nodes of a job makes the job-wide results:
+// deciles over both nodes' records, shares of the whole job, and the imbalance between
+// the nodes (one busy, one idle), which no single node can see.
+func TestJobWideReport(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := properties.Load(properties.Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := New(Config{Name: "c1", Store: st, Engine: eng, Log: zerolog.Nop()})
+	for i := int64(0); i < 6; i++ {
+		ts := 1_800_000_000 + 60*i
+		for _, n := range []struct {
+			node string
+			user float64
+			wsz  float64
+		}{{"node1", 95, 4096}, {"node2", 8, 64}} {
+			in := &pb.CycleRecords{JobId: 9, Node: n.node, Ts: ts, Seconds: 60, Records: []*pb.Record{
+				{Key: "cpu_user_pct", Device: "node", Value: n.user, Severity: max(0, 1-n.user/80)},
+				{Key: "io_write_request_size", Device: "node", Value: n.wsz, Severity: 1 - n.wsz/(256<<10)},
+			}}
+			if ack, err := c.Push(ctx, in); err != nil || !ack.Ok {
+				t.Fatalf("push: %v %v", err, ack)
+			}
+			// A retried push is counted once.
+			c.Push(ctx, in)
+		}
+	}
+	sum, err := c.Summary(ctx, &pb.JobSummaryRequest{JobId: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep digest.Report
+	if err := json.Unmarshal(sum.ReportJson, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(rep.Nodes, []string{"node1", "node2"}) || rep.Samples != 6 {
+		t.Errorf("report covers %v with %d samples", rep.Nodes, rep.Samples)
+	}
+	got := map[string]properties.Result{}
+	for _, r := range rep.Properties {
+		got[r.Key] = r
+	}
+	inter := got["inter_node_imbalance"]
+	if !inter.Assessed || !inter.Finding || math.Abs(inter.Median()-0.87) > 1e-9 {
+		t.Errorf("inter_node_imbalance: %+v", inter)
+	}
+	w := got["io_write_request_size"]
+	if w.Count != 12 || w.Deciles[0] != 64 || w.Deciles[10] != 4096 || math.Abs(w.TimeShare-1) > 1e-9 {
+		t.Errorf("io_write_request_size over both nodes: count %d deciles %v share %v", w.Count, w.Deciles, w.TimeShare)
+	}
+	// One node idle the whole job: the imbalance between nodes leads.
+	if len(rep.Findings) != 2 || rep.Findings[0].Key != "inter_node_imbalance" || rep.Findings[1].Key != "io_write_request_size" {
+		t.Errorf("findings %v", rep.Findings)
 	}
 }

@@ -551,31 +551,79 @@ func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Re
 		case x.records == 0:
 			r.NotAssessed = NothingToAssess
 		default:
-			r.Assessed = true
-			qs, err := quantile.Summarize(x.values, 10)
-			if err == nil {
-				r.Deciles = qs.Quantiles
-				r.Count = qs.Count
-			}
 			base := x.weight
 			if p.Domain != Job && a.devSeconds[p.Domain] > base {
 				base = a.devSeconds[p.Domain]
 			}
-			r.TimeShare = x.severeWeight / base
-			r.MeanSeverity = x.sevSum / base
-			r.MaxSeverity = x.sevMax
-			r.Score = r.MeanSeverity * p.Rank
-			if p.Finding && p.Severity != None && r.TimeShare >= a.e.cfg.MinShare && r.MeanSeverity >= a.e.cfg.MinScore {
-				r.Finding = true
-				if p.LongOnly && short {
-					r.Finding = false
-					r.Suppressed = fmt.Sprintf("not robust for a job shorter than %s", fmtSeconds(a.e.cfg.MinSeconds))
-				}
-			}
+			a.e.assess(&r, p, Aggregate{Values: x.values, SevereSeconds: x.severeWeight, SeveritySeconds: x.sevSum,
+				MaxSeverity: x.sevMax, BaseSeconds: base}, short)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// Aggregate is a property's records of a job merged from wherever they were evaluated
+// (one node's Accumulator, or a collector holding the job's nodes).
+type Aggregate struct {
+	Values          []float64 // every record's value
+	SevereSeconds   float64   // Σ interval of records with severity > 0
+	SeveritySeconds float64   // Σ severity × interval
+	MaxSeverity     float64
+	// BaseSeconds is the job's device-time in the property's domain: the base of the
+	// time share and the mean severity.
+	BaseSeconds float64
+}
+
+// assess fills an assessed Result from an aggregate and decides whether it is a finding.
+func (e *Engine) assess(r *Result, p *Property, agg Aggregate, short bool) {
+	r.Assessed = true
+	if qs, err := quantile.Summarize(agg.Values, 10); err == nil {
+		r.Deciles, r.Count = qs.Quantiles, qs.Count
+	}
+	if agg.BaseSeconds > 0 {
+		r.TimeShare = agg.SevereSeconds / agg.BaseSeconds
+		r.MeanSeverity = agg.SeveritySeconds / agg.BaseSeconds
+	}
+	r.MaxSeverity = agg.MaxSeverity
+	r.Score = r.MeanSeverity * p.Rank
+	if p.Finding && p.Severity != None && r.TimeShare >= e.cfg.MinShare && r.MeanSeverity >= e.cfg.MinScore {
+		r.Finding = true
+		if p.LongOnly && short {
+			r.Finding = false
+			r.Suppressed = fmt.Sprintf("not robust for a job shorter than %s", fmtSeconds(e.cfg.MinSeconds))
+		}
+	}
+}
+
+// ResultOf makes the Result of the property with key from an aggregate of the job's
+// records (a collector's view of a multi-node job). ok is false for an unknown key.
+func (e *Engine) ResultOf(key string, agg Aggregate, short bool) (Result, bool) {
+	p, ok := e.cfg.Catalog.Get(key)
+	if !ok {
+		return Result{}, false
+	}
+	r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation}
+	if t, ok := e.thresholds[p]; ok {
+		r.Threshold = &t
+	}
+	e.assess(&r, p, agg, short)
+	return r, true
+}
+
+// SeverityOf computes the severity of a value of the property with key (for values
+// computed across nodes, like the spread between them). ok is false without a threshold.
+func (e *Engine) SeverityOf(key string, v float64) (float64, bool) {
+	p, ok := e.cfg.Catalog.Get(key)
+	if !ok {
+		return 0, false
+	}
+	t, ok := e.thresholds[p]
+	if !ok {
+		return 0, false
+	}
+	s, err := p.Severity.Severity(v, t, p.Exponent)
+	return s, err == nil
 }
 
 // finishJob evaluates the job-domain properties on the job's summary and samples.
