@@ -102,8 +102,12 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	acc.SetMemRequested(info.MemRequestedBytes)
 	results := acc.Finish(samples, sum)
 	m.mu.Unlock()
-	rep := digest.Build(digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: info.NCPUs},
-		results, sum, m.dig.Engine.MinSeconds())
+	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: info.NCPUs}
+	if wide := m.jobWide(ctx, j); wide != nil {
+		results = MergeResults(results, wide.Properties)
+		df.Nodes = wide.Nodes
+	}
+	rep := digest.Build(df, results, sum, m.dig.Engine.MinSeconds())
 	m.mu.Lock()
 	jm.report = &rep
 	m.mu.Unlock()
@@ -180,4 +184,56 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	return &r, nil
+}
+
+// jobWide fetches a multi-node job's job-wide results from the agent holding the whole
+// job, after sending this node's last cycle there; nil when there is none or it does not
+// answer within a second and a half (the digest then covers this node).
+func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
+	sh := m.cfg.Ship
+	if sh == nil || j.NNodes < 2 {
+		return nil
+	}
+	addr := sh.Aggregation(j.JobID)
+	if addr == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if err := sh.FlushJob(ctx, j.JobID); err != nil {
+		m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("last cycle not sent before the digest")
+	}
+	wide, err := sh.Fetch(ctx, addr, j.JobID)
+	if err != nil || len(wide.Nodes) < 2 {
+		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
+		return nil
+	}
+	return wide
+}
+
+// MergeResults takes the job-wide results where the collector has them (all nodes'
+// records) and this node's for the rest (properties the collector never received:
+// job-domain ones computed here, and those not assessed with their reasons).
+func MergeResults(local, wide []properties.Result) []properties.Result {
+	byKey := map[string]properties.Result{}
+	for _, r := range wide {
+		if r.Assessed {
+			byKey[r.Key] = r
+		}
+	}
+	out := make([]properties.Result, 0, len(local)+1)
+	seen := map[string]bool{}
+	for _, r := range local {
+		if w, ok := byKey[r.Key]; ok && r.Domain != properties.Job {
+			r = w
+		}
+		seen[r.Key] = true
+		out = append(out, r)
+	}
+	for _, r := range wide {
+		if !seen[r.Key] && r.Assessed {
+			out = append(out, r) // inter_node_imbalance: only the collector can assess it
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -37,6 +39,7 @@ type Shipper struct {
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn // collector address → connection
 	routes  map[uint32]string           // job → collector, from the frontend
+	aggs    map[uint32]string           // job → its aggregation point
 	routed  bool                        // the frontend has sent routes
 	pending map[uint32]*pb.CycleRecords // newest unsent cycle per job
 	dest    map[uint32]string           // where each pending cycle goes
@@ -52,21 +55,24 @@ func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
 	if cfg.Retries <= 0 {
 		cfg.Retries = 2
 	}
-	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{},
+	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{},
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
 }
 
 // SetRoutes takes this node's routes from the frontend: each job's collector. A job
 // without a route (a one-node job) stays on the node.
 func (s *Shipper) SetRoutes(rs *pb.Routes) {
-	routes := map[uint32]string{}
+	routes, aggs := map[uint32]string{}, map[uint32]string{}
 	for _, r := range rs.Routes {
 		if a := r.NodeCollector[s.cfg.Node]; a != "" {
 			routes[r.JobId] = a
 		}
+		if r.AggregationPoint != "" {
+			aggs[r.JobId] = r.AggregationPoint
+		}
 	}
 	s.mu.Lock()
-	s.routes, s.routed = routes, true
+	s.routes, s.aggs, s.routed = routes, aggs, true
 	s.mu.Unlock()
 }
 
@@ -225,4 +231,58 @@ func (s *Shipper) push(ctx context.Context, addr string, in *pb.CycleRecords) er
 		}
 	}
 	return err
+}
+
+// Aggregation returns the agent holding the whole job: the frontend's aggregation point,
+// else the collector all nodes send to ("" : none known).
+func (s *Shipper) Aggregation(job uint32) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.aggs[job]; a != "" {
+		return a
+	}
+	if !s.routed {
+		return s.cfg.Addr
+	}
+	return ""
+}
+
+// FlushJob sends a job's pending cycle now (before its digest is made).
+func (s *Shipper) FlushJob(ctx context.Context, job uint32) error {
+	s.mu.Lock()
+	in, addr := s.pending[job], s.dest[job]
+	s.mu.Unlock()
+	if in == nil {
+		return nil
+	}
+	if err := s.push(ctx, addr, in); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.pending[job] == in {
+		delete(s.pending, job)
+		delete(s.dest, job)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Fetch asks the agent at addr for the job's job-wide report.
+func (s *Shipper) Fetch(ctx context.Context, addr string, job uint32) (*digest.Report, error) {
+	cl, err := s.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := cl.Summary(ctx, &pb.JobSummaryRequest{JobId: job})
+	if err != nil {
+		return nil, fmt.Errorf("job summary from %s: %w", addr, err)
+	}
+	if len(sum.ReportJson) == 0 {
+		return nil, fmt.Errorf("job summary from %s: no report for job %d", addr, job)
+	}
+	var r digest.Report
+	if err := json.Unmarshal(sum.ReportJson, &r); err != nil {
+		return nil, fmt.Errorf("job summary from %s: %w", addr, err)
+	}
+	return &r, nil
 }

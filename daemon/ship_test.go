@@ -99,3 +99,68 @@ func TestShipperSurvivesADeadCollector(t *testing.T) {
 		t.Errorf("still pending after the collector came back")
 	}
 }
+
+// TestJobWideFetch: two nodes' shippers send a 2-node job's records to a collector with
+// an engine; the batch host fetches the job-wide report (both nodes, the imbalance
+// between them) and merges it over its own results.
+func TestJobWideFetch(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := collectors.New(collectors.Config{Name: "c1", Store: st, Engine: eng, Log: zerolog.Nop()})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { collectors.Serve(cctx, ln, c); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	ships := map[string]*Shipper{}
+	for _, n := range []string{"node1", "node2"} {
+		ships[n], _ = NewShipper(ShipConfig{Addr: ln.Addr().String(), Node: n}, zerolog.Nop())
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := 0; i < 5; i++ {
+		ts := t0.Add(time.Duration(i) * time.Minute)
+		for n, user := range map[string]float64{"node1": 97, "node2": 5} {
+			ships[n].Send(5, ts, 60, []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: user, Severity: max(0, 1-user/80)}})
+			if err := ships[n].FlushJob(ctx, 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if a := ships["node1"].Aggregation(5); a != ln.Addr().String() {
+		t.Fatalf("aggregation point %q", a)
+	}
+	wide, err := ships["node1"].Fetch(ctx, ln.Addr().String(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wide.Nodes) != 2 {
+		t.Fatalf("job-wide report covers %v", wide.Nodes)
+	}
+	local := []properties.Result{
+		{Key: "cpu_user_pct", Assessed: true, Count: 5},
+		{Key: "cpi", NotAssessed: "instructions: not available"},
+	}
+	merged := MergeResults(local, wide.Properties)
+	keys := map[string]properties.Result{}
+	for _, r := range merged {
+		keys[r.Key] = r
+	}
+	if keys["cpu_user_pct"].Count != 10 {
+		t.Errorf("cpu_user_pct after the merge counts %d records, want 10 (both nodes)", keys["cpu_user_pct"].Count)
+	}
+	if keys["cpi"].NotAssessed == "" {
+		t.Errorf("the local not-assessed reason was lost")
+	}
+	if r, ok := keys["inter_node_imbalance"]; !ok || !r.Finding {
+		t.Errorf("inter_node_imbalance after the merge: %+v", r)
+	}
+}

@@ -261,6 +261,7 @@ func runCollector(ctx context.Context, args []string) error {
 	db := fs.String("db", "/var/lib/persyst/collector.db", "SQLite database of results")
 	name := fs.String("name", shortHostname(), "this collector's name")
 	q := fs.Int("quantiles", 10, "quantile steps per property and cycle (10: deciles)")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (thresholds, strategy)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -270,7 +271,18 @@ func runCollector(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	c, err := collectors.New(collectors.Config{Name: *name, Store: st, Q: *q, Log: log})
+	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	if err != nil {
+		return err
+	}
+	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
+		return err
+	}
+	engine, err := properties.Load(propertySettings(conf))
+	if err != nil {
+		return err
+	}
+	c, err := collectors.New(collectors.Config{Name: *name, Store: st, Q: *q, Log: log, Engine: engine})
 	if err != nil {
 		return err
 	}
