@@ -192,10 +192,12 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
 	sh := m.cfg.Ship
 	if sh == nil || j.NNodes < 2 {
+		m.log.Debug().Uint32("job", j.JobID).Bool("shipper", sh != nil).Uint32("nnodes", j.NNodes).Msg("no job-wide results to fetch")
 		return nil
 	}
 	addr := sh.Aggregation(j.JobID)
 	if addr == "" {
+		m.log.Info().Uint32("job", j.JobID).Msg("no aggregation point known for the job: the digest covers this node")
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
@@ -208,6 +210,7 @@ func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
 		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
 		return nil
 	}
+	m.log.Info().Uint32("job", j.JobID).Strs("nodes", wide.Nodes).Str("from", addr).Msg("job-wide results fetched")
 	return wide
 }
 
@@ -224,7 +227,9 @@ func MergeResults(local, wide []properties.Result) []properties.Result {
 	out := make([]properties.Result, 0, len(local)+1)
 	seen := map[string]bool{}
 	for _, r := range local {
-		if w, ok := byKey[r.Key]; ok && r.Domain != properties.Job {
+		// Job-domain properties computed here (memory trends, the memory request) stay
+		// local unless this node could not assess them (the imbalance between nodes).
+		if w, ok := byKey[r.Key]; ok && (r.Domain != properties.Job || !r.Assessed) {
 			r = w
 		}
 		seen[r.Key] = true

@@ -404,6 +404,9 @@ func (m *Measurer) End(id uint32) {
 		m.mu.Unlock()
 		m.log.Info().Uint32("job", id).Int("samples", s.Samples).Float64("seconds", s.Seconds).Msg("job measured")
 	}
+	if m.cfg.Ship != nil {
+		m.cfg.Ship.Forget(id)
+	}
 	if jm.owned != "" {
 		if err := m.fs.Remove(m.mount.Path, jm.owned, 2*time.Second); err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("persyst cgroup not removed")

@@ -293,7 +293,9 @@ func (r *Registry) merge(j *Job, e *wire.Event) {
 	set32(&j.GID, e.GID)
 	set32(&j.ArrayJobID, e.ArrayJobID)
 	set32(&j.ArrayTaskID, e.ArrayTaskID)
-	set32(&j.NNodes, e.NNodes)
+	// The batch step reports itself as one node: a job's node count is the largest any
+	// of its events reports.
+	j.NNodes = max(j.NNodes, e.NNodes)
 	set32(&j.NCPUs, e.NCPUs)
 	if e.NNodes != 0 {
 		j.NodeID = e.NodeID

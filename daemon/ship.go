@@ -72,6 +72,13 @@ func (s *Shipper) SetRoutes(rs *pb.Routes) {
 		}
 	}
 	s.mu.Lock()
+	// A job that left the routes (it ended in Slurm's view) keeps its aggregation point
+	// until its end on this node (Forget): the digest fetches from there.
+	for job, a := range s.aggs {
+		if _, ok := aggs[job]; !ok {
+			aggs[job] = a
+		}
+	}
 	s.routes, s.aggs, s.routed = routes, aggs, true
 	s.mu.Unlock()
 }
@@ -285,4 +292,11 @@ func (s *Shipper) Fetch(ctx context.Context, addr string, job uint32) (*digest.R
 		return nil, fmt.Errorf("job summary from %s: %w", addr, err)
 	}
 	return &r, nil
+}
+
+// Forget drops what the shipper remembers of an ended job.
+func (s *Shipper) Forget(job uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.aggs, job)
 }

@@ -40,6 +40,11 @@ PLUGIN=${PLUGIN:-1}
 DAEMONS=${DAEMONS:-1}
 # Measurement cycle of the node daemons (production default: 60s).
 CYCLE=${PERSYST_CYCLE:-1s}
+# The agent tree: PERSYST_COLLECTORS collectors and a frontend, each in its own network
+# namespace (0: none; the daemons keep every job on the node). PERSYST_LMAX is the
+# frontend's l_max in nodes (0: a collector's own nodes).
+COLLECTORS=${PERSYST_COLLECTORS:-0}
+LMAX=${PERSYST_LMAX:-0}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
 
 log() { echo "cluster: $*" >&2; }
@@ -115,6 +120,10 @@ down() {
 		pids=$(ip netns pids "$ns" 2>/dev/null || true)
 		for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
 		ip netns del "$ns" 2>/dev/null || true
+	done
+	kill_pidfile "$DIR/run/frontend.pid"
+	for f in "$DIR"/run/collector-*.pid; do
+		[ -e "$f" ] && kill_pidfile "$f"
 	done
 	kill_pidfile "$DIR/run/slurmrestd.pid"
 	kill_pidfile "$DIR/run/slurmrestd-jwt.pid"
@@ -230,14 +239,58 @@ setup_network() {
 	ip addr add "$NET.1/24" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
 	for k in $(seq 1 "$n"); do
-		local ns="${NSPREFIX}node$k" veth="ps-node$k"
-		ip netns add "$ns"
-		ip link add "$veth" type veth peer name eth0 netns "$ns"
-		ip link set "$veth" master "$BRIDGE" up
-		ip -n "$ns" addr add "$NET.$((10 + k))/24" dev eth0
-		ip -n "$ns" link set eth0 up
-		ip -n "$ns" link set lo up
+		add_ns "${NSPREFIX}node$k" "ps-node$k" "$NET.$((10 + k))"
 	done
+	for k in $(seq 1 "$COLLECTORS"); do
+		add_ns "${NSPREFIX}col$k" "ps-col$k" "$NET.$((100 + k))"
+	done
+	if [ "$COLLECTORS" -gt 0 ]; then
+		add_ns "${NSPREFIX}front" "ps-front" "$NET.99"
+	fi
+}
+
+# add_ns NS VETH ADDR: a network namespace on the bridge with address ADDR.
+add_ns() {
+	local ns=$1 veth=$2 addr=$3
+	ip netns add "$ns"
+	ip link add "$veth" type veth peer name eth0 netns "$ns"
+	ip link set "$veth" master "$BRIDGE" up
+	ip -n "$ns" addr add "$addr/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" link set lo up
+}
+
+# collector_start colK: start collector K in its namespace and wait until it listens.
+collector_start() {
+	local c=$1 k=${1#col}
+	local ns="/run/netns/${NSPREFIX}$c" addr="$NET.$((100 + k)):16830"
+	[ -e "$ns" ] || die "no namespace for $c (is the cluster up with PERSYST_COLLECTORS?)"
+	kill_pidfile "$DIR/run/collector-$c.pid"
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/collector-$c.pid" "persyst collector" "$DIR/log/collector-$c.log" \
+		nsenter --net="$ns" "$BIN" collector --listen "$addr" --db "$DIR/run/$c.db" --name "$c" \
+		--config "$DIR/etc/persyst.conf"
+	for _ in $(seq 1 50); do
+		nsenter --net="$ns" ss -Hltn "sport = :16830" | grep -q . && return 0
+		sleep 0.1
+	done
+	die "collector $c did not start; see $DIR/log/collector-$c.log"
+}
+
+# tree_start N: the collectors and the frontend, for N nodes.
+tree_start() {
+	local n=$1 k cols="" addrs=""
+	for k in $(seq 1 "$COLLECTORS"); do
+		collector_start "col$k"
+		cols="${cols:+$cols,}col$k=$NET.$((100 + k)):16830"
+	done
+	for k in $(seq 1 "$n"); do
+		addrs="${addrs:+$addrs,}node$k=$NET.$((10 + k)):16831"
+	done
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/frontend.pid" "persyst frontend" "$DIR/log/frontend.log" \
+		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend --collectors "$cols" \
+		--nodes "node[1-$n]" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" \
+		--config "$DIR/etc/persyst.conf"
+	echo "$cols" >"$DIR/run/collectors"
 }
 
 # start_bg PIDFILE MATCH CMD...: start CMD in the background in its own session, record its
@@ -256,9 +309,17 @@ daemon_start() {
 	[ -x "$BIN" ] || die "$BIN not built (run make)"
 	[ -e "$ns" ] || die "no namespace for $node (is the cluster up?)"
 	kill_pidfile "$DIR/run/persyst-$node.pid"
-	start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
+	local grpc="" cols=$COLLECTORS
+	# A daemon restarted later (daemon-start) keeps the tree the cluster was started with.
+	[ -f "$DIR/run/tree" ] && cols=$(cat "$DIR/run/tree")
+	if [ "$cols" -gt 0 ]; then
+		grpc="--grpc-listen $NET.$((10 + ${node#node})):16831"
+	fi
+	# The daemon asks Slurm's commands for job facts: they need this cluster's slurm.conf
+	# however this script was called.
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
 		nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" --config "$DIR/etc/persyst.conf" \
-		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node"
+		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node" $grpc
 	for _ in $(seq 1 50); do
 		"$BIN" jobs --socket "$DIR/run/$node/persyst.sock" --timeout 1s >/dev/null 2>&1 && return 0
 		sleep 0.1
@@ -303,6 +364,7 @@ up() {
 	# run (the munge key is kept).
 	rm -rf "$DIR"/{etc,log,run,state,spool,restd}
 	write_configs "$n"
+	echo "$COLLECTORS" >"$DIR/run/tree"
 	if ! id "$JOB_USER" >/dev/null 2>&1; then
 		useradd --no-create-home --shell /bin/sh --user-group "$JOB_USER"
 	fi
@@ -343,6 +405,9 @@ up() {
 			sh "$DIR/run/$node" "$DIR/run/local" "$ns" "$node" "$SLURM_CONF"
 	done
 
+	if [ "$COLLECTORS" -gt 0 ]; then
+		tree_start "$n"
+	fi
 	if [ "$RESTD" = 1 ]; then
 		restd_start
 	fi
@@ -354,6 +419,7 @@ up() {
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
 		echo "export PERSYST_JOB_USER=$JOB_USER"
+		[ "$COLLECTORS" -gt 0 ] && echo "export PERSYST_COLLECTOR_ADDRS=$(cat "$DIR/run/collectors")"
 		echo "export PERSYST_SOCKET=$DIR/run/%n/persyst.sock"
 		if [ "$RESTD" = 1 ]; then
 			echo "export PERSYST_SLURMRESTD=unix:$DIR/restd/slurmrestd.sock"
@@ -389,5 +455,7 @@ down) down; log "down" ;;
 status) status ;;
 daemon-stop) [ -n "${2:-}" ] || die "usage: $0 daemon-stop NODE"; kill_pidfile "$DIR/run/persyst-$2.pid" ;;
 daemon-start) [ -n "${2:-}" ] || die "usage: $0 daemon-start NODE"; daemon_start "$2" ;;
-*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE" ;;
+collector-stop) [ -n "${2:-}" ] || die "usage: $0 collector-stop colK"; kill_pidfile "$DIR/run/collector-$2.pid" ;;
+collector-start) [ -n "${2:-}" ] || die "usage: $0 collector-start colK"; collector_start "$2" ;;
+*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE | collector-stop colK | collector-start colK" ;;
 esac

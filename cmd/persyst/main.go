@@ -299,6 +299,8 @@ func runFrontend(ctx context.Context, args []string) error {
 	cols := fs.String("collectors", "", "collectors: name=host:port,name=host:port")
 	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order")
 	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
+	nodeAddrs := fs.String("node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
+	lmax := fs.Int("lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
 	cycle := fs.Duration("cycle", time.Minute, "balancing cycle")
 	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source)")
 	if err := fs.Parse(args); err != nil {
@@ -321,9 +323,20 @@ func runFrontend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	explicit := map[string]string{}
+	if *nodeAddrs != "" {
+		if explicit, err = collectors.ParseCollectors(*nodeAddrs); err != nil {
+			return fmt.Errorf("--node-addrs: %w", err)
+		}
+	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
-		Collectors: collectorsMap, Nodes: nodes, Log: log,
-		NodeAddr: func(n string) string { return strings.ReplaceAll(*nodeAddr, "%n", n) },
+		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax},
+		NodeAddr: func(n string) string {
+			if a, ok := explicit[n]; ok {
+				return a
+			}
+			return strings.ReplaceAll(*nodeAddr, "%n", n)
+		},
 		Jobs: func(ctx context.Context) ([]balance.Job, error) {
 			running, err := jm.Running(ctx)
 			if err != nil {

@@ -1,0 +1,130 @@
+package integration
+
+// The agent tree on the test cluster: 4 nodes, 2 collectors and a frontend, each in its
+// own network namespace. The frontend balances the jobs it reads from Slurm and pushes
+// routes; node daemons send their jobs' records to the routed collector; at a multi-node
+// job's end the batch host fetches the job-wide results and its digest covers all nodes.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+)
+
+func TestTree(t *testing.T) {
+	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=4")
+	_, load := binaries(t)
+	out := func(id uint32) string {
+		b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("tree-%d.out", id)))
+		return string(b)
+	}
+	submit := func(args ...string) uint32 {
+		return c.sbatch(t, nil, append([]string{"-o", filepath.Join(c.work, "tree-%j.out")}, args...)...)
+	}
+	// Node 4 of a 4-node job idles while the others spin: only the job-wide view shows it.
+	imbalanced := "#!/bin/sh\nsrun -N4 -n4 sh -c 'if [ \"$SLURM_NODEID\" = 3 ]; then sleep 5; else " + load + " spin -seconds 5; fi'\n"
+
+	t.Run("4-node job: digest covers all nodes, imbalance between nodes", func(t *testing.T) {
+		id := submit("-N4", "--wrap", imbalanced)
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", id, st)
+		}
+		text := out(id)
+		if !strings.Contains(text, "on 4 nodes") {
+			t.Errorf("the digest does not cover the 4 nodes:\n%s", text)
+		}
+		if !strings.Contains(text, "1. Load imbalance between nodes") {
+			t.Errorf("no inter-node imbalance finding first:\n%s", text)
+		}
+	})
+
+	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {
+		ids := []uint32{
+			submit("-N4", "--wrap", "srun -N4 "+load+" spin -seconds 3"),
+			submit("-N2", "--wrap", "srun -N2 "+load+" spin -seconds 3"),
+			submit("-N2", "--wrap", "srun -N2 "+load+" spin -seconds 3"),
+			submit("-N1", "--wrap", load+" spin -seconds 2"),
+			submit("-N1", "--wrap", load+" spin -seconds 2"),
+		}
+		for _, id := range ids {
+			if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+		}
+		front := c.readLog(t, "frontend")
+		if !strings.Contains(front, `"routes pushed"`) || strings.Contains(front, "unreached_") {
+			t.Errorf("the frontend did not push routes to every node:\n%s", tail(front, 5))
+		}
+		// Multi-node jobs' digests cover their nodes; one-node jobs stay local.
+		for i, id := range ids {
+			want := []string{"on 4 nodes", "on 2 nodes", "on 2 nodes"}
+			text := out(id)
+			if i < 3 && !strings.Contains(text, want[i]) && !strings.Contains(text, "no issues found") {
+				t.Errorf("job %d digest:\n%s", id, text)
+			}
+			if i < 3 {
+				rep := c.jobReport(t, id)
+				if len(rep.Nodes) != []int{4, 2, 2}[i] {
+					t.Errorf("job %d report covers %v", id, rep.Nodes)
+				}
+			}
+		}
+	})
+
+	t.Run("a collector dies mid-job: the digest still appears", func(t *testing.T) {
+		id := submit("-N4", "--wrap", imbalanced)
+		// Wait until the job runs and the collectors have its cycles.
+		deadline := time.Now().Add(time.Minute)
+		for c.jobInfo(t, id)["JobState"] != "RUNNING" {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d does not start", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		c.harness(t, "collector-stop", "col1")
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", id, st)
+		}
+		text := out(id)
+		if !strings.Contains(text, "persyst: job "+strconv.FormatUint(uint64(id), 10)) {
+			t.Fatalf("no digest after a collector died:\n%s", text)
+		}
+		if !strings.Contains(text, "on 4 nodes") {
+			t.Errorf("after the reroute the digest does not cover the 4 nodes:\n%s", text)
+		}
+		front := c.readLog(t, "frontend")
+		if !strings.Contains(front, `"collectors":["col2"]`) {
+			t.Errorf("the frontend did not leave col1 out:\n%s", tail(front, 5))
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// jobReport asks the job's batch host for its whole report.
+func (c *cluster) jobReport(t *testing.T, id uint32) *digest.Report {
+	t.Helper()
+	node := c.jobInfo(t, id)["BatchHost"]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := daemon.JobReport(ctx, c.socket(node), id)
+	if err != nil {
+		t.Fatalf("report of job %d: %v", id, err)
+	}
+	return r
+}
