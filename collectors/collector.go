@@ -203,6 +203,10 @@ func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 				return nil, err
 			}
 			out.ReportJson, out.Nodes = b, rep.Nodes
+			// Kept for `persyst report --db`: the batch host asks at the job's end.
+			if err := c.cfg.Store.PutReport(ctx, *rep); err != nil {
+				c.cfg.Log.Warn().Err(err).Uint32("job", in.JobId).Msg("job report not stored")
+			}
 		}
 	}
 	return out, nil

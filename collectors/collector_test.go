@@ -182,6 +182,10 @@ func TestJobWideReport(t *testing.T) {
 	if w.Count != 12 || w.Deciles[0] != 64 || w.Deciles[10] != 4096 || math.Abs(w.TimeShare-1) > 1e-9 {
 		t.Errorf("io_write_request_size over both nodes: count %d deciles %v share %v", w.Count, w.Deciles, w.TimeShare)
 	}
+	// The report is kept in the database for `persyst report --db`.
+	if stored, err := st.Report(ctx, 9); err != nil || len(stored.Nodes) != 2 {
+		t.Errorf("stored report: %v %v", stored, err)
+	}
 	// One node idle the whole job: the imbalance between nodes leads.
 	if len(rep.Findings) != 2 || rep.Findings[0].Key != "inter_node_imbalance" || rep.Findings[1].Key != "io_write_request_size" {
 		t.Errorf("findings %v", rep.Findings)

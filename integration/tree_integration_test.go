@@ -44,6 +44,16 @@ func TestTree(t *testing.T) {
 		if !strings.Contains(text, "1. Load imbalance between nodes") {
 			t.Errorf("no inter-node imbalance finding first:\n%s", text)
 		}
+		// The job-wide report is also in a collector's database: `persyst report --db`.
+		found := false
+		for _, col := range []string{"col1", "col2"} {
+			o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
+				filepath.Join(c.dir, "run", col+".db"), strconv.FormatUint(uint64(id), 10))
+			found = found || (err == nil && strings.Contains(o, "on 4 nodes"))
+		}
+		if !found {
+			t.Errorf("no collector database has the job-wide report of job %d", id)
+		}
 	})
 
 	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {

@@ -363,6 +363,7 @@ func runReport(ctx context.Context, args []string) error {
 	socket := fs.String("socket", socketDefault(), "daemon socket path (%n: node name)")
 	asJSON := fs.Bool("json", false, "print the report as JSON (docs/digest.md)")
 	width := fs.Int("width", 80, "columns of the text digest")
+	db := fs.String("db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -375,8 +376,17 @@ func runReport(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := daemon.JobReport(ctx, strings.ReplaceAll(*socket, "%n", *node), uint32(id))
-	if err != nil {
+	var r *digest.Report
+	if *db != "" {
+		st, err := store.Open(ctx, *db, store.Options{})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if r, err = st.Report(ctx, uint32(id)); err != nil {
+			return fmt.Errorf("report of job %d in %s: %w", id, *db, err)
+		}
+	} else if r, err = daemon.JobReport(ctx, strings.ReplaceAll(*socket, "%n", *node), uint32(id)); err != nil {
 		return err
 	}
 	if *asJSON {
