@@ -30,7 +30,8 @@ type FrontendConfig struct {
 	// Jobs returns the running jobs (from the job map).
 	Jobs    func(ctx context.Context) ([]balance.Job, error)
 	Balance balance.Config
-	Timeout time.Duration // deadline of one ping or route push (default 2 s)
+	Timeout time.Duration   // deadline of one ping or route push (default 2 s)
+	Dial    grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
 	Log     zerolog.Logger
 	Now     func() time.Time
 }
@@ -67,7 +68,11 @@ func (f *Frontend) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dial := f.cfg.Dial
+	if dial == nil {
+		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	c, err := grpc.NewClient(addr, dial)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,8 @@ type Config struct {
 	Digest bool
 	// CalibrationDir holds `persyst calibrate` results, one file per node type.
 	CalibrationDir string
+	// TLSCert, TLSKey and TLSCA turn on mutual TLS between the agents of the tree.
+	TLSCert, TLSKey, TLSCA string
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
@@ -87,6 +89,9 @@ var fields = []field{
 		}
 		return nil
 	}},
+	{"TLSCert", func(c *Config, v string) error { return absPath(&c.TLSCert, v) }},
+	{"TLSKey", func(c *Config, v string) error { return absPath(&c.TLSKey, v) }},
+	{"TLSCA", func(c *Config, v string) error { return absPath(&c.TLSCA, v) }},
 	{"Collector", func(c *Config, v string) error {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			return fmt.Errorf("want host:port, got %q", v)
@@ -258,5 +263,13 @@ func (c *Config) setThreshold(id, v string, line int) error {
 	}
 	c.Thresholds[id] = f
 	c.ThresholdLines[id] = line
+	return nil
+}
+
+func absPath(dst *string, v string) error {
+	if !strings.HasPrefix(v, "/") {
+		return fmt.Errorf("want an absolute path, got %q", v)
+	}
+	*dst = v
 	return nil
 }

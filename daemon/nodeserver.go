@@ -13,8 +13,8 @@ import (
 
 // NodeServer is the node daemon's side of the agent tree: the frontend pushes it the
 // routes of this node's jobs (which collector each job's records go to), and pings it.
-// It has no authentication yet: bind it to the cluster's management network only (mTLS
-// is part of the collector-tree issue).
+// Without mTLS (TLSCert/TLSKey/TLSCA in persyst.conf) it has no authentication: bind it
+// to the cluster's management network only.
 type NodeServer struct {
 	pb.UnimplementedNodeServer
 	Node string
@@ -36,8 +36,8 @@ func (n *NodeServer) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat,
 }
 
 // ServeNode runs the node's gRPC server on ln until ctx is done.
-func ServeNode(ctx context.Context, ln net.Listener, n *NodeServer) error {
-	srv := grpc.NewServer()
+func ServeNode(ctx context.Context, ln net.Listener, n *NodeServer, opts ...grpc.ServerOption) error {
+	srv := grpc.NewServer(opts...)
 	pb.RegisterNodeServer(srv, n)
 	stop := context.AfterFunc(ctx, srv.GracefulStop)
 	defer stop()

@@ -25,6 +25,8 @@ type ShipConfig struct {
 	Timeout time.Duration // deadline of one push (default 2 s)
 	// Retries bounds the attempts of one push (default 2).
 	Retries int
+	// Dial is the connection option (mtls.Files.DialOption); nil: plain.
+	Dial grpc.DialOption
 }
 
 // Shipper sends each job's property records of a cycle to the collector, in the
@@ -106,7 +108,11 @@ func (s *Shipper) client(addr string) (pb.CollectorClient, error) {
 	c, ok := s.conns[addr]
 	if !ok {
 		var err error
-		if c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		dial := s.cfg.Dial
+		if dial == nil {
+			dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+		}
+		if c, err = grpc.NewClient(addr, dial); err != nil {
 			return nil, fmt.Errorf("collector %s: %w", addr, err)
 		}
 		s.conns[addr] = c

@@ -22,6 +22,7 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/calibrate"
 	"github.com/persyst/persyst/collectors"
+	"github.com/persyst/persyst/collectors/mtls"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
@@ -176,9 +177,18 @@ func runDaemon(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	tlsFiles := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}
+	dial, err := tlsFiles.DialOption()
+	if err != nil {
+		return err
+	}
+	serverOpt, err := tlsFiles.ServerOption()
+	if err != nil {
+		return err
+	}
 	var ship *daemon.Shipper
 	if conf.Collector != "" || *grpcListen != "" {
-		if ship, err = daemon.NewShipper(daemon.ShipConfig{Addr: conf.Collector, Node: *node}, log); err != nil {
+		if ship, err = daemon.NewShipper(daemon.ShipConfig{Addr: conf.Collector, Node: *node, Dial: dial}, log); err != nil {
 			return err
 		}
 		go ship.Run(ctx, *cycle)
@@ -189,7 +199,7 @@ func runDaemon(ctx context.Context, args []string) error {
 			return fmt.Errorf("--grpc-listen %s: %w", *grpcListen, err)
 		}
 		go func() {
-			if err := daemon.ServeNode(ctx, ln, &daemon.NodeServer{Node: *node, Ship: ship}); err != nil {
+			if err := daemon.ServeNode(ctx, ln, &daemon.NodeServer{Node: *node, Ship: ship}, serverOpt); err != nil {
 				log.Error().Err(err).Msg("node gRPC service stopped")
 			}
 		}()
@@ -286,12 +296,16 @@ func runCollector(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	serverOpt, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.ServerOption()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *listen, err)
 	}
 	log.Info().Str("listen", ln.Addr().String()).Str("db", *db).Msg("persyst collector ready")
-	return collectors.Serve(ctx, ln, c)
+	return collectors.Serve(ctx, ln, c, serverOpt)
 }
 
 func runFrontend(ctx context.Context, args []string) error {
@@ -329,8 +343,12 @@ func runFrontend(ctx context.Context, args []string) error {
 			return fmt.Errorf("--node-addrs: %w", err)
 		}
 	}
+	dial, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.DialOption()
+	if err != nil {
+		return err
+	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
-		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax},
+		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
 		NodeAddr: func(n string) string {
 			if a, ok := explicit[n]; ok {
 				return a
