@@ -64,7 +64,9 @@ func (c ca) issue(t *testing.T, dir, name string) Files {
 	return f
 }
 
-type pinger struct{ pb.UnimplementedCollectorServer }
+type pinger struct {
+	pb.UnimplementedCollectorServer
+}
 
 func (pinger) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
 	return &pb.Heartbeat{Name: "c1", Role: "collector"}, nil
