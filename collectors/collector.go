@@ -224,6 +224,22 @@ func toPB(r store.CycleResult) *pb.PropertySummary {
 	return s
 }
 
+// Partial returns the collector's part of a job split over several collectors.
+func (c *Collector) Partial(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobPartial, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.views[in.JobId]
+	if v == nil {
+		return &pb.JobPartial{JobId: in.JobId, From: c.cfg.Name}, nil
+	}
+	// What this collector holds of the job is kept for `persyst report --db` (the whole
+	// job when it held all of it).
+	if err := c.cfg.Store.PutReport(ctx, v.report(in.JobId, c.cfg.Engine)); err != nil {
+		c.cfg.Log.Warn().Err(err).Uint32("job", in.JobId).Msg("job report not stored")
+	}
+	return v.partial(in.JobId, c.cfg.Name), nil
+}
+
 // Ping answers a heartbeat with the collector's own: its load is the number of nodes it
 // heard from since the last ping.
 func (c *Collector) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {

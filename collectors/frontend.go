@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/properties"
 )
 
 // FrontendConfig configures the frontend.
@@ -32,8 +34,12 @@ type FrontendConfig struct {
 	Balance balance.Config
 	Timeout time.Duration   // deadline of one ping or route push (default 2 s)
 	Dial    grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
-	Log     zerolog.Logger
-	Now     func() time.Time
+	// Self is the frontend's own address: the aggregation point of multi-node jobs,
+	// which it merges from the collectors' parts when their batch host asks (Summary).
+	Self   string
+	Engine *properties.Engine
+	Log    zerolog.Logger
+	Now    func() time.Time
 }
 
 // Frontend runs PerSyst's job balancing every cycle (seed 000 §5.3): it pings the
@@ -42,6 +48,7 @@ type FrontendConfig struct {
 // collector that stops answering is left out of the next cycle's tree, so its nodes are
 // rerouted within one cycle.
 type Frontend struct {
+	pb.UnimplementedCollectorServer
 	cfg FrontendConfig
 
 	mu    sync.Mutex
@@ -187,6 +194,13 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 				route.NodeCollector[s.Node] = a
 			} // else local: the node keeps the job (a one-node job)
 		}
+		if len(route.NodeCollector) > 1 && f.cfg.Self != "" {
+			// A multi-node job is merged here at its end, from every collector that holds
+			// part of it: routes change from cycle to cycle as loads change, so over its
+			// life a job's records may reach several collectors, and a split job always
+			// does.
+			route.AggregationPoint = f.cfg.Self
+		}
 		out.ByJob[route.JobId] = route
 		for node := range route.NodeCollector {
 			rs := out.Routes[node]
@@ -279,4 +293,77 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 		}
 		ev.Msg("routes pushed")
 	}
+}
+
+// Summary merges the parts of a job from every collector holding some of it into its
+// job-wide report. Collectors are asked concurrently with a short deadline, so a dead
+// one does not hold the job's digest up.
+func (f *Frontend) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	if f.cfg.Engine == nil {
+		return nil, errors.New("frontend: no property engine")
+	}
+	names := make([]string, 0, len(f.cfg.Collectors))
+	for n := range f.cfg.Collectors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]*pb.JobPartial, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := f.conn(f.cfg.Collectors[n])
+			if err != nil {
+				return
+			}
+			pctx, cancel := context.WithTimeout(ctx, min(f.cfg.Timeout, 500*time.Millisecond))
+			defer cancel()
+			p, err := pb.NewCollectorClient(c).Partial(pctx, in)
+			if err != nil {
+				f.cfg.Log.Info().Err(err).Str("collector", n).Uint32("job", in.JobId).Msg("no part of the job from this collector")
+				return
+			}
+			if len(p.Nodes) > 0 {
+				parts[i] = p
+			}
+		}()
+	}
+	wg.Wait()
+	var have []*pb.JobPartial
+	for _, p := range parts {
+		if p != nil {
+			have = append(have, p)
+		}
+	}
+	if len(have) == 0 {
+		return nil, fmt.Errorf("frontend: no collector holds job %d", in.JobId)
+	}
+	rep, err := MergePartials(f.cfg.Engine, in.JobId, have)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.JobSummary{JobId: in.JobId, Nodes: rep.Nodes, ReportJson: b}, nil
+}
+
+// Ping answers a heartbeat as the frontend.
+func (f *Frontend) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
+	return &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()}, nil
+}
+
+// ServeFrontend runs the frontend's gRPC service (merged summaries of split jobs) on ln
+// until ctx is done.
+func ServeFrontend(ctx context.Context, ln net.Listener, f *Frontend, opts ...grpc.ServerOption) error {
+	srv := grpc.NewServer(opts...)
+	pb.RegisterCollectorServer(srv, f)
+	stop := context.AfterFunc(ctx, srv.GracefulStop)
+	defer stop()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("frontend: %w", err)
+	}
+	return nil
 }

@@ -2,17 +2,23 @@ package collectors
 
 import (
 	"context"
+	"math"
 	"net"
 	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 
 	"github.com/persyst/persyst/balance"
+	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/quantile"
 )
 
 // serveCollector runs a real collector on a loopback port until the returned stop.
@@ -147,5 +153,124 @@ func TestFrontendRoutesAndReroutes(t *testing.T) {
 	}
 	if len(used) == 0 {
 		t.Errorf("no routes after the reroute")
+	}
+}
+
+// TestSplitJobMergedAtTheFrontend: a 4-node job larger than one collector (l_max 2) is
+// split over both collectors; its batch host asks the frontend, the job's aggregation
+// point, which merges the collectors' parts: all 4 nodes, value quantiles from the
+// merged sketches within their 1 % error, and the imbalance between nodes that no
+// single collector sees.
+func TestSplitJobMergedAtTheFrontend(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, name := range []string{"col1", "col2"} {
+		st, err := store.Open(ctx, filepath.Join(t.TempDir(), name+".db"), store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := New(Config{Name: name, Store: st, Engine: eng, Log: zerolog.Nop()})
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		sctx, scancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { Serve(sctx, ln, c); close(done) }()
+		t.Cleanup(func() { scancel(); <-done; st.Close() })
+		addrs = append(addrs, ln.Addr().String())
+	}
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	ships, nodeAddrs := map[string]*daemon.Shipper{}, map[string]string{}
+	for _, n := range nodes {
+		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n}, zerolog.Nop())
+		ships[n] = sh
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		nodeAddrs[n] = ln.Addr().String()
+		nctx, ncancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
+		t.Cleanup(func() { ncancel(); <-done })
+	}
+	fln, _ := net.Listen("tcp", "127.0.0.1:0")
+	f, err := NewFrontend(FrontendConfig{
+		Collectors: map[string]string{"col1": addrs[0], "col2": addrs[1]},
+		NodeAddr:   func(n string) string { return nodeAddrs[n] },
+		Nodes:      nodes,
+		Jobs: func(context.Context) ([]balance.Job, error) {
+			return []balance.Job{{ID: "20", Nodes: nodes}}, nil
+		},
+		Balance: balance.Config{LMax: 2},
+		Self:    fln.Addr().String(),
+		Engine:  eng,
+		Log:     zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fsrv := grpc.NewServer()
+	pb.RegisterCollectorServer(fsrv, f)
+	go fsrv.Serve(fln)
+	defer fsrv.Stop()
+
+	res, err := f.Cycle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.ByJob[20]
+	used := map[string]bool{}
+	for _, a := range r.NodeCollector {
+		used[a] = true
+	}
+	if len(used) != 2 || r.AggregationPoint != fln.Addr().String() {
+		t.Fatalf("job 20 route %v: want it split over both collectors, aggregated at the frontend", r)
+	}
+	// Every node sends 5 cycles; n4 idles, the others are busy; write sizes differ by node.
+	var all []float64
+	for i := 0; i < 5; i++ {
+		ts := time.Unix(1_800_000_000+60*int64(i), 0)
+		for k, n := range nodes {
+			user := 95.0
+			if n == "n4" {
+				user = 3
+			}
+			size := float64(512 * (k + 1))
+			all = append(all, size)
+			ships[n].Send(20, ts, 60, []properties.Record{
+				{Key: "cpu_user_pct", Device: "node", Value: user, Severity: math.Max(0, 1-user/80)},
+				{Key: "io_write_request_size", Device: "node", Value: size, Severity: 1 - size/(256<<10)},
+			})
+			if err := ships[n].FlushJob(ctx, 20); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	agg := ships["n1"].Aggregation(20)
+	wide, err := ships["n1"].Fetch(ctx, agg, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(wide.Nodes, nodes) || wide.Samples != 5 {
+		t.Errorf("merged report covers %v with %d samples", wide.Nodes, wide.Samples)
+	}
+	got := map[string]properties.Result{}
+	for _, p := range wide.Properties {
+		got[p.Key] = p
+	}
+	w := got["io_write_request_size"]
+	exact, _ := quantile.Summarize(all, 10)
+	for i, q := range w.Deciles {
+		if math.Abs(q-exact.Quantiles[i]) > 0.02*exact.Quantiles[i] {
+			t.Errorf("decile %d = %v, exact %v: beyond the sketch's error", i, q, exact.Quantiles[i])
+		}
+	}
+	if w.Count != 20 || math.Abs(w.TimeShare-1) > 1e-9 {
+		t.Errorf("io_write_request_size: count %d share %v", w.Count, w.TimeShare)
+	}
+	if in := got["inter_node_imbalance"]; !in.Finding {
+		t.Errorf("the imbalance between nodes of different collectors is not found: %+v", in)
 	}
 }

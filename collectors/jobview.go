@@ -11,6 +11,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/quantile"
 )
 
 // jobView is what a collector holding a job's nodes knows of the whole job: every
@@ -30,6 +31,7 @@ type jobView struct {
 type keyAgg struct {
 	domain               string
 	values               []float64
+	sketch               *quantile.Sketch // for merging with other collectors' parts
 	severe, sevSum, maxS float64
 }
 
@@ -68,10 +70,12 @@ func (v *jobView) add(in *pb.CycleRecords) {
 	for _, r := range in.Records {
 		a := v.keys[r.Key]
 		if a == nil {
-			a = &keyAgg{domain: domainOf(r.Device)}
+			sk, _ := quantile.NewSketch(sketchAlpha)
+			a = &keyAgg{domain: domainOf(r.Device), sketch: sk}
 			v.keys[r.Key] = a
 		}
 		a.values = append(a.values, r.Value)
+		a.sketch.Add(r.Value)
 		a.sevSum += r.Severity * in.Seconds
 		if r.Severity > 0 {
 			a.severe += in.Seconds
@@ -100,6 +104,103 @@ func (v *jobView) add(in *pb.CycleRecords) {
 	}
 }
 
+// sketchAlpha is the relative accuracy of the sketches a split job's parts carry.
+const sketchAlpha = 0.01
+
+// partial is the collector's part of a job, for the job's aggregation point.
+func (v *jobView) partial(job uint32, from string) *pb.JobPartial {
+	p := &pb.JobPartial{JobId: job, From: from, First: v.first, Last: v.last}
+	seen := map[string]bool{}
+	for id := range v.pushed {
+		n, _, _ := strings.Cut(id, "@")
+		if !seen[n] {
+			seen[n] = true
+			p.Nodes = append(p.Nodes, n)
+		}
+	}
+	sort.Strings(p.Nodes)
+	for ts := range v.samples {
+		p.Cycles = append(p.Cycles, ts)
+	}
+	sort.Slice(p.Cycles, func(i, j int) bool { return p.Cycles[i] < p.Cycles[j] })
+	keys := make([]string, 0, len(v.keys))
+	for k := range v.keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		a := v.keys[k]
+		b, err := a.sketch.MarshalBinary()
+		if err != nil {
+			continue
+		}
+		p.Keys = append(p.Keys, &pb.KeyPartial{Key: k, Domain: a.domain, Sketch: b, SevereSeconds: a.severe,
+			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: v.devSecs[a.domain]})
+	}
+	nodes := make([]string, 0, len(v.nodeUser))
+	for n := range v.nodeUser {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		u := v.nodeUser[n]
+		p.NodeUse = append(p.NodeUse, &pb.NodeUse{Node: n, UserPctSeconds: u[0], Seconds: u[1]})
+	}
+	return p
+}
+
+// MergePartials merges the parts of a job split over several collectors into its
+// job-wide report: value quantiles from the merged sketches (within their 1 % relative
+// error), severity-time summed, and the imbalance between all its nodes.
+func MergePartials(e *properties.Engine, job uint32, parts []*pb.JobPartial) (digest.Report, error) {
+	v := newJobView()
+	sketches := map[string]*quantile.Sketch{}
+	for _, p := range parts {
+		for _, n := range p.Nodes {
+			v.pushed[n+"@0"] = true
+		}
+		for _, ts := range p.Cycles {
+			v.samples[ts] = true
+		}
+		if p.First != 0 && (v.first == 0 || p.First < v.first) {
+			v.first = p.First
+		}
+		v.last = max(v.last, p.Last)
+		for _, k := range p.Keys {
+			sk, err := quantile.DecodeSketch(k.Sketch)
+			if err != nil {
+				return digest.Report{}, fmt.Errorf("part of job %d from %s: %s: %w", job, p.From, k.Key, err)
+			}
+			a := v.keys[k.Key]
+			if a == nil {
+				a = &keyAgg{domain: k.Domain}
+				v.keys[k.Key] = a
+				sketches[k.Key] = sk
+			} else if err := sketches[k.Key].Merge(sk); err != nil {
+				return digest.Report{}, fmt.Errorf("part of job %d from %s: %s: %w", job, p.From, k.Key, err)
+			}
+			a.severe += k.SevereSeconds
+			a.sevSum += k.SeveritySeconds
+			a.maxS = math.Max(a.maxS, k.MaxSeverity)
+		}
+		// Device-time per domain adds up over the collectors' disjoint node sets.
+		domains := map[string]float64{}
+		for _, k := range p.Keys {
+			domains[k.Domain] = math.Max(domains[k.Domain], k.BaseSeconds)
+		}
+		for d, b := range domains {
+			v.devSecs[d] += b
+		}
+		for _, u := range p.NodeUse {
+			v.nodeUser[u.Node] = &[2]float64{u.UserPctSeconds, u.Seconds}
+		}
+	}
+	for k, a := range v.keys {
+		a.sketch = sketches[k]
+	}
+	return v.report(job, e), nil
+}
+
 // results are the job-wide property results, with the imbalance between nodes.
 func (v *jobView) results(e *properties.Engine) []properties.Result {
 	keys := make([]string, 0, len(v.keys))
@@ -116,8 +217,14 @@ func (v *jobView) results(e *properties.Engine) []properties.Result {
 	for _, k := range keys {
 		a := v.keys[k]
 		base := v.devSecs[a.domain]
-		if r, ok := e.ResultOf(k, properties.Aggregate{Values: a.values, SevereSeconds: a.severe,
-			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: base}, short); ok {
+		agg := properties.Aggregate{Values: a.values, SevereSeconds: a.severe,
+			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: base}
+		if len(a.values) == 0 && a.sketch != nil {
+			if qs, err := a.sketch.Summary(10); err == nil {
+				agg.Summary = &qs
+			}
+		}
+		if r, ok := e.ResultOf(k, agg, short); ok {
 			out = append(out, r)
 		}
 	}

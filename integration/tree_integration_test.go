@@ -20,7 +20,9 @@ import (
 )
 
 func TestTree(t *testing.T) {
-	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=4")
+	// l_max 2: a collector takes 2 nodes, so the 4-node jobs are split over both collectors
+	// and merged at the frontend; the 2-node jobs are exact on one collector.
+	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2")
 	_, load := binaries(t)
 	out := func(id uint32) string {
 		b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("tree-%d.out", id)))
@@ -44,15 +46,9 @@ func TestTree(t *testing.T) {
 		if !strings.Contains(text, "1. Load imbalance between nodes") {
 			t.Errorf("no inter-node imbalance finding first:\n%s", text)
 		}
-		// The job-wide report is also in a collector's database: `persyst report --db`.
-		found := false
-		for _, col := range []string{"col1", "col2"} {
-			o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
-				filepath.Join(c.dir, "run", col+".db"), strconv.FormatUint(uint64(id), 10))
-			found = found || (err == nil && strings.Contains(o, "on 4 nodes"))
-		}
-		if !found {
-			t.Errorf("no collector database has the job-wide report of job %d", id)
+		// The job was split over the collectors (no exact placement), merged above them.
+		if front := c.readLog(t, "frontend"); !strings.Contains(front, `"jobs":1,"exact_share":0`) {
+			t.Errorf("the 4-node job was not split over the collectors:\n%s", tail(front, 5))
 		}
 	})
 
@@ -72,6 +68,19 @@ func TestTree(t *testing.T) {
 		front := c.readLog(t, "frontend")
 		if !strings.Contains(front, `"routes pushed"`) || strings.Contains(front, "unreached_") {
 			t.Errorf("the frontend did not push routes to every node:\n%s", tail(front, 5))
+		}
+		// The 2-node jobs were exact on one collector, whose database keeps their
+		// job-wide report (`persyst report --db`).
+		for _, id := range ids[1:3] {
+			found := false
+			for _, col := range []string{"col1", "col2"} {
+				o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
+					filepath.Join(c.dir, "run", col+".db"), strconv.FormatUint(uint64(id), 10))
+				found = found || (err == nil && strings.Contains(o, "job "+strconv.FormatUint(uint64(id), 10)))
+			}
+			if !found {
+				t.Errorf("no collector database has the job-wide report of job %d", id)
+			}
 		}
 		// Multi-node jobs' digests cover their nodes; one-node jobs stay local.
 		for i, id := range ids {

@@ -566,9 +566,12 @@ func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Re
 // Aggregate is a property's records of a job merged from wherever they were evaluated
 // (one node's Accumulator, or a collector holding the job's nodes).
 type Aggregate struct {
-	Values          []float64 // every record's value
-	SevereSeconds   float64   // Σ interval of records with severity > 0
-	SeveritySeconds float64   // Σ severity × interval
+	Values []float64 // every record's value
+	// Summary, when Values is empty, gives the value quantiles instead (merged sketches
+	// of a job split over several collectors: estimates within the sketch's error).
+	Summary         *quantile.Summary
+	SevereSeconds   float64 // Σ interval of records with severity > 0
+	SeveritySeconds float64 // Σ severity × interval
 	MaxSeverity     float64
 	// BaseSeconds is the job's device-time in the property's domain: the base of the
 	// time share and the mean severity.
@@ -578,7 +581,9 @@ type Aggregate struct {
 // assess fills an assessed Result from an aggregate and decides whether it is a finding.
 func (e *Engine) assess(r *Result, p *Property, agg Aggregate, short bool) {
 	r.Assessed = true
-	if qs, err := quantile.Summarize(agg.Values, 10); err == nil {
+	if agg.Summary != nil && len(agg.Values) == 0 {
+		r.Deciles, r.Count = agg.Summary.Quantiles, agg.Summary.Count
+	} else if qs, err := quantile.Summarize(agg.Values, 10); err == nil {
 		r.Deciles, r.Count = qs.Quantiles, qs.Count
 	}
 	if agg.BaseSeconds > 0 {

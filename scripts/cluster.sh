@@ -288,7 +288,7 @@ tree_start() {
 	done
 	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/frontend.pid" "persyst frontend" "$DIR/log/frontend.log" \
 		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend --collectors "$cols" \
-		--nodes "node[1-$n]" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" \
+		--nodes "node[1-$n]" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832" \
 		--config "$DIR/etc/persyst.conf"
 	echo "$cols" >"$DIR/run/collectors"
 }

@@ -315,6 +315,7 @@ func runFrontend(ctx context.Context, args []string) error {
 	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
 	nodeAddrs := fs.String("node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
 	lmax := fs.Int("lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
+	listen := fs.String("listen", "", "address where the frontend merges jobs split over several collectors (\"\": such jobs' digests cover their batch host)")
 	cycle := fs.Duration("cycle", time.Minute, "balancing cycle")
 	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source)")
 	if err := fs.Parse(args); err != nil {
@@ -347,8 +348,22 @@ func runFrontend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
+		return err
+	}
+	engine, err := properties.Load(propertySettings(conf))
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	if *listen != "" {
+		if ln, err = net.Listen("tcp", *listen); err != nil {
+			return fmt.Errorf("--listen %s: %w", *listen, err)
+		}
+	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
 		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
+		Self: *listen, Engine: engine,
 		NodeAddr: func(n string) string {
 			if a, ok := explicit[n]; ok {
 				return a
@@ -371,6 +386,17 @@ func runFrontend(ctx context.Context, args []string) error {
 		return err
 	}
 	defer f.Close()
+	if ln != nil {
+		serverOpt, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.ServerOption()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := collectors.ServeFrontend(ctx, ln, f, serverOpt); err != nil {
+				log.Error().Err(err).Msg("frontend service stopped")
+			}
+		}()
+	}
 	log.Info().Int("nodes", len(nodes)).Int("collectors", len(collectorsMap)).Msg("persyst frontend running")
 	return f.Run(ctx, *cycle)
 }

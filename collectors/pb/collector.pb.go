@@ -663,6 +663,263 @@ func (x *JobSummary) GetCycles() []*PartialCycle {
 	return nil
 }
 
+// One property of a job as a collector holds it, mergeable with other collectors' parts
+// of the same job: a DDSketch of the values and severity-time sums.
+type KeyPartial struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Key             string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Domain          string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	Sketch          []byte                 `protobuf:"bytes,3,opt,name=sketch,proto3" json:"sketch,omitempty"`                                            // quantile.Sketch (DDSketch), alpha 1 %
+	SevereSeconds   float64                `protobuf:"fixed64,4,opt,name=severe_seconds,json=severeSeconds,proto3" json:"severe_seconds,omitempty"`       // Σ interval of records with severity > 0
+	SeveritySeconds float64                `protobuf:"fixed64,5,opt,name=severity_seconds,json=severitySeconds,proto3" json:"severity_seconds,omitempty"` // Σ severity × interval
+	MaxSeverity     float64                `protobuf:"fixed64,6,opt,name=max_severity,json=maxSeverity,proto3" json:"max_severity,omitempty"`
+	BaseSeconds     float64                `protobuf:"fixed64,7,opt,name=base_seconds,json=baseSeconds,proto3" json:"base_seconds,omitempty"` // device-time of the domain on the collector's nodes
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KeyPartial) Reset() {
+	*x = KeyPartial{}
+	mi := &file_collector_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyPartial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyPartial) ProtoMessage() {}
+
+func (x *KeyPartial) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyPartial.ProtoReflect.Descriptor instead.
+func (*KeyPartial) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *KeyPartial) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyPartial) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *KeyPartial) GetSketch() []byte {
+	if x != nil {
+		return x.Sketch
+	}
+	return nil
+}
+
+func (x *KeyPartial) GetSevereSeconds() float64 {
+	if x != nil {
+		return x.SevereSeconds
+	}
+	return 0
+}
+
+func (x *KeyPartial) GetSeveritySeconds() float64 {
+	if x != nil {
+		return x.SeveritySeconds
+	}
+	return 0
+}
+
+func (x *KeyPartial) GetMaxSeverity() float64 {
+	if x != nil {
+		return x.MaxSeverity
+	}
+	return 0
+}
+
+func (x *KeyPartial) GetBaseSeconds() float64 {
+	if x != nil {
+		return x.BaseSeconds
+	}
+	return 0
+}
+
+// A node's CPU use in the job, for the imbalance between nodes.
+type NodeUse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Node           string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	UserPctSeconds float64                `protobuf:"fixed64,2,opt,name=user_pct_seconds,json=userPctSeconds,proto3" json:"user_pct_seconds,omitempty"` // Σ cpu_user_pct × interval
+	Seconds        float64                `protobuf:"fixed64,3,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NodeUse) Reset() {
+	*x = NodeUse{}
+	mi := &file_collector_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUse) ProtoMessage() {}
+
+func (x *NodeUse) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUse.ProtoReflect.Descriptor instead.
+func (*NodeUse) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NodeUse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeUse) GetUserPctSeconds() float64 {
+	if x != nil {
+		return x.UserPctSeconds
+	}
+	return 0
+}
+
+func (x *NodeUse) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+// A collector's part of a job split over several collectors (seed 000 §5.3), for the
+// job's aggregation point to merge.
+type JobPartial struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Nodes         []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	First         int64                  `protobuf:"varint,4,opt,name=first,proto3" json:"first,omitempty"`
+	Last          int64                  `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	Cycles        []int64                `protobuf:"varint,6,rep,packed,name=cycles,proto3" json:"cycles,omitempty"` // cycle timestamps seen
+	Keys          []*KeyPartial          `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
+	NodeUse       []*NodeUse             `protobuf:"bytes,8,rep,name=node_use,json=nodeUse,proto3" json:"node_use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobPartial) Reset() {
+	*x = JobPartial{}
+	mi := &file_collector_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobPartial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobPartial) ProtoMessage() {}
+
+func (x *JobPartial) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobPartial.ProtoReflect.Descriptor instead.
+func (*JobPartial) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *JobPartial) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobPartial) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *JobPartial) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *JobPartial) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *JobPartial) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *JobPartial) GetCycles() []int64 {
+	if x != nil {
+		return x.Cycles
+	}
+	return nil
+}
+
+func (x *JobPartial) GetKeys() []*KeyPartial {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *JobPartial) GetNodeUse() []*NodeUse {
+	if x != nil {
+		return x.NodeUse
+	}
+	return nil
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -675,7 +932,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +944,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +957,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{9}
+	return file_collector_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetName() string {
@@ -790,16 +1047,40 @@ const file_collector_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x1f\n" +
 	"\vreport_json\x18\x03 \x01(\fR\n" +
 	"reportJson\x120\n" +
-	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\"W\n" +
+	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\"\xe6\x01\n" +
+	"\n" +
+	"KeyPartial\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x16\n" +
+	"\x06sketch\x18\x03 \x01(\fR\x06sketch\x12%\n" +
+	"\x0esevere_seconds\x18\x04 \x01(\x01R\rsevereSeconds\x12)\n" +
+	"\x10severity_seconds\x18\x05 \x01(\x01R\x0fseveritySeconds\x12!\n" +
+	"\fmax_severity\x18\x06 \x01(\x01R\vmaxSeverity\x12!\n" +
+	"\fbase_seconds\x18\a \x01(\x01R\vbaseSeconds\"a\n" +
+	"\aNodeUse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
+	"\x10user_pct_seconds\x18\x02 \x01(\x01R\x0euserPctSeconds\x12\x18\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xeb\x01\n" +
+	"\n" +
+	"JobPartial\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x14\n" +
+	"\x05nodes\x18\x03 \x03(\tR\x05nodes\x12\x14\n" +
+	"\x05first\x18\x04 \x01(\x03R\x05first\x12\x12\n" +
+	"\x04last\x18\x05 \x01(\x03R\x04last\x12\x16\n" +
+	"\x06cycles\x18\x06 \x03(\x03R\x06cycles\x12*\n" +
+	"\x04keys\x18\a \x03(\v2\x16.persyst.v1.KeyPartialR\x04keys\x12.\n" +
+	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"W\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x03R\x02ts\x12\x12\n" +
-	"\x04load\x18\x04 \x01(\x01R\x04load2\xf0\x01\n" +
+	"\x04load\x18\x04 \x01(\x01R\x04load2\xb2\x02\n" +
 	"\tCollector\x121\n" +
 	"\x04Push\x12\x18.persyst.v1.CycleRecords\x1a\x0f.persyst.v1.Ack\x128\n" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
-	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x124\n" +
+	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
+	"\aPartial\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x124\n" +
 	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2n\n" +
 	"\x04Node\x120\n" +
 	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x0f.persyst.v1.Ack\x124\n" +
@@ -817,7 +1098,7 @@ func file_collector_proto_rawDescGZIP() []byte {
 	return file_collector_proto_rawDescData
 }
 
-var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_collector_proto_goTypes = []any{
 	(*Record)(nil),            // 0: persyst.v1.Record
 	(*CycleRecords)(nil),      // 1: persyst.v1.CycleRecords
@@ -828,32 +1109,39 @@ var file_collector_proto_goTypes = []any{
 	(*Routes)(nil),            // 6: persyst.v1.Routes
 	(*JobSummaryRequest)(nil), // 7: persyst.v1.JobSummaryRequest
 	(*JobSummary)(nil),        // 8: persyst.v1.JobSummary
-	(*Heartbeat)(nil),         // 9: persyst.v1.Heartbeat
-	nil,                       // 10: persyst.v1.Route.NodeCollectorEntry
+	(*KeyPartial)(nil),        // 9: persyst.v1.KeyPartial
+	(*NodeUse)(nil),           // 10: persyst.v1.NodeUse
+	(*JobPartial)(nil),        // 11: persyst.v1.JobPartial
+	(*Heartbeat)(nil),         // 12: persyst.v1.Heartbeat
+	nil,                       // 13: persyst.v1.Route.NodeCollectorEntry
 }
 var file_collector_proto_depIdxs = []int32{
 	0,  // 0: persyst.v1.CycleRecords.records:type_name -> persyst.v1.Record
 	2,  // 1: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
-	10, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
+	13, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
 	5,  // 3: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
 	3,  // 4: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
-	1,  // 5: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 6: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	7,  // 7: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	9,  // 8: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 9: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	9,  // 10: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	4,  // 11: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 12: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 13: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	9,  // 14: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 15: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	9,  // 16: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 5: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
+	10, // 6: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
+	1,  // 7: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	3,  // 8: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	7,  // 9: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	7,  // 10: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	12, // 11: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	6,  // 12: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	12, // 13: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	4,  // 14: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 15: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 16: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 17: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 18: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 19: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 20: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_collector_proto_init() }
@@ -867,7 +1155,7 @@ func file_collector_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collector_proto_rawDesc), len(file_collector_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

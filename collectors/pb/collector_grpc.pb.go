@@ -29,6 +29,7 @@ const (
 	Collector_Push_FullMethodName        = "/persyst.v1.Collector/Push"
 	Collector_PushPartial_FullMethodName = "/persyst.v1.Collector/PushPartial"
 	Collector_Summary_FullMethodName     = "/persyst.v1.Collector/Summary"
+	Collector_Partial_FullMethodName     = "/persyst.v1.Collector/Partial"
 	Collector_Ping_FullMethodName        = "/persyst.v1.Collector/Ping"
 )
 
@@ -39,6 +40,7 @@ type CollectorClient interface {
 	Push(ctx context.Context, in *CycleRecords, opts ...grpc.CallOption) (*Ack, error)
 	PushPartial(ctx context.Context, in *PartialCycle, opts ...grpc.CallOption) (*Ack, error)
 	Summary(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
+	Partial(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobPartial, error)
 	Ping(ctx context.Context, in *Heartbeat, opts ...grpc.CallOption) (*Heartbeat, error)
 }
 
@@ -80,6 +82,16 @@ func (c *collectorClient) Summary(ctx context.Context, in *JobSummaryRequest, op
 	return out, nil
 }
 
+func (c *collectorClient) Partial(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobPartial, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobPartial)
+	err := c.cc.Invoke(ctx, Collector_Partial_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *collectorClient) Ping(ctx context.Context, in *Heartbeat, opts ...grpc.CallOption) (*Heartbeat, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Heartbeat)
@@ -97,6 +109,7 @@ type CollectorServer interface {
 	Push(context.Context, *CycleRecords) (*Ack, error)
 	PushPartial(context.Context, *PartialCycle) (*Ack, error)
 	Summary(context.Context, *JobSummaryRequest) (*JobSummary, error)
+	Partial(context.Context, *JobSummaryRequest) (*JobPartial, error)
 	Ping(context.Context, *Heartbeat) (*Heartbeat, error)
 	mustEmbedUnimplementedCollectorServer()
 }
@@ -116,6 +129,9 @@ func (UnimplementedCollectorServer) PushPartial(context.Context, *PartialCycle) 
 }
 func (UnimplementedCollectorServer) Summary(context.Context, *JobSummaryRequest) (*JobSummary, error) {
 	return nil, status.Error(codes.Unimplemented, "method Summary not implemented")
+}
+func (UnimplementedCollectorServer) Partial(context.Context, *JobSummaryRequest) (*JobPartial, error) {
+	return nil, status.Error(codes.Unimplemented, "method Partial not implemented")
 }
 func (UnimplementedCollectorServer) Ping(context.Context, *Heartbeat) (*Heartbeat, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
@@ -195,6 +211,24 @@ func _Collector_Summary_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Collector_Partial_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CollectorServer).Partial(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Collector_Partial_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CollectorServer).Partial(ctx, req.(*JobSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Collector_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(Heartbeat)
 	if err := dec(in); err != nil {
@@ -231,6 +265,10 @@ var Collector_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Summary",
 			Handler:    _Collector_Summary_Handler,
+		},
+		{
+			MethodName: "Partial",
+			Handler:    _Collector_Partial_Handler,
 		},
 		{
 			MethodName: "Ping",
