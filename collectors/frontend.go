@@ -29,6 +29,9 @@ type FrontendConfig struct {
 	NodeAddr func(node string) string
 	// Nodes are the cluster's compute nodes, in topology order.
 	Nodes []string
+	// Tree, if set, is the agent tree from topology.conf (leaf switches are collectors,
+	// named as in Collectors); else a flat tree cuts Nodes evenly over the collectors.
+	Tree *balance.Tree
 	// Jobs returns the running jobs (from the job map).
 	Jobs    func(ctx context.Context) ([]balance.Job, error)
 	Balance balance.Config
@@ -57,6 +60,9 @@ type Frontend struct {
 
 // NewFrontend checks the configuration.
 func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
+	if cfg.Tree != nil && len(cfg.Nodes) == 0 {
+		cfg.Nodes = cfg.Tree.Nodes()
+	}
 	if len(cfg.Collectors) == 0 || len(cfg.Nodes) == 0 || cfg.Jobs == nil || cfg.NodeAddr == nil {
 		return nil, errors.New("frontend: needs collectors, nodes, node addresses and a job source")
 	}
@@ -65,6 +71,14 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Tree != nil {
+		for _, c := range cfg.Tree.Collectors() {
+			if _, ok := cfg.Collectors[c]; !ok {
+				return nil, fmt.Errorf("frontend: collector %s of the topology has no address", c)
+			}
+		}
+		cfg.Nodes = cfg.Tree.Nodes()
 	}
 	return &Frontend{cfg: cfg, conns: map[string]*grpc.ClientConn{}}, nil
 }
@@ -147,15 +161,34 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 	if len(alive) == 0 {
 		return nil, errors.New("frontend: no collector answers: nodes keep their jobs' data")
 	}
-	per := (len(f.cfg.Nodes) + len(alive) - 1) / len(alive)
-	tree, err := balance.FlatTree(f.cfg.Nodes, per, 0)
-	if err != nil {
-		return nil, fmt.Errorf("frontend: %w", err)
-	}
-	// FlatTree names its collectors c1, c2, ...: map them onto the live ones.
 	addrOf := map[string]string{}
-	for i, name := range tree.Collectors() {
-		addrOf[name] = f.cfg.Collectors[alive[i]]
+	var tree *balance.Tree
+	var err error
+	if f.cfg.Tree != nil {
+		// The topology without the collectors that did not answer: their nodes go to the
+		// nearest live collector in the tree.
+		dead := map[string]bool{}
+		for _, c := range f.cfg.Tree.Collectors() {
+			dead[c] = true
+		}
+		for _, a := range alive {
+			delete(dead, a)
+		}
+		if tree, err = balance.Without(f.cfg.Tree, dead); err != nil {
+			return nil, fmt.Errorf("frontend: %w", err)
+		}
+		for _, name := range tree.Collectors() {
+			addrOf[name] = f.cfg.Collectors[name]
+		}
+	} else {
+		per := (len(f.cfg.Nodes) + len(alive) - 1) / len(alive)
+		if tree, err = balance.FlatTree(f.cfg.Nodes, per, 0); err != nil {
+			return nil, fmt.Errorf("frontend: %w", err)
+		}
+		// FlatTree names its collectors c1, c2, ...: map them onto the live ones.
+		for i, name := range tree.Collectors() {
+			addrOf[name] = f.cfg.Collectors[alive[i]]
+		}
 	}
 	jobs, err := f.cfg.Jobs(ctx)
 	if err != nil {

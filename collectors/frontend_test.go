@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,5 +273,59 @@ func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 	}
 	if in := got["inter_node_imbalance"]; !in.Finding {
 		t.Errorf("the imbalance between nodes of different collectors is not found: %+v", in)
+	}
+}
+
+// TestFrontendTopology: with a tree from topology.conf, a job's nodes go to their own
+// leaf switch's collector, and when it dies, to the nearest live one.
+func TestFrontendTopology(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a1, stop1 := serveCollector(t, "col1")
+	a2, _ := serveCollector(t, "col2")
+	a3, _ := serveCollector(t, "col3")
+	tree, err := balance.ParseTopologyConf(strings.NewReader(
+		"SwitchName=col1 Nodes=n[1-2]\nSwitchName=col2 Nodes=n[3-4]\nSwitchName=col3 Nodes=n[5-6]\n" +
+			"SwitchName=spine1 Switches=col[1-2]\nSwitchName=spine2 Switches=col3\nSwitchName=top Switches=spine[1-2]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ships, addrs := map[string]*daemon.Shipper{}, map[string]string{}
+	for _, n := range tree.Nodes() {
+		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n}, zerolog.Nop())
+		ships[n] = sh
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addrs[n] = ln.Addr().String()
+		nctx, ncancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
+		t.Cleanup(func() { ncancel(); <-done })
+	}
+	f, err := NewFrontend(FrontendConfig{
+		Collectors: map[string]string{"col1": a1, "col2": a2, "col3": a3},
+		NodeAddr:   func(n string) string { return addrs[n] },
+		Tree:       tree,
+		Jobs: func(context.Context) ([]balance.Job, error) {
+			return []balance.Job{{ID: "30", Nodes: []string{"n1", "n2"}}}, nil
+		},
+		Timeout: 500 * time.Millisecond,
+		Log:     zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ships["n1"].Route(30); got != a1 {
+		t.Errorf("job 30 on n1 goes to %s, want its own switch's collector col1 (%s)", got, a1)
+	}
+	stop1()
+	if _, err := f.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ships["n1"].Route(30); got != a2 {
+		t.Errorf("after col1 died, job 30 on n1 goes to %s, want the nearest live collector col2 (%s), not col3 (%s)", got, a2, a3)
 	}
 }

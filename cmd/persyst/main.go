@@ -311,7 +311,8 @@ func runCollector(ctx context.Context, args []string) error {
 func runFrontend(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("persyst frontend", flag.ContinueOnError)
 	cols := fs.String("collectors", "", "collectors: name=host:port,name=host:port")
-	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order")
+	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order (without --topology)")
+	topology := fs.String("topology", "", "Slurm topology.conf: leaf switches are the collectors (named as in --collectors)")
 	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
 	nodeAddrs := fs.String("node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
 	lmax := fs.Int("lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
@@ -325,8 +326,19 @@ func runFrontend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := jobmap.ExpandHostlist(*nodeList)
-	if err != nil || len(nodes) == 0 {
+	var tree *balance.Tree
+	var nodes []string
+	if *topology != "" {
+		tf, err := os.Open(*topology)
+		if err != nil {
+			return err
+		}
+		tree, err = balance.ParseTopologyConf(tf)
+		tf.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *topology, err)
+		}
+	} else if nodes, err = jobmap.ExpandHostlist(*nodeList); err != nil || len(nodes) == 0 {
 		return fmt.Errorf("--nodes %q: %v", *nodeList, err)
 	}
 	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
@@ -363,7 +375,7 @@ func runFrontend(ctx context.Context, args []string) error {
 	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
 		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
-		Self: *listen, Engine: engine,
+		Self: *listen, Engine: engine, Tree: tree,
 		NodeAddr: func(n string) string {
 			if a, ok := explicit[n]; ok {
 				return a
