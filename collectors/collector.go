@@ -250,14 +250,15 @@ func (c *Collector) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, 
 	return &pb.Heartbeat{Name: c.cfg.Name, Role: "collector", Ts: c.cfg.Now().Unix(), Load: float64(load)}, nil
 }
 
-// Serve runs the collector's gRPC server on ln until ctx is done.
-func Serve(ctx context.Context, ln net.Listener, c *Collector, opts ...grpc.ServerOption) error {
+// Serve runs a collector service (a Collector, or the Frontend merging multi-node jobs)
+// on ln until ctx is done.
+func Serve(ctx context.Context, ln net.Listener, c pb.CollectorServer, opts ...grpc.ServerOption) error {
 	srv := grpc.NewServer(opts...)
 	pb.RegisterCollectorServer(srv, c)
 	stop := context.AfterFunc(ctx, srv.GracefulStop)
 	defer stop()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("collector: %w", err)
+		return fmt.Errorf("collector service: %w", err)
 	}
 	return nil
 }

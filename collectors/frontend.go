@@ -387,16 +387,3 @@ func (f *Frontend) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.J
 func (f *Frontend) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
 	return &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()}, nil
 }
-
-// ServeFrontend runs the frontend's gRPC service (merged summaries of split jobs) on ln
-// until ctx is done.
-func ServeFrontend(ctx context.Context, ln net.Listener, f *Frontend, opts ...grpc.ServerOption) error {
-	srv := grpc.NewServer(opts...)
-	pb.RegisterCollectorServer(srv, f)
-	stop := context.AfterFunc(ctx, srv.GracefulStop)
-	defer stop()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("frontend: %w", err)
-	}
-	return nil
-}

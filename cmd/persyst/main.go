@@ -404,7 +404,7 @@ func runFrontend(ctx context.Context, args []string) error {
 			return err
 		}
 		go func() {
-			if err := collectors.ServeFrontend(ctx, ln, f, serverOpt); err != nil {
+			if err := collectors.Serve(ctx, ln, f, serverOpt); err != nil {
 				log.Error().Err(err).Msg("frontend service stopped")
 			}
 		}()
