@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
@@ -40,20 +41,6 @@ func newJobView() *jobView {
 		nodeUser: map[string]*[2]float64{}, samples: map[int64]bool{}}
 }
 
-// domainOf reads the domain from a device label ("cpu3" → cpu, "core0.2" → core).
-func domainOf(device string) string {
-	if i := strings.LastIndexByte(device, '/'); i >= 0 {
-		device = device[i+1:]
-	}
-	switch {
-	case strings.HasPrefix(device, "cpu"):
-		return "cpu"
-	case strings.HasPrefix(device, "core"):
-		return "core"
-	}
-	return device
-}
-
 // add counts one node's push of one cycle.
 func (v *jobView) add(in *pb.CycleRecords) {
 	id := fmt.Sprintf("%s@%d", in.Node, in.Ts)
@@ -71,7 +58,7 @@ func (v *jobView) add(in *pb.CycleRecords) {
 		a := v.keys[r.Key]
 		if a == nil {
 			sk, _ := quantile.NewSketch(sketchAlpha)
-			a = &keyAgg{domain: domainOf(r.Device), sketch: sk}
+			a = &keyAgg{domain: store.DomainOf(r.Device), sketch: sk}
 			v.keys[r.Key] = a
 		}
 		a.values = append(a.values, r.Value)
@@ -82,7 +69,7 @@ func (v *jobView) add(in *pb.CycleRecords) {
 		}
 		a.maxS = math.Max(a.maxS, r.Severity)
 		perKey[r.Key]++
-		if r.Key == "cpu_user_pct" && domainOf(r.Device) == "node" {
+		if r.Key == "cpu_user_pct" && store.DomainOf(r.Device) == "node" {
 			u := v.nodeUser[in.Node]
 			if u == nil {
 				u = &[2]float64{}

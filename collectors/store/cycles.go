@@ -67,7 +67,7 @@ func Summarize(recs []properties.Record, q int) ([]CycleResult, error) {
 	for _, r := range recs {
 		g := groups[r.Key]
 		if g == nil {
-			g = &group{domain: domainOf(r.Device)}
+			g = &group{domain: DomainOf(r.Device)}
 			groups[r.Key] = g
 		}
 		g.values = append(g.values, r.Value)
@@ -97,9 +97,9 @@ func Summarize(recs []properties.Record, q int) ([]CycleResult, error) {
 	return out, nil
 }
 
-// domainOf maps a device label to its domain: "node", "cpu", "core", or the
+// DomainOf maps a device label to its domain: "node", "cpu", "core", or the
 // label itself for anything else.
-func domainOf(device string) string {
+func DomainOf(device string) string {
 	if i := strings.LastIndexByte(device, '/'); i >= 0 {
 		device = device[i+1:]
 	}

@@ -136,7 +136,7 @@ func TestDomainOf(t *testing.T) {
 		"cpu3": "cpu", "core0.12": "core", "node": "node", "host7/cpu31": "cpu",
 		"a/b/core1.2": "core", "node12/node": "node", "gpu0": "gpu",
 	} {
-		if got := domainOf(in); got != want {
+		if got := DomainOf(in); got != want {
 			t.Errorf("domainOf(%q) = %q, want %q", in, got, want)
 		}
 	}
