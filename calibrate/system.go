@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/properties"
 )
 
 // What the node says about itself: pure parsers over readers and an fs.FS (the root of
@@ -48,34 +49,7 @@ func ParseCacheSize(s string) (int64, error) {
 // ParseMemInfo reads MemTotal and MemAvailable (bytes) from /proc/meminfo; a missing
 // MemAvailable (kernels before 3.14) is 0.
 func ParseMemInfo(r io.Reader) (total, available int64, err error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		var dst *int64
-		switch f[0] {
-		case "MemTotal:":
-			dst = &total
-		case "MemAvailable:":
-			dst = &available
-		default:
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("meminfo: %s %q: %w", f[0], f[1], err)
-		}
-		*dst = kb * 1024
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("meminfo: %w", err)
-	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("meminfo: no MemTotal")
-	}
-	return total, available, nil
+	return properties.ParseMemInfo(r)
 }
 
 // ParseCPUFlags returns the first processor's feature flags from /proc/cpuinfo: the

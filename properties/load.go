@@ -1,11 +1,13 @@
 package properties
 
 import (
+	"bufio"
 	"encoding/json"
 
 	"errors"
 	"fmt"
 	"github.com/persyst/persyst/daemon/measure"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -104,14 +106,11 @@ func NodeFacts(root string, cpus int) map[string]float64 {
 	if cpus > 0 {
 		out["cores"] = float64(cpus)
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "proc/meminfo")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
-					out["mem_total_bytes"] = kb * 1024
-				}
-			}
+	if f, err := os.Open(filepath.Join(root, "proc/meminfo")); err == nil {
+		if total, _, err := ParseMemInfo(f); err == nil {
+			out["mem_total_bytes"] = float64(total)
 		}
+		f.Close()
 	}
 	for name, file := range map[string]string{"max_freq_hz": "cpuinfo_max_freq", "min_freq_hz": "cpuinfo_min_freq"} {
 		if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/cpu0/cpufreq", file)); err == nil {
@@ -170,4 +169,37 @@ func CheckThresholds(file string, lines map[string]int) error {
 		return fmt.Errorf("%s:%d: Threshold.%s: no such property (see docs/properties.md)", file, lines[bad], bad)
 	}
 	return nil
+}
+
+// ParseMemInfo reads MemTotal and MemAvailable (bytes) from /proc/meminfo; a missing
+// MemAvailable (old kernels) is 0, a missing MemTotal an error.
+func ParseMemInfo(r io.Reader) (total, available int64, err error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		var dst *int64
+		switch f[0] {
+		case "MemTotal:":
+			dst = &total
+		case "MemAvailable:":
+			dst = &available
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("meminfo: %s %q: %w", f[0], f[1], err)
+		}
+		*dst = kb * 1024
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("meminfo: %w", err)
+	}
+	if total == 0 {
+		return 0, 0, fmt.Errorf("meminfo: no MemTotal")
+	}
+	return total, available, nil
 }
