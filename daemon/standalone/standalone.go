@@ -393,7 +393,7 @@ func (r *runner) extraPIDs(privileged bool) []int {
 	if privileged {
 		return []int{r.child}
 	}
-	return descendants(r.opts.Root, r.child)
+	return procio.FS{Root: r.opts.Root}.Descendants(r.child)
 }
 
 // cleanup removes the transient cgroups.
@@ -453,41 +453,6 @@ func writeNoFollow(path, s string) error {
 	defer f.Close()
 	_, err = f.WriteString(s)
 	return err
-}
-
-// descendants returns pid and all its descendants, from /proc/*/stat parent links.
-func descendants(root string, pid int) []int {
-	ents, err := os.ReadDir(filepath.Join(root, "proc"))
-	if err != nil {
-		return []int{pid}
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(root, "proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
-	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
-	}
-	return out
 }
 
 // addReaped raises the write totals to what the command's process tree wrote according
