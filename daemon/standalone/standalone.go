@@ -68,7 +68,7 @@ type Options struct {
 	Now      func() time.Time
 	// Unprivileged forces the non-root path (tests).
 	Unprivileged bool
-	// Engine evaluates the properties for the digest (nil: no digest, only totals).
+	// Engine evaluates the properties for the digest.
 	Engine *properties.Engine
 	// Node names this machine in the digest.
 	Node string
@@ -84,7 +84,7 @@ type Result struct {
 	Cgroups    []string         `json:"cgroups,omitempty"`
 	Summary    measure.Summary  `json:"summary"`
 	Samples    []measure.Sample `json:"samples"`
-	// Digest is the job digest (docs/digest.md), when an engine was given.
+	// Digest is the job digest (docs/digest.md).
 	Digest *digest.Report `json:"digest,omitempty"`
 }
 
@@ -92,6 +92,9 @@ type Result struct {
 func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	if len(argv) == 0 {
 		return 2, errors.New("no command given: persyst run [--interval D] [--json] -- CMD ARGS...")
+	}
+	if opts.Engine == nil {
+		return 2, errors.New("persyst run: no property engine for the digest")
 	}
 	if opts.Root == "" {
 		opts.Root = "/"
@@ -270,7 +273,7 @@ wait:
 			}
 		}
 	}
-	if meter != nil && opts.Engine != nil {
+	if meter != nil {
 		acc := opts.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(cpus), Topology: spec.Topology})
 		for _, s := range res.Samples {
 			acc.Add(s)
@@ -290,8 +293,6 @@ wait:
 		for _, l := range r.limits {
 			fmt.Fprintln(opts.Stderr, "persyst: note: "+l)
 		}
-	} else {
-		WriteText(opts.Stderr, res)
 	}
 	return res.ExitStatus, nil
 }
@@ -486,4 +487,20 @@ func addRusage(s *measure.Summary, ps *os.ProcessState) {
 	set(measure.MemPeakBytes, float64(ru.Maxrss)*1024)
 	set(measure.MajorPageFaults, float64(ru.Majflt))
 	set(measure.PageFaults, float64(ru.Majflt+ru.Minflt))
+}
+
+// trim shortens a command line for the digest's header.
+func trim(argv []string) []string {
+	out := make([]string, 0, len(argv))
+	for _, a := range argv {
+		if len(a) > 30 {
+			a = a[:27] + "..."
+		}
+		out = append(out, a)
+		if len(out) == 4 && len(argv) > 4 {
+			out = append(out, "...")
+			break
+		}
+	}
+	return out
 }
