@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/persyst/persyst/jobmap"
@@ -147,10 +148,11 @@ func ParseTopologyConf(r io.Reader) (*Tree, error) {
 //	Sync=s1 Collectors=c[1-2]
 //	Sync=s2 Collectors=c3 Syncs=s3      # syncs may nest
 //	Sync=s3 Collectors=c4
-//	Collector=c1 Nodes=n[001-043]
+//	Collector=c1 Nodes=n[001-043] Addr=10.1.0.1:16830
 //
 // Frontend= and Sync= lines take Syncs= and/or Collectors=; Collector= lines
-// take Nodes=. Each line names one agent. Syncs= must name Sync agents and Collectors= must name
+// take Nodes=. Any line may give the agent's gRPC address, Addr=host:port
+// (Tree.Addr). Each line names one agent. Syncs= must name Sync agents and Collectors= must name
 // collectors. Without a Frontend= line the single top Sync becomes the
 // frontend; several top agents get a frontend named "frontend" above them.
 // With a Frontend= line every other agent must hang below it.
@@ -166,6 +168,7 @@ func ParseTreeSpec(r io.Reader) (*Tree, error) {
 	var refs []ref
 	declared := map[string]Kind{}
 	declaredLine := map[string]int{}
+	addrs := map[string]string{}
 	frontends := 0
 	err := scanLines(what, r, func(line int, words []kv) error {
 		var k Kind
@@ -203,6 +206,11 @@ func ParseTreeSpec(r io.Reader) (*Tree, error) {
 			}
 			seen[key] = true
 			switch {
+			case key == "addr":
+				if _, _, err := net.SplitHostPort(w.val); err != nil {
+					return fmt.Errorf("%s: line %d: Addr=%s: want host:port", what, line, w.val)
+				}
+				addrs[e.name] = w.val
 			case key == "nodes" && k == KindCollector:
 				names, err := expand(what, line, w.key, w.val, &budget)
 				if err != nil {
@@ -248,7 +256,12 @@ func ParseTreeSpec(r io.Reader) (*Tree, error) {
 			return nil, fmt.Errorf("%s: line %d: %s lists %q, which is a %s", what, rf.line, key, rf.to, got)
 		}
 	}
-	return build(what, entries)
+	t, err := build(what, entries)
+	if err != nil {
+		return nil, err
+	}
+	t.addr = addrs
+	return t, nil
 }
 
 // FlatTree builds the default tree for a cluster without topology

@@ -155,6 +155,20 @@ collector=c4 nodes=gpu[1-4]
 	if k, _ := tr.Kind("top"); k != KindFrontend {
 		t.Errorf("top is a %s, want frontend", k)
 	}
+	// Addresses.
+	tr, err = ParseTreeSpec(strings.NewReader("Sync=top Collectors=c1 Addr=10.0.0.9:16833\nCollector=c1 Nodes=n[1-2] Addr=[fd00::1]:16830\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, a := range []string{"top", "c1", "n1"} {
+		if v, ok := tr.Addr(a); ok {
+			got[a] = v
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"top": "10.0.0.9:16833", "c1": "[fd00::1]:16830"}, got); diff != "" {
+		t.Errorf("addresses (-want +got):\n%s", diff)
+	}
 }
 
 func TestParseTreeSpecErrors(t *testing.T) {
@@ -171,6 +185,7 @@ func TestParseTreeSpecErrors(t *testing.T) {
 		{"hostlist name", "Collector=c[1-2] Nodes=n1\n", []string{"line 1", "one agent name per line"}},
 		{"unattached below frontend", "Frontend=fe Collectors=c1\nCollector=c1 Nodes=n1\nCollector=c2 Nodes=n2\n", []string{"line 3", "not attached below frontend"}},
 		{"frontend as child", "Frontend=fe Collectors=c1\nSync=s Syncs=fe\nCollector=c1 Nodes=n1\n", []string{"line 2"}},
+		{"bad address", "Collector=c1 Nodes=n1 Addr=c1\n", []string{"line 1", "Addr=c1", "host:port"}},
 		{"node under two collectors", "Sync=s Collectors=c[1-2]\nCollector=c1 Nodes=n[1-2]\nCollector=c2 Nodes=n2\n", []string{"line 3", `"n2"`, "exactly one collector"}},
 	}
 	for _, tc := range tests {

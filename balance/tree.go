@@ -52,6 +52,13 @@ type Tree struct {
 	collectors []int32 // collectors, tree order
 	colSlot    []int32 // agent -> position in collectors, -1 if not a collector
 	children   [][]int32
+	addr       map[string]string // agent → gRPC address, from the tree description
+}
+
+// Addr returns an agent's address as the tree description gave it (Addr=).
+func (t *Tree) Addr(name string) (string, bool) {
+	a, ok := t.addr[name]
+	return a, ok
 }
 
 // Len is the number of agents (all kinds).

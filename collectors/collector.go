@@ -32,6 +32,13 @@ type Config struct {
 	// Engine, if set, makes job-wide property results and the job's digest report
 	// from everything the collector received of a job (JobSummary.report_json).
 	Engine *properties.Engine
+	// Self is the collector's address as the frontend names it in routes: a job whose
+	// aggregation point is another agent gets this collector's summary of each cycle
+	// forwarded there (PushPartial).
+	Self string
+	// Dial is the option for connections to other agents (mtls.Files.DialOption); nil:
+	// plain.
+	Dial grpc.DialOption
 }
 
 // Collector receives a job's property records from the node daemons its routes point at
@@ -43,10 +50,21 @@ type Collector struct {
 	pb.UnimplementedCollectorServer
 	cfg Config
 
+	d dialer
+
 	mu     sync.Mutex
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
 	views  map[uint32]*jobView         // job → the whole job as received
 	nodes  map[string]bool             // nodes heard from in the current cycle
+	fwd    map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
+	down   map[string]bool             // aggregation points that did not answer
+	wake   chan struct{}
+}
+
+type fwdKey struct {
+	to  string
+	job uint32
+	ts  int64
 }
 
 type cycle struct {
@@ -67,7 +85,8 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Collector{cfg: cfg, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, nodes: map[string]bool{}}, nil
+	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{},
+		nodes: map[string]bool{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Push takes one node's records of one cycle of a job.
@@ -103,8 +122,10 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 		v.add(in)
 	}
 	var all []properties.Record
-	for _, rs := range cy.byNode {
+	nodes := make([]string, 0, len(cy.byNode))
+	for n, rs := range cy.byNode {
 		all = append(all, rs...)
+		nodes = append(nodes, n)
 	}
 	c.nodes[in.Node] = true
 	c.mu.Unlock()
@@ -117,7 +138,132 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 		c.cfg.Log.Error().Err(err).Uint32("job", in.JobId).Msg("cycle not stored")
 		return &pb.Ack{Error: "store: " + err.Error()}, nil
 	}
+	if agg := in.AggregationPoint; agg != "" && agg != c.cfg.Self {
+		// A big job: the aggregation point merges this collector's part of the cycle
+		// with the other collectors'.
+		pc, err := CyclePartial(in.JobId, in.Ts, c.name(), nodes, all, c.cfg.Q)
+		if err != nil {
+			c.cfg.Log.Error().Err(err).Uint32("job", in.JobId).Msg("cycle summary not forwarded")
+		} else {
+			c.forward(agg, pc)
+		}
+	}
 	return &pb.Ack{Ok: true}, nil
+}
+
+// name is how the collector signs its partial summaries.
+func (c *Collector) name() string {
+	if c.cfg.Self != "" {
+		return c.cfg.Self
+	}
+	return c.cfg.Name
+}
+
+// forward queues a cycle summary for an aggregation point. A newer summary of the same
+// cycle replaces an unsent one (a later node's push refines the cycle); while the
+// aggregation point is down, each job keeps its newest Keep cycles.
+func (c *Collector) forward(to string, pc *pb.PartialCycle) {
+	c.mu.Lock()
+	c.fwd[fwdKey{to, pc.JobId, pc.Ts}] = pc
+	var ts []int64
+	for k := range c.fwd {
+		if k.to == to && k.job == pc.JobId {
+			ts = append(ts, k.ts)
+		}
+	}
+	if len(ts) > c.cfg.Keep {
+		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+		for _, t := range ts[:len(ts)-c.cfg.Keep] {
+			delete(c.fwd, fwdKey{to, pc.JobId, t})
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run forwards queued cycle summaries of big jobs to their aggregation points until ctx
+// is done, retrying those that failed every second. Push never waits for it.
+func (c *Collector) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	defer c.d.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+		c.flush(ctx)
+	}
+}
+
+// Forwarding returns how many cycle summaries wait to be forwarded.
+func (c *Collector) Forwarding() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fwd)
+}
+
+func (c *Collector) flush(ctx context.Context) {
+	c.mu.Lock()
+	batch := make(map[fwdKey]*pb.PartialCycle, len(c.fwd))
+	for k, pc := range c.fwd {
+		batch[k] = pc
+	}
+	c.mu.Unlock()
+	failed := map[string]bool{}
+	for k, pc := range batch {
+		if failed[k.to] {
+			continue
+		}
+		err := c.pushPartial(ctx, k.to, pc)
+		c.mu.Lock()
+		switch {
+		case err == nil:
+			if c.fwd[k] == pc {
+				delete(c.fwd, k)
+			}
+			if c.down[k.to] {
+				delete(c.down, k.to)
+				c.cfg.Log.Info().Str("aggregation_point", k.to).Msg("aggregation point answers again")
+			}
+		case errors.Is(err, errRefused):
+			if c.fwd[k] == pc {
+				delete(c.fwd, k) // resending would not help
+			}
+			c.cfg.Log.Error().Err(err).Str("aggregation_point", k.to).Uint32("job", k.job).Msg("cycle summary refused")
+		default:
+			failed[k.to] = true
+			if !c.down[k.to] {
+				c.down[k.to] = true
+				c.cfg.Log.Warn().Err(err).Str("aggregation_point", k.to).Msg("aggregation point does not answer: keeping each job's newest cycle summary")
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+var errRefused = errors.New("refused")
+
+func (c *Collector) pushPartial(ctx context.Context, to string, pc *pb.PartialCycle) error {
+	cl, err := c.d.collector(to)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ack, err := cl.PushPartial(pctx, pc)
+	if err != nil {
+		return err
+	}
+	if !ack.Ok {
+		return fmt.Errorf("%w: %s", errRefused, ack.Error)
+	}
+	return nil
 }
 
 // trim keeps the newest Keep cycles of a job. Caller holds mu.
@@ -189,6 +335,10 @@ func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 		out.Cycles = append(out.Cycles, byTS[t])
 	}
 	if c.cfg.Engine != nil {
+		if rest := others(in.Holders, c.cfg.Self); len(rest) > 0 {
+			// The job moved between collectors during its life: merge its parts.
+			return c.mergedSummary(ctx, in, rest, out)
+		}
 		c.mu.Lock()
 		v := c.views[in.JobId]
 		var rep *digest.Report
@@ -209,6 +359,27 @@ func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 			}
 		}
 	}
+	return out, nil
+}
+
+// mergedSummary answers Summary for a job whose other parts are on the collectors rest.
+func (c *Collector) mergedSummary(ctx context.Context, in *pb.JobSummaryRequest, rest []string, out *pb.JobSummary) (*pb.JobSummary, error) {
+	parts := gather(ctx, &c.d, rest, in.JobId, partWait, c.cfg.Log)
+	c.mu.Lock()
+	if v := c.views[in.JobId]; v != nil {
+		parts = append(parts, v.partial(in.JobId, c.name()))
+	}
+	c.mu.Unlock()
+	sum, err := mergedSummary(c.cfg.Engine, in.JobId, parts)
+	if err != nil {
+		return nil, fmt.Errorf("collector %s: %w", c.cfg.Name, err)
+	}
+	if rep, err := decodeReport(sum.ReportJson); err == nil {
+		if err := c.cfg.Store.PutReport(ctx, *rep); err != nil {
+			c.cfg.Log.Warn().Err(err).Uint32("job", in.JobId).Msg("job report not stored")
+		}
+	}
+	out.ReportJson, out.Nodes = sum.ReportJson, sum.Nodes
 	return out, nil
 }
 

@@ -2,7 +2,6 @@ package collectors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,10 +13,10 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -25,24 +24,33 @@ import (
 type FrontendConfig struct {
 	// Collectors maps collector names to their gRPC addresses.
 	Collectors map[string]string
+	// Syncs maps the sync agents of Tree to their gRPC addresses: the aggregation
+	// points of jobs split over several collectors below them.
+	Syncs map[string]string
 	// NodeAddr gives a node daemon's gRPC address (where routes are pushed).
 	NodeAddr func(node string) string
 	// Nodes are the cluster's compute nodes, in topology order.
 	Nodes []string
-	// Tree, if set, is the agent tree from topology.conf (leaf switches are collectors,
-	// named as in Collectors); else a flat tree cuts Nodes evenly over the collectors.
+	// Tree, if set, is the agent tree (from topology.conf or persyst's tree description:
+	// collectors named as in Collectors, sync agents as in Syncs); else a flat tree cuts
+	// Nodes evenly over the collectors, below the frontend.
 	Tree *balance.Tree
 	// Jobs returns the running jobs (from the job map).
 	Jobs    func(ctx context.Context) ([]balance.Job, error)
 	Balance balance.Config
 	Timeout time.Duration   // deadline of one ping or route push (default 2 s)
 	Dial    grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
-	// Self is the frontend's own address: the aggregation point of multi-node jobs,
+	// Self is the frontend's own address: the aggregation point of jobs split over
+	// collectors with no sync agent in common below it (and of a dead sync agent's),
 	// which it merges from the collectors' parts when their batch host asks (Summary).
+	// "": such jobs' digests cover their batch host.
 	Self   string
 	Engine *properties.Engine
-	Log    zerolog.Logger
-	Now    func() time.Time
+	// Store keeps the merged per-cycle results of the jobs aggregated at the frontend
+	// (nil: only their job-end reports are merged).
+	Store *store.Store
+	Log   zerolog.Logger
+	Now   func() time.Time
 }
 
 // Frontend runs PerSyst's job balancing every cycle (seed 000 §5.3): it pings the
@@ -53,9 +61,11 @@ type FrontendConfig struct {
 type Frontend struct {
 	pb.UnimplementedCollectorServer
 	cfg FrontendConfig
+	d   dialer
+	agg *Sync // merges the cycles of the jobs aggregated here
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn // address → connection
+	mu      sync.Mutex
+	holders map[uint32]map[string]bool // job → collectors routed part of it so far
 }
 
 // NewFrontend checks the configuration.
@@ -75,46 +85,58 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	if cfg.Tree != nil {
 		for _, c := range cfg.Tree.Collectors() {
 			if _, ok := cfg.Collectors[c]; !ok {
-				return nil, fmt.Errorf("frontend: collector %s of the topology has no address", c)
+				return nil, fmt.Errorf("frontend: collector %s of the tree has no address", c)
+			}
+		}
+		inTree := map[string]bool{}
+		for _, s := range cfg.Tree.Agents(balance.KindSync) {
+			inTree[s] = true
+			if _, ok := cfg.Syncs[s]; !ok {
+				// A switch of Slurm's topology without a sync agent running: the jobs
+				// that meet there are merged at the frontend.
+				cfg.Log.Info().Str("sync", s).Msg("no sync agent for this switch of the tree: its jobs are merged at the frontend")
+			}
+		}
+		for s := range cfg.Syncs {
+			if !inTree[s] {
+				return nil, fmt.Errorf("frontend: sync agent %s is not in the tree", s)
 			}
 		}
 		cfg.Nodes = cfg.Tree.Nodes()
+	} else if len(cfg.Syncs) > 0 {
+		return nil, errors.New("frontend: sync agents need a tree (--tree or --topology) that places them")
 	}
-	return &Frontend{cfg: cfg, conns: map[string]*grpc.ClientConn{}}, nil
-}
-
-func (f *Frontend) conn(addr string) (*grpc.ClientConn, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c, ok := f.conns[addr]; ok {
-		return c, nil
+	f := &Frontend{cfg: cfg, d: dialer{opt: cfg.Dial}, holders: map[uint32]map[string]bool{}}
+	if cfg.Engine != nil {
+		var err error
+		if f.agg, err = NewSync(SyncConfig{Name: "frontend", Store: cfg.Store, Dial: cfg.Dial, Engine: cfg.Engine, Log: cfg.Log, Now: cfg.Now}); err != nil {
+			return nil, err
+		}
 	}
-	dial := f.cfg.Dial
-	if dial == nil {
-		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	c, err := grpc.NewClient(addr, dial)
-	if err != nil {
-		return nil, err
-	}
-	f.conns[addr] = c
-	return c, nil
+	return f, nil
 }
 
 // Close closes the frontend's connections.
 func (f *Frontend) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
-		c.Close()
+	f.d.close()
+	if f.agg != nil {
+		f.agg.Close()
 	}
-	f.conns = map[string]*grpc.ClientConn{}
 }
 
 // Alive pings every collector and returns the names of those that answered, sorted.
 func (f *Frontend) Alive(ctx context.Context) []string {
-	names := make([]string, 0, len(f.cfg.Collectors))
-	for n := range f.cfg.Collectors {
+	return f.ping(ctx, f.cfg.Collectors, "collector", "left out of this cycle's routes")
+}
+
+// AliveSyncs pings every sync agent and returns the names of those that answered.
+func (f *Frontend) AliveSyncs(ctx context.Context) []string {
+	return f.ping(ctx, f.cfg.Syncs, "sync", "its jobs are merged above it this cycle")
+}
+
+func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, consequence string) []string {
+	names := make([]string, 0, len(agents))
+	for n := range agents {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -124,13 +146,13 @@ func (f *Frontend) Alive(ctx context.Context) []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := f.conn(f.cfg.Collectors[n])
+			cl, err := f.d.collector(agents[n])
 			if err != nil {
 				return
 			}
 			pctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 			defer cancel()
-			_, err = pb.NewCollectorClient(c).Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()})
+			_, err = cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()})
 			alive[i] = err == nil
 		}()
 	}
@@ -140,7 +162,7 @@ func (f *Frontend) Alive(ctx context.Context) []string {
 		if alive[i] {
 			out = append(out, n)
 		} else {
-			f.cfg.Log.Warn().Str("collector", n).Msg("collector does not answer: left out of this cycle's routes")
+			f.cfg.Log.Warn().Str(role, n).Msg(role + " does not answer: " + consequence)
 		}
 	}
 	return out
@@ -149,6 +171,7 @@ func (f *Frontend) Alive(ctx context.Context) []string {
 // CycleResult is one balancing cycle's outcome.
 type CycleResult struct {
 	Alive  []string              // collectors that answered
+	Syncs  []string              // sync agents that answered
 	Result *balance.Result       // balancing over them (tree collectors c1.. map to Alive in order)
 	Routes map[string]*pb.Routes // per node, what was pushed
 	Errors map[string]error      // per node whose push failed
@@ -161,6 +184,7 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 	if len(alive) == 0 {
 		return nil, errors.New("frontend: no collector answers: nodes keep their jobs' data")
 	}
+	liveSyncs := f.AliveSyncs(ctx)
 	addrOf := map[string]string{}
 	var tree *balance.Tree
 	var err error
@@ -214,25 +238,30 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
-	out := &CycleResult{Alive: alive, Result: res, Routes: map[string]*pb.Routes{}, Errors: map[string]error{}, ByJob: map[uint32]*pb.Route{}}
+	out := &CycleResult{Alive: alive, Syncs: liveSyncs, Result: res, Routes: map[string]*pb.Routes{}, Errors: map[string]error{}, ByJob: map[uint32]*pb.Route{}}
+	syncUp := map[string]bool{}
+	for _, s := range liveSyncs {
+		syncUp[s] = true
+	}
 	ts := f.cfg.Now().Unix()
+	running := map[uint32]bool{}
 	for _, r := range res.Routes {
 		id, err := strconv.ParseUint(r.JobID, 10, 32)
 		if err != nil {
 			continue
 		}
-		route := &pb.Route{JobId: uint32(id), NodeCollector: map[string]string{}, AggregationPoint: addrOf[r.Aggregator]}
+		route := &pb.Route{JobId: uint32(id), NodeCollector: map[string]string{}}
 		for _, s := range r.Sends {
 			if a, ok := addrOf[s.To]; ok {
 				route.NodeCollector[s.Node] = a
 			} // else local: the node keeps the job (a one-node job)
 		}
-		if len(route.NodeCollector) > 1 && f.cfg.Self != "" {
-			// A multi-node job is merged here at its end, from every collector that holds
-			// part of it: routes change from cycle to cycle as loads change, so over its
-			// life a job's records may reach several collectors, and a split job always
-			// does.
-			route.AggregationPoint = f.cfg.Self
+		if len(route.NodeCollector) > 0 {
+			route.AggregationPoint = f.aggregationPoint(tree, r, addrOf, syncUp)
+			running[route.JobId] = true
+			// Over its life a job's records may reach several collectors (routes follow
+			// the loads); its aggregation point merges them all at its end.
+			route.Holders = f.addHolders(route.JobId, route.NodeCollector)
 		}
 		out.ByJob[route.JobId] = route
 		for node := range route.NodeCollector {
@@ -244,6 +273,7 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 			rs.Routes = append(rs.Routes, route)
 		}
 	}
+	f.forgetEnded(running)
 	// Every node gets its routes, an empty list included (its jobs stay local).
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -267,8 +297,66 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 	return out, nil
 }
 
+// aggregationPoint is the address of the agent holding a job whole: its one collector
+// (exact), else the sync agent where its collectors meet, or the nearest live agent above
+// a dead one, up to the frontend itself.
+func (f *Frontend) aggregationPoint(tree *balance.Tree, r balance.Route, addrOf map[string]string, syncUp map[string]bool) string {
+	name := r.Aggregator
+	for {
+		k, ok := tree.Kind(name)
+		if !ok {
+			return f.cfg.Self
+		}
+		switch k {
+		case balance.KindCollector:
+			return addrOf[name]
+		case balance.KindSync:
+			if syncUp[name] {
+				return f.cfg.Syncs[name]
+			}
+		case balance.KindFrontend:
+			return f.cfg.Self
+		}
+		if name, ok = tree.Parent(name); !ok {
+			return f.cfg.Self
+		}
+	}
+}
+
+// addHolders adds the collectors of a job's route this cycle to those of its life so
+// far and returns them all, sorted.
+func (f *Frontend) addHolders(job uint32, sends map[string]string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.holders[job]
+	if h == nil {
+		h = map[string]bool{}
+		f.holders[job] = h
+	}
+	for _, a := range sends {
+		h[a] = true
+	}
+	out := make([]string, 0, len(h))
+	for a := range h {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// forgetEnded drops the holders of jobs that are no longer running.
+func (f *Frontend) forgetEnded(running map[uint32]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for j := range f.holders {
+		if !running[j] {
+			delete(f.holders, j)
+		}
+	}
+}
+
 func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
-	c, err := f.conn(f.cfg.NodeAddr(node))
+	c, err := f.d.conn(f.cfg.NodeAddr(node))
 	if err != nil {
 		return err
 	}
@@ -328,59 +416,31 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 	}
 }
 
-// Summary merges the parts of a job from every collector holding some of it into its
-// job-wide report. Collectors are asked concurrently with a short deadline, so a dead
-// one does not hold the job's digest up.
+// Summary merges the parts of a job from its holders (or, when the request names none,
+// every collector) into its job-wide report. Collectors are asked concurrently with a
+// short deadline, so a dead one does not hold the job's digest up.
 func (f *Frontend) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
-	if f.cfg.Engine == nil {
+	if f.agg == nil {
 		return nil, errors.New("frontend: no property engine")
 	}
-	names := make([]string, 0, len(f.cfg.Collectors))
-	for n := range f.cfg.Collectors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]*pb.JobPartial, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := f.conn(f.cfg.Collectors[n])
-			if err != nil {
-				return
-			}
-			pctx, cancel := context.WithTimeout(ctx, min(f.cfg.Timeout, 500*time.Millisecond))
-			defer cancel()
-			p, err := pb.NewCollectorClient(c).Partial(pctx, in)
-			if err != nil {
-				f.cfg.Log.Info().Err(err).Str("collector", n).Uint32("job", in.JobId).Msg("no part of the job from this collector")
-				return
-			}
-			if len(p.Nodes) > 0 {
-				parts[i] = p
-			}
-		}()
-	}
-	wg.Wait()
-	var have []*pb.JobPartial
-	for _, p := range parts {
-		if p != nil {
-			have = append(have, p)
+	if len(in.Holders) == 0 {
+		all := make([]string, 0, len(f.cfg.Collectors))
+		for _, a := range f.cfg.Collectors {
+			all = append(all, a)
 		}
+		sort.Strings(all)
+		in = &pb.JobSummaryRequest{JobId: in.JobId, Holders: all}
 	}
-	if len(have) == 0 {
-		return nil, fmt.Errorf("frontend: no collector holds job %d", in.JobId)
+	return f.agg.Summary(ctx, in)
+}
+
+// PushPartial merges a collector's summary of a cycle of a job aggregated at the
+// frontend.
+func (f *Frontend) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, error) {
+	if f.agg == nil {
+		return &pb.Ack{Error: "frontend: no property engine"}, nil
 	}
-	rep, err := MergePartials(f.cfg.Engine, in.JobId, have)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		return nil, err
-	}
-	return &pb.JobSummary{JobId: in.JobId, Nodes: rep.Nodes, ReportJson: b}, nil
+	return f.agg.PushPartial(ctx, in)
 }
 
 // Ping answers a heartbeat as the frontend.

@@ -49,6 +49,20 @@ type Config struct {
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
+	// Tree is the explicit agent tree (balance.ParseTreeSpec): the file's
+	// "Frontend=", "Sync=" and "Collector=NAME Nodes=..." lines, at their line
+	// numbers (other lines blank), so the tree's errors name the file's lines. ""
+	// when the file has none.
+	Tree string
+}
+
+// isTreeLine reports whether a line describes an agent of the tree rather than setting
+// a key: it starts with Frontend= or Sync=, or is a Collector= line with more words
+// (Nodes=, Addr=); "Collector=host:port" alone is the Collector key.
+func isTreeLine(line string) bool {
+	f := strings.Fields(line)
+	k, _, _ := strings.Cut(f[0], "=")
+	return strings.EqualFold(k, "Frontend") || strings.EqualFold(k, "Sync") || (strings.EqualFold(k, "Collector") && len(f) > 1)
 }
 
 // Defaults is the configuration without a file.
@@ -165,7 +179,10 @@ func Parse(r io.Reader, name string) (Config, error) {
 	c := Defaults()
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1<<20) // tree lines carry hostlists
 	n := 0
+	var tree strings.Builder
+	treeLines := 0
 	for sc.Scan() {
 		n++
 		line := sc.Text()
@@ -174,6 +191,12 @@ func Parse(r io.Reader, name string) (Config, error) {
 		}
 		line = strings.TrimSpace(line)
 		if line == "" {
+			continue
+		}
+		if isTreeLine(line) {
+			tree.WriteString(strings.Repeat("\n", n-1-treeLines))
+			tree.WriteString(line)
+			treeLines = n - 1
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
@@ -206,6 +229,9 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return Config{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	if tree.Len() > 0 {
+		c.Tree = tree.String() + "\n"
 	}
 	if strings.HasPrefix(c.SlurmRestd, "http") && (c.SlurmRestdUser == "" || c.SlurmRestdTokenFile == "") {
 		return Config{}, fmt.Errorf("%s: SlurmRestd=%s needs SlurmRestdUser and SlurmRestdTokenFile (JWT)", name, c.SlurmRestd)

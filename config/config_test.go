@@ -41,6 +41,11 @@ func TestParse(t *testing.T) {
 			}), ""},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
 		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
+		{"tree lines keep their line numbers", "CycleSeconds=5\nFrontend=fe Syncs=s1\nCollector=c0:1\nsync=s1 Collectors=c1 # spine\nCollector=c1 Nodes=n[1-4] Addr=c1:16830\n",
+			with(func(c *Config) {
+				c.Cycle, c.Collector = 5*time.Second, "c0:1"
+				c.Tree = "\nFrontend=fe Syncs=s1\n\nsync=s1 Collectors=c1\nCollector=c1 Nodes=n[1-4] Addr=c1:16830\n"
+			}), ""},
 		{"bad threshold", "Threshold.cpi=fast", Config{}, `test.conf:1: Threshold.cpi: want a positive number`},
 		{"threshold twice", "Threshold.cpi=1\nThreshold.cpi=2", Config{}, `test.conf:2: Threshold.cpi: already set on line 1`},
 		{"relative strategy", "StrategyFile=my.strategy", Config{}, `test.conf:1: StrategyFile: want an absolute path`},

@@ -205,7 +205,23 @@ func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
 	if err := sh.FlushJob(ctx, j.JobID); err != nil {
 		m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("last cycle not sent before the digest")
 	}
-	wide, err := sh.Fetch(ctx, addr, j.JobID)
+	fctx, fcancel := context.WithTimeout(ctx, time.Second) // leaves time to ask a holder
+	wide, err := sh.Fetch(fctx, addr, j.JobID)
+	fcancel()
+	if err != nil {
+		// The aggregation point is down: any collector holding part of the job can
+		// merge the others' parts.
+		for _, h := range sh.Holders(j.JobID) {
+			if h == addr || ctx.Err() != nil {
+				continue
+			}
+			m.log.Info().Err(err).Uint32("job", j.JobID).Str("instead", h).Msg("aggregation point does not answer: asking a collector of the job")
+			if wide, err = sh.Fetch(ctx, h, j.JobID); err == nil {
+				addr = h
+				break
+			}
+		}
+	}
 	if err != nil || len(wide.Nodes) < 2 {
 		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
 		return nil

@@ -42,6 +42,7 @@ type Shipper struct {
 	conns   map[string]*grpc.ClientConn // collector address → connection
 	routes  map[uint32]string           // job → collector, from the frontend
 	aggs    map[uint32]string           // job → its aggregation point
+	holders map[uint32][]string         // job → collectors holding parts of it
 	routed  bool                        // the frontend has sent routes
 	pending map[uint32]*pb.CycleRecords // newest unsent cycle per job
 	dest    map[uint32]string           // where each pending cycle goes
@@ -57,7 +58,7 @@ func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
 	if cfg.Retries <= 0 {
 		cfg.Retries = 2
 	}
-	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{},
+	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
 }
 
@@ -65,6 +66,7 @@ func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
 // without a route (a one-node job) stays on the node.
 func (s *Shipper) SetRoutes(rs *pb.Routes) {
 	routes, aggs := map[uint32]string{}, map[uint32]string{}
+	holders := map[uint32][]string{}
 	for _, r := range rs.Routes {
 		if a := r.NodeCollector[s.cfg.Node]; a != "" {
 			routes[r.JobId] = a
@@ -72,8 +74,17 @@ func (s *Shipper) SetRoutes(rs *pb.Routes) {
 		if r.AggregationPoint != "" {
 			aggs[r.JobId] = r.AggregationPoint
 		}
+		if len(r.Holders) > 0 {
+			holders[r.JobId] = r.Holders
+		}
 	}
 	s.mu.Lock()
+	for job, h := range s.holders {
+		if _, ok := holders[job]; !ok {
+			holders[job] = h
+		}
+	}
+	s.holders = holders
 	// A job that left the routes (it ended in Slurm's view) keeps its aggregation point
 	// until its end on this node (Forget): the digest fetches from there.
 	for job, a := range s.aggs {
@@ -132,7 +143,7 @@ func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []propert
 		s.mu.Unlock()
 		return
 	}
-	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds}
+	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds, AggregationPoint: s.aggs[job]}
 	for _, r := range recs {
 		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
 	}
@@ -280,13 +291,21 @@ func (s *Shipper) FlushJob(ctx context.Context, job uint32) error {
 	return nil
 }
 
-// Fetch asks the agent at addr for the job's job-wide report.
+// Holders returns the collectors that hold parts of the job, as the frontend last said.
+func (s *Shipper) Holders(job uint32) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holders[job]
+}
+
+// Fetch asks the agent at addr for the job's job-wide report, naming the collectors
+// that hold its parts.
 func (s *Shipper) Fetch(ctx context.Context, addr string, job uint32) (*digest.Report, error) {
 	cl, err := s.client(addr)
 	if err != nil {
 		return nil, err
 	}
-	sum, err := cl.Summary(ctx, &pb.JobSummaryRequest{JobId: job})
+	sum, err := cl.Summary(ctx, &pb.JobSummaryRequest{JobId: job, Holders: s.Holders(job)})
 	if err != nil {
 		return nil, fmt.Errorf("job summary from %s: %w", addr, err)
 	}
@@ -305,4 +324,5 @@ func (s *Shipper) Forget(job uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.aggs, job)
+	delete(s.holders, job)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/calibrate"
@@ -40,6 +41,7 @@ commands:
   run        run a command measured like a job: persyst run [--interval D] [--json] -- CMD
   report     a job's digest: persyst report [--json] [--node BATCHHOST] JOBID
   collector  a collector of the agent tree (gRPC): persyst collector --listen ADDR --db PATH
+  sync       a sync agent, merging jobs split over collectors: persyst sync --listen ADDR --db PATH
   frontend   balances jobs over collectors and pushes routes: persyst frontend --collectors c1=ADDR,... --nodes HOSTLIST
   jobs       show a node daemon's jobs
   jobmap     show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)
@@ -95,6 +97,8 @@ func main() {
 		err = runReport(ctx, args)
 	case "collector":
 		err = runCollector(ctx, args)
+	case "sync":
+		err = runSync(ctx, args)
 	case "frontend":
 		err = runFrontend(ctx, args)
 	case "jobmap":
@@ -268,6 +272,7 @@ func propertySettings(c config.Config) properties.Settings {
 func runCollector(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("persyst collector", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:16830", "gRPC address to listen on")
+	self := fs.String("self", "", "this collector's address as the frontend names it (\"\": --listen)")
 	db := fs.String("db", "/var/lib/persyst/collector.db", "SQLite database of results")
 	name := fs.String("name", shortHostname(), "this collector's name")
 	q := fs.Int("quantiles", 10, "quantile steps per property and cycle (10: deciles)")
@@ -275,75 +280,188 @@ func runCollector(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *self == "" {
+		*self = *listen
+	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("collector", *name).Logger()
-	st, err := store.Open(ctx, *db, store.Options{})
+	a, err := startAgent(ctx, *confPath, *db, *listen)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
+	defer a.close()
+	c, err := collectors.New(collectors.Config{Name: *name, Store: a.store, Q: *q, Log: log, Engine: a.engine, Self: *self, Dial: a.dial})
 	if err != nil {
 		return err
 	}
-	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
+	go c.Run(ctx)
+	log.Info().Str("listen", a.ln.Addr().String()).Str("db", *db).Msg("persyst collector ready")
+	return collectors.Serve(ctx, a.ln, c, a.serverOpt)
+}
+
+func runSync(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("persyst sync", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:16833", "gRPC address to listen on")
+	db := fs.String("db", "/var/lib/persyst/sync.db", "SQLite database of the merged results")
+	name := fs.String("name", shortHostname(), "this sync agent's name")
+	cols := fs.String("collectors", "", "collectors asked for a job's parts when its batch host names none: name=host:port,...")
+	q := fs.Int("quantiles", 10, "quantile steps per property and cycle (10: deciles)")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (thresholds, strategy)")
+	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var addrs []string
+	if *cols != "" {
+		m, err := collectors.ParseCollectors(*cols)
+		if err != nil {
+			return err
+		}
+		for _, a := range m {
+			addrs = append(addrs, a)
+		}
+	}
+	log := zerolog.New(os.Stderr).With().Timestamp().Str("sync", *name).Logger()
+	a, err := startAgent(ctx, *confPath, *db, *listen)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	s, err := collectors.NewSync(collectors.SyncConfig{Name: *name, Store: a.store, Q: *q, Collectors: addrs, Dial: a.dial, Engine: a.engine, Log: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	log.Info().Str("listen", a.ln.Addr().String()).Str("db", *db).Msg("persyst sync agent ready")
+	return collectors.Serve(ctx, a.ln, s, a.serverOpt)
+}
+
+// agent is what a collector and a sync agent start with.
+type agent struct {
+	store     *store.Store
+	engine    *properties.Engine
+	dial      grpc.DialOption
+	serverOpt grpc.ServerOption
+	ln        net.Listener
+}
+
+func (a *agent) close() {
+	a.store.Close()
+	a.ln.Close()
+}
+
+// startAgent reads persyst.conf, loads the property engine, opens the store and binds
+// the listener.
+func startAgent(ctx context.Context, confPath, db, listen string) (*agent, error) {
+	conf, err := config.Load(confPath, confPath == config.DefaultPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := properties.CheckThresholds(confPath, conf.ThresholdLines); err != nil {
+		return nil, err
 	}
 	engine, err := properties.Load(propertySettings(conf))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := collectors.New(collectors.Config{Name: *name, Store: st, Q: *q, Log: log, Engine: engine})
+	files := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}
+	serverOpt, err := files.ServerOption()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	serverOpt, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.ServerOption()
+	dial, err := files.DialOption()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	st, err := store.Open(ctx, db, store.Options{})
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", *listen, err)
+		return nil, err
 	}
-	log.Info().Str("listen", ln.Addr().String()).Str("db", *db).Msg("persyst collector ready")
-	return collectors.Serve(ctx, ln, c, serverOpt)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen %s: %w", listen, err)
+	}
+	return &agent{store: st, engine: engine, dial: dial, serverOpt: serverOpt, ln: ln}, nil
 }
 
 func runFrontend(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("persyst frontend", flag.ContinueOnError)
-	cols := fs.String("collectors", "", "collectors: name=host:port,name=host:port")
-	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order (without --topology)")
-	topology := fs.String("topology", "", "Slurm topology.conf: leaf switches are the collectors (named as in --collectors)")
+	cols := fs.String("collectors", "", "collectors: name=host:port,name=host:port (added to the tree's Addr=)")
+	syncs := fs.String("syncs", "", "sync agents of the tree: name=host:port,... (added to the tree's Addr=)")
+	nodeList := fs.String("nodes", "", "the compute nodes (Slurm hostlist), in topology order (without a tree)")
+	topology := fs.String("topology", "", "Slurm topology.conf: leaf switches are the collectors, upper switches the sync agents")
+	treeFile := fs.String("tree", "", "persyst's agent tree description (Frontend=, Sync=, Collector= lines); default: the tree lines of persyst.conf")
 	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
 	nodeAddrs := fs.String("node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
 	lmax := fs.Int("lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
-	listen := fs.String("listen", "", "address where the frontend merges jobs split over several collectors (\"\": such jobs' digests cover their batch host)")
+	listen := fs.String("listen", "", "address where the frontend merges jobs split over collectors without a live sync agent in common (\"\": such jobs' digests cover their batch host)")
+	db := fs.String("db", "", "SQLite database of the per-cycle results merged at the frontend (\"\": not kept)")
 	cycle := fs.Duration("cycle", time.Minute, "balancing cycle")
-	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source)")
+	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source, the tree)")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	collectorsMap, err := collectors.ParseCollectors(*cols)
-	if err != nil {
-		return err
-	}
-	var tree *balance.Tree
-	var nodes []string
-	if *topology != "" {
-		tf, err := os.Open(*topology)
-		if err != nil {
-			return err
-		}
-		tree, err = balance.ParseTopologyConf(tf)
-		tf.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", *topology, err)
-		}
-	} else if nodes, err = jobmap.ExpandHostlist(*nodeList); err != nil || len(nodes) == 0 {
-		return fmt.Errorf("--nodes %q: %v", *nodeList, err)
 	}
 	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
 	if err != nil {
 		return err
+	}
+	collectorsMap, syncMap := map[string]string{}, map[string]string{}
+	if *cols != "" {
+		if collectorsMap, err = collectors.ParseCollectors(*cols); err != nil {
+			return err
+		}
+	}
+	if *syncs != "" {
+		if syncMap, err = collectors.ParseCollectors(*syncs); err != nil {
+			return fmt.Errorf("--syncs: %w", err)
+		}
+	}
+	var tree *balance.Tree
+	var nodes []string
+	switch {
+	case *topology != "" && *treeFile != "":
+		return errors.New("--topology and --tree: give one")
+	case *topology != "" || *treeFile != "":
+		path, parse := *topology, balance.ParseTopologyConf
+		if *treeFile != "" {
+			path, parse = *treeFile, balance.ParseTreeSpec
+		}
+		tf, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		tree, err = parse(tf)
+		tf.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	case conf.Tree != "":
+		if tree, err = balance.ParseTreeSpec(strings.NewReader(conf.Tree)); err != nil {
+			return fmt.Errorf("%s: %w", *confPath, err)
+		}
+	default:
+		if nodes, err = jobmap.ExpandHostlist(*nodeList); err != nil || len(nodes) == 0 {
+			return fmt.Errorf("--nodes %q: %v", *nodeList, err)
+		}
+	}
+	if tree != nil {
+		// Addresses from the tree description, unless given on the command line.
+		for _, c := range tree.Collectors() {
+			if a, ok := tree.Addr(c); ok && collectorsMap[c] == "" {
+				collectorsMap[c] = a
+			}
+		}
+		for _, sy := range tree.Agents(balance.KindSync) {
+			if a, ok := tree.Addr(sy); ok && syncMap[sy] == "" {
+				syncMap[sy] = a
+			}
+		}
+	}
+	var st *store.Store
+	if *db != "" {
+		if st, err = store.Open(ctx, *db, store.Options{}); err != nil {
+			return err
+		}
+		defer st.Close()
 	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("role", "frontend").Logger()
 	jm, err := jobmap.FromConfig(conf, log)
@@ -374,8 +492,8 @@ func runFrontend(ctx context.Context, args []string) error {
 		}
 	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
-		Collectors: collectorsMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
-		Self: *listen, Engine: engine, Tree: tree,
+		Collectors: collectorsMap, Syncs: syncMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
+		Self: *listen, Engine: engine, Tree: tree, Store: st,
 		NodeAddr: func(n string) string {
 			if a, ok := explicit[n]; ok {
 				return a

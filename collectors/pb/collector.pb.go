@@ -99,14 +99,17 @@ func (x *Record) GetSeverity() float64 {
 
 // A job's records of one cycle from one node.
 type CycleRecords struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Ts            int64                  `protobuf:"varint,3,opt,name=ts,proto3" json:"ts,omitempty"`            // the cycle's Unix time (a multiple of the cycle length)
-	Seconds       float64                `protobuf:"fixed64,4,opt,name=seconds,proto3" json:"seconds,omitempty"` // length of the interval
-	Records       []*Record              `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Ts      int64                  `protobuf:"varint,3,opt,name=ts,proto3" json:"ts,omitempty"`            // the cycle's Unix time (a multiple of the cycle length)
+	Seconds float64                `protobuf:"fixed64,4,opt,name=seconds,proto3" json:"seconds,omitempty"` // length of the interval
+	Records []*Record              `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
+	// The job's aggregation point from the node's route: a collector that is not it
+	// forwards its summary of the cycle there (PushPartial).
+	AggregationPoint string `protobuf:"bytes,6,opt,name=aggregation_point,json=aggregationPoint,proto3" json:"aggregation_point,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CycleRecords) Reset() {
@@ -172,6 +175,13 @@ func (x *CycleRecords) GetRecords() []*Record {
 		return x.Records
 	}
 	return nil
+}
+
+func (x *CycleRecords) GetAggregationPoint() string {
+	if x != nil {
+		return x.AggregationPoint
+	}
+	return ""
 }
 
 // One property's summary over a set of devices in one cycle (store.CycleResult).
@@ -441,9 +451,12 @@ type Route struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	JobId            uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	NodeCollector    map[string]string      `protobuf:"bytes,2,rep,name=node_collector,json=nodeCollector,proto3" json:"node_collector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // node → collector address
-	AggregationPoint string                 `protobuf:"bytes,3,opt,name=aggregation_point,json=aggregationPoint,proto3" json:"aggregation_point,omitempty"`                                                                  // collector or sync agent holding the whole job
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	AggregationPoint string                 `protobuf:"bytes,3,opt,name=aggregation_point,json=aggregationPoint,proto3" json:"aggregation_point,omitempty"`                                                                  // collector, sync agent or frontend holding the whole job
+	// Every collector that was routed part of the job over its life so far: the
+	// aggregation point merges their parts at the job's end (only itself: exact).
+	Holders       []string `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
@@ -495,6 +508,13 @@ func (x *Route) GetAggregationPoint() string {
 		return x.AggregationPoint
 	}
 	return ""
+}
+
+func (x *Route) GetHolders() []string {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
 }
 
 type Routes struct {
@@ -550,8 +570,11 @@ func (x *Routes) GetRoutes() []*Route {
 }
 
 type JobSummaryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The collectors holding parts of the job (Route.holders); empty: the agent asks the
+	// collectors it knows.
+	Holders       []string `protobuf:"bytes,2,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +614,13 @@ func (x *JobSummaryRequest) GetJobId() uint32 {
 		return x.JobId
 	}
 	return 0
+}
+
+func (x *JobSummaryRequest) GetHolders() []string {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
 }
 
 // A job's results so far at its aggregation point: the per-cycle summaries and the
@@ -998,13 +1028,14 @@ const file_collector_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1a\n" +
-	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\x91\x01\n" +
+	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\xbe\x01\n" +
 	"\fCycleRecords\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x03R\x02ts\x12\x18\n" +
 	"\aseconds\x18\x04 \x01(\x01R\aseconds\x12,\n" +
-	"\arecords\x18\x05 \x03(\v2\x12.persyst.v1.RecordR\arecords\"\xcc\x02\n" +
+	"\arecords\x18\x05 \x03(\v2\x12.persyst.v1.RecordR\arecords\x12+\n" +
+	"\x11aggregation_point\x18\x06 \x01(\tR\x10aggregationPoint\"\xcc\x02\n" +
 	"\x0fPropertySummary\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
@@ -1028,19 +1059,21 @@ const file_collector_proto_rawDesc = "" +
 	"\tsummaries\x18\x05 \x03(\v2\x1b.persyst.v1.PropertySummaryR\tsummaries\"+\n" +
 	"\x03Ack\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\xda\x01\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xf4\x01\n" +
 	"\x05Route\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12K\n" +
 	"\x0enode_collector\x18\x02 \x03(\v2$.persyst.v1.Route.NodeCollectorEntryR\rnodeCollector\x12+\n" +
-	"\x11aggregation_point\x18\x03 \x01(\tR\x10aggregationPoint\x1a@\n" +
+	"\x11aggregation_point\x18\x03 \x01(\tR\x10aggregationPoint\x12\x18\n" +
+	"\aholders\x18\x04 \x03(\tR\aholders\x1a@\n" +
 	"\x12NodeCollectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\x06Routes\x12\x19\n" +
 	"\bcycle_ts\x18\x01 \x01(\x03R\acycleTs\x12)\n" +
-	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\"*\n" +
+	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\"D\n" +
 	"\x11JobSummaryRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\rR\x05jobId\"\x8c\x01\n" +
+	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
+	"\aholders\x18\x02 \x03(\tR\aholders\"\x8c\x01\n" +
 	"\n" +
 	"JobSummary\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x14\n" +
