@@ -409,6 +409,14 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 		st := res.Result.Stats
 		ev := f.cfg.Log.Info().Strs("collectors", res.Alive).Int("jobs", st.Jobs).Float64("exact_share", st.ExactShareJobs).
 			Int("max_collector_load", st.MaxCollectorLoad)
+		if len(f.cfg.Syncs) > 0 {
+			ev = ev.Strs("syncs", res.Syncs)
+		}
+		for id, r := range res.ByJob {
+			if r.AggregationPoint != "" {
+				ev = ev.Str(fmt.Sprintf("job_%d", id), r.AggregationPoint)
+			}
+		}
 		for n, e := range res.Errors {
 			ev = ev.Str("unreached_"+n, e.Error())
 		}

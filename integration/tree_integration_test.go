@@ -1,9 +1,11 @@
 package integration
 
-// The agent tree on the test cluster: 4 nodes, 2 collectors and a frontend, each in its
-// own network namespace. The frontend balances the jobs it reads from Slurm and pushes
-// routes; node daemons send their jobs' records to the routed collector; at a multi-node
-// job's end the batch host fetches the job-wide results and its digest covers all nodes.
+// The agent tree on the test cluster: 4 nodes, 2 collectors, a sync agent above them and a
+// frontend, each in its own network namespace. The frontend balances the jobs it reads
+// from Slurm and pushes routes; node daemons send their jobs' records to the routed
+// collector; jobs split over both collectors are merged at the sync agent; at a
+// multi-node job's end the batch host fetches the job-wide results from the job's
+// aggregation point and its digest covers all nodes.
 
 import (
 	"context"
@@ -15,14 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
 )
 
 func TestTree(t *testing.T) {
 	// l_max 2: a collector takes 2 nodes, so the 4-node jobs are split over both collectors
-	// and merged at the frontend; the 2-node jobs are exact on one collector.
-	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2")
+	// and merged at the sync agent; the 2-node jobs are exact on one collector.
+	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1")
 	_, load := binaries(t)
 	out := func(id uint32) string {
 		b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("tree-%d.out", id)))
@@ -46,9 +49,19 @@ func TestTree(t *testing.T) {
 		if !strings.Contains(text, "1. Load imbalance between nodes") {
 			t.Errorf("no inter-node imbalance finding first:\n%s", text)
 		}
-		// The job was split over the collectors (no exact placement), merged above them.
-		if front := c.readLog(t, "frontend"); !strings.Contains(front, `"jobs":1,"exact_share":0`) {
-			t.Errorf("the 4-node job was not split over the collectors:\n%s", tail(front, 5))
+		// The job was split over the collectors (no exact placement) and merged at the
+		// sync agent, which kept the merged cycles and the job's report.
+		front := c.readLog(t, "frontend")
+		if !strings.Contains(front, `"jobs":1,"exact_share":0`) || !strings.Contains(front, fmt.Sprintf(`"job_%d":"%s"`, id, c.syncAddr(t, "sync1"))) {
+			t.Errorf("the 4-node job was not split over the collectors and aggregated at sync1:\n%s", tail(front, 5))
+		}
+		o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
+			filepath.Join(c.dir, "run", "sync1.db"), strconv.FormatUint(uint64(id), 10))
+		if err != nil || !strings.Contains(o, "on 4 nodes") {
+			t.Errorf("the sync agent's database has no 4-node report of job %d (%v):\n%s", id, err, o)
+		}
+		if n := c.dbCycles(t, "sync1", id); n < 2 {
+			t.Errorf("the sync agent merged %d cycles of job %d, want its cycles", n, id)
 		}
 	})
 
@@ -98,16 +111,32 @@ func TestTree(t *testing.T) {
 		}
 	})
 
+	t.Run("the sync agent dies mid-job: merged at the frontend, the digest still appears", func(t *testing.T) {
+		id := submit("-N4", "--wrap", imbalanced)
+		c.waitRunning(t, id)
+		time.Sleep(2 * time.Second)
+		c.harness(t, "sync-stop", "sync1")
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", id, st)
+		}
+		text := out(id)
+		if !strings.Contains(text, "on 4 nodes") || !strings.Contains(text, "1. Load imbalance between nodes") {
+			t.Errorf("after the sync agent died the digest does not cover the 4 nodes:\n%s", text)
+		}
+		front := c.readLog(t, "frontend")
+		if !strings.Contains(front, `"sync":"sync1"`) || !strings.Contains(front, fmt.Sprintf(`"job_%d":"%s"`, id, c.frontAddr(t))) {
+			t.Errorf("the frontend did not take over the job from the dead sync agent:\n%s", tail(front, 5))
+		}
+		if n := c.dbCycles(t, "frontend", id); n < 1 {
+			t.Errorf("the frontend merged no cycle of job %d after the sync agent died", id)
+		}
+		c.harness(t, "sync-start", "sync1")
+	})
+
 	t.Run("a collector dies mid-job: the digest still appears", func(t *testing.T) {
 		id := submit("-N4", "--wrap", imbalanced)
 		// Wait until the job runs and the collectors have its cycles.
-		deadline := time.Now().Add(time.Minute)
-		for c.jobInfo(t, id)["JobState"] != "RUNNING" {
-			if time.Now().After(deadline) {
-				t.Fatalf("job %d does not start", id)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		c.waitRunning(t, id)
 		time.Sleep(2 * time.Second)
 		c.harness(t, "collector-stop", "col1")
 		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
@@ -125,6 +154,58 @@ func TestTree(t *testing.T) {
 			t.Errorf("the frontend did not leave col1 out:\n%s", tail(front, 5))
 		}
 	})
+}
+
+func (c *cluster) waitRunning(t *testing.T, id uint32) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for c.jobInfo(t, id)["JobState"] != "RUNNING" {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d does not start", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// syncAddr reads a sync agent's address from the cluster's tree description.
+func (c *cluster) syncAddr(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "etc", "tree.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Sync="+name+" ") {
+			if _, a, ok := strings.Cut(l, "Addr="); ok {
+				return a
+			}
+		}
+	}
+	t.Fatalf("no address of %s in tree.conf:\n%s", name, b)
+	return ""
+}
+
+// frontAddr is the frontend's aggregation address (its --listen).
+func (c *cluster) frontAddr(t *testing.T) string {
+	t.Helper()
+	a := c.syncAddr(t, "sync1")
+	host, _, _ := strings.Cut(a, ":")
+	return host[:strings.LastIndexByte(host, '.')] + ".99:16832"
+}
+
+// dbCycles counts the cycles an agent's database holds of a job.
+func (c *cluster) dbCycles(t *testing.T, agent string, id uint32) int {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(c.dir, "run", agent+".db"), store.Options{})
+	if err != nil {
+		t.Fatalf("%s database: %v", agent, err)
+	}
+	defer st.Close()
+	cs, err := st.Cycles(context.Background(), id, "cpu_user_pct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs)
 }
 
 func tail(s string, n int) string {

@@ -45,6 +45,10 @@ CYCLE=${PERSYST_CYCLE:-1s}
 # frontend's l_max in nodes (0: a collector's own nodes).
 COLLECTORS=${PERSYST_COLLECTORS:-0}
 LMAX=${PERSYST_LMAX:-0}
+# PERSYST_SYNCS sync agents between the frontend and the collectors (0: the collectors hang
+# below the frontend, a flat tree). With sync agents the frontend reads an explicit tree:
+# the nodes cut evenly over the collectors, the collectors over the sync agents.
+SYNCS=${PERSYST_SYNCS:-0}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
 
 log() { echo "cluster: $*" >&2; }
@@ -122,7 +126,7 @@ down() {
 		ip netns del "$ns" 2>/dev/null || true
 	done
 	kill_pidfile "$DIR/run/frontend.pid"
-	for f in "$DIR"/run/collector-*.pid; do
+	for f in "$DIR"/run/collector-*.pid "$DIR"/run/sync-*.pid; do
 		[ -e "$f" ] && kill_pidfile "$f"
 	done
 	kill_pidfile "$DIR/run/slurmrestd.pid"
@@ -244,6 +248,9 @@ setup_network() {
 	for k in $(seq 1 "$COLLECTORS"); do
 		add_ns "${NSPREFIX}col$k" "ps-col$k" "$NET.$((100 + k))"
 	done
+	for k in $(seq 1 "$SYNCS"); do
+		add_ns "${NSPREFIX}sync$k" "ps-sync$k" "$NET.$((90 + k))"
+	done
 	if [ "$COLLECTORS" -gt 0 ]; then
 		add_ns "${NSPREFIX}front" "ps-front" "$NET.99"
 	fi
@@ -276,9 +283,45 @@ collector_start() {
 	die "collector $c did not start; see $DIR/log/collector-$c.log"
 }
 
-# tree_start N: the collectors and the frontend, for N nodes.
+# sync_start syncK: start sync agent K in its namespace and wait until it listens.
+sync_start() {
+	local s=$1 k=${1#sync}
+	local ns="/run/netns/${NSPREFIX}$s" addr="$NET.$((90 + k)):16833"
+	[ -e "$ns" ] || die "no namespace for $s (is the cluster up with PERSYST_SYNCS?)"
+	kill_pidfile "$DIR/run/sync-$s.pid"
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/sync-$s.pid" "persyst sync" "$DIR/log/sync-$s.log" \
+		nsenter --net="$ns" "$BIN" sync --listen "$addr" --db "$DIR/run/$s.db" --name "$s" \
+		--config "$DIR/etc/persyst.conf"
+	for _ in $(seq 1 50); do
+		nsenter --net="$ns" ss -Hltn "sport = :16833" | grep -q . && return 0
+		sleep 0.1
+	done
+	die "sync agent $s did not start; see $DIR/log/sync-$s.log"
+}
+
+# write_tree N: the explicit agent tree for N nodes (persyst's tree description, with
+# the agents' addresses): nodes cut evenly over the collectors, collectors over the sync
+# agents.
+write_tree() {
+	local n=$1 k a b
+	{
+		echo "Frontend=front Syncs=sync[1-$SYNCS]"
+		for k in $(seq 1 "$SYNCS"); do
+			a=$(((k - 1) * COLLECTORS / SYNCS + 1)) b=$((k * COLLECTORS / SYNCS))
+			[ "$a" -le "$b" ] || die "PERSYST_SYNCS=$SYNCS: more sync agents than collectors"
+			echo "Sync=sync$k Collectors=col[$a-$b] Addr=$NET.$((90 + k)):16833"
+		done
+		for k in $(seq 1 "$COLLECTORS"); do
+			a=$(((k - 1) * n / COLLECTORS + 1)) b=$((k * n / COLLECTORS))
+			[ "$a" -le "$b" ] || die "PERSYST_COLLECTORS=$COLLECTORS: more collectors than nodes"
+			echo "Collector=col$k Nodes=node[$a-$b] Addr=$NET.$((100 + k)):16830"
+		done
+	} >"$DIR/etc/tree.conf"
+}
+
+# tree_start N: the collectors, the sync agents and the frontend, for N nodes.
 tree_start() {
-	local n=$1 k cols="" addrs=""
+	local n=$1 k cols="" addrs="" where
 	for k in $(seq 1 "$COLLECTORS"); do
 		collector_start "col$k"
 		cols="${cols:+$cols,}col$k=$NET.$((100 + k)):16830"
@@ -286,10 +329,16 @@ tree_start() {
 	for k in $(seq 1 "$n"); do
 		addrs="${addrs:+$addrs,}node$k=$NET.$((10 + k)):16831"
 	done
+	where=(--collectors "$cols" --nodes "node[1-$n]")
+	if [ "$SYNCS" -gt 0 ]; then
+		write_tree "$n"
+		for k in $(seq 1 "$SYNCS"); do sync_start "sync$k"; done
+		where=(--tree "$DIR/etc/tree.conf")
+	fi
 	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/frontend.pid" "persyst frontend" "$DIR/log/frontend.log" \
-		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend --collectors "$cols" \
-		--nodes "node[1-$n]" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832" \
-		--config "$DIR/etc/persyst.conf"
+		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend "${where[@]}" \
+		--node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832" \
+		--db "$DIR/run/frontend.db" --config "$DIR/etc/persyst.conf"
 	echo "$cols" >"$DIR/run/collectors"
 }
 
@@ -355,7 +404,7 @@ restd_start() {
 up() {
 	local n=$1
 	[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "NODES must be a positive integer, got '$n'"
-	[ "$n" -le 200 ] || die "NODES=$n: at most 200 nodes fit in one /24 here"
+	[ "$n" -le 79 ] || die "NODES=$n: at most 79 nodes fit in this /24 (.11-.89; the tree's agents use .91-.99 and .101-)"
 	for c in munged slurmctld slurmd sinfo nsenter ip; do
 		command -v "$c" >/dev/null || die "$c not found (run scripts/deps.sh)"
 	done
@@ -457,5 +506,7 @@ daemon-stop) [ -n "${2:-}" ] || die "usage: $0 daemon-stop NODE"; kill_pidfile "
 daemon-start) [ -n "${2:-}" ] || die "usage: $0 daemon-start NODE"; daemon_start "$2" ;;
 collector-stop) [ -n "${2:-}" ] || die "usage: $0 collector-stop colK"; kill_pidfile "$DIR/run/collector-$2.pid" ;;
 collector-start) [ -n "${2:-}" ] || die "usage: $0 collector-start colK"; collector_start "$2" ;;
-*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE | collector-stop colK | collector-start colK" ;;
+sync-stop) [ -n "${2:-}" ] || die "usage: $0 sync-stop syncK"; kill_pidfile "$DIR/run/sync-$2.pid" ;;
+sync-start) [ -n "${2:-}" ] || die "usage: $0 sync-start syncK"; sync_start "$2" ;;
+*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE | collector-stop colK | collector-start colK | sync-stop syncK | sync-start syncK" ;;
 esac
