@@ -31,4 +31,3 @@ func TestTreeLinesParse(t *testing.T) {
 		t.Errorf("error %v does not name line 3 of the file", err)
 	}
 }
-
