@@ -76,17 +76,23 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("collector: no store")
 	}
-	if cfg.Q <= 0 {
-		cfg.Q = 10
-	}
-	if cfg.Keep <= 0 {
-		cfg.Keep = 3
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
 	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{},
 		nodes: map[string]bool{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// defaults fills in the quantile steps (deciles), the cycles kept per job (3) and the
+// clock of an agent's configuration.
+func defaults(q, keep *int, now *func() time.Time) {
+	if *q <= 0 {
+		*q = 10
+	}
+	if *keep <= 0 {
+		*keep = 3
+	}
+	if *now == nil {
+		*now = time.Now
+	}
 }
 
 // Push takes one node's records of one cycle of a job.

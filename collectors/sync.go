@@ -58,15 +58,7 @@ func NewSync(cfg SyncConfig) (*Sync, error) {
 	if cfg.Engine == nil {
 		return nil, errors.New("sync agent: no property engine")
 	}
-	if cfg.Q <= 0 {
-		cfg.Q = 10
-	}
-	if cfg.Keep <= 0 {
-		cfg.Keep = 3
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
 	return &Sync{cfg: cfg, d: dialer{opt: cfg.Dial}, parts: map[uint32]map[int64]map[string]*pb.PartialCycle{}, seen: map[string]bool{}}, nil
 }
 

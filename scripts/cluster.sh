@@ -267,37 +267,26 @@ add_ns() {
 	ip -n "$ns" link set lo up
 }
 
-# collector_start colK: start collector K in its namespace and wait until it listens.
-collector_start() {
-	local c=$1 k=${1#col}
-	local ns="/run/netns/${NSPREFIX}$c" addr="$NET.$((100 + k)):16830"
-	[ -e "$ns" ] || die "no namespace for $c (is the cluster up with PERSYST_COLLECTORS?)"
-	kill_pidfile "$DIR/run/collector-$c.pid"
-	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/collector-$c.pid" "persyst collector" "$DIR/log/collector-$c.log" \
-		nsenter --net="$ns" "$BIN" collector --listen "$addr" --db "$DIR/run/$c.db" --name "$c" \
+# agent_start ROLE NAME ADDR PORT: start persyst ROLE (collector or sync) NAME in its
+# namespace, listening on ADDR:PORT, and wait until it listens.
+agent_start() {
+	local role=$1 name=$2 addr=$3 port=$4
+	local ns="/run/netns/${NSPREFIX}$name"
+	[ -e "$ns" ] || die "no namespace for $name (is the cluster up with PERSYST_COLLECTORS or PERSYST_SYNCS?)"
+	kill_pidfile "$DIR/run/$role-$name.pid"
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/$role-$name.pid" "persyst $role" "$DIR/log/$role-$name.log" \
+		nsenter --net="$ns" "$BIN" "$role" --listen "$addr:$port" --db "$DIR/run/$name.db" --name "$name" \
 		--config "$DIR/etc/persyst.conf"
 	for _ in $(seq 1 50); do
-		nsenter --net="$ns" ss -Hltn "sport = :16830" | grep -q . && return 0
+		nsenter --net="$ns" ss -Hltn "sport = :$port" | grep -q . && return 0
 		sleep 0.1
 	done
-	die "collector $c did not start; see $DIR/log/collector-$c.log"
+	die "$role $name did not start; see $DIR/log/$role-$name.log"
 }
 
-# sync_start syncK: start sync agent K in its namespace and wait until it listens.
-sync_start() {
-	local s=$1 k=${1#sync}
-	local ns="/run/netns/${NSPREFIX}$s" addr="$NET.$((90 + k)):16833"
-	[ -e "$ns" ] || die "no namespace for $s (is the cluster up with PERSYST_SYNCS?)"
-	kill_pidfile "$DIR/run/sync-$s.pid"
-	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/sync-$s.pid" "persyst sync" "$DIR/log/sync-$s.log" \
-		nsenter --net="$ns" "$BIN" sync --listen "$addr" --db "$DIR/run/$s.db" --name "$s" \
-		--config "$DIR/etc/persyst.conf"
-	for _ in $(seq 1 50); do
-		nsenter --net="$ns" ss -Hltn "sport = :16833" | grep -q . && return 0
-		sleep 0.1
-	done
-	die "sync agent $s did not start; see $DIR/log/sync-$s.log"
-}
+# collector_start colK, sync_start syncK: start collector or sync agent K.
+collector_start() { agent_start collector "$1" "$NET.$((100 + ${1#col}))" 16830; }
+sync_start() { agent_start sync "$1" "$NET.$((90 + ${1#sync}))" 16833; }
 
 # write_tree N: the explicit agent tree for N nodes (persyst's tree description, with
 # the agents' addresses): nodes cut evenly over the collectors, collectors over the sync
