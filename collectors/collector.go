@@ -12,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
@@ -263,6 +265,11 @@ func (c *Collector) pushPartial(ctx context.Context, to string, pc *pb.PartialCy
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ack, err := cl.PushPartial(pctx, pc)
+	if status.Code(err) == codes.Unimplemented {
+		// A collector, not an aggregation point (often this collector itself, when its
+		// --self is not the address the frontend uses for it).
+		return fmt.Errorf("%w: %s does not merge parts: %v", errRefused, to, err)
+	}
 	if err != nil {
 		return err
 	}

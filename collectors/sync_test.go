@@ -443,3 +443,19 @@ func mustSum(t *testing.T, recs []properties.Record) quantile.Summary {
 	}
 	return s
 }
+
+// TestForwardToACollectorIsDropped: a collector whose route names another collector as a
+// job's aggregation point (a wrong --self) drops the cycle summaries instead of retrying
+// them forever.
+func TestForwardToACollectorIsDropped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tt := newTestTree(t, ctx, []string{"col1", "col2"}, nil, nil)
+	c := tt.colObjs["col1"]
+	recs := []*pb.Record{{Key: "cpi", Device: "cpu0", Value: 1.2}}
+	ack, err := c.Push(ctx, &pb.CycleRecords{JobId: 60, Node: "n1", Ts: 1_800_000_000, Seconds: 60, Records: recs, AggregationPoint: tt.cols["col2"]})
+	if err != nil || !ack.Ok {
+		t.Fatalf("push: %v %v", ack, err)
+	}
+	tt.drain("col1")
+}
