@@ -60,21 +60,7 @@ func TestFrontendRoutesAndReroutes(t *testing.T) {
 	a1, stop1 := serveCollector(t, "col1")
 	a2, _ := serveCollector(t, "col2")
 	nodes := []string{"n1", "n2", "n3", "n4"}
-	ships := map[string]*daemon.Shipper{}
-	addrs := map[string]string{}
-	for _, n := range nodes {
-		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n}, zerolog.Nop())
-		ships[n] = sh
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[n] = ln.Addr().String()
-		nctx, ncancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
-		t.Cleanup(func() { ncancel(); <-done })
-	}
+	ships, addrs := serveNodes(t, ctx, nodes, daemon.ShipConfig{})
 	jobs := []balance.Job{
 		{ID: "10", Nodes: []string{"n1", "n2", "n3", "n4"}},
 		{ID: "11", Nodes: []string{"n1", "n2"}},
@@ -184,17 +170,7 @@ func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 		addrs = append(addrs, ln.Addr().String())
 	}
 	nodes := []string{"n1", "n2", "n3", "n4"}
-	ships, nodeAddrs := map[string]*daemon.Shipper{}, map[string]string{}
-	for _, n := range nodes {
-		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n}, zerolog.Nop())
-		ships[n] = sh
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		nodeAddrs[n] = ln.Addr().String()
-		nctx, ncancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
-		t.Cleanup(func() { ncancel(); <-done })
-	}
+	ships, nodeAddrs := serveNodes(t, ctx, nodes, daemon.ShipConfig{})
 	fln, _ := net.Listen("tcp", "127.0.0.1:0")
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: map[string]string{"col1": addrs[0], "col2": addrs[1]},
@@ -290,17 +266,7 @@ func TestFrontendTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ships, addrs := map[string]*daemon.Shipper{}, map[string]string{}
-	for _, n := range tree.Nodes() {
-		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n}, zerolog.Nop())
-		ships[n] = sh
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		addrs[n] = ln.Addr().String()
-		nctx, ncancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
-		t.Cleanup(func() { ncancel(); <-done })
-	}
+	ships, addrs := serveNodes(t, ctx, tree.Nodes(), daemon.ShipConfig{})
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: map[string]string{"col1": a1, "col2": a2, "col3": a3},
 		NodeAddr:   func(n string) string { return addrs[n] },

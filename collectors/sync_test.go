@@ -49,7 +49,7 @@ func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []s
 	}
 	tt := &testTree{t: t, ctx: ctx, eng: eng, cols: map[string]string{}, colObjs: map[string]*Collector{}, colStop: map[string]func(){},
 		syncs: map[string]string{}, syncSt: map[string]*store.Store{}, syncStop: map[string]func(){},
-		ships: map[string]*daemon.Shipper{}, nodeAddr: map[string]string{}}
+	}
 	for _, name := range collectors {
 		ln := listen(t)
 		st := openStore(t, ctx, name)
@@ -70,17 +70,31 @@ func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []s
 		tt.syncs[name], tt.syncSt[name] = ln.Addr().String(), st
 		tt.syncStop[name] = serveUntil(t, ctx, ln, s, nil)
 	}
+	tt.ships, tt.nodeAddr = serveNodes(t, ctx, nodes, daemon.ShipConfig{Timeout: 500 * time.Millisecond, Retries: 1})
+	return tt
+}
+
+// serveNodes runs, for every node, a shipper (cfg with the node's name) behind a real
+// node route server on loopback, until the test's end.
+func serveNodes(t *testing.T, ctx context.Context, nodes []string, cfg daemon.ShipConfig) (map[string]*daemon.Shipper, map[string]string) {
+	t.Helper()
+	ships, addrs := map[string]*daemon.Shipper{}, map[string]string{}
 	for _, n := range nodes {
-		sh, _ := daemon.NewShipper(daemon.ShipConfig{Node: n, Timeout: 500 * time.Millisecond, Retries: 1}, zerolog.Nop())
-		tt.ships[n] = sh
+		c := cfg
+		c.Node = n
+		sh, err := daemon.NewShipper(c, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ships[n] = sh
 		ln := listen(t)
-		tt.nodeAddr[n] = ln.Addr().String()
+		addrs[n] = ln.Addr().String()
 		nctx, ncancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
 		t.Cleanup(func() { ncancel(); <-done })
 	}
-	return tt
+	return ships, addrs
 }
 
 func listen(t *testing.T) net.Listener {

@@ -169,10 +169,7 @@ func runDaemon(ctx context.Context, args []string) error {
 	}
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("node", *node).Logger()
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", *node) }
-	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
-		return err
-	}
-	engine, cal, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+	engine, cal, err := nodeEngine(*confPath, conf)
 	if err != nil {
 		return err
 	}
@@ -181,7 +178,7 @@ func runDaemon(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tlsFiles := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}
+	tlsFiles := tlsOf(conf)
 	dial, err := tlsFiles.DialOption()
 	if err != nil {
 		return err
@@ -244,10 +241,7 @@ func runRun(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
-		return 2, err
-	}
-	engine, _, err := properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+	engine, _, err := nodeEngine(*confPath, conf)
 	if err != nil {
 		return 2, err
 	}
@@ -264,6 +258,28 @@ func runRun(ctx context.Context, args []string) (int, error) {
 }
 
 // propertySettings takes the property settings from persyst.conf.
+// agentEngine checks persyst.conf's thresholds against the catalog and loads the property
+// engine of a collector, sync agent or frontend (no node calibration).
+func agentEngine(confPath string, conf config.Config) (*properties.Engine, error) {
+	if err := properties.CheckThresholds(confPath, conf.ThresholdLines); err != nil {
+		return nil, err
+	}
+	return properties.Load(propertySettings(conf))
+}
+
+// nodeEngine is agentEngine for a node: with this node type's calibration.
+func nodeEngine(confPath string, conf config.Config) (*properties.Engine, properties.Calibration, error) {
+	if err := properties.CheckThresholds(confPath, conf.ThresholdLines); err != nil {
+		return nil, properties.Calibration{}, err
+	}
+	return properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+}
+
+// tlsOf is persyst.conf's mutual TLS between the agents.
+func tlsOf(conf config.Config) mtls.Files {
+	return mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}
+}
+
 func propertySettings(c config.Config) properties.Settings {
 
 	return properties.Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
@@ -355,14 +371,11 @@ func startAgent(ctx context.Context, confPath, db, listen string) (*agent, error
 	if err != nil {
 		return nil, err
 	}
-	if err := properties.CheckThresholds(confPath, conf.ThresholdLines); err != nil {
-		return nil, err
-	}
-	engine, err := properties.Load(propertySettings(conf))
+	engine, err := agentEngine(confPath, conf)
 	if err != nil {
 		return nil, err
 	}
-	files := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}
+	files := tlsOf(conf)
 	serverOpt, err := files.ServerOption()
 	if err != nil {
 		return nil, err
@@ -474,14 +487,11 @@ func runFrontend(ctx context.Context, args []string) error {
 			return fmt.Errorf("--node-addrs: %w", err)
 		}
 	}
-	dial, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.DialOption()
+	dial, err := tlsOf(conf).DialOption()
 	if err != nil {
 		return err
 	}
-	if err := properties.CheckThresholds(*confPath, conf.ThresholdLines); err != nil {
-		return err
-	}
-	engine, err := properties.Load(propertySettings(conf))
+	engine, err := agentEngine(*confPath, conf)
 	if err != nil {
 		return err
 	}
@@ -517,7 +527,7 @@ func runFrontend(ctx context.Context, args []string) error {
 	}
 	defer f.Close()
 	if ln != nil {
-		serverOpt, err := mtls.Files{Cert: conf.TLSCert, Key: conf.TLSKey, CA: conf.TLSCA}.ServerOption()
+		serverOpt, err := tlsOf(conf).ServerOption()
 		if err != nil {
 			return err
 		}
