@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,12 @@ type SimConfig struct {
 	// 0 means the largest number of nodes under one collector.
 	LMaxNodes int
 	Overflow  Overflow
+	// MinLoadShare and MaxLoadShare model measured loads: each job's nodes send a share
+	// of the maximum load drawn uniformly from [MinLoadShare, MaxLoadShare] once per job
+	// (an independent stream of the seed, so the jobs and their placement do not change),
+	// and the job is charged that share, as persyst's frontend does once a collector has
+	// reported it. Both 0 charge every job the maximum, as seed 000 §5.3 assumes.
+	MinLoadShare, MaxLoadShare float64
 
 	// Concurrent jobs per cycle: drawn uniformly from [MinJobs, MaxJobs];
 	// fewer when the machine is full.
@@ -157,6 +164,11 @@ func LargeCluster() SimConfig {
 	}
 }
 
+// ThesisLoadShare is the share of the maximum that SuperMUC's nodes sent with
+// threshold-based property selection: 2,346,044 records in a week against 4,027,187 with
+// every property (seed 000 §7.4.3, "reduced by approximately 42%").
+const ThesisLoadShare = 2346044.0 / 4027187.0
+
 // Thesis numbers for SuperMUC (Tables 7.5 and 7.6), printed for comparison.
 const (
 	ThesisExactShare        = 0.91
@@ -214,6 +226,8 @@ func (c SimConfig) validate() error {
 		return bad("unknown overflow policy %d", c.Overflow)
 	case c.Placement > PlaceIsland:
 		return bad("unknown placement %d", c.Placement)
+	case !(c.MinLoadShare >= 0 && c.MaxLoadShare <= 1 && c.MinLoadShare <= c.MaxLoadShare):
+		return bad("load shares [%v, %v] must lie in [0, 1], lowest first", c.MinLoadShare, c.MaxLoadShare)
 	case len(c.Mix) == 0 && c.MaxJobs > 0:
 		return bad("empty job mix")
 	}
@@ -241,7 +255,11 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 	if cfg.Cycles == 0 {
 		cfg.Cycles = 1
 	}
-	la := max(cfg.LoadPerNode, 1)
+	unit := 1 // balancing load units per unit of LoadPerNode
+	if cfg.measuredLoads() {
+		unit = shareScale
+	}
+	la := max(cfg.LoadPerNode, 1) * unit
 	bcfg := Config{LoadPerNode: la, LMax: cfg.LMaxNodes * la, Overflow: cfg.Overflow}
 	res := SimResult{Config: cfg, Syncs: cfg.Syncs}
 	var sumTime time.Duration
@@ -254,7 +272,7 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 		}
 		sumTime += dt
 		res.MaxBalanceTime = max(res.MaxBalanceTime, dt)
-		res.LMax = out.Stats.LMax
+		res.LMax = out.Stats.LMax / unit
 		res.PerCycle = append(res.PerCycle, out.Stats)
 		res.Mean.BusyNodes += float64(busy)
 		return nil
@@ -275,8 +293,8 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 		a.ExactShareLoad += s.ExactShareLoad
 		a.TreeNodesBalanced += float64(s.TreeNodesBalanced)
 		a.TreeNodesTopology += float64(s.TreeNodesTopology)
-		a.MaxCollectorLoad += float64(s.MaxCollectorLoad)
-		a.MeanCollectorLoad += s.MeanCollectorLoad
+		a.MaxCollectorLoad += float64(s.MaxCollectorLoad) / float64(unit)
+		a.MeanCollectorLoad += s.MeanCollectorLoad / float64(unit)
 		a.JobsOverLMax += float64(s.JobsOverLMax)
 		a.CollectorsOverLMax += float64(s.CollectorsOverLMax)
 	}
@@ -289,6 +307,12 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 	res.BalanceTime = sumTime / time.Duration(len(res.PerCycle))
 	return res, nil
 }
+
+// shareScale is the load unit of a node's worth when jobs are charged measured shares:
+// thousandths.
+const shareScale = 1000
+
+func (c SimConfig) measuredLoads() bool { return c.MaxLoadShare > 0 }
 
 // generate builds the cluster and runs the job arrivals and departures,
 // calling measure for every measured cycle with that cycle's jobs. cfg must
@@ -308,6 +332,7 @@ func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy i
 		return nil, err
 	}
 	rng := rand.New(rand.NewSource(cfg.Seed))
+	shares := rand.New(rand.NewSource(cfg.Seed ^ 0x10ad))
 	m := newMachine(t, cfg.Placement)
 	weights := 0.0
 	for _, sc := range cfg.Mix {
@@ -333,6 +358,7 @@ func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy i
 	type simJob struct {
 		id    string
 		nodes []int32
+		load  int // per node, when measured loads are modelled
 	}
 	var running []simJob
 	nextID := 1
@@ -353,7 +379,12 @@ func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy i
 				fails++
 				continue
 			}
-			running = append(running, simJob{id: strconv.Itoa(nextID), nodes: nodes})
+			j := simJob{id: strconv.Itoa(nextID), nodes: nodes}
+			if cfg.measuredLoads() {
+				share := cfg.MinLoadShare + shares.Float64()*(cfg.MaxLoadShare-cfg.MinLoadShare)
+				j.load = max(1, int(math.Ceil(share*float64(max(cfg.LoadPerNode, 1)*shareScale))))
+			}
+			running = append(running, j)
 			nextID++
 		}
 		if cycle < cfg.WarmupCycles {
@@ -362,7 +393,7 @@ func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy i
 		jobs := make([]Job, len(running))
 		busy := 0
 		for i, j := range running {
-			jobs[i] = Job{ID: j.id, Nodes: make([]string, len(j.nodes))}
+			jobs[i] = Job{ID: j.id, Nodes: make([]string, len(j.nodes)), LoadPerNode: j.load}
 			for k, n := range j.nodes {
 				jobs[i].Nodes[k] = t.name[n]
 			}
@@ -391,6 +422,7 @@ func (r SimResult) WriteText(w io.Writer) error {
 		fmt.Sprintf("persyst balance simulate: %s (seed %d, overflow %s, placement %s)", c.Name, c.Seed, c.Overflow, c.Placement),
 		fmt.Sprintf("tree: 1 frontend, %d sync agents, %d collectors, %d nodes; l_max %d, load per node %d",
 			r.Syncs, r.Collectors, c.Nodes, r.LMax, max(c.LoadPerNode, 1)),
+		"loads charged: " + c.loadModel(),
 		fmt.Sprintf("cycles: %d measured after %d warm-up; %.1f jobs and %.0f busy nodes per cycle",
 			len(r.PerCycle), c.WarmupCycles, mean.Jobs, mean.BusyNodes),
 		"",
@@ -415,6 +447,39 @@ func (r SimResult) WriteText(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// ParseLoadShare reads the simulator's load model (for the CLI): "max" (the assumed
+// maximum), "thesis" (every job ThesisLoadShare), a share "0.6", or a range "0.2-1"
+// (each job uniform in it). It returns MinLoadShare and MaxLoadShare.
+func ParseLoadShare(s string) (lo, hi float64, err error) {
+	switch s {
+	case "max", "":
+		return 0, 0, nil
+	case "thesis":
+		return ThesisLoadShare, ThesisLoadShare, nil
+	}
+	a, b, isRange := strings.Cut(s, "-")
+	if !isRange {
+		b = a
+	}
+	lo, err1 := strconv.ParseFloat(a, 64)
+	hi, err2 := strconv.ParseFloat(b, 64)
+	if err1 != nil || err2 != nil || !(lo > 0 && lo <= hi && hi <= 1) {
+		return 0, 0, fmt.Errorf("load share %q: want max, thesis, a share in (0, 1] or a range LO-HI", s)
+	}
+	return lo, hi, nil
+}
+
+// loadModel describes what jobs are charged.
+func (c SimConfig) loadModel() string {
+	switch {
+	case !c.measuredLoads():
+		return "the maximum (every property on every device, as seed 000 §5.3 assumes)"
+	case c.MinLoadShare == c.MaxLoadShare:
+		return fmt.Sprintf("measured, every job %.1f%% of the maximum", 100*c.MinLoadShare)
+	}
+	return fmt.Sprintf("measured, each job a share of the maximum uniform in [%.1f%%, %.1f%%]", 100*c.MinLoadShare, 100*c.MaxLoadShare)
 }
 
 func ratio(a, b float64) float64 {

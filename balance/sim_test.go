@@ -94,6 +94,63 @@ func TestSuperMUCPreset(t *testing.T) {
 	t.Logf("\n%s", out)
 }
 
+// TestMeasuredLoadsOnTheSuperMUCMix: charging jobs a measured share of the maximum
+// (persyst's frontend once collectors report it) keeps the same jobs in the same places
+// and can only make more of them fit one collector: every job charged no more than under
+// the assumed maximum is placed by the same algorithm with l_max unchanged. With
+// SuperMUC's measured 58.3% the 44–73-node jobs fit, so the exact share rises and
+// fewer tree nodes are used.
+func TestMeasuredLoadsOnTheSuperMUCMix(t *testing.T) {
+	maxCfg := SuperMUC()
+	byMax, err := Simulate(maxCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shares := range [][2]float64{{ThesisLoadShare, ThesisLoadShare}, {2*ThesisLoadShare - 1, 1}} {
+		cfg := SuperMUC()
+		cfg.MinLoadShare, cfg.MaxLoadShare = shares[0], shares[1]
+		got, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := byMax.Mean, got.Mean
+		if a.Jobs != b.Jobs || a.BusyNodes != b.BusyNodes || a.LocalJobs != b.LocalJobs || a.TreeNodesTopology != b.TreeNodesTopology {
+			t.Errorf("%v: the job mix changed: jobs %.1f→%.1f busy %.0f→%.0f", shares, a.Jobs, b.Jobs, a.BusyNodes, b.BusyNodes)
+		}
+		if got.LMax != 43 {
+			t.Errorf("%v: l_max %d nodes' worth, want 43", shares, got.LMax)
+		}
+		if b.ExactShareJobs <= a.ExactShareJobs || b.TreeNodesBalanced >= a.TreeNodesBalanced {
+			t.Errorf("%v: exact share %.3f→%.3f, tree nodes %.1f→%.1f; want more exact jobs and fewer tree nodes",
+				shares, a.ExactShareJobs, b.ExactShareJobs, a.TreeNodesBalanced, b.TreeNodesBalanced)
+		}
+		var buf bytes.Buffer
+		if err := got.WriteText(&buf); err != nil || !strings.Contains(buf.String(), "loads charged: measured") {
+			t.Errorf("%v: WriteText does not say the loads are measured (%v):\n%s", shares, err, buf.String())
+		}
+		t.Logf("loads %v: exact share %.1f%% (assumed maximum %.1f%%), tree nodes %.1f (%.1f)",
+			shares, 100*b.ExactShareJobs, 100*a.ExactShareJobs, b.TreeNodesBalanced, a.TreeNodesBalanced)
+	}
+}
+
+func TestParseLoadShare(t *testing.T) {
+	tests := []struct {
+		in     string
+		lo, hi float64
+		bad    bool
+	}{
+		{"max", 0, 0, false}, {"", 0, 0, false}, {"thesis", ThesisLoadShare, ThesisLoadShare, false},
+		{"0.6", 0.6, 0.6, false}, {"0.2-1", 0.2, 1, false},
+		{"0", 0, 0, true}, {"1.5", 0, 0, true}, {"0.8-0.2", 0, 0, true}, {"a-b", 0, 0, true}, {"-0.2", 0, 0, true},
+	}
+	for _, tc := range tests {
+		lo, hi, err := ParseLoadShare(tc.in)
+		if (err != nil) != tc.bad || lo != tc.lo || hi != tc.hi {
+			t.Errorf("ParseLoadShare(%q) = %v, %v, %v; want %v, %v, error %v", tc.in, lo, hi, err, tc.lo, tc.hi, tc.bad)
+		}
+	}
+}
+
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
@@ -127,6 +184,8 @@ func TestSimulateConfigErrors(t *testing.T) {
 		"placement":       mod(func(c *SimConfig) { c.Placement = 9 }),
 		"overflow":        mod(func(c *SimConfig) { c.Overflow = 9 }),
 		"negative lmax":   mod(func(c *SimConfig) { c.LMaxNodes = -1 }),
+		"load shares":     mod(func(c *SimConfig) { c.MinLoadShare, c.MaxLoadShare = 0.8, 0.4 }),
+		"load share > 1":  mod(func(c *SimConfig) { c.MaxLoadShare = 1.2 }),
 	}
 	for name, cfg := range tests {
 		if _, err := Simulate(cfg); !errors.Is(err, ErrSimConfig) {

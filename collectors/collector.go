@@ -58,6 +58,7 @@ type Collector struct {
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
 	views  map[uint32]*jobView         // job → the whole job as received
 	nodes  map[string]bool             // nodes heard from in the current cycle
+	loads  map[uint32]*pb.JobLoad      // per job, its heaviest node-cycle since the last ping
 	fwd    map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
 	down   map[string]bool             // aggregation points that did not answer
 	wake   chan struct{}
@@ -80,7 +81,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
 	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{},
-		nodes: map[string]bool{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // defaults fills in the quantile steps (deciles), the cycles kept per job (3) and the
@@ -136,6 +137,7 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 		nodes = append(nodes, n)
 	}
 	c.nodes[in.Node] = true
+	c.noteLoad(in)
 	c.mu.Unlock()
 
 	results, err := store.Summarize(all, c.cfg.Q)
@@ -424,14 +426,35 @@ func (c *Collector) Partial(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 	return v.partial(in.JobId, c.cfg.Name), nil
 }
 
+// noteLoad keeps, per job, the node-cycle that sent the largest share of its maximum
+// (c.mu held). A push without a maximum says nothing about the load.
+func (c *Collector) noteLoad(in *pb.CycleRecords) {
+	if in.MaxRecords == 0 {
+		return
+	}
+	n := uint32(len(in.Records))
+	old := c.loads[in.JobId]
+	// n/max > old.records/old.max, without division.
+	if old == nil || uint64(n)*uint64(old.MaxRecords) > uint64(old.Records)*uint64(in.MaxRecords) {
+		c.loads[in.JobId] = &pb.JobLoad{JobId: in.JobId, Records: n, MaxRecords: in.MaxRecords}
+	}
+}
+
 // Ping answers a heartbeat with the collector's own: its load is the number of nodes it
-// heard from since the last ping.
+// heard from since the last ping, and its jobs' measured loads since then (the frontend
+// balances on them).
 func (c *Collector) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
 	c.mu.Lock()
 	load := len(c.nodes)
 	c.nodes = map[string]bool{}
+	jobs := make([]*pb.JobLoad, 0, len(c.loads))
+	for _, l := range c.loads {
+		jobs = append(jobs, l)
+	}
+	c.loads = map[uint32]*pb.JobLoad{}
 	c.mu.Unlock()
-	return &pb.Heartbeat{Name: c.cfg.Name, Role: "collector", Ts: c.cfg.Now().Unix(), Load: float64(load)}, nil
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].JobId < jobs[j].JobId })
+	return &pb.Heartbeat{Name: c.cfg.Name, Role: "collector", Ts: c.cfg.Now().Unix(), Load: float64(load), Jobs: jobs}, nil
 }
 
 // Serve runs a collector service (a Collector, or the Frontend merging multi-node jobs)

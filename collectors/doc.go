@@ -20,6 +20,21 @@
 //     collectors that held it over its life, and pushes every node its routes. It
 //     merges the jobs aggregated at the top like a sync agent.
 //
+// # Measured loads
+//
+// PerSyst balanced before measuring, so it charged every job the maximum: every property
+// of the strategy on every device of every node (seed 000 §5.3). persyst balances every
+// cycle, so it charges what was sent. Each node's push carries, besides the records, how
+// many the strategy would give if every condition held on every device
+// (properties.Accumulator.MaxRecords); the collector answers the frontend's ping with,
+// per job, its heaviest node-cycle since the last ping (Heartbeat.jobs); the frontend
+// keeps each job's largest share so far and charges it that share of a node's worth per
+// node, in thousandths (before the first report: the maximum). Shares only grow, so a
+// job moves at most when it gets heavier. l_max keeps its meaning (a collector's own
+// nodes at full load), so a job whose nodes send half their maximum fits twice as many
+// nodes on one collector: exact quantiles, one tree node. `persyst frontend --loads max`
+// restores PerSyst's behaviour.
+//
 // A job's route can change between cycles as loads change; its aggregation point then
 // merges the parts of every holder at the job's end, so no cycle a collector received is
 // left out of the digest.

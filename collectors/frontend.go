@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -38,8 +39,14 @@ type FrontendConfig struct {
 	// Jobs returns the running jobs (from the job map).
 	Jobs    func(ctx context.Context) ([]balance.Job, error)
 	Balance balance.Config
-	Timeout time.Duration   // deadline of one ping or route push (default 2 s)
-	Dial    grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
+	// AssumeMaxLoads balances every job on the load seed 000 §5.3 assumes (every node
+	// sends every property of the strategy on every device). By default a job is charged
+	// its measured load once a collector has reported it: the largest share of the
+	// maximum one of its nodes sent in one cycle so far (CycleRecords.max_records), so
+	// jobs whose nodes send fewer records fit more of them on one collector.
+	AssumeMaxLoads bool
+	Timeout        time.Duration   // deadline of one ping or route push (default 2 s)
+	Dial           grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
 	// Self is the frontend's own address: the aggregation point of jobs split over
 	// collectors with no sync agent in common below it (and of a dead sync agent's),
 	// which it merges from the collectors' parts when their batch host asks (Summary).
@@ -66,7 +73,12 @@ type Frontend struct {
 
 	mu      sync.Mutex
 	holders map[uint32]map[string]bool // job → collectors routed part of it so far
+	shares  map[uint32]float64         // job → its largest measured share of the maximum load
 }
+
+// loadScale is the balancing's load unit per node's worth when balancing on measured
+// loads: a job is charged per node its measured share of the maximum in thousandths.
+const loadScale = 1000
 
 // NewFrontend checks the configuration.
 func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
@@ -106,7 +118,7 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	} else if len(cfg.Syncs) > 0 {
 		return nil, errors.New("frontend: sync agents need a tree (--tree or --topology) that places them")
 	}
-	f := &Frontend{cfg: cfg, d: dialer{opt: cfg.Dial}, holders: map[uint32]map[string]bool{}}
+	f := &Frontend{cfg: cfg, d: dialer{opt: cfg.Dial}, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}}
 	if cfg.Engine != nil {
 		var err error
 		if f.agg, err = NewSync(SyncConfig{Name: "frontend", Store: cfg.Store, Dial: cfg.Dial, Engine: cfg.Engine, Log: cfg.Log, Now: cfg.Now}); err != nil {
@@ -152,8 +164,11 @@ func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, con
 			}
 			pctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 			defer cancel()
-			_, err = cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()})
+			hb, err := cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()})
 			alive[i] = err == nil
+			if err == nil {
+				f.noteLoads(hb.Jobs)
+			}
 		}()
 	}
 	wg.Wait()
@@ -166,6 +181,57 @@ func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, con
 		}
 	}
 	return out
+}
+
+// noteLoads keeps each job's largest measured share of its maximum load.
+func (f *Frontend) noteLoads(jobs []*pb.JobLoad) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range jobs {
+		if l.MaxRecords == 0 {
+			continue
+		}
+		share := min(float64(l.Records)/float64(l.MaxRecords), 1)
+		if old, ok := f.shares[l.JobId]; !ok || share > old {
+			f.shares[l.JobId] = share
+		}
+	}
+}
+
+// Share is a job's measured load: the largest share of its maximum that one of its nodes
+// sent in one cycle, as the collectors reported it; false before any report.
+func (f *Frontend) Share(job uint32) (float64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.shares[job]
+	return s, ok
+}
+
+// balanceInput charges each job its load: the assumed maximum (seed 000 §5.3), or, when
+// a collector has reported the job, its measured share of it, in thousandths of a node's
+// worth (loadScale).
+func (f *Frontend) balanceInput(jobs []balance.Job) ([]balance.Job, balance.Config) {
+	cfg := f.cfg.Balance
+	if f.cfg.AssumeMaxLoads {
+		return jobs, cfg
+	}
+	la := max(cfg.LoadPerNode, 1)
+	cfg.LoadPerNode, cfg.LMax = la*loadScale, cfg.LMax*loadScale
+	out := make([]balance.Job, len(jobs))
+	for i, j := range jobs {
+		jla := la
+		if j.LoadPerNode > 0 {
+			jla = j.LoadPerNode
+		}
+		j.LoadPerNode = jla * loadScale
+		if id, err := strconv.ParseUint(j.ID, 10, 32); err == nil {
+			if share, ok := f.Share(uint32(id)); ok {
+				j.LoadPerNode = max(1, int(math.Ceil(share*float64(j.LoadPerNode))))
+			}
+		}
+		out[i] = j
+	}
+	return out, cfg
 }
 
 // CycleResult is one balancing cycle's outcome.
@@ -234,7 +300,8 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 			in = append(in, balance.Job{ID: j.ID, Nodes: nodes, LoadPerNode: j.LoadPerNode})
 		}
 	}
-	res, err := balance.Balance(tree, in, f.cfg.Balance)
+	in, bcfg := f.balanceInput(in)
+	res, err := balance.Balance(tree, in, bcfg)
 	if err != nil {
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
@@ -353,6 +420,11 @@ func (f *Frontend) forgetEnded(running map[uint32]bool) {
 			delete(f.holders, j)
 		}
 	}
+	for j := range f.shares {
+		if !running[j] {
+			delete(f.shares, j)
+		}
+	}
 }
 
 func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
@@ -408,7 +480,7 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 		}
 		st := res.Result.Stats
 		ev := f.cfg.Log.Info().Strs("collectors", res.Alive).Int("jobs", st.Jobs).Float64("exact_share", st.ExactShareJobs).
-			Int("max_collector_load", st.MaxCollectorLoad)
+			Float64("max_collector_load", f.nodesWorth(st.MaxCollectorLoad))
 		if len(f.cfg.Syncs) > 0 {
 			ev = ev.Strs("syncs", res.Syncs)
 		}
@@ -416,12 +488,24 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 			if r.AggregationPoint != "" {
 				ev = ev.Str(fmt.Sprintf("job_%d", id), r.AggregationPoint)
 			}
+			if share, ok := f.Share(id); ok && !f.cfg.AssumeMaxLoads {
+				ev = ev.Float64(fmt.Sprintf("share_%d", id), share)
+			}
 		}
 		for n, e := range res.Errors {
 			ev = ev.Str("unreached_"+n, e.Error())
 		}
 		ev.Msg("routes pushed")
 	}
+}
+
+// nodesWorth converts a balancing load into nodes' worth (the unit of --lmax).
+func (f *Frontend) nodesWorth(load int) float64 {
+	la := max(f.cfg.Balance.LoadPerNode, 1)
+	if !f.cfg.AssumeMaxLoads {
+		la *= loadScale
+	}
+	return float64(load) / float64(la)
 }
 
 // Summary merges the parts of a job from its holders (or, when the request names none,

@@ -219,7 +219,7 @@ func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 			ships[n].Send(20, ts, 60, []properties.Record{
 				{Key: "cpu_user_pct", Device: "node", Value: user, Severity: math.Max(0, 1-user/80)},
 				{Key: "io_write_request_size", Device: "node", Value: size, Severity: 1 - size/(256<<10)},
-			})
+			}, 0)
 			if err := ships[n].FlushJob(ctx, 20); err != nil {
 				t.Fatal(err)
 			}

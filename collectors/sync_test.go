@@ -39,6 +39,8 @@ type testTree struct {
 	front    *Frontend
 	frontSt  *store.Store
 	frontAt  string
+	// assumeMax makes frontend balance on the assumed maximum loads.
+	assumeMax bool
 }
 
 func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []string) *testTree {
@@ -147,7 +149,7 @@ func (tt *testTree) frontend(tree *balance.Tree, lmax int, jobs func() []balance
 		Collectors: tt.cols, Syncs: tt.syncs, Tree: tree,
 		NodeAddr: func(n string) string { return tt.nodeAddr[n] },
 		Jobs:     func(context.Context) ([]balance.Job, error) { return jobs(), nil },
-		Balance:  balance.Config{LMax: lmax}, Timeout: 500 * time.Millisecond,
+		Balance:  balance.Config{LMax: lmax}, AssumeMaxLoads: tt.assumeMax, Timeout: 500 * time.Millisecond,
 		Self: tt.frontAt, Engine: tt.eng, Store: tt.frontSt, Log: zerolog.Nop(),
 	})
 	if err != nil {
@@ -177,7 +179,7 @@ func (tt *testTree) send(job uint32, ts time.Time, nodes []string, cpus int, cpi
 		size := float64(512 * (k + 1))
 		recs = append(recs, properties.Record{Key: "io_write_request_size", Device: "node", Value: size, Severity: 1 - size/(256<<10)})
 		all["io_write_request_size"] = append(all["io_write_request_size"], size)
-		tt.ships[n].Send(job, ts, 60, recs)
+		tt.ships[n].Send(job, ts, 60, recs, 0)
 		if err := tt.ships[n].FlushJob(tt.ctx, job); err != nil {
 			tt.t.Fatal(err)
 		}

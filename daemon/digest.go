@@ -47,7 +47,7 @@ func (m *Measurer) accumulate(jm *jobMeter, s measure.Sample) {
 	}
 	recs := jm.acc.Add(s)
 	if m.cfg.Ship != nil {
-		m.cfg.Ship.Send(jm.id, s.Time, s.Seconds, recs)
+		m.cfg.Ship.Send(jm.id, s.Time, s.Seconds, recs, jm.acc.MaxRecords())
 	}
 }
 

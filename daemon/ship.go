@@ -132,8 +132,10 @@ func (s *Shipper) client(addr string) (pb.CollectorClient, error) {
 }
 
 // Send queues a job's records of one interval; a newer cycle of the same job replaces an
-// unsent older one.
-func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record) {
+// unsent older one. maxRecords is what the node would send if every condition of the
+// strategy held (properties.Accumulator.MaxRecords; 0: unknown): the collector reports
+// the job's measured load against it to the frontend.
+func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
 	if len(recs) == 0 {
 		return
 	}
@@ -143,7 +145,7 @@ func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []propert
 		s.mu.Unlock()
 		return
 	}
-	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds, AggregationPoint: s.aggs[job]}
+	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds, AggregationPoint: s.aggs[job], MaxRecords: uint32(max(maxRecords, 0))}
 	for _, r := range recs {
 		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
 	}

@@ -71,14 +71,14 @@ func TestShipperSurvivesADeadCollector(t *testing.T) {
 		}
 		return out
 	}
-	sh.Send(7, t0, 60, recs(t0, 50))
+	sh.Send(7, t0, 60, recs(t0, 50), 0)
 	waitFor("the first cycle at the collector", func() bool { return len(stored()) == 1 })
 
 	stop() // the collector dies
 	start := time.Now()
 	for i := 1; i <= 3; i++ {
 		ts := t0.Add(time.Duration(i) * time.Minute)
-		sh.Send(7, ts, 60, recs(ts, float64(50+i)))
+		sh.Send(7, ts, 60, recs(ts, float64(50+i)), 0)
 	}
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("Send blocked for %v with the collector down", d)
@@ -129,7 +129,7 @@ func TestJobWideFetch(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		ts := t0.Add(time.Duration(i) * time.Minute)
 		for n, user := range map[string]float64{"node1": 97, "node2": 5} {
-			ships[n].Send(5, ts, 60, []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: user, Severity: max(0, 1-user/80)}})
+			ships[n].Send(5, ts, 60, []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: user, Severity: max(0, 1-user/80)}}, 0)
 			if err := ships[n].FlushJob(ctx, 5); err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,8 +26,10 @@ import (
 
 func TestTree(t *testing.T) {
 	// l_max 2: a collector takes 2 nodes, so the 4-node jobs are split over both collectors
-	// and merged at the sync agent; the 2-node jobs are exact on one collector.
-	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1")
+	// and merged at the sync agent; the 2-node jobs are exact on one collector. The
+	// frontend charges every job the assumed maximum (PerSyst's balancing) until the last
+	// subtest restarts it on measured loads.
+	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1", "PERSYST_LOADS=max")
 	_, load := binaries(t)
 	out := func(id uint32) string {
 		b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("tree-%d.out", id)))
@@ -154,6 +158,46 @@ func TestTree(t *testing.T) {
 			t.Errorf("the frontend did not leave col1 out:\n%s", tail(front, 5))
 		}
 	})
+
+	t.Run("measured loads: the real daemons' record counts decide the placement", func(t *testing.T) {
+		c.harness(t, "collector-start", "col1")
+		c.harness(t, "frontend-restart", "measured")
+		id := submit("-N4", "--wrap", "srun -N4 "+load+" spin -seconds 6")
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", id, st)
+		}
+		if text := out(id); !strings.Contains(text, "on 4 nodes") && !strings.Contains(text, "no issues found") {
+			t.Errorf("job %d digest:\n%s", id, text)
+		}
+		cols := map[string]bool{c.agentAddr(t, "Collector", "col1"): true, c.agentAddr(t, "Collector", "col2"): true}
+		measured, last := 0, ""
+		for _, l := range strings.Split(c.readLog(t, "frontend"), "\n") {
+			var ev map[string]any
+			if json.Unmarshal([]byte(l), &ev) != nil || ev["message"] != "routes pushed" {
+				continue
+			}
+			share, ok := ev[fmt.Sprintf("share_%d", id)].(float64)
+			if !ok {
+				continue
+			}
+			measured++
+			agg, _ := ev[fmt.Sprintf("job_%d", id)].(string)
+			if share <= 0 || share > 1 {
+				t.Errorf("measured share %v of job %d is not in (0, 1]", share, id)
+			}
+			// l_max is 2 nodes' worth: the job fits one collector iff its 4 nodes' measured
+			// share (in thousandths, rounded up) adds up to at most that.
+			fits := 4*int(math.Ceil(share*1000)) <= 2*1000
+			last = fmt.Sprintf("share %.3f per node, aggregated at %s (exact on a collector: %v)", share, agg, cols[agg])
+			if fits != cols[agg] {
+				t.Errorf("share %.3f × 4 nodes vs l_max 2: fits one collector = %v, but the job's aggregation point is %s", share, fits, agg)
+			}
+		}
+		if measured == 0 {
+			t.Errorf("the frontend never logged a measured load of job %d:\n%s", id, tail(c.readLog(t, "frontend"), 5))
+		}
+		t.Logf("job %d: %d cycles balanced on its measured load; last: %s", id, measured, last)
+	})
 }
 
 func (c *cluster) waitRunning(t *testing.T, id uint32) {
@@ -170,12 +214,19 @@ func (c *cluster) waitRunning(t *testing.T, id uint32) {
 // syncAddr reads a sync agent's address from the cluster's tree description.
 func (c *cluster) syncAddr(t *testing.T, name string) string {
 	t.Helper()
+	return c.agentAddr(t, "Sync", name)
+}
+
+// agentAddr reads an agent's address from the cluster's tree description (kind "Sync" or
+// "Collector").
+func (c *cluster) agentAddr(t *testing.T, kind, name string) string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.dir, "etc", "tree.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "Sync="+name+" ") {
+		if strings.HasPrefix(l, kind+"="+name+" ") {
 			if _, a, ok := strings.Cut(l, "Addr="); ok {
 				return a
 			}

@@ -142,6 +142,7 @@ type Accumulator struct {
 	// time shares, so a refined property's share is of the whole job, not only of the
 	// intervals its parent let it be evaluated in.
 	devSeconds map[Domain]float64
+	maxRecords int // of the last interval (MaxRecords)
 }
 
 // SetMemRequested sets the memory the job requested on this node, once known (the job
@@ -350,10 +351,29 @@ func (a *Accumulator) Add(s measure.Sample) []Record {
 		a.devSeconds[d] += s.Seconds * float64(len(list))
 	}
 	var out []Record
+	a.maxRecords = 0
 	for _, root := range a.e.cfg.Strategy.Roots {
 		out = a.eval(root, devs[root.Prop.Domain], devs, s, out)
+		a.maxRecords += maxRecords(root, devs)
 	}
 	return out
+}
+
+// MaxRecords is how many records the last Add would have returned if every condition of
+// the strategy had held on every device: the load seed 000 §5.3 assumes a node sends for
+// a job (every property, on all its devices), against which the records actually sent
+// measure the job's load.
+func (a *Accumulator) MaxRecords() int { return a.maxRecords }
+
+func maxRecords(n *StrategyNode, devs map[Domain][]device) int {
+	if n.Prop.Domain == Job {
+		return 0
+	}
+	k := len(devs[n.Prop.Domain])
+	for _, c := range n.Children {
+		k += maxRecords(c, devs)
+	}
+	return k
 }
 
 func (d device) label() string {

@@ -109,7 +109,12 @@ func TestRefinement(t *testing.T) {
 	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
 	// parent value 5 (below its threshold 10: condition false) → child not evaluated,
 	// even though the child's own value would be severe.
-	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	recs := acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	// One record sent (the parent) of the 2 the strategy has per interval (the job-level
+	// property is not an interval's record).
+	if len(recs) != 1 || acc.MaxRecords() != 2 {
+		t.Errorf("quiet parent: %d records of at most %d, want 1 of 2", len(recs), acc.MaxRecords())
+	}
 	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
 	rs := acc.Finish(nil, measure.Summary{Seconds: 2, Totals: map[string]float64{"mem_peak_bytes": 3}})
 	got := map[string]Result{}
@@ -227,6 +232,10 @@ func TestRecordsPerDevice(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	// Every condition held: the records are the strategy's maximum on 2 CPUs.
+	if acc.MaxRecords() != 5 {
+		t.Errorf("MaxRecords = %d, want 5 (3 node properties, 1 per CPU)", acc.MaxRecords())
 	}
 }
 

@@ -45,6 +45,8 @@ CYCLE=${PERSYST_CYCLE:-1s}
 # frontend's l_max in nodes (0: a collector's own nodes).
 COLLECTORS=${PERSYST_COLLECTORS:-0}
 LMAX=${PERSYST_LMAX:-0}
+# PERSYST_LOADS is what the frontend charges a job: measured (the default) or max.
+LOADS=${PERSYST_LOADS:-measured}
 # PERSYST_SYNCS sync agents between the frontend and the collectors (0: the collectors hang
 # below the frontend, a flat tree). With sync agents the frontend reads an explicit tree:
 # the nodes cut evenly over the collectors, the collectors over the sync agents.
@@ -324,11 +326,30 @@ tree_start() {
 		for k in $(seq 1 "$SYNCS"); do sync_start "sync$k"; done
 		where=(--tree "$DIR/etc/tree.conf")
 	fi
-	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/frontend.pid" "persyst frontend" "$DIR/log/frontend.log" \
-		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend "${where[@]}" \
-		--node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832" \
-		--db "$DIR/run/frontend.db" --config "$DIR/etc/persyst.conf"
+	local args=("${where[@]}" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832"
+		--db "$DIR/run/frontend.db" --config "$DIR/etc/persyst.conf")
+	# Kept for frontend-restart.
+	printf '%q ' "${args[@]}" >"$DIR/run/frontend.args"
+	frontend_start "$LOADS" "${args[@]}"
 	echo "$cols" >"$DIR/run/collectors"
+}
+
+# frontend_start LOADS ARGS...: start the frontend charging jobs LOADS (measured or max).
+frontend_start() {
+	local loads=$1
+	shift
+	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/frontend.pid" "persyst frontend" "$DIR/log/frontend.log" \
+		nsenter --net="/run/netns/${NSPREFIX}front" "$BIN" frontend "$@" --loads "$loads"
+}
+
+# frontend_restart LOADS: restart the frontend with the tree it was started with, charging
+# jobs LOADS.
+frontend_restart() {
+	local args
+	[ -f "$DIR/run/frontend.args" ] || die "no frontend was started (PERSYST_COLLECTORS=0?)"
+	kill_pidfile "$DIR/run/frontend.pid"
+	eval "args=($(cat "$DIR/run/frontend.args"))"
+	frontend_start "$1" "${args[@]}"
 }
 
 # start_bg PIDFILE MATCH CMD...: start CMD in the background in its own session, record its
@@ -497,5 +518,6 @@ collector-stop) [ -n "${2:-}" ] || die "usage: $0 collector-stop colK"; kill_pid
 collector-start) [ -n "${2:-}" ] || die "usage: $0 collector-start colK"; collector_start "$2" ;;
 sync-stop) [ -n "${2:-}" ] || die "usage: $0 sync-stop syncK"; kill_pidfile "$DIR/run/sync-$2.pid" ;;
 sync-start) [ -n "${2:-}" ] || die "usage: $0 sync-start syncK"; sync_start "$2" ;;
-*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE | collector-stop colK | collector-start colK | sync-stop syncK | sync-start syncK" ;;
+frontend-restart) case "${2:-}" in measured | max) frontend_restart "$2" ;; *) die "usage: $0 frontend-restart measured|max" ;; esac ;;
+*) die "usage: $0 up [N] | down | status | daemon-stop NODE | daemon-start NODE | collector-stop colK | collector-start colK | sync-stop syncK | sync-start syncK | frontend-restart measured|max" ;;
 esac

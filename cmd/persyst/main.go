@@ -406,12 +406,16 @@ func runFrontend(ctx context.Context, args []string) error {
 	nodeAddr := fs.String("node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
 	nodeAddrs := fs.String("node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
 	lmax := fs.Int("lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
+	loads := fs.String("loads", "measured", "what a job is charged: measured (the share of its maximum its nodes sent, once reported) or max (every property on every device, as PerSyst assumed)")
 	listen := fs.String("listen", "", "address where the frontend merges jobs split over collectors without a live sync agent in common (\"\": such jobs' digests cover their batch host)")
 	db := fs.String("db", "", "SQLite database of the per-cycle results merged at the frontend (\"\": not kept)")
 	cycle := fs.Duration("cycle", time.Minute, "balancing cycle")
 	confPath := fs.String("config", config.DefaultPath, "persyst.conf (the job map's source, the tree)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *loads != "measured" && *loads != "max" {
+		return fmt.Errorf("--loads %q: want measured or max", *loads)
 	}
 	conf, err := config.Load(*confPath, *confPath == config.DefaultPath)
 	if err != nil {
@@ -502,7 +506,7 @@ func runFrontend(ctx context.Context, args []string) error {
 		}
 	}
 	f, err := collectors.NewFrontend(collectors.FrontendConfig{
-		Collectors: collectorsMap, Syncs: syncMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, Dial: dial,
+		Collectors: collectorsMap, Syncs: syncMap, Nodes: nodes, Log: log, Balance: balance.Config{LMax: *lmax}, AssumeMaxLoads: *loads == "max", Dial: dial,
 		Self: *listen, Engine: engine, Tree: tree, Store: st,
 		NodeAddr: func(n string) string {
 			if a, ok := explicit[n]; ok {
@@ -682,6 +686,7 @@ func runBalance(args []string) error {
 	overflow := fs.String("overflow", "", "rest of a job's load above l_max: allow (Algorithm 2 as printed) or spill")
 	placement := fs.String("placement", "", "how the simulated scheduler places jobs: tree, island or random")
 	seed := fs.Int64("seed", 1, "random seed")
+	loadShare := fs.String("load-share", "max", "what jobs are charged: max (PerSyst's assumed maximum), thesis (SuperMUC's measured 58.3% of it), a share 0.6 or a range 0.2-1 (each job uniform in it)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -723,6 +728,10 @@ func runBalance(args []string) error {
 		cfg.Placement = p
 	}
 	cfg.Seed = *seed
+	var err error
+	if cfg.MinLoadShare, cfg.MaxLoadShare, err = balance.ParseLoadShare(*loadShare); err != nil {
+		return fmt.Errorf("--load-share: %w", err)
+	}
 	res, err := balance.Simulate(cfg)
 	if err != nil {
 		return err

@@ -108,8 +108,13 @@ type CycleRecords struct {
 	// The job's aggregation point from the node's route: a collector that is not it
 	// forwards its summary of the cycle there (PushPartial).
 	AggregationPoint string `protobuf:"bytes,6,opt,name=aggregation_point,json=aggregationPoint,proto3" json:"aggregation_point,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The records the node would send for the job in this cycle if every condition of the
+	// strategy held on every device: the maximum that seed 000 §5.3 assumes every job sends.
+	// records / max_records is the job's measured load on the node (0: unknown, assume the
+	// maximum).
+	MaxRecords    uint32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CycleRecords) Reset() {
@@ -182,6 +187,13 @@ func (x *CycleRecords) GetAggregationPoint() string {
 		return x.AggregationPoint
 	}
 	return ""
+}
+
+func (x *CycleRecords) GetMaxRecords() uint32 {
+	if x != nil {
+		return x.MaxRecords
+	}
+	return 0
 }
 
 // One property's summary over a set of devices in one cycle (store.CycleResult).
@@ -951,11 +963,14 @@ func (x *JobPartial) GetNodeUse() []*NodeUse {
 }
 
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"` // "node", "collector", "sync", "frontend"
-	Ts            int64                  `protobuf:"varint,3,opt,name=ts,proto3" json:"ts,omitempty"`
-	Load          float64                `protobuf:"fixed64,4,opt,name=load,proto3" json:"load,omitempty"` // the node count it serves
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"` // "node", "collector", "sync", "frontend"
+	Ts    int64                  `protobuf:"varint,3,opt,name=ts,proto3" json:"ts,omitempty"`
+	Load  float64                `protobuf:"fixed64,4,opt,name=load,proto3" json:"load,omitempty"` // the node count it serves
+	// A collector's measured job loads since the previous ping: per job, the node-cycle that
+	// sent the largest share of its maximum.
+	Jobs          []*JobLoad `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1033,74 @@ func (x *Heartbeat) GetLoad() float64 {
 	return 0
 }
 
+func (x *Heartbeat) GetJobs() []*JobLoad {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// One node's records of a job in one cycle against their maximum (CycleRecords.max_records).
+type JobLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Records       uint32                 `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	MaxRecords    uint32                 `protobuf:"varint,3,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLoad) Reset() {
+	*x = JobLoad{}
+	mi := &file_collector_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLoad) ProtoMessage() {}
+
+func (x *JobLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLoad.ProtoReflect.Descriptor instead.
+func (*JobLoad) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *JobLoad) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobLoad) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *JobLoad) GetMaxRecords() uint32 {
+	if x != nil {
+		return x.MaxRecords
+	}
+	return 0
+}
+
 var File_collector_proto protoreflect.FileDescriptor
 
 const file_collector_proto_rawDesc = "" +
@@ -1028,14 +1111,16 @@ const file_collector_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1a\n" +
-	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\xbe\x01\n" +
+	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\xdf\x01\n" +
 	"\fCycleRecords\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x03R\x02ts\x12\x18\n" +
 	"\aseconds\x18\x04 \x01(\x01R\aseconds\x12,\n" +
 	"\arecords\x18\x05 \x03(\v2\x12.persyst.v1.RecordR\arecords\x12+\n" +
-	"\x11aggregation_point\x18\x06 \x01(\tR\x10aggregationPoint\"\xcc\x02\n" +
+	"\x11aggregation_point\x18\x06 \x01(\tR\x10aggregationPoint\x12\x1f\n" +
+	"\vmax_records\x18\a \x01(\rR\n" +
+	"maxRecords\"\xcc\x02\n" +
 	"\x0fPropertySummary\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
@@ -1103,12 +1188,18 @@ const file_collector_proto_rawDesc = "" +
 	"\x04last\x18\x05 \x01(\x03R\x04last\x12\x16\n" +
 	"\x06cycles\x18\x06 \x03(\x03R\x06cycles\x12*\n" +
 	"\x04keys\x18\a \x03(\v2\x16.persyst.v1.KeyPartialR\x04keys\x12.\n" +
-	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"W\n" +
+	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"\x80\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x03R\x02ts\x12\x12\n" +
-	"\x04load\x18\x04 \x01(\x01R\x04load2\xb2\x02\n" +
+	"\x04load\x18\x04 \x01(\x01R\x04load\x12'\n" +
+	"\x04jobs\x18\x05 \x03(\v2\x13.persyst.v1.JobLoadR\x04jobs\"[\n" +
+	"\aJobLoad\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\rR\arecords\x12\x1f\n" +
+	"\vmax_records\x18\x03 \x01(\rR\n" +
+	"maxRecords2\xb2\x02\n" +
 	"\tCollector\x121\n" +
 	"\x04Push\x12\x18.persyst.v1.CycleRecords\x1a\x0f.persyst.v1.Ack\x128\n" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
@@ -1131,7 +1222,7 @@ func file_collector_proto_rawDescGZIP() []byte {
 	return file_collector_proto_rawDescData
 }
 
-var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_collector_proto_goTypes = []any{
 	(*Record)(nil),            // 0: persyst.v1.Record
 	(*CycleRecords)(nil),      // 1: persyst.v1.CycleRecords
@@ -1146,35 +1237,37 @@ var file_collector_proto_goTypes = []any{
 	(*NodeUse)(nil),           // 10: persyst.v1.NodeUse
 	(*JobPartial)(nil),        // 11: persyst.v1.JobPartial
 	(*Heartbeat)(nil),         // 12: persyst.v1.Heartbeat
-	nil,                       // 13: persyst.v1.Route.NodeCollectorEntry
+	(*JobLoad)(nil),           // 13: persyst.v1.JobLoad
+	nil,                       // 14: persyst.v1.Route.NodeCollectorEntry
 }
 var file_collector_proto_depIdxs = []int32{
 	0,  // 0: persyst.v1.CycleRecords.records:type_name -> persyst.v1.Record
 	2,  // 1: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
-	13, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
+	14, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
 	5,  // 3: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
 	3,  // 4: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
 	9,  // 5: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
 	10, // 6: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
-	1,  // 7: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 8: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	7,  // 9: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 10: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
-	12, // 11: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 12: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	12, // 13: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	4,  // 14: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 15: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 16: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 17: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 18: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 19: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 20: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 7: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
+	1,  // 8: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	3,  // 9: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	7,  // 10: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	7,  // 11: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	12, // 12: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	6,  // 13: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	12, // 14: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	4,  // 15: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 16: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 17: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 18: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 19: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 20: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 21: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_collector_proto_init() }
@@ -1188,7 +1281,7 @@ func file_collector_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collector_proto_rawDesc), len(file_collector_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
