@@ -427,12 +427,18 @@ func (c *Collector) Partial(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 }
 
 // noteLoad keeps, per job, the node-cycle that sent the largest share of its maximum
-// (c.mu held). A push without a maximum says nothing about the load.
+// (c.mu held). A push without a maximum says nothing about the load; one with more
+// records than its maximum is stored all the same, but its load claim is ignored.
 func (c *Collector) noteLoad(in *pb.CycleRecords) {
 	if in.MaxRecords == 0 {
 		return
 	}
 	n := uint32(len(in.Records))
+	if n > in.MaxRecords {
+		c.cfg.Log.Warn().Uint32("job", in.JobId).Str("node", in.Node).Uint32("max_records", in.MaxRecords).Uint32("records", n).
+			Msg("push: max_records below the records sent: load not measured")
+		return
+	}
 	old := c.loads[in.JobId]
 	// n/max > old.records/old.max, without division.
 	if old == nil || uint64(n)*uint64(old.MaxRecords) > uint64(old.Records)*uint64(in.MaxRecords) {

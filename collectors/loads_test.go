@@ -37,6 +37,7 @@ func TestPingReportsMeasuredLoads(t *testing.T) {
 	push(2, "a", 3, 0)  // unknown maximum
 	push(3, "c", 9, 12) // 75 %
 	push(3, "d", 6, 6)  // 100 %
+	push(4, "e", 5, 3)  // more records than the maximum: stored, load not measured
 	hb, err := cl.Ping(ctx, &pb.Heartbeat{Name: "frontend"})
 	if err != nil {
 		t.Fatal(err)
