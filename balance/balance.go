@@ -590,3 +590,13 @@ func (b *balancer) balancedNodes(used []int32, agg int32) int {
 	}
 	return n
 }
+
+// ShareUnits is the load of a node's worth in thousandths, the unit when jobs are
+// charged a measured share of their maximum load instead of the maximum itself.
+const ShareUnits = 1000
+
+// ShareLoad is the load per node of a job whose nodes sent share of maxPerNode: at least
+// 1, rounded up.
+func ShareLoad(share float64, maxPerNode int) int {
+	return max(1, int(math.Ceil(share*float64(maxPerNode))))
+}

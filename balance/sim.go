@@ -257,7 +257,7 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 	}
 	unit := 1 // balancing load units per unit of LoadPerNode
 	if cfg.measuredLoads() {
-		unit = shareScale
+		unit = ShareUnits
 	}
 	la := max(cfg.LoadPerNode, 1) * unit
 	bcfg := Config{LoadPerNode: la, LMax: cfg.LMaxNodes * la, Overflow: cfg.Overflow}
@@ -307,10 +307,6 @@ func Simulate(cfg SimConfig) (SimResult, error) {
 	res.BalanceTime = sumTime / time.Duration(len(res.PerCycle))
 	return res, nil
 }
-
-// shareScale is the load unit of a node's worth when jobs are charged measured shares:
-// thousandths.
-const shareScale = 1000
 
 func (c SimConfig) measuredLoads() bool { return c.MaxLoadShare > 0 }
 
@@ -382,7 +378,7 @@ func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy i
 			j := simJob{id: strconv.Itoa(nextID), nodes: nodes}
 			if cfg.measuredLoads() {
 				share := cfg.MinLoadShare + shares.Float64()*(cfg.MaxLoadShare-cfg.MinLoadShare)
-				j.load = max(1, int(math.Ceil(share*float64(max(cfg.LoadPerNode, 1)*shareScale))))
+				j.load = ShareLoad(share, max(cfg.LoadPerNode, 1)*ShareUnits)
 			}
 			running = append(running, j)
 			nextID++

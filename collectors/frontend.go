@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -75,10 +74,6 @@ type Frontend struct {
 	holders map[uint32]map[string]bool // job → collectors routed part of it so far
 	shares  map[uint32]float64         // job → its largest measured share of the maximum load
 }
-
-// loadScale is the balancing's load unit per node's worth when balancing on measured
-// loads: a job is charged per node its measured share of the maximum in thousandths.
-const loadScale = 1000
 
 // NewFrontend checks the configuration.
 func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
@@ -209,24 +204,24 @@ func (f *Frontend) Share(job uint32) (float64, bool) {
 
 // balanceInput charges each job its load: the assumed maximum (seed 000 §5.3), or, when
 // a collector has reported the job, its measured share of it, in thousandths of a node's
-// worth (loadScale).
+// worth (balance.ShareUnits).
 func (f *Frontend) balanceInput(jobs []balance.Job) ([]balance.Job, balance.Config) {
 	cfg := f.cfg.Balance
 	if f.cfg.AssumeMaxLoads {
 		return jobs, cfg
 	}
 	la := max(cfg.LoadPerNode, 1)
-	cfg.LoadPerNode, cfg.LMax = la*loadScale, cfg.LMax*loadScale
+	cfg.LoadPerNode, cfg.LMax = la*balance.ShareUnits, cfg.LMax*balance.ShareUnits
 	out := make([]balance.Job, len(jobs))
 	for i, j := range jobs {
 		jla := la
 		if j.LoadPerNode > 0 {
 			jla = j.LoadPerNode
 		}
-		j.LoadPerNode = jla * loadScale
+		j.LoadPerNode = jla * balance.ShareUnits
 		if id, err := strconv.ParseUint(j.ID, 10, 32); err == nil {
 			if share, ok := f.Share(uint32(id)); ok {
-				j.LoadPerNode = max(1, int(math.Ceil(share*float64(j.LoadPerNode))))
+				j.LoadPerNode = balance.ShareLoad(share, j.LoadPerNode)
 			}
 		}
 		out[i] = j
@@ -503,7 +498,7 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 func (f *Frontend) nodesWorth(load int) float64 {
 	la := max(f.cfg.Balance.LoadPerNode, 1)
 	if !f.cfg.AssumeMaxLoads {
-		la *= loadScale
+		la *= balance.ShareUnits
 	}
 	return float64(load) / float64(la)
 }
