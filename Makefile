@@ -7,13 +7,14 @@ SPANK   := $(BUILD)/spank_persyst.so
 LOAD    := $(BUILD)/persyst-workload
 GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 
-.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status run demo test test-unit test-integration bench clean
+.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit fresh-check bench clean
 
 all: build
 
 build: $(BIN) $(SPANK) $(LOAD)
 
 $(BIN): $(GOFILES)
+	@scripts/need.sh build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst
 
 # Known workloads for the correctness tests and benchmarks.
@@ -21,6 +22,7 @@ $(LOAD): $(GOFILES)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst-workload
 
 $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
+	@scripts/need.sh build
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o $@ ./spank
 	rm -f $(BUILD)/spank_persyst.h
 
@@ -52,6 +54,10 @@ cluster-down:
 cluster-status:
 	scripts/cluster.sh status
 
+# Is everything the test cluster uses installed? (Starts nothing; names missing packages.)
+cluster-check:
+	scripts/cluster.sh check $(NODES)
+
 # The main job: measure a command like a job (`make run CMD='./my_program args'`; without
 # CMD, a short sample workload).
 run: deps build
@@ -61,9 +67,20 @@ run: deps build
 demo: deps build
 	scripts/demo.sh
 
-# Every test: unit tests, then the integration tests against a real Slurm cluster.
+# Every test: static checks and unit tests here, then all of them again with the
+# integration tests against a real Slurm cluster, in a pristine Debian root after the
+# README's set-up (fresh-check).
 test: deps build
 	scripts/test.sh
+
+# Every test on this machine (the integration tests against a cluster here); faster, but a
+# package installed here by hand can hide a missing install step.
+test-here: deps build
+	PERSYST_FRESH=0 scripts/test.sh
+
+# The README's set-up and every test in a pristine Debian 12 root (scripts/fresh-check.sh).
+fresh-check: deps
+	scripts/fresh-check.sh
 
 test-unit:
 	$(GO) test ./...

@@ -358,6 +358,12 @@ func daemonRestart(t *testing.T, c *cluster) {
 
 func clusterDown(t *testing.T, c *cluster) {
 	c.harness(t, "down")
+	nothingLeft(t)
+}
+
+// nothingLeft fails t if a process, namespace or the bridge of a test cluster is left.
+func nothingLeft(t *testing.T) {
+	t.Helper()
 	var left []string
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
@@ -374,7 +380,8 @@ func clusterDown(t *testing.T, c *cluster) {
 		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged"}, name) || strings.Contains(cl, "persyst daemon") {
+		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged"}, name) ||
+			strings.Contains(cl, "persyst daemon") || strings.Contains(cl, filepath.Join(repoRoot, "build/cluster")) {
 			left = append(left, filepath.Base(p)+" "+cl)
 		}
 	}

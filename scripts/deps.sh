@@ -1,13 +1,35 @@
 #!/usr/bin/env bash
-# deps.sh — install what building and testing persyst need on Debian, idempotently and
-# quietly. Go itself must already be installed (README). Needs root when anything is missing.
+# deps.sh — install every Debian package that building persyst, its test cluster and its
+# tests use, idempotently and quietly, without starting any service. Go itself must already
+# be installed (README). Needs root when anything is missing.
+#
+#   scripts/deps.sh            everything `make build`, `make run` and `make test` use
+#   scripts/deps.sh --protoc   what `make generate` adds (the generated code is committed)
+#
+# Each package is listed once, with what uses it. The users check for themselves and name
+# the package when it is missing (Makefile's build check, scripts/cluster.sh check, the
+# integration tests), so a package dropped from this list fails a test by name.
 set -euo pipefail
 
-PKGS=(slurmctld slurmd slurm-client slurmrestd libslurm-dev munge iproute2 util-linux procps gcc libc6-dev)
-# `make generate` also needs protoc (the generated gRPC code is committed: tests do not).
+PKGS=(
+	# build: cgo for the SPANK plugin, its header, version stamping, module downloads
+	gcc libc6-dev libslurm-dev git ca-certificates
+	# the test cluster (scripts/cluster.sh): Slurm's daemons, commands and plugins, and the
+	# JWT plugin its slurm.conf names (AuthAltTypes=auth/jwt, for slurmrestd over TCP)
+	slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins slurm-wlm-jwt-plugin munge
+	# namespaces, veths and the bridge (ip, ss), nsenter/unshare/setpriv/setsid, useradd
+	iproute2 util-linux passwd
+	# make bench: its scripts read the daemons' JSON and do arithmetic
+	jq bc
+	# make test: the pristine Debian root the set-up is proven on (scripts/fresh-check.sh)
+	mmdebstrap
+)
 if [ "${1:-}" = --protoc ]; then
 	PKGS=(protobuf-compiler)
 fi
+# PERSYST_DEPS_EXTRA adds packages (space-separated), e.g. for a site's own checks.
+read -r -a extra <<<"${PERSYST_DEPS_EXTRA:-}"
+PKGS+=("${extra[@]}")
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -33,9 +55,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 		created_policy=1
 	fi
 	trap '[ "$created_policy" = 1 ] && rm -f "$policy"' EXIT
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	log=$(mktemp)
+	if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+		tail -n 20 "$log" | sed 's/^/deps:   /' >&2
+		rm -f "$log"
+		echo "deps: installing ${missing[*]} failed (apt-get output above)" >&2
+		exit 1
+	fi
+	rm -f "$log"
 fi
 
 command -v go >/dev/null || { echo "deps: Go is not installed (see README)" >&2; exit 1; }
-[ -f /usr/include/slurm/spank.h ] || { echo "deps: /usr/include/slurm/spank.h missing (libslurm-dev)" >&2; exit 1; }
+exit 0

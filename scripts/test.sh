@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test.sh — every test of persyst: static checks, unit tests, then the integration tests
-# against a real Slurm cluster started on this machine (needs root). `make test` runs it
-# after installing dependencies and building.
+# test.sh — every test of persyst: static checks and unit tests here, then everything again
+# with the integration tests against a real Slurm cluster in a pristine Debian root
+# (scripts/fresh-check.sh; needs root). `make test` runs it after installing dependencies and
+# building; `make test-here` (PERSYST_FRESH=0) runs the integration tests on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +27,13 @@ mkdir -p build
 echo "== unit tests"
 go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
 
-echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
-PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
+# The integration tests run here when asked (make test-here) or when this is the fresh root
+# already; otherwise in a pristine Debian root, after the README's set-up there, so that they
+# cannot pass on a package installed by hand on this machine.
+if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
+	echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
+	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
+else
+	echo "== every test again in a pristine Debian root, with the integration tests (scripts/fresh-check.sh)"
+	scripts/fresh-check.sh test-here
+fi

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# fresh-check.sh — prove the README's set-up on a pristine Debian 12 root, so that a package
+# missing from scripts/deps.sh fails here even on a machine where it was installed by hand.
+#
+#   scripts/fresh-check.sh [TARGET]   (make fresh-check; make test runs it)
+#
+# 1. A minimal Debian 12 root (mmdebstrap --variant=minbase, plus make: the README's only
+#    prerequisites are Go and make) from this machine's apt sources. It is cached as a
+#    tarball (PERSYST_FRESH_CACHE, default /var/cache/persyst/fresh-check) and rebuilt when
+#    older than PERSYST_FRESH_MAX_DAYS (7); each run unpacks a new copy, so nothing from an
+#    earlier run is installed in it.
+# 2. The checkout (the files git tracks or does not ignore, and .git) is copied into it, and
+#    this machine's Go is mounted read-only at /usr/local/go.
+# 3. Inside it, as root: `scripts/cluster.sh check` must fail and name the Slurm packages
+#    (nothing is installed yet); `scripts/deps.sh`; slurm-wlm-jwt-plugin is removed again
+#    and `scripts/cluster.sh check` must name it; then `make TARGET` (default test-here:
+#    every unit and integration test, after deps.sh has put the plugin back) must pass. The
+#    tests run in a network namespace of their own: the cluster's bridge and addresses are
+#    private, and the tests cannot download anything deps.sh did not install.
+#
+# Downloaded packages, Go modules and Go's build cache are kept in the cache directory
+# between runs; they make a run faster, and cannot stand in for an install step.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SUITE=bookworm
+# shellcheck source=need.sh
+. "$ROOT/scripts/need.sh"
+log() { echo "fresh-check: $*" >&2; }
+die() { echo "fresh-check: error: $*" >&2; exit 1; }
+
+# The path for everything inside the root (the README's Go at /usr/local/go).
+INSIDE_PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# in_root ROOT CMD...: run CMD in the root as root, with a clean environment (plus the Go
+# settings and trust anchors this machine uses to reach its module proxy).
+in_root() {
+	local r=$1 v goenv=()
+	shift
+	for v in GOPROXY GOSUMDB GONOSUMDB GOPRIVATE GONOPROXY GOFLAGS; do
+		goenv+=("$v=${!v:-}")
+	done
+	env -i HOME=/root LANG=C.UTF-8 TERM=dumb PATH="$INSIDE_PATH" PERSYST_FRESH_INSIDE=1 \
+		SSL_CERT_FILE=/etc/ssl/site-ca.crt "${goenv[@]}" chroot "$r" "$@"
+}
+
+# Stages: this script re-runs itself inside namespaces it creates.
+case "${1:-}" in
+__setup) # inside the root: the set-up, before the tests
+	cd /src/persyst
+	echo "== fresh-check: cluster check before anything is installed (must fail, naming packages)"
+	if out=$(scripts/cluster.sh check 2>&1); then
+		echo "$out"
+		die "the cluster check passed on a root without Slurm"
+	fi
+	echo "$out"
+	echo "$out" | grep -q 'Debian package slurmctld' || die "the cluster check did not name slurmctld"
+	echo "== fresh-check: scripts/deps.sh"
+	scripts/deps.sh
+	echo "== fresh-check: without slurm-wlm-jwt-plugin, the cluster check names it"
+	dpkg --purge slurm-wlm-jwt-plugin >/dev/null
+	if out=$(scripts/cluster.sh check 2>&1); then
+		echo "$out"
+		die "the cluster check passed without the JWT plugin"
+	fi
+	echo "$out"
+	echo "$out" | grep -q 'apt-get install slurm-wlm-jwt-plugin' || die "the cluster check did not name slurm-wlm-jwt-plugin"
+	echo "== fresh-check: go mod download (the tests run without a network)"
+	go mod download
+	exit 0
+	;;
+__mounted) # in a private mount namespace: mount what the root needs, set up, then test
+	r=$2 goroot=$3 cache=$4 target=$5
+	# The root is a mount point, as / is on a machine (ip netns and unshare change its
+	# propagation).
+	mount --bind "$r" "$r"
+	mount -t proc proc "$r/proc"
+	mount --rbind /sys "$r/sys"
+	mount --rbind /dev "$r/dev"
+	mount -t tmpfs -o mode=0755 tmpfs "$r/run"
+	mount --bind -o ro "$goroot" "$r/usr/local/go"
+	mkdir -p "$r/root/go/pkg/mod" "$r/root/.cache/go-build"
+	mount --bind "$cache/gomod" "$r/root/go/pkg/mod"
+	mount --bind "$cache/gocache" "$r/root/.cache/go-build"
+	mount --bind "$cache/apt" "$r/var/cache/apt/archives"
+	t=$SECONDS
+	in_root "$r" /src/persyst/scripts/fresh-check.sh __setup
+	log "set-up in the root done in $((SECONDS - t)) s"
+	echo "== fresh-check: make $target (in a network namespace of its own)"
+	exec unshare --net "$0" __tests "$r" "$target"
+	;;
+__tests) # in a network namespace of its own, with only loopback up
+	ip link set lo up
+	in_root "$2" /bin/bash -c "cd /src/persyst && make $3"
+	exit
+	;;
+esac
+
+TARGET=${1:-test-here}
+CACHE=${PERSYST_FRESH_CACHE:-/var/cache/persyst/fresh-check}
+MAX_DAYS=${PERSYST_FRESH_MAX_DAYS:-7}
+WORK=${PERSYST_FRESH_DIR:-$ROOT/build/fresh}
+[ "$(id -u)" = 0 ] || die "must run as root (it builds a Debian root and starts a Slurm cluster in it)"
+need_cmd mmdebstrap mmdebstrap
+need_cmd unshare util-linux
+need_cmd ip iproute2
+need_cmd git git
+need_report fresh-check
+GOROOT_HOST=$(go env GOROOT)
+t0=$SECONDS
+
+# The host's apt sources and its Acquire settings (proxies, snapshot validity): a fresh
+# machine at this site reaches the archive the same way.
+apt_sources() {
+	local f
+	[ -s /etc/apt/sources.list ] && grep -v '^[[:space:]]*#' /etc/apt/sources.list | grep . || true
+	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		cat "$f"
+		echo
+	done
+}
+
+# 1. The pristine root's tarball.
+mkdir -p "$CACHE"/{apt,gomod,gocache}
+base="$CACHE/$SUITE-minbase.tar"
+if [ ! -s "$base" ] || [ -n "$(find "$base" -mtime +"$MAX_DAYS" 2>/dev/null)" ]; then
+	log "building a minimal Debian $SUITE root (mmdebstrap)"
+	aptopts=()
+	for f in /etc/apt/apt.conf.d/*; do
+		[ -f "$f" ] && grep -q '^[[:space:]]*Acquire' "$f" && aptopts+=(--aptopt="$f")
+	done
+	rm -f "$CACHE/new.tar"
+	apt_sources | mmdebstrap --quiet --variant=minbase --include=make "${aptopts[@]}" \
+		"$SUITE" "$CACHE/new.tar" - || die "mmdebstrap failed"
+	mv "$CACHE/new.tar" "$base"
+fi
+
+# 2. A fresh copy of it, with the checkout in /src/persyst.
+rm -rf "$WORK"
+mkdir -p "$WORK/root"
+tar -xf "$base" -C "$WORK/root"
+mkdir -p "$WORK/root/src/persyst" "$WORK/root/usr/local/go"
+(
+	cd "$ROOT"
+	if git rev-parse --git-dir >/dev/null 2>&1; then
+		{ git ls-files -co --exclude-standard -z; find .git -print0; } |
+			tar --null --no-recursion --ignore-failed-read -cf - -T - 2>/dev/null
+	else
+		tar --exclude=./build -cf - .
+	fi
+) | tar -xf - -C "$WORK/root/src/persyst"
+# The site's name servers and trust anchors (a proxy's CA, say), as a machine here has them.
+cp /etc/resolv.conf "$WORK/root/etc/resolv.conf"
+mkdir -p "$WORK/root/etc/ssl"
+cp "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$WORK/root/etc/ssl/site-ca.crt"
+log "fresh root with the checkout ready after $((SECONDS - t0)) s"
+
+# sweep: stop every process still running in the root (only this script starts any there).
+sweep() {
+	local p n=0
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/root" 2>/dev/null)" = "$WORK/root" ] || continue
+		kill -KILL "${p#/proc/}" 2>/dev/null && n=$((n + 1))
+	done
+	[ "$n" = 0 ] || log "stopped $n process(es) left in the root"
+}
+
+# 3. The set-up and the tests, in a private mount namespace (see the stages above).
+rc=0
+unshare --mount --propagation private "$0" __mounted "$WORK/root" "$GOROOT_HOST" "$CACHE" "$TARGET" || rc=$?
+sweep
+[ "$rc" = 0 ] || die "failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
+log "passed in $((SECONDS - t0)) s"
+rm -rf "$WORK"
