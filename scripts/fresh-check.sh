@@ -63,7 +63,9 @@ __setup) # inside the root: the set-up, before the tests
 		die "the cluster check passed without the JWT plugin"
 	fi
 	echo "$out"
-	echo "$out" | grep -q 'apt-get install slurm-wlm-jwt-plugin' || die "the cluster check did not name slurm-wlm-jwt-plugin"
+	# Only that package: anything else it names is missing from deps.sh.
+	echo "$out" | grep -qx 'cluster: install with: apt-get install slurm-wlm-jwt-plugin (or run scripts/deps.sh as root)' ||
+		die "the cluster check did not name slurm-wlm-jwt-plugin alone: is a package missing from scripts/deps.sh?"
 	echo "== fresh-check: go mod download (the tests run without a network)"
 	go mod download
 	exit 0
@@ -157,12 +159,13 @@ log "fresh root with the checkout ready after $((SECONDS - t0)) s"
 
 # sweep: stop every process still running in the root (only this script starts any there).
 sweep() {
-	local p n=0
+	local p left=()
 	for p in /proc/[0-9]*; do
 		[ "$(readlink "$p/root" 2>/dev/null)" = "$WORK/root" ] || continue
-		kill -KILL "${p#/proc/}" 2>/dev/null && n=$((n + 1))
+		left+=("${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)")
+		kill -KILL "${p#/proc/}" 2>/dev/null || true
 	done
-	[ "$n" = 0 ] || log "stopped $n process(es) left in the root"
+	[ ${#left[@]} = 0 ] || log "stopped what was left running in the root: $(printf '[%s] ' "${left[@]}")"
 }
 
 # 3. The set-up and the tests, in a private mount namespace (see the stages above).
