@@ -46,14 +46,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
 )
 
 // Options configure Run.
 type Options struct {
-	// Root of /proc and /sys ("" is "/").
-	Root string
+	// Host is the root of /proc and /sys.
+	Host hostfs.FS
 	// Budget is the time for both benchmarks (default 10 s): 60 % memory, 40 % floating
 	// point. The run ends within about twice the budget.
 	Budget time.Duration
@@ -89,9 +89,6 @@ type Result struct {
 // Run measures this node and returns its calibration, written to o.Dir if set.
 func Run(ctx context.Context, o Options) (Result, error) {
 	t0 := time.Now()
-	if o.Root == "" {
-		o.Root = "/"
-	}
 	if o.Budget <= 0 {
 		o.Budget = 10 * time.Second
 	}
@@ -100,8 +97,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return Result{}, err
 		}
 	}
-	fsys := os.DirFS(o.Root)
-	online, err := onlineCPUs(o.Root)
+	fsys := o.Host.Dir()
+	online, err := onlineCPUs(o.Host)
 	if err != nil {
 		return Result{}, err
 	}
@@ -113,30 +110,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		cpus = online
 	}
 	if o.NodeType == "" {
-		id, _ := perfcg.FS{Root: o.Root}.CPUID() // as properties.LoadForNode: no model is "unknown"
-		o.NodeType = properties.NodeType(id.Name, len(online))
+		info, _ := o.Host.CPUInfo() // as properties.LoadForNode: no model is "unknown"
+		o.NodeType = properties.NodeType(info.Name, len(online))
 	}
 	res := Result{CPUs: len(cpus), Cores: PhysicalCores(fsys, cpus)}
 	if res.LLCBytes, err = LLCBytes(fsys, cpus); err != nil {
 		return Result{}, err
 	}
-	var memTotal, memAvail int64
-	if f, err := fsys.Open("proc/meminfo"); err == nil {
-		memTotal, memAvail, err = ParseMemInfo(f)
-		f.Close()
-		if err != nil {
+	var mem hostfs.MemInfo
+	if _, err := os.Stat(o.Host.Path("proc/meminfo")); err == nil {
+		if mem, err = o.Host.MemInfo(); err != nil {
 			return Result{}, err
 		}
 	}
-	flags := ""
-	if f, err := fsys.Open("proc/cpuinfo"); err == nil {
-		flags, _ = ParseCPUFlags(f) // no flags: scalar
-		f.Close()
-	}
-	res.Lanes, res.VectorExt = VectorLanes(flags)
+	info, _ := o.Host.CPUInfo() // no flags: scalar
+	res.Lanes, res.VectorExt = VectorLanes(info.Flags)
 	arrayBytes := o.ArrayBytes
 	if arrayBytes <= 0 {
-		arrayBytes = ArrayBytes(res.LLCBytes, memTotal, memAvail)
+		arrayBytes = ArrayBytes(res.LLCBytes, mem.Total, mem.Available)
 	}
 
 	progress(o.Progress, "persyst calibrate: %s: memory bandwidth, %d threads, 3 arrays of %s (%.1f s)",
@@ -151,7 +142,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	cal := properties.Calibration{NodeType: o.NodeType, Measured: time.Now().UTC().Truncate(time.Second),
 		Values: map[string]float64{}, Methods: map[string]string{}}
-	for k, v := range properties.NodeFacts(o.Root, len(online)) {
+	for k, v := range properties.NodeFacts(o.Host, len(online)) {
 		cal.Values[k] = v
 	}
 	cal.Methods["mem_total_bytes"] = "MemTotal of /proc/meminfo"
@@ -343,11 +334,11 @@ func fmtNum(v float64) string {
 	return fmt.Sprintf("%.3g ", v)
 }
 
-// onlineCPUs reads sys/devices/system/cpu/online under root; without it, the CPUs of
+// onlineCPUs reads sys/devices/system/cpu/online under the root; without it, the CPUs of
 // the process's affinity mask.
-func onlineCPUs(root string) ([]int, error) {
-	if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/online")); err == nil {
-		return ParseCPUList(string(b))
+func onlineCPUs(h hostfs.FS) ([]int, error) {
+	if _, err := os.Stat(h.Path("sys/devices/system/cpu/online")); err == nil {
+		return h.OnlineCPUs()
 	}
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {

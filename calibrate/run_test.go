@@ -10,8 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // allowedCPUs are the CPUs this test may run on.
@@ -120,7 +121,7 @@ func TestRunShort(t *testing.T) {
 
 	// This node's engine takes its thresholds from the calibration: Run's default node
 	// type is the one LoadForNode looks up.
-	e, cal, err := properties.LoadForNode("/", dir, properties.Settings{})
+	e, cal, err := properties.LoadForNode(hostfs.New("/"), dir, properties.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestRunShort(t *testing.T) {
 		t.Fatalf("LoadForNode found %s %v, want %s", cal.NodeType, cal.Values, res.Calibration.NodeType)
 	}
 	thr := map[string]float64{}
-	for _, r := range e.NewAccumulator(properties.JobInfo{}).Finish(nil, measure.Summary{}) {
+	for _, r := range e.NewAccumulator(properties.JobInfo{}).Finish(nil, sample.Summary{}) {
 		if r.Threshold != nil {
 			thr[r.Key] = *r.Threshold
 		}

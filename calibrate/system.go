@@ -1,31 +1,16 @@
 package calibrate
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"path"
 	"strconv"
 	"strings"
-
-	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/properties"
 )
 
 // What the node says about itself: pure parsers over readers and an fs.FS (the root of
 // /proc and /sys), so that they can be tested on fixtures.
-
-// ParseCPUList parses a kernel CPU list ("0-3,8,10-11", as in
-// /sys/devices/system/cpu/online) into sorted CPU numbers.
-func ParseCPUList(s string) ([]int, error) {
-	cpus, err := measure.ParseCPUList(s)
-	if err == nil && len(cpus) == 0 {
-		return nil, fmt.Errorf("empty CPU list")
-	}
-	return cpus, err
-}
 
 // ParseCacheSize parses a sysfs cache size ("32K", "32768K", "1M", "512").
 func ParseCacheSize(s string) (int64, error) {
@@ -44,32 +29,6 @@ func ParseCacheSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad cache size %q", s)
 	}
 	return n * mult, nil
-}
-
-// ParseMemInfo reads MemTotal and MemAvailable (bytes) from /proc/meminfo; a missing
-// MemAvailable (kernels before 3.14) is 0.
-func ParseMemInfo(r io.Reader) (total, available int64, err error) {
-	return properties.ParseMemInfo(r)
-}
-
-// ParseCPUFlags returns the first processor's feature flags from /proc/cpuinfo: the
-// "flags" line on x86, "Features" on arm64.
-func ParseCPUFlags(r io.Reader) (string, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		if k = strings.TrimSpace(k); k == "flags" || k == "Features" {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("cpuinfo: %w", err)
-	}
-	return "", fmt.Errorf("cpuinfo: no flags line")
 }
 
 // VectorLanes is the number of double-precision values in the widest vector register the

@@ -2,32 +2,11 @@ package calibrate
 
 import (
 	"os"
-	"slices"
 	"strings"
 	"testing"
-)
 
-func TestParseCPUList(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []int
-		err  bool
-	}{
-		{"0-1\n", []int{0, 1}, false},
-		{"0", []int{0}, false},
-		{"0-3,8,10-11", []int{0, 1, 2, 3, 8, 10, 11}, false},
-		{"4,0-1,1", []int{0, 1, 4}, false},
-		{"", nil, true},
-		{"3-1", nil, true},
-		{"a", nil, true},
-		{"0-", nil, true},
-	} {
-		got, err := ParseCPUList(c.in)
-		if (err != nil) != c.err || !slices.Equal(got, c.want) {
-			t.Errorf("ParseCPUList(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.err)
-		}
-	}
-}
+	"github.com/persyst/persyst/sample"
+)
 
 func TestParseCacheSize(t *testing.T) {
 	for _, c := range []struct {
@@ -47,60 +26,6 @@ func TestParseCacheSize(t *testing.T) {
 		got, err := ParseCacheSize(c.in)
 		if (err != nil) != c.err || got != c.want {
 			t.Errorf("ParseCacheSize(%q) = %d, %v; want %d, error %v", c.in, got, err, c.want, c.err)
-		}
-	}
-}
-
-func TestParseMemInfo(t *testing.T) {
-	for _, c := range []struct {
-		file         string
-		total, avail int64
-		err          bool
-	}{
-		{"meminfo-vm", 24684096 << 10, 24104500 << 10, false},
-		{"meminfo-old", 2048000 << 10, 0, false}, // before Linux 3.14: no MemAvailable
-		{"meminfo-nototal", 0, 0, true},
-	} {
-		f, err := os.Open("testdata/" + c.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total, avail, err := ParseMemInfo(f)
-		f.Close()
-		if (err != nil) != c.err || total != c.total || avail != c.avail {
-			t.Errorf("%s: %d, %d, %v; want %d, %d, error %v", c.file, total, avail, err, c.total, c.avail, c.err)
-		}
-	}
-}
-
-func TestVectorLanesFromCPUInfo(t *testing.T) {
-	for _, c := range []struct {
-		file  string
-		lanes int
-		ext   string
-		err   bool
-	}{
-		{"cpuinfo-amd-epyc-vm", 4, "avx2", false},
-		{"cpuinfo-intel-skx", 8, "avx512f", false},
-		{"cpuinfo-intel-snb", 4, "avx", false}, // AVX without AVX2 or FMA: still 4 doubles
-		{"cpuinfo-core2", 2, "sse2", false},
-		{"cpuinfo-arm", 2, "asimd", false},
-		{"cpuinfo-noflags", 1, "scalar", true},
-	} {
-		f, err := os.Open("testdata/" + c.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		flags, err := ParseCPUFlags(f)
-		f.Close()
-		if (err != nil) != c.err {
-			t.Errorf("%s: ParseCPUFlags error %v, want error %v", c.file, err, c.err)
-		}
-		if strings.Contains(flags, "must not be read") {
-			t.Errorf("%s: read the second processor's flags", c.file)
-		}
-		if lanes, ext := VectorLanes(flags); lanes != c.lanes || ext != c.ext {
-			t.Errorf("%s: VectorLanes = %d, %s; want %d, %s", c.file, lanes, ext, c.lanes, c.ext)
 		}
 	}
 }
@@ -155,7 +80,7 @@ func TestLLCAndCores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cpus, err := ParseCPUList(string(online)); err != nil || len(cpus) != 8 {
+	if cpus, err := sample.ParseCPUList(strings.TrimSpace(string(online))); err != nil || len(cpus) != 8 {
 		t.Errorf("2s-smt online: %v, %v", cpus, err)
 	}
 }

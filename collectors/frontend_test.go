@@ -17,7 +17,7 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
-	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
@@ -60,7 +60,7 @@ func TestFrontendRoutesAndReroutes(t *testing.T) {
 	a1, stop1 := serveCollector(t, "col1")
 	a2, _ := serveCollector(t, "col2")
 	nodes := []string{"n1", "n2", "n3", "n4"}
-	ships, addrs := serveNodes(t, ctx, nodes, daemon.ShipConfig{})
+	ships, addrs := serveNodes(t, ctx, nodes, uplink.Config{})
 	jobs := []balance.Job{
 		{ID: "10", Nodes: []string{"n1", "n2", "n3", "n4"}},
 		{ID: "11", Nodes: []string{"n1", "n2"}},
@@ -170,7 +170,7 @@ func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 		addrs = append(addrs, ln.Addr().String())
 	}
 	nodes := []string{"n1", "n2", "n3", "n4"}
-	ships, nodeAddrs := serveNodes(t, ctx, nodes, daemon.ShipConfig{})
+	ships, nodeAddrs := serveNodes(t, ctx, nodes, uplink.Config{})
 	fln, _ := net.Listen("tcp", "127.0.0.1:0")
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: map[string]string{"col1": addrs[0], "col2": addrs[1]},
@@ -266,7 +266,7 @@ func TestFrontendTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ships, addrs := serveNodes(t, ctx, tree.Nodes(), daemon.ShipConfig{})
+	ships, addrs := serveNodes(t, ctx, tree.Nodes(), uplink.Config{})
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: map[string]string{"col1": a1, "col2": a2, "col3": a3},
 		NodeAddr:   func(n string) string { return addrs[n] },

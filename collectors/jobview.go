@@ -9,7 +9,6 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
@@ -247,7 +246,7 @@ func (v *jobView) report(job uint32, e *properties.Engine) digest.Report {
 		}
 	}
 	sort.Strings(nodes)
-	sum := measure.Summary{Started: time.Unix(v.first, 0).UTC(), Last: time.Unix(v.last, 0).UTC(),
-		Seconds: float64(v.last - v.first), Samples: len(v.samples)}
-	return digest.Build(digest.Facts{JobID: job, Nodes: nodes, NNodes: len(nodes)}, v.results(e), sum, e.MinSeconds())
+	return digest.Build(digest.Facts{JobID: job, Nodes: nodes, NNodes: len(nodes),
+		Start: time.Unix(v.first, 0).UTC(), End: time.Unix(v.last, 0).UTC(), Seconds: float64(v.last - v.first), Samples: len(v.samples)},
+		v.results(e), e.MinSeconds())
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
-	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
@@ -34,7 +34,7 @@ type testTree struct {
 	syncs    map[string]string
 	syncSt   map[string]*store.Store
 	syncStop map[string]func()
-	ships    map[string]*daemon.Shipper
+	ships    map[string]*uplink.Uplink
 	nodeAddr map[string]string
 	front    *Frontend
 	frontSt  *store.Store
@@ -72,19 +72,19 @@ func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []s
 		tt.syncs[name], tt.syncSt[name] = ln.Addr().String(), st
 		tt.syncStop[name] = serveUntil(t, ctx, ln, s, nil)
 	}
-	tt.ships, tt.nodeAddr = serveNodes(t, ctx, nodes, daemon.ShipConfig{Timeout: 500 * time.Millisecond, Retries: 1})
+	tt.ships, tt.nodeAddr = serveNodes(t, ctx, nodes, uplink.Config{Timeout: 500 * time.Millisecond, Retries: 1})
 	return tt
 }
 
 // serveNodes runs, for every node, a shipper (cfg with the node's name) behind a real
 // node route server on loopback, until the test's end.
-func serveNodes(t *testing.T, ctx context.Context, nodes []string, cfg daemon.ShipConfig) (map[string]*daemon.Shipper, map[string]string) {
+func serveNodes(t *testing.T, ctx context.Context, nodes []string, cfg uplink.Config) (map[string]*uplink.Uplink, map[string]string) {
 	t.Helper()
-	ships, addrs := map[string]*daemon.Shipper{}, map[string]string{}
+	ships, addrs := map[string]*uplink.Uplink{}, map[string]string{}
 	for _, n := range nodes {
 		c := cfg
 		c.Node = n
-		sh, err := daemon.NewShipper(c, zerolog.Nop())
+		sh, err := uplink.New(c, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func serveNodes(t *testing.T, ctx context.Context, nodes []string, cfg daemon.Sh
 		addrs[n] = ln.Addr().String()
 		nctx, ncancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { daemon.ServeNode(nctx, ln, &daemon.NodeServer{Node: n, Ship: sh}); close(done) }()
+		go func() { uplink.Serve(nctx, ln, &uplink.NodeServer{Node: n, Ship: sh}); close(done) }()
 		t.Cleanup(func() { ncancel(); <-done })
 	}
 	return ships, addrs

@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/sample"
 )
 
 // ListJobs asks the daemon at socket for its registry.
@@ -28,12 +28,12 @@ func ListJobs(ctx context.Context, socket string) (node string, jobs []JobStatus
 }
 
 // JobSamples asks the daemon at socket for a job's samples.
-func JobSamples(ctx context.Context, socket string, job uint32) ([]measure.Sample, error) {
+func JobSamples(ctx context.Context, socket string, job uint32) ([]sample.Sample, error) {
 	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.Samples, JobID: job})
 	if err != nil {
 		return nil, err
 	}
-	var out []measure.Sample
+	var out []sample.Sample
 	if err := json.Unmarshal(rep.Samples, &out); err != nil {
 		return nil, fmt.Errorf("reply from %s: samples: %w", socket, err)
 	}

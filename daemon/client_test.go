@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/sample"
 )
 
 func TestWriteJobsTable(t *testing.T) {
@@ -25,7 +25,7 @@ func TestWriteJobsTable(t *testing.T) {
 				{ID: "batch", State: Ended},
 				{ID: "0", State: Running},
 			},
-		}, Measurement: &measure.Summary{Samples: 90}},
+		}, Measurement: &sample.Summary{Samples: 90}},
 		{Job: &Job{
 			JobID: 1234567, UID: 0, State: OptedOut,
 			Started: time.Date(2024, 6, 2, 8, 0, 0, 0, time.UTC),

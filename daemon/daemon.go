@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/rs/zerolog"
 )
 
@@ -86,7 +87,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	measured := make(chan struct{})
 	go func() {
 		defer close(measured)
-		if err := meas.Run(wctx, RealWait); err != nil {
+		if err := meas.Run(wctx, pipeline.RealWait); err != nil {
 			log.Error().Err(err).Msg("measurement stopped")
 		}
 	}()

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
@@ -34,21 +33,17 @@ type DigestConfig struct {
 	Timeout time.Duration
 }
 
-// accumulate evaluates the properties on a new sample of a job.
-func (m *Measurer) accumulate(jm *jobMeter, s measure.Sample) {
-	if m.dig.Engine == nil || s.Seconds <= 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if jm.acc == nil {
-		sum := jm.meter.Summary()
-		jm.acc = m.dig.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(jm.meter.Spec().CPUs), Topology: sum.Topology})
-	}
-	recs := jm.acc.Add(s)
-	if m.cfg.Ship != nil {
-		m.cfg.Ship.Send(jm.id, s.Time, s.Seconds, recs, jm.acc.MaxRecords())
-	}
+// Uplink is the node's side of the agent tree as the daemon sees it: property records
+// out, job-wide results in (collectors/uplink implements it over gRPC).
+type Uplink interface {
+	// Send hands over a job's property records of one interval; it never blocks the
+	// cycle (maxRecords: what the strategy would yield if every condition held).
+	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	// JobWide returns a multi-node job's report over all its nodes, after sending this
+	// node's last interval, or why there is none (bounded in time).
+	JobWide(ctx context.Context, job uint32) (*digest.Report, error)
+	// Forget drops what is kept for an ended job.
+	Forget(job uint32)
 }
 
 // Digest evaluates a job's properties on this node, keeps the report, and (unless the
@@ -60,7 +55,7 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	}
 	m.mu.Lock()
 	jm := m.jobs[j.JobID]
-	if jm == nil || jm.meter == nil || jm.digested {
+	if jm == nil || jm.job == nil || jm.digested {
 		m.mu.Unlock()
 		return nil
 	}
@@ -83,31 +78,23 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 		}
 		facts = f
 	}
-	info := properties.JobInfo{NCPUs: len(jm.meter.Spec().CPUs)}
+	ncpus := len(jm.job.Meter().Spec().CPUs)
+	var memRequested float64
 	if facts != nil {
 		switch {
 		case facts.MemPerNodeMB > 0:
-			info.MemRequestedBytes = float64(facts.MemPerNodeMB) * (1 << 20)
+			memRequested = float64(facts.MemPerNodeMB) * (1 << 20)
 		case facts.MemPerCPUMB > 0:
-			info.MemRequestedBytes = float64(facts.MemPerCPUMB) * (1 << 20) * float64(info.NCPUs)
+			memRequested = float64(facts.MemPerCPUMB) * (1 << 20) * float64(ncpus)
 		}
 	}
-	samples := jm.meter.Samples()
-	sum := jm.meter.Summary()
-	m.mu.Lock()
-	acc := jm.acc
-	if acc == nil { // no interval measured yet
-		acc = m.dig.Engine.NewAccumulator(properties.JobInfo{NCPUs: info.NCPUs, Topology: sum.Topology})
-	}
-	acc.SetMemRequested(info.MemRequestedBytes)
-	results := acc.Finish(samples, sum)
-	m.mu.Unlock()
-	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: info.NCPUs}
+	results := jm.job.Results(memRequested)
+	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus}
 	if wide := m.jobWide(ctx, j); wide != nil {
-		results = MergeResults(results, wide.Properties)
+		results = properties.MergeResults(results, wide.Properties)
 		df.Nodes = wide.Nodes
 	}
-	rep := digest.Build(df, results, sum, m.dig.Engine.MinSeconds())
+	rep := jm.job.Report(df, results)
 	m.mu.Lock()
 	jm.report = &rep
 	m.mu.Unlock()
@@ -186,75 +173,18 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 	return &r, nil
 }
 
-// jobWide fetches a multi-node job's job-wide results from the agent holding the whole
-// job, after sending this node's last cycle there; nil when there is none or it does not
-// answer within a second and a half (the digest then covers this node).
+// jobWide fetches a multi-node job's job-wide results through the uplink; nil when there
+// is none (the digest then covers this node).
 func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
-	sh := m.cfg.Ship
-	if sh == nil || j.NNodes < 2 {
-		m.log.Debug().Uint32("job", j.JobID).Bool("shipper", sh != nil).Uint32("nnodes", j.NNodes).Msg("no job-wide results to fetch")
+	up := m.cfg.Uplink
+	if up == nil || j.NNodes < 2 {
+		m.log.Debug().Uint32("job", j.JobID).Bool("uplink", up != nil).Uint32("nnodes", j.NNodes).Msg("no job-wide results to fetch")
 		return nil
 	}
-	addr := sh.Aggregation(j.JobID)
-	if addr == "" {
-		m.log.Info().Uint32("job", j.JobID).Msg("no aggregation point known for the job: the digest covers this node")
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	defer cancel()
-	if err := sh.FlushJob(ctx, j.JobID); err != nil {
-		m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("last cycle not sent before the digest")
-	}
-	fctx, fcancel := context.WithTimeout(ctx, time.Second) // leaves time to ask a holder
-	wide, err := sh.Fetch(fctx, addr, j.JobID)
-	fcancel()
+	wide, err := up.JobWide(ctx, j.JobID)
 	if err != nil {
-		// The aggregation point is down: any collector holding part of the job can
-		// merge the others' parts.
-		for _, h := range sh.Holders(j.JobID) {
-			if h == addr || ctx.Err() != nil {
-				continue
-			}
-			m.log.Info().Err(err).Uint32("job", j.JobID).Str("instead", h).Msg("aggregation point does not answer: asking a collector of the job")
-			if wide, err = sh.Fetch(ctx, h, j.JobID); err == nil {
-				addr = h
-				break
-			}
-		}
-	}
-	if err != nil || len(wide.Nodes) < 2 {
 		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
 		return nil
 	}
-	m.log.Info().Uint32("job", j.JobID).Strs("nodes", wide.Nodes).Str("from", addr).Msg("job-wide results fetched")
 	return wide
-}
-
-// MergeResults takes the job-wide results where the collector has them (all nodes'
-// records) and this node's for the rest (properties the collector never received:
-// job-domain ones computed here, and those not assessed with their reasons).
-func MergeResults(local, wide []properties.Result) []properties.Result {
-	byKey := map[string]properties.Result{}
-	for _, r := range wide {
-		if r.Assessed {
-			byKey[r.Key] = r
-		}
-	}
-	out := make([]properties.Result, 0, len(local)+1)
-	seen := map[string]bool{}
-	for _, r := range local {
-		// Job-domain properties computed here (memory trends, the memory request) stay
-		// local unless this node could not assess them (the imbalance between nodes).
-		if w, ok := byKey[r.Key]; ok && (r.Domain != properties.Job || !r.Assessed) {
-			r = w
-		}
-		seen[r.Key] = true
-		out = append(out, r)
-	}
-	for _, r := range wide {
-		if !seen[r.Key] && r.Assessed {
-			out = append(out, r) // inter_node_imbalance: only the collector can assess it
-		}
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -16,14 +15,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/daemon/netstat"
-	"github.com/persyst/persyst/daemon/perfcg"
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // MeasureConfig configures job measurement.
@@ -42,34 +40,21 @@ type MeasureConfig struct {
 	StateDir string
 	// Digest configures properties and the digest.
 	Digest DigestConfig
-	// Ship, if set, sends each cycle's property records to the job's collector.
-	Ship *Shipper
-}
-
-// Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.
-type Waiter func(ctx context.Context, t time.Time) error
-
-// RealWait is the production Waiter.
-func RealWait(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
+	// Uplink, if set, carries each cycle's property records to the agent tree and
+	// brings back the job-wide results of multi-node jobs.
+	Uplink Uplink
+	// Enable turns metric sources on or off by name (measure.Sources).
+	Enable map[string]bool
 }
 
 // jobMeter is one job's measurement on this node.
 type jobMeter struct {
 	id       uint32
-	meter    *measure.Meter
+	job      *pipeline.Job
 	owned    string // persyst's own perf cgroup of the job ("" if none)
 	ended    bool
-	summary  measure.Summary         // final, once ended
-	acc      *properties.Accumulator // property records, sample by sample
-	digested bool                    // the digest was made (never twice)
+	summary  sample.Summary // final, once ended
+	digested bool           // the digest was made (never twice)
 	report   *digest.Report
 }
 
@@ -81,8 +66,7 @@ type Measurer struct {
 	now   func() time.Time
 	reg   *Registry
 	node  string
-	fs    jobcgroup.FS
-	mfs   measure.FS
+	host  hostfs.FS
 	env   *measure.Env
 	mount jobcgroup.Mount // hierarchy for persyst's own perf cgroups
 	// perfParent is <mount>/<CgroupParent> when persyst may create cgroups there.
@@ -114,88 +98,49 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	}
 	m := &Measurer{
 		cfg: cfg, log: log.With().Str("part", "measure").Logger(), now: now, reg: reg, node: node,
-		fs: jobcgroup.FS{Root: cfg.Root}, mfs: measure.FS{Root: cfg.Root},
-		jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, stateDir: cfg.StateDir,
+		host: hostfs.New(cfg.Root), jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, stateDir: cfg.StateDir,
 	}
-	m.env = &measure.Env{
-		Stats: cgstats.NewReader(m.fs, cgstats.Options{}),
-		Proc:  procio.FS{Root: cfg.Root},
-		Net:   netstat.FS{Root: cfg.Root},
-		Log:   m.log,
-		Now:   now,
+	if err := measure.CheckEnable(cfg.Enable); err != nil {
+		return nil, err
 	}
+	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: m.log, Now: now}
 	if cfg.Disabled {
+		opts.PerfWhy = "measurement is turned off"
+		m.env = measure.NewEnv(opts)
 		return m, nil
 	}
-	m.openEnergy()
-	// Until the probe below succeeds, every perf event is not measured, for this reason.
-	notPerf := func(why string) {
-		m.perfWhy = why
-		m.env.Unavailable = map[string]string{}
-		for _, e := range perfcg.Catalog() {
-			m.env.Unavailable[e.Name] = "not measured: " + why
-		}
-	}
-	mounts, err := m.fs.Mounts()
+	opts.Energy = true
+	mounts, err := jobcgroup.Mounts(m.host)
 	if err != nil {
 		return nil, err
 	}
 	for _, mt := range mounts {
 		m.cpusetV1 = m.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
 	}
-	mnt, ok := jobcgroup.PerfHierarchy(mounts)
-	if !ok {
-		notPerf("no cgroup v2 or perf_event v1 hierarchy is mounted")
+	if mnt, ok := jobcgroup.PerfHierarchy(mounts); !ok {
+		m.perfWhy = "no cgroup v2 or perf_event v1 hierarchy is mounted"
 		m.log.Warn().Msg("perf events not measured: " + m.perfWhy)
-		return m, nil
-	}
-	m.mount = mnt
-	parent := filepath.Join(mnt.Path, cfg.CgroupParent)
-	if err := m.fs.Create(parent); err != nil {
-		notPerf(err.Error())
-		m.log.Warn().Err(err).Msg("perf events not measured: cannot create persyst's cgroup")
-		return m, nil
-	}
-	m.perfParent = parent
-	probed, err := perfcg.Probe(perfcg.FS{Root: cfg.Root}, filepath.Join(cfg.Root, parent), m.log)
-	if err != nil {
-		notPerf(err.Error())
-		m.log.Warn().Err(err).Msg("perf events not measured")
 	} else {
-		m.env.Unavailable = map[string]string{}
-		for _, st := range probed {
-			if !st.Available {
-				m.env.Unavailable[st.Event.Name] = "not available: " + perfcg.Reason(st.Event, st.Err)
-			}
+		m.mount = mnt
+		parent := filepath.Join(mnt.Path, cfg.CgroupParent)
+		if err := jobcgroup.Create(m.host, parent); err != nil {
+			m.perfWhy = err.Error()
+			m.log.Warn().Err(err).Msg("perf events not measured: cannot create persyst's cgroup")
+		} else {
+			m.perfParent = parent
 		}
-		m.env.Events = perfcg.WithIPC(probed.Available())
-		names := make([]string, 0, len(m.env.Events))
-		for _, e := range m.env.Events {
-			names = append(names, e.Name)
-		}
-		m.log.Info().Strs("events", names).Int("not_available", len(m.env.Unavailable)).Str("cgroups", parent).Msg("perf events probed")
+	}
+	// Every perf event of the node's catalog is tried once, in persyst's cgroup.
+	opts.PerfWhy, opts.ProbeCgroup = m.perfWhy, m.perfParent
+	m.env = measure.NewEnv(opts)
+	if m.perfParent == "" {
+		return m, nil
 	}
 	m.sweep()
 	if m.stateDir != "" {
 		m.sweepReports(func(id uint32) bool { return reg.Job(id) != nil })
 	}
 	return m, nil
-}
-
-// openEnergy opens the node's RAPL energy counters, if the kernel has them.
-func (m *Measurer) openEnergy() {
-	pfs := perfcg.FS{Root: m.cfg.Root}
-	evs, err := pfs.PowerEvents()
-	if err == nil {
-		var cpus []int
-		if cpus, err = m.mfs.OnlineCPUs(); err == nil {
-			m.env.Energy, err = perfcg.OpenEnergy(evs, pfs.PackageCPUs(cpus))
-		}
-	}
-	if err != nil {
-		m.env.EnergyWhy = "not available: " + err.Error()
-		m.log.Info().Err(err).Msg("energy (RAPL) not measured")
-	}
 }
 
 // ownedDir is persyst's perf cgroup for job id.
@@ -205,7 +150,7 @@ func (m *Measurer) ownedDir(id uint32) string {
 
 // sweep removes persyst job cgroups left by a previous daemon for jobs that are not running.
 func (m *Measurer) sweep() {
-	ents, err := os.ReadDir(filepath.Join(m.cfg.Root, m.perfParent))
+	ents, err := os.ReadDir(m.host.Path(m.perfParent))
 	if err != nil {
 		return
 	}
@@ -221,7 +166,7 @@ func (m *Measurer) sweep() {
 			continue
 		}
 		dir := filepath.Join(m.perfParent, e.Name())
-		if err := m.fs.Remove(m.mount.Path, dir, time.Second); err != nil {
+		if err := jobcgroup.Remove(m.host, m.mount.Path, dir, time.Second); err != nil {
 			m.log.Warn().Err(err).Msg("stale persyst cgroup not removed")
 		} else {
 			m.log.Info().Str("cgroup", dir).Msg("removed stale persyst cgroup")
@@ -262,7 +207,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	}
 	if jm.owned == "" && m.usesOwned(j.Cgroups) {
 		dir := m.ownedDir(j.JobID)
-		if err := m.fs.Create(dir); err != nil {
+		if err := jobcgroup.Create(m.host, dir); err != nil {
 			m.log.Error().Err(err).Uint32("job", j.JobID).Msg("perf cgroup not created; perf events not measured for this job")
 		} else {
 			jm.owned = dir
@@ -274,7 +219,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 
 // startLocked opens the job's meter once its cgroups are known.
 func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
-	if jm.meter != nil || jm.ended {
+	if jm.job != nil || jm.ended {
 		return
 	}
 	cg := m.jobCgroups(j)
@@ -288,30 +233,30 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, jm)}
 	for k, dir := range cg {
-		if cpus, ok, err := m.mfs.CgroupCPUs(dir); err == nil && ok && strings.Contains(","+k+",", ",cpuset,") {
+		if cpus, ok, err := m.host.CgroupCPUs(dir); err == nil && ok && strings.Contains(","+k+",", ",cpuset,") {
 			spec.CPUs = cpus
 		}
 	}
 	if d, ok := cg["unified"]; ok && len(spec.CPUs) == 0 {
-		if cpus, ok, err := m.mfs.CgroupCPUs(d); err == nil && ok {
+		if cpus, ok, err := m.host.CgroupCPUs(d); err == nil && ok {
 			spec.CPUs = cpus
 		}
 	}
 	if len(spec.CPUs) == 0 {
-		cpus, err := m.mfs.OnlineCPUs()
+		cpus, err := m.host.OnlineCPUs()
 		if err != nil {
 			m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured: no CPUs")
 			return
 		}
 		spec.CPUs = cpus
 	}
-	spec.Topology = m.mfs.Topology(spec.CPUs)
+	spec.Topology = m.host.Topology(spec.CPUs)
 	switch {
 	case jm.owned != "":
-		spec.PerfCgroup = filepath.Join(m.cfg.Root, jm.owned)
+		spec.PerfCgroup = m.host.Path(jm.owned)
 		spec.ProcCgroup = jm.owned
 	case cg["unified"] != "" && m.perfParent != "":
-		spec.PerfCgroup = filepath.Join(m.cfg.Root, cg["unified"])
+		spec.PerfCgroup = m.host.Path(cg["unified"])
 		spec.ProcCgroup = cg["unified"]
 	default:
 		spec.PerfWhy = m.perfWhy
@@ -335,13 +280,19 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 		cur := m.reg.Job(id)
 		return cur != nil && cur.Ended == nil
 	}
-	meter, err := measure.Open(m.env, spec)
+	opts := pipeline.Options{Engine: m.dig.Engine}
+	if up := m.cfg.Uplink; up != nil {
+		opts.Records = func(t time.Time, seconds float64, recs []properties.Record, maxRecords int) {
+			up.Send(id, t, seconds, recs, maxRecords)
+		}
+	}
+	job, err := pipeline.Start(m.env, spec, opts)
 	if err != nil {
 		m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured")
 		return
 	}
-	jm.meter = meter
-	m.log.Info().Uint32("job", j.JobID).Str("cpus", measure.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
+	jm.job = job
+	m.log.Info().Uint32("job", j.JobID).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
 		Str("procs", spec.ProcCgroup).Msg("measuring job")
 }
 
@@ -362,7 +313,7 @@ func hasKey(cg map[string]string, ctrl string) bool {
 // those the plugin reported.
 func (m *Measurer) jobCgroups(j *Job) map[string]string {
 	cg := map[string]string{}
-	if found, err := m.fs.Find(m.node, j.UID, j.JobID); err == nil {
+	if found, err := jobcgroup.Find(m.host, m.node, j.UID, j.JobID); err == nil {
 		maps.Copy(cg, found)
 	}
 	maps.Copy(cg, j.Cgroups)
@@ -389,26 +340,21 @@ func (m *Measurer) End(id uint32) {
 	}
 	jm.ended = true
 	m.mu.Unlock()
-	if jm.meter != nil {
-		last, err := jm.meter.Read(measure.End)
+	if jm.job != nil {
+		s, err := jm.job.End()
 		if err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("final read incomplete")
 		}
-		m.accumulate(jm, last)
-		if err := jm.meter.Close(); err != nil {
-			m.log.Warn().Err(err).Uint32("job", id).Msg("closing perf counters")
-		}
-		s := jm.meter.Summary()
 		m.mu.Lock()
 		jm.summary = s
 		m.mu.Unlock()
 		m.log.Info().Uint32("job", id).Int("samples", s.Samples).Float64("seconds", s.Seconds).Msg("job measured")
 	}
-	if m.cfg.Ship != nil {
-		m.cfg.Ship.Forget(id)
+	if m.cfg.Uplink != nil {
+		m.cfg.Uplink.Forget(id)
 	}
 	if jm.owned != "" {
-		if err := m.fs.Remove(m.mount.Path, jm.owned, 2*time.Second); err != nil {
+		if err := jobcgroup.Remove(m.host, m.mount.Path, jm.owned, 2*time.Second); err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("persyst cgroup not removed")
 		}
 	}
@@ -419,17 +365,15 @@ func (m *Measurer) End(id uint32) {
 func (m *Measurer) StepEnded(id uint32) {
 	m.mu.Lock()
 	jm := m.jobs[id]
-	var mt *measure.Meter
+	var job *pipeline.Job
 	if jm != nil && !jm.ended {
-		mt = jm.meter
+		job = jm.job
 	}
 	m.mu.Unlock()
-	if mt != nil {
-		s, err := mt.Read(measure.Step)
-		if err != nil {
+	if job != nil {
+		if _, err := job.Read(sample.Step); err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("step-end read incomplete")
 		}
-		m.accumulate(jm, s)
 	}
 }
 
@@ -464,7 +408,7 @@ func (m *Measurer) sweepReports(keep func(uint32) bool) {
 }
 
 // Summary returns a job's measurement so far, or nil.
-func (m *Measurer) Summary(id uint32) *measure.Summary {
+func (m *Measurer) Summary(id uint32) *sample.Summary {
 	m.mu.Lock()
 	jm := m.jobs[id]
 	m.mu.Unlock()
@@ -480,40 +424,31 @@ func (m *Measurer) Summary(id uint32) *measure.Summary {
 		s := jm.summary
 		return &s
 	}
-	if jm.meter == nil {
+	if jm.job == nil {
 		return nil
 	}
-	s := jm.meter.Summary()
+	s := jm.job.Summary()
 	return &s
 }
 
 // Samples returns a job's samples so far, or nil.
-func (m *Measurer) Samples(id uint32) []measure.Sample {
+func (m *Measurer) Samples(id uint32) []sample.Sample {
 	m.mu.Lock()
 	jm := m.jobs[id]
 	m.mu.Unlock()
-	if jm == nil || jm.meter == nil {
+	if jm == nil || jm.job == nil {
 		return nil
 	}
-	return jm.meter.Samples()
+	return jm.job.Meter().Samples()
 }
 
 // Run reads every running job at each cycle boundary until ctx is done.
-func (m *Measurer) Run(ctx context.Context, wait Waiter) error {
+func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 	if m.cfg.Disabled {
 		<-ctx.Done()
 		return nil
 	}
-	for {
-		next := measure.NextTick(m.now(), m.cfg.Cycle)
-		if err := wait(ctx, next); err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return nil
-			}
-			return err
-		}
-		m.cycle()
-	}
+	return pipeline.Loop(ctx, m.now, m.cfg.Cycle, wait, m.cycle)
 }
 
 // cycle reads all running jobs; jobs whose cgroups were not known yet are retried.
@@ -535,7 +470,7 @@ func (m *Measurer) cycle() {
 		if jm.ended {
 			continue
 		}
-		if jm.meter == nil {
+		if jm.job == nil {
 			if j := byID[id]; j != nil && j.State == Running {
 				m.startLocked(j, jm)
 			}
@@ -544,18 +479,16 @@ func (m *Measurer) cycle() {
 		// Slurm creates some of a job's cgroups after the job started (per step, or by
 		// plugins that run later): pick them up.
 		if j := byID[id]; j != nil {
-			if cg := m.statCgroups(m.jobCgroups(j), jm); !maps.Equal(cg, jm.meter.Spec().StatCgroups) {
-				jm.meter.SetStatCgroups(cg)
+			if cg := m.statCgroups(m.jobCgroups(j), jm); !maps.Equal(cg, jm.job.Meter().Spec().StatCgroups) {
+				jm.job.Meter().SetStatCgroups(cg)
 			}
 		}
 		meters = append(meters, jm)
 	}
 	m.mu.Unlock()
 	for _, jm := range meters {
-		s, err := jm.meter.Read(measure.Cycle)
-		if err != nil {
-			m.log.Debug().Err(err).Str("job", jm.meter.Spec().Name).Msg("cycle read incomplete")
+		if _, err := jm.job.Read(sample.Cycle); err != nil {
+			m.log.Debug().Err(err).Uint32("job", jm.id).Msg("cycle read incomplete")
 		}
-		m.accumulate(jm, s)
 	}
 }

@@ -12,11 +12,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // TestMeasurerCycle runs the measurement loop on a fake clock over a fake node (a cgroup v2
@@ -113,8 +113,8 @@ func TestMeasurerCycle(t *testing.T) {
 		t.Fatalf("%d samples, want 5", len(samples))
 	}
 	for i, s := range samples {
-		if s.Job[measure.CPUUserSeconds] != 1 {
-			t.Errorf("sample %d: user CPU %v s, want 1", i, s.Job[measure.CPUUserSeconds])
+		if s.Job[sample.CPUUserSeconds] != 1 {
+			t.Errorf("sample %d: user CPU %v s, want 1", i, s.Job[sample.CPUUserSeconds])
 		}
 	}
 	now = now.Add(3 * time.Second)
@@ -148,7 +148,7 @@ func TestMeasurerCycle(t *testing.T) {
 	}
 	m.End(7)
 	s := m.Summary(7)
-	if s == nil || !s.Ended || s.Samples != 6 || s.Totals[measure.CPUUserSeconds] != 5.5 || s.CPUs != "2-3" {
+	if s == nil || !s.Ended || s.Samples != 6 || s.Totals[sample.CPUUserSeconds] != 5.5 || s.CPUs != "2-3" {
 		t.Fatalf("summary after the end = %+v; want ended, 6 samples, 5.5 s user CPU, CPUs 2-3", s)
 	}
 	if why := s.NotMeasured["task-clock"]; why == "" {

@@ -14,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/sample"
 )
 
 // Clock returns the current time; tests inject a fixed one.
@@ -186,7 +186,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		return
 	}
 	if req.Kind == wire.Samples {
-		var samples []measure.Sample
+		var samples []sample.Sample
 		if s.meas != nil {
 			samples = s.meas.Samples(req.JobID)
 		}
@@ -255,7 +255,7 @@ func (s *Server) handle(c *net.UnixConn) {
 // measurement so far.
 type JobStatus struct {
 	*Job
-	Measurement *measure.Summary `json:"measurement,omitempty"`
+	Measurement *sample.Summary `json:"measurement,omitempty"`
 }
 
 func (s *Server) reply(c *net.UnixConn, r *wire.Reply, log zerolog.Logger) {

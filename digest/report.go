@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -40,26 +39,31 @@ type NotAssessed struct {
 	Properties []string `json:"properties"`
 }
 
-// Facts are what the digest says about the job besides the properties.
+// Facts are what the digest says about the job besides the properties: which job, and
+// what its measurement covers.
 type Facts struct {
 	JobID   uint32
 	Command string
 	Nodes   []string
 	NNodes  int
 	CPUs    int
+	// The time measured: from Start to End, Seconds long, in Samples intervals.
+	Start, End time.Time
+	Seconds    float64
+	Samples    int
 }
 
-// Build makes a job's Report from its property results and measurement summary.
-func Build(f Facts, results []properties.Result, sum measure.Summary, minSeconds float64) Report {
+// Build makes a job's Report from its property results.
+func Build(f Facts, results []properties.Result, minSeconds float64) Report {
 	r := Report{
 		Schema: SchemaVersion, JobID: f.JobID, Command: f.Command, Nodes: f.Nodes, NNodes: f.NNodes, CPUs: f.CPUs,
-		Start: sum.Started, End: sum.Last, Seconds: sum.Seconds, Samples: sum.Samples,
+		Start: f.Start, End: f.End, Seconds: f.Seconds, Samples: f.Samples,
 		MinSeconds: minSeconds, Properties: results, Findings: properties.Findings(results),
 	}
 	if r.NNodes == 0 {
 		r.NNodes = len(r.Nodes)
 	}
-	r.Short = minSeconds > 0 && (sum.Seconds < minSeconds || sum.Samples < 4)
+	r.Short = minSeconds > 0 && (f.Seconds < minSeconds || f.Samples < 4)
 	if r.Findings == nil {
 		r.Findings = []properties.Result{}
 	}

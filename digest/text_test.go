@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -49,9 +48,10 @@ var (
 	fine   = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
 )
 
-func sum(secs float64, samples int) measure.Summary {
+func covering(f Facts, secs float64, samples int) Facts {
 	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	return measure.Summary{Started: start, Last: start.Add(time.Duration(secs * float64(time.Second))), Seconds: secs, Samples: samples}
+	f.Start, f.End, f.Seconds, f.Samples = start, start.Add(time.Duration(secs*float64(time.Second))), secs, samples
+	return f
 }
 
 func TestTextGolden(t *testing.T) {
@@ -65,21 +65,20 @@ func TestTextGolden(t *testing.T) {
 		name    string
 		facts   Facts
 		results []properties.Result
-		sum     measure.Summary
 		min     float64
 	}{
-		{"no_issues", Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 8}, []properties.Result{fine}, sum(7380, 124), 300},
-		{"no_issues_short", Facts{JobID: 7, Nodes: []string{"node1"}, CPUs: 1}, []properties.Result{fine}, sum(3.2, 4), 300},
-		{"one_finding", Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 2}, []properties.Result{fine, idle, noPMU, noPMU2}, sum(3725, 63), 300},
-		{"several_findings", Facts{JobID: 99, Nodes: []string{"node1", "node2"}, NNodes: 4, CPUs: 16},
-			[]properties.Result{system, fine, smallWrites, idle, noPMU, noPSI, noPMU2}, sum(86400, 1440), 300},
-		{"short_job", Facts{JobID: 5, Nodes: []string{"node2"}, CPUs: 1}, []properties.Result{smallWrites, noPMU}, sum(12, 3), 300},
-		{"many_findings", Facts{JobID: 42, Nodes: []string{"n1"}, CPUs: 4}, many, sum(600, 10), 300},
-		{"persyst_run", Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, []properties.Result{smallWrites, noPMU}, sum(65, 65), 300},
+		{"no_issues", covering(Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 8}, 7380, 124), []properties.Result{fine}, 300},
+		{"no_issues_short", covering(Facts{JobID: 7, Nodes: []string{"node1"}, CPUs: 1}, 3.2, 4), []properties.Result{fine}, 300},
+		{"one_finding", covering(Facts{JobID: 1234, Nodes: []string{"node1"}, CPUs: 2}, 3725, 63), []properties.Result{fine, idle, noPMU, noPMU2}, 300},
+		{"several_findings", covering(Facts{JobID: 99, Nodes: []string{"node1", "node2"}, NNodes: 4, CPUs: 16}, 86400, 1440),
+			[]properties.Result{system, fine, smallWrites, idle, noPMU, noPSI, noPMU2}, 300},
+		{"short_job", covering(Facts{JobID: 5, Nodes: []string{"node2"}, CPUs: 1}, 12, 3), []properties.Result{smallWrites, noPMU}, 300},
+		{"many_findings", covering(Facts{JobID: 42, Nodes: []string{"n1"}, CPUs: 4}, 600, 10), many, 300},
+		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Text(Build(tc.facts, tc.results, tc.sum, tc.min), TextOptions{})
+			got := Text(Build(tc.facts, tc.results, tc.min), TextOptions{})
 			lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
 			if len(lines) > 30 {
 				t.Errorf("%d lines, want at most 30", len(lines))

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/sample"
 )
 
 const (
@@ -37,7 +37,7 @@ type workload struct {
 	cpus int      // CPUs of the Slurm job
 	// check compares the measurement with the workload's ground truth. cpus are the
 	// measured job's CPUs, in Summary.PerCPU order.
-	check func(t *testing.T, s *measure.Summary, samples []measure.Sample, base map[string]float64)
+	check func(t *testing.T, s *sample.Summary, samples []sample.Sample, base map[string]float64)
 }
 
 func within(t *testing.T, what string, got, want, frac float64) {
@@ -49,7 +49,7 @@ func within(t *testing.T, what string, got, want, frac float64) {
 	}
 }
 
-func total(t *testing.T, s *measure.Summary, name string) float64 {
+func total(t *testing.T, s *sample.Summary, name string) float64 {
 	t.Helper()
 	v, ok := s.Totals[name]
 	if !ok {
@@ -58,7 +58,7 @@ func total(t *testing.T, s *measure.Summary, name string) float64 {
 	return v
 }
 
-func perCPU(t *testing.T, s *measure.Summary, name string) map[int]float64 {
+func perCPU(t *testing.T, s *sample.Summary, name string) map[int]float64 {
 	t.Helper()
 	out := map[int]float64{}
 	for _, c := range s.PerCPU {
@@ -76,7 +76,7 @@ func perCPU(t *testing.T, s *measure.Summary, name string) map[int]float64 {
 
 // tracepointOK reports whether the file-open tracepoint was measured; if not, the test
 // says why it cannot check open counts.
-func tracepointOK(t *testing.T, s *measure.Summary) bool {
+func tracepointOK(t *testing.T, s *sample.Summary) bool {
 	if why, missing := s.NotMeasured["syscalls:sys_enter_openat"]; missing {
 		t.Logf("SKIP open/close counts: the syscalls:sys_enter_openat tracepoint is not available: %s", why)
 		return false
@@ -85,16 +85,16 @@ func tracepointOK(t *testing.T, s *measure.Summary) bool {
 }
 
 func workloads() []workload {
-	cpuTime := func(t *testing.T, s *measure.Summary, want float64) {
+	cpuTime := func(t *testing.T, s *sample.Summary, want float64) {
 		within(t, "task-clock (s)", total(t, s, "task-clock")/1e9, want, 0.05)
-		within(t, "cgroup CPU time user+system (s)", total(t, s, measure.CPUUserSeconds)+total(t, s, measure.CPUSystemSeconds), want, 0.05)
+		within(t, "cgroup CPU time user+system (s)", total(t, s, sample.CPUUserSeconds)+total(t, s, sample.CPUSystemSeconds), want, 0.05)
 	}
 	// base is what an empty job writes (Slurm's own set-up in the task before it execs
 	// the script: measured separately, see TestSlurmMeasures); nil for persyst run.
-	writes := func(size float64) func(*testing.T, *measure.Summary, []measure.Sample, map[string]float64) {
-		return func(t *testing.T, s *measure.Summary, _ []measure.Sample, base map[string]float64) {
-			b, n := total(t, s, measure.WriteChars), total(t, s, measure.WriteSyscalls)
-			wantB, wantN := 64*mib+base[measure.WriteChars], 64*mib/size+base[measure.WriteSyscalls]
+	writes := func(size float64) func(*testing.T, *sample.Summary, []sample.Sample, map[string]float64) {
+		return func(t *testing.T, s *sample.Summary, _ []sample.Sample, base map[string]float64) {
+			b, n := total(t, s, sample.WriteChars), total(t, s, sample.WriteSyscalls)
+			wantB, wantN := 64*mib+base[sample.WriteChars], 64*mib/size+base[sample.WriteSyscalls]
 			within(t, "bytes written", b, wantB, 0.01)
 			if n == 0 {
 				t.Fatalf("no write calls counted")
@@ -104,11 +104,11 @@ func workloads() []workload {
 	}
 	return []workload{
 		{name: "spin 1 thread", args: []string{"spin", "-seconds", "2"}, cpus: 1,
-			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+			check: func(t *testing.T, s *sample.Summary, _ []sample.Sample, _ map[string]float64) {
 				cpuTime(t, s, spinSecs)
 			}},
 		{name: "spin 2 threads on 2 CPUs", args: []string{"spin", "-seconds", "2", "-threads", "2", "-pin", "0,1"}, cpus: 2,
-			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+			check: func(t *testing.T, s *sample.Summary, _ []sample.Sample, _ map[string]float64) {
 				cpuTime(t, s, 2*spinSecs)
 				pc := perCPU(t, s, "task-clock")
 				if len(pc) != 2 {
@@ -118,7 +118,7 @@ func workloads() []workload {
 				within(t, "CPU 1 task-clock relative to CPU 0", b, a, 0.10)
 			}},
 		{name: "1 thread in a 2-CPU job", args: []string{"spin", "-seconds", "2", "-pin", "1"}, cpus: 2,
-			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+			check: func(t *testing.T, s *sample.Summary, _ []sample.Sample, _ map[string]float64) {
 				pc := perCPU(t, s, "task-clock")
 				within(t, "CPU 1 task-clock (s)", pc[1]/1e9, spinSecs, 0.05)
 				// Near 0: what runs before the pin (process start-up, the shell) may use CPU 0.
@@ -131,7 +131,7 @@ func workloads() []workload {
 		{name: "64 MiB in 4 MiB writes", args: []string{"write", "-file", "@/w4m", "-bytes", strconv.Itoa(64 * mib), "-size", strconv.Itoa(4 * mib)}, cpus: 1,
 			check: writes(4 * mib)},
 		{name: "10000 opens and closes", args: []string{"openclose", "-file", "@/oc", "-n", "10000"}, cpus: 1,
-			check: func(t *testing.T, s *measure.Summary, _ []measure.Sample, _ map[string]float64) {
+			check: func(t *testing.T, s *sample.Summary, _ []sample.Sample, _ map[string]float64) {
 				if !tracepointOK(t, s) {
 					return
 				}
@@ -141,13 +141,13 @@ func workloads() []workload {
 				within(t, "file closes", total(t, s, "syscalls:sys_enter_close"), 10000, 0.01)
 			}},
 		{name: "touch 256 MiB", args: []string{"alloc", "-mib", "256", "-steps", "8", "-step-seconds", "0.5", "-hold", "1"}, cpus: 1,
-			check: func(t *testing.T, s *measure.Summary, samples []measure.Sample, _ map[string]float64) {
-				within(t, "memory peak (bytes)", total(t, s, measure.MemPeakBytes), 256*mib, 0.10)
+			check: func(t *testing.T, s *sample.Summary, samples []sample.Sample, _ map[string]float64) {
+				within(t, "memory peak (bytes)", total(t, s, sample.MemPeakBytes), 256*mib, 0.10)
 				// Steady growth is visible cycle by cycle: memory in use rises over at least
 				// three consecutive cycle samples, from below half to above 3/4 of 256 MiB.
 				var series []float64
 				for _, x := range samples {
-					if v, ok := x.Job[measure.MemBytes]; ok && x.Reason == measure.Cycle {
+					if v, ok := x.Job[sample.MemBytes]; ok && x.Reason == sample.Cycle {
 						series = append(series, v)
 					}
 				}
@@ -188,7 +188,7 @@ func (w workload) argv(load, dir string) []string {
 }
 
 // hardwareNotAvailable checks that a missing PMU is reported, never counted as zero.
-func hardwareNotAvailable(t *testing.T, s *measure.Summary) {
+func hardwareNotAvailable(t *testing.T, s *sample.Summary) {
 	t.Helper()
 	if _, counted := s.Totals["cycles"]; counted {
 		if os.Getenv("PERSYST_EXPECT_PMU") == "" {
@@ -372,8 +372,8 @@ func TestRunUnprivileged(t *testing.T) {
 		t.Errorf("mode %q limits %q: want unprivileged, saying so", res.Mode, res.Limits)
 	}
 	w.check(t, &res.Summary, res.Samples, nil)
-	if _, ok := res.Summary.Totals[measure.CPUUserSeconds]; !ok {
-		t.Errorf("CPU time not measured (rusage): %v", res.Summary.NotMeasured[measure.CPUUserSeconds])
+	if _, ok := res.Summary.Totals[sample.CPUUserSeconds]; !ok {
+		t.Errorf("CPU time not measured (rusage): %v", res.Summary.NotMeasured[sample.CPUUserSeconds])
 	}
 	// CPU time of a spin, from perf inherit mode.
 	spin := workloads()[0]
@@ -386,7 +386,7 @@ func TestRunUnprivileged(t *testing.T) {
 	} else {
 		t.Logf("task-clock not measured as non-root: %s", res.Summary.NotMeasured["task-clock"])
 	}
-	within(t, "CPU time from rusage (s)", res.Summary.Totals[measure.CPUUserSeconds]+res.Summary.Totals[measure.CPUSystemSeconds], spinSecs, 0.05)
+	within(t, "CPU time from rusage (s)", res.Summary.Totals[sample.CPUUserSeconds]+res.Summary.Totals[sample.CPUSystemSeconds], spinSecs, 0.05)
 }
 
 // TestSlurmMeasures runs the workloads as Slurm jobs (v1 cgroups) on a 2-node cluster
@@ -419,7 +419,7 @@ func TestSlurmMeasures(t *testing.T) {
 		jobs = append(jobs, sub{w, id})
 	}
 	base := c.measured(t, empty)
-	t.Logf("an empty job wrote %v bytes in %v calls", base.Totals[measure.WriteChars], base.Totals[measure.WriteSyscalls])
+	t.Logf("an empty job wrote %v bytes in %v calls", base.Totals[sample.WriteChars], base.Totals[sample.WriteSyscalls])
 	for _, j := range jobs {
 		t.Run(j.w.name, func(t *testing.T) {
 			s := c.measured(t, j.id)
@@ -488,7 +488,7 @@ func TestSlurmMeasures(t *testing.T) {
 }
 
 // measured waits for a job to complete and returns its final measurement on its batch host.
-func (c *cluster) measured(t *testing.T, id uint32) *measure.Summary {
+func (c *cluster) measured(t *testing.T, id uint32) *sample.Summary {
 	t.Helper()
 	if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
 		out, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("m-%d.out", id)))

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/persyst/persyst/daemon/wire"
-	"github.com/persyst/persyst/jobmap/v0038"
+	v0038 "github.com/persyst/persyst/jobmap/v0038"
+	"github.com/persyst/persyst/sample"
 )
 
 // Runner runs a command and returns its standard output; tests inject recorded output.
@@ -258,7 +258,7 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 			detailNodes = append(detailNodes, p.v)
 		case "CPU_IDs":
 			if cur != nil && p.v != "" {
-				if ids, err := wire.ParseCPUList(p.v); err == nil {
+				if ids, err := sample.ParseCPUList(p.v); err == nil {
 					cur.CPUIDs, cur.Cores = ids, len(ids)
 				}
 			}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/expr-lang/expr"
 
-	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/quantile"
+	"github.com/persyst/persyst/sample"
 )
 
 // Config configures an Engine.
@@ -117,7 +117,7 @@ func (e *Engine) Threshold(p *Property) (float64, bool) {
 type JobInfo struct {
 	NCPUs             int
 	MemRequestedBytes float64 // 0: not requested explicitly
-	Topology          []measure.CPUTopo
+	Topology          []sample.CPUTopo
 }
 
 // acc accumulates one property's records.
@@ -166,8 +166,8 @@ func (a *Accumulator) get(p *Property) *acc {
 // device is one device of a sample, with its values.
 type device struct {
 	domain Domain
-	cpu    int          // CPU domain
-	core   measure.Core // core domain, and the core of a CPU
+	cpu    int         // CPU domain
+	core   sample.Core // core domain, and the core of a CPU
 	env    map[string]any
 }
 
@@ -186,11 +186,11 @@ func related(parent, child device) bool {
 const idleBusy = 0.05 // a CPU busy less than this share of an interval counts as idle
 
 // devices builds the envs of every device of a sample.
-func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
+func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 	out := map[Domain][]device{}
-	coreOf := map[int]measure.Core{}
+	coreOf := map[int]sample.Core{}
 	for _, t := range a.info.Topology {
-		coreOf[t.CPU] = measure.Core{Socket: t.Socket, Core: t.Core}
+		coreOf[t.CPU] = sample.Core{Socket: t.Socket, Core: t.Core}
 	}
 	base := func() map[string]any {
 		m := map[string]any{NameSeconds: s.Seconds}
@@ -237,8 +237,8 @@ func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
 		}
 	}
 	out[Node] = []device{{domain: Node, env: node}}
-	cores := map[measure.Core]map[string]any{}
-	var coreOrder []measure.Core
+	cores := map[sample.Core]map[string]any{}
+	var coreOrder []sample.Core
 	for _, c := range s.CPU {
 		env := base()
 		env[NameThreads] = 1.0
@@ -248,7 +248,7 @@ func (a *Accumulator) devices(s measure.Sample) map[Domain][]device {
 		addFlops(env)
 		core, ok := coreOf[c.CPU]
 		if !ok {
-			core = measure.Core{Core: c.CPU}
+			core = sample.Core{Core: c.CPU}
 		}
 		out[CPU] = append(out[CPU], device{domain: CPU, cpu: c.CPU, core: core, env: env})
 		ce := cores[core]
@@ -337,7 +337,7 @@ type Record struct {
 
 // Add evaluates the strategy on every device of one sample and returns the property
 // records of that interval. The baseline (a sample without an interval) is ignored.
-func (a *Accumulator) Add(s measure.Sample) []Record {
+func (a *Accumulator) Add(s sample.Sample) []Record {
 	if s.Seconds <= 0 {
 		return nil
 	}
@@ -388,7 +388,7 @@ func (d device) label() string {
 
 // eval evaluates node on the given devices and refines into its children on the devices
 // where its condition held.
-func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, s measure.Sample, out []Record) []Record {
+func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, s sample.Sample, out []Record) []Record {
 	p := n.Prop
 	if p.Domain == Job {
 		return out // evaluated once, in Finish
@@ -528,8 +528,8 @@ type Result struct {
 func (r Result) Median() float64 { return r.Deciles[5] }
 
 // Finish evaluates the job-domain properties and summarizes every property. notMeasured
-// gives the reasons of metrics that were not measured (measure.Summary.NotMeasured).
-func (a *Accumulator) Finish(samples []measure.Sample, sum measure.Summary) []Result {
+// gives the reasons of metrics that were not measured (sample.Summary.NotMeasured).
+func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Result {
 	a.finishJob(samples, sum)
 	unsanitized := map[string]string{}
 	for name := range sum.NotMeasured {
@@ -652,7 +652,7 @@ func (e *Engine) SeverityOf(key string, v float64) (float64, bool) {
 }
 
 // finishJob evaluates the job-domain properties on the job's summary and samples.
-func (a *Accumulator) finishJob(samples []measure.Sample, sum measure.Summary) {
+func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
 	env := map[string]any{NameSeconds: sum.Seconds, NameSamples: float64(a.samples)}
 	for k, v := range a.e.cfg.Calibration {
 		env[k] = v
@@ -694,13 +694,13 @@ func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
 // returns the growth along the line as a share of the peak, when the line explains the
 // series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is false when
 // there is no memory series at all.
-func memGrowth(samples []measure.Sample) (float64, bool) {
+func memGrowth(samples []sample.Sample) (float64, bool) {
 	// Anonymous memory when measured: memory in use also counts the page cache that
 	// writing files fills, which grows steadily without any leak.
-	metric := measure.MemBytes
+	metric := sample.MemBytes
 	for _, s := range samples {
-		if _, ok := s.Job[measure.MemAnonBytes]; ok {
-			metric = measure.MemAnonBytes
+		if _, ok := s.Job[sample.MemAnonBytes]; ok {
+			metric = sample.MemAnonBytes
 			break
 		}
 	}
@@ -708,7 +708,7 @@ func memGrowth(samples []measure.Sample) (float64, bool) {
 	peak := 0.0
 	var t0 time.Time
 	for _, s := range samples {
-		if v, ok := s.Job[metric]; ok && s.Reason == measure.Cycle {
+		if v, ok := s.Job[metric]; ok && s.Reason == sample.Cycle {
 			if t0.IsZero() {
 				t0 = s.Time
 			}
@@ -782,4 +782,33 @@ func fmtSeconds(s float64) string {
 		return strconv.Itoa(int(d/time.Minute)) + " min"
 	}
 	return strconv.FormatFloat(s, 'f', -1, 64) + " s"
+}
+
+// MergeResults takes the job-wide results where the collector has them (all nodes'
+// records) and this node's for the rest (properties the collector never received:
+// job-domain ones computed here, and those not assessed with their reasons).
+func MergeResults(local, wide []Result) []Result {
+	byKey := map[string]Result{}
+	for _, r := range wide {
+		if r.Assessed {
+			byKey[r.Key] = r
+		}
+	}
+	out := make([]Result, 0, len(local)+1)
+	seen := map[string]bool{}
+	for _, r := range local {
+		// Job-domain properties computed here (memory trends, the memory request) stay
+		// local unless this node could not assess them (the imbalance between nodes).
+		if w, ok := byKey[r.Key]; ok && (r.Domain != Job || !r.Assessed) {
+			r = w
+		}
+		seen[r.Key] = true
+		out = append(out, r)
+	}
+	for _, r := range wide {
+		if !seen[r.Key] && r.Assessed {
+			out = append(out, r) // inter_node_imbalance: only the collector can assess it
+		}
+	}
+	return out
 }

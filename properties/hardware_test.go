@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/sample"
 )
 
 // TestHardwarePropertiesSimulatedCounters evaluates the hardware properties on counter
@@ -30,22 +30,22 @@ func TestHardwarePropertiesSimulatedCounters(t *testing.T) {
 		return map[string]float64{"fp_scalar_double": scalarDP, "fp_scalar_single": 0, "fp_128_double": 0, "fp_128_single": 0,
 			"fp_256_double": 0, "fp_256_single": 0, "fp_512_double": avx512DP, "fp_512_single": 0}
 	}
-	cpu := func(cycles, instr, misses float64, f map[string]float64) measure.CPUValues {
+	cpu := func(cycles, instr, misses float64, f map[string]float64) sample.CPUValues {
 		v := map[string]float64{"task-clock": 1e9, "cycles": cycles, "instructions": instr, "branches": instr / 5,
 			"branch-misses": instr / 5 * 0.01, "cache-references": misses * 2, "cache-misses": misses, "loads": instr / 3, "stores": instr / 10}
 		for k, x := range f {
 			v[k] = x
 		}
-		return measure.CPUValues{CPU: 0, Values: v}
+		return sample.CPUValues{CPU: 0, Values: v}
 	}
-	run := func(c measure.CPUValues) map[string]Result {
-		acc := e.NewAccumulator(JobInfo{NCPUs: 1, Topology: []measure.CPUTopo{{CPU: 0}}})
+	run := func(c sample.CPUValues) map[string]Result {
+		acc := e.NewAccumulator(JobInfo{NCPUs: 1, Topology: []sample.CPUTopo{{CPU: 0}}})
 		for i := 0; i < 5; i++ {
-			acc.Add(measure.Sample{Time: time.Unix(int64(i), 0), Reason: measure.Cycle, Seconds: 1,
-				Job: map[string]float64{"cpu_user_seconds": 1, "cpu_system_seconds": 0}, CPU: []measure.CPUValues{c}})
+			acc.Add(sample.Sample{Time: time.Unix(int64(i), 0), Reason: sample.Cycle, Seconds: 1,
+				Job: map[string]float64{"cpu_user_seconds": 1, "cpu_system_seconds": 0}, CPU: []sample.CPUValues{c}})
 		}
 		out := map[string]Result{}
-		for _, r := range acc.Finish(nil, measure.Summary{Seconds: 5}) {
+		for _, r := range acc.Finish(nil, sample.Summary{Seconds: 5}) {
 			out[r.Key] = r
 		}
 		return out
@@ -95,10 +95,10 @@ func TestHardwareNotAssessedWithoutPMU(t *testing.T) {
 	st, _ := DefaultStrategy(c)
 	e, _ := NewEngine(Config{Catalog: c, Strategy: st, Calibration: map[string]float64{"max_freq_hz": 3e9, "min_freq_hz": 1e9}})
 	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
-	acc.Add(measure.Sample{Reason: measure.Cycle, Seconds: 1, Job: map[string]float64{"task-clock": 1e9},
-		CPU: []measure.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9}}}})
+	acc.Add(sample.Sample{Reason: sample.Cycle, Seconds: 1, Job: map[string]float64{"task-clock": 1e9},
+		CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9}}}})
 	why := "not available: no PMU for this event (typical in VMs)"
-	for _, r := range acc.Finish(nil, measure.Summary{Seconds: 1, NotMeasured: map[string]string{"instructions": why, "cycles": why}}) {
+	for _, r := range acc.Finish(nil, sample.Summary{Seconds: 1, NotMeasured: map[string]string{"instructions": why, "cycles": why}}) {
 		if r.Key == "instruction_rate" && (r.Assessed || r.NotAssessed != "instructions: "+why) {
 			t.Errorf("instruction_rate: assessed %v, %q", r.Assessed, r.NotAssessed)
 		}
@@ -113,9 +113,9 @@ func TestPowerSimulatedCounters(t *testing.T) {
 	e, _ := NewEngine(Config{Catalog: c, Strategy: st})
 	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
 	for i := 0; i < 3; i++ {
-		acc.Add(measure.Sample{Reason: measure.Cycle, Seconds: 60, Job: map[string]float64{"energy_pkg_joules": 60 * 180, "energy_ram_joules": 60 * 12}})
+		acc.Add(sample.Sample{Reason: sample.Cycle, Seconds: 60, Job: map[string]float64{"energy_pkg_joules": 60 * 180, "energy_ram_joules": 60 * 12}})
 	}
-	for _, r := range acc.Finish(nil, measure.Summary{Seconds: 180}) {
+	for _, r := range acc.Finish(nil, sample.Summary{Seconds: 180}) {
 		switch r.Key {
 		case "pkg_power":
 			if !r.Assessed || r.Median() != 180 || r.Finding {

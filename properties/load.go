@@ -1,13 +1,10 @@
 package properties
 
 import (
-	"bufio"
 	"encoding/json"
 
 	"errors"
 	"fmt"
-	"github.com/persyst/persyst/daemon/measure"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 // Settings are what persyst.conf says about properties.
@@ -101,20 +100,17 @@ func LoadCalibration(dir, nodeType string) (Calibration, error) {
 
 // NodeFacts reads what a node says about itself without a benchmark: memory size and the
 // frequency range (cpufreq, absent in many VMs), as calibration values.
-func NodeFacts(root string, cpus int) map[string]float64 {
+func NodeFacts(h hostfs.FS, cpus int) map[string]float64 {
 	out := map[string]float64{}
 	if cpus > 0 {
 		out["cores"] = float64(cpus)
 	}
-	if f, err := os.Open(filepath.Join(root, "proc/meminfo")); err == nil {
-		if total, _, err := ParseMemInfo(f); err == nil {
-			out["mem_total_bytes"] = float64(total)
-		}
-		f.Close()
+	if m, err := h.MemInfo(); err == nil {
+		out["mem_total_bytes"] = float64(m.Total)
 	}
 	for name, file := range map[string]string{"max_freq_hz": "cpuinfo_max_freq", "min_freq_hz": "cpuinfo_min_freq"} {
-		if b, err := os.ReadFile(filepath.Join(root, "sys/devices/system/cpu/cpu0/cpufreq", file)); err == nil {
-			if khz, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil && khz > 0 {
+		if s, err := h.ReadString("sys/devices/system/cpu/cpu0/cpufreq", file); err == nil {
+			if khz, err := strconv.ParseFloat(s, 64); err == nil && khz > 0 {
 				out[name] = khz * 1000
 			}
 		}
@@ -122,22 +118,25 @@ func NodeFacts(root string, cpus int) map[string]float64 {
 	return out
 }
 
-// LoadForNode is Load with this node's calibration: the node's own facts (NodeFacts),
-// overlaid with what `persyst calibrate` stored for its node type in calDir.
-func LoadForNode(root, calDir string, s Settings) (*Engine, Calibration, error) {
-	cpus := 0
-	if online, err := (measure.FS{Root: root}).OnlineCPUs(); err == nil {
+// NodeTypeOf names the node type of the host (NodeType of its processor model and
+// online CPUs), as calibration stores it; a model that cannot be read is "unknown".
+func NodeTypeOf(h hostfs.FS) (nodeType string, cpus int) {
+	if online, err := h.OnlineCPUs(); err == nil {
 		cpus = len(online)
 	}
-	model := ""
-	if id, err := (perfcgFS{root}).cpuModel(); err == nil {
-		model = id
-	}
-	cal, err := LoadCalibration(calDir, NodeType(model, cpus))
+	info, _ := h.CPUInfo()
+	return NodeType(info.Name, cpus), cpus
+}
+
+// LoadForNode is Load with this node's calibration: the node's own facts (NodeFacts),
+// overlaid with what `persyst calibrate` stored for its node type in calDir.
+func LoadForNode(h hostfs.FS, calDir string, s Settings) (*Engine, Calibration, error) {
+	nodeType, cpus := NodeTypeOf(h)
+	cal, err := LoadCalibration(calDir, nodeType)
 	if err != nil {
 		return nil, Calibration{}, err
 	}
-	values := NodeFacts(root, cpus)
+	values := NodeFacts(h, cpus)
 	for k, v := range cal.Values {
 		values[k] = v
 	}
@@ -169,37 +168,4 @@ func CheckThresholds(file string, lines map[string]int) error {
 		return fmt.Errorf("%s:%d: Threshold.%s: no such property (see docs/properties.md)", file, lines[bad], bad)
 	}
 	return nil
-}
-
-// ParseMemInfo reads MemTotal and MemAvailable (bytes) from /proc/meminfo; a missing
-// MemAvailable (old kernels) is 0, a missing MemTotal an error.
-func ParseMemInfo(r io.Reader) (total, available int64, err error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		var dst *int64
-		switch f[0] {
-		case "MemTotal:":
-			dst = &total
-		case "MemAvailable:":
-			dst = &available
-		default:
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("meminfo: %s %q: %w", f[0], f[1], err)
-		}
-		*dst = kb * 1024
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("meminfo: %w", err)
-	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("meminfo: no MemTotal")
-	}
-	return total, available, nil
 }

@@ -1,8 +1,8 @@
 package properties
 
 import (
-	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/perfevents"
+	"github.com/persyst/persyst/sample"
 )
 
 // Derived values the engine provides besides the metrics. They are part of the
@@ -54,11 +54,11 @@ func calibrationTemplate() map[string]float64 {
 // perfNames are every perf event the catalog may count, generic and raw.
 func perfNames() []string {
 	var out []string
-	for _, e := range perfcg.Catalog() {
+	for _, e := range perfevents.Catalog() {
 		out = append(out, e.Name)
 	}
-	for _, id := range []perfcg.CPUID{{Vendor: "GenuineIntel", Family: 6, Model: 0x8F}, {Vendor: "AuthenticAMD", Family: 0x19}} {
-		_, raw := perfcg.RawEvents(id)
+	for _, id := range []perfevents.CPUID{{Vendor: "GenuineIntel", Family: 6, Model: 0x8F}, {Vendor: "AuthenticAMD", Family: 0x19}} {
+		_, raw := perfevents.RawEvents(id)
 		for _, e := range raw {
 			out = append(out, e.Name)
 		}
@@ -80,7 +80,7 @@ func envTemplate(d Domain) map[string]float64 {
 	case CPU, Core:
 		m[NameThreads] = 0
 	case Node:
-		for _, n := range measure.Names() {
+		for _, n := range sample.Names() {
 			m[Sanitize(n)] = 0
 		}
 		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameBusyCPUs, NameMemRequest,
@@ -88,7 +88,7 @@ func envTemplate(d Domain) map[string]float64 {
 			m[n] = 0
 		}
 	case Job:
-		for _, n := range measure.Names() {
+		for _, n := range sample.Names() {
 			m[Sanitize(n)] = 0
 		}
 		for _, n := range []string{NameNCPUs, NameMemRequest, NameMemGrowth, NameSamples, NameNodes, NameLoadBalance} {
@@ -96,11 +96,4 @@ func envTemplate(d Domain) map[string]float64 {
 		}
 	}
 	return m
-}
-
-type perfcgFS struct{ root string }
-
-func (f perfcgFS) cpuModel() (string, error) {
-	id, err := perfcg.FS{Root: f.root}.CPUID()
-	return id.Name, err
 }

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/sample"
 )
 
 const testCatalog = `
@@ -91,8 +90,8 @@ func TestCatalogErrors(t *testing.T) {
 	}
 }
 
-func sample(secs float64, job map[string]float64) measure.Sample {
-	return measure.Sample{Time: time.Unix(1_800_000_000, 0), Reason: measure.Cycle, Seconds: secs, Job: job}
+func sampleOf(secs float64, job map[string]float64) sample.Sample {
+	return sample.Sample{Time: time.Unix(1_800_000_000, 0), Reason: sample.Cycle, Seconds: secs, Job: job}
 }
 
 // TestRefinement: a child is evaluated only where its parent's condition holds.
@@ -109,14 +108,14 @@ func TestRefinement(t *testing.T) {
 	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
 	// parent value 5 (below its threshold 10: condition false) → child not evaluated,
 	// even though the child's own value would be severe.
-	recs := acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	recs := acc.Add(sampleOf(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
 	// One record sent (the parent) of the 2 the strategy has per interval (the job-level
 	// property is not an interval's record).
 	if len(recs) != 1 || acc.MaxRecords() != 2 {
 		t.Errorf("quiet parent: %d records of at most %d, want 1 of 2", len(recs), acc.MaxRecords())
 	}
-	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
-	rs := acc.Finish(nil, measure.Summary{Seconds: 2, Totals: map[string]float64{"mem_peak_bytes": 3}})
+	acc.Add(sampleOf(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	rs := acc.Finish(nil, sample.Summary{Seconds: 2, Totals: map[string]float64{"mem_peak_bytes": 3}})
 	got := map[string]Result{}
 	for _, r := range rs {
 		got[r.Key] = r
@@ -132,9 +131,9 @@ func TestRefinement(t *testing.T) {
 	}
 	// Now the parent is severe in one of two intervals: the child is evaluated once.
 	acc = e.NewAccumulator(JobInfo{NCPUs: 1})
-	acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
-	acc.Add(sample(3, map[string]float64{"write_chars": 15, "read_chars": 100}))
-	rs = acc.Finish(nil, measure.Summary{Seconds: 4})
+	acc.Add(sampleOf(1, map[string]float64{"write_chars": 5, "read_chars": 100}))
+	acc.Add(sampleOf(3, map[string]float64{"write_chars": 15, "read_chars": 100}))
+	rs = acc.Finish(nil, sample.Summary{Seconds: 4})
 	for _, r := range rs {
 		got[r.Key] = r
 	}
@@ -177,11 +176,11 @@ func TestThresholdOverridesAndCalibration(t *testing.T) {
 }
 
 func TestMemGrowth(t *testing.T) {
-	at := func(sec int, mib float64, r measure.Reason) measure.Sample {
-		return measure.Sample{Time: time.Unix(1_800_000_000+int64(sec), 0), Reason: r, Seconds: 1, Job: map[string]float64{measure.MemBytes: mib * (1 << 20)}}
+	at := func(sec int, mib float64, r sample.Reason) sample.Sample {
+		return sample.Sample{Time: time.Unix(1_800_000_000+int64(sec), 0), Reason: r, Seconds: 1, Job: map[string]float64{sample.MemBytes: mib * (1 << 20)}}
 	}
-	series := func(r measure.Reason, mibs ...float64) []measure.Sample {
-		var out []measure.Sample
+	series := func(r sample.Reason, mibs ...float64) []sample.Sample {
+		var out []sample.Sample
 		for i, m := range mibs {
 			out = append(out, at(i, m, r))
 		}
@@ -189,15 +188,15 @@ func TestMemGrowth(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		samples []measure.Sample
+		samples []sample.Sample
 		want    float64
 		ok      bool
 	}{
 		// 34 → 258 MiB linearly over 4 s, then freed at the end: growth 224/258 of the peak.
-		{"leak", append(series(measure.Cycle, 34, 90, 146, 202, 258, 0.5, 0.4), at(8, 0.1, measure.End)), 224.0 / 258, true},
-		{"flat", series(measure.Cycle, 100, 101, 99, 100, 100), 0, true},
-		{"allocate once, then steady", series(measure.Cycle, 5, 200, 200, 200, 200, 200, 200), 0, true},
-		{"too few points", series(measure.Cycle, 10, 20, 30), 0, true},
+		{"leak", append(series(sample.Cycle, 34, 90, 146, 202, 258, 0.5, 0.4), at(8, 0.1, sample.End)), 224.0 / 258, true},
+		{"flat", series(sample.Cycle, 100, 101, 99, 100, 100), 0, true},
+		{"allocate once, then steady", series(sample.Cycle, 5, 200, 200, 200, 200, 200, 200), 0, true},
+		{"too few points", series(sample.Cycle, 10, 20, 30), 0, true},
 		{"no memory series", nil, 0, false},
 	}
 	for _, tc := range tests {
@@ -217,10 +216,10 @@ func TestRecordsPerDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, _ := NewEngine(Config{Catalog: c, Strategy: st, Calibration: map[string]float64{"max_freq_hz": 1e9}})
-	acc := e.NewAccumulator(JobInfo{NCPUs: 2, Topology: []measure.CPUTopo{{CPU: 0}, {CPU: 1, Core: 1}}})
-	recs := acc.Add(measure.Sample{Time: time.Unix(60, 0), Reason: measure.Cycle, Seconds: 1,
+	acc := e.NewAccumulator(JobInfo{NCPUs: 2, Topology: []sample.CPUTopo{{CPU: 0}, {CPU: 1, Core: 1}}})
+	recs := acc.Add(sample.Sample{Time: time.Unix(60, 0), Reason: sample.Cycle, Seconds: 1,
 		Job: map[string]float64{"cpu_user_seconds": 1, "cpu_system_seconds": 0},
-		CPU: []measure.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9, "instructions": 3e9}},
+		CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9, "instructions": 3e9}},
 			{CPU: 1, Values: map[string]float64{"task-clock": 0, "instructions": 0}}}})
 	got := map[string]float64{}
 	for _, r := range recs {
@@ -248,10 +247,10 @@ func TestShareOfTheWholeJob(t *testing.T) {
 	e, _ := NewEngine(Config{Catalog: c, Strategy: st})
 	acc := e.NewAccumulator(JobInfo{NCPUs: 1})
 	for i := 0; i < 9; i++ {
-		acc.Add(sample(1, map[string]float64{"write_chars": 5, "read_chars": 100})) // parent quiet
+		acc.Add(sampleOf(1, map[string]float64{"write_chars": 5, "read_chars": 100})) // parent quiet
 	}
-	acc.Add(sample(0.2, map[string]float64{"write_chars": 50, "read_chars": 100})) // teardown
-	for _, r := range acc.Finish(nil, measure.Summary{Seconds: 9.2}) {
+	acc.Add(sampleOf(0.2, map[string]float64{"write_chars": 50, "read_chars": 100})) // teardown
+	for _, r := range acc.Finish(nil, sample.Summary{Seconds: 9.2}) {
 		if r.Key == "child" {
 			if math.Abs(r.TimeShare-0.2/9.2) > 1e-9 || r.Finding {
 				t.Errorf("child: share %v finding %v, want %v and no finding", r.TimeShare, r.Finding, 0.2/9.2)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/spank/options"
 )
 
@@ -191,7 +192,7 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	k := kindOf(int(kind))
 	if k == wire.StepStart {
 		// slurmstepd has put itself into the job's cgroups: tell the daemon where they are.
-		if cg, err := (jobcgroup.FS{Root: "/"}).Self(e.JobID); err == nil && len(cg) > 0 {
+		if cg, err := jobcgroup.Self(hostfs.New("/"), e.JobID); err == nil && len(cg) > 0 {
 			e.Cgroups = cg
 		}
 	}

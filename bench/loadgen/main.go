@@ -25,6 +25,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/hostfs"
 )
 
 func main() {
@@ -74,7 +75,7 @@ func start(socket, node string, job, uid uint32, pid int, timeout time.Duration)
 	if node == "" || pid <= 0 {
 		return errors.New("start: -node and -pid are required")
 	}
-	cg, err := jobcgroup.FS{Root: "/"}.Find(node, uid, job)
+	cg, err := jobcgroup.Find(hostfs.New("/"), node, uid, job)
 	if err != nil {
 		return err
 	}

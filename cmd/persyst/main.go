@@ -25,10 +25,12 @@ import (
 	"github.com/persyst/persyst/collectors"
 	"github.com/persyst/persyst/collectors/mtls"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/spank/options"
@@ -187,9 +189,9 @@ func runDaemon(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ship *daemon.Shipper
+	var ship *uplink.Uplink
 	if conf.Collector != "" || *grpcListen != "" {
-		if ship, err = daemon.NewShipper(daemon.ShipConfig{Addr: conf.Collector, Node: *node, Dial: dial}, log); err != nil {
+		if ship, err = uplink.New(uplink.Config{Addr: conf.Collector, Node: *node, Dial: dial}, log); err != nil {
 			return err
 		}
 		go ship.Run(ctx, *cycle)
@@ -200,7 +202,7 @@ func runDaemon(ctx context.Context, args []string) error {
 			return fmt.Errorf("--grpc-listen %s: %w", *grpcListen, err)
 		}
 		go func() {
-			if err := daemon.ServeNode(ctx, ln, &daemon.NodeServer{Node: *node, Ship: ship}, serverOpt); err != nil {
+			if err := uplink.Serve(ctx, ln, &uplink.NodeServer{Node: *node, Ship: ship}, serverOpt); err != nil {
 				log.Error().Err(err).Msg("node gRPC service stopped")
 			}
 		}()
@@ -211,7 +213,7 @@ func runDaemon(ctx context.Context, args []string) error {
 		StateDir:  expand(*stateDir),
 		SlurmUser: *slurmUser,
 		Retention: *retention,
-		Measure: daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure, Ship: ship, Digest: daemon.DigestConfig{
+		Measure: daemon.MeasureConfig{Cycle: *cycle, Disabled: *noMeasure, Uplink: uplinkOf(ship), Digest: daemon.DigestConfig{
 			Engine: engine, Facts: jm, Off: !conf.Digest,
 			Append: func(ctx context.Context, t digest.Target, text []byte) error {
 				return digest.Append(ctx, t, text, digest.AppendOptions{})
@@ -272,7 +274,7 @@ func nodeEngine(confPath string, conf config.Config) (*properties.Engine, proper
 	if err := properties.CheckThresholds(confPath, conf.ThresholdLines); err != nil {
 		return nil, properties.Calibration{}, err
 	}
-	return properties.LoadForNode("/", conf.CalibrationDir, propertySettings(conf))
+	return properties.LoadForNode(hostfs.New("/"), conf.CalibrationDir, propertySettings(conf))
 }
 
 // tlsOf is persyst.conf's mutual TLS between the agents.
@@ -774,4 +776,13 @@ func runCalibrate(ctx context.Context, args []string) error {
 	}
 	fmt.Print(calibrate.Text(res))
 	return nil
+}
+
+// uplinkOf is the daemon's view of an uplink: none when there is none (a nil pointer in
+// an interface is not a nil interface).
+func uplinkOf(u *uplink.Uplink) daemon.Uplink {
+	if u == nil {
+		return nil
+	}
+	return u
 }

@@ -12,7 +12,7 @@
 //
 // # Input
 //
-// Reader.Read takes what jobcgroup.FS.Find or Self return: hierarchy key ("memory",
+// Reader.Read takes what jobcgroup.Find or Self return: hierarchy key ("memory",
 // "cpu,cpuacct", "unified", ...) → cgroup directory as seen in the mount namespace. The
 // directories are resolved under the injected FS root. On v1 the reader uses the
 // hierarchical counters (cpuacct usage, memory usage and total_* in memory.stat, the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
 )
 
 const helperEnv = "PERSYST_CGSTATS_HELPER"
@@ -74,8 +75,8 @@ func TestRealKernel(t *testing.T) {
 		}
 		t.Skip("needs root to create cgroups (run as root to test against the kernel)")
 	}
-	fsys := jobcgroup.FS{Root: "/"}
-	mounts, err := fsys.Mounts()
+	fsys := hostfs.New("/")
+	mounts, err := jobcgroup.Mounts(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
-
-	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
 )
 
 // Options tune a Reader. The zero value is the default.
@@ -26,22 +25,22 @@ type Options struct {
 
 // Reader reads job cgroup statistics below an injected filesystem root.
 type Reader struct {
-	fs   jobcgroup.FS
+	fs   hostfs.FS
 	opts Options
 }
 
-// NewReader returns a Reader for cgroup directories under fsys.Root.
-func NewReader(fsys jobcgroup.FS, opts Options) *Reader {
+// NewReader returns a Reader for cgroup directories under the root.
+func NewReader(fsys hostfs.FS, opts Options) *Reader {
 	return &Reader{fs: fsys, opts: opts}
 }
 
 // Read reads the job's cgroups. paths maps hierarchy keys (Mount.Key: "memory",
-// "cpu,cpuacct", "unified", ...) to cgroup directories, as jobcgroup.FS.Find and Self
+// "cpu,cpuacct", "unified", ...) to cgroup directories, as hostfs.FS.Find and Self
 // return them. Absent controllers, files and cgroups leave fields unmeasured (see
 // Stats.Missing); the error, if any, reports malformed or unreadable files, and the
 // returned Stats still holds everything else.
 func (r *Reader) Read(paths map[string]string) (Stats, error) {
-	rd := &read{root: r.fs.Root}
+	rd := &read{root: r.fs.Root()}
 	v1dirs := map[string]string{}
 	for key, dir := range paths {
 		if key == "unified" {

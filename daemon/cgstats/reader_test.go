@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
 )
 
 const (
@@ -289,8 +289,8 @@ func TestReadFixtures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := copyTree(t, tt.tree)
-			fsys := jobcgroup.FS{Root: root}
-			paths, err := fsys.Find("node1", 1000, 42)
+			fsys := hostfs.New(root)
+			paths, err := jobcgroup.Find(fsys, "node1", 1000, 42)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +327,7 @@ func TestReadHybrid(t *testing.T) {
 		{Options{}, 2000, AllFields &^ CPUPeriods &^ CPUThrottled &^ CPUThrottledTime},
 		{Options{PreferV1: true}, 1_500_000_000, AllFields &^ CPUPeriods &^ CPUThrottled &^ CPUThrottledTime},
 	} {
-		got, err := NewReader(jobcgroup.FS{Root: root}, tt.opts).Read(paths)
+		got, err := NewReader(hostfs.New(root), tt.opts).Read(paths)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,7 @@
 // (slurm[_<node>]/uid_U/job_J under each controller) and v2 (…/slurmstepd.scope/job_J,
 // or <node>_slurmstepd.scope with several slurmd on one host).
 //
-// The filesystem root is injected (FS), so tests run on fixture trees; the mount table is
+// The filesystem root is injected (hostfs.FS), so tests run on fixture trees; the mount table is
 // read from <root>/proc/self/mountinfo by the pure parseMountinfo.
 package jobcgroup
 
@@ -15,10 +15,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// FS is a view of a filesystem rooted at Root ("/" in production).
-type FS struct{ Root string }
+	"github.com/persyst/persyst/hostfs"
+)
 
 // Mount is one cgroup hierarchy.
 type Mount struct {
@@ -31,8 +30,8 @@ type Mount struct {
 }
 
 // Mounts returns the cgroup hierarchies mounted in this mount namespace.
-func (fs FS) Mounts() ([]Mount, error) {
-	p := filepath.Join(fs.Root, "proc/self/mountinfo")
+func Mounts(h hostfs.FS) ([]Mount, error) {
+	p := h.Path("proc/self/mountinfo")
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
@@ -125,8 +124,8 @@ func unescape(s string) string {
 
 // Find returns, per hierarchy key, the directory of the job's cgroup that exists now.
 // A job without cgroups (not started yet, or already gone) gives an empty map, not an error.
-func (fs FS) Find(node string, uid, job uint32) (map[string]string, error) {
-	mounts, err := fs.Mounts()
+func Find(h hostfs.FS, node string, uid, job uint32) (map[string]string, error) {
+	mounts, err := Mounts(h)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +133,7 @@ func (fs FS) Find(node string, uid, job uint32) (map[string]string, error) {
 	for _, m := range mounts {
 		for _, rel := range candidates(m, node, uid, job) {
 			dir := filepath.Join(m.Path, rel)
-			if st, err := os.Stat(filepath.Join(fs.Root, dir)); err == nil && st.IsDir() {
+			if st, err := os.Stat(h.Path(dir)); err == nil && st.IsDir() {
 				out[m.Key] = dir
 				break
 			}
@@ -163,12 +162,12 @@ func candidates(m Mount, node string, uid, job uint32) []string {
 // Self returns the cgroup directories of job that the calling process is in, per hierarchy
 // key, read from <root>/proc/self/cgroup. slurmstepd puts itself into its job's cgroups,
 // so this is how the SPANK plugin learns them without trusting the job's environment.
-func (fs FS) Self(job uint32) (map[string]string, error) {
-	mounts, err := fs.Mounts()
+func Self(h hostfs.FS, job uint32) (map[string]string, error) {
+	mounts, err := Mounts(h)
 	if err != nil {
 		return nil, err
 	}
-	p := filepath.Join(fs.Root, "proc/self/cgroup")
+	p := h.Path("proc/self/cgroup")
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/persyst/persyst/hostfs"
 )
 
 func v1(key, path string, ctrls ...string) Mount {
@@ -201,7 +202,7 @@ func TestParseProcCgroup(t *testing.T) {
 
 // fakeRoot builds a root with proc/self/mountinfo copied from a fixture, proc/self/cgroup
 // (when cgroup is not empty), the given directories and the given regular files.
-func fakeRoot(t *testing.T, fixture, cgroup string, dirs, files []string) FS {
+func fakeRoot(t *testing.T, fixture, cgroup string, dirs, files []string) hostfs.FS {
 	t.Helper()
 	root := t.TempDir()
 	mi, err := os.ReadFile(filepath.Join("testdata", fixture))
@@ -229,7 +230,7 @@ func fakeRoot(t *testing.T, fixture, cgroup string, dirs, files []string) FS {
 	for _, f := range files {
 		write(f, nil)
 	}
-	return FS{Root: root}
+	return hostfs.New(root)
 }
 
 func TestFind(t *testing.T) {
@@ -331,7 +332,7 @@ func TestFind(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := fakeRoot(t, tc.fixture, "", tc.dirs, tc.files)
-			got, err := fs.Find(tc.node, tc.uid, tc.job)
+			got, err := Find(fs, tc.node, tc.uid, tc.job)
 			if err != nil {
 				t.Fatalf("Find: %v", err)
 			}
@@ -407,7 +408,7 @@ func TestSelf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := fakeRoot(t, tc.fixture, tc.cgroup, nil, nil)
-			got, err := fs.Self(tc.job)
+			got, err := Self(fs, tc.job)
 			if err != nil {
 				t.Fatalf("Self: %v", err)
 			}
@@ -421,39 +422,39 @@ func TestSelf(t *testing.T) {
 func TestFSErrors(t *testing.T) {
 	tests := []struct {
 		name  string
-		setup func(t *testing.T) FS
-		call  func(fs FS) error
+		setup func(t *testing.T) hostfs.FS
+		call  func(fs hostfs.FS) error
 		want  []string
 	}{
 		{
 			name:  "Find without mountinfo",
-			setup: func(t *testing.T) FS { return FS{Root: t.TempDir()} },
-			call:  func(fs FS) error { _, err := fs.Find("n", 1, 1); return err },
+			setup: func(t *testing.T) hostfs.FS { return hostfs.New(t.TempDir()) },
+			call:  func(fs hostfs.FS) error { _, err := Find(fs, "n", 1, 1); return err },
 			want:  []string{"proc/self/mountinfo"},
 		},
 		{
 			name:  "Self without cgroup file",
-			setup: func(t *testing.T) FS { return fakeRoot(t, "mountinfo-v2", "", nil, nil) },
-			call:  func(fs FS) error { _, err := fs.Self(1); return err },
+			setup: func(t *testing.T) hostfs.FS { return fakeRoot(t, "mountinfo-v2", "", nil, nil) },
+			call:  func(fs hostfs.FS) error { _, err := Self(fs, 1); return err },
 			want:  []string{"proc/self/cgroup"},
 		},
 		{
 			name:  "Self with a malformed cgroup file",
-			setup: func(t *testing.T) FS { return fakeRoot(t, "mountinfo-v2", "0::/\nbroken\n", nil, nil) },
-			call:  func(fs FS) error { _, err := fs.Self(1); return err },
+			setup: func(t *testing.T) hostfs.FS { return fakeRoot(t, "mountinfo-v2", "0::/\nbroken\n", nil, nil) },
+			call:  func(fs hostfs.FS) error { _, err := Self(fs, 1); return err },
 			want:  []string{"proc/self/cgroup", "line 2"},
 		},
 		{
 			name: "Find with a malformed mountinfo",
-			setup: func(t *testing.T) FS {
+			setup: func(t *testing.T) hostfs.FS {
 				fs := fakeRoot(t, "mountinfo-v2", "", nil, nil)
-				p := filepath.Join(fs.Root, "proc/self/mountinfo")
+				p := filepath.Join(fs.Root(), "proc/self/mountinfo")
 				if err := os.WriteFile(p, []byte("x\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return fs
 			},
-			call: func(fs FS) error { _, err := fs.Find("n", 1, 1); return err },
+			call: func(fs hostfs.FS) error { _, err := Find(fs, "n", 1, 1); return err },
 			want: []string{"proc/self/mountinfo", "line 1"},
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,11 +36,11 @@ func PerfHierarchy(mounts []Mount) (m Mount, ok bool) {
 // Create makes the cgroup directory dir (as seen in the mount namespace) under the root,
 // with its parents, and returns it. An existing directory is fine (a daemon restart).
 // Every component is created 0755 and checked to be a directory, not a link.
-func (fs FS) Create(dir string) error {
+func Create(h hostfs.FS, dir string) error {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 		return fmt.Errorf("create cgroup %q: not a clean absolute path", dir)
 	}
-	p := filepath.Join(fs.Root, dir)
+	p := h.Path(dir)
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", p, err)
 	}
@@ -54,8 +55,8 @@ func (fs FS) Create(dir string) error {
 }
 
 // Procs returns the PIDs listed in dir's cgroup.procs (not its descendants').
-func (fs FS) Procs(dir string) ([]string, error) {
-	p := filepath.Join(fs.Root, dir, "cgroup.procs")
+func Procs(h hostfs.FS, dir string) ([]string, error) {
+	p := h.Path(dir, "cgroup.procs")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
@@ -64,8 +65,8 @@ func (fs FS) Procs(dir string) ([]string, error) {
 }
 
 // Join moves pid into the cgroup dir.
-func (fs FS) Join(dir string, pid int) error {
-	p := filepath.Join(fs.Root, dir, "cgroup.procs")
+func Join(h hostfs.FS, dir string, pid int) error {
+	p := h.Path(dir, "cgroup.procs")
 	f, err := os.OpenFile(p, os.O_WRONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("join %s: %w", p, err)
@@ -81,8 +82,8 @@ func (fs FS) Join(dir string, pid int) error {
 // are first moved to the hierarchy's root cgroup (mount), so that a straggler never keeps
 // a cgroup of persyst's alive; then rmdir is retried for up to wait, because the kernel
 // keeps a cgroup busy briefly after its last task exited. A missing dir is not an error.
-func (fs FS) Remove(mount, dir string, wait time.Duration) error {
-	root := filepath.Join(fs.Root, dir)
+func Remove(h hostfs.FS, mount, dir string, wait time.Duration) error {
+	root := h.Path(dir)
 	if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -96,15 +97,12 @@ func (fs FS) Remove(mount, dir string, wait time.Duration) error {
 	})
 	var errs []error
 	for i := len(dirs) - 1; i >= 0; i-- {
-		rel := strings.TrimPrefix(dirs[i], fs.Root)
-		if !strings.HasPrefix(rel, "/") {
-			rel = "/" + rel
-		}
-		if pids, err := fs.Procs(rel); err == nil {
+		rel := h.Rel(dirs[i])
+		if pids, err := Procs(h, rel); err == nil {
 			for _, pid := range pids {
 				var n int
 				if _, err := fmt.Sscanf(pid, "%d", &n); err == nil {
-					if err := fs.Join(mount, n); err != nil && !errors.Is(err, unix.ESRCH) {
+					if err := Join(h, mount, n); err != nil && !errors.Is(err, unix.ESRCH) {
 						errs = append(errs, err)
 					}
 				}

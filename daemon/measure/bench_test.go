@@ -1,6 +1,6 @@
 package measure_test
 
-// BenchmarkRead: the cost of one cycle read of one job (Meter.Read(measure.Cycle)) as the
+// BenchmarkRead: the cost of one cycle read of one job (Meter.Read(sample.Cycle)) as the
 // daemon does it, against the real kernel, as a function of the job's CPUs and of the perf
 // events opened. Run it as root:
 //
@@ -39,9 +39,10 @@ import (
 	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/daemon/netstat"
 	"github.com/persyst/persyst/daemon/perfcg"
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
+	"github.com/persyst/persyst/sample"
 )
 
 const (
@@ -66,7 +67,7 @@ func benchSetup(b *testing.B) *benchJob {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: creates cgroups, moves a process into them and opens perf events in cgroup mode")
 	}
-	mounts, err := jobcgroup.FS{Root: "/"}.Mounts()
+	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
 		b.Skipf("cannot read the mount table: %v", err)
 	}
@@ -125,12 +126,12 @@ func benchSetup(b *testing.B) *benchJob {
 		}
 	}
 
-	j.online, err = measure.FS{Root: "/"}.OnlineCPUs()
+	j.online, err = hostfs.New("/").OnlineCPUs()
 	if err != nil {
 		b.Fatal(err)
 	}
 	fs := benchTracing(b)
-	j.tracing = filepath.Join(fs.Root, "sys/kernel/tracing")
+	j.tracing = fs.Path("sys/kernel/tracing")
 	j.probed, err = perfcg.Probe(fs, j.v2, zerolog.Nop())
 	if err != nil {
 		b.Skipf("perf events in cgroup mode: %v", err)
@@ -146,10 +147,10 @@ func benchSetup(b *testing.B) *benchJob {
 // rather than on /sys/kernel/tracing, so that nothing else on the machine (concurrent
 // tests that expect "tracefs not mounted") sees a change. The ids are the kernel's
 // either way.
-func benchTracing(b *testing.B) perfcg.FS {
+func benchTracing(b *testing.B) hostfs.FS {
 	b.Helper()
-	fs := perfcg.FS{Root: "/"}
-	if _, err := fs.TracingDir(); err == nil {
+	fs := hostfs.New("/")
+	if _, err := perfcg.TracingDir(fs); err == nil {
 		return fs
 	}
 	root := b.TempDir()
@@ -167,7 +168,7 @@ func benchTracing(b *testing.B) perfcg.FS {
 			b.Errorf("unmount %s: %v", mp, err)
 		}
 	})
-	return perfcg.FS{Root: root}
+	return hostfs.New(root)
 }
 
 // benchRemove removes the cgroups (processes must be gone), retrying while the kernel
@@ -190,7 +191,7 @@ func benchRemove(b *testing.B, dirs []string) {
 
 // events returns the probed, available events of the given kinds, and the catalog
 // events left out with why (Env.Unavailable), as the daemon does.
-func (j *benchJob) events(kinds ...perfcg.Kind) (ev []perfcg.Event, unavailable map[string]string) {
+func (j *benchJob) events(kinds ...perfevents.Kind) (ev []perfevents.Event, unavailable map[string]string) {
 	unavailable = map[string]string{}
 	for _, st := range j.probed {
 		in := false
@@ -206,7 +207,7 @@ func (j *benchJob) events(kinds ...perfcg.Kind) (ev []perfcg.Event, unavailable 
 			ev = append(ev, st.Event)
 		}
 	}
-	return perfcg.WithIPC(ev), unavailable
+	return perfevents.WithIPC(ev), unavailable
 }
 
 // cpus returns n CPUs for the job. The machine may have fewer: the online CPUs are then
@@ -222,11 +223,11 @@ func (j *benchJob) cpus(n int) []int {
 
 func BenchmarkRead(b *testing.B) {
 	j := benchSetup(b)
-	sw, swUnavail := j.events(perfcg.Software)
-	swtp, swtpUnavail := j.events(perfcg.Software, perfcg.Tracepoint)
+	sw, swUnavail := j.events(perfevents.Software)
+	swtp, swtpUnavail := j.events(perfevents.Software, perfevents.Tracepoint)
 	var tps []string
 	for _, e := range swtp {
-		if e.Kind == perfcg.Tracepoint {
+		if e.Kind == perfevents.Tracepoint {
 			tps = append(tps, e.Name)
 		}
 	}
@@ -235,7 +236,7 @@ func BenchmarkRead(b *testing.B) {
 
 	type set struct {
 		name   string
-		events []perfcg.Event
+		events []perfevents.Event
 		unav   map[string]string
 	}
 	sets := []set{{"sw", sw, swUnavail}}
@@ -263,13 +264,12 @@ func BenchmarkRead(b *testing.B) {
 }
 
 // env is what measurer.go's NewMeasurer builds, with the given events.
-func (j *benchJob) env(events []perfcg.Event, unavailable map[string]string) *measure.Env {
+func (j *benchJob) env(events []perfevents.Event, unavailable map[string]string) *measure.Env {
 	return &measure.Env{
 		Events:      events,
 		Unavailable: unavailable,
-		Stats:       cgstats.NewReader(jobcgroup.FS{Root: "/"}, cgstats.Options{}),
-		Proc:        procio.FS{Root: "/"},
-		Net:         netstat.FS{Root: "/"},
+		Host:        hostfs.New("/"),
+		Stats:       cgstats.NewReader(hostfs.New("/"), cgstats.Options{}),
 		Log:         zerolog.Nop(),
 		Now:         time.Now,
 	}
@@ -310,7 +310,7 @@ func (j *benchJob) run(b *testing.B, env *measure.Env, spec measure.Spec, fds in
 			}
 		}
 	}
-	if _, err := m.Read(measure.Cycle); err != nil {
+	if _, err := m.Read(sample.Cycle); err != nil {
 		b.Fatalf("first read: %v", err)
 	}
 	b.ReportAllocs()
@@ -322,7 +322,7 @@ func (j *benchJob) run(b *testing.B, env *measure.Env, spec measure.Spec, fds in
 			m = open()
 			b.StartTimer()
 		}
-		if _, err := m.Read(measure.Cycle); err != nil {
+		if _, err := m.Read(sample.Cycle); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -336,7 +336,7 @@ func (j *benchJob) run(b *testing.B, env *measure.Env, spec measure.Spec, fds in
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for range benchRetainReads {
-		if _, err := m.Read(measure.Cycle); err != nil {
+		if _, err := m.Read(sample.Cycle); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -12,35 +12,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/cgstats"
-	"github.com/persyst/persyst/daemon/jobcgroup"
-	"github.com/persyst/persyst/daemon/netstat"
 	"github.com/persyst/persyst/daemon/perfcg"
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
+	"github.com/persyst/persyst/sample"
 )
-
-func TestNextTick(t *testing.T) {
-	base := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		now    time.Time
-		period time.Duration
-		want   time.Time
-	}{
-		{base, time.Minute, base.Add(time.Minute)}, // exactly on a boundary: the next one
-		{base.Add(time.Nanosecond), time.Minute, base.Add(time.Minute)},
-		{base.Add(59*time.Second + 999*time.Millisecond), time.Minute, base.Add(time.Minute)},
-		{base.Add(1500 * time.Millisecond), time.Second, base.Add(2 * time.Second)},
-		{base.Add(7 * time.Second), 5 * time.Second, base.Add(10 * time.Second)},
-	}
-	for _, tc := range tests {
-		got := NextTick(tc.now, tc.period)
-		if !got.Equal(tc.want) {
-			t.Errorf("NextTick(%v, %v) = %v, want %v", tc.now.Format(time.StampMilli), tc.period, got.Format(time.StampMilli), tc.want.Format(time.StampMilli))
-		}
-		if got.UnixNano()%int64(tc.period) != 0 {
-			t.Errorf("NextTick(%v, %v) = %v: not a multiple of the period in Unix time", tc.now, tc.period, got)
-		}
-	}
-}
 
 func TestDelta(t *testing.T) {
 	c := func(raw, en, run uint64) perfcg.Count {
@@ -63,30 +39,6 @@ func TestDelta(t *testing.T) {
 		got, low := delta(tc.cur, tc.prev, 0.5)
 		if got != tc.want || low != tc.low {
 			t.Errorf("%s: delta = %v, low %v; want %v, %v", tc.name, got, low, tc.want, tc.low)
-		}
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	tests := []struct {
-		in, want, err string
-	}{
-		{"0-3,8", "0-3,8", ""},
-		{"5,1-2,2", "1-2,5", ""},
-		{"\n", "", ""},
-		{"0-", "", "bad cpu id"},
-		{"3-1", "", "backwards"},
-	}
-	for _, tc := range tests {
-		got, err := parseCPUList(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parseCPUList(%q) error %v, want %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || FormatCPUList(got) != tc.want {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
 		}
 	}
 }
@@ -135,13 +87,12 @@ func TestMeterFixture(t *testing.T) {
 	f.set(t, 1_000_000, 0, 100, 100)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	env := &Env{
-		Stats:       cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
-		Proc:        procio.FS{Root: f.root},
-		Net:         netstat.FS{Root: f.root},
+		Host:        hostfs.New(f.root),
+		Stats:       cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
 		Log:         zerolog.Nop(),
 		Now:         func() time.Time { return now },
 		SampleBytes: 1, // merge as soon as there are more than 2 samples
-		Events:      perfcg.SoftwareEvents()[:1],
+		Events:      perfevents.SoftwareEvents()[:1],
 	}
 	m, err := Open(env, Spec{
 		Name: "job 42", CPUs: []int{0, 1}, PerfWhy: "test: no perf",
@@ -164,31 +115,31 @@ func TestMeterFixture(t *testing.T) {
 	for _, s := range steps {
 		now = now.Add(time.Minute)
 		f.set(t, s.user, s.sys, s.mem, s.peak)
-		smp, err := m.Read(Cycle)
+		smp, err := m.Read(sample.Cycle)
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
 		if smp.Seconds != 60 {
 			t.Errorf("sample interval %v s, want 60", smp.Seconds)
 		}
-		if r, ok := smp.Rate(CPUUserSeconds); !ok || r != smp.Job[CPUUserSeconds]/60 {
+		if r, ok := smp.Rate(sample.CPUUserSeconds); !ok || r != smp.Job[sample.CPUUserSeconds]/60 {
 			t.Errorf("Rate(cpu_user_seconds) = %v, %v", r, ok)
 		}
 		got = append(got, map[string]float64{
-			CPUUserSeconds: smp.Job[CPUUserSeconds], CPUSystemSeconds: smp.Job[CPUSystemSeconds],
-			MemBytes: smp.Job[MemBytes], MemPeakBytes: smp.Job[MemPeakBytes],
+			sample.CPUUserSeconds: smp.Job[sample.CPUUserSeconds], sample.CPUSystemSeconds: smp.Job[sample.CPUSystemSeconds],
+			sample.MemBytes: smp.Job[sample.MemBytes], sample.MemPeakBytes: smp.Job[sample.MemPeakBytes],
 		})
 	}
 	want := []map[string]float64{
-		{CPUUserSeconds: 2, CPUSystemSeconds: 0.5, MemBytes: 300, MemPeakBytes: 400},
-		{CPUUserSeconds: 1, CPUSystemSeconds: 0, MemBytes: 200, MemPeakBytes: 400},
-		{CPUUserSeconds: 3, CPUSystemSeconds: 1, MemBytes: 50, MemPeakBytes: 900},
+		{sample.CPUUserSeconds: 2, sample.CPUSystemSeconds: 0.5, sample.MemBytes: 300, sample.MemPeakBytes: 400},
+		{sample.CPUUserSeconds: 1, sample.CPUSystemSeconds: 0, sample.MemBytes: 200, sample.MemPeakBytes: 400},
+		{sample.CPUUserSeconds: 3, sample.CPUSystemSeconds: 1, sample.MemBytes: 50, sample.MemPeakBytes: 900},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("samples (-want +got):\n%s", diff)
 	}
 	sum := m.Summary()
-	wantTotals := map[string]float64{CPUUserSeconds: 6, CPUSystemSeconds: 1.5, MemBytes: 50, MemPeakBytes: 900}
+	wantTotals := map[string]float64{sample.CPUUserSeconds: 6, sample.CPUSystemSeconds: 1.5, sample.MemBytes: 50, sample.MemPeakBytes: 900}
 	gotTotals := map[string]float64{}
 	for k := range wantTotals {
 		gotTotals[k] = sum.Totals[k]
@@ -202,8 +153,8 @@ func TestMeterFixture(t *testing.T) {
 	}
 	merged := m.Samples()
 	wantMerged := []map[string]float64{
-		{CPUUserSeconds: 3, CPUSystemSeconds: 0.5, MemBytes: 200, MemPeakBytes: 400},
-		{CPUUserSeconds: 3, CPUSystemSeconds: 1, MemBytes: 50, MemPeakBytes: 900},
+		{sample.CPUUserSeconds: 3, sample.CPUSystemSeconds: 0.5, sample.MemBytes: 200, sample.MemPeakBytes: 400},
+		{sample.CPUUserSeconds: 3, sample.CPUSystemSeconds: 1, sample.MemBytes: 50, sample.MemPeakBytes: 900},
 	}
 	for i, x := range merged {
 		for k, w := range wantMerged[i] {
@@ -219,9 +170,9 @@ func TestMeterFixture(t *testing.T) {
 		t.Errorf("summary seconds %v CPUs %q, want 180 and 0-1", sum.Seconds, sum.CPUs)
 	}
 	for name, want := range map[string]string{
-		"task-clock":    "test: no perf",
-		NetRxBytes:      "node counters are not attributed",
-		MajorPageFaults: "memory.stat",
+		"task-clock":           "test: no perf",
+		sample.NetRxBytes:      "node counters are not attributed",
+		sample.MajorPageFaults: "memory.stat",
 	} {
 		if why := sum.NotMeasured[name]; !strings.Contains(why, want) {
 			t.Errorf("not measured %s: %q, want it to say %q", name, why, want)
@@ -236,44 +187,15 @@ func TestMeterFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second)
-	if _, err := m.Read(End); err != nil {
+	if _, err := m.Read(sample.End); err != nil {
 		t.Errorf("read after the cgroup vanished: %v", err)
 	}
 	sum = m.Summary()
-	if _, ok := sum.NotMeasured[CPUUserSeconds]; ok || !sum.Ended {
-		t.Errorf("after the end: not measured %q, ended %v", sum.NotMeasured[CPUUserSeconds], sum.Ended)
+	if _, ok := sum.NotMeasured[sample.CPUUserSeconds]; ok || !sum.Ended {
+		t.Errorf("after the end: not measured %q, ended %v", sum.NotMeasured[sample.CPUUserSeconds], sum.Ended)
 	}
-	if sum.Totals[CPUUserSeconds] != 6 {
-		t.Errorf("total user time changed to %v after the cgroup vanished", sum.Totals[CPUUserSeconds])
-	}
-}
-
-func TestTopologyPerCore(t *testing.T) {
-	root := t.TempDir()
-	for cpu, ids := range map[int][2]string{0: {"0", "0"}, 1: {"1", "0"}, 2: {"0", "0"}, 3: {"0", "1"}} {
-		d := filepath.Join(root, "sys/devices/system/cpu", "cpu"+strconv.Itoa(cpu), "topology")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(d, "core_id"), []byte(ids[0]+"\n"), 0o644)
-		os.WriteFile(filepath.Join(d, "physical_package_id"), []byte(ids[1]+"\n"), 0o644)
-	}
-	topo := FS{Root: root}.Topology([]int{0, 1, 2, 3, 9})
-	want := []CPUTopo{{0, 0, 0}, {1, 1, 0}, {2, 0, 0}, {3, 0, 1}, {9, 9, 0}}
-	if diff := cmp.Diff(want, topo); diff != "" {
-		t.Errorf("topology (-want +got):\n%s", diff)
-	}
-	v := func(cpu int, x float64) CPUValues {
-		return CPUValues{CPU: cpu, Values: map[string]float64{"task-clock": x}}
-	}
-	got := PerCore([]CPUValues{v(0, 1), v(1, 2), v(2, 4), v(3, 8)}, topo)
-	wantCores := map[Core]map[string]float64{
-		{0, 0}: {"task-clock": 5}, // CPUs 0 and 2 are hyperthreads of one core
-		{0, 1}: {"task-clock": 2},
-		{1, 0}: {"task-clock": 8},
-	}
-	if diff := cmp.Diff(wantCores, got); diff != "" {
-		t.Errorf("per core (-want +got):\n%s", diff)
+	if sum.Totals[sample.CPUUserSeconds] != 6 {
+		t.Errorf("total user time changed to %v after the cgroup vanished", sum.Totals[sample.CPUUserSeconds])
 	}
 }
 
@@ -298,8 +220,7 @@ func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	alone := true
 	env := &Env{
-		Stats: cgstats.NewReader(jobcgroup.FS{Root: f.root}, cgstats.Options{}),
-		Proc:  procio.FS{Root: f.root}, Net: netstat.FS{Root: f.root},
+		Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
 		Log: zerolog.Nop(), Now: func() time.Time { return now },
 	}
 	m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, StatCgroups: map[string]string{"unified": f.dir},
@@ -315,9 +236,9 @@ func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
 		now = now.Add(time.Second)
 		netdev(step.rx, step.tx)
 		alone = step.alone
-		s, _ := m.Read(Cycle)
-		if v, ok := s.Job[NetRxBytes]; ok {
-			got = append(got, v, s.Job[NetTxBytes])
+		s, _ := m.Read(sample.Cycle)
+		if v, ok := s.Job[sample.NetRxBytes]; ok {
+			got = append(got, v, s.Job[sample.NetTxBytes])
 		} else {
 			got = append(got, "-")
 		}
@@ -328,7 +249,7 @@ func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("network per interval (-want +got):\n%s", diff)
 	}
-	if why := m.Summary().NotMeasured[IBRxBytes]; !strings.Contains(why, "InfiniBand") {
+	if why := m.Summary().NotMeasured[sample.IBRxBytes]; !strings.Contains(why, "InfiniBand") {
 		t.Errorf("ib_rcv_bytes: %q, want the reason to say there is no InfiniBand", why)
 	}
 }
@@ -336,13 +257,13 @@ func TestNodeNetworkOnlyWhenExclusive(t *testing.T) {
 // TestStoreBudget: a long job stays within its sample budget, keeps its whole life (first
 // and last times) and its counter totals, at a coarser resolution.
 func TestStoreBudget(t *testing.T) {
-	st := newStore(64<<10, []int{0, 1}, []string{"task-clock"})
+	st := newStore(64<<10, []int{0, 1}, []string{"task-clock"}, sample.KindOf)
 	start := time.Unix(1_800_000_000, 0)
 	var sumUser, sumTC float64
 	for i := 1; i <= 100_000; i++ {
-		s := Sample{Time: start.Add(time.Duration(i) * time.Second), Reason: Cycle, Seconds: 1,
-			Job: map[string]float64{CPUUserSeconds: float64(i % 7), MemBytes: float64(i), MemPeakBytes: float64(i)},
-			CPU: []CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1}}, {CPU: 1, Values: map[string]float64{"task-clock": 2}}}}
+		s := sample.Sample{Time: start.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
+			Job: map[string]float64{sample.CPUUserSeconds: float64(i % 7), sample.MemBytes: float64(i), sample.MemPeakBytes: float64(i)},
+			CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1}}, {CPU: 1, Values: map[string]float64{"task-clock": 2}}}}
 		sumUser += float64(i % 7)
 		sumTC += 3
 		st.add(s)
@@ -353,16 +274,16 @@ func TestStoreBudget(t *testing.T) {
 	all := st.all()
 	var gotUser, gotTC, secs float64
 	for _, s := range all {
-		gotUser += s.Job[CPUUserSeconds]
+		gotUser += s.Job[sample.CPUUserSeconds]
 		secs += s.Seconds
 		for _, c := range s.CPU {
 			gotTC += c.Values["task-clock"]
 		}
 	}
 	last := all[len(all)-1]
-	if gotUser != sumUser || gotTC != sumTC || secs != 100_000 || last.Job[MemBytes] != 100_000 || last.Job[MemPeakBytes] != 100_000 {
+	if gotUser != sumUser || gotTC != sumTC || secs != 100_000 || last.Job[sample.MemBytes] != 100_000 || last.Job[sample.MemPeakBytes] != 100_000 {
 		t.Errorf("after merging to %d samples (halved %d times): user %v/%v, task-clock %v/%v, seconds %v, last mem %v peak %v",
-			len(all), st.halved, gotUser, sumUser, gotTC, sumTC, secs, last.Job[MemBytes], last.Job[MemPeakBytes])
+			len(all), st.halved, gotUser, sumUser, gotTC, sumTC, secs, last.Job[sample.MemBytes], last.Job[sample.MemPeakBytes])
 	}
 	if !last.Time.Equal(start.Add(100_000 * time.Second)) {
 		t.Errorf("last sample at %v, want the job's last read", last.Time)

@@ -3,6 +3,8 @@ package measure
 import (
 	"math"
 	"time"
+
+	"github.com/persyst/persyst/sample"
 )
 
 // DefaultSampleBytes is the default memory budget of one job's samples.
@@ -19,24 +21,25 @@ type store struct {
 	index   map[string]int
 	cpus    []int
 	perf    []string // per-CPU metric names (perf events), fixed at construction
+	kindOf  func(string) sample.Kind
 	samples []packed
 	halved  int // how many times the resolution was halved
 }
 
 type packed struct {
 	time    time.Time
-	reason  Reason
+	reason  sample.Reason
 	seconds float64
 	job     []float64   // by store.names
 	cpu     [][]float64 // [cpu][perf event]
 	low     []string
 }
 
-func newStore(budget int, cpus []int, perf []string) *store {
+func newStore(budget int, cpus []int, perf []string, kindOf func(string) sample.Kind) *store {
 	if budget <= 0 {
 		budget = DefaultSampleBytes
 	}
-	return &store{budget: budget, index: map[string]int{}, cpus: cpus, perf: perf}
+	return &store{budget: budget, index: map[string]int{}, cpus: cpus, perf: perf, kindOf: kindOf}
 }
 
 func (st *store) id(name string) int {
@@ -53,7 +56,7 @@ func (st *store) bytesPer() int {
 	return 96 + 8*len(st.names) + len(st.cpus)*(24+8*len(st.perf))
 }
 
-func (st *store) add(s Sample) {
+func (st *store) add(s sample.Sample) {
 	p := packed{time: s.Time, reason: s.Reason, seconds: s.Seconds, low: s.LowCoverage}
 	for k := range s.Job {
 		st.id(k)
@@ -107,14 +110,14 @@ func (st *store) merge(a, b packed) packed {
 	m := packed{time: b.time, reason: b.reason, seconds: a.seconds + b.seconds, low: append(a.low, b.low...)}
 	m.job = make([]float64, len(st.names))
 	for i, name := range st.names {
-		m.job[i] = combine(KindOf(name), at(a.job, i), at(b.job, i))
+		m.job[i] = combine(st.kindOf(name), at(a.job, i), at(b.job, i))
 	}
 	if a.cpu != nil || b.cpu != nil {
 		m.cpu = make([][]float64, len(st.cpus))
 		for c := range m.cpu {
 			m.cpu[c] = make([]float64, len(st.perf))
 			for j := range st.perf {
-				m.cpu[c][j] = combine(Counter, at2(a.cpu, c, j), at2(b.cpu, c, j))
+				m.cpu[c][j] = combine(sample.Counter, at2(a.cpu, c, j), at2(b.cpu, c, j))
 			}
 		}
 	}
@@ -136,34 +139,34 @@ func at2(v [][]float64, i, j int) float64 {
 }
 
 // combine merges two consecutive intervals' values of one metric.
-func combine(k Kind, a, b float64) float64 {
+func combine(k sample.Kind, a, b float64) float64 {
 	switch {
 	case math.IsNaN(a):
 		return b
 	case math.IsNaN(b):
-		if k == Counter {
+		if k == sample.Counter {
 			return a
 		}
 		return math.NaN() // a gauge's later state is unknown
 	}
 	switch k {
-	case Gauge:
+	case sample.Gauge:
 		return b
-	case Peak:
+	case sample.Peak:
 		return max(a, b)
 	}
 	return a + b
 }
 
-func (st *store) unpack(p packed) Sample {
-	s := Sample{Time: p.time, Reason: p.reason, Seconds: p.seconds, Job: map[string]float64{}, LowCoverage: p.low}
+func (st *store) unpack(p packed) sample.Sample {
+	s := sample.Sample{Time: p.time, Reason: p.reason, Seconds: p.seconds, Job: map[string]float64{}, LowCoverage: p.low}
 	for i, v := range p.job {
 		if !math.IsNaN(v) {
 			s.Job[st.names[i]] = v
 		}
 	}
 	for i, row := range p.cpu {
-		c := CPUValues{CPU: st.cpus[i], Values: map[string]float64{}}
+		c := sample.CPUValues{CPU: st.cpus[i], Values: map[string]float64{}}
 		for j, v := range row {
 			if !math.IsNaN(v) {
 				c.Values[st.perf[j]] = v
@@ -174,8 +177,8 @@ func (st *store) unpack(p packed) Sample {
 	return s
 }
 
-func (st *store) all() []Sample {
-	out := make([]Sample, len(st.samples))
+func (st *store) all() []sample.Sample {
+	out := make([]sample.Sample, len(st.samples))
 	for i, p := range st.samples {
 		out[i] = st.unpack(p)
 	}

@@ -56,10 +56,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-)
 
-// FS is a view of a filesystem rooted at Root ("/" in production).
-type FS struct{ Root string }
+	"github.com/persyst/persyst/hostfs"
+)
 
 // Iface is one interface's line of /proc/net/dev (the counters used here).
 type Iface struct {
@@ -126,14 +125,14 @@ type Counters struct {
 // ExcludeLoopback is ReadNet's default exclusion: the loopback interface "lo".
 func ExcludeLoopback(name string) bool { return name == "lo" }
 
-// ReadNet reads <Root>/proc/net/dev and sums the interfaces for which exclude returns
+// ReadNet reads <root>/proc/net/dev and sums the interfaces for which exclude returns
 // false (exclude nil means ExcludeLoopback).
-func (fsys FS) ReadNet(exclude func(name string) bool) (Counters, error) {
+func ReadNet(h hostfs.FS, exclude func(name string) bool) (Counters, error) {
 	if exclude == nil {
 		exclude = ExcludeLoopback
 	}
 	const file = "/proc/net/dev"
-	b, err := os.ReadFile(filepath.Join(fsys.Root, file))
+	b, err := os.ReadFile(h.Path(file))
 	if err != nil {
 		return Counters{}, fmt.Errorf("netstat: %w", err)
 	}
@@ -175,12 +174,12 @@ var ibCounters = [4]string{"port_xmit_data", "port_rcv_data", "port_xmit_packets
 const infinibandClass = "/sys/class/infiniband"
 
 // ReadInfiniBand reads the counters of every port of every device in
-// <Root>/sys/class/infiniband, sorted by device and port. A node without that directory
+// <root>/sys/class/infiniband, sorted by device and port. A node without that directory
 // has no InfiniBand: nil, nil. A port whose counters are absent or not available ("N/A
 // (no PMA)") has Missing set; unreadable or malformed counters are returned as errors
 // (joined, naming the file), with the other ports.
-func (fsys FS) ReadInfiniBand() ([]IBPort, error) {
-	devs, err := os.ReadDir(filepath.Join(fsys.Root, infinibandClass))
+func ReadInfiniBand(h hostfs.FS) ([]IBPort, error) {
+	devs, err := os.ReadDir(h.Path(infinibandClass))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -191,7 +190,7 @@ func (fsys FS) ReadInfiniBand() ([]IBPort, error) {
 	var errs []error
 	for _, d := range devs { // sorted by name; entries are symlinks to the devices
 		portsDir := filepath.Join(infinibandClass, d.Name(), "ports")
-		ents, err := os.ReadDir(filepath.Join(fsys.Root, portsDir))
+		ents, err := os.ReadDir(h.Path(portsDir))
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) { // a device being removed has none
 				errs = append(errs, fmt.Errorf("netstat: %w", err))
@@ -206,7 +205,7 @@ func (fsys FS) ReadInfiniBand() ([]IBPort, error) {
 		}
 		slices.Sort(ports)
 		for _, n := range ports {
-			p, err := fsys.readIBPort(d.Name(), filepath.Join(portsDir, strconv.Itoa(n), "counters"))
+			p, err := readIBPort(h, d.Name(), filepath.Join(portsDir, strconv.Itoa(n), "counters"))
 			p.Port = n
 			if err != nil {
 				errs = append(errs, err)
@@ -217,12 +216,12 @@ func (fsys FS) ReadInfiniBand() ([]IBPort, error) {
 	return out, errors.Join(errs...)
 }
 
-func (fsys FS) readIBPort(dev, dir string) (IBPort, error) {
+func readIBPort(h hostfs.FS, dev, dir string) (IBPort, error) {
 	p := IBPort{Device: dev}
 	var v [len(ibCounters)]uint64
 	for i, name := range ibCounters {
 		file := filepath.Join(dir, name)
-		b, err := os.ReadFile(filepath.Join(fsys.Root, file))
+		b, err := os.ReadFile(h.Path(file))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP) {
 				// absent, or the driver cannot query it

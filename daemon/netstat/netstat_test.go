@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/hostfs"
 )
 
 func errString(err error) string {
@@ -99,7 +100,7 @@ func TestReadNet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := FS{Root: root}.ReadNet(tt.exclude)
+			got, err := ReadNet(hostfs.New(root), tt.exclude)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,13 +111,13 @@ func TestReadNet(t *testing.T) {
 	}
 
 	t.Run("malformed names the file", func(t *testing.T) {
-		_, err := FS{Root: rootWith(t, "short-line.txt")}.ReadNet(nil)
+		_, err := ReadNet(hostfs.New(rootWith(t, "short-line.txt")), nil)
 		if diff := cmp.Diff("netstat: /proc/net/dev: line 3: eth0: want 16 numbers, got 15", errString(err)); diff != "" {
 			t.Errorf("error (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("missing", func(t *testing.T) {
-		_, err := FS{Root: t.TempDir()}.ReadNet(nil)
+		_, err := ReadNet(hostfs.New(t.TempDir()), nil)
 		if !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("got %v, want an error wrapping fs.ErrNotExist", err)
 		}
@@ -126,13 +127,13 @@ func TestReadNet(t *testing.T) {
 // TestReadNetReal reads this machine's /proc/net/dev twice: lo is excluded and the
 // counters do not decrease.
 func TestReadNetReal(t *testing.T) {
-	fsys := FS{Root: "/"}
-	a, err := fsys.ReadNet(nil)
+	fsys := hostfs.New("/")
+	a, err := ReadNet(fsys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	b, err := fsys.ReadNet(nil)
+	b, err := ReadNet(fsys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestReadNetReal(t *testing.T) {
 }
 
 func TestReadInfiniBand(t *testing.T) {
-	got, err := FS{Root: "testdata/ib"}.ReadInfiniBand()
+	got, err := ReadInfiniBand(hostfs.New("testdata/ib"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestReadInfiniBand(t *testing.T) {
 }
 
 func TestReadInfiniBandNone(t *testing.T) {
-	got, err := FS{Root: t.TempDir()}.ReadInfiniBand()
+	got, err := ReadInfiniBand(hostfs.New(t.TempDir()))
 	if got != nil || err != nil {
 		t.Errorf("got %v, %v; want nil, nil (no InfiniBand)", got, err)
 	}
@@ -197,7 +198,7 @@ func TestReadInfiniBandPartial(t *testing.T) {
 	write("rxe0/ports/1/counters/port_rcv_packets", "lots\n")
 	write("zz_removed/.keep", "") // a device without ports/ (being removed)
 
-	got, err := FS{Root: root}.ReadInfiniBand()
+	got, err := ReadInfiniBand(hostfs.New(root))
 	wantErr := `netstat: /sys/class/infiniband/rxe0/ports/1/counters/port_rcv_packets: want a number, got "lots"`
 	if diff := cmp.Diff(wantErr, errString(err)); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)

@@ -10,6 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
+	"golang.org/x/sys/unix"
 )
 
 func words(ws ...uint64) []byte {
@@ -133,7 +136,7 @@ func TestCountsSum(t *testing.T) {
 	na := errors.New("gone")
 	c := Counts{
 		CPUs:   []int{0, 1},
-		Events: []Event{{Name: "a"}, {Name: "b"}},
+		Events: []perfevents.Event{{Name: "a"}, {Name: "b"}},
 		PerCPU: [][]Count{
 			{makeCount(10, 100, 100, 0.5), makeCount(5, 10, 10, 0.5)},
 			{makeCount(10, 100, 25, 0.5), {Err: na}},
@@ -151,26 +154,6 @@ func TestCountsSum(t *testing.T) {
 	}
 }
 
-func TestWithIPC(t *testing.T) {
-	names := func(es []Event) []string {
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Group+"/"+e.Name)
-		}
-		return out
-	}
-	got := names(WithIPC(append(SoftwareEvents()[:1], HardwareEvents()...)))
-	want := []string{
-		"/task-clock",
-		"ipc/cycles", "ipc/instructions", "ipc/ref-cycles",
-		"branch/cycles", "branch/instructions", "branch/branches", "branch/branch-misses",
-		"cache/cycles", "cache/instructions", "cache/cache-references", "cache/cache-misses",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("WithIPC (-want +got):\n%s", diff)
-	}
-}
-
 func TestResolve(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "sys/kernel/debug/tracing/events/syscalls/sys_enter_openat")
@@ -180,25 +163,25 @@ func TestResolve(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "id"), []byte("782\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fs := FS{Root: root}
-	e, err := fs.Resolve(tp("syscalls:sys_enter_openat"))
+	fs := hostfs.New(root)
+	e, err := Resolve(fs, tp("syscalls:sys_enter_openat"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e.Config != 782 {
 		t.Errorf("id = %d, want 782", e.Config)
 	}
-	if _, err := fs.Resolve(tp("syscalls:sys_enter_open")); err == nil {
+	if _, err := Resolve(fs, tp("syscalls:sys_enter_open")); err == nil {
 		t.Error("missing tracepoint: want error")
 	}
-	if _, err := (FS{Root: t.TempDir()}).Resolve(tp("syscalls:sys_enter_openat")); !errors.Is(err, ErrNoTracefs) {
+	if _, err := Resolve(hostfs.New(t.TempDir()), tp("syscalls:sys_enter_openat")); !errors.Is(err, ErrNoTracefs) {
 		t.Errorf("no tracefs: err = %v, want ErrNoTracefs", err)
 	}
-	if _, err := fs.Resolve(tp("../x")); err == nil {
+	if _, err := Resolve(fs, tp("../x")); err == nil {
 		t.Error("bad name: want error")
 	}
-	sw := SoftwareEvents()[0]
-	if got, err := fs.Resolve(sw); err != nil || got != sw {
+	sw := perfevents.SoftwareEvents()[0]
+	if got, err := Resolve(fs, sw); err != nil || got != sw {
 		t.Errorf("software event changed: %+v, %v", got, err)
 	}
 }
@@ -214,9 +197,14 @@ func TestOpenBadArguments(t *testing.T) {
 		{"negative cpu", dir, []int{0, -1}},
 		{"missing cgroup", filepath.Join(dir, "nope"), []int{0}},
 	} {
-		if g, err := Open(tt.dir, tt.cpus, SoftwareEvents()); err == nil {
+		if g, err := Open(tt.dir, tt.cpus, perfevents.SoftwareEvents()); err == nil {
 			g.Close()
 			t.Errorf("%s: Open succeeded, want error", tt.name)
 		}
 	}
+}
+
+// tp is the catalog's form of a tracepoint event, unresolved.
+func tp(name string) perfevents.Event {
+	return perfevents.Event{Name: name, Kind: perfevents.Tracepoint, Type: unix.PERF_TYPE_TRACEPOINT}
 }

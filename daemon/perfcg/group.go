@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"unsafe"
 
+	"github.com/persyst/persyst/perfevents"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ type Count struct {
 // Counts is one Read: PerCPU[i][j] is event Events[j] on CPU CPUs[i].
 type Counts struct {
 	CPUs   []int
-	Events []Event
+	Events []perfevents.Event
 	PerCPU [][]Count
 }
 
@@ -159,7 +160,7 @@ type unit struct {
 type Group struct {
 	cgroupDir string
 	cpus      []int
-	events    []Event
+	events    []perfevents.Event
 	// LowCoverage is the running/enabled threshold for Count.LowCoverage.
 	LowCoverage float64
 	units       []unit
@@ -175,7 +176,7 @@ type Group struct {
 // first. Events that cannot be opened are not an error: their Counts are marked not
 // Available with the reason (see Unavailable). Open fails only for bad arguments or an
 // unopenable cgroup directory.
-func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
+func Open(cgroupDir string, cpus []int, events []perfevents.Event) (*Group, error) {
 	if len(cpus) == 0 {
 		return nil, fmt.Errorf("perf open %s: no CPUs", cgroupDir)
 	}
@@ -197,11 +198,11 @@ func Open(cgroupDir string, cpus []int, events []Event) (*Group, error) {
 // (inherit), per CPU. This is what an unprivileged user can count (`persyst run` as
 // non-root): children's counts are added to the returned values when they exit. Grouped
 // events are opened singly: the kernel cannot read an inherited group as one.
-func OpenProcess(pid int, cpus []int, events []Event) (*Group, error) {
+func OpenProcess(pid int, cpus []int, events []perfevents.Event) (*Group, error) {
 	if len(cpus) == 0 || pid <= 0 {
 		return nil, fmt.Errorf("perf open pid %d: no CPUs or bad pid", pid)
 	}
-	single := make([]Event, len(events))
+	single := make([]perfevents.Event, len(events))
 	for i, e := range events {
 		e.Group = ""
 		single[i] = e
@@ -217,12 +218,12 @@ type target struct {
 	inherit bool
 }
 
-func open(t target, cpus []int, events []Event) (*Group, error) {
+func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 	cgroupDir := t.name
 	g := &Group{
 		cgroupDir:   cgroupDir,
 		cpus:        append([]int(nil), cpus...),
-		events:      append([]Event(nil), events...),
+		events:      append([]perfevents.Event(nil), events...),
 		LowCoverage: DefaultLowCoverage,
 		errs:        make([][]error, len(cpus)),
 	}
@@ -231,7 +232,7 @@ func open(t target, cpus []int, events []Event) (*Group, error) {
 		g.errs[i] = make([]error, len(events))
 		leaders := map[string]int{} // group name → index into g.units
 		for j, e := range events {
-			if e.Kind == Tracepoint && e.Config == 0 {
+			if e.Kind == perfevents.Tracepoint && e.Config == 0 {
 				g.errs[i][j] = fmt.Errorf("%s: %w: tracepoint id not resolved", e.Name, ErrNotAvailable)
 				continue
 			}
@@ -301,7 +302,7 @@ func open(t target, cpus []int, events []Event) (*Group, error) {
 	return g, nil
 }
 
-func openEvent(e Event, t target, cpu, groupFD int, format uint64, disabled bool) (int, error) {
+func openEvent(e perfevents.Event, t target, cpu, groupFD int, format uint64, disabled bool) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:        e.Type,
 		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
@@ -328,15 +329,15 @@ func eventID(fd int) (uint64, error) {
 }
 
 // notAvailable wraps an open error with ErrNotAvailable, the errno and a human reason.
-func notAvailable(e Event, cpu int, err error) error {
+func notAvailable(e perfevents.Event, cpu int, err error) error {
 	return fmt.Errorf("%s (%s) on CPU %d: %w: %w (%s)", e.Name, e.Kind, cpu, ErrNotAvailable, err, reason(e, err))
 }
 
 // reason explains a perf_event_open errno.
-func reason(e Event, err error) string {
+func reason(e perfevents.Event, err error) string {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		if e.Kind == Hardware {
+		if e.Kind == perfevents.Hardware {
 			return "no PMU for this event (typical in VMs)"
 		}
 		return "event not supported by this kernel"
@@ -359,7 +360,7 @@ func reason(e Event, err error) string {
 }
 
 // Events returns the events the Group was opened with (Counts.Events order).
-func (g *Group) Events() []Event { return g.events }
+func (g *Group) Events() []perfevents.Event { return g.events }
 
 // CPUs returns the CPUs the Group counts on.
 func (g *Group) CPUs() []int { return g.cpus }

@@ -22,6 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
 )
 
 const (
@@ -99,7 +101,7 @@ func requirePerf(tb testing.TB) string {
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root: creates a cgroup2 directory and moves a process into it")
 	}
-	mounts, err := jobcgroup.FS{Root: "/"}.Mounts()
+	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
 		tb.Skipf("cannot read the mount table: %v", err)
 	}
@@ -139,7 +141,7 @@ func testCgroup(tb testing.TB, suffix string) string {
 		tb.Errorf("cleanup: rmdir %s: %v", dir, err)
 	})
 	// Skip (not fail) if the kernel refuses cgroup-mode events outright.
-	g, err := Open(dir, []int{0}, SoftwareEvents()[:1])
+	g, err := Open(dir, []int{0}, perfevents.SoftwareEvents()[:1])
 	if err != nil {
 		tb.Skipf("perf cgroup mode: %v", err)
 	}
@@ -217,12 +219,12 @@ func within(got, want uint64, frac float64) bool {
 func TestSpinTaskClock(t *testing.T) {
 	cg := testCgroup(t, "-spin")
 	c := startChild(t, "spin", cg)
-	tc := SoftwareEvents()[0]
-	grouped := []Event{tc, SoftwareEvents()[1]}
+	tc := perfevents.SoftwareEvents()[0]
+	grouped := []perfevents.Event{tc, perfevents.SoftwareEvents()[1]}
 	for i := range grouped {
 		grouped[i].Group = "sw"
 	}
-	g, err := Open(cg, []int{0, 1}, append([]Event{tc}, grouped...))
+	g, err := Open(cg, []int{0, 1}, append([]perfevents.Event{tc}, grouped...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +261,9 @@ func TestSpinTaskClock(t *testing.T) {
 
 // tracingFS returns an FS whose tracefs holds the syscall tracepoints, mounting a
 // private tracefs unless noMountTracefsEnv forbids it; ok is false if there is none.
-func tracingFS(t *testing.T) (FS, bool) {
-	fs := FS{Root: "/"}
-	if _, err := fs.TracingDir(); err == nil {
+func tracingFS(t *testing.T) (hostfs.FS, bool) {
+	fs := hostfs.New("/")
+	if _, err := TracingDir(fs); err == nil {
 		return fs, true
 	}
 	if os.Getenv(noMountTracefsEnv) == "1" || os.Geteuid() != 0 {
@@ -281,7 +283,7 @@ func tracingFS(t *testing.T) (FS, bool) {
 			t.Errorf("unmount %s: %v", mp, err)
 		}
 	})
-	return FS{Root: root}, true
+	return hostfs.New(root), true
 }
 
 func TestOpenCloseTracepoint(t *testing.T) {
@@ -300,7 +302,7 @@ func TestOpenCloseTracepoint(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	events := []Event{openat.Event}
+	events := []perfevents.Event{openat.Event}
 	if closeEv.Available {
 		events = append(events, closeEv.Event)
 	}
@@ -333,7 +335,7 @@ func TestOpenCloseTracepoint(t *testing.T) {
 
 func TestHardwareNotAvailable(t *testing.T) {
 	cg := testCgroup(t, "-hw")
-	probed, err := Probe(FS{Root: "/"}, cg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	probed, err := Probe(hostfs.New("/"), cg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,19 +349,19 @@ func TestHardwareNotAvailable(t *testing.T) {
 	if st, _ := probed.Lookup("cycles"); st.Available {
 		t.Skip("this machine has a PMU: cycles is available")
 	}
-	for _, e := range HardwareEvents() {
+	for _, e := range perfevents.HardwareEvents() {
 		st, ok := probed.Lookup(e.Name)
 		if !ok || st.Available || !errors.Is(st.Err, ErrNotAvailable) || !errors.Is(st.Err, unix.ENOENT) {
 			t.Errorf("probe %s: available %v, err %v; want not available with ENOENT", e.Name, st.Available, st.Err)
 		}
 	}
-	for _, e := range SoftwareEvents() {
+	for _, e := range perfevents.SoftwareEvents() {
 		if st, _ := probed.Lookup(e.Name); !st.Available {
 			t.Errorf("probe %s: not available: %v", e.Name, st.Err)
 		}
 	}
 
-	events := append(SoftwareEvents()[:1:1], WithIPC(HardwareEvents())...)
+	events := append(perfevents.SoftwareEvents()[:1:1], perfevents.WithIPC(perfevents.HardwareEvents())...)
 	g, err := Open(cg, []int{0, 1}, events)
 	if err != nil {
 		t.Fatal(err)
@@ -373,14 +375,14 @@ func TestHardwareNotAvailable(t *testing.T) {
 	for j, e := range counts.Events {
 		for i, cpu := range counts.CPUs {
 			x := counts.PerCPU[i][j]
-			if e.Kind == Hardware && (x.Available || !errors.Is(x.Err, unix.ENOENT)) {
+			if e.Kind == perfevents.Hardware && (x.Available || !errors.Is(x.Err, unix.ENOENT)) {
 				t.Errorf("CPU %d %s/%s: available %v, err %v; want not available with ENOENT", cpu, e.Group, e.Name, x.Available, x.Err)
 			}
-			if e.Kind == Software && !x.Available {
+			if e.Kind == perfevents.Software && !x.Available {
 				t.Errorf("CPU %d %s: not available: %v", cpu, e.Name, x.Err)
 			}
 		}
-		if e.Kind == Hardware {
+		if e.Kind == perfevents.Hardware {
 			if s := counts.Sum(j); s.Available {
 				t.Errorf("Sum(%s) is available (a 0 would be reported)", e.Name)
 			}
@@ -393,7 +395,7 @@ func TestHardwareNotAvailable(t *testing.T) {
 
 func benchGroup(b *testing.B, group string) {
 	cg := testCgroup(b, "-bench"+group)
-	events := SoftwareEvents()
+	events := perfevents.SoftwareEvents()
 	for i := range events {
 		events[i].Group = group
 	}
@@ -421,7 +423,7 @@ func BenchmarkReadGrouped(b *testing.B) { benchGroup(b, "sw") }
 
 func TestUnresolvedTracepointAndClose(t *testing.T) {
 	cg := testCgroup(t, "-misc")
-	g, err := Open(cg, []int{0, 1}, []Event{SoftwareEvents()[0], tp("syscalls:sys_enter_openat")})
+	g, err := Open(cg, []int{0, 1}, []perfevents.Event{perfevents.SoftwareEvents()[0], tp("syscalls:sys_enter_openat")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
 // Status is the probe result for one event.
 type Status struct {
-	Event     Event // tracepoints resolved when possible
+	Event     perfevents.Event // tracepoints resolved when possible
 	Available bool
 	// Err says why the event is not available; it wraps ErrNotAvailable and, when
 	// perf_event_open failed, the errno (errors.Is(Err, unix.ENOENT): no PMU).
@@ -21,8 +23,8 @@ type Status struct {
 type Probed []Status
 
 // Available returns the events that exist, ready for Open.
-func (p Probed) Available() []Event {
-	var out []Event
+func (p Probed) Available() []perfevents.Event {
+	var out []perfevents.Event
 	for _, s := range p {
 		if s.Available {
 			out = append(out, s.Event)
@@ -43,18 +45,18 @@ func (p Probed) Lookup(name string) (Status, bool) {
 
 // Probe tries every event of the node's catalog (Catalog plus the raw events of its
 // processor, NodeCatalog) once: tracepoint ids are resolved from tracefs under
-// fs.Root, then each event is opened in cgroup mode on CPU 0 against cgroupDir and
+// the root, then each event is opened in cgroup mode on CPU 0 against cgroupDir and
 // closed again. Unavailable events are logged (Info) and reported with the reason;
 // an error is returned only if cgroupDir cannot be opened.
-func Probe(fs FS, cgroupDir string, log zerolog.Logger) (Probed, error) {
-	events, arch := fs.NodeCatalog()
+func Probe(h hostfs.FS, cgroupDir string, log zerolog.Logger) (Probed, error) {
+	events, arch := NodeCatalog(h)
 	if arch != "" {
 		log.Info().Str("arch", arch).Msg("raw hardware events of this processor added to the probe")
 	}
-	return probe(fs, cgroupDir, events, log)
+	return probe(h, cgroupDir, events, log)
 }
 
-func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed, error) {
+func probe(h hostfs.FS, cgroupDir string, events []perfevents.Event, log zerolog.Logger) (Probed, error) {
 	cg, err := unix.Open(cgroupDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("perf probe: cgroup %s: %w", cgroupDir, err)
@@ -63,7 +65,7 @@ func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed,
 	out := make(Probed, 0, len(events))
 	for _, e := range events {
 		st := Status{Event: e}
-		re, err := fs.Resolve(e)
+		re, err := Resolve(h, e)
 		switch {
 		case err != nil:
 			st.Err = fmt.Errorf("%s (%s): %w: %w", e.Name, e.Kind, ErrNotAvailable, err)
@@ -95,7 +97,7 @@ func probe(fs FS, cgroupDir string, events []Event, log zerolog.Logger) (Probed,
 // Reason says in a few words why event e is not available, given the error Probe or Open
 // reported for it: the errno's meaning ("no PMU for this event (typical in VMs)"), or that
 // tracefs is not mounted.
-func Reason(e Event, err error) string {
+func Reason(e perfevents.Event, err error) string {
 	if err == nil {
 		return ""
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,9 +29,9 @@ type PowerEvent struct {
 	Scale  float64 // joules per count, from events/<name>.scale
 }
 
-// PowerEvents lists the energy events of the power PMU under the FS root.
-func (fs FS) PowerEvents() ([]PowerEvent, error) {
-	dir := filepath.Join(fs.Root, "sys/bus/event_source/devices/power")
+// PowerEvents lists the energy events of the power PMU under the root.
+func PowerEvents(h hostfs.FS) ([]PowerEvent, error) {
+	dir := h.Path("sys/bus/event_source/devices/power")
 	b, err := os.ReadFile(filepath.Join(dir, "type"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoPower
@@ -101,27 +102,6 @@ func parseEventConfig(s string) (uint64, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// PackageCPUs returns one online CPU per physical package (the lowest), from sysfs.
-func (fs FS) PackageCPUs(cpus []int) []int {
-	first := map[int]int{}
-	for _, c := range cpus {
-		b, err := os.ReadFile(filepath.Join(fs.Root, "sys/devices/system/cpu", "cpu"+strconv.Itoa(c), "topology/physical_package_id"))
-		pkg := 0
-		if err == nil {
-			pkg, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if f, ok := first[pkg]; !ok || c < f {
-			first[pkg] = c
-		}
-	}
-	var out []int
-	for _, c := range first {
-		out = append(out, c)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // Energy counts RAPL energy system-wide, one counter per event and package.

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/hostfs"
 )
 
 // The fixture is the power PMU's sysfs layout as Linux presents it on a two-socket Intel
 // server (type 22, energy-pkg event=0x02 in units of 2^-32 J, energy-ram event=0x03 in
 // units of 2^-16 J).
 func TestPowerEvents(t *testing.T) {
-	got, err := FS{Root: "testdata/rapl"}.PowerEvents()
+	got, err := PowerEvents(hostfs.New("testdata/rapl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,10 +25,10 @@ func TestPowerEvents(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("power events (-want +got):\n%s", diff)
 	}
-	if got := (FS{Root: "testdata/rapl"}).PackageCPUs([]int{3, 1, 2, 0}); !cmp.Equal(got, []int{0, 2}) {
+	if got := hostfs.New("testdata/rapl").PackageCPUs([]int{3, 1, 2, 0}); !cmp.Equal(got, []int{0, 2}) {
 		t.Errorf("PackageCPUs = %v, want [0 2]", got)
 	}
-	if _, err := (FS{Root: t.TempDir()}).PowerEvents(); !errors.Is(err, ErrNoPower) {
+	if _, err := PowerEvents(hostfs.New(t.TempDir())); !errors.Is(err, ErrNoPower) {
 		t.Errorf("no power PMU: %v, want ErrNoPower", err)
 	}
 }
@@ -48,7 +49,7 @@ func TestParseEventConfig(t *testing.T) {
 // TestEnergyThisMachine: where the kernel has a power PMU (root), the counters open and
 // advance; where it has none, that is said, never a zero.
 func TestEnergyThisMachine(t *testing.T) {
-	evs, err := FS{Root: "/"}.PowerEvents()
+	evs, err := PowerEvents(hostfs.New("/"))
 	if errors.Is(err, ErrNoPower) {
 		t.Logf("this machine has no RAPL power PMU: %v (energy is reported not measured)", err)
 		return
@@ -59,7 +60,7 @@ func TestEnergyThisMachine(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("system-wide energy counters need root")
 	}
-	e, err := OpenEnergy(evs, FS{Root: "/"}.PackageCPUs([]int{0}))
+	e, err := OpenEnergy(evs, hostfs.New("/").PackageCPUs([]int{0}))
 	if err != nil {
 		t.Fatal(err)
 	}

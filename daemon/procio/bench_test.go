@@ -3,6 +3,8 @@ package procio
 import (
 	"strconv"
 	"testing"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 // BenchmarkUpdate reads N sleeping processes per Update (after a first Update, so the
@@ -11,7 +13,7 @@ func BenchmarkUpdate(b *testing.B) {
 	for _, n := range []int{1, 16, 128} {
 		b.Run("procs="+strconv.Itoa(n), func(b *testing.B) {
 			pids := startSleepers(b, n)
-			tr := NewTracker(FS{Root: "/"})
+			tr := NewTracker(hostfs.New("/"))
 			if _, got, err := tr.Update(pids); err != nil || got != n {
 				b.Fatalf("first Update: %d processes, %v", got, err)
 			}
@@ -43,10 +45,10 @@ func BenchmarkListProcs(b *testing.B) {
 		writeFile(b, root+job+"/step_"+strconv.Itoa(s)+"/user/cgroup.procs", "")
 	}
 	writeFile(b, root+job+"/cgroup.procs", "")
-	fsys := FS{Root: root}
+	fsys := hostfs.New(root)
 	b.ReportAllocs()
 	for b.Loop() {
-		if pids, err := fsys.ListProcs(job); err != nil || len(pids) != 24 {
+		if pids, err := ListProcs(fsys, job); err != nil || len(pids) != 24 {
 			b.Fatalf("%d pids, %v", len(pids), err)
 		}
 	}

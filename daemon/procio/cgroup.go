@@ -8,19 +8,21 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 // ListProcs returns the PIDs in the cgroup.procs of cgroupDir and of all its descendant
 // directories, deduplicated and sorted. cgroupDir is an absolute path as seen in the mount
-// namespace (as jobcgroup.FS.Find returns it), resolved under fs.Root.
+// namespace (as jobcgroup.Find returns it), resolved under the root.
 //
 // A descendant that vanishes during the walk (a step ended) is skipped. cgroupDir itself
 // missing is an error wrapping fs.ErrNotExist (the job ended). A threaded cgroup's
 // cgroup.procs cannot be read (EOPNOTSUPP); its processes are listed by its thread-domain
 // ancestor, so it is skipped. Other errors (malformed cgroup.procs, permission) are
 // returned joined, with the PIDs that could be read.
-func (fsys FS) ListProcs(cgroupDir string) ([]int, error) {
-	top := filepath.Join(fsys.Root, cgroupDir)
+func ListProcs(h hostfs.FS, cgroupDir string) ([]int, error) {
+	top := h.Path(cgroupDir)
 	st, err := os.Stat(top)
 	if err != nil {
 		return nil, fmt.Errorf("procio: cgroup %s: %w", cgroupDir, err)
@@ -28,7 +30,7 @@ func (fsys FS) ListProcs(cgroupDir string) ([]int, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("procio: cgroup %s: not a directory", cgroupDir)
 	}
-	w := walker{root: fsys.Root}
+	w := walker{root: h.Root()}
 	if err := w.walk(cgroupDir, true); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
 )
 
 func writeFile(t testing.TB, path, content string) {
@@ -46,7 +47,7 @@ func TestListProcsFake(t *testing.T) {
 	for name, content := range files {
 		writeFile(t, filepath.Join(root, job, name), content)
 	}
-	got, err := FS{Root: root}.ListProcs(job)
+	got, err := ListProcs(hostfs.New(root), job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestListProcsFake(t *testing.T) {
 
 	t.Run("malformed", func(t *testing.T) {
 		writeFile(t, filepath.Join(root, job, "step_0/user/task_1/cgroup.procs"), "11\nx\n")
-		got, err := FS{Root: root}.ListProcs(job)
+		got, err := ListProcs(hostfs.New(root), job)
 		want := `procio: ` + job + `/step_0/user/task_1/cgroup.procs: line 2: want a pid, got "x"`
 		if diff := cmp.Diff(want, errString(err)); diff != "" {
 			t.Errorf("error (-want +got):\n%s", diff)
@@ -66,13 +67,13 @@ func TestListProcsFake(t *testing.T) {
 		}
 	})
 	t.Run("missing", func(t *testing.T) {
-		_, err := FS{Root: root}.ListProcs(job + "/step_9")
+		_, err := ListProcs(hostfs.New(root), job+"/step_9")
 		if !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("got %v, want an error wrapping fs.ErrNotExist", err)
 		}
 	})
 	t.Run("not a cgroup", func(t *testing.T) {
-		_, err := FS{Root: root}.ListProcs("/sys")
+		_, err := ListProcs(hostfs.New(root), "/sys")
 		want := "procio: cgroup /sys: no cgroup.procs: not a cgroup directory"
 		if diff := cmp.Diff(want, errString(err)); diff != "" {
 			t.Errorf("error (-want +got):\n%s", diff)
@@ -123,7 +124,7 @@ func TestListProcsRealCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "needs root to create cgroups")
 	}
-	mounts, err := jobcgroup.FS{Root: "/"}.Mounts()
+	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestListProcsRealCgroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := FS{Root: "/"}.ListProcs(dir)
+	got, err := ListProcs(hostfs.New("/"), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,12 +179,12 @@ func TestListProcsRealCgroup(t *testing.T) {
 	}
 
 	// The Tracker reads them (as root, any user's processes).
-	if _, n, err := NewTracker(FS{Root: "/"}).Update(got); err != nil || n != 2 {
+	if _, n, err := NewTracker(hostfs.New("/")).Update(got); err != nil || n != 2 {
 		t.Errorf("Update: %d processes, %v; want 2, nil", n, err)
 	}
 
 	// A removed cgroup is fs.ErrNotExist.
-	if _, err := (FS{Root: "/"}).ListProcs(dir + "/nonexistent"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := ListProcs(hostfs.New("/"), dir+"/nonexistent"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("got %v, want an error wrapping fs.ErrNotExist", err)
 	}
 }

@@ -23,7 +23,7 @@
 //
 // # Input
 //
-// FS.ListProcs lists the processes of a job's cgroup directory and all its descendants
+// ListProcs lists the processes of a job's cgroup directory and all its descendants
 // (Slurm puts tasks into step_*/task_* children), as cgroup.procs reports them. Tracker
 // then follows those processes across reads. PIDs are those of the reader's PID
 // namespace: the daemon must see the host's /proc.
@@ -82,7 +82,7 @@
 // counted when it can be read again. A process that vanished while being read (ENOENT,
 // ESRCH, empty file) is an ordinary exit. A kernel without task I/O accounting has no
 // /proc/PID/io at all, which would look like every process exiting at once: call
-// FS.CheckAccounting once at startup and report procio as not measured if it fails.
+// CheckAccounting once at startup and report procio as not measured if it fails.
 //
 // # Why no library
 //
@@ -109,5 +109,5 @@
 // # Concurrency
 //
 // A Tracker holds per-process state and reused buffers and is not safe for concurrent use;
-// use one per job from one goroutine. FS and the parse functions have no state.
+// use one per job from one goroutine. The functions and the parse functions have no state.
 package procio

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -224,7 +225,7 @@ func helperSleep() {
 // prints the error and the number of processes read.
 func helperEACCES() {
 	pid := envInt("PERSYST_PROCIO_PID")
-	_, n, err := NewTracker(FS{Root: "/"}).Update([]int{pid})
+	_, n, err := NewTracker(hostfs.New("/")).Update([]int{pid})
 	fmt.Printf("%d %v %v\n", n, errors.Is(err, unix.EACCES), err)
 }
 
@@ -281,7 +282,7 @@ func selfIO() IO {
 // that waits for its child gets the child's totals added to its own /proc/PID/io; one that
 // ignores SIGCHLD (the kernel reaps the child) gets nothing.
 func TestKernelReapAccounting(t *testing.T) {
-	if err := (FS{Root: "/"}).CheckAccounting(); err != nil {
+	if err := CheckAccounting(hostfs.New("/")); err != nil {
 		unavailable(t, err.Error())
 	}
 	self, err := os.Executable()
@@ -347,8 +348,8 @@ func abs(x int64) int64 {
 // parent's final totals read while it is a zombie, and nothing lost or added after it is
 // reaped.
 func TestRealKernel(t *testing.T) {
-	fsys := FS{Root: "/"}
-	if err := fsys.CheckAccounting(); err != nil {
+	fsys := hostfs.New("/")
+	if err := CheckAccounting(fsys); err != nil {
 		unavailable(t, err.Error())
 	}
 	self, err := os.Executable()
@@ -488,7 +489,7 @@ func TestRealKernelPermission(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "needs root to run a helper as another user")
 	}
-	if err := (FS{Root: "/"}).CheckAccounting(); err != nil {
+	if err := CheckAccounting(hostfs.New("/")); err != nil {
 		unavailable(t, err.Error())
 	}
 	self, err := os.Executable()

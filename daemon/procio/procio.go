@@ -5,19 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
-// FS is a view of a filesystem rooted at Root ("/" in production): /proc/... and cgroup
-// directories are read as Root+"/proc/...", Root+cgroupDir.
-type FS struct{ Root string }
-
 // CheckAccounting reports whether the kernel has task I/O accounting: nil if
-// <Root>/proc/self/io can be read, else an error (wrapping fs.ErrNotExist when the kernel
+// <root>/proc/self/io can be read, else an error (wrapping fs.ErrNotExist when the kernel
 // was built without CONFIG_TASK_IO_ACCOUNTING). Without it nothing here is measured.
-func (fsys FS) CheckAccounting() error {
-	p := filepath.Join(fsys.Root, "proc/self/io")
+func CheckAccounting(h hostfs.FS) error {
+	p := h.Path("proc/self/io")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return fmt.Errorf("procio: no task I/O accounting: %w", err)
@@ -293,8 +290,8 @@ func pidPath(pid int, name string) string {
 // ReadSelf reads the calling process's /proc/self/io (under the FS root). A parent that
 // reaps its children gets their totals added here: `persyst run` without privileges uses
 // this for what /proc/PID/io of its exited child no longer shows to a non-root reader.
-func (fsys FS) ReadSelf() (IO, error) {
-	p := filepath.Join(fsys.Root, "proc/self/io")
+func ReadSelf(h hostfs.FS) (IO, error) {
+	p := h.Path("proc/self/io")
 	f, err := os.Open(p)
 	if err != nil {
 		return IO{}, fmt.Errorf("procio: %w", err)

@@ -1,6 +1,10 @@
 package procio
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/persyst/persyst/hostfs"
+)
 
 // Tracker follows a set of processes across reads and keeps their cumulative I/O,
 // including what exited processes did (see the package documentation for the rules).
@@ -36,10 +40,10 @@ type goneProc struct {
 	last      IO // what its reaper absorbed and we counted already
 }
 
-// NewTracker returns a Tracker reading <fs.Root>/proc.
-func NewTracker(fs FS) *Tracker {
+// NewTracker returns a Tracker reading <root>/proc.
+func NewTracker(h hostfs.FS) *Tracker {
 	return &Tracker{
-		rd:      newPidReader(fs.Root),
+		rd:      newPidReader(h.Root()),
 		procs:   map[int]*proc{},
 		goneIdx: map[int]int{},
 	}

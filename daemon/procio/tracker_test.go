@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,7 +78,7 @@ type trackStep struct {
 func runTracker(t *testing.T, steps []trackStep) {
 	t.Helper()
 	f := newFakeProc(t)
-	tr := NewTracker(FS{Root: f.root})
+	tr := NewTracker(hostfs.New(f.root))
 	var prev IO
 	for i, s := range steps {
 		if s.do != nil {

@@ -2,14 +2,15 @@ package procio
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 // Descendants returns pid and all its living descendants (from the parent links in
 // <root>/proc/*/stat): the process tree of a command when no cgroup holds it.
-func (fsys FS) Descendants(pid int) []int {
-	ents, err := os.ReadDir(filepath.Join(fsys.Root, "proc"))
+func Descendants(h hostfs.FS, pid int) []int {
+	ents, err := os.ReadDir(h.Path("proc"))
 	if err != nil {
 		return []int{pid}
 	}
@@ -19,7 +20,7 @@ func (fsys FS) Descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(fsys.Root, "proc", e.Name(), "stat"))
+		b, err := os.ReadFile(h.Path("proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}

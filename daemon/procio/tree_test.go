@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 func TestDescendants(t *testing.T) {
@@ -15,7 +17,7 @@ func TestDescendants(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	var got []int
 	for i := 0; i < 100; i++ {
-		if got = (FS{Root: "/"}).Descendants(os.Getpid()); len(got) >= 3 {
+		if got = Descendants(hostfs.New("/"), os.Getpid()); len(got) >= 3 {
 			break
 		}
 		exec.Command("true").Run() // give sh time to start sleep
@@ -23,7 +25,7 @@ func TestDescendants(t *testing.T) {
 	if got[0] != os.Getpid() || !slices.Contains(got, cmd.Process.Pid) || len(got) < 3 {
 		t.Errorf("Descendants(self) = %v: want self, the shell %d and its sleep", got, cmd.Process.Pid)
 	}
-	if got := (FS{Root: t.TempDir()}).Descendants(7); !slices.Equal(got, []int{7}) {
+	if got := Descendants(hostfs.New(t.TempDir()), 7); !slices.Equal(got, []int{7}) {
 		t.Errorf("without /proc: %v", got)
 	}
 }

@@ -42,14 +42,14 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/daemon/netstat"
-	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/daemon/procio"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // ChildCommand is the hidden persyst subcommand that joins the cgroups and execs CMD.
@@ -76,14 +76,14 @@ type Options struct {
 
 // Result is what `persyst run --json` prints.
 type Result struct {
-	Command    []string         `json:"command"`
-	ExitStatus int              `json:"exit_status"`      // persyst's own exit code
-	Signal     string           `json:"signal,omitempty"` // the signal that killed CMD
-	Mode       string           `json:"mode"`             // "cgroup" or "unprivileged"
-	Limits     []string         `json:"limits,omitempty"` // what could not be measured in this mode
-	Cgroups    []string         `json:"cgroups,omitempty"`
-	Summary    measure.Summary  `json:"summary"`
-	Samples    []measure.Sample `json:"samples"`
+	Command    []string        `json:"command"`
+	ExitStatus int             `json:"exit_status"`      // persyst's own exit code
+	Signal     string          `json:"signal,omitempty"` // the signal that killed CMD
+	Mode       string          `json:"mode"`             // "cgroup" or "unprivileged"
+	Limits     []string        `json:"limits,omitempty"` // what could not be measured in this mode
+	Cgroups    []string        `json:"cgroups,omitempty"`
+	Summary    sample.Summary  `json:"summary"`
+	Samples    []sample.Sample `json:"samples"`
 	// Digest is the job digest (docs/digest.md).
 	Digest *digest.Report `json:"digest,omitempty"`
 }
@@ -112,44 +112,36 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	if err != nil {
 		return 127, fmt.Errorf("%s: %w", argv[0], err)
 	}
-	r := &runner{opts: opts, argv: argv, fs: jobcgroup.FS{Root: opts.Root}}
+	r := &runner{opts: opts, argv: argv, host: hostfs.New(opts.Root)}
 	defer r.cleanup()
 	cpus, err := r.cpus()
 	if err != nil {
 		return 1, err
 	}
-	env := &measure.Env{
-		Stats: cgstats.NewReader(r.fs, cgstats.Options{}),
-		Proc:  procio.FS{Root: opts.Root},
-		Net:   netstat.FS{Root: opts.Root},
-		Log:   opts.Log,
-		Now:   opts.Now,
-	}
-	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus, Topology: measure.FS{Root: opts.Root}.Topology(cpus)}
+	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus, Topology: r.host.Topology(cpus)}
+	envOpts := measure.EnvOptions{Host: r.host, Log: opts.Log, Now: opts.Now}
 	privileged := !opts.Unprivileged && r.makeCgroups()
 	if privileged {
 		r.mode = "cgroup"
 		spec.StatCgroups = r.stat
 		spec.ProcCgroup = r.procDir
 		if r.perfDir != "" {
-			spec.PerfCgroup = filepath.Join(opts.Root, r.perfDir)
-			// No separate probe: opening the events tells which exist, and every open and
-			// close of a syscall tracepoint costs a kernel RCU grace period (~30 ms).
-			env.Events, env.Unavailable = catalog(opts.Root)
+			spec.PerfCgroup = r.host.Path(r.perfDir)
 		} else {
-			spec.PerfWhy = "no cgroup v2 or perf_event v1 hierarchy to count in"
+			envOpts.PerfWhy = "no cgroup v2 or perf_event v1 hierarchy to count in"
 		}
 	} else {
 		r.mode = "unprivileged"
 		r.limits = append(r.limits,
 			fmt.Sprintf("running as uid %d without the right to create cgroups (%s): cgroup statistics (throttling, OOM events, block I/O, pressure) are not measured", os.Getuid(), r.cgErr),
 			"perf events count user space only, per CPU, for the command's processes (inherit mode); CPU time, peak memory and page faults come from wait4's rusage at the end")
-		env.Events, env.Unavailable = catalog(opts.Root)
 	}
+	// No probe: opening the events tells which exist (EnvOptions).
+	env := measure.NewEnv(envOpts)
 	// Without privileges, /proc/PID/io of the exited child is root's (the kernel makes an
 	// exited process's /proc files root-owned): its last writes are found instead in our
 	// own counters, to which the kernel adds a reaped child's totals.
-	selfBefore, selfErr := env.Proc.ReadSelf()
+	selfBefore, selfErr := procio.ReadSelf(r.host)
 	// The child waits for a byte on fd 3 before it execs CMD.
 	gate, release, err := os.Pipe()
 	if err != nil {
@@ -186,7 +178,7 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		spec.PerfPID = pid
 	}
 	spec.ExtraPIDs = func() []int { return r.extraPIDs(privileged) }
-	meter, err := measure.Open(env, spec)
+	job, err := pipeline.Start(env, spec, pipeline.Options{Engine: opts.Engine})
 	// Let CMD go whether or not measuring could start.
 	release.Write([]byte{1})
 	release.Close()
@@ -212,23 +204,15 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
-	if meter != nil {
+	if job != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				next := measure.NextTick(opts.Now(), opts.Interval)
-				t := time.NewTimer(time.Until(next))
-				select {
-				case <-cctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				if _, err := meter.Read(measure.Cycle); err != nil {
+			_ = pipeline.Loop(cctx, opts.Now, opts.Interval, pipeline.RealWait, func() {
+				if _, err := job.Read(sample.Cycle); err != nil {
 					opts.Log.Debug().Err(err).Msg("cycle read incomplete")
 				}
-			}
+			})
 		}()
 	}
 wait:
@@ -242,8 +226,8 @@ wait:
 	}
 	cancel()
 	wg.Wait()
-	if meter != nil {
-		if _, err := meter.Read(measure.End); err != nil {
+	if job != nil {
+		if _, err := job.End(); err != nil {
 			opts.Log.Debug().Err(err).Msg("final read incomplete")
 		}
 	}
@@ -262,24 +246,21 @@ wait:
 			return 1, fmt.Errorf("wait %s: %w", argv[0], werr)
 		}
 	}
-	if meter != nil {
-		_ = meter.Close()
-		res.Summary = meter.Summary()
-		res.Samples = meter.Samples()
+	if job != nil {
 		if !privileged {
-			addRusage(&res.Summary, cmd.ProcessState)
-			if after, err := env.Proc.ReadSelf(); err == nil && selfErr == nil {
-				addReaped(&res.Summary, after.Sub(selfBefore))
+			ru := rusage(cmd.ProcessState)
+			var reaped procio.IO
+			if after, err := procio.ReadSelf(r.host); err == nil && selfErr == nil {
+				reaped = after.Sub(selfBefore)
 			}
+			job.Amend(func(s *sample.Summary) {
+				addRusage(s, ru)
+				addReaped(s, reaped)
+			})
 		}
-	}
-	if meter != nil {
-		acc := opts.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(cpus), Topology: spec.Topology})
-		for _, s := range res.Samples {
-			acc.Add(s)
-		}
-		rep := digest.Build(digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)},
-			acc.Finish(res.Samples, res.Summary), res.Summary, opts.Engine.MinSeconds())
+		res.Summary = job.Summary()
+		res.Samples = job.Meter().Samples()
+		rep := job.Report(digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)}, job.Results(0))
 		res.Digest = &rep
 	}
 	if opts.JSON {
@@ -297,29 +278,11 @@ wait:
 	return res.ExitStatus, nil
 }
 
-// catalog returns every catalog event whose tracepoint id resolves (grouped with cycles
-// and instructions), and the others with the reason.
-func catalog(root string) ([]perfcg.Event, map[string]string) {
-	fs := perfcg.FS{Root: root}
-	var events []perfcg.Event
-	unavailable := map[string]string{}
-	all, _ := fs.NodeCatalog()
-	for _, e := range all {
-		re, err := fs.Resolve(e)
-		if err != nil {
-			unavailable[e.Name] = "not available: " + perfcg.Reason(e, err)
-			continue
-		}
-		events = append(events, re)
-	}
-	return perfcg.WithIPC(events), unavailable
-}
-
 // runner holds what Run created.
 type runner struct {
 	opts  Options
 	argv  []string
-	fs    jobcgroup.FS
+	host  hostfs.FS
 	mode  string
 	child int
 
@@ -342,7 +305,7 @@ var v1Wanted = map[string]bool{"cpu": true, "cpuacct": true, "memory": true, "bl
 // makeCgroups creates persyst_run/run-<pid> in each useful hierarchy. It reports false,
 // with cgErr set, if none could be created (no privileges).
 func (r *runner) makeCgroups() bool {
-	mounts, err := r.fs.Mounts()
+	mounts, err := jobcgroup.Mounts(r.host)
 	if err != nil {
 		r.cgErr = err.Error()
 		return false
@@ -359,7 +322,7 @@ func (r *runner) makeCgroups() bool {
 			continue
 		}
 		dir := filepath.Join(m.Path, name)
-		if err := r.fs.Create(dir); err != nil {
+		if err := jobcgroup.Create(r.host, dir); err != nil {
 			if r.cgErr == "" {
 				r.cgErr = err.Error()
 			}
@@ -368,7 +331,7 @@ func (r *runner) makeCgroups() bool {
 		r.dirs = append(r.dirs, dir)
 		r.mountOf[dir] = m.Path
 		r.stat[m.Key] = dir
-		r.procsFiles = append(r.procsFiles, filepath.Join(r.opts.Root, dir, "cgroup.procs"))
+		r.procsFiles = append(r.procsFiles, r.host.Path(dir, "cgroup.procs"))
 	}
 	if len(r.dirs) == 0 {
 		if r.cgErr == "" {
@@ -394,14 +357,14 @@ func (r *runner) extraPIDs(privileged bool) []int {
 	if privileged {
 		return []int{r.child}
 	}
-	return procio.FS{Root: r.opts.Root}.Descendants(r.child)
+	return procio.Descendants(r.host, r.child)
 }
 
 // cleanup removes the transient cgroups.
 func (r *runner) cleanup() {
 	for i := len(r.dirs) - 1; i >= 0; i-- {
 		d := r.dirs[i]
-		if err := r.fs.Remove(r.mountOf[d], d, 2*time.Second); err != nil {
+		if err := jobcgroup.Remove(r.host, r.mountOf[d], d, 2*time.Second); err != nil {
 			r.opts.Log.Warn().Err(err).Msg("transient cgroup not removed")
 		}
 	}
@@ -421,7 +384,7 @@ func (r *runner) cpus() ([]int, error) {
 			return out, nil
 		}
 	}
-	return measure.FS{Root: r.opts.Root}.OnlineCPUs()
+	return r.host.OnlineCPUs()
 }
 
 // Child is the hidden subcommand run in the re-executed persyst: wait for the parent's
@@ -459,20 +422,25 @@ func writeNoFollow(path, s string) error {
 // addReaped raises the write totals to what the command's process tree wrote according
 // to our own counters (the reaped child's totals minus the one byte persyst wrote to
 // release it). Read totals cannot be corrected that way (persyst itself reads /proc).
-func addReaped(s *measure.Summary, d procio.IO) {
+func addReaped(s *sample.Summary, d procio.IO) {
 	if d.WChar > 0 && d.SyscW > 0 {
 		w, n := float64(d.WChar-1), float64(d.SyscW-1)
-		if w > s.Totals[measure.WriteChars] {
-			s.Totals[measure.WriteChars], s.Totals[measure.WriteSyscalls] = w, n
+		if w > s.Totals[sample.WriteChars] {
+			s.Totals[sample.WriteChars], s.Totals[sample.WriteSyscalls] = w, n
 		}
 	}
 }
 
+// rusage returns wait4's resource usage of the command (nil if there is none).
+func rusage(ps *os.ProcessState) *syscall.Rusage {
+	ru, _ := ps.SysUsage().(*syscall.Rusage)
+	return ru
+}
+
 // addRusage fills, from wait4's rusage, what the unprivileged mode cannot read from
 // cgroups: CPU time, peak memory (of the largest process), page faults.
-func addRusage(s *measure.Summary, ps *os.ProcessState) {
-	ru, ok := ps.SysUsage().(*syscall.Rusage)
-	if !ok || ru == nil {
+func addRusage(s *sample.Summary, ru *syscall.Rusage) {
+	if ru == nil {
 		return
 	}
 	if s.Totals == nil {
@@ -482,11 +450,11 @@ func addRusage(s *measure.Summary, ps *os.ProcessState) {
 		s.Totals[name] = v
 		delete(s.NotMeasured, name)
 	}
-	set(measure.CPUUserSeconds, time.Duration(syscall.TimevalToNsec(ru.Utime)).Seconds())
-	set(measure.CPUSystemSeconds, time.Duration(syscall.TimevalToNsec(ru.Stime)).Seconds())
-	set(measure.MemPeakBytes, float64(ru.Maxrss)*1024)
-	set(measure.MajorPageFaults, float64(ru.Majflt))
-	set(measure.PageFaults, float64(ru.Majflt+ru.Minflt))
+	set(sample.CPUUserSeconds, time.Duration(syscall.TimevalToNsec(ru.Utime)).Seconds())
+	set(sample.CPUSystemSeconds, time.Duration(syscall.TimevalToNsec(ru.Stime)).Seconds())
+	set(sample.MemPeakBytes, float64(ru.Maxrss)*1024)
+	set(sample.MajorPageFaults, float64(ru.Majflt))
+	set(sample.PageFaults, float64(ru.Majflt+ru.Minflt))
 }
 
 // trim shortens a command line for the digest's header.

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/persyst/persyst/sample"
 )
 
 // Version is the protocol version spoken by this build.
@@ -181,7 +183,7 @@ func (e *Event) validate(k Kind) error {
 		if c.v == "" {
 			continue
 		}
-		if _, err := ParseCPUList(c.v); err != nil {
+		if _, err := sample.ParseCPUList(c.v); err != nil {
 			return fmt.Errorf("field %s: %w", c.name, err)
 		}
 	}
@@ -216,46 +218,6 @@ func validStep(s string) bool {
 		return false
 	}
 	return true
-}
-
-// ParseCPUList parses a Slurm/Linux CPU list ("0-3,8,10-11") into CPU ids, in order.
-// It refuses lists of more than 65536 CPUs or ids above 1<<20.
-func ParseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := cpuID(lo)
-		if err != nil {
-			return nil, fmt.Errorf("cpu list %q: %w", s, err)
-		}
-		b := a
-		if isRange {
-			if b, err = cpuID(hi); err != nil {
-				return nil, fmt.Errorf("cpu list %q: %w", s, err)
-			}
-			if b < a {
-				return nil, fmt.Errorf("cpu list %q: range %s is backwards", s, part)
-			}
-		}
-		if len(out)+(b-a+1) > 65536 {
-			return nil, fmt.Errorf("cpu list %q: more than 65536 CPUs", s)
-		}
-		for i := a; i <= b; i++ {
-			out = append(out, i)
-		}
-	}
-	return out, nil
-}
-
-func cpuID(s string) (int, error) {
-	if s == "" || len(s) > 7 {
-		return 0, fmt.Errorf("bad cpu id %q", s)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 1<<20 {
-		return 0, fmt.Errorf("bad cpu id %q", s)
-	}
-	return n, nil
 }
 
 // ReadLine reads one newline-terminated message line of at most MaxMessage bytes and

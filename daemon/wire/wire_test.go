@@ -279,66 +279,6 @@ func TestDecodeRequestRaw(t *testing.T) {
 	}
 }
 
-func TestParseCPUList(t *testing.T) {
-	seq := func(lo, hi int) []int {
-		var s []int
-		for i := lo; i <= hi; i++ {
-			s = append(s, i)
-		}
-		return s
-	}
-	tests := []struct {
-		in      string
-		want    []int
-		wantErr string
-	}{
-		{in: "0", want: []int{0}},
-		{in: "7", want: []int{7}},
-		{in: "0-3,8,10-11", want: []int{0, 1, 2, 3, 8, 10, 11}},
-		{in: "5-5", want: []int{5}},
-		{in: "8,0-1", want: []int{8, 0, 1}},
-		{in: "1048576", want: []int{1 << 20}},
-		{in: "0-65535", want: seq(0, 65535)},
-		{in: "1048000-1048576", want: seq(1048000, 1048576)},
-		{in: "3-1", wantErr: "backwards"},
-		{in: "", wantErr: `bad cpu id ""`},
-		{in: "a", wantErr: `bad cpu id "a"`},
-		{in: "1-", wantErr: `bad cpu id ""`},
-		{in: "-1", wantErr: `bad cpu id ""`},
-		{in: ",", wantErr: `bad cpu id ""`},
-		{in: "0,", wantErr: `bad cpu id ""`},
-		{in: ",0", wantErr: `bad cpu id ""`},
-		{in: "1-2-3", wantErr: `bad cpu id "2-3"`},
-		{in: "0x1", wantErr: "bad cpu id"},
-		{in: " 1", wantErr: "bad cpu id"},
-		{in: "1048577", wantErr: `bad cpu id "1048577"`},
-		{in: "0-1048577", wantErr: `bad cpu id "1048577"`},
-		{in: "99999999", wantErr: `bad cpu id "99999999"`},
-		{in: "99999999999999999999", wantErr: "bad cpu id"},
-		{in: "0-65536", wantErr: "more than 65536 CPUs"},
-		{in: "0-1048576", wantErr: "more than 65536 CPUs"},
-		{in: "0-40000,0-40000", wantErr: "more than 65536 CPUs"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := wire.ParseCPUList(tc.in)
-			if tc.wantErr != "" {
-				if err == nil {
-					t.Fatalf("ParseCPUList(%q) = %d ids, want error containing %q", tc.in, len(got), tc.wantErr)
-				}
-				checkContains(t, err, []string{tc.wantErr, fmt.Sprintf("cpu list %q", tc.in)})
-				return
-			}
-			if err != nil {
-				t.Fatalf("ParseCPUList(%q): %v", tc.in, err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("ParseCPUList(%q) mismatch (-want +got):\n%s", tc.in, diff)
-			}
-		})
-	}
-}
-
 func TestReadLine(t *testing.T) {
 	long := strings.Repeat("x", wire.MaxMessage)
 	tests := []struct {

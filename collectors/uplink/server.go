@@ -1,4 +1,4 @@
-package daemon
+package uplink
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/persyst/persyst/collectors/pb"
 )
 
-// NodeServer is the node daemon's side of the agent tree: the frontend pushes it the
-// routes of this node's jobs (which collector each job's records go to), and pings it.
+// NodeServer is the node daemon's gRPC service in the agent tree: the frontend pushes it
+// the routes of this node's jobs (which collector each job's records go to), and pings it.
 // Without mTLS (TLSCert/TLSKey/TLSCA in persyst.conf) it has no authentication: bind it
 // to the cluster's management network only.
 type NodeServer struct {
 	pb.UnimplementedNodeServer
 	Node string
-	Ship *Shipper
+	Ship *Uplink
 }
 
 // SetRoutes takes the routes of the next cycle.
@@ -36,7 +36,7 @@ func (n *NodeServer) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat,
 }
 
 // ServeNode runs the node's gRPC server on ln until ctx is done.
-func ServeNode(ctx context.Context, ln net.Listener, n *NodeServer, opts ...grpc.ServerOption) error {
+func Serve(ctx context.Context, ln net.Listener, n *NodeServer, opts ...grpc.ServerOption) error {
 	srv := grpc.NewServer(opts...)
 	pb.RegisterNodeServer(srv, n)
 	stop := context.AfterFunc(ctx, srv.GracefulStop)

@@ -1,47 +1,29 @@
-package perfcg
+package perfevents
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
 
-func TestParseCPUInfo(t *testing.T) {
-	tests := []struct {
-		file string
-		want CPUID
-		err  string
-	}{
-		{"cpuinfo-intel-spr", CPUID{Vendor: "GenuineIntel", Family: 6, Model: 143, Name: "Intel(R) Xeon(R) Platinum 8480+"}, ""},
-		{"cpuinfo-amd-epyc-vm", CPUID{Vendor: "AuthenticAMD", Family: 25, Model: 1, Name: "AMD EPYC"}, ""},
-		{"cpuinfo-arm", CPUID{}, "no vendor_id"},
+func TestWithIPC(t *testing.T) {
+	names := func(es []Event) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Group+"/"+e.Name)
+		}
+		return out
 	}
-	for _, tc := range tests {
-		f, err := os.Open(filepath.Join("testdata", tc.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := parseCPUInfo(f)
-		f.Close()
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: error %v, want %q", tc.file, err, tc.err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.file, err)
-		}
-		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tc.file, diff)
-		}
+	got := names(WithIPC(append(SoftwareEvents()[:1], HardwareEvents()...)))
+	want := []string{
+		"/task-clock",
+		"ipc/cycles", "ipc/instructions", "ipc/ref-cycles",
+		"branch/cycles", "branch/instructions", "branch/branches", "branch/branch-misses",
+		"cache/cycles", "cache/instructions", "cache/cache-references", "cache/cache-misses",
 	}
-	if _, err := parseCPUInfo(strings.NewReader("vendor_id : GenuineIntel\ncpu family : six\n")); err == nil || !strings.Contains(err.Error(), "line 2: cpu family") {
-		t.Errorf("bad family: error %v, want it to name line 2", err)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("WithIPC (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,8 +1,17 @@
-package daemon
+// Package uplink is the node daemon's side of the agent tree, over gRPC: it sends each
+// job's property records of a cycle to the collector the frontend routed the job to (or
+// the configured one), in the background, and at a multi-node job's end fetches the
+// job-wide report from the job's aggregation point. The daemon sees it only through its
+// daemon.Uplink interface (records out, job-wide results in).
+//
+// The routes come from the frontend through the node's own gRPC service (Serve), which
+// this package also holds.
+package uplink
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,8 +25,8 @@ import (
 	"github.com/persyst/persyst/properties"
 )
 
-// ShipConfig configures sending property records to collectors.
-type ShipConfig struct {
+// Config configures sending property records to collectors.
+type Config struct {
 	// Addr is the collector of jobs without a route from the frontend (host:port); ""
 	// keeps such jobs on the node.
 	Addr    string
@@ -29,13 +38,13 @@ type ShipConfig struct {
 	Dial grpc.DialOption
 }
 
-// Shipper sends each job's property records of a cycle to the collector, in the
+// Uplink sends each job's property records of a cycle to the collector, in the
 // background: the daemon's cycle never waits for it. When the collector does not answer,
-// the shipper keeps the last cycle of each job and sends it once the collector is back
+// the uplink keeps the last cycle of each job and sends it once the collector is back
 // (at most one cycle of a job is lost); meanwhile the daemon aggregates the job itself,
 // as it always does for its digest.
-type Shipper struct {
-	cfg ShipConfig
+type Uplink struct {
+	cfg Config
 	log zerolog.Logger
 
 	mu      sync.Mutex
@@ -50,21 +59,21 @@ type Shipper struct {
 	down    map[string]bool
 }
 
-// NewShipper prepares sending; connections are made lazily, on the first push.
-func NewShipper(cfg ShipConfig, log zerolog.Logger) (*Shipper, error) {
+// New prepares sending; connections are made lazily, on the first push.
+func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
 	}
 	if cfg.Retries <= 0 {
 		cfg.Retries = 2
 	}
-	return &Shipper{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
+	return &Uplink{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
 }
 
 // SetRoutes takes this node's routes from the frontend: each job's collector. A job
 // without a route (a one-node job) stays on the node.
-func (s *Shipper) SetRoutes(rs *pb.Routes) {
+func (s *Uplink) SetRoutes(rs *pb.Routes) {
 	routes, aggs := map[uint32]string{}, map[uint32]string{}
 	holders := map[uint32][]string{}
 	for _, r := range rs.Routes {
@@ -97,13 +106,13 @@ func (s *Shipper) SetRoutes(rs *pb.Routes) {
 }
 
 // Route returns where a job's records go ("" : nowhere, the node keeps them).
-func (s *Shipper) Route(job uint32) string {
+func (s *Uplink) Route(job uint32) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.routeLocked(job)
 }
 
-func (s *Shipper) routeLocked(job uint32) string {
+func (s *Uplink) routeLocked(job uint32) string {
 	if a, ok := s.routes[job]; ok {
 		return a
 	}
@@ -113,7 +122,7 @@ func (s *Shipper) routeLocked(job uint32) string {
 	return s.cfg.Addr
 }
 
-func (s *Shipper) client(addr string) (pb.CollectorClient, error) {
+func (s *Uplink) client(addr string) (pb.CollectorClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.conns[addr]
@@ -135,7 +144,7 @@ func (s *Shipper) client(addr string) (pb.CollectorClient, error) {
 // unsent older one. maxRecords is what the node would send if every condition of the
 // strategy held (properties.Accumulator.MaxRecords; 0: unknown): the collector reports
 // the job's measured load against it to the frontend.
-func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
+func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
 	if len(recs) == 0 {
 		return
 	}
@@ -161,7 +170,7 @@ func (s *Shipper) Send(job uint32, ts time.Time, seconds float64, recs []propert
 }
 
 // Pending returns how many jobs have a cycle waiting to be sent.
-func (s *Shipper) Pending() int {
+func (s *Uplink) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.pending)
@@ -169,7 +178,7 @@ func (s *Shipper) Pending() int {
 
 // Run sends queued cycles until ctx is done; while the collector is down it retries
 // every retry interval.
-func (s *Shipper) Run(ctx context.Context, retry time.Duration) {
+func (s *Uplink) Run(ctx context.Context, retry time.Duration) {
 	if retry <= 0 {
 		retry = time.Second
 	}
@@ -195,7 +204,7 @@ func (s *Shipper) Run(ctx context.Context, retry time.Duration) {
 
 // flush tries to send every pending cycle once (with bounded retries each); a collector
 // that does not answer is skipped for the rest of this round.
-func (s *Shipper) flush(ctx context.Context) {
+func (s *Uplink) flush(ctx context.Context) {
 	type item struct {
 		in   *pb.CycleRecords
 		addr string
@@ -237,7 +246,7 @@ func (s *Shipper) flush(ctx context.Context) {
 	}
 }
 
-func (s *Shipper) push(ctx context.Context, addr string, in *pb.CycleRecords) error {
+func (s *Uplink) push(ctx context.Context, addr string, in *pb.CycleRecords) error {
 	cl, err := s.client(addr)
 	if err != nil {
 		return err
@@ -261,7 +270,7 @@ func (s *Shipper) push(ctx context.Context, addr string, in *pb.CycleRecords) er
 
 // Aggregation returns the agent holding the whole job: the frontend's aggregation point,
 // else the collector all nodes send to ("" : none known).
-func (s *Shipper) Aggregation(job uint32) string {
+func (s *Uplink) Aggregation(job uint32) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.aggs[job]; a != "" {
@@ -274,7 +283,7 @@ func (s *Shipper) Aggregation(job uint32) string {
 }
 
 // FlushJob sends a job's pending cycle now (before its digest is made).
-func (s *Shipper) FlushJob(ctx context.Context, job uint32) error {
+func (s *Uplink) FlushJob(ctx context.Context, job uint32) error {
 	s.mu.Lock()
 	in, addr := s.pending[job], s.dest[job]
 	s.mu.Unlock()
@@ -294,7 +303,7 @@ func (s *Shipper) FlushJob(ctx context.Context, job uint32) error {
 }
 
 // Holders returns the collectors that hold parts of the job, as the frontend last said.
-func (s *Shipper) Holders(job uint32) []string {
+func (s *Uplink) Holders(job uint32) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.holders[job]
@@ -302,7 +311,7 @@ func (s *Shipper) Holders(job uint32) []string {
 
 // Fetch asks the agent at addr for the job's job-wide report, naming the collectors
 // that hold its parts.
-func (s *Shipper) Fetch(ctx context.Context, addr string, job uint32) (*digest.Report, error) {
+func (s *Uplink) Fetch(ctx context.Context, addr string, job uint32) (*digest.Report, error) {
 	cl, err := s.client(addr)
 	if err != nil {
 		return nil, err
@@ -321,10 +330,50 @@ func (s *Shipper) Fetch(ctx context.Context, addr string, job uint32) (*digest.R
 	return &r, nil
 }
 
-// Forget drops what the shipper remembers of an ended job.
-func (s *Shipper) Forget(job uint32) {
+// Forget drops what the uplink remembers of an ended job.
+func (s *Uplink) Forget(job uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.aggs, job)
 	delete(s.holders, job)
+}
+
+// JobWide returns a multi-node job's job-wide report from the agent holding the whole
+// job, after sending this node's last cycle there. It gives up after a second and a half
+// (within ctx); an error says why there is none (the digest then covers this node).
+func (s *Uplink) JobWide(ctx context.Context, job uint32) (*digest.Report, error) {
+	addr := s.Aggregation(job)
+	if addr == "" {
+		return nil, errors.New("no aggregation point known for the job")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if err := s.FlushJob(ctx, job); err != nil {
+		s.log.Debug().Err(err).Uint32("job", job).Msg("last cycle not sent before the digest")
+	}
+	fctx, fcancel := context.WithTimeout(ctx, time.Second) // leaves time to ask a holder
+	wide, err := s.Fetch(fctx, addr, job)
+	fcancel()
+	if err != nil {
+		// The aggregation point is down: any collector holding part of the job can
+		// merge the others' parts.
+		for _, h := range s.Holders(job) {
+			if h == addr || ctx.Err() != nil {
+				continue
+			}
+			s.log.Info().Err(err).Uint32("job", job).Str("instead", h).Msg("aggregation point does not answer: asking a collector of the job")
+			if wide, err = s.Fetch(ctx, h, job); err == nil {
+				addr = h
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(wide.Nodes) < 2 {
+		return nil, fmt.Errorf("the report from %s covers %d node(s)", addr, len(wide.Nodes))
+	}
+	s.log.Info().Uint32("job", job).Strs("nodes", wide.Nodes).Str("from", addr).Msg("job-wide results fetched")
+	return wide, nil
 }

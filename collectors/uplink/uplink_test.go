@@ -1,4 +1,4 @@
-package daemon
+package uplink
 
 import (
 	"context"
@@ -35,10 +35,10 @@ func recs(ts time.Time, v float64) []properties.Record {
 	return []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: v}}
 }
 
-// TestShipperSurvivesADeadCollector: records reach the collector; while it is down,
+// TestUplinkSurvivesADeadCollector: records reach the collector; while it is down,
 // sending never blocks and each job keeps only its newest cycle; when it is back, that
 // cycle arrives. At most one cycle is lost.
-func TestShipperSurvivesADeadCollector(t *testing.T) {
+func TestUplinkSurvivesADeadCollector(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
 	if err != nil {
@@ -46,7 +46,7 @@ func TestShipperSurvivesADeadCollector(t *testing.T) {
 	}
 	defer st.Close()
 	addr, stop := runCollector(t, "127.0.0.1:0", st)
-	sh, err := NewShipper(ShipConfig{Addr: addr, Node: "node1", Timeout: 300 * time.Millisecond, Retries: 1}, zerolog.Nop())
+	sh, err := New(Config{Addr: addr, Node: "node1", Timeout: 300 * time.Millisecond, Retries: 1}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +121,9 @@ func TestJobWideFetch(t *testing.T) {
 	go func() { collectors.Serve(cctx, ln, c); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	ships := map[string]*Shipper{}
+	ships := map[string]*Uplink{}
 	for _, n := range []string{"node1", "node2"} {
-		ships[n], _ = NewShipper(ShipConfig{Addr: ln.Addr().String(), Node: n}, zerolog.Nop())
+		ships[n], _ = New(Config{Addr: ln.Addr().String(), Node: n}, zerolog.Nop())
 	}
 	t0 := time.Unix(1_800_000_000, 0)
 	for i := 0; i < 5; i++ {
@@ -138,7 +138,7 @@ func TestJobWideFetch(t *testing.T) {
 	if a := ships["node1"].Aggregation(5); a != ln.Addr().String() {
 		t.Fatalf("aggregation point %q", a)
 	}
-	wide, err := ships["node1"].Fetch(ctx, ln.Addr().String(), 5)
+	wide, err := ships["node1"].JobWide(ctx, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestJobWideFetch(t *testing.T) {
 		{Key: "cpu_user_pct", Assessed: true, Count: 5},
 		{Key: "cpi", NotAssessed: "instructions: not available"},
 	}
-	merged := MergeResults(local, wide.Properties)
+	merged := properties.MergeResults(local, wide.Properties)
 	keys := map[string]properties.Result{}
 	for _, r := range merged {
 		keys[r.Key] = r

@@ -1,0 +1,104 @@
+package measure
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/perfevents"
+)
+
+// EnvOptions configure NewEnv.
+type EnvOptions struct {
+	Host hostfs.FS
+	// How the perf events are chosen: with PerfWhy set, none (every catalog event is not
+	// measured, for that reason); with ProbeCgroup set (a cgroup directory as the kernel
+	// names it), every event of the node's catalog is tried once there (the daemon);
+	// otherwise the catalog's events whose tracepoints resolve, and each job's open tells
+	// which exist (`persyst run`: one command, and every probe of a syscall tracepoint
+	// costs the kernel an RCU grace period, about 30 ms).
+	PerfWhy     string
+	ProbeCgroup string
+	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
+	Energy      bool
+	Enable      map[string]bool
+	Log         zerolog.Logger
+	Now         func() time.Time
+	SampleBytes int
+}
+
+// NewEnv prepares what all meters of a daemon or of `persyst run` share: the cgroup
+// statistics reader, the perf events this node has, the RAPL counters.
+func NewEnv(o EnvOptions) *Env {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	env := &Env{
+		Host: o.Host, Stats: cgstats.NewReader(o.Host, cgstats.Options{}), Enable: o.Enable,
+		Log: o.Log, Now: o.Now, SampleBytes: o.SampleBytes,
+	}
+	if o.Energy {
+		env.openEnergy()
+	}
+	switch {
+	case o.PerfWhy != "":
+		env.Unavailable = map[string]string{}
+		for _, e := range perfevents.Catalog() {
+			env.Unavailable[e.Name] = "not measured: " + o.PerfWhy
+		}
+	case o.ProbeCgroup != "":
+		probed, err := perfcg.Probe(o.Host, o.Host.Path(o.ProbeCgroup), o.Log)
+		if err != nil {
+			o.Log.Warn().Err(err).Msg("perf events not measured")
+			env.Unavailable = map[string]string{}
+			for _, e := range perfevents.Catalog() {
+				env.Unavailable[e.Name] = "not measured: " + err.Error()
+			}
+			break
+		}
+		env.Unavailable = map[string]string{}
+		for _, st := range probed {
+			if !st.Available {
+				env.Unavailable[st.Event.Name] = "not available: " + perfcg.Reason(st.Event, st.Err)
+			}
+		}
+		env.Events = perfevents.WithIPC(probed.Available())
+		names := make([]string, 0, len(env.Events))
+		for _, e := range env.Events {
+			names = append(names, e.Name)
+		}
+		o.Log.Info().Strs("events", names).Int("not_available", len(env.Unavailable)).
+			Str("cgroups", o.ProbeCgroup).Msg("perf events probed")
+	default:
+		env.Unavailable = map[string]string{}
+		all, _ := perfcg.NodeCatalog(o.Host)
+		for _, e := range all {
+			re, err := perfcg.Resolve(o.Host, e)
+			if err != nil {
+				env.Unavailable[e.Name] = "not available: " + perfcg.Reason(e, err)
+				continue
+			}
+			env.Events = append(env.Events, re)
+		}
+		env.Events = perfevents.WithIPC(env.Events)
+	}
+	return env
+}
+
+// openEnergy opens the node's RAPL energy counters, if the kernel has them.
+func (env *Env) openEnergy() {
+	evs, err := perfcg.PowerEvents(env.Host)
+	if err == nil {
+		var cpus []int
+		if cpus, err = env.Host.OnlineCPUs(); err == nil {
+			env.Energy, err = perfcg.OpenEnergy(evs, env.Host.PackageCPUs(cpus))
+		}
+	}
+	if err != nil {
+		env.EnergyWhy = "not available: " + err.Error()
+		env.Log.Info().Err(err).Msg("energy (RAPL) not measured")
+	}
+}

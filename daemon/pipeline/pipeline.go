@@ -1,0 +1,170 @@
+// Package pipeline is one job's way from counters to its digest, the same for the node
+// daemon and for `persyst run`, so that the two cannot drift apart:
+//
+//	measure.Meter ──samples──▶ properties.Accumulator ──records──▶ Options.Records (the agent tree)
+//	      │                              │
+//	      └── summary ──────────────────▶ Results ──▶ Report (digest)
+//
+// A Job reads its meter at each cycle boundary (Loop, NextTick) and at its steps' and
+// its own end; every read with an interval is evaluated at once, so each interval's
+// property records exist while the job runs. At the end, Results completes the
+// job-level properties over the whole job, and Report builds the digest report.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
+)
+
+// Options configure a Job.
+type Options struct {
+	// Engine evaluates the properties (nil: the job is measured only).
+	Engine *properties.Engine
+	// Records, if set, gets each interval's property records as they are made, with the
+	// records the strategy would yield if every condition held (the job's full load).
+	Records func(t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+}
+
+// Job is one job's pipeline on this node.
+type Job struct {
+	meter *measure.Meter
+	opts  Options
+
+	mu    sync.Mutex
+	acc   *properties.Accumulator // created at the first interval
+	amend []func(*sample.Summary)
+}
+
+// Start opens the job's meter (its baseline read) and the pipeline behind it.
+func Start(env *measure.Env, spec measure.Spec, o Options) (*Job, error) {
+	m, err := measure.Open(env, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Job{meter: m, opts: o}, nil
+}
+
+// Meter returns the job's meter.
+func (j *Job) Meter() *measure.Meter { return j.meter }
+
+// Read reads the job's sources and evaluates the new interval. The error reports sources
+// that failed; the sample holds everything else and is evaluated either way.
+func (j *Job) Read(reason sample.Reason) (sample.Sample, error) {
+	s, err := j.meter.Read(reason)
+	j.evaluate(s)
+	return s, err
+}
+
+// evaluate adds an interval to the property records and hands them on.
+func (j *Job) evaluate(s sample.Sample) {
+	if j.opts.Engine == nil || s.Seconds <= 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	recs := j.accumulator().Add(s)
+	if j.opts.Records != nil {
+		j.opts.Records(s.Time, s.Seconds, recs, j.acc.MaxRecords())
+	}
+}
+
+// accumulator returns the job's accumulator, created with what the meter knows of the
+// job (its CPUs and their topology). j.mu is held.
+func (j *Job) accumulator() *properties.Accumulator {
+	if j.acc == nil {
+		spec := j.meter.Spec()
+		j.acc = j.opts.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(spec.CPUs), Topology: spec.Topology})
+	}
+	return j.acc
+}
+
+// End takes the final read, evaluates it and closes the sources; it returns the job's
+// summary. The error reports what failed (the summary covers what was read).
+func (j *Job) End() (sample.Summary, error) {
+	_, rerr := j.Read(sample.End)
+	cerr := j.meter.Close()
+	return j.Summary(), errors.Join(rerr, cerr)
+}
+
+// Amend adds what was learnt about the job outside its meter to its summary from now on
+// (`persyst run` without privileges: CPU time and peak memory from wait4's rusage).
+func (j *Job) Amend(f func(*sample.Summary)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.amend = append(j.amend, f)
+}
+
+// Summary returns the job's measurement so far, amended.
+func (j *Job) Summary() sample.Summary {
+	s := j.meter.Summary()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, f := range j.amend {
+		f(&s)
+	}
+	return s
+}
+
+// Results completes the property evaluation over the job so far (job-level properties:
+// memory trend, memory against the request, ...); memRequested is the job's memory
+// request in bytes (0: none). Without an engine it returns nil.
+func (j *Job) Results(memRequested float64) []properties.Result {
+	if j.opts.Engine == nil {
+		return nil
+	}
+	samples, sum := j.meter.Samples(), j.Summary()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	acc := j.accumulator()
+	acc.SetMemRequested(memRequested)
+	return acc.Finish(samples, sum)
+}
+
+// Report builds the job's digest report from results (Results, possibly merged with the
+// job-wide ones of other nodes): f says which job and nodes; the time covered is the
+// meter's.
+func (j *Job) Report(f digest.Facts, results []properties.Result) digest.Report {
+	sum := j.Summary()
+	f.Start, f.End, f.Seconds, f.Samples = sum.Started, sum.Last, sum.Seconds, sum.Samples
+	var minSeconds float64
+	if j.opts.Engine != nil {
+		minSeconds = j.opts.Engine.MinSeconds()
+	}
+	return digest.Build(f, results, minSeconds)
+}
+
+// Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.
+type Waiter func(ctx context.Context, t time.Time) error
+
+// RealWait is the production Waiter.
+func RealWait(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// Loop calls cycle at every cycle boundary (NextTick of now() and period) until ctx is
+// done; it returns nil then, or the Waiter's other error.
+func Loop(ctx context.Context, now func() time.Time, period time.Duration, wait Waiter, cycle func()) error {
+	for {
+		if err := wait(ctx, NextTick(now(), period)); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		cycle()
+	}
+}

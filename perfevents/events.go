@@ -1,0 +1,145 @@
+// Package perfevents is the catalog of the perf events persyst counts: their perf(1)
+// names, what each needs from the kernel (Kind), their perf_event_attr type and config,
+// the groups they are scheduled in, and the raw floating-point and memory events of the
+// processors that have a table (RawEvents). It is data only: the reader that opens and
+// reads them is daemon/perfcg; the property engine uses the names.
+package perfevents
+
+import (
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind classifies events by what they need from the kernel.
+type Kind int
+
+const (
+	Software   Kind = iota // PERF_TYPE_SOFTWARE: always present
+	Tracepoint             // PERF_TYPE_TRACEPOINT: needs tracefs for the id and the tracepoint
+	Hardware               // PERF_TYPE_HARDWARE: needs a PMU
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Software:
+		return "software"
+	case Tracepoint:
+		return "tracepoint"
+	case Hardware:
+		return "hardware"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is one perf event. For tracepoints Config is the tracepoint id, filled in by
+// FS.Resolve (0 means unresolved).
+type Event struct {
+	Name   string // perf(1) spelling: "task-clock", "syscalls:sys_enter_openat", "cycles"
+	Kind   Kind
+	Type   uint32 // PERF_TYPE_*
+	Config uint64
+	// Group: events with the same non-empty Group are opened as one perf group per CPU.
+	Group string
+}
+
+func sw(name string, config uint64) Event {
+	return Event{Name: name, Kind: Software, Type: unix.PERF_TYPE_SOFTWARE, Config: config}
+}
+
+func hw(name string, config uint64, group string) Event {
+	return Event{Name: name, Kind: Hardware, Type: unix.PERF_TYPE_HARDWARE, Config: config, Group: group}
+}
+
+func tp(name string) Event {
+	return Event{Name: name, Kind: Tracepoint, Type: unix.PERF_TYPE_TRACEPOINT}
+}
+
+// SoftwareEvents are the generic software events; they exist on every kernel with
+// perf events.
+func SoftwareEvents() []Event {
+	return []Event{
+		sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
+		sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES),
+		sw("cpu-migrations", unix.PERF_COUNT_SW_CPU_MIGRATIONS),
+		sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS),
+		sw("major-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MAJ),
+		sw("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN),
+	}
+}
+
+// TracepointEvents are the file open/close tracepoints. sys_enter_open does not exist
+// on architectures without open(2) (arm64); it is then reported not available.
+func TracepointEvents() []Event {
+	return []Event{
+		tp("syscalls:sys_enter_openat"),
+		tp("syscalls:sys_enter_open"),
+		tp("syscalls:sys_enter_close"),
+	}
+}
+
+// HardwareEvents are the generic hardware events, grouped so that related events are
+// scheduled together: cycles+instructions ("ipc"), branches ("branch", with
+// cycles+instructions added by WithIPC), cache ("cache", likewise).
+func HardwareEvents() []Event {
+	return []Event{
+		hw("cycles", unix.PERF_COUNT_HW_CPU_CYCLES, "ipc"),
+		hw("instructions", unix.PERF_COUNT_HW_INSTRUCTIONS, "ipc"),
+		hw("ref-cycles", unix.PERF_COUNT_HW_REF_CPU_CYCLES, "ipc"),
+		hw("branches", unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS, "branch"),
+		hw("branch-misses", unix.PERF_COUNT_HW_BRANCH_MISSES, "branch"),
+		hw("cache-references", unix.PERF_COUNT_HW_CACHE_REFERENCES, "cache"),
+		hw("cache-misses", unix.PERF_COUNT_HW_CACHE_MISSES, "cache"),
+	}
+}
+
+// Catalog is every event Probe tries: software, tracepoints, hardware.
+func Catalog() []Event {
+	var out []Event
+	out = append(out, SoftwareEvents()...)
+	out = append(out, TracepointEvents()...)
+	out = append(out, HardwareEvents()...)
+	return out
+}
+
+// WithIPC returns events with cycles and instructions put at the front of every
+// hardware group that lacks them (keep cycles+instructions in every group), so each group's IPC is measured over exactly the time that group ran.
+// Group order is kept; the input is not modified.
+func WithIPC(events []Event) []Event {
+	cycles, instr := HardwareEvents()[0], HardwareEvents()[1]
+	type grp struct{ hasC, hasI bool }
+	groups := map[string]*grp{}
+	var order []string
+	for _, e := range events {
+		if e.Kind != Hardware || e.Group == "" {
+			continue
+		}
+		g := groups[e.Group]
+		if g == nil {
+			g = &grp{}
+			groups[e.Group] = g
+			order = append(order, e.Group)
+		}
+		g.hasC = g.hasC || (e.Type == cycles.Type && e.Config == cycles.Config)
+		g.hasI = g.hasI || (e.Type == instr.Type && e.Config == instr.Config)
+	}
+	out := make([]Event, 0, len(events)+2*len(order))
+	done := map[string]bool{}
+	for _, e := range events {
+		if g := groups[e.Group]; e.Kind == Hardware && g != nil && !done[e.Group] {
+			done[e.Group] = true
+			if !g.hasC {
+				c := cycles
+				c.Group = e.Group
+				out = append(out, c)
+			}
+			if !g.hasI {
+				i := instr
+				i.Group = e.Group
+				out = append(out, i)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}

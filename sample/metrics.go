@@ -1,0 +1,170 @@
+package sample
+
+// Kind says how a metric combines over time.
+type Kind int
+
+const (
+	// Counter values in a Sample are increases over the sample's interval; totals add up.
+	Counter Kind = iota
+	// Gauge values are the state at the read; the total is the last value.
+	Gauge
+	// Peak values are a high-water mark; the total is the maximum.
+	Peak
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Gauge:
+		return "gauge"
+	case Peak:
+		return "peak"
+	}
+	return "counter"
+}
+
+// Metric names. They are part of the interface to the property engine and to
+// `persyst jobs --json`: keep them stable. Perf events keep perf(1)'s names
+// ("task-clock" in ns, "context-switches", "syscalls:sys_enter_openat", "cycles", ...),
+// per CPU and summed over the job's CPUs.
+const (
+	// cgroup statistics (job on this node).
+	CPUUserSeconds    = "cpu_user_seconds"
+	CPUSystemSeconds  = "cpu_system_seconds"
+	CPUPeriods        = "cpu_periods"
+	CPUThrottled      = "cpu_throttled_periods"
+	CPUThrottledSecs  = "cpu_throttled_seconds"
+	MemBytes          = "mem_bytes"
+	MemPeakBytes      = "mem_peak_bytes"
+	MemAnonBytes      = "mem_anon_bytes" // anonymous memory, without the page cache
+	OOMEvents         = "oom_events"
+	OOMKills          = "oom_kills"
+	PageFaults        = "page_faults"
+	MajorPageFaults   = "major_page_faults"
+	Tasks             = "tasks"
+	BlkReadBytes      = "blk_read_bytes"
+	BlkWriteBytes     = "blk_write_bytes"
+	BlkReadOps        = "blk_read_ops"
+	BlkWriteOps       = "blk_write_ops"
+	PSICPUSomeSeconds = "psi_cpu_some_seconds"
+	PSICPUFullSeconds = "psi_cpu_full_seconds"
+	PSIMemSomeSeconds = "psi_memory_some_seconds"
+	PSIMemFullSeconds = "psi_memory_full_seconds"
+	PSIIOSomeSeconds  = "psi_io_some_seconds"
+	PSIIOFullSeconds  = "psi_io_full_seconds"
+	// process I/O (/proc/PID/io of the job's processes).
+	ReadChars         = "read_chars"  // bytes passed to read(2) and friends
+	WriteChars        = "write_chars" // bytes passed to write(2) and friends
+	ReadSyscalls      = "read_syscalls"
+	WriteSyscalls     = "write_syscalls"
+	StorageReadBytes  = "storage_read_bytes"
+	StorageWriteBytes = "storage_write_bytes"
+	CancelledWrites   = "cancelled_write_bytes"
+	Processes         = "processes"
+	// node network, only when the job has the node to itself.
+	NetRxBytes   = "net_rx_bytes"
+	NetTxBytes   = "net_tx_bytes"
+	NetRxPackets = "net_rx_packets"
+	NetTxPackets = "net_tx_packets"
+	IBRxBytes    = "ib_rcv_bytes"
+	IBTxBytes    = "ib_xmit_bytes"
+	IBRxPackets  = "ib_rcv_packets"
+	IBTxPackets  = "ib_xmit_packets"
+	// RAPL energy (package, DRAM), node-wide, only when the job has the node alone.
+	EnergyPkgJoules = "energy_pkg_joules"
+	EnergyRAMJoules = "energy_ram_joules"
+)
+
+// Metric describes one metric of the vocabulary.
+type Metric struct {
+	Name string
+	Kind Kind
+	Unit string // "seconds", "bytes", "count", "joules", ...
+	Help string
+}
+
+// Metrics is the vocabulary of metrics a Sample's Job map can hold besides perf events
+// (whose names are perf(1)'s, see perfevents): every metric a measurement source
+// produces, and every name the property engine's expressions may use for them. A source
+// with a new metric adds it here.
+var metrics = []Metric{
+	{CPUUserSeconds, Counter, "seconds", "CPU time in user mode (cgroup cpuacct / cpu.stat)"},
+	{CPUSystemSeconds, Counter, "seconds", "CPU time in the kernel on the job's behalf"},
+	{CPUPeriods, Counter, "count", "CFS enforcement periods of the job's CPU quota"},
+	{CPUThrottled, Counter, "count", "periods in which the job was throttled by its CPU quota"},
+	{CPUThrottledSecs, Counter, "seconds", "time the job was throttled by its CPU quota"},
+	{MemBytes, Gauge, "bytes", "memory in use, page cache included, at the read"},
+	{MemPeakBytes, Peak, "bytes", "highest memory in use so far"},
+	{MemAnonBytes, Gauge, "bytes", "anonymous memory (without the page cache) at the read"},
+	{OOMEvents, Counter, "count", "times the job's memory limit was hit"},
+	{OOMKills, Counter, "count", "processes of the job killed by the OOM killer"},
+	{PageFaults, Counter, "count", "page faults"},
+	{MajorPageFaults, Counter, "count", "page faults that needed I/O"},
+	{Tasks, Gauge, "count", "tasks (threads) in the job's cgroup at the read"},
+	{BlkReadBytes, Counter, "bytes", "bytes read from block devices"},
+	{BlkWriteBytes, Counter, "bytes", "bytes written to block devices"},
+	{BlkReadOps, Counter, "count", "read requests to block devices"},
+	{BlkWriteOps, Counter, "count", "write requests to block devices"},
+	{PSICPUSomeSeconds, Counter, "seconds", "time some of the job's tasks waited for a CPU (pressure stall)"},
+	{PSICPUFullSeconds, Counter, "seconds", "time all of the job's tasks waited for a CPU"},
+	{PSIMemSomeSeconds, Counter, "seconds", "time some of the job's tasks stalled on memory"},
+	{PSIMemFullSeconds, Counter, "seconds", "time all of the job's tasks stalled on memory"},
+	{PSIIOSomeSeconds, Counter, "seconds", "time some of the job's tasks stalled on I/O"},
+	{PSIIOFullSeconds, Counter, "seconds", "time all of the job's tasks stalled on I/O"},
+	{ReadChars, Counter, "bytes", "bytes passed to read(2) and friends by the job's processes"},
+	{WriteChars, Counter, "bytes", "bytes passed to write(2) and friends by the job's processes"},
+	{ReadSyscalls, Counter, "count", "read(2)-like system calls of the job's processes"},
+	{WriteSyscalls, Counter, "count", "write(2)-like system calls of the job's processes"},
+	{StorageReadBytes, Counter, "bytes", "bytes the job's processes caused to be read from storage"},
+	{StorageWriteBytes, Counter, "bytes", "bytes the job's processes caused to be written to storage"},
+	{CancelledWrites, Counter, "bytes", "written bytes whose writeback was cancelled (truncated files)"},
+	{Processes, Gauge, "count", "processes of the job at the read"},
+	{NetRxBytes, Counter, "bytes", "bytes received on the node's network interfaces (job alone on the node)"},
+	{NetTxBytes, Counter, "bytes", "bytes sent on the node's network interfaces (job alone on the node)"},
+	{NetRxPackets, Counter, "count", "packets received on the node's network interfaces (job alone)"},
+	{NetTxPackets, Counter, "count", "packets sent on the node's network interfaces (job alone)"},
+	{IBRxBytes, Counter, "bytes", "bytes received on the node's InfiniBand ports (job alone)"},
+	{IBTxBytes, Counter, "bytes", "bytes sent on the node's InfiniBand ports (job alone)"},
+	{IBRxPackets, Counter, "count", "packets received on the node's InfiniBand ports (job alone)"},
+	{IBTxPackets, Counter, "count", "packets sent on the node's InfiniBand ports (job alone)"},
+	{EnergyPkgJoules, Counter, "joules", "energy of the node's processor packages (RAPL; job alone)"},
+	{EnergyRAMJoules, Counter, "joules", "energy of the node's DRAM (RAPL; job alone)"},
+}
+
+var kinds = func() map[string]Kind {
+	m := make(map[string]Kind, len(metrics))
+	for _, x := range metrics {
+		m[x.Name] = x.Kind
+	}
+	return m
+}()
+
+// Metrics returns the vocabulary, in a stable order.
+func Metrics() []Metric { return append([]Metric(nil), metrics...) }
+
+// Names lists every metric of the vocabulary (not perf events), in a stable order.
+func Names() []string {
+	out := make([]string, len(metrics))
+	for i, m := range metrics {
+		out[i] = m.Name
+	}
+	return out
+}
+
+// KindOf returns how the metric name combines over time (perf events, which are not in
+// the vocabulary, are counters).
+func KindOf(name string) Kind {
+	if k, ok := kinds[name]; ok {
+		return k
+	}
+	return Counter
+}
+
+// Lookup returns the vocabulary's definition of a metric.
+func Lookup(name string) (Metric, bool) {
+	for _, m := range metrics {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Metric{}, false
+}

@@ -1,0 +1,75 @@
+package sample
+
+import (
+	"sort"
+	"time"
+)
+
+// Reason says why a read happened.
+type Reason string
+
+// Read reasons.
+const (
+	Start Reason = "start" // baseline, when measurement begins
+	Cycle Reason = "cycle" // at a cycle boundary
+	End   Reason = "end"   // at job end (or when `persyst run`'s command exited)
+	Step  Reason = "step"  // when a step ended (the job's cgroups still exist then)
+)
+
+// CPUValues are one CPU's values in a Sample or Summary.
+type CPUValues struct {
+	CPU    int                `json:"cpu"`
+	Values map[string]float64 `json:"values"`
+}
+
+// Sample is one read of a job.
+type Sample struct {
+	Time    time.Time `json:"time"`
+	Reason  Reason    `json:"reason"`
+	Seconds float64   `json:"seconds"` // length of the interval since the previous read
+	// Job holds the job's values on this node: counter increases over the interval,
+	// gauges at the read, perf events summed over the job's CPUs.
+	Job map[string]float64 `json:"job"`
+	// CPU holds the perf events per CPU of the job.
+	CPU []CPUValues `json:"cpu,omitempty"`
+	// LowCoverage lists "event@cpu" whose counter ran for less than half of the time it
+	// was enabled (multiplexed): those values are extrapolated.
+	LowCoverage []string `json:"low_coverage,omitempty"`
+}
+
+// Rate returns a counter's increase per second over the sample's interval.
+func (s Sample) Rate(name string) (float64, bool) {
+	v, ok := s.Job[name]
+	if !ok || s.Seconds <= 0 {
+		return 0, false
+	}
+	return v / s.Seconds, true
+}
+
+// Summary is a job's measurement so far.
+type Summary struct {
+	Started time.Time `json:"started"`
+	Last    time.Time `json:"last"`
+	Samples int       `json:"samples"`
+	// Halved counts how often the samples were merged pairwise to stay in the budget.
+	Halved int    `json:"halved,omitempty"`
+	CPUs   string `json:"cpus"`
+	// Topology gives each CPU's core and socket, to add per-CPU values up per core.
+	Topology []CPUTopo          `json:"topology,omitempty"`
+	Ended    bool               `json:"ended"`
+	Seconds  float64            `json:"seconds"` // measured time: Last - Started
+	Totals   map[string]float64 `json:"totals"`
+	PerCPU   []CPUValues        `json:"per_cpu,omitempty"`
+	// NotMeasured maps metrics (and perf events) that have no value to the reason.
+	NotMeasured map[string]string `json:"not_measured,omitempty"`
+}
+
+// SortedNames returns the keys of m, sorted (for stable output).
+func SortedNames(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
