@@ -1,0 +1,86 @@
+package measure
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/sample"
+)
+
+// TestRegistry: every source has a unique name and a factory; a metric of sample's
+// vocabulary keeps its kind wherever a source lists it, and each is produced by exactly
+// one source (the vocabulary has no metric nobody measures).
+func TestRegistry(t *testing.T) {
+	names := map[string]bool{}
+	producer := map[string]string{}
+	for _, r := range Sources() {
+		if r.Name == "" || r.New == nil || names[r.Name] {
+			t.Errorf("registration %+v: want a unique name and a factory", r.Name)
+		}
+		names[r.Name] = true
+		for _, m := range r.Metrics {
+			if v, ok := sample.Lookup(m.Name); ok && v.Kind != m.Kind {
+				t.Errorf("%s: %s is a %v, the vocabulary says %v", r.Name, m.Name, m.Kind, v.Kind)
+			}
+			if p, dup := producer[m.Name]; dup {
+				t.Errorf("%s is produced by %s and %s", m.Name, p, r.Name)
+			}
+			producer[m.Name] = r.Name
+		}
+	}
+	for _, n := range sample.Names() {
+		if producer[n] == "" {
+			t.Errorf("vocabulary metric %s: no source produces it", n)
+		}
+	}
+	if err := CheckEnable(map[string]bool{"cgroup": false}); err != nil {
+		t.Errorf("CheckEnable(cgroup): %v", err)
+	}
+	if err := CheckEnable(map[string]bool{"cgruop": false}); err == nil || !strings.Contains(err.Error(), `"cgruop"`) {
+		t.Errorf("CheckEnable(cgruop): error %v, want it to name the source", err)
+	}
+}
+
+// TestSourceOff: a source turned off reads nothing and says so for each of its metrics;
+// the others go on.
+func TestSourceOff(t *testing.T) {
+	f := newFakeJob(t)
+	f.set(t, 1_000_000, 0, 100, 100)
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	env := &Env{
+		Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
+		Enable: map[string]bool{"cgroup": false}, Log: zerolog.Nop(), Now: func() time.Time { return now },
+	}
+	m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, StatCgroups: map[string]string{"unified": f.dir}, ProcCgroup: f.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	f.set(t, 3_000_000, 0, 200, 200)
+	s, err := m.Read(sample.Cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Job[sample.CPUUserSeconds]; ok {
+		t.Errorf("cpu_user_seconds measured with the cgroup source off: %v", s.Job)
+	}
+	if _, ok := s.Job[sample.Processes]; !ok {
+		t.Errorf("processes not measured: the procio source is on")
+	}
+	sum := m.Summary()
+	for _, n := range cgroupNames() {
+		if got, want := sum.NotMeasured[n], "not measured: the cgroup source is turned off"; got != want {
+			t.Errorf("NotMeasured[%s] = %q, want %q", n, got, want)
+		}
+	}
+	for _, n := range cgroupNames() {
+		if v, ok := sum.Totals[n]; ok {
+			t.Errorf("total of %s = %v with its source off", n, v)
+		}
+	}
+}
