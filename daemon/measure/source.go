@@ -52,6 +52,7 @@ var sources = []Registration{
 	netRegistration,
 	infinibandRegistration,
 	energyRegistration,
+	schedstatRegistration,
 }
 
 // Sources lists the registered sources.
