@@ -619,3 +619,53 @@ func (m *machine) take(u int32, k int, out []int32) []int32 {
 	}
 	return out
 }
+
+// SimOptions choose a simulation: a preset ("supermuc" or "large") and what to change in
+// it (0, Syncs -1 and "" keep the preset's).
+type SimOptions struct {
+	Preset                                                        string
+	Nodes, Collectors, Syncs, LMaxNodes, MinJobs, MaxJobs, Cycles int
+	Overflow, Placement, LoadShare                                string
+	Seed                                                          int64
+}
+
+// Config is the simulation the options choose; an error names the bad option.
+func (o SimOptions) Config() (SimConfig, error) {
+	var cfg SimConfig
+	switch o.Preset {
+	case "supermuc", "":
+		cfg = SuperMUC()
+	case "large":
+		cfg = LargeCluster()
+	default:
+		return cfg, fmt.Errorf("--preset %q: want supermuc or large", o.Preset)
+	}
+	for _, x := range []struct{ dst, v *int }{{&cfg.Nodes, &o.Nodes}, {&cfg.Collectors, &o.Collectors},
+		{&cfg.LMaxNodes, &o.LMaxNodes}, {&cfg.MinJobs, &o.MinJobs}, {&cfg.MaxJobs, &o.MaxJobs}, {&cfg.Cycles, &o.Cycles}} {
+		if *x.v > 0 {
+			*x.dst = *x.v
+		}
+	}
+	if o.Syncs >= 0 {
+		cfg.Syncs = o.Syncs
+	}
+	var err error
+	if o.Overflow != "" {
+		if cfg.Overflow, err = ParseOverflow(o.Overflow); err != nil {
+			return cfg, err
+		}
+	}
+	if o.Placement != "" {
+		if cfg.Placement, err = ParsePlacement(o.Placement); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.Seed = o.Seed
+	if o.LoadShare == "" {
+		o.LoadShare = "max"
+	}
+	if cfg.MinLoadShare, cfg.MaxLoadShare, err = ParseLoadShare(o.LoadShare); err != nil {
+		return cfg, fmt.Errorf("--load-share: %w", err)
+	}
+	return cfg, nil
+}

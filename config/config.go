@@ -38,6 +38,11 @@ type Config struct {
 	Thresholds map[string]float64
 	// ThresholdLines says where each threshold was set (for error messages).
 	ThresholdLines map[string]int
+	// Sources turn metric sources on or off: MetricSource.<name>=on|off (the names are
+	// checked against the node's registry when the daemon starts).
+	Sources map[string]bool
+	// SourceLines says where each source was set (for error messages).
+	SourceLines map[string]int
 	// DigestMinSeconds: shorter jobs get only the findings robust at that length.
 	DigestMinSeconds float64
 	// Digest turns the digest in job output files on or off (measurement goes on).
@@ -210,6 +215,12 @@ func Parse(r io.Reader, name string) (Config, error) {
 			}
 			continue
 		}
+		if src, ok := cutPrefixFold(k, "MetricSource."); ok {
+			if err := c.setSource(src, v, n); err != nil {
+				return Config{}, fmt.Errorf("%s:%d: %s: %w", name, n, k, err)
+			}
+			continue
+		}
 		var fd *field
 		for i := range fields {
 			if strings.EqualFold(fields[i].name, k) {
@@ -270,6 +281,30 @@ func ParseQuantity(s string) (float64, bool) {
 		return 0, false
 	}
 	return v * mult, true
+}
+
+// setSource records MetricSource.<name>=on|off.
+func (c *Config) setSource(src, v string, line int) error {
+	if src == "" {
+		return fmt.Errorf("want MetricSource.<source name>=on|off")
+	}
+	src = strings.ToLower(src)
+	if prev, dup := c.SourceLines[src]; dup {
+		return fmt.Errorf("already set on line %d", prev)
+	}
+	var on bool
+	switch strings.ToLower(v) {
+	case "on", "yes":
+		on = true
+	case "off", "no":
+	default:
+		return fmt.Errorf("want on or off, got %q", v)
+	}
+	if c.Sources == nil {
+		c.Sources, c.SourceLines = map[string]bool{}, map[string]int{}
+	}
+	c.Sources[src], c.SourceLines[src] = on, line
+	return nil
 }
 
 // setThreshold records Threshold.<id>=<number>[unit] (units as in the catalog).

@@ -39,6 +39,13 @@ func TestParse(t *testing.T) {
 				c.Thresholds = map[string]float64{"cpi": 2.5, "io_write_request_size": 1 << 20, "cpu_user_pct": 70}
 				c.ThresholdLines = map[string]int{"cpi": 1, "io_write_request_size": 2, "cpu_user_pct": 3}
 			}), ""},
+		{"metric sources", "MetricSource.schedstat=off\nmetricsource.RAPL = on",
+			with(func(c *Config) {
+				c.Sources = map[string]bool{"schedstat": false, "rapl": true}
+				c.SourceLines = map[string]int{"schedstat": 1, "rapl": 2}
+			}), ""},
+		{"bad source value", "MetricSource.perf=maybe", Config{}, `test.conf:1: MetricSource.perf: want on or off, got "maybe"`},
+		{"source twice", "MetricSource.perf=on\nMetricSource.Perf=off", Config{}, `test.conf:2: MetricSource.Perf: already set on line 1`},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
 		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
 		{"tree lines keep their line numbers", "CycleSeconds=5\nFrontend=fe Syncs=s1\nCollector=c0:1\nsync=s1 Collectors=c1 # spine\nCollector=c1 Nodes=n[1-4] Addr=c1:16830\n",

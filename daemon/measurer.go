@@ -100,7 +100,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		cfg: cfg, log: log.With().Str("part", "measure").Logger(), now: now, reg: reg, node: node,
 		host: hostfs.New(cfg.Root), jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, stateDir: cfg.StateDir,
 	}
-	if err := measure.CheckEnable(cfg.Enable); err != nil {
+	if err := measure.CheckEnable(cfg.Enable, "", nil); err != nil {
 		return nil, err
 	}
 	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: m.log, Now: now}

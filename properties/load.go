@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/hostfs"
 )
 
@@ -168,4 +169,28 @@ func CheckThresholds(file string, lines map[string]int) error {
 		return fmt.Errorf("%s:%d: Threshold.%s: no such property (see docs/properties.md)", file, lines[bad], bad)
 	}
 	return nil
+}
+
+// SettingsOf takes the property settings from persyst.conf.
+func SettingsOf(c config.Config) Settings {
+	return Settings{StrategyFile: c.StrategyFile, Thresholds: c.Thresholds, MinSeconds: c.DigestMinSeconds}
+}
+
+// LoadConfig checks persyst.conf's thresholds against the catalog (file names the
+// configuration file in errors) and loads the engine of an agent of the tree, without a
+// node's calibration.
+func LoadConfig(file string, c config.Config) (*Engine, error) {
+	if err := CheckThresholds(file, c.ThresholdLines); err != nil {
+		return nil, err
+	}
+	return Load(SettingsOf(c))
+}
+
+// LoadConfigForNode is LoadConfig for a node: with its node type's calibration from
+// persyst.conf's CalibrationDir.
+func LoadConfigForNode(h hostfs.FS, file string, c config.Config) (*Engine, Calibration, error) {
+	if err := CheckThresholds(file, c.ThresholdLines); err != nil {
+		return nil, Calibration{}, err
+	}
+	return LoadForNode(h, c.CalibrationDir, SettingsOf(c))
 }

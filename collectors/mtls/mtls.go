@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/persyst/persyst/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,4 +74,9 @@ func (f Files) DialOption() (grpc.DialOption, error) {
 	return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13,
 	})), nil
+}
+
+// FromConfig returns persyst.conf's TLSCert, TLSKey and TLSCA.
+func FromConfig(c config.Config) Files {
+	return Files{Cert: c.TLSCert, Key: c.TLSKey, CA: c.TLSCA}
 }

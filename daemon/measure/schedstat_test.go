@@ -44,7 +44,7 @@ func TestSchedstat(t *testing.T) {
 		t.Fatal(err)
 	}
 	task("100", "9000 3000000000 20\n")
-	task("101", "")                   // exited, with 2 s waited and 5 slices counted before
+	task("101", "")                  // exited, with 2 s waited and 5 slices counted before
 	task("102", "100 500000000 1\n") // new
 	now = now.Add(time.Minute)
 	s, err := m.Read(sample.Cycle)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/persyst/persyst/sample"
 )
@@ -90,20 +91,29 @@ func (env *Env) enabled(r Registration) bool {
 	return r.Default
 }
 
-// CheckEnable reports the first name in enable that is not a registered source.
-func CheckEnable(enable map[string]bool) error {
+// CheckEnable reports the first name in enable that is not a registered source; lines,
+// if given, say where in file each was set (persyst.conf's MetricSource.<name>=).
+func CheckEnable(enable map[string]bool, file string, lines map[string]int) error {
 	known := map[string]bool{}
 	var names []string
 	for _, r := range sources {
 		known[r.Name] = true
 		names = append(names, r.Name)
 	}
+	bad := ""
 	for n := range enable {
-		if !known[n] {
-			return fmt.Errorf("no metric source %q (the sources: %v)", n, names)
+		if !known[n] && (bad == "" || lines[n] < lines[bad] || lines[n] == lines[bad] && n < bad) {
+			bad = n
 		}
 	}
-	return nil
+	if bad == "" {
+		return nil
+	}
+	err := fmt.Errorf("no metric source %q (the sources: %s)", bad, strings.Join(names, ", "))
+	if line, ok := lines[bad]; ok && file != "" {
+		return fmt.Errorf("%s:%d: MetricSource.%s: %w", file, line, bad, err)
+	}
+	return err
 }
 
 // Read is one read of a job's meter, as a source sees it.

@@ -38,11 +38,12 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("vocabulary metric %s: no source produces it", n)
 		}
 	}
-	if err := CheckEnable(map[string]bool{"cgroup": false}); err != nil {
+	if err := CheckEnable(map[string]bool{"cgroup": false}, "", nil); err != nil {
 		t.Errorf("CheckEnable(cgroup): %v", err)
 	}
-	if err := CheckEnable(map[string]bool{"cgruop": false}); err == nil || !strings.Contains(err.Error(), `"cgruop"`) {
-		t.Errorf("CheckEnable(cgruop): error %v, want it to name the source", err)
+	err := CheckEnable(map[string]bool{"cgruop": false, "perf": true}, "persyst.conf", map[string]int{"perf": 2, "cgruop": 7})
+	if want := `persyst.conf:7: MetricSource.cgruop: no metric source "cgruop"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("CheckEnable(cgruop): error %v, want %q", err, want)
 	}
 }
 

@@ -55,6 +55,9 @@ import (
 // ChildCommand is the hidden persyst subcommand that joins the cgroups and execs CMD.
 const ChildCommand = "__run-child"
 
+// ErrNoCommand is Run's error without a command.
+var ErrNoCommand = errors.New("no command given: persyst run [--interval D] [--json] -- CMD ARGS...")
+
 // Options configure Run.
 type Options struct {
 	Interval time.Duration // cycle; reads at multiples of it (default 60 s)
@@ -91,7 +94,7 @@ type Result struct {
 // Run runs argv measured and returns the exit code persyst should exit with.
 func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	if len(argv) == 0 {
-		return 2, errors.New("no command given: persyst run [--interval D] [--json] -- CMD ARGS...")
+		return 2, ErrNoCommand
 	}
 	if opts.Engine == nil {
 		return 2, errors.New("persyst run: no property engine for the digest")

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"strings"
+	"time"
+
+	"github.com/persyst/persyst/collectors/mtls"
+	"github.com/persyst/persyst/collectors/uplink"
+	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
+)
+
+type daemonOptions struct {
+	node, socket, stateDir, slurmUser, level, config, grpcListen string
+	retention, cycle                                             time.Duration
+	noMeasure                                                    bool
+}
+
+func (o *daemonOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.node, "node", shortHostname(), "this node's Slurm node name")
+	fs.StringVar(&o.socket, "socket", socketDefault(), "unix socket path (%n: node name)")
+	fs.StringVar(&o.stateDir, "state-dir", "/run/persyst/%n", "directory for the job registry (%n: node name)")
+	fs.StringVar(&o.slurmUser, "slurm-user", "root", "Slurm user allowed to send events besides root")
+	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long ended jobs stay in the registry")
+	fs.StringVar(&o.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.DurationVar(&o.cycle, "cycle", 0, "measurement cycle (default: CycleSeconds from persyst.conf, else 60s)")
+	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf")
+	fs.BoolVar(&o.noMeasure, "no-measure", false, "record lifecycle events only; measure nothing")
+	fs.StringVar(&o.grpcListen, "grpc-listen", "", "address of the gRPC service the frontend pushes routes to (\"\": none)")
+}
+
+func runDaemon(ctx context.Context, io stdio, args []string) error {
+	var o daemonOptions
+	fs := flagSet("daemon", io)
+	o.flags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	conf, err := loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	if o.cycle == 0 {
+		o.cycle = conf.Cycle
+	}
+	if o.cycle < time.Second {
+		return usagef("--cycle %v: the cycle must be at least 1s", o.cycle)
+	}
+	if err := measure.CheckEnable(conf.Sources, o.config, conf.SourceLines); err != nil {
+		return err
+	}
+	log, err := newLogger(io.err, o.level, "node", o.node)
+	if err != nil {
+		return err
+	}
+	engine, cal, err := properties.LoadConfigForNode(hostfs.New("/"), o.config, conf)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("node_type", cal.NodeType).Interface("calibration", cal.Values).Msg("properties loaded")
+	jm, err := jobmap.FromConfig(conf, log)
+	if err != nil {
+		return err
+	}
+	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: o.grpcListen, Node: o.node,
+		TLS: mtls.FromConfig(conf), Retry: o.cycle, Log: log})
+	if err != nil {
+		return err
+	}
+	expand := func(s string) string { return strings.ReplaceAll(s, "%n", o.node) }
+	return daemon.Run(ctx, daemon.Config{
+		Node: o.node, Socket: expand(o.socket), StateDir: expand(o.stateDir), SlurmUser: o.slurmUser, Retention: o.retention,
+		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: uplinkOf(up), Enable: conf.Sources,
+			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest}},
+	}, log, time.Now)
+}
+
+// appendDigest writes a digest at the end of a job's output file, as the job's user.
+func appendDigest(ctx context.Context, t digest.Target, text []byte) error {
+	return digest.Append(ctx, t, text, digest.AppendOptions{})
+}
+
+// uplinkOf is the daemon's view of an uplink: none when there is none (a nil pointer in
+// an interface is not a nil interface).
+func uplinkOf(u *uplink.Uplink) daemon.Uplink {
+	if u == nil {
+		return nil
+	}
+	return u
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/properties"
+)
+
+type runOptions struct {
+	interval      time.Duration
+	json          bool
+	level, config string
+}
+
+func (o *runOptions) flags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.interval, "interval", time.Minute, "measurement cycle (reads at multiples of it, and at the end)")
+	fs.BoolVar(&o.json, "json", false, "print the result as JSON (to stderr)")
+	fs.StringVar(&o.level, "log-level", "warn", "log level: debug, info, warn, error")
+	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf (thresholds, strategy, calibration)")
+}
+
+// runRun is `persyst run -- CMD`: its exit code is CMD's.
+func runRun(ctx context.Context, io stdio, args []string) int {
+	var o runOptions
+	fs := flagSet("run [flags] -- CMD ARGS...", io)
+	o.flags(fs)
+	if err := parse(fs, args); err != nil {
+		return exitCode(io, err)
+	}
+	if o.interval < time.Second {
+		return exitCode(io, usagef("--interval %v: must be at least 1s", o.interval))
+	}
+	lvl, err := zerolog.ParseLevel(o.level)
+	if err != nil {
+		return exitCode(io, usagef("--log-level: %v", err))
+	}
+	conf, err := loadConfig(o.config)
+	if err != nil {
+		return exitCode(io, usageError{err})
+	}
+	engine, _, err := properties.LoadConfigForNode(hostfs.New("/"), o.config, conf)
+	if err != nil {
+		return exitCode(io, usageError{err})
+	}
+	code, err := standalone.Run(ctx, standalone.Options{
+		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json,
+		Stdin: io.in, Stdout: io.out, Stderr: io.err,
+		Log: zerolog.New(zerolog.ConsoleWriter{Out: io.err, NoColor: true}).Level(lvl).With().Timestamp().Logger(),
+	}, fs.Args())
+	if err != nil {
+		if errors.Is(err, standalone.ErrNoCommand) {
+			return exitCode(io, usageError{err})
+		}
+		fmt.Fprintln(io.err, "persyst:", err)
+		return max(code, 1)
+	}
+	return code
+}

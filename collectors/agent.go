@@ -1,0 +1,297 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/persyst/persyst/balance"
+	"github.com/persyst/persyst/collectors/mtls"
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
+)
+
+// AgentOptions are what every agent of the tree starts from: who it is, where it listens
+// and keeps its results, and persyst.conf (thresholds and strategy, mutual TLS, the job
+// map, the tree).
+type AgentOptions struct {
+	Name   string
+	Listen string // gRPC address; "" : none (a frontend that merges nothing)
+	DB     string // SQLite database of results; "" : none
+	Q      int    // quantile steps per property and cycle (10: deciles)
+	// ConfigPath names persyst.conf in errors; Config is its content.
+	ConfigPath string
+	Config     config.Config
+	Log        zerolog.Logger
+}
+
+// agent is what AgentOptions open.
+type agent struct {
+	store     *store.Store
+	engine    *properties.Engine
+	dial      grpc.DialOption
+	serverOpt grpc.ServerOption
+	ln        net.Listener
+}
+
+// open loads the property engine and the TLS files, opens the database and binds the
+// listener, in that order: a bad configuration fails before anything is opened.
+func (o AgentOptions) open(ctx context.Context) (*agent, error) {
+	engine, err := properties.LoadConfig(o.ConfigPath, o.Config)
+	if err != nil {
+		return nil, err
+	}
+	files := mtls.FromConfig(o.Config)
+	a := &agent{engine: engine}
+	if a.serverOpt, err = files.ServerOption(); err != nil {
+		return nil, err
+	}
+	if a.dial, err = files.DialOption(); err != nil {
+		return nil, err
+	}
+	if o.DB != "" {
+		if a.store, err = store.Open(ctx, o.DB, store.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	if o.Listen != "" {
+		if a.ln, err = net.Listen("tcp", o.Listen); err != nil {
+			a.close()
+			return nil, fmt.Errorf("listen %s: %w", o.Listen, err)
+		}
+	}
+	return a, nil
+}
+
+func (a *agent) close() {
+	if a.store != nil {
+		a.store.Close()
+	}
+	if a.ln != nil {
+		a.ln.Close()
+	}
+}
+
+// RunCollector runs a collector until ctx is done. self is its address as the frontend
+// names it ("" : Listen).
+func RunCollector(ctx context.Context, o AgentOptions, self string) error {
+	if self == "" {
+		self = o.Listen
+	}
+	a, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Dial: a.dial})
+	if err != nil {
+		return err
+	}
+	go c.Run(ctx)
+	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst collector ready")
+	return Serve(ctx, a.ln, c, a.serverOpt)
+}
+
+// RunSync runs a sync agent until ctx is done; collectors (name=host:port,...) are asked
+// for a job's parts when its batch host names none.
+func RunSync(ctx context.Context, o AgentOptions, collectors string) error {
+	var addrs []string
+	if collectors != "" {
+		m, err := ParseCollectors(collectors)
+		if err != nil {
+			return fmt.Errorf("--collectors: %w", err)
+		}
+		for _, a := range m {
+			addrs = append(addrs, a)
+		}
+	}
+	a, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	s, err := NewSync(SyncConfig{Name: o.Name, Store: a.store, Q: o.Q, Collectors: addrs, Dial: a.dial, Engine: a.engine, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst sync agent ready")
+	return Serve(ctx, a.ln, s, a.serverOpt)
+}
+
+// FrontendOptions configure RunFrontend.
+type FrontendOptions struct {
+	AgentOptions
+	// The agents: collectors and sync agents as name=host:port,... (added to the
+	// addresses of the tree's description).
+	Collectors, Syncs string
+	// Where the tree comes from: Slurm's topology.conf (TopologyFile), persyst's tree
+	// description (TreeFile), else persyst.conf's tree lines, else the compute nodes
+	// (Nodes, a Slurm hostlist in topology order) cut evenly over the collectors.
+	TopologyFile, TreeFile, Nodes string
+	// NodeAddr is a node daemon's route service ("%n": the node name); NodeAddrs names
+	// some explicitly (node=host:port,...).
+	NodeAddr, NodeAddrs string
+	LMax                int    // l_max in nodes (0: a collector's own nodes)
+	Loads               string // "measured" (default) or "max"
+	Cycle               time.Duration
+}
+
+// RunFrontend runs the frontend until ctx is done: every cycle it balances the running
+// jobs over the collectors that answer and pushes the nodes their routes; with Listen
+// set it also merges jobs split over collectors that meet only at the frontend.
+func RunFrontend(ctx context.Context, o FrontendOptions) error {
+	if o.Loads != "" && o.Loads != "measured" && o.Loads != "max" {
+		return fmt.Errorf("--loads %q: want measured or max", o.Loads)
+	}
+	where, err := o.agents()
+	if err != nil {
+		return err
+	}
+	jm, err := jobmap.FromConfig(o.Config, o.Log)
+	if err != nil {
+		return err
+	}
+	nodeAddr, err := o.nodeAddr()
+	if err != nil {
+		return err
+	}
+	a, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	f, err := NewFrontend(FrontendConfig{
+		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
+		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Dial: a.dial,
+		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm),
+	})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if a.ln != nil {
+		go func() {
+			if err := Serve(ctx, a.ln, f, a.serverOpt); err != nil {
+				o.Log.Error().Err(err).Msg("frontend service stopped")
+			}
+		}()
+	}
+	o.Log.Info().Int("nodes", len(where.nodes)).Int("collectors", len(where.collectors)).Msg("persyst frontend running")
+	return f.Run(ctx, o.Cycle)
+}
+
+// RunningJobs returns the running jobs of a job map, as the balancing takes them.
+func RunningJobs(jm *jobmap.Map) func(ctx context.Context) ([]balance.Job, error) {
+	return func(ctx context.Context) ([]balance.Job, error) {
+		running, err := jm.Running(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]balance.Job, 0, len(running))
+		for _, j := range running {
+			out = append(out, balance.Job{ID: strconv.FormatUint(uint64(j.JobID), 10), Nodes: j.Nodes})
+		}
+		return out, nil
+	}
+}
+
+// frontendAgents are the tree and the agents' addresses a frontend balances over.
+type frontendAgents struct {
+	tree              *balance.Tree
+	nodes             []string
+	collectors, syncs map[string]string
+}
+
+// agents reads the tree (or the node list) and the agents' addresses.
+func (o FrontendOptions) agents() (frontendAgents, error) {
+	w := frontendAgents{collectors: map[string]string{}, syncs: map[string]string{}}
+	var err error
+	if o.Collectors != "" {
+		if w.collectors, err = ParseCollectors(o.Collectors); err != nil {
+			return w, fmt.Errorf("--collectors: %w", err)
+		}
+	}
+	if o.Syncs != "" {
+		if w.syncs, err = ParseCollectors(o.Syncs); err != nil {
+			return w, fmt.Errorf("--syncs: %w", err)
+		}
+	}
+	switch {
+	case o.TopologyFile != "" && o.TreeFile != "":
+		return w, errors.New("--topology and --tree: give one")
+	case o.TopologyFile != "":
+		w.tree, err = parseFile(o.TopologyFile, balance.ParseTopologyConf)
+	case o.TreeFile != "":
+		w.tree, err = parseFile(o.TreeFile, balance.ParseTreeSpec)
+	case o.Config.Tree != "":
+		if w.tree, err = balance.ParseTreeSpec(strings.NewReader(o.Config.Tree)); err != nil {
+			err = fmt.Errorf("%s: %w", o.ConfigPath, err)
+		}
+	default:
+		if w.nodes, err = jobmap.ExpandHostlist(o.Nodes); err != nil || len(w.nodes) == 0 {
+			err = fmt.Errorf("--nodes %q: want the compute nodes as a Slurm hostlist (or a tree): %v", o.Nodes, err)
+		}
+	}
+	if err != nil || w.tree == nil {
+		return w, err
+	}
+	// Addresses from the tree description, unless given on the command line.
+	for _, c := range w.tree.Collectors() {
+		if a, ok := w.tree.Addr(c); ok && w.collectors[c] == "" {
+			w.collectors[c] = a
+		}
+	}
+	for _, s := range w.tree.Agents(balance.KindSync) {
+		if a, ok := w.tree.Addr(s); ok && w.syncs[s] == "" {
+			w.syncs[s] = a
+		}
+	}
+	return w, nil
+}
+
+// parseFile parses a tree file, naming it in errors.
+func parseFile(path string, parse func(io.Reader) (*balance.Tree, error)) (*balance.Tree, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// nodeAddr returns where each node daemon's route service is.
+func (o FrontendOptions) nodeAddr() (func(string) string, error) {
+	explicit := map[string]string{}
+	if o.NodeAddrs != "" {
+		var err error
+		if explicit, err = ParseCollectors(o.NodeAddrs); err != nil {
+			return nil, fmt.Errorf("--node-addrs: %w", err)
+		}
+	}
+	tmpl := o.NodeAddr
+	if tmpl == "" {
+		tmpl = "%n:16831"
+	}
+	return func(n string) string {
+		if a, ok := explicit[n]; ok {
+			return a
+		}
+		return strings.ReplaceAll(tmpl, "%n", n)
+	}, nil
+}
