@@ -38,7 +38,7 @@ type SimConfig struct {
 	// of the maximum load drawn uniformly from [MinLoadShare, MaxLoadShare] once per job
 	// (an independent stream of the seed, so the jobs and their placement do not change),
 	// and the job is charged that share, as persyst's frontend does once a collector has
-	// reported it. Both 0 charge every job the maximum, as seed 000 §5.3 assumes.
+	// reported it. Both 0 charge every job the maximum, as the PerSyst thesis assumes (§5.3).
 	MinLoadShare, MaxLoadShare float64
 
 	// Concurrent jobs per cycle: drawn uniformly from [MinJobs, MaxJobs];
@@ -166,7 +166,7 @@ func LargeCluster() SimConfig {
 
 // ThesisLoadShare is the share of the maximum that SuperMUC's nodes sent with
 // threshold-based property selection: 2,346,044 records in a week against 4,027,187 with
-// every property (seed 000 §7.4.3, "reduced by approximately 42%").
+// every property (the PerSyst thesis, §7.4.3, "reduced by approximately 42%").
 const ThesisLoadShare = 2346044.0 / 4027187.0
 
 // Thesis numbers for SuperMUC (Tables 7.5 and 7.6), printed for comparison.
@@ -471,7 +471,7 @@ func ParseLoadShare(s string) (lo, hi float64, err error) {
 func (c SimConfig) loadModel() string {
 	switch {
 	case !c.measuredLoads():
-		return "the maximum (every property on every device, as seed 000 §5.3 assumes)"
+		return "the maximum (every property on every device, as the PerSyst thesis assumes, §5.3)"
 	case c.MinLoadShare == c.MaxLoadShare:
 		return fmt.Sprintf("measured, every job %.1f%% of the maximum", 100*c.MinLoadShare)
 	}

@@ -1,15 +1,16 @@
 // Package calibrate measures what a node type can do, for the thresholds of the properties
 // that depend on the hardware (`persyst calibrate`): its sustainable memory bandwidth
 // (stream_bw_node, stream_bw_core) and its peak floating-point rate (peak_flops_core,
-// peak_flops_node), next to what the node says about itself (properties.NodeFacts). Seed
-// 003 (§4, §6.3) argues for such measured values over fixed numbers: thresholds follow the
+// peak_flops_node), next to what the node says about itself (properties.NodeFacts).
+// Mundra's thesis on dynamic metric thresholds (§4, §6.3; docs/references.md) argues for
+// such measured values over fixed numbers: thresholds follow the
 // machine, and a sustainable peak (65–75 % of the theoretical one for memory) is what jobs
 // can reach.
 //
 // Memory bandwidth: a STREAM-like benchmark (Stream) with one pinned thread per CPU, the
 // arrays at least 4 × the last-level caches (STREAM's rule) and at most 1/8 of the memory
 // (ArrayBytes). The calibrated stream_bw_node is the average of the best rates of the four
-// kernels (copy, scale, add, triad), as PerSyst did (seed 000, Table 7.10); triad, the
+// kernels (copy, scale, add, triad), as PerSyst did (the PerSyst thesis, Table 7.10); triad, the
 // figure usually quoted, is reported too. stream_bw_core is stream_bw_node / cores.
 //
 // Floating point: Go has no SIMD instructions (and no intrinsics for them), so only the
@@ -158,7 +159,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	cal.Values["cores"] = cores
 	cal.Methods["cores"] = fmt.Sprintf("physical cores (distinct package and core_id in sysfs topology) of the %d CPUs measured", len(cpus))
 	cal.Values["stream_bw_node"] = s.Average()
-	cal.Methods["stream_bw_node"] = fmt.Sprintf("average of the best rates of the 4 STREAM kernels (seed 000 Table 7.10): "+
+	cal.Methods["stream_bw_node"] = fmt.Sprintf("average of the best rates of the 4 STREAM kernels (the PerSyst thesis, Table 7.10): "+
 		"copy %s/s, scale %s/s, add %s/s, triad %s/s; Go loops, one thread pinned to each of %d CPUs, each mapping and "+
 		"first-touching its share of 3 arrays of %s (at least 4 x the last-level caches of %s), all threads started by a barrier, "+
 		"best of %d rounds after a warm-up, bytes counted as STREAM does (no write-allocate)",

@@ -38,7 +38,7 @@ type StreamResult struct {
 	Elapsed           time.Duration `json:"elapsed_ns"` // setup included
 }
 
-// Average is the mean of the four kernels' best bandwidths (seed 000 Table 7.10).
+// Average is the mean of the four kernels' best bandwidths (the PerSyst thesis, Table 7.10).
 func (r StreamResult) Average() float64 { return (r.Copy + r.Scale + r.Add + r.Triad) / 4 }
 
 const (

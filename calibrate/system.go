@@ -50,8 +50,8 @@ func VectorLanes(flags string) (lanes int, ext string) {
 	return 1, "scalar"
 }
 
-// STREAM sizing (McCalpin's rule, seed 003 §4.1): each array at least 4 × the last-level
-// caches used in the run and at least 1 million elements.
+// STREAM sizing (McCalpin's rule, as in Mundra's thesis on dynamic thresholds, §4.1): each
+// array at least 4 × the last-level caches used in the run and at least 1 million elements.
 const (
 	minTotalBytes = 64 << 20  // the three arrays together, all threads
 	minArrayBytes = 8 << 20   // 1 M float64

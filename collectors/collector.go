@@ -45,7 +45,7 @@ type Config struct {
 
 // Collector receives a job's property records from the node daemons its routes point at
 // and keeps, per job and cycle, the exact summary of every property over all the
-// devices it received: when it holds the whole job (the medium jobs of seed 000 §5.3),
+// devices it received: when it holds the whole job (the medium jobs of the PerSyst thesis, §5.3),
 // the quantiles are exact. Each push recomputes the cycle's summary from everything
 // received for it so far and upserts it, so a late node only refines the cycle.
 type Collector struct {

@@ -1,5 +1,5 @@
-// Package collectors is the agent tree above the node daemons (seed 000 chapters 4-5,
-// DESIGN.md §5-6), over gRPC (collectors/pb):
+// Package collectors is the agent tree above the node daemons (the PerSyst thesis,
+// chapters 4-5), over gRPC (collectors/pb):
 //
 //   - Collector (`persyst collector`) receives the property records of the jobs routed
 //     to it and stores, per job, cycle and property, the exact summary over every device
@@ -23,7 +23,7 @@
 // # Measured loads
 //
 // PerSyst balanced before measuring, so it charged every job the maximum: every property
-// of the strategy on every device of every node (seed 000 §5.3). persyst balances every
+// of the strategy on every device of every node (the PerSyst thesis, §5.3). persyst balances every
 // cycle, so it charges what was sent. Each node's push carries, besides the records, how
 // many the strategy would give if every condition held on every device
 // (properties.Accumulator.MaxRecords); the collector answers the frontend's ping with,

@@ -38,7 +38,7 @@ type FrontendConfig struct {
 	// Jobs returns the running jobs (from the job map).
 	Jobs    func(ctx context.Context) ([]balance.Job, error)
 	Balance balance.Config
-	// AssumeMaxLoads balances every job on the load seed 000 §5.3 assumes (every node
+	// AssumeMaxLoads balances every job on the load the PerSyst thesis assumes (§5.3) (every node
 	// sends every property of the strategy on every device). By default a job is charged
 	// its measured load once a collector has reported it: the largest share of the
 	// maximum one of its nodes sent in one cycle so far (CycleRecords.max_records), so
@@ -59,7 +59,7 @@ type FrontendConfig struct {
 	Now   func() time.Time
 }
 
-// Frontend runs PerSyst's job balancing every cycle (seed 000 §5.3): it pings the
+// Frontend runs PerSyst's job balancing every cycle (the PerSyst thesis, §5.3): it pings the
 // collectors, builds the agent tree over the ones that answer (a flat tree: the nodes cut
 // evenly over them), balances the running jobs, and pushes each node its routes. A
 // collector that stops answering is left out of the next cycle's tree, so its nodes are
@@ -202,7 +202,7 @@ func (f *Frontend) Share(job uint32) (float64, bool) {
 	return s, ok
 }
 
-// balanceInput charges each job its load: the assumed maximum (seed 000 §5.3), or, when
+// balanceInput charges each job its load: the assumed maximum (the PerSyst thesis, §5.3), or, when
 // a collector has reported the job, its measured share of it, in thousandths of a node's
 // worth (balance.ShareUnits).
 func (f *Frontend) balanceInput(jobs []balance.Job) ([]balance.Job, balance.Config) {

@@ -36,7 +36,7 @@ type SyncConfig struct {
 	Now        func() time.Time
 }
 
-// Sync is a sync agent (seed 000 §4, §5.3): the aggregation point of big jobs, whose
+// Sync is a sync agent (the PerSyst thesis, §4, §5.3): the aggregation point of big jobs, whose
 // nodes' records go to several collectors. Every cycle each of those collectors pushes
 // its summary of the job's cycle with a sketch per property (PushPartial); the sync
 // agent merges them into the job's per-cycle results (quantiles estimated from the

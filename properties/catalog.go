@@ -1,4 +1,4 @@
-// Package properties is persyst's knowledge base (seed 000, chapter 3): property
+// Package properties is persyst's knowledge base (the PerSyst thesis, chapter 3): property
 // definitions, severity formulas, strategy trees and thresholds, and the engine that
 // evaluates them on a job's samples and summarizes them at job end.
 //
@@ -27,7 +27,7 @@
 //
 // A strategy (default.strategy, embedded; an admin's StrategyFile= in persyst.conf
 // replaces it) is a tree of property ids written by indentation: a child is evaluated
-// only where its parent's condition holds (seed 000 §3.1). Memory bandwidth appears as
+// only where its parent's condition holds (the PerSyst thesis, §3.1). Memory bandwidth appears as
 // two replicas, memory_bw:memory_bound and memory_bw:compute_bound, whose conditions are
 // "above" and "below" the same threshold.
 package properties

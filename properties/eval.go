@@ -326,7 +326,7 @@ func addFlops(env map[string]any) {
 }
 
 // Record is one property evaluated on one device in one interval: what a cycle yields
-// for the collectors (seed 000 §4: property records, not raw counters, travel).
+// for the collectors (the PerSyst thesis, §4: property records, not raw counters, travel).
 type Record struct {
 	Time     time.Time `json:"time"`
 	Key      string    `json:"key"`
@@ -360,7 +360,7 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 }
 
 // MaxRecords is how many records the last Add would have returned if every condition of
-// the strategy had held on every device: the load seed 000 §5.3 assumes a node sends for
+// the strategy had held on every device: the load the PerSyst thesis assumes (§5.3) a node sends for
 // a job (every property, on all its devices), against which the records actually sent
 // measure the job's load.
 func (a *Accumulator) MaxRecords() int { return a.maxRecords }

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Formula is how a property's value becomes a severity in [0, 1] (seed 000 §3.2, §3.5).
+// Formula is how a property's value becomes a severity in [0, 1] (the PerSyst thesis, §3.2, §3.5).
 type Formula string
 
 const (

@@ -1,7 +1,7 @@
 // Package quantile aggregates the values of one property over many devices
 // (one job, one timestamp) into a Summary of min, q-quantiles, max, mean and
 // count, plus a severity distribution, and merges partial results from
-// several collectors (PerSyst thesis, seed 000, chapter 5; DESIGN.md §5).
+// several collectors (the PerSyst thesis, chapter 5).
 //
 // # Definitions
 //

@@ -18,7 +18,7 @@
 # namespaces and the bridge, and says which step failed with the last lines of its logs.
 #
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
-# Must run as root. See DESIGN.md §10 for why nsenter --net (not ip netns exec) is used:
+# Must run as root. Namespaces are entered with nsenter --net, not ip netns exec:
 # `ip netns exec` remounts /sys, which hides the cgroup mounts slurmd needs.
 set -euo pipefail
 

@@ -1,4 +1,4 @@
-// The persyst agent tree (seed 000 chapters 4 and 5, DESIGN.md §5-6): node daemons send
+// The persyst agent tree (the PerSyst thesis, chapters 4 and 5): node daemons send
 // each job's property records of a cycle to the collector their route names; collectors
 // summarize them (exact quantiles when they hold the whole job) and forward partial
 // summaries of big jobs to the job's aggregation point; the frontend pushes routes down
@@ -109,7 +109,7 @@ type CycleRecords struct {
 	// forwards its summary of the cycle there (PushPartial).
 	AggregationPoint string `protobuf:"bytes,6,opt,name=aggregation_point,json=aggregationPoint,proto3" json:"aggregation_point,omitempty"`
 	// The records the node would send for the job in this cycle if every condition of the
-	// strategy held on every device: the maximum that seed 000 §5.3 assumes every job sends.
+	// strategy held on every device: the maximum the PerSyst thesis assumes (§5.3) every job sends.
 	// records / max_records is the job's measured load on the node (0: unknown, assume the
 	// maximum).
 	MaxRecords    uint32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
@@ -860,7 +860,7 @@ func (x *NodeUse) GetSeconds() float64 {
 	return 0
 }
 
-// A collector's part of a job split over several collectors (seed 000 §5.3), for the
+// A collector's part of a job split over several collectors (the PerSyst thesis, §5.3), for the
 // job's aggregation point to merge.
 type JobPartial struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

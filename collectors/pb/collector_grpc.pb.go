@@ -1,4 +1,4 @@
-// The persyst agent tree (seed 000 chapters 4 and 5, DESIGN.md §5-6): node daemons send
+// The persyst agent tree (the PerSyst thesis, chapters 4 and 5): node daemons send
 // each job's property records of a cycle to the collector their route names; collectors
 // summarize them (exact quantiles when they hold the whole job) and forward partial
 // summaries of big jobs to the job's aggregation point; the frontend pushes routes down

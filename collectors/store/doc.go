@@ -1,7 +1,7 @@
 // Package store is the collector tree's storage: a SQLite database (pure Go
 // driver modernc.org/sqlite, no cgo) holding, per job, the property
-// aggregates of every cycle and the job's digest (DESIGN.md §5: store
-// properties, not raw counters; PerSyst thesis §7.4.3).
+// aggregates of every cycle and the job's digest: properties are stored, not raw
+// counters (the PerSyst thesis, §7.4.3).
 //
 // # Use
 //

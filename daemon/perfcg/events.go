@@ -2,7 +2,7 @@
 // perf_event_open(2) fd per (event, CPU) in cgroup mode (pid = fd of the cgroup
 // directory, PERF_FLAG_PID_CGROUP, cpu >= 0), always with
 // PERF_FORMAT_TOTAL_TIME_ENABLED|PERF_FORMAT_TOTAL_TIME_RUNNING so multiplexed values
-// can be scaled and low-coverage values flagged (DESIGN.md §3).
+// can be scaled and low-coverage values flagged.
 //
 // What exists where: hardware events need a PMU; without one (most VMs, our dev/CI
 // machines) perf_event_open fails with ENOENT. Probe tries every catalog event once and
