@@ -2,10 +2,7 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -98,7 +95,7 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	m.mu.Lock()
 	jm.report = &rep
 	m.mu.Unlock()
-	if err := m.saveReport(j.JobID, &rep); err != nil {
+	if err := m.reports.save(j.JobID, &rep); err != nil {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
 	}
 	log := m.log.With().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Logger()
@@ -128,28 +125,6 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	return nil
 }
 
-// reportDir holds each job's report as JSON, for `persyst report`.
-func (m *Measurer) reportDir() string { return filepath.Join(m.stateDir, "reports") }
-
-func (m *Measurer) saveReport(id uint32, r *digest.Report) error {
-	if m.stateDir == "" {
-		return nil
-	}
-	if err := os.MkdirAll(m.reportDir(), 0o755); err != nil {
-		return err
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	p := filepath.Join(m.reportDir(), strconv.FormatUint(uint64(id), 10)+".json")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
-}
-
 // Report returns a job's report: kept in memory, else from the state directory.
 func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 	m.mu.Lock()
@@ -158,19 +133,7 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 	if jm != nil && jm.report != nil {
 		return jm.report, nil
 	}
-	p := filepath.Join(m.reportDir(), strconv.FormatUint(uint64(id), 10)+".json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("job %d: no report on this node (the report is on the job's batch host)", id)
-		}
-		return nil, err
-	}
-	var r digest.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	return &r, nil
+	return m.reports.load(id)
 }
 
 // jobWide fetches a multi-node job's job-wide results through the uplink; nil when there

@@ -74,8 +74,8 @@ type Measurer struct {
 	perfWhy    string
 	cpusetV1   bool // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
 
-	dig      DigestConfig
-	stateDir string
+	dig     DigestConfig
+	reports reportStore
 
 	mu   sync.Mutex
 	jobs map[uint32]*jobMeter
@@ -98,7 +98,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	}
 	m := &Measurer{
 		cfg: cfg, log: log.With().Str("part", "measure").Logger(), now: now, reg: reg, node: node,
-		host: hostfs.New(cfg.Root), jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, stateDir: cfg.StateDir,
+		host: hostfs.New(cfg.Root), jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, reports: newReportStore(cfg.StateDir),
 	}
 	if err := measure.CheckEnable(cfg.Enable, "", nil); err != nil {
 		return nil, err
@@ -137,8 +137,8 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		return m, nil
 	}
 	m.sweep()
-	if m.stateDir != "" {
-		m.sweepReports(func(id uint32) bool { return reg.Job(id) != nil })
+	if m.reports.dir != "" {
+		m.reports.sweep(func(id uint32) bool { return reg.Job(id) != nil }, m.log)
 	}
 	return m, nil
 }
@@ -387,24 +387,7 @@ func (m *Measurer) Forget(keep func(uint32) bool) {
 		}
 	}
 	m.mu.Unlock()
-	m.sweepReports(keep)
-}
-
-// sweepReports removes saved reports of jobs the registry no longer holds.
-func (m *Measurer) sweepReports(keep func(uint32) bool) {
-	ents, err := os.ReadDir(m.reportDir())
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".json"), 10, 32)
-		if err != nil || !strings.HasSuffix(e.Name(), ".json") || keep(uint32(id)) {
-			continue
-		}
-		if err := os.Remove(filepath.Join(m.reportDir(), e.Name())); err != nil {
-			m.log.Warn().Err(err).Msg("old report not removed")
-		}
-	}
+	m.reports.sweep(keep, m.log)
 }
 
 // Summary returns a job's measurement so far, or nil.

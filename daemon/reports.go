@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/digest"
+)
+
+// reportStore keeps each job's digest report as JSON under the state directory, for
+// `persyst report`; a report lives as long as the registry keeps its job.
+type reportStore struct {
+	dir string // "" : reports are kept in memory only
+}
+
+func newReportStore(stateDir string) reportStore {
+	if stateDir == "" {
+		return reportStore{}
+	}
+	return reportStore{dir: filepath.Join(stateDir, "reports")}
+}
+
+func (s reportStore) path(id uint32) string {
+	return filepath.Join(s.dir, strconv.FormatUint(uint64(id), 10)+".json")
+}
+
+// save writes a job's report atomically.
+func (s reportStore) save(id uint32, r *digest.Report) error {
+	if s.dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	p := s.path(id)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// load reads a job's report.
+func (s reportStore) load(id uint32) (*digest.Report, error) {
+	b, err := os.ReadFile(s.path(id))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || s.dir == "" {
+			return nil, fmt.Errorf("job %d: no report on this node (the report is on the job's batch host)", id)
+		}
+		return nil, err
+	}
+	var r digest.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.path(id), err)
+	}
+	return &r, nil
+}
+
+// sweep removes the reports of jobs keep does not keep.
+func (s reportStore) sweep(keep func(uint32) bool, log zerolog.Logger) {
+	if s.dir == "" {
+		return
+	}
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".json"), 10, 32)
+		if err != nil || !strings.HasSuffix(e.Name(), ".json") || keep(uint32(id)) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil {
+			log.Warn().Err(err).Msg("old report not removed")
+		}
+	}
+}
