@@ -27,9 +27,8 @@ func (o *calibrateOptions) flags(fs *flag.FlagSet) {
 
 func runCalibrate(ctx context.Context, io stdio, args []string) error {
 	var o calibrateOptions
-	fs := flagSet("calibrate", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	fs, err := parseOptions("calibrate", io, args, &o)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

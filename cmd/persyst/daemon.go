@@ -38,9 +38,8 @@ func (o *daemonOptions) flags(fs *flag.FlagSet) {
 
 func runDaemon(ctx context.Context, io stdio, args []string) error {
 	var o daemonOptions
-	fs := flagSet("daemon", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	_, err := parseOptions("daemon", io, args, &o)
+	if err != nil {
 		return err
 	}
 	conf, err := loadConfig(o.config)

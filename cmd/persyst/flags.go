@@ -21,6 +21,17 @@ func flagSet(name string, io stdio) *flag.FlagSet {
 	return fs
 }
 
+// flagger is a command's options struct, which defines its flags.
+type flagger interface{ flags(fs *flag.FlagSet) }
+
+// parseOptions parses args into o; a bad flag is a usage error (the flag package has
+// printed it), -h is flag.ErrHelp.
+func parseOptions(name string, io stdio, args []string, o flagger) (*flag.FlagSet, error) {
+	fs := flagSet(name, io)
+	o.flags(fs)
+	return fs, parse(fs, args)
+}
+
 // parse parses args; a bad flag is a usage error (the flag package has printed it).
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

@@ -25,9 +25,8 @@ func (o *jobmapOptions) flags(fs *flag.FlagSet) {
 
 func runJobmap(ctx context.Context, io stdio, args []string) error {
 	var o jobmapOptions
-	fs := flagSet("jobmap [flags] [JOBID]", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	fs, err := parseOptions("jobmap [flags] [JOBID]", io, args, &o)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {

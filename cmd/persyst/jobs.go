@@ -26,9 +26,8 @@ func (o *jobsOptions) flags(fs *flag.FlagSet) {
 
 func runJobs(ctx context.Context, io stdio, args []string) error {
 	var o jobsOptions
-	fs := flagSet("jobs", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	fs, err := parseOptions("jobs", io, args, &o)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -29,9 +29,8 @@ func (o *reportOptions) flags(fs *flag.FlagSet) {
 
 func runReport(ctx context.Context, io stdio, args []string) error {
 	var o reportOptions
-	fs := flagSet("report [flags] JOBID", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	fs, err := parseOptions("report [flags] JOBID", io, args, &o)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

@@ -31,9 +31,8 @@ func (o *runOptions) flags(fs *flag.FlagSet) {
 // runRun is `persyst run -- CMD`: its exit code is CMD's.
 func runRun(ctx context.Context, io stdio, args []string) int {
 	var o runOptions
-	fs := flagSet("run [flags] -- CMD ARGS...", io)
-	o.flags(fs)
-	if err := parse(fs, args); err != nil {
+	fs, err := parseOptions("run [flags] -- CMD ARGS...", io, args, &o)
+	if err != nil {
 		return exitCode(io, err)
 	}
 	if o.interval < time.Second {
