@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,9 @@ type Config struct {
 	CalibrationDir string
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS between the agents of the tree.
 	TLSCert, TLSKey, TLSCA string
+	// AdminGroup's members read every job's data through the node daemons (a group
+	// name or gid); other users read their own jobs only.
+	AdminGroup string
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
@@ -69,6 +73,8 @@ func isTreeLine(line string) bool {
 	k, _, _ := strings.Cut(f[0], "=")
 	return strings.EqualFold(k, "Frontend") || strings.EqualFold(k, "Sync") || (strings.EqualFold(k, "Collector") && len(f) > 1)
 }
+
+var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 
 // Defaults is the configuration without a file.
 func Defaults() Config {
@@ -111,6 +117,13 @@ var fields = []field{
 	{"TLSCert", func(c *Config, v string) error { return absPath(&c.TLSCert, v) }},
 	{"TLSKey", func(c *Config, v string) error { return absPath(&c.TLSKey, v) }},
 	{"TLSCA", func(c *Config, v string) error { return absPath(&c.TLSCA, v) }},
+	{"AdminGroup", func(c *Config, v string) error {
+		if !groupRE.MatchString(v) {
+			return fmt.Errorf("want a group name or gid, got %q", v)
+		}
+		c.AdminGroup = v
+		return nil
+	}},
 	{"Collector", func(c *Config, v string) error {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			return fmt.Errorf("want host:port, got %q", v)

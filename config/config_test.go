@@ -46,6 +46,8 @@ func TestParse(t *testing.T) {
 			}), ""},
 		{"bad source value", "MetricSource.perf=maybe", Config{}, `test.conf:1: MetricSource.perf: want on or off, got "maybe"`},
 		{"source twice", "MetricSource.perf=on\nMetricSource.Perf=off", Config{}, `test.conf:2: MetricSource.Perf: already set on line 1`},
+		{"admin group", "AdminGroup=hpc-admins", with(func(c *Config) { c.AdminGroup = "hpc-admins" }), ""},
+		{"bad admin group", "AdminGroup=a b", Config{}, `test.conf:1: AdminGroup: want a group name or gid`},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
 		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
 		{"tree lines keep their line numbers", "CycleSeconds=5\nFrontend=fe Syncs=s1\nCollector=c0:1\nsync=s1 Collectors=c1 # spine\nCollector=c1 Nodes=n[1-4] Addr=c1:16830\n",

@@ -25,7 +25,10 @@ type Config struct {
 	Socket    string // unix socket path
 	StateDir  string // registry state (e.g. /run/persyst/<node>)
 	SlurmUser string // besides root, this user may send events ("" or "root": root only)
-	Retention time.Duration
+	// AdminGroup's members read every job's data (name or gid; "": none). Other users
+	// read their own jobs only.
+	AdminGroup string
+	Retention  time.Duration
 	// Measure configures job measurement (its Root defaults to "/").
 	Measure MeasureConfig
 }
@@ -36,8 +39,21 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if cfg.Node == "" {
 		return fmt.Errorf("no node name (give --node)")
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	// Job data is private: the state directory is root's alone (the socket serves it to
+	// each user, their own jobs only).
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	adminGID := -1
+	if cfg.AdminGroup != "" {
+		gid, err := lookupGID(cfg.AdminGroup)
+		if err != nil {
+			return fmt.Errorf("AdminGroup %q: %w", cfg.AdminGroup, err)
+		}
+		adminGID = int(gid)
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o755); err != nil {
 		return fmt.Errorf("socket dir %s: %w", filepath.Dir(cfg.Socket), err)
@@ -70,7 +86,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err != nil {
 		return err
 	}
-	srv := NewServer(ServerConfig{AllowedUIDs: allowed}, reg, meas, log, clock)
+	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID}, reg, meas, log, clock)
 	// Jobs that were running when a previous daemon stopped are measured again.
 	for _, j := range reg.Jobs() {
 		if j.State == Running {
@@ -151,4 +167,20 @@ func newUserCache() func(uint32) string {
 		cache[uid] = n
 		return n
 	}
+}
+
+// lookupGID resolves a group name (or a number) to its gid.
+func lookupGID(name string) (uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(g.Gid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("gid %q: %w", g.Gid, err)
+	}
+	return uint32(n), nil
 }

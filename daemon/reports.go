@@ -36,7 +36,7 @@ func (s reportStore) save(id uint32, r *digest.Report) error {
 	if s.dir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
 	b, err := json.Marshal(r)
@@ -45,10 +45,15 @@ func (s reportStore) save(id uint32, r *digest.Report) error {
 	}
 	p := s.path(id)
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, p)
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // load reads a job's report.

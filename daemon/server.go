@@ -21,21 +21,26 @@ import (
 // Clock returns the current time; tests inject a fixed one.
 type Clock func() time.Time
 
-// Server answers requests on the daemon's unix socket.
+// Server answers requests on the daemon's unix socket (who may do what: access.go).
 type Server struct {
 	reg     *Registry
 	meas    *Measurer // nil: events are recorded, jobs not measured
 	log     zerolog.Logger
 	clock   Clock
-	allowed map[uint32]bool
+	access  access
+	guests  *guests
+	refused *refusals
 	timeout time.Duration
 	wg      sync.WaitGroup
 }
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// AllowedUIDs may talk to the daemon; root (0) is always allowed.
+	// AllowedUIDs may send events and read every job; root (0) always may.
 	AllowedUIDs []uint32
+	// AdminGID, if not negative, is a group whose members read every job (persyst.conf
+	// AdminGroup=). Other users read their own jobs only.
+	AdminGID int
 	// ConnTimeout bounds one exchange (default 10 s).
 	ConnTimeout time.Duration
 }
@@ -49,7 +54,8 @@ func NewServer(cfg ServerConfig, reg *Registry, meas *Measurer, log zerolog.Logg
 	if cfg.ConnTimeout <= 0 {
 		cfg.ConnTimeout = 10 * time.Second
 	}
-	return &Server{reg: reg, meas: meas, log: log, clock: clock, allowed: allowed, timeout: cfg.ConnTimeout}
+	return &Server{reg: reg, meas: meas, log: log, clock: clock, access: access{privileged: allowed, adminGID: cfg.AdminGID},
+		guests: newGuests(time.Now), refused: &refusals{log: log, byUID: map[uint32]int{}}, timeout: cfg.ConnTimeout}
 }
 
 // Listen binds the unix socket at path. A stale socket left by a dead daemon is replaced;
@@ -82,11 +88,26 @@ func Listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// Serve accepts connections until ctx is cancelled, then waits for open exchanges.
+// Serve accepts connections until ctx is cancelled, then waits for open exchanges. The
+// accept loop never waits for a client or for the log: a peer's credentials are checked
+// as it is accepted, and an ordinary user beyond the limits is refused there and then.
 func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer s.wg.Wait()
+	minute := time.NewTicker(time.Minute)
+	defer minute.Stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-minute.C:
+				s.refused.flush()
+				s.guests.forget()
+			}
+		}
+	}()
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -97,62 +118,107 @@ func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+				s.refused.add(0, 0, "out of file descriptors: "+err.Error())
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
 			return fmt.Errorf("accept: %w", err)
+		}
+		cred, groups, err := peer(c)
+		if err != nil {
+			s.log.Error().Err(err).Msg("cannot read peer credentials; connection refused")
+			c.Close()
+			continue
+		}
+		r := s.access.roleOf(cred, groups)
+		release := func() {}
+		if r == guest {
+			var why string
+			if release, why = s.guests.admit(cred.Uid); release == nil {
+				s.refuse(c, cred, "busy: "+why)
+				continue
+			}
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.handle(c)
+			defer release()
+			s.handle(c, cred, r)
 		}()
 	}
 }
 
-// peer returns the credentials of the process at the other end of c.
-func peer(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, serr
+// refuse answers a refused peer in one short write (never waiting for it) and closes.
+func (s *Server) refuse(c *net.UnixConn, cred *unix.Ucred, why string) {
+	s.refused.add(cred.Uid, cred.Pid, why)
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	_ = wire.WriteReply(c, &wire.Reply{V: wire.Version, Error: why})
+	c.Close()
 }
 
-func (s *Server) handle(c *net.UnixConn) {
+// peer returns the credentials of the process at the other end of c, and its
+// supplementary groups (none when the kernel cannot say).
+func peer(c *net.UnixConn) (*unix.Ucred, []uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	var cred *unix.Ucred
+	var groups []uint32
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		if cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); serr == nil {
+			groups, _ = peerGroups(int(fd))
+		}
+	}); err != nil {
+		return nil, nil, err
+	}
+	return cred, groups, serr
+}
+
+// readable says whether a peer of role r and uid may read job id's data; the error says
+// why not.
+func (s *Server) readable(r role, uid, id uint32) error {
+	if r != guest {
+		return nil
+	}
+	j := s.reg.Job(id)
+	if j == nil {
+		return fmt.Errorf("job %d: not known on this node", id)
+	}
+	if j.UID != uid {
+		return fmt.Errorf("permission denied: job %d belongs to another user", id)
+	}
+	return nil
+}
+
+func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 	defer c.Close()
 	// Network deadlines use the real time; the injected clock only stamps records.
 	_ = c.SetReadDeadline(time.Now().Add(s.timeout))
-	cred, err := peer(c)
-	if err != nil {
-		s.log.Error().Err(err).Msg("cannot read peer credentials; connection refused")
-		return
-	}
 	log := s.log.With().Int32("peer_pid", cred.Pid).Uint32("peer_uid", cred.Uid).Logger()
-	if !s.allowed[cred.Uid] {
-		log.Warn().Msg("refused connection: only root and the Slurm user may talk to persyst")
-		s.reply(c, &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not talk to the persyst daemon", cred.Uid)}, log)
-		return
-	}
 	line, err := wire.ReadLine(bufio.NewReader(c))
 	if err != nil {
-		log.Warn().Err(err).Msg("bad request: cannot read")
-		s.reply(c, &wire.Reply{Error: "read request: " + err.Error()}, log)
+		s.badRequest(c, cred, r, log, "read request: "+err.Error())
 		return
 	}
 	req, err := wire.DecodeRequest(line)
 	if err != nil {
-		log.Warn().Err(err).Msg("bad request rejected")
-		s.reply(c, &wire.Reply{Error: err.Error()}, log)
+		s.badRequest(c, cred, r, log, err.Error())
+		return
+	}
+	if r != sender && req.Kind != wire.List && req.Kind != wire.Samples && req.Kind != wire.Report {
+		s.refused.add(cred.Uid, cred.Pid, "job event from an ordinary user")
+		s.reply(c, &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not send job events to the persyst daemon", cred.Uid)}, log)
 		return
 	}
 	if req.Kind == wire.List {
 		views := make([]JobStatus, 0)
 		for _, j := range s.reg.Jobs() {
+			if r == guest && j.UID != cred.Uid {
+				continue
+			}
 			v := JobStatus{Job: j}
 			if s.meas != nil {
 				v.Measurement = s.meas.Summary(j.JobID)
@@ -166,6 +232,12 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Jobs: jobs}, log)
 		return
+	}
+	if req.Kind == wire.Report || req.Kind == wire.Samples {
+		if err := s.readable(r, cred.Uid, req.JobID); err != nil {
+			s.reply(c, &wire.Reply{Error: err.Error()}, log)
+			return
+		}
 	}
 	if req.Kind == wire.Report {
 		if s.meas == nil {
@@ -249,6 +321,17 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 	}
 	s.reply(c, rep, log)
+}
+
+// badRequest answers a request that could not be read: logged for senders, counted (and
+// logged rate-limited) for everyone else.
+func (s *Server) badRequest(c *net.UnixConn, cred *unix.Ucred, r role, log zerolog.Logger, why string) {
+	if r == sender {
+		log.Warn().Str("why", why).Msg("bad request rejected")
+	} else {
+		s.refused.add(cred.Uid, cred.Pid, "bad request: "+why)
+	}
+	s.reply(c, &wire.Reply{Error: why}, log)
 }
 
 // JobStatus is a job as `persyst jobs` shows it: the registry's record and the

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +33,20 @@ const (
 	clientJobEnv = "PERSYST_TEST_CLIENT_JOB"
 	// clientRepeatEnv makes the client send its event that many times.
 	clientRepeatEnv = "PERSYST_TEST_CLIENT_REPEAT"
+	// clientModeEnv: "read" lists the jobs it sees and asks for job clientJobEnv's
+	// samples and report; "flood" sends List requests from 4 connections at once for
+	// clientRepeatEnv milliseconds. Both print a readResult.
+	clientModeEnv = "PERSYST_TEST_CLIENT_MODE"
 )
+
+// readResult is what a "read" or "flood" client saw.
+type readResult struct {
+	Jobs    []uint32 `json:"jobs"`
+	Samples string   `json:"samples"` // the error
+	Report  string   `json:"report"`  // the error
+	Calls   int      `json:"calls"`   // flood: requests made
+	Busy    int      `json:"busy"`    // flood: refused as too many
+}
 
 type clientResult struct {
 	UID   int    `json:"uid"`
@@ -51,6 +66,13 @@ func runClient(sock string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bad", clientJobEnv, err)
 		return 2
+	}
+	switch os.Getenv(clientModeEnv) {
+	case "read":
+		return runReader(sock, uint32(job))
+	case "flood":
+		ms, _ := strconv.Atoi(os.Getenv(clientRepeatEnv))
+		return runFlood(sock, time.Duration(ms)*time.Millisecond)
 	}
 	n := 1
 	if s := os.Getenv(clientRepeatEnv); s != "" {
@@ -84,10 +106,68 @@ func runClient(sock string) int {
 	return 0
 }
 
+// runReader is the "read" client.
+func runReader(sock string, job uint32) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var res readResult
+	_, jobs, err := ListJobs(ctx, sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "list:", err)
+		return 2
+	}
+	res.Jobs = []uint32{}
+	for _, j := range jobs {
+		res.Jobs = append(res.Jobs, j.JobID)
+	}
+	if _, err := JobSamples(ctx, sock, job); err != nil {
+		res.Samples = err.Error()
+	}
+	if _, err := JobReport(ctx, sock, job); err != nil {
+		res.Report = err.Error()
+	}
+	return printJSON(res)
+}
+
+// runFlood is the "flood" client: List requests from 4 connections at once.
+func runFlood(sock string, d time.Duration) int {
+	var mu sync.Mutex
+	var res readResult
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := wire.Call(ctx, sock, &wire.Request{Kind: wire.List})
+				cancel()
+				mu.Lock()
+				res.Calls++
+				if err != nil && strings.Contains(err.Error(), "busy:") {
+					res.Busy++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return printJSON(res)
+}
+
+func printJSON(v any) int {
+	if err := json.NewEncoder(os.Stdout).Encode(v); err != nil {
+		return 2
+	}
+	return 0
+}
+
 // testServer is a running Server on a socket in a world-traversable temp dir.
 type testServer struct {
 	sock string
 	reg  *Registry
+	srv  *Server
 }
 
 // socketDir returns a new temp dir that uid 65534 can traverse (t.TempDir is 0700).
@@ -132,7 +212,7 @@ func startServer(t *testing.T, cfg ServerConfig, clock Clock) *testServer {
 			t.Errorf("Serve did not return after cancel")
 		}
 	})
-	return &testServer{sock: sock, reg: reg}
+	return &testServer{sock: sock, reg: reg, srv: srv}
 }
 
 func call(t *testing.T, sock string, req *wire.Request) error {
@@ -386,6 +466,15 @@ func TestServerSlowClientGetsErrorReply(t *testing.T) {
 // runAs runs this test binary as a client under uid/gid and returns what it printed.
 func runAs(t *testing.T, uid uint32, sock string, job uint32, repeat int) clientResult {
 	t.Helper()
+	var res clientResult
+	runClientAs(t, &syscall.Credential{Uid: uid, Gid: uid}, sock, job, repeat, "", &res)
+	return res
+}
+
+// runClientAs runs this test binary as a client with cred, in mode, and decodes what it
+// printed into res.
+func runClientAs(t *testing.T, cred *syscall.Credential, sock string, job uint32, repeat int, mode string, res any) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -409,19 +498,17 @@ func runAs(t *testing.T, uid uint32, sock string, job uint32, repeat int) client
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), clientEnv+"="+sock, clientJobEnv+"="+strconv.FormatUint(uint64(job), 10),
-		clientRepeatEnv+"="+strconv.Itoa(repeat))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		clientRepeatEnv+"="+strconv.Itoa(repeat), clientModeEnv+"="+mode)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("client as uid %d: %v\nstdout: %s\nstderr: %s", uid, err, out, stderr.String())
+		t.Fatalf("client as uid %d: %v\nstdout: %s\nstderr: %s", cred.Uid, err, out, stderr.String())
 	}
-	var res clientResult
-	if err := json.Unmarshal(out, &res); err != nil {
+	if err := json.Unmarshal(out, res); err != nil {
 		t.Fatalf("client output %q: %v", out, err)
 	}
-	return res
 }
 
 func TestServerPeerCredentials(t *testing.T) {
@@ -440,7 +527,7 @@ func TestServerPeerCredentials(t *testing.T) {
 			name:   "non-root refused",
 			repeat: 5,
 			want: clientResult{UID: nobody, OK: false,
-				Error: "permission denied: uid 65534 may not talk to the persyst daemon"},
+				Error: "permission denied: uid 65534 may not send job events to the persyst daemon"},
 			wantIDs: []uint32{},
 		},
 		{
@@ -448,7 +535,7 @@ func TestServerPeerCredentials(t *testing.T) {
 			allowed: []uint32{1000},
 			repeat:  5,
 			want: clientResult{UID: nobody, OK: false,
-				Error: "permission denied: uid 65534 may not talk to the persyst daemon"},
+				Error: "permission denied: uid 65534 may not send job events to the persyst daemon"},
 			wantIDs: []uint32{},
 		},
 		{
@@ -657,4 +744,131 @@ func TestServerFixedClock(t *testing.T) {
 	if diff := cmp.Diff(want, s.reg.Jobs()); diff != "" {
 		t.Errorf("registry mismatch (-want +got):\n%s", diff)
 	}
+}
+
+// TestServerGuests: an ordinary user reads their own jobs only; members of the admin
+// group (primary or supplementary) read every job.
+func TestServerGuests(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run clients under other uids")
+	}
+	const nobody, other, adminGID = 65534, 4000, 4242
+	s := startServer(t, ServerConfig{AdminGID: adminGID}, time.Now)
+	for id, uid := range map[uint32]uint32{10: nobody, 11: other} {
+		e := &wire.Event{JobID: id, UID: uid, GID: uid, Persyst: wire.On, Time: time.Now()}
+		if err := call(t, s.sock, &wire.Request{Kind: wire.JobStart, Event: e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	denied := "permission denied: job 11 belongs to another user"
+	for _, tc := range []struct {
+		name string
+		cred *syscall.Credential
+		job  uint32
+		want readResult
+	}{
+		{"owner", &syscall.Credential{Uid: nobody, Gid: nobody}, 10,
+			readResult{Jobs: []uint32{10}, Samples: "job 10: no samples on this node", Report: "this daemon does not measure jobs"}},
+		{"another user's job", &syscall.Credential{Uid: nobody, Gid: nobody}, 11,
+			readResult{Jobs: []uint32{10}, Samples: denied, Report: denied}},
+		{"a job of nobody on this node", &syscall.Credential{Uid: nobody, Gid: nobody}, 12,
+			readResult{Jobs: []uint32{10}, Samples: "job 12: not known on this node", Report: "job 12: not known on this node"}},
+		{"admin group as primary group", &syscall.Credential{Uid: 4001, Gid: adminGID}, 11,
+			readResult{Jobs: []uint32{10, 11}, Samples: "job 11: no samples on this node", Report: "this daemon does not measure jobs"}},
+		{"admin group as supplementary group", &syscall.Credential{Uid: 4002, Gid: 4002, Groups: []uint32{7, adminGID}}, 11,
+			readResult{Jobs: []uint32{10, 11}, Samples: "job 11: no samples on this node", Report: "this daemon does not measure jobs"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got readResult
+			runClientAs(t, tc.cred, s.sock, tc.job, 0, "read", &got)
+			// The client's errors wrap the daemon's message: compare that message.
+			for _, e := range []*string{&got.Samples, &got.Report} {
+				for _, w := range []string{tc.want.Samples, tc.want.Report} {
+					if i := strings.Index(*e, w); i >= 0 && w != "" {
+						*e = (*e)[i:]
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestServerGuestFlood: while an ordinary user floods the socket with requests from
+// several connections, root's events all go through, the flood is held to its rate, and
+// the log stays short (the first refusal of the user; the rest summed up each minute).
+func TestServerGuestFlood(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a client under uid 65534")
+	}
+	var logged syncBuffer
+	reg := newReg(t, RegistryConfig{Node: "node1", Dir: t.TempDir()})
+	sock := filepath.Join(socketDir(t), "persyst.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{}, reg, nil, zerolog.New(&logged), time.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	var flood readResult
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		runClientAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, sock, 1, 3000, "flood", &flood)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	var slowest time.Duration
+	for i := uint32(1); i <= 100; i++ {
+		start := time.Now()
+		if err := call(t, sock, jobStart(i)); err != nil {
+			t.Fatalf("root's event %d during the flood: %v", i, err)
+		}
+		slowest = max(slowest, time.Since(start))
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-flooded
+	t.Logf("flood: %d requests, %d refused as busy; root's slowest event %v; %d refusals counted; log %d bytes",
+		flood.Calls, flood.Busy, slowest, srv.refused.Total(), logged.Len())
+	if len(reg.Jobs()) != 100 {
+		t.Errorf("%d jobs recorded, want 100", len(reg.Jobs()))
+	}
+	if flood.Busy == 0 || srv.refused.Total() == 0 {
+		t.Errorf("the flood was not limited: %d of %d requests refused", flood.Busy, flood.Calls)
+	}
+	if allowed := 3*guestRate + guestBurst; flood.Calls-flood.Busy > allowed+5 {
+		t.Errorf("%d requests of the flood served in 3 s, want at most about %d", flood.Calls-flood.Busy, allowed)
+	}
+	if n := strings.Count(logged.String(), "refused"); n > 2 {
+		t.Errorf("%d log lines about refusals in 3 s, want 1 (the rest is summed up each minute):\n%s", n, logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (the server's log).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }

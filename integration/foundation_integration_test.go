@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,13 +210,32 @@ func badPlugstack(t *testing.T, c *cluster) {
 
 func nonRoot(t *testing.T, c *cluster) {
 	node := c.nodes[0]
-	before := len(c.jobs(t, node))
-	// The persyst CLI as an ordinary user.
-	cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), "jobs", "--socket", c.socket(node))
-	cmd.SysProcAttr = asUser()
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "permission denied") {
-		t.Errorf("persyst jobs as uid %d: err=%v out=%s; want permission denied", jobUser, err, out)
+	all := c.jobs(t, node)
+	before := len(all)
+	// The persyst CLI as an ordinary user: their own jobs only (every test job so far is
+	// the job user's), another user sees none and may not read the job user's reports.
+	persyst := func(cred *syscall.Credential, args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	owner, stranger := &syscall.Credential{Uid: jobUser, Gid: jobUser}, &syscall.Credential{Uid: 4321, Gid: 4321}
+	out, err := persyst(owner, "jobs", "--json", "--socket", c.socket(node))
+	var mine struct{ Jobs []daemon.JobStatus }
+	if err != nil || json.Unmarshal([]byte(out), &mine) != nil || len(mine.Jobs) != before {
+		t.Errorf("persyst jobs as the job user: err=%v, %d of %d jobs; out=%s", err, len(mine.Jobs), before, out)
+	}
+	out, err = persyst(stranger, "jobs", "--json", "--socket", c.socket(node))
+	var theirs struct{ Jobs []daemon.JobStatus }
+	if err != nil || json.Unmarshal([]byte(out), &theirs) != nil || len(theirs.Jobs) != 0 {
+		t.Errorf("persyst jobs as uid 4321: err=%v, %d jobs, want none; out=%s", err, len(theirs.Jobs), out)
+	}
+	if len(all) > 0 {
+		id := strconv.FormatUint(uint64(all[0].JobID), 10)
+		if out, err := persyst(stranger, "report", "--socket", c.socket(node), id); err == nil || !strings.Contains(out, "permission denied") {
+			t.Errorf("persyst report %s as uid 4321: err=%v out=%s; want permission denied", id, err, out)
+		}
 	}
 	// A forged lifecycle event from an ordinary user (this test binary, re-executed).
 	dir, err := os.MkdirTemp("", "persyst-forge-")
@@ -232,10 +252,11 @@ func nonRoot(t *testing.T, c *cluster) {
 	if err := os.WriteFile(bin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(bin)
+	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "PERSYST_IT_FORGE="+c.socket(node))
 	cmd.SysProcAttr = asUser()
-	out, err = cmd.CombinedOutput()
+	b, err := cmd.CombinedOutput()
+	out = string(b)
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "permission denied") {
 		t.Errorf("forged event as uid %d: err=%v out=%s; want refused with permission denied", jobUser, err, out)
 	}

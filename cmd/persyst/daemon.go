@@ -75,7 +75,8 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 	}
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", o.node) }
 	return daemon.Run(ctx, daemon.Config{
-		Node: o.node, Socket: expand(o.socket), StateDir: expand(o.stateDir), SlurmUser: o.slurmUser, Retention: o.retention,
+		Node: o.node, Socket: expand(o.socket), StateDir: expand(o.stateDir), SlurmUser: o.slurmUser, AdminGroup: conf.AdminGroup,
+		Retention: o.retention,
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: uplinkOf(up), Enable: conf.Sources,
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest}},
 	}, log, time.Now)

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/persyst/persyst/sample"
@@ -288,8 +289,7 @@ func writeLine(w io.Writer, v any, limit int) error {
 // connecting and writing only.
 func Deliver(ctx context.Context, socket string, req *Request) error {
 	req.V = Version
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	conn, err := dial(ctx, socket)
 	if err != nil {
 		return err // net.OpError names the socket path
 	}
@@ -303,12 +303,32 @@ func Deliver(ctx context.Context, socket string, req *Request) error {
 	return nil
 }
 
+// dial connects to the daemon's socket. A full listen backlog (EAGAIN: the daemon is
+// accepting a burst of connections) is retried a few times within ctx, over about 60 ms.
+func dial(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	wait := 2 * time.Millisecond
+	for try := 0; ; try++ {
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) || try == 5 {
+			return conn, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
 // Call sends one request to the daemon at socket and waits for its reply, all within ctx.
 // A reply with OK=false is returned as an error carrying the daemon's message.
 func Call(ctx context.Context, socket string, req *Request) (*Reply, error) {
 	req.V = Version
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	conn, err := dial(ctx, socket)
 	if err != nil {
 		return nil, err // net.OpError names the socket path
 	}

@@ -1,0 +1,198 @@
+package daemon
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
+)
+
+// Who may do what on the daemon's socket, and how much an ordinary user may ask.
+//
+// Root and the Slurm user send lifecycle events and read every job. Members of the admin
+// group read every job. Any other user may only read: the list of their own jobs, and
+// their own jobs' reports and samples (a job's owner is the uid its events carry). An
+// ordinary user's connections are limited in number and rate, and refused cheaply beyond
+// that, so that no user can slow down the plugin's events or root's commands.
+
+// Guest limits: connections of ordinary users open at once, and requests per second per
+// user (with a burst).
+const (
+	maxGuestConns = 8
+	guestRate     = 10
+	guestBurst    = 20
+	// maxLimiters bounds the per-user rate limiters; beyond, the other users share one.
+	maxLimiters = 1024
+)
+
+// access decides who a peer is.
+type access struct {
+	privileged map[uint32]bool // root and the Slurm user
+	adminGID   int             // -1: no admin group
+}
+
+// role is what a peer may do.
+type role int
+
+const (
+	guest role = iota // reads its own jobs
+	admin             // reads every job
+	sender            // sends events, reads every job
+)
+
+func (a access) roleOf(c *unix.Ucred, groups []uint32) role {
+	if a.privileged[c.Uid] {
+		return sender
+	}
+	if a.adminGID >= 0 {
+		if c.Gid == uint32(a.adminGID) {
+			return admin
+		}
+		for _, g := range groups {
+			if g == uint32(a.adminGID) {
+				return admin
+			}
+		}
+	}
+	return guest
+}
+
+// guests admits ordinary users' connections: a few at once, each user within its rate.
+type guests struct {
+	slots chan struct{}
+	now   func() time.Time
+
+	mu       sync.Mutex
+	limiters map[uint32]*rate.Limiter
+	shared   *rate.Limiter // for users beyond maxLimiters
+}
+
+func newGuests(now func() time.Time) *guests {
+	return &guests{slots: make(chan struct{}, maxGuestConns), now: now, limiters: map[uint32]*rate.Limiter{},
+		shared: rate.NewLimiter(guestRate, guestBurst)}
+}
+
+// admit takes a slot for uid's connection, or says why not. release gives it back.
+func (g *guests) admit(uid uint32) (release func(), why string) {
+	g.mu.Lock()
+	l := g.limiters[uid]
+	if l == nil {
+		if len(g.limiters) < maxLimiters {
+			l = rate.NewLimiter(guestRate, guestBurst)
+			g.limiters[uid] = l
+		} else {
+			l = g.shared
+		}
+	}
+	ok := l.AllowN(g.now(), 1)
+	g.mu.Unlock()
+	if !ok {
+		return nil, fmt.Sprintf("too many requests from uid %d (at most %d a second); try again later", uid, guestRate)
+	}
+	select {
+	case g.slots <- struct{}{}:
+		return func() { <-g.slots }, ""
+	default:
+		return nil, "too many requests from ordinary users at once; try again later"
+	}
+}
+
+// forget drops the limiters of users who are back to a full burst (called each minute,
+// so that the map holds only the users of the last minute).
+func (g *guests) forget() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for uid, l := range g.limiters {
+		if l.TokensAt(g.now()) >= guestBurst {
+			delete(g.limiters, uid)
+		}
+	}
+}
+
+// refusals counts refused connections and logs them without letting a flood fill the
+// log: the first refusal of each user in a minute is logged, and at the end of a minute
+// with refusals one line sums them up. At most maxLimiters users are named per minute.
+type refusals struct {
+	log zerolog.Logger
+
+	mu    sync.Mutex
+	byUID map[uint32]int
+	other int // refusals of users beyond maxLimiters
+	total uint64
+}
+
+func (r *refusals) add(uid uint32, pid int32, why string) {
+	r.mu.Lock()
+	first := false
+	switch n, ok := r.byUID[uid]; {
+	case ok:
+		r.byUID[uid] = n + 1
+	case len(r.byUID) < maxLimiters:
+		r.byUID[uid], first = 1, true
+	default:
+		r.other++
+	}
+	r.total++
+	r.mu.Unlock()
+	if first {
+		r.log.Warn().Uint32("peer_uid", uid).Int32("peer_pid", pid).Str("why", why).
+			Msg("refused connection (further refusals of this user are summed up each minute)")
+	}
+}
+
+// flush logs the last minute's refusals and starts a new minute.
+func (r *refusals) flush() {
+	r.mu.Lock()
+	by, other := r.byUID, r.other
+	r.byUID, r.other = map[uint32]int{}, 0
+	r.mu.Unlock()
+	n := other
+	uids := make([]int, 0, len(by))
+	for uid, k := range by {
+		n += k
+		uids = append(uids, int(uid))
+	}
+	if n <= len(by) { // nothing beyond the lines already logged
+		return
+	}
+	sort.Ints(uids)
+	if len(uids) > 20 {
+		uids = uids[:20]
+	}
+	r.log.Warn().Int("refused", n).Int("users", len(by)).Ints("uids", uids).Int("unnamed", other).
+		Msg("refused connections in the last minute")
+}
+
+// Total returns how many connections were refused since the start.
+func (r *refusals) Total() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// peerGroups returns the supplementary groups of the process at the other end of a unix
+// socket, as they were when it connected (SO_PEERGROUPS, Linux 4.13).
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch e {
+		case 0:
+			return buf[:n/4], nil
+		case unix.ERANGE:
+			if len(buf) >= 1<<16 {
+				return nil, e
+			}
+			buf = make([]uint32, max(int(n/4), 2*len(buf)))
+		default:
+			return nil, e
+		}
+	}
+}
