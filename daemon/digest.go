@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // JobFacts looks a job up in the cluster's job map (jobmap.Map in production).
@@ -88,8 +90,9 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	results := jm.job.Results(memRequested)
 	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus}
 	if wide := m.jobWide(ctx, j); wide != nil {
-		results = properties.MergeResults(results, wide.Properties)
-		df.Nodes = wide.Nodes
+		// What comes from the tree is taken for its numbers only (properties.Adopt).
+		results = properties.MergeResults(results, m.dig.Engine.Adopt(wide.Properties))
+		df.Nodes = nodeNames(wide.Nodes)
 	}
 	rep := jm.job.Report(df, results)
 	m.mu.Lock()
@@ -150,4 +153,18 @@ func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
 		return nil
 	}
 	return wide
+}
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// nodeNames keeps the well-formed node names of a list from the tree (at most
+// sample.MaxCPUs of them).
+func nodeNames(in []string) []string {
+	out := make([]string, 0, min(len(in), 1024))
+	for _, n := range in {
+		if nodeNameRE.MatchString(n) && len(out) < sample.MaxCPUs {
+			out = append(out, n)
+		}
+	}
+	return out
 }

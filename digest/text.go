@@ -19,6 +19,7 @@ type TextOptions struct {
 // Text renders the digest for a terminal or a job's output file: at most 30 lines of at
 // most Width columns, no colour codes. A job without findings gets one line.
 func Text(r Report, o TextOptions) string {
+	r = r.clean()
 	if o.Width <= 0 {
 		o.Width = 80
 	}
@@ -98,7 +99,10 @@ func finding(b *strings.Builder, n int, f properties.Result, width int) {
 		head += " "
 	}
 	b.WriteString(clip(head+tail, width) + "\n")
-	val := "   " + formatValue(f.Median(), f.Unit)
+	val := "   (no value)"
+	if len(f.Deciles) == 11 {
+		val = "   " + formatValue(f.Median(), f.Unit)
+	}
 	if len(f.Deciles) == 11 && f.Deciles[1] != f.Deciles[9] {
 		val += fmt.Sprintf(" (10-90%%: %s to %s)", formatValue(f.Deciles[1], f.Unit), formatValue(f.Deciles[9], f.Unit))
 	}
@@ -232,4 +236,35 @@ func limitLines(s string, n int) string {
 	last := lines[len(lines)-1]
 	kept := append(lines[:n-2:n-2], "(digest cut to 30 lines: persyst report shows all)\n", last)
 	return strings.Join(kept, "") + "\n"
+}
+
+// maxText bounds any one string of a report in the text digest.
+const maxText = 400
+
+// clean returns the report with every string it prints cleaned of control and format
+// characters and bounded (properties.CleanText): a report may hold text from another
+// agent of the tree, or a command line, and the digest goes into a user's file.
+func (r Report) clean() Report {
+	c := func(s string) string { return properties.CleanText(s, maxText) }
+	r.Command = c(r.Command)
+	r.Nodes = cleanAll(r.Nodes, c)
+	r.Findings = append([]properties.Result(nil), r.Findings...)
+	for i := range r.Findings {
+		f := &r.Findings[i]
+		f.Name, f.Unit, f.Recommendation = c(f.Name), c(f.Unit), c(f.Recommendation)
+	}
+	r.NotAssessed = append([]NotAssessed(nil), r.NotAssessed...)
+	for i := range r.NotAssessed {
+		n := &r.NotAssessed[i]
+		n.Reason, n.Properties = c(n.Reason), cleanAll(n.Properties, c)
+	}
+	return r
+}
+
+func cleanAll(xs []string, c func(string) string) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = c(x)
+	}
+	return out
 }

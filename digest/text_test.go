@@ -107,3 +107,23 @@ func TestTextGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestTextCleansText: nothing in a report reaches the text digest as a control or format
+// character (terminal escapes, bidirectional overrides), and a finding without values
+// does not break it.
+func TestTextCleansText(t *testing.T) {
+	f := smallWrites
+	f.Name, f.Recommendation, f.Deciles = "Small\x1b[2J writes", "buffer\u202eoutput\x07", nil
+	r := Build(covering(Facts{JobID: 9, Command: "prog \x1b]0;owned\x07", Nodes: []string{"n1\x1b[1m", "n2"}, NNodes: 3, CPUs: 2}, 600, 10),
+		[]properties.Result{f}, 300)
+	r.NotAssessed = []NotAssessed{{Reason: "no\x1bPMU", Properties: []string{"cpi\r"}}}
+	for _, o := range []TextOptions{{}, {Width: 40}} {
+		got := Text(r, o)
+		if strings.ContainsAny(got, "\x1b\x07\r\u202e") {
+			t.Errorf("text digest holds control characters: %q", got)
+		}
+		if !strings.Contains(got, "(no value)") {
+			t.Errorf("finding without values: %q", got)
+		}
+	}
+}
