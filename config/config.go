@@ -6,9 +6,12 @@ package config
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -97,7 +100,7 @@ var fields = []field{
 	}},
 	{"DigestMinSeconds", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 86400 {
+		if err != nil || !(f >= 0 && f <= 86400) {
 			return fmt.Errorf("want seconds between 0 and 86400, got %q", v)
 		}
 		c.DigestMinSeconds = f
@@ -125,8 +128,8 @@ var fields = []field{
 		return nil
 	}},
 	{"Collector", func(c *Config, v string) error {
-		if _, _, err := net.SplitHostPort(v); err != nil {
-			return fmt.Errorf("want host:port, got %q", v)
+		if err := checkHostPort(v); err != nil {
+			return err
 		}
 		c.Collector = v
 		return nil
@@ -147,13 +150,26 @@ var fields = []field{
 		return nil
 	}},
 	{"SlurmRestd", func(c *Config, v string) error {
-		if !strings.HasPrefix(v, "unix:/") && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+		switch {
+		case strings.HasPrefix(v, "unix:/"):
+		case strings.HasPrefix(v, "http://"), strings.HasPrefix(v, "https://"):
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" || checkHostPort(u.Host) != nil && u.Port() != "" {
+				return fmt.Errorf("want unix:/path or http(s)://host:port, got %q", v)
+			}
+		default:
 			return fmt.Errorf("want unix:/path or http(s)://host:port, got %q", v)
 		}
 		c.SlurmRestd = v
 		return nil
 	}},
-	{"SlurmRestdUser", func(c *Config, v string) error { c.SlurmRestdUser = v; return nil }},
+	{"SlurmRestdUser", func(c *Config, v string) error {
+		if !groupRE.MatchString(v) {
+			return fmt.Errorf("want a user name, got %q", v)
+		}
+		c.SlurmRestdUser = v
+		return nil
+	}},
 	{"SlurmRestdTokenFile", func(c *Config, v string) error {
 		if !strings.HasPrefix(v, "/") {
 			return fmt.Errorf("want an absolute path, got %q", v)
@@ -168,16 +184,39 @@ var fields = []field{
 	}},
 }
 
-// parseSeconds reads a number of seconds ("10", "0.5") or a Go duration ("1m30s").
+// parseSeconds reads a number of seconds ("10", "0.5") or a Go duration ("1m30s"),
+// from a millisecond to an hour.
 func parseSeconds(v string) (time.Duration, error) {
-	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f <= 3600 {
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0.001 && f <= 3600 {
 		return time.Duration(f * float64(time.Second)), nil
 	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 && d <= time.Hour {
+	if d, err := time.ParseDuration(v); err == nil && d >= time.Millisecond && d <= time.Hour {
 		return d, nil
 	}
-	return 0, fmt.Errorf("want seconds between 0 and 3600, got %q", v)
+	return 0, fmt.Errorf("want seconds between 0.001 and 3600, got %q", v)
 }
+
+// checkHostPort checks a host:port address: a host name or IP address and a port from 1
+// to 65535.
+func checkHostPort(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err == nil {
+		var p int
+		p, err = strconv.Atoi(port)
+		if err == nil && (p < 1 || p > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err == nil && net.ParseIP(host) == nil && !hostRE.MatchString(host) {
+		err = errors.New("bad host")
+	}
+	if err != nil {
+		return fmt.Errorf("want host:port, got %q", v)
+	}
+	return nil
+}
+
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$`)
 
 // Load reads the file at path; a missing file gives the defaults when optional is true.
 func Load(path string, optional bool) (Config, error) {
@@ -192,12 +231,15 @@ func Load(path string, optional bool) (Config, error) {
 	return Parse(f, path)
 }
 
+// maxLine bounds a line of persyst.conf (tree lines carry hostlists).
+const maxLine = 1 << 20
+
 // Parse reads a configuration; name is used in error messages.
 func Parse(r io.Reader, name string) (Config, error) {
 	c := Defaults()
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<20) // tree lines carry hostlists
+	sc.Buffer(make([]byte, 64*1024), maxLine)
 	n := 0
 	var tree strings.Builder
 	treeLines := 0
@@ -252,6 +294,9 @@ func Parse(r io.Reader, name string) (Config, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return Config{}, fmt.Errorf("%s:%d: line longer than %d bytes", name, n+1, maxLine)
+		}
 		return Config{}, fmt.Errorf("read %s: %w", name, err)
 	}
 	if tree.Len() > 0 {
@@ -290,7 +335,7 @@ func ParseQuantity(s string) (float64, bool) {
 		}
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, false
 	}
 	return v * mult, true
@@ -329,7 +374,7 @@ func (c *Config) setThreshold(id, v string, line int) error {
 		return fmt.Errorf("already set on line %d", prev)
 	}
 	f, ok := ParseQuantity(v)
-	if !ok || !(f > 0) {
+	if !ok || !(f > 0 && f < 1e18) {
 		return fmt.Errorf("want a positive number (optionally with K, M, G, KiB, MiB, GiB or %%), got %q", v)
 	}
 	if c.Thresholds == nil {

@@ -50,6 +50,17 @@ func TestParse(t *testing.T) {
 		{"bad admin group", "AdminGroup=a b", Config{}, `test.conf:1: AdminGroup: want a group name or gid`},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
 		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
+		{"collector port not a number", "Collector=collector1:http", Config{}, `test.conf:1: Collector: want host:port`},
+		{"collector port out of range", "Collector=collector1:70000", Config{}, `test.conf:1: Collector: want host:port`},
+		{"collector host with an underscore", "Collector=bad_host:80", Config{}, `test.conf:1: Collector: want host:port`},
+		{"collector IPv6", "Collector=[::1]:16830", with(func(c *Config) { c.Collector = "[::1]:16830" }), ""},
+		{"NaN digest seconds", "DigestMinSeconds=NaN", Config{}, `test.conf:1: DigestMinSeconds: want seconds between 0 and 86400`},
+		{"infinite threshold", "Threshold.cpi=Inf", Config{}, `test.conf:1: Threshold.cpi: want a positive number`},
+		{"NaN threshold", "Threshold.cpi=NaN", Config{}, `test.conf:1: Threshold.cpi: want a positive number`},
+		{"tiny timeout", "SlurmRestdTimeout=1e-300", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds between 0.001 and 3600`},
+		{"bad slurmrestd url", "SlurmRestd=http://", Config{}, `test.conf:1: SlurmRestd: want unix:/path or http(s)://host:port`},
+		{"bad slurmrestd user", "SlurmRestdUser=a b", Config{}, `test.conf:1: SlurmRestdUser: want a user name`},
+		{"over-long line", "CycleSeconds=5\nTree=" + strings.Repeat("x", 2<<20) + "\n", Config{}, `test.conf:2: line longer than 1048576 bytes`},
 		{"tree lines keep their line numbers", "CycleSeconds=5\nFrontend=fe Syncs=s1\nCollector=c0:1\nsync=s1 Collectors=c1 # spine\nCollector=c1 Nodes=n[1-4] Addr=c1:16830\n",
 			with(func(c *Config) {
 				c.Cycle, c.Collector = 5*time.Second, "c0:1"
