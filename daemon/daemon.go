@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go watchdog(wctx, log)
+	go newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock).run(wctx, reconcileEvery)
 	measured := make(chan struct{})
 	go func() {
 		defer close(measured)

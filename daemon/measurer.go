@@ -201,7 +201,8 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	jm := m.jobs[j.JobID]
-	if jm == nil {
+	if jm == nil || jm.ended {
+		// A new job (or a job id Slurm reused after the old job ended here).
 		jm = &jobMeter{id: j.JobID}
 		m.jobs[j.JobID] = jm
 	}

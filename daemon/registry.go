@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -73,10 +74,16 @@ type Job struct {
 	Ended       *time.Time        `json:"ended,omitempty"`
 	// JobStartSeen and JobEndSeen say whether the prolog/epilog events arrived (a job
 	// whose prolog event was lost is still known from its steps).
-	JobStartSeen bool      `json:"job_start_seen"`
-	JobEndSeen   bool      `json:"job_end_seen"`
-	Steps        []*Step   `json:"steps"`
+	JobStartSeen bool    `json:"job_start_seen"`
+	JobEndSeen   bool    `json:"job_end_seen"`
+	Steps        []*Step `json:"steps"`
+	// StepsDropped counts the oldest ended steps dropped to keep a job's record bounded
+	// (MaxSteps).
+	StepsDropped int       `json:"steps_dropped,omitempty"`
 	Updated      time.Time `json:"updated"`
+	// EndReason says why the job was ended other than by its job_end event (Slurm no
+	// longer knows it as running).
+	EndReason string `json:"end_reason,omitempty"`
 }
 
 func (j *Job) step(id string) *Step {
@@ -98,6 +105,19 @@ type jobFile struct {
 }
 
 const stateVersion = 1
+
+// Bounds of the registry: what one node holds at most. A job start beyond MaxRunning is
+// refused (the job runs, unmeasured); beyond MaxEnded, the oldest ended jobs are dropped
+// before their retention; beyond MaxSteps, a job's oldest ended steps are dropped (and
+// counted).
+const (
+	MaxRunning = 1024
+	MaxEnded   = 10000
+	MaxSteps   = 512
+)
+
+// ErrFull is Apply's error for a job start beyond MaxRunning.
+var ErrFull = errors.New("too many running jobs on this node")
 
 // Registry holds the jobs of one node. It is safe for concurrent use. Every change of a
 // job is written to its file (atomically, by rename, fsynced) before Apply returns, so a
@@ -136,11 +156,26 @@ func OpenRegistry(cfg RegistryConfig, log zerolog.Logger) (*Registry, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", cfg.Dir, err)
 	}
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", cfg.Dir, err)
+	}
+	// Files of saves that did not finish (ENOSPC, a crash) are garbage.
+	if tmps, err := filepath.Glob(filepath.Join(cfg.Dir, "*.json.tmp")); err == nil {
+		for _, p := range tmps {
+			if err := os.Remove(p); err != nil {
+				log.Warn().Err(err).Str("state", p).Msg("unfinished state file not removed")
+			}
+		}
+	}
 	names, err := filepath.Glob(filepath.Join(cfg.Dir, "*.json"))
 	if err != nil {
 		return nil, fmt.Errorf("read state dir %s: %w", cfg.Dir, err)
 	}
 	for _, p := range names {
+		if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+			log.Error().Str("state", p).Msg("not a regular file in the state directory; left alone")
+			continue
+		}
 		j, err := readJobFile(p, cfg.Node)
 		var wrongNode *wrongNodeError
 		switch {
@@ -220,7 +255,15 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	j, ok := r.jobs[e.JobID]
+	if ok && k == wire.JobStart && j.Ended != nil && j.JobEndSeen {
+		// A job start for an id whose job has ended here: Slurm reused the id (its job
+		// ids wrap, or restart from FirstJobId). A new job, with a new record.
+		ok = false
+	}
 	if !ok {
+		if r.runningLocked() >= MaxRunning {
+			return nil, fmt.Errorf("job %d: %w (%d)", e.JobID, ErrFull, MaxRunning)
+		}
 		j = &Job{JobID: e.JobID, Node: r.node, State: Running, Persyst: e.Persyst, Started: e.Time, Steps: []*Step{}}
 		r.jobs[e.JobID] = j
 	}
@@ -235,7 +278,7 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 		s := j.step(e.StepID)
 		if s == nil {
 			s = &Step{ID: e.StepID, State: Running, Started: e.Time}
-			j.Steps = append(j.Steps, s)
+			j.addStep(s)
 		}
 		s.LocalTasks, s.TotalTasks = e.LocalTasks, e.TotalTasks
 		s.Cores, s.MemMB = e.StepCores, e.StepMemMB
@@ -243,7 +286,7 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 		s := j.step(e.StepID)
 		if s == nil { // start event lost (daemon was down): still record the end
 			s = &Step{ID: e.StepID, Started: e.Time}
-			j.Steps = append(j.Steps, s)
+			j.addStep(s)
 		}
 		t := e.Time
 		s.State, s.Ended = Ended, &t
@@ -320,22 +363,89 @@ func (r *Registry) merge(j *Job, e *wire.Event) {
 	}
 }
 
-// prune drops ended jobs not updated for longer than the retention, with their files.
-// It goes by the time events were received (Updated), not by the senders' clocks.
-// Caller holds mu.
+// addStep adds a step to the job, dropping its oldest ended steps beyond MaxSteps.
+func (j *Job) addStep(s *Step) {
+	j.Steps = append(j.Steps, s)
+	for len(j.Steps) > MaxSteps {
+		i := slices.IndexFunc(j.Steps, func(s *Step) bool { return s.State == Ended })
+		if i < 0 {
+			break // every step runs: keep them (a running step is never forgotten)
+		}
+		j.Steps = slices.Delete(j.Steps, i, i+1)
+		j.StepsDropped++
+	}
+}
+
+// runningLocked counts the jobs that have not ended. Caller holds mu.
+func (r *Registry) runningLocked() int {
+	n := 0
+	for _, j := range r.jobs {
+		if j.Ended == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// prune drops ended jobs not updated for longer than the retention, with their files,
+// and the oldest ended jobs beyond MaxEnded. It goes by the time events were received
+// (Updated), not by the senders' clocks. Caller holds mu.
 func (r *Registry) prune(now time.Time) error {
 	var errs []error
+	var ended []*Job
 	for id, j := range r.jobs {
-		if j.Ended != nil && now.Sub(j.Updated) > r.retention {
-			delete(r.jobs, id)
-			if r.dir != "" {
-				if err := os.Remove(filepath.Join(r.dir, jobFileName(id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					errs = append(errs, err)
-				}
-			}
+		if j.Ended == nil {
+			continue
+		}
+		if now.Sub(j.Updated) > r.retention {
+			errs = append(errs, r.drop(id))
+			continue
+		}
+		ended = append(ended, j)
+	}
+	if len(ended) > MaxEnded {
+		sort.Slice(ended, func(a, b int) bool { return ended[a].Updated.Before(ended[b].Updated) })
+		for _, j := range ended[:len(ended)-MaxEnded] {
+			errs = append(errs, r.drop(j.JobID))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// drop forgets a job and removes its file. Caller holds mu.
+func (r *Registry) drop(id uint32) error {
+	delete(r.jobs, id)
+	if r.dir == "" {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(r.dir, jobFileName(id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Expire ends a running job that Slurm no longer knows as running on this node (its
+// end event was lost: the daemon was down, or slurmd died), with the reason. It returns
+// the job as ended, or nil if it was not running.
+func (r *Registry) Expire(id uint32, why string, now time.Time) (*Job, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[id]
+	if !ok || j.Ended != nil {
+		return nil, nil
+	}
+	t := now
+	j.Ended, j.EndReason, j.Updated = &t, why, now
+	for _, s := range j.Steps {
+		if s.State == Running {
+			end := t
+			s.State, s.Ended = Ended, &end
+		}
+	}
+	if j.State != OptedOut {
+		j.State = Ended
+	}
+	return copyJob(j), r.save(j)
 }
 
 // save writes one job's file atomically. Caller holds mu.
@@ -353,18 +463,23 @@ func (r *Registry) save(j *Job) error {
 	if err != nil {
 		return fmt.Errorf("write state %s: %w", tmp, err)
 	}
-	if _, err := f.Write(b); err != nil {
+	fail := func(what string, err error) error {
 		f.Close()
-		return fmt.Errorf("write state %s: %w", tmp, err)
+		os.Remove(tmp) // never leave an unfinished file behind
+		return fmt.Errorf("%s state %s: %w", what, tmp, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		return fail("write", err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync state %s: %w", tmp, err)
+		return fail("sync", err)
 	}
 	if err := f.Close(); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("close state %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("rename state to %s: %w", path, err)
 	}
 	if d, err := os.Open(r.dir); err == nil {
@@ -415,13 +530,7 @@ func copyJob(j *Job) *Job {
 func (r *Registry) Running() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, j := range r.jobs {
-		if j.Ended == nil {
-			n++
-		}
-	}
-	return n
+	return r.runningLocked()
 }
 
 // Job returns a copy of one job, or nil.
