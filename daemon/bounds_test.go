@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,29 @@ func TestReconcile(t *testing.T) {
 	}
 	if r.Running() != 3 {
 		t.Errorf("%d jobs running, want 3", r.Running())
+	}
+}
+
+// TestBadCgroup: a job's cgroup directory from an event is taken only inside its
+// hierarchy and in the job's own cgroup.
+func TestBadCgroup(t *testing.T) {
+	m := &Measurer{mounts: map[string]string{"freezer": "/sys/fs/cgroup/freezer", "unified": "/sys/fs/cgroup/unified"}}
+	for _, tc := range []struct {
+		key, dir, why string
+	}{
+		{"freezer", "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_7", ""},
+		{"freezer", "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_7/step_batch", ""},
+		{"unified", "/sys/fs/cgroup/unified/system.slice/slurmstepd.scope/job_7", ""},
+		{"freezer", "/etc", "not under its hierarchy's mount"},
+		{"freezer", "/sys/fs/cgroup/freezer", "not under its hierarchy's mount"},
+		{"freezer", "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_8", "not the job's own cgroup"},
+		{"freezer", "/sys/fs/cgroup/freezer/job_7/../../../../etc", "not a clean absolute path"},
+		{"freezer", "sys/fs/cgroup/freezer/job_7", "not a clean absolute path"},
+		{"memory", "/sys/fs/cgroup/memory/slurm/uid_1/job_7", "no such cgroup hierarchy"},
+		{"unified", "/sys/fs/cgroup/freezer/slurm/uid_1/job_7", "not under its hierarchy's mount"},
+	} {
+		if got := m.badCgroup(tc.key, tc.dir, 7); !strings.HasPrefix(got, tc.why) || (tc.why == "") != (got == "") {
+			t.Errorf("badCgroup(%s, %s) = %q, want %q", tc.key, tc.dir, got, tc.why)
+		}
 	}
 }

@@ -52,6 +52,7 @@ type jobMeter struct {
 	id       uint32
 	job      *pipeline.Job
 	owned    string // persyst's own perf cgroup of the job ("" if none)
+	starting bool   // its meter is being opened (outside the lock)
 	ended    bool
 	summary  sample.Summary // final, once ended
 	digested bool           // the digest was made (never twice)
@@ -73,6 +74,9 @@ type Measurer struct {
 	perfParent string
 	perfWhy    string
 	cpusetV1   bool // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
+	// mounts are the cgroup hierarchies by key: a job's cgroup directory from an event
+	// must lie under its hierarchy's mount.
+	mounts map[string]string
 
 	dig     DigestConfig
 	reports reportStore
@@ -114,8 +118,10 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if err != nil {
 		return nil, err
 	}
+	m.mounts = map[string]string{}
 	for _, mt := range mounts {
 		m.cpusetV1 = m.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
+		m.mounts[mt.Key] = mt.Path
 	}
 	if mnt, ok := jobcgroup.PerfHierarchy(mounts); !ok {
 		m.perfWhy = "no cgroup v2 or perf_event v1 hierarchy is mounted"
@@ -193,46 +199,76 @@ func (m *Measurer) usesOwned(cg map[string]string) bool {
 
 // Prepare is called for a job or step start of a measured job: it creates persyst's perf
 // cgroup for the job when one is needed and returns it, so the plugin can move the
-// step's tasks into it; then it starts measuring the job if its cgroups are known.
+// step's tasks into it; then it starts measuring the job if its cgroups are known. No
+// lock is held while files are read or created.
 func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	jm := m.jobs[j.JobID]
 	if jm == nil || jm.ended {
 		// A new job (or a job id Slurm reused after the old job ended here).
 		jm = &jobMeter{id: j.JobID}
 		m.jobs[j.JobID] = jm
 	}
-	if jm.owned == "" && m.usesOwned(j.Cgroups) {
+	needOwned := jm.owned == "" && m.usesOwned(j.Cgroups)
+	m.mu.Unlock()
+	if needOwned {
 		dir := m.ownedDir(j.JobID)
 		if err := jobcgroup.Create(m.host, dir); err != nil {
 			m.log.Error().Err(err).Uint32("job", j.JobID).Msg("perf cgroup not created; perf events not measured for this job")
 		} else {
+			m.mu.Lock()
 			jm.owned = dir
+			m.mu.Unlock()
 		}
 	}
-	m.startLocked(j, jm)
+	m.start(j, jm)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return jm.owned
 }
 
-// startLocked opens the job's meter once its cgroups are known.
-func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
-	if jm.job != nil || jm.ended {
+// start opens the job's meter once its cgroups are known (once: a start under way or
+// done is not repeated).
+func (m *Measurer) start(j *Job, jm *jobMeter) {
+	m.mu.Lock()
+	if jm.job != nil || jm.ended || jm.starting {
+		m.mu.Unlock()
 		return
 	}
+	jm.starting = true
+	owned := jm.owned
+	m.mu.Unlock()
+	job := m.open(j, owned)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	jm.starting = false
+	if job == nil {
+		return
+	}
+	if jm.job != nil || jm.ended {
+		job.Meter().Close()
+		return
+	}
+	jm.job = job
+}
+
+// open builds the job's spec from its cgroups and starts its pipeline; nil when its
+// cgroups are not there yet (the next event or cycle tries again) or it cannot be
+// measured.
+func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 	cg := m.jobCgroups(j)
 	if len(cg) == 0 {
-		return // not created yet: the next event or cycle tries again
+		return nil
 	}
 	if m.cpusetV1 && !hasKey(cg, "cpuset") && m.now().Sub(j.Started) < cpusetWait {
 		// Slurm creates the job's cpuset a moment after the prolog: wait for it, so that
 		// per-CPU values cover the job's CPUs only (later: all online CPUs).
-		return
+		return nil
 	}
-	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, jm)}
+	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, owned)}
 	for k, dir := range cg {
 		if cpus, ok, err := m.host.CgroupCPUs(dir); err == nil && ok && strings.Contains(","+k+",", ",cpuset,") {
 			spec.CPUs = cpus
@@ -247,15 +283,15 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 		cpus, err := m.host.OnlineCPUs()
 		if err != nil {
 			m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured: no CPUs")
-			return
+			return nil
 		}
 		spec.CPUs = cpus
 	}
 	spec.Topology = m.host.Topology(spec.CPUs)
 	switch {
-	case jm.owned != "":
-		spec.PerfCgroup = m.host.Path(jm.owned)
-		spec.ProcCgroup = jm.owned
+	case owned != "":
+		spec.PerfCgroup = m.host.Path(owned)
+		spec.ProcCgroup = owned
 	case cg["unified"] != "" && m.perfParent != "":
 		spec.PerfCgroup = m.host.Path(cg["unified"])
 		spec.ProcCgroup = cg["unified"]
@@ -290,11 +326,11 @@ func (m *Measurer) startLocked(j *Job, jm *jobMeter) {
 	job, err := pipeline.Start(m.env, spec, opts)
 	if err != nil {
 		m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured")
-		return
+		return nil
 	}
-	jm.job = job
 	m.log.Info().Uint32("job", j.JobID).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
 		Str("procs", spec.ProcCgroup).Msg("measuring job")
+	return job
 }
 
 // cpusetWait is how long a job's meter waits for Slurm's cpuset cgroup of the job.
@@ -317,16 +353,41 @@ func (m *Measurer) jobCgroups(j *Job) map[string]string {
 	if found, err := jobcgroup.Find(m.host, m.node, j.UID, j.JobID); err == nil {
 		maps.Copy(cg, found)
 	}
-	maps.Copy(cg, j.Cgroups)
+	for k, dir := range j.Cgroups {
+		if why := m.badCgroup(k, dir, j.JobID); why != "" {
+			m.log.Warn().Uint32("job", j.JobID).Str("hierarchy", k).Str("cgroup", dir).Str("why", why).Msg("cgroup from an event ignored")
+			continue
+		}
+		cg[k] = dir
+	}
 	return cg
 }
 
-// statCgroups adds persyst's own v2 job cgroup to the Slurm ones: on hybrid hosts its
-// cpu.stat gives the CPU time of the job's tasks even when Slurm made no cpuacct cgroup.
-func (m *Measurer) statCgroups(cg map[string]string, jm *jobMeter) map[string]string {
+// badCgroup says why a job's cgroup directory from an event is not taken ("" : it is): it
+// must be a clean absolute path under the mount of its hierarchy, in the job's own
+// cgroup (a path component job_<id>, as Slurm names them).
+func (m *Measurer) badCgroup(key, dir string, id uint32) string {
+	mnt, ok := m.mounts[key]
+	switch {
+	case !filepath.IsAbs(dir) || filepath.Clean(dir) != dir:
+		return "not a clean absolute path"
+	case !ok:
+		return "no such cgroup hierarchy on this node"
+	case !strings.HasPrefix(dir, mnt+"/"):
+		return "not under its hierarchy's mount " + mnt
+	case !slices.Contains(strings.Split(dir, "/"), "job_"+strconv.FormatUint(uint64(id), 10)):
+		return "not the job's own cgroup"
+	}
+	return ""
+}
+
+// statCgroups adds persyst's own v2 job cgroup (owned) to the Slurm ones: on hybrid
+// hosts its cpu.stat gives the CPU time of the job's tasks even when Slurm made no
+// cpuacct cgroup.
+func (m *Measurer) statCgroups(cg map[string]string, owned string) map[string]string {
 	out := maps.Clone(cg)
-	if _, ok := out["unified"]; !ok && jm.owned != "" && m.mount.IsV2 {
-		out["unified"] = jm.owned
+	if _, ok := out["unified"]; !ok && owned != "" && m.mount.IsV2 {
+		out["unified"] = owned
 	}
 	return out
 }
@@ -442,8 +503,14 @@ func (m *Measurer) cycle() {
 	for _, j := range jobs {
 		byID[j.JobID] = j
 	}
+	type read struct {
+		jm    *jobMeter
+		job   *pipeline.Job
+		owned string
+	}
 	m.mu.Lock()
-	var meters []*jobMeter
+	var reads []read
+	var starts []*jobMeter
 	ids := make([]uint32, 0, len(m.jobs))
 	for id := range m.jobs {
 		ids = append(ids, id)
@@ -451,28 +518,31 @@ func (m *Measurer) cycle() {
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	for _, id := range ids {
 		jm := m.jobs[id]
-		if jm.ended {
-			continue
-		}
-		if jm.job == nil {
+		switch {
+		case jm.ended:
+		case jm.job == nil:
 			if j := byID[id]; j != nil && j.State == Running {
-				m.startLocked(j, jm)
+				starts = append(starts, jm)
 			}
-			continue // the baseline was just read
+		default:
+			reads = append(reads, read{jm, jm.job, jm.owned})
 		}
-		// Slurm creates some of a job's cgroups after the job started (per step, or by
-		// plugins that run later): pick them up.
-		if j := byID[id]; j != nil {
-			if cg := m.statCgroups(m.jobCgroups(j), jm); !maps.Equal(cg, jm.job.Meter().Spec().StatCgroups) {
-				jm.job.Meter().SetStatCgroups(cg)
-			}
-		}
-		meters = append(meters, jm)
 	}
 	m.mu.Unlock()
-	for _, jm := range meters {
-		if _, err := jm.job.Read(sample.Cycle); err != nil {
-			m.log.Debug().Err(err).Uint32("job", jm.id).Msg("cycle read incomplete")
+	// Files are read without the lock: a job's events are never held up by a cycle.
+	for _, jm := range starts {
+		m.start(byID[jm.id], jm) // its baseline is read now
+	}
+	for _, r := range reads {
+		// Slurm creates some of a job's cgroups after the job started (per step, or by
+		// plugins that run later): pick them up.
+		if j := byID[r.jm.id]; j != nil {
+			if cg := m.statCgroups(m.jobCgroups(j), r.owned); !maps.Equal(cg, r.job.Meter().Spec().StatCgroups) {
+				r.job.Meter().SetStatCgroups(cg)
+			}
+		}
+		if _, err := r.job.Read(sample.Cycle); err != nil {
+			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")
 		}
 	}
 }

@@ -10,7 +10,6 @@
 package hostfs
 
 import (
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -54,14 +53,10 @@ func (f FS) Rel(p string) string {
 	return r
 }
 
-// ReadFile reads the file at elem under the root; the error names the path.
+// ReadFile reads the regular file at elem under the root, never blocking on it
+// (ReadRegular); the error names the path.
 func (f FS) ReadFile(elem ...string) ([]byte, error) {
-	p := f.Path(elem...)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	return b, nil
+	return ReadRegular(f.Path(elem...))
 }
 
 // ReadString reads the file at elem under the root, without surrounding white space.

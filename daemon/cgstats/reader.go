@@ -110,7 +110,7 @@ func (rd *read) bad(file string, fields Field, err error) {
 // file reads dir/name. ok is false (and fields recorded as missing) when it cannot.
 func (rd *read) file(dir, name string, fields Field) (b []byte, ok bool) {
 	file := filepath.Join(dir, name)
-	b, err := os.ReadFile(filepath.Join(rd.root, file))
+	b, err := hostfs.ReadRegular(filepath.Join(rd.root, file))
 	if err != nil {
 		if absentErr(err) {
 			rd.absent(dir, file, fields, err)
@@ -323,7 +323,7 @@ func (rd *read) v1(dirs map[string]string) {
 // non-recursive file on kernels without it).
 func (rd *read) blkio(dir, what string, fr, fw Field, dr, dw *uint64) {
 	name := "blkio.throttle." + what + "_recursive"
-	b, err := os.ReadFile(filepath.Join(rd.root, dir, name))
+	b, err := hostfs.ReadRegular(filepath.Join(rd.root, dir, name))
 	if err != nil && errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Stat(rd.abs(dir)); serr == nil {
 			name = "blkio.throttle." + what

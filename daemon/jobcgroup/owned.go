@@ -57,7 +57,7 @@ func Create(h hostfs.FS, dir string) error {
 // Procs returns the PIDs listed in dir's cgroup.procs (not its descendants').
 func Procs(h hostfs.FS, dir string) ([]string, error) {
 	p := h.Path(dir, "cgroup.procs")
-	b, err := os.ReadFile(p)
+	b, err := hostfs.ReadRegular(p)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}

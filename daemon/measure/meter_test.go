@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/perfcg"
@@ -287,5 +288,53 @@ func TestStoreBudget(t *testing.T) {
 	}
 	if !last.Time.Equal(start.Add(100_000 * time.Second)) {
 		t.Errorf("last sample at %v, want the job's last read", last.Time)
+	}
+}
+
+// TestFIFOInCgroup: a FIFO where a cgroup file should be (a user's trick in a step's
+// cgroup directory) is refused, not read: the meter never blocks on it, and the metric
+// is not measured, with the reason.
+func TestFIFOInCgroup(t *testing.T) {
+	f := newFakeJob(t)
+	f.set(t, 1_000_000, 0, 100, 100)
+	p := filepath.Join(f.root, f.dir, "memory.current")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	env := &Env{Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}), Log: zerolog.Nop(),
+		Now: func() time.Time { return now }}
+	done := make(chan *Meter, 1)
+	go func() {
+		m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, StatCgroups: map[string]string{"unified": f.dir}, ProcCgroup: f.dir})
+		if err != nil {
+			t.Error(err)
+		}
+		now = now.Add(time.Minute)
+		if m != nil {
+			m.Read(sample.Cycle)
+		}
+		done <- m
+	}()
+	select {
+	case m := <-done:
+		if m == nil {
+			return
+		}
+		sum := m.Summary()
+		if _, ok := sum.Totals[sample.MemBytes]; ok {
+			t.Errorf("mem_bytes measured from a FIFO")
+		}
+		if why := sum.NotMeasured[sample.MemBytes]; why == "" {
+			t.Errorf("mem_bytes not named as not measured")
+		}
+		if _, ok := sum.Totals[sample.CPUUserSeconds]; !ok {
+			t.Errorf("cpu_user_seconds not measured beside the FIFO")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the meter blocked on a FIFO in the cgroup directory")
 	}
 }

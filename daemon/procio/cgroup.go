@@ -54,7 +54,7 @@ func vanished(err error) bool {
 // the top directory itself vanishing is returned; the rest is collected in w.errs.
 func (w *walker) walk(dir string, top bool) error {
 	file := filepath.Join(dir, "cgroup.procs")
-	b, err := os.ReadFile(filepath.Join(w.root, file))
+	b, err := hostfs.ReadRegular(filepath.Join(w.root, file))
 	switch {
 	case err == nil:
 		var perr error
