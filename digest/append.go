@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
-	"os"
-	"os/exec"
 	"os/user"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -22,13 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// AppendCommand is the hidden persyst subcommand that appends as the user.
-const AppendCommand = "__append-digest"
-
 // MaxText is the most Append writes.
 const MaxText = 64 << 10
 
-// DefaultTimeout bounds the child when AppendOptions.Timeout is zero.
+// DefaultTimeout bounds the write when AppendOptions.Timeout is zero.
 const DefaultTimeout = 5 * time.Second
 
 // Target is the file to append to and whose it is.
@@ -36,14 +29,15 @@ type Target struct {
 	Path     string // absolute path of the job's stdout file
 	UID, GID uint32
 	// Groups are the user's supplementary groups. If nil, they are looked up with os/user
-	// by UID; if that fails, the child has none.
+	// by UID; if that fails, the write has none.
 	Groups []uint32
 }
 
 // AppendOptions tune Append.
 type AppendOptions struct {
-	Self    string        // persyst executable to re-exec ("/proc/self/exe")
-	Timeout time.Duration // bound on the child (DefaultTimeout); it is killed after it
+	Timeout time.Duration // how long Append waits for the write (DefaultTimeout)
+	// write replaces appendFile on the writing thread (tests).
+	write func(path string, text []byte, uid uint32) (int, string)
 }
 
 // Reasons an append is refused, wrapped by *AppendError. A missing file wraps
@@ -68,7 +62,7 @@ var (
 type AppendError struct {
 	Path   string
 	UID    uint32
-	Reason string // one line, from the child when it ran (sanitized)
+	Reason string // one line
 	Err    error  // one of the Err* above, fs.ErrNotExist, fs.ErrPermission, a context error, or the start or wait error
 }
 
@@ -78,7 +72,7 @@ func (e *AppendError) Error() string {
 
 func (e *AppendError) Unwrap() error { return e.Err }
 
-// The child's exit codes (2 is a usage error, or a Go panic).
+// The writing thread's outcomes.
 const (
 	exitOK         = 0
 	exitFailed     = 1
@@ -102,9 +96,10 @@ var exitErrs = map[int]error{
 }
 
 // Append writes text at the end of t.Path as the user t.UID, t.GID (see the package
-// documentation): it starts `Self __append-digest PATH` with those credentials, the text
-// on its stdin, and waits for it at most opts.Timeout. Root jobs (UID 0) go the same way,
-// with uid 0. A nil error means the whole text was written.
+// documentation): on a thread of its own that takes the user's filesystem credentials and
+// supplementary groups and drops every capability, and then dies. It waits for it at most
+// opts.Timeout. Root jobs (UID 0) go the same way, with uid 0. A nil error means the
+// whole text was written.
 func Append(ctx context.Context, t Target, text []byte, opts AppendOptions) error {
 	fail := func(err error, format string, a ...any) error {
 		return &AppendError{Path: t.Path, UID: t.UID, Reason: fmt.Sprintf(format, a...), Err: err}
@@ -121,9 +116,6 @@ func Append(ctx context.Context, t Target, text []byte, opts AppendOptions) erro
 	if t.Path == "/dev/null" {
 		return fail(ErrNotRegular, "refused: /dev/null: not a regular file (char device)")
 	}
-	if opts.Self == "" {
-		opts.Self = "/proc/self/exe"
-	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -131,92 +123,81 @@ func Append(ctx context.Context, t Target, text []byte, opts AppendOptions) erro
 	if groups == nil {
 		groups = lookupGroups(t.UID, opts.Timeout/2)
 	}
-	inheritNothing()
-
+	write := opts.write
+	if write == nil {
+		write = appendFile
+	}
+	text = bytes.Clone(text) // the thread may outlive this call
+	type result struct {
+		code int
+		msg  string
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, and its credentials with it;
+		// no other goroutine ever runs on it.
+		runtime.LockOSThread()
+		if err := becomeUser(t.UID, t.GID, groups); err != nil {
+			done <- result{exitFailed, fmt.Sprintf("take the credentials of uid %d: %v", t.UID, err)}
+			return
+		}
+		code, msg := write(t.Path, text, t.UID)
+		done <- result{code, msg}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, opts.Self, AppendCommand, t.Path)
-	cmd.Env = []string{} // not nil: nil would be the daemon's environment
-	cmd.Dir = "/"
-	cmd.Stdin = bytes.NewReader(text)
-	stderr := &lineBuffer{max: 4 << 10}
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// nil or empty Groups: setgroups(0) — none of the daemon's groups are kept.
-		Credential: &syscall.Credential{Uid: t.UID, Gid: t.GID, Groups: groups},
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-	}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	// Pdeathsig fires when the thread that started the child exits: keep it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		return fail(err, "start %s %s: %v", opts.Self, AppendCommand, err)
-	}
-	err := cmd.Wait()
-	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
-		// ErrWaitDelay: exited 0, something it started holds its stderr.
-		return nil
-	}
-	if ctx.Err() != nil {
+	select {
+	case r := <-done:
+		if r.code == exitOK {
+			return nil
+		}
+		return fail(exitErrs[r.code], "%s", r.msg)
+	case <-ctx.Done():
 		what := "canceled"
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			what = fmt.Sprintf("timed out after %v", opts.Timeout)
 		}
-		return fail(ctx.Err(), "append to %s: %s (child killed; it may have written)", quotePath(t.Path), what)
+		return fail(ctx.Err(), "append to %s: %s (the write may still complete)", quotePath(t.Path), what)
 	}
-	reason := stderr.firstLine()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return fail(err, "append to %s: %v", quotePath(t.Path), err)
-	}
-	code := ee.ExitCode()
-	if reason == "" {
-		reason = fmt.Sprintf("append to %s: child %v", quotePath(t.Path), ee)
-	}
-	if e, ok := exitErrs[code]; ok {
-		return fail(e, "%s", reason)
-	}
-	return fail(err, "%s", reason)
 }
 
-// AppendChild is the child of Append: args is the path, stdin the text. It returns the
-// exit code, after a one-line reason on stderr when it is not 0.
-func AppendChild(args []string) int {
-	// No /proc/self access or tracing by the user from here on (see the package doc).
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "persyst: "+AppendCommand+" is internal to the persyst daemon")
-		return exitUsage
+// becomeUser gives the calling thread, and it alone, the user's filesystem uid and gid
+// and supplementary groups, and drops every capability from it: from then on the kernel
+// checks every path search, open and write of this thread as the user's (raw syscalls:
+// glibc and Go's syscall package would change every thread of the daemon). The caller
+// has locked the thread and never unlocks it.
+func becomeUser(uid, gid uint32, groups []uint32) error {
+	gs := make([]int, len(groups))
+	for i, g := range groups {
+		gs[i] = int(g)
 	}
-	path := args[0]
-	if err := checkPath(path); err != nil {
-		fmt.Fprintf(os.Stderr, "refused: %s: %v\n", quotePath(path), err)
-		return exitUsage
+	if err := unix.Setgroups(gs); err != nil { // setgroups(2) on this thread (x/sys: RawSyscall)
+		return fmt.Errorf("setgroups: %w", err)
 	}
-	text, err := io.ReadAll(io.LimitReader(os.Stdin, MaxText+1))
-	switch {
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "read text: %v\n", err)
-		return exitFailed
-	case len(text) == 0:
-		fmt.Fprintf(os.Stderr, "refused: %s: empty text\n", quotePath(path))
-		return exitUsage
-	case len(text) > MaxText:
-		fmt.Fprintf(os.Stderr, "refused: %s: text longer than %d bytes\n", quotePath(path), MaxText)
-		return exitUsage
+	unix.Setfsgid(int(gid))
+	unix.Setfsuid(int(uid))
+	// setfs*id report no error: check that they took (called with -1, they only return
+	// the current value).
+	if cur, _ := unix.SetfsgidRetGid(-1); cur != int(gid) {
+		return fmt.Errorf("setfsgid %d: still %d", gid, cur)
 	}
-	code, msg := appendFile(path, text)
-	if code != exitOK {
-		fmt.Fprintln(os.Stderr, msg)
+	if cur, _ := unix.SetfsuidRetUid(-1); cur != int(uid) {
+		return fmt.Errorf("setfsuid %d: still %d", uid, cur)
 	}
-	return code
+	// No capability at all on this thread (a change of fsuid away from 0 already clears
+	// the filesystem ones; this also covers uid 0 and the others, such as overriding
+	// quotas).
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
 
-// appendFile is the child's work, with the credentials it was started with.
-func appendFile(path string, text []byte) (int, string) {
+// appendFile is the writing thread's work, with the user's credentials: uid is the
+// user's, who must own the file.
+func appendFile(path string, text []byte, uid uint32) (int, string) {
 	q := quotePath(path)
 	var st unix.Stat_t
 	// Not even open a FIFO, device or socket: opening some devices does things.
@@ -227,7 +208,7 @@ func appendFile(path string, text []byte) (int, string) {
 			return exitNotRegular, fmt.Sprintf("refused: %s: not a regular file (%s)", q, fileKind(st.Mode))
 		}
 	}
-	fd, code, msg := openChecked(path)
+	fd, code, msg := openChecked(path, uid)
 	if code != exitOK {
 		return code, msg
 	}
@@ -248,16 +229,23 @@ func appendFile(path string, text []byte) (int, string) {
 	return exitOK, ""
 }
 
-// openChecked opens path for appending, without following a final symlink or blocking on
-// a FIFO, and checks that it is a regular file of the effective uid, back in blocking
-// mode. On failure it returns the exit code and the reason.
-func openChecked(path string) (int, int, string) {
+// openChecked opens path for appending, without following a final symlink or any magic
+// link (/proc/PID/fd/N) or blocking on a FIFO, and checks that it is a regular file owned
+// by uid, back in blocking mode. On failure it returns the exit code and the reason.
+func openChecked(path string, uid uint32) (int, int, string) {
 	q := quotePath(path)
 	var st unix.Stat_t
 	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_CLOEXEC | unix.O_NONBLOCK
-	fd, err := unix.Open(path, flags, 0)
+	open := func() (int, error) {
+		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+		if err == unix.ENOSYS { // kernels before 5.6
+			fd, err = unix.Open(path, flags, 0)
+		}
+		return fd, err
+	}
+	fd, err := open()
 	for err == unix.EINTR {
-		fd, err = unix.Open(path, flags, 0)
+		fd, err = open()
 	}
 	if err != nil {
 		code, what := exitFailed, ""
@@ -284,8 +272,8 @@ func openChecked(path string) (int, int, string) {
 		code, msg = exitFailed, fmt.Sprintf("fstat %s: %v", q, err)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		code, msg = exitNotRegular, fmt.Sprintf("refused: %s: not a regular file (%s)", q, fileKind(st.Mode))
-	case st.Uid != uint32(unix.Geteuid()):
-		code, msg = exitNotOwner, fmt.Sprintf("refused: %s: owned by uid %d, not %d", q, st.Uid, unix.Geteuid())
+	case st.Uid != uid:
+		code, msg = exitNotOwner, fmt.Sprintf("refused: %s: owned by uid %d, not %d", q, st.Uid, uid)
 	case st.Nlink < 1:
 		code, msg = exitUnlinked, fmt.Sprintf("refused: %s: deleted (no links)", q)
 	default:
@@ -383,60 +371,4 @@ func lookupGroups(uid uint32, wait time.Duration) []uint32 {
 	case <-timer.C:
 		return nil
 	}
-}
-
-// inheritNothing marks every descriptor of this process from 3 up close-on-exec, so
-// that the user's child cannot get one that was inherited or opened without O_CLOEXEC.
-// Go opens its own with O_CLOEXEC and passes ExtraFiles by dup2 in the child, so this
-// changes nothing for Go's children.
-func inheritNothing() {
-	if unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC) == nil {
-		return
-	}
-	// Kernels before 5.11.
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd < 3 {
-			continue
-		}
-		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
-			unix.FcntlInt(uintptr(fd), unix.F_SETFD, fl|unix.FD_CLOEXEC)
-		}
-	}
-}
-
-// lineBuffer keeps the first max bytes written to it.
-type lineBuffer struct {
-	max int
-	buf []byte
-}
-
-func (b *lineBuffer) Write(p []byte) (int, error) {
-	if room := b.max - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(len(p), room)]...)
-	}
-	return len(p), nil
-}
-
-// firstLine is the first non-empty line, without control characters, at most 512 bytes.
-func (b *lineBuffer) firstLine() string {
-	for _, l := range strings.Split(string(b.buf), "\n") {
-		l = strings.Map(func(r rune) rune {
-			if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
-				return -1
-			}
-			return r
-		}, l)
-		if l = strings.TrimSpace(l); l != "" {
-			if len(l) > 512 {
-				l = strings.ToValidUTF8(l[:512], "") + "…"
-			}
-			return l
-		}
-	}
-	return ""
 }

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,35 +23,22 @@ import (
 
 const nobody = 65534 // nobody:nogroup
 
-// testSelf is a copy of the test binary that nobody can execute (the one go test built
-// lives in a 0700 directory); set by TestMain when running as root.
-var testSelf string
+// ptraceEnv makes the test binary a would-be tracer: it tries to attach to the thread
+// named in it, prints the outcome and exits. The tests run it as uid 65534.
+const ptraceEnv = "PERSYST_TEST_PTRACE_TID"
 
 func TestMain(m *testing.M) {
-	// Append runs `Self __append-digest PATH`: the child's args are os.Args[2:], as in
-	// cmd/persyst.
-	if len(os.Args) > 1 && os.Args[1] == AppendCommand {
-		os.Exit(AppendChild(os.Args[2:]))
+	if tid := os.Getenv(ptraceEnv); tid != "" {
+		n, _ := strconv.Atoi(tid)
+		if err := unix.PtraceAttach(n); err != nil {
+			fmt.Println("refused:", err)
+			os.Exit(0)
+		}
+		fmt.Println("attached")
+		unix.PtraceDetach(n)
+		os.Exit(0)
 	}
-	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("/tmp", "persyst-digest-bin-")
-		if err != nil {
-			panic(err)
-		}
-		defer os.RemoveAll(dir)
-		if err := os.Chmod(dir, 0o755); err != nil {
-			panic(err)
-		}
-		testSelf = filepath.Join(dir, "digest.test")
-		if err := copyFile(os.Args[0], testSelf, 0o755); err != nil {
-			panic(err)
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 func copyFile(from, to string, mode os.FileMode) error {
@@ -76,7 +67,7 @@ func needRoot(t *testing.T) {
 	if os.Getenv("CI") != "" {
 		t.Fatal("the digest tests switch to uid 65534 and need root; CI runs them as root")
 	}
-	t.Skip("needs root to start the child as uid 65534")
+	t.Skip("needs root to write as uid 65534")
 }
 
 // scratch is a root-owned 0777 directory under /tmp (no sticky bit, so that
@@ -263,7 +254,7 @@ func TestAppend(t *testing.T) {
 		},
 		wantErr: ErrNotRegular,
 	}, {
-		name: "a null device of the user's (refused by the child)",
+		name: "a null device of the user's",
 		setup: func(t *testing.T, dir string) (Target, []check) {
 			out := filepath.Join(dir, "null")
 			if err := unix.Mknod(out, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
@@ -343,7 +334,7 @@ func TestAppend(t *testing.T) {
 			dir := scratch(t)
 			target, checks := tc.setup(t, dir)
 			start := time.Now()
-			err := Append(context.Background(), target, []byte(digestText), AppendOptions{Self: testSelf})
+			err := Append(context.Background(), target, []byte(digestText), AppendOptions{})
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("Append took %v", d)
 			}
@@ -367,95 +358,97 @@ func TestAppend(t *testing.T) {
 	}
 }
 
-// TestAppendChildArgs checks what the child gets: its arguments (as AppendChild and
-// cmd/persyst expect them), the credentials and groups (none of the daemon's), an empty
-// environment, / as working directory, the text on stdin.
-func TestAppendChildArgs(t *testing.T) {
+// TestAppendCredentials: the write happens on a thread with the user's filesystem uid,
+// gid and groups and no capability, which the user cannot trace; the daemon's other
+// threads keep root's rights.
+func TestAppendCredentials(t *testing.T) {
 	needRoot(t)
 	dir := scratch(t)
-	script := filepath.Join(dir, "self")
-	file(t, script, `#!/bin/sh
-d=$(dirname "$0")
-printf '%s\n' "$@" > "$d/args"
-{ /usr/bin/id -u; /usr/bin/id -g; /usr/bin/id -G; pwd; } > "$d/id"
-/usr/bin/env > "$d/env"
-cat > "$d/stdin"
-`, 0o755, 0, 0)
 	out := filepath.Join(dir, "job.out")
-	tg := nobodyTarget(out)
-	tg.Groups = []uint32{4242}
-	if err := Append(context.Background(), tg, []byte(digestText), AppendOptions{Self: script}); err != nil {
+	file(t, out, "x\n", 0o644, nobody, nobody)
+	tracer := filepath.Join(dir, "tracer")
+	if err := copyFile(os.Args[0], tracer, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := content(t, filepath.Join(dir, "args")), AppendCommand+"\n"+out+"\n"; got != want {
-		t.Errorf("args %q, want %q", got, want)
+	type seen struct {
+		fsuid, fsgid int
+		groups       []int
+		caps         [2]unix.CapUserData
+		trace        string
 	}
-	if got, want := content(t, filepath.Join(dir, "id")), "65534\n65534\n65534 4242\n/\n"; got != want {
-		t.Errorf("uid, gid, groups, cwd %q, want %q", got, want)
+	var got seen
+	tids, traced := make(chan int), make(chan string)
+	// The user tries to trace the writing thread while it works (started from another
+	// thread: the writing one has no right to start a process as someone else).
+	go func() {
+		cmd := exec.Command(tracer)
+		cmd.Env = []string{ptraceEnv + "=" + strconv.Itoa(<-tids)}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		b, err := cmd.CombinedOutput()
+		traced <- strings.TrimSpace(string(b)) + fmt.Sprint(err)
+	}()
+	opts := AppendOptions{write: func(path string, text []byte, uid uint32) (int, string) {
+		got.fsuid, _ = unix.SetfsuidRetUid(-1)
+		got.fsgid, _ = unix.SetfsgidRetGid(-1)
+		got.groups, _ = unix.Getgroups()
+		slices.Sort(got.groups)
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		unix.Capget(&hdr, &got.caps[0])
+		tids <- unix.Gettid()
+		got.trace = <-traced
+		return appendFile(path, text, uid)
+	}}
+	tg := nobodyTarget(out)
+	tg.Groups = []uint32{4242, 7}
+	if err := Append(context.Background(), tg, []byte(digestText), opts); err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range strings.Split(content(t, filepath.Join(dir, "env")), "\n") {
-		// The shell sets PWD (and dash may set nothing else): nothing of ours may show.
-		if l != "" && !strings.HasPrefix(l, "PWD=") && !strings.HasPrefix(l, "SHLVL=") && !strings.HasPrefix(l, "_=") && !strings.HasPrefix(l, "OLDPWD=") {
-			t.Errorf("child environment has %q", l)
-		}
+	if got.fsuid != nobody || got.fsgid != nobody || !slices.Equal(got.groups, []int{7, 4242}) {
+		t.Errorf("writing thread: fsuid %d, fsgid %d, groups %v; want 65534, 65534, [7 4242]", got.fsuid, got.fsgid, got.groups)
 	}
-	if got := content(t, filepath.Join(dir, "stdin")); got != digestText {
-		t.Errorf("stdin %q, want %q", got, digestText)
+	if got.caps != [2]unix.CapUserData{} {
+		t.Errorf("writing thread's capabilities: %+v, want none", got.caps)
+	}
+	t.Logf("the user tracing the writing thread: %s", got.trace)
+	if !strings.HasPrefix(got.trace, "refused:") {
+		t.Errorf("the user tracing the writing thread: %q, want refused", got.trace)
+	}
+	if content(t, out) != "x\n"+digestText {
+		t.Errorf("%s: %q", out, content(t, out))
+	}
+	// This goroutine (and every other thread) is still root: it may write where only
+	// root may.
+	private := filepath.Join(t.TempDir(), "root-only")
+	if err := os.WriteFile(private, []byte("x"), 0o600); err != nil {
+		t.Errorf("after Append the daemon is no longer root: %v", err)
 	}
 }
 
 func TestAppendTimeout(t *testing.T) {
 	needRoot(t)
 	dir := scratch(t)
-	script := filepath.Join(dir, "self")
-	// The sleep is a grandchild holding the pipes: the whole group must be killed.
-	file(t, script, "#!/bin/sh\nsleep 60\n", 0o755, 0, 0)
 	out := filepath.Join(dir, "job.out")
 	file(t, out, "x\n", 0o644, nobody, nobody)
+	release := make(chan struct{})
+	defer close(release)
+	hang := func(string, []byte, uint32) (int, string) { <-release; return exitOK, "" } // a hung file system
 	start := time.Now()
-	err := Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{Self: script, Timeout: 300 * time.Millisecond})
+	err := Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{write: hang, Timeout: 300 * time.Millisecond})
 	d := time.Since(start)
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may still complete") {
 		t.Errorf("Append: %v, want a timeout", err)
 	}
 	if d > 1200*time.Millisecond {
 		t.Errorf("Append returned after %v, want about 300ms", d)
 	}
-	t.Logf("Append: %v (after %v)", err, d.Round(time.Millisecond))
 }
 
-func TestAppendChildFails(t *testing.T) {
-	needRoot(t)
-	dir := scratch(t)
-	out := filepath.Join(dir, "job.out")
-	file(t, out, "x\n", 0o644, nobody, nobody)
-	// A Self that nobody cannot execute.
-	self := filepath.Join(dir, "self")
-	file(t, self, "#!/bin/sh\n", 0o700, 0, 0)
-	err := Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{Self: self})
-	if !errors.Is(err, fs.ErrPermission) {
-		t.Errorf("Append with a Self nobody cannot run: %v, want permission denied", err)
-	}
-	// A child that dies without a word.
-	file(t, self, "#!/bin/sh\nkill -9 $$\n", 0o755, 0, 0)
-	err = Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{Self: self})
-	if err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Errorf("Append with a child killed: %v, want an error saying so", err)
-	}
-	// A child that writes garbage on stderr: one sanitized line.
-	file(t, self, "#!/bin/sh\nprintf '\\n\\033[31mforged\\rline\\nsecond\\n' >&2; exit 9\n", 0o755, 0, 0)
-	err = Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{Self: self})
-	if err == nil || !strings.HasSuffix(err.Error(), ": [31mforgedline") {
-		t.Errorf("Append with a child writing control characters: %q", err)
-	}
-	if got := content(t, out); got != "x\n" {
-		t.Errorf("%s: %q", out, got)
-	}
-}
-
-// TestAppendInput: refused before anything is started (Self does not exist).
+// TestAppendInput: refused before anything is tried (the write would fail the test).
 func TestAppendInput(t *testing.T) {
-	opts := AppendOptions{Self: "/nonexistent/persyst"}
+	opts := AppendOptions{write: func(string, []byte, uint32) (int, string) {
+		t.Error("written")
+		return exitFailed, "written"
+	}}
 	for _, tc := range []struct {
 		path string
 		text []byte
@@ -487,35 +480,11 @@ func TestAppendMax(t *testing.T) {
 	out := filepath.Join(dir, "job.out")
 	file(t, out, "x\n", 0o644, nobody, nobody)
 	text := bytes.Repeat([]byte("0123456789abcde\n"), MaxText/16)
-	if err := Append(context.Background(), nobodyTarget(out), text, AppendOptions{Self: testSelf}); err != nil {
+	if err := Append(context.Background(), nobodyTarget(out), text, AppendOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := content(t, out); got != "x\n"+string(text) {
 		t.Errorf("%s: %d bytes, want %d", out, len(got), 2+len(text))
-	}
-}
-
-// TestInheritNothing: a descriptor opened without O_CLOEXEC is not passed to the child.
-func TestInheritNothing(t *testing.T) {
-	needRoot(t)
-	dir := scratch(t)
-	fd, err := unix.Open("/etc/hostname", unix.O_RDONLY, 0)
-	if err != nil {
-		t.Skip(err)
-	}
-	defer unix.Close(fd)
-	script := filepath.Join(dir, "self")
-	file(t, script, "#!/bin/sh\nls /proc/self/fd > \"$(dirname \"$0\")/fds\"\n", 0o755, 0, 0)
-	if err := Append(context.Background(), nobodyTarget(filepath.Join(dir, "x")), []byte("x"), AppendOptions{Self: script}); err != nil {
-		t.Fatal(err)
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-	if err != nil || fl&unix.FD_CLOEXEC == 0 {
-		t.Errorf("fd %d: flags %#x, %v: want FD_CLOEXEC", fd, fl, err)
-	}
-	// ls's own directory descriptor is 3.
-	if got := strings.Fields(content(t, filepath.Join(dir, "fds"))); len(got) > 4 {
-		t.Errorf("child's descriptors %v, want 0-2 and ls's own", got)
 	}
 }
 
@@ -561,7 +530,7 @@ func TestOpenChecked(t *testing.T) {
 	open := func(path string) result {
 		done := make(chan result, 1)
 		go func() {
-			fd, code, msg := openChecked(path)
+			fd, code, msg := openChecked(path, uint32(os.Geteuid()))
 			if fd >= 0 {
 				unix.Close(fd)
 			}
@@ -592,7 +561,7 @@ func TestOpenChecked(t *testing.T) {
 	if r := open(other); r.code != exitNotOwner || !strings.HasSuffix(r.msg, "owned by uid 65534, not 0") {
 		t.Errorf("file of another user: %d %q", r.code, r.msg)
 	}
-	fd, code, msg := openChecked(reg)
+	fd, code, msg := openChecked(reg, uint32(os.Geteuid()))
 	if code != exitOK {
 		t.Fatalf("regular file: %d %q", code, msg)
 	}
@@ -600,23 +569,5 @@ func TestOpenChecked(t *testing.T) {
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil || fl&unix.O_NONBLOCK != 0 || fl&unix.O_APPEND == 0 || fl&unix.O_ACCMODE != unix.O_WRONLY {
 		t.Errorf("regular file: flags %#o, %v: want O_WRONLY|O_APPEND, blocking", fl, err)
-	}
-}
-
-// TestAppendDefaultSelf: the daemon's way, re-executing /proc/self/exe (here the test
-// binary, wherever go test put it: a magic link is not resolved through its directories).
-func TestAppendDefaultSelf(t *testing.T) {
-	needRoot(t)
-	if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {
-		t.Skipf("the test binary is not executable by others (%v, %v)", fi.Mode(), err)
-	}
-	dir := scratch(t)
-	out := filepath.Join(dir, "job.out")
-	file(t, out, "x\n", 0o644, nobody, nobody)
-	if err := Append(context.Background(), nobodyTarget(out), []byte(digestText), AppendOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := content(t, out); got != "x\n"+digestText {
-		t.Errorf("%s: %q", out, got)
 	}
 }

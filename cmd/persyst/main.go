@@ -16,7 +16,6 @@ import (
 	"syscall"
 
 	"github.com/persyst/persyst/daemon/standalone"
-	"github.com/persyst/persyst/digest"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -86,8 +85,6 @@ func run(ctx context.Context, args []string, io stdio) int {
 	switch name {
 	case standalone.ChildCommand: // hidden: persyst run's child
 		return standalone.Child(args)
-	case digest.AppendCommand: // hidden: the digest writer, as the job's user
-		return digest.AppendChild(args)
 	case "run":
 		return runRun(ctx, io, args)
 	case "help", "-h", "--help":
