@@ -40,9 +40,9 @@ type access struct {
 type role int
 
 const (
-	guest role = iota // reads its own jobs
-	admin             // reads every job
-	sender            // sends events, reads every job
+	guest  role = iota // reads its own jobs
+	admin              // reads every job
+	sender             // sends events, reads every job
 )
 
 func (a access) roleOf(c *unix.Ucred, groups []uint32) role {
