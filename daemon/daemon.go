@@ -39,12 +39,10 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if cfg.Node == "" {
 		return fmt.Errorf("no node name (give --node)")
 	}
-	// Job data is private: the state directory is root's alone (the socket serves it to
-	// each user, their own jobs only).
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+	// Job data is private: the registry (jobs/) and the reports (reports/) are 0700
+	// directories of 0600 files, root's alone (the socket serves them to each user, their
+	// own jobs only). The state directory itself may also hold the socket.
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
 	adminGID := -1

@@ -39,6 +39,9 @@ func (s reportStore) save(id uint32, r *digest.Report) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
+	if err := os.Chmod(s.dir, 0o700); err != nil { // made by an older daemon, 0755
+		return err
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
