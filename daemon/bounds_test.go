@@ -92,6 +92,17 @@ func TestRegistryJobIDReuse(t *testing.T) {
 	if j.State != Running || j.Ended != nil || len(j.Steps) != 0 || j.UID != 2000 || !j.Started.Equal(at(time.Hour)) {
 		t.Errorf("reused job id: %+v, want a new running job of uid 2000 without steps", j)
 	}
+	// A job's own start handled after its end (events that waited for a hung daemon are
+	// handled in any order) is not a new job.
+	late := newReg(t, RegistryConfig{})
+	applyAll(t, late, []applied{
+		{wire.JobEnd, ev(6, "", at(time.Minute)), at(2 * time.Minute)},
+		{wire.StepStart, ev(6, "batch", at(time.Second)), at(2 * time.Minute)},
+		{wire.JobStart, ev(6, "", at(0)), at(2 * time.Minute)},
+	})
+	if j := late.Job(6); j.Ended == nil || len(j.Steps) != 1 || !j.JobStartSeen {
+		t.Errorf("late job start: %+v, want the ended job with its step", j)
+	}
 }
 
 // TestRegistryStateDirJunk: unfinished saves are removed at start; a directory named
