@@ -64,6 +64,7 @@ func (o AgentOptions) open(ctx context.Context) (*agent, error) {
 		if a.store, err = store.Open(ctx, o.DB, store.Options{}); err != nil {
 			return nil, err
 		}
+		go a.prune(ctx, o.Config.CollectorRetention, o.Log)
 	}
 	if o.Listen != "" {
 		if a.ln, err = net.Listen("tcp", o.Listen); err != nil {
@@ -72,6 +73,29 @@ func (o AgentOptions) open(ctx context.Context) (*agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// prune removes the results of jobs not updated for the retention from the agent's
+// database, every hour until ctx is done.
+func (a *agent) prune(ctx context.Context, retention time.Duration, log zerolog.Logger) {
+	if a.store == nil || retention <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := a.store.Prune(ctx, time.Now().Add(-retention))
+		if err != nil {
+			log.Warn().Err(err).Msg("old results not pruned")
+		} else if n > 0 {
+			log.Info().Int("jobs", n).Dur("retention", retention).Msg("old results pruned")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (a *agent) close() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -57,6 +58,8 @@ type Collector struct {
 	mu     sync.Mutex
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
 	views  map[uint32]*jobView         // job → the whole job as received
+	seen   map[uint32]time.Time        // job → its last push (jobs quiet for JobIdle are forgotten)
+	sums   int                         // cycle summaries made (tests: a burst of pushes makes few)
 	nodes  map[string]bool             // nodes heard from in the current cycle
 	loads  map[uint32]*pb.JobLoad      // per job, its heaviest node-cycle since the last ping
 	fwd    map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
@@ -71,8 +74,21 @@ type fwdKey struct {
 }
 
 type cycle struct {
-	byNode map[string][]properties.Record
+	byNode  map[string][]properties.Record
+	records int    // in byNode
+	dirty   bool   // received records not yet summarized
+	agg     string // the job's aggregation point, as the last push named it
 }
+
+// Bounds of a collector: what one node may push at once, what one job's cycle may hold,
+// how many jobs it follows, and how long it remembers a job that stopped pushing (its
+// results stay in the database for persyst.conf's CollectorRetention).
+const (
+	MaxPushRecords  = 1 << 16
+	MaxCycleRecords = 1 << 22
+	MaxJobs         = 10000
+	JobIdle         = 10 * time.Minute
+)
 
 // New returns a collector over cfg.Store.
 func New(cfg Config) (*Collector, error) {
@@ -80,7 +96,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, errors.New("collector: no store")
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
-	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{},
+	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
 		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -98,7 +114,10 @@ func defaults(q, keep *int, now *func() time.Time) {
 	}
 }
 
-// Push takes one node's records of one cycle of a job.
+// Push takes one node's records of one cycle of a job. The cycle is summarized (and
+// forwarded to the job's aggregation point) in the background, at most once a second, and
+// before any question about the job: a cycle of many nodes costs time linear in its
+// records, not a summary per push.
 func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
 	if err := checkPush(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
@@ -112,16 +131,28 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 	c.mu.Lock()
 	jc := c.cycles[in.JobId]
 	if jc == nil {
+		if len(c.cycles) >= MaxJobs {
+			c.mu.Unlock()
+			return &pb.Ack{Error: fmt.Sprintf("collector %s follows %d jobs already, its most", c.cfg.Name, MaxJobs)}, nil
+		}
 		jc = map[int64]*cycle{}
 		c.cycles[in.JobId] = jc
 	}
 	cy := jc[in.Ts]
+	var dropped []cycleWork
 	if cy == nil {
 		cy = &cycle{byNode: map[string][]properties.Record{}}
 		jc[in.Ts] = cy
-		c.trim(jc)
+		dropped = c.trim(in.JobId, jc)
 	}
+	if n := cy.records - len(cy.byNode[in.Node]) + len(recs); n > MaxCycleRecords {
+		c.mu.Unlock()
+		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d would hold %d records, more than %d", in.JobId, in.Ts, n, MaxCycleRecords)}, nil
+	}
+	cy.records += len(recs) - len(cy.byNode[in.Node])
 	cy.byNode[in.Node] = recs // a repeated push from a node replaces its records
+	cy.dirty, cy.agg = true, in.AggregationPoint
+	c.seen[in.JobId] = c.cfg.Now()
 	if c.cfg.Engine != nil {
 		v := c.views[in.JobId]
 		if v == nil {
@@ -130,35 +161,115 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 		}
 		v.add(in)
 	}
-	var all []properties.Record
-	nodes := make([]string, 0, len(cy.byNode))
-	for n, rs := range cy.byNode {
-		all = append(all, rs...)
-		nodes = append(nodes, n)
-	}
 	c.nodes[in.Node] = true
 	c.noteLoad(in)
 	c.mu.Unlock()
-
-	results, err := store.Summarize(all, c.cfg.Q)
-	if err != nil {
-		return &pb.Ack{Error: err.Error()}, nil
+	for _, w := range dropped { // older cycles leaving the buffer before their summary
+		c.summarize(ctx, w)
 	}
-	if err := c.cfg.Store.PutCycle(ctx, in.JobId, ts, results); err != nil {
-		c.cfg.Log.Error().Err(err).Uint32("job", in.JobId).Msg("cycle not stored")
-		return &pb.Ack{Error: "store: " + err.Error()}, nil
-	}
-	if agg := in.AggregationPoint; agg != "" && agg != c.cfg.Self {
-		// A big job: the aggregation point merges this collector's part of the cycle
-		// with the other collectors'.
-		pc, err := CyclePartial(in.JobId, in.Ts, c.name(), nodes, all, c.cfg.Q)
-		if err != nil {
-			c.cfg.Log.Error().Err(err).Uint32("job", in.JobId).Msg("cycle summary not forwarded")
-		} else {
-			c.forward(agg, pc)
-		}
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 	return &pb.Ack{Ok: true}, nil
+}
+
+// settle summarizes and stores the cycles that received records since their last summary
+// (of job only, unless job is 0), and forwards big jobs' cycles to their aggregation
+// points.
+func (c *Collector) settle(ctx context.Context, job uint32) {
+	var todo []cycleWork
+	c.mu.Lock()
+	for id, jc := range c.cycles {
+		if job != 0 && id != job {
+			continue
+		}
+		for ts, cy := range jc {
+			if !cy.dirty {
+				continue
+			}
+			todo = append(todo, cy.take(id, ts))
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range todo {
+		c.summarize(ctx, w)
+	}
+}
+
+// cycleWork is a cycle to summarize and store (and forward).
+type cycleWork struct {
+	job   uint32
+	ts    int64
+	all   []properties.Record
+	nodes []string
+	agg   string
+}
+
+// take returns the cycle's records to summarize and marks it summarized. Caller holds mu.
+func (cy *cycle) take(job uint32, ts int64) cycleWork {
+	cy.dirty = false
+	w := cycleWork{job: job, ts: ts, all: make([]properties.Record, 0, cy.records), agg: cy.agg}
+	for n, rs := range cy.byNode {
+		w.all = append(w.all, rs...)
+		w.nodes = append(w.nodes, n)
+	}
+	return w
+}
+
+// summarize summarizes, stores and forwards one cycle.
+func (c *Collector) summarize(ctx context.Context, w cycleWork) {
+	c.mu.Lock()
+	c.sums++
+	c.mu.Unlock()
+	{
+		results, err := store.Summarize(w.all, c.cfg.Q)
+		if err == nil {
+			err = c.cfg.Store.PutCycle(ctx, w.job, time.Unix(w.ts, 0).UTC(), results)
+		}
+		if err != nil {
+			c.cfg.Log.Error().Err(err).Uint32("job", w.job).Int64("ts", w.ts).Msg("cycle not stored")
+		}
+		if w.agg != "" && w.agg != c.cfg.Self {
+			// A big job: the aggregation point merges this collector's part of the cycle
+			// with the other collectors'.
+			pc, err := CyclePartial(w.job, w.ts, c.name(), w.nodes, w.all, c.cfg.Q)
+			if err != nil {
+				c.cfg.Log.Error().Err(err).Uint32("job", w.job).Msg("cycle summary not forwarded")
+			} else {
+				c.forward(w.agg, pc)
+			}
+		}
+	}
+}
+
+// forgetIdle drops what the collector holds of jobs that stopped pushing JobIdle ago
+// (their results stay in the database).
+func (c *Collector) forgetIdle() {
+	cutoff := c.cfg.Now().Add(-JobIdle)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for job, t := range c.seen {
+		if t.After(cutoff) {
+			continue
+		}
+		delete(c.seen, job)
+		delete(c.cycles, job)
+		delete(c.views, job)
+		delete(c.loads, job)
+		for k := range c.fwd {
+			if k.job == job {
+				delete(c.fwd, k)
+			}
+		}
+	}
+}
+
+// Jobs returns how many jobs the collector holds in memory.
+func (c *Collector) Jobs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen)
 }
 
 // name is how the collector signs its partial summaries.
@@ -194,12 +305,15 @@ func (c *Collector) forward(to string, pc *pb.PartialCycle) {
 	}
 }
 
-// Run forwards queued cycle summaries of big jobs to their aggregation points until ctx
-// is done, retrying those that failed every second. Push never waits for it.
+// Run summarizes received cycles, forwards big jobs' cycle summaries to their
+// aggregation points (retrying those that failed every second) and forgets idle jobs,
+// until ctx is done. Push never waits for it; a burst of pushes is summarized at most
+// once a second.
 func (c *Collector) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	defer c.d.close()
+	var settled time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,15 +321,28 @@ func (c *Collector) Run(ctx context.Context) {
 		case <-c.wake:
 		case <-t.C:
 		}
+		if time.Since(settled) >= time.Second {
+			settled = time.Now()
+			c.settle(ctx, 0)
+			c.forgetIdle()
+		}
 		c.flush(ctx)
 	}
 }
 
-// Forwarding returns how many cycle summaries wait to be forwarded.
+// Forwarding returns how many cycles wait to be summarized or forwarded.
 func (c *Collector) Forwarding() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fwd)
+	n := len(c.fwd)
+	for _, jc := range c.cycles {
+		for _, cy := range jc {
+			if cy.dirty {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (c *Collector) flush(ctx context.Context) {
@@ -281,20 +408,28 @@ func (c *Collector) pushPartial(ctx context.Context, to string, pc *pb.PartialCy
 	return nil
 }
 
-// trim keeps the newest Keep cycles of a job. Caller holds mu.
-func (c *Collector) trim(jc map[int64]*cycle) {
+// trim keeps the newest Keep cycles of a job and returns those it drops that were not
+// summarized yet. Caller holds mu.
+func (c *Collector) trim(job uint32, jc map[int64]*cycle) []cycleWork {
 	if len(jc) <= c.cfg.Keep {
-		return
+		return nil
 	}
 	ts := make([]int64, 0, len(jc))
 	for t := range jc {
 		ts = append(ts, t)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	var out []cycleWork
 	for _, t := range ts[:len(ts)-c.cfg.Keep] {
+		if cy := jc[t]; cy.dirty {
+			out = append(out, cy.take(job, t))
+		}
 		delete(jc, t)
 	}
+	return out
 }
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func checkPush(in *pb.CycleRecords) error {
 	switch {
@@ -304,14 +439,21 @@ func checkPush(in *pb.CycleRecords) error {
 		return errors.New("push: node missing")
 	case in.Ts <= 0:
 		return errors.New("push: ts missing")
+	case !nodeNameRE.MatchString(in.Node):
+		return fmt.Errorf("push: bad node name %q", properties.CleanText(in.Node, 64))
+	case len(in.Records) > MaxPushRecords:
+		return fmt.Errorf("push: %d records, more than %d", len(in.Records), MaxPushRecords)
+	case !(in.Seconds >= 0 && in.Seconds <= 86400):
+		return fmt.Errorf("push: interval of %v seconds", in.Seconds)
 	}
 	for i, r := range in.Records {
 		if !properties.ValidKey(r.Key) {
 			return fmt.Errorf("push: record %d: bad key %q", i, r.Key)
 		}
-		if r.Device == "" {
-			return fmt.Errorf("push: record %d: device missing", i)
+		if r.Device == "" || len(r.Device) > 64 {
+			return fmt.Errorf("push: record %d: device missing or longer than 64 bytes", i)
 		}
+
 		if !(r.Severity >= 0 && r.Severity <= 1) {
 			return fmt.Errorf("push: record %d: severity %v outside [0, 1]", i, r.Severity)
 		}
@@ -322,6 +464,7 @@ func checkPush(in *pb.CycleRecords) error {
 // Summary returns what the collector stored of a job: its per-cycle summaries and, when
 // the job ended, its report.
 func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	c.settle(ctx, in.JobId)
 	out := &pb.JobSummary{JobId: in.JobId}
 	byTS := map[int64]*pb.PartialCycle{}
 	var order []int64

@@ -50,8 +50,13 @@ type Sync struct {
 
 	mu    sync.Mutex
 	parts map[uint32]map[int64]map[string]*pb.PartialCycle // job → ts → from → part
-	seen  map[string]bool                                  // collectors heard from since the last ping
+	last  map[uint32]time.Time                             // job → its last part (idle jobs are forgotten)
+	swept time.Time
+	seen  map[string]bool // collectors heard from since the last ping
 }
+
+// maxParts bounds the collectors whose parts one cycle of a job merges.
+const maxParts = 1024
 
 // NewSync returns a sync agent.
 func NewSync(cfg SyncConfig) (*Sync, error) {
@@ -59,7 +64,7 @@ func NewSync(cfg SyncConfig) (*Sync, error) {
 		return nil, errors.New("sync agent: no property engine")
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
-	return &Sync{cfg: cfg, d: dialer{opt: cfg.Dial}, parts: map[uint32]map[int64]map[string]*pb.PartialCycle{}, seen: map[string]bool{}}, nil
+	return &Sync{cfg: cfg, d: dialer{opt: cfg.Dial}, parts: map[uint32]map[int64]map[string]*pb.PartialCycle{}, last: map[uint32]time.Time{}, seen: map[string]bool{}}, nil
 }
 
 // Close closes the agent's connections.
@@ -72,11 +77,26 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 		return &pb.Ack{Error: err.Error()}, nil
 	}
 	s.mu.Lock()
+	now := s.cfg.Now()
+	if now.Sub(s.swept) > time.Minute {
+		s.swept = now
+		for job, t := range s.last {
+			if now.Sub(t) > JobIdle {
+				delete(s.last, job)
+				delete(s.parts, job)
+			}
+		}
+	}
 	jc := s.parts[in.JobId]
 	if jc == nil {
+		if len(s.parts) >= MaxJobs {
+			s.mu.Unlock()
+			return &pb.Ack{Error: fmt.Sprintf("sync agent %s merges %d jobs already, its most", s.cfg.Name, MaxJobs)}, nil
+		}
 		jc = map[int64]map[string]*pb.PartialCycle{}
 		s.parts[in.JobId] = jc
 	}
+	s.last[in.JobId] = now
 	cy := jc[in.Ts]
 	if cy == nil {
 		cy = map[string]*pb.PartialCycle{}
@@ -91,6 +111,10 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 				delete(jc, t)
 			}
 		}
+	}
+	if _, ok := cy[in.From]; !ok && len(cy) >= maxParts {
+		s.mu.Unlock()
+		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d has parts from %d collectors already", in.JobId, in.Ts, maxParts)}, nil
 	}
 	cy[in.From] = in // a collector's newer summary of the cycle replaces its older one
 	parts := make([]*pb.PartialCycle, 0, len(cy))

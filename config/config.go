@@ -58,6 +58,9 @@ type Config struct {
 	// AdminGroup's members read every job's data through the node daemons (a group
 	// name or gid); other users read their own jobs only.
 	AdminGroup string
+	// CollectorRetention is how long the agents of the tree keep a job's results in
+	// their databases after its last update (CollectorRetention=30d; h or d).
+	CollectorRetention time.Duration
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
@@ -81,7 +84,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 
 // Defaults is the configuration without a file.
 func Defaults() Config {
-	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second,
+	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
 		DigestMinSeconds: 300, Digest: true, CalibrationDir: "/var/lib/persyst/calibration"}
 }
 
@@ -120,6 +123,14 @@ var fields = []field{
 	{"TLSCert", func(c *Config, v string) error { return absPath(&c.TLSCert, v) }},
 	{"TLSKey", func(c *Config, v string) error { return absPath(&c.TLSKey, v) }},
 	{"TLSCA", func(c *Config, v string) error { return absPath(&c.TLSCA, v) }},
+	{"CollectorRetention", func(c *Config, v string) error {
+		d, err := parseDays(v)
+		if err != nil {
+			return err
+		}
+		c.CollectorRetention = d
+		return nil
+	}},
 	{"AdminGroup", func(c *Config, v string) error {
 		if !groupRE.MatchString(v) {
 			return fmt.Errorf("want a group name or gid, got %q", v)
@@ -194,6 +205,22 @@ func parseSeconds(v string) (time.Duration, error) {
 		return d, nil
 	}
 	return 0, fmt.Errorf("want seconds between 0.001 and 3600, got %q", v)
+}
+
+// parseDays reads a retention: days ("30d") or hours ("12h"), from an hour to ten years.
+func parseDays(v string) (time.Duration, error) {
+	unit := time.Duration(0)
+	switch {
+	case strings.HasSuffix(v, "d"):
+		unit = 24 * time.Hour
+	case strings.HasSuffix(v, "h"):
+		unit = time.Hour
+	}
+	n, err := strconv.Atoi(strings.TrimRight(v, "dh"))
+	if unit == 0 || err != nil || n < 1 || time.Duration(n)*unit > 3650*24*time.Hour {
+		return 0, fmt.Errorf("want days (30d) or hours (12h), from 1h to 3650d, got %q", v)
+	}
+	return time.Duration(n) * unit, nil
 }
 
 // checkHostPort checks a host:port address: a host name or IP address and a port from 1

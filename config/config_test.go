@@ -46,6 +46,8 @@ func TestParse(t *testing.T) {
 			}), ""},
 		{"bad source value", "MetricSource.perf=maybe", Config{}, `test.conf:1: MetricSource.perf: want on or off, got "maybe"`},
 		{"source twice", "MetricSource.perf=on\nMetricSource.Perf=off", Config{}, `test.conf:2: MetricSource.Perf: already set on line 1`},
+		{"collector retention", "CollectorRetention=7d", with(func(c *Config) { c.CollectorRetention = 7 * 24 * time.Hour }), ""},
+		{"bad collector retention", "CollectorRetention=7 days", Config{}, `test.conf:1: CollectorRetention: want days (30d) or hours (12h)`},
 		{"admin group", "AdminGroup=hpc-admins", with(func(c *Config) { c.AdminGroup = "hpc-admins" }), ""},
 		{"bad admin group", "AdminGroup=a b", Config{}, `test.conf:1: AdminGroup: want a group name or gid`},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},

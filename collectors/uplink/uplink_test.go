@@ -27,6 +27,7 @@ func runCollector(t *testing.T, addr string, st *store.Store) (string, func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	go c.Run(ctx)
 	go func() { collectors.Serve(ctx, ln, c); close(done) }()
 	return ln.Addr().String(), func() { cancel(); <-done }
 }
@@ -95,9 +96,7 @@ func TestUplinkSurvivesADeadCollector(t *testing.T) {
 	if got[1] != t0.Add(3*time.Minute).Unix() {
 		t.Errorf("stored cycles %v: want the first and the newest (%d)", got, t0.Add(3*time.Minute).Unix())
 	}
-	if sh.Pending() != 0 {
-		t.Errorf("still pending after the collector came back")
-	}
+	waitFor("nothing pending after the collector came back", func() bool { return sh.Pending() == 0 })
 }
 
 // TestJobWideFetch: two nodes' shippers send a 2-node job's records to a collector with
