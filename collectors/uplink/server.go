@@ -26,7 +26,9 @@ func (n *NodeServer) SetRoutes(ctx context.Context, rs *pb.Routes) (*pb.Ack, err
 	if n.Ship == nil {
 		return &pb.Ack{Error: "this daemon does not send records"}, nil
 	}
-	n.Ship.SetRoutes(rs)
+	if err := n.Ship.SetRoutes(rs); err != nil {
+		return &pb.Ack{Error: err.Error()}, nil
+	}
 	return &pb.Ack{Ok: true}, nil
 }
 

@@ -71,9 +71,27 @@ func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
 }
 
+// Bounds of what a node keeps of its routes: routes in one message (a node runs at most
+// a thousand or so jobs), jobs whose aggregation point and holders it remembers (their
+// routes gone, their end not yet seen here), holders per job.
+const (
+	MaxRoutes     = 4096
+	maxRemembered = 2 * MaxRoutes
+	maxHolders    = 64
+)
+
 // SetRoutes takes this node's routes from the frontend: each job's collector. A job
-// without a route (a one-node job) stays on the node.
-func (s *Uplink) SetRoutes(rs *pb.Routes) {
+// without a route (a one-node job) stays on the node. Routes beyond the bounds are
+// refused whole.
+func (s *Uplink) SetRoutes(rs *pb.Routes) error {
+	if len(rs.Routes) > MaxRoutes {
+		return fmt.Errorf("%d routes, more than %d", len(rs.Routes), MaxRoutes)
+	}
+	for _, r := range rs.Routes {
+		if len(r.Holders) > maxHolders || len(r.NodeCollector) > MaxRoutes {
+			return fmt.Errorf("job %d: %d holders and %d node routes, more than %d and %d", r.JobId, len(r.Holders), len(r.NodeCollector), maxHolders, MaxRoutes)
+		}
+	}
 	routes, aggs := map[uint32]string{}, map[uint32]string{}
 	holders := map[uint32][]string{}
 	for _, r := range rs.Routes {
@@ -89,7 +107,7 @@ func (s *Uplink) SetRoutes(rs *pb.Routes) {
 	}
 	s.mu.Lock()
 	for job, h := range s.holders {
-		if _, ok := holders[job]; !ok {
+		if _, ok := holders[job]; !ok && len(holders) < maxRemembered {
 			holders[job] = h
 		}
 	}
@@ -97,12 +115,13 @@ func (s *Uplink) SetRoutes(rs *pb.Routes) {
 	// A job that left the routes (it ended in Slurm's view) keeps its aggregation point
 	// until its end on this node (Forget): the digest fetches from there.
 	for job, a := range s.aggs {
-		if _, ok := aggs[job]; !ok {
+		if _, ok := aggs[job]; !ok && len(aggs) < maxRemembered {
 			aggs[job] = a
 		}
 	}
 	s.routes, s.aggs, s.routed = routes, aggs, true
 	s.mu.Unlock()
+	return nil
 }
 
 // Route returns where a job's records go ("" : nowhere, the node keeps them).
