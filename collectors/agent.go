@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/persyst/persyst/balance"
-	"github.com/persyst/persyst/collectors/mtls"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
@@ -40,25 +40,24 @@ type AgentOptions struct {
 type agent struct {
 	store     *store.Store
 	engine    *properties.Engine
-	dial      grpc.DialOption
-	serverOpt grpc.ServerOption
+	auth      *treeauth.Tree
+	serverOpt []grpc.ServerOption
 	ln        net.Listener
 }
 
-// open loads the property engine and the TLS files, opens the database and binds the
-// listener, in that order: a bad configuration fails before anything is opened.
-func (o AgentOptions) open(ctx context.Context) (*agent, error) {
+// open loads the property engine and the tree's authentication, opens the database and
+// binds the listener, in that order: a bad configuration fails before anything is opened.
+func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, error) {
 	engine, err := properties.LoadConfig(o.ConfigPath, o.Config)
 	if err != nil {
 		return nil, err
 	}
-	files := mtls.FromConfig(o.Config)
 	a := &agent{engine: engine}
-	if a.serverOpt, err = files.ServerOption(); err != nil {
+	if a.auth, err = treeauth.Load(o.ConfigPath, o.Config, treeauth.Identity{Role: role, Name: o.Name}, o.Log); err != nil {
 		return nil, err
 	}
-	if a.dial, err = files.DialOption(); err != nil {
-		return nil, err
+	if a.serverOpt, err = a.auth.ServerOptions(); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.ConfigPath, err)
 	}
 	if o.DB != "" {
 		if a.store, err = store.Open(ctx, o.DB, store.Options{}); err != nil {
@@ -113,18 +112,18 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 	if self == "" {
 		self = o.Listen
 	}
-	a, err := o.open(ctx)
+	a, err := o.open(ctx, treeauth.Collector)
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Dial: a.dial})
+	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Auth: a.auth})
 	if err != nil {
 		return err
 	}
 	go c.Run(ctx)
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst collector ready")
-	return Serve(ctx, a.ln, c, a.serverOpt)
+	return Serve(ctx, a.ln, c, a.serverOpt...)
 }
 
 // RunSync runs a sync agent until ctx is done; collectors (name=host:port,...) are asked
@@ -140,18 +139,18 @@ func RunSync(ctx context.Context, o AgentOptions, collectors string) error {
 			addrs = append(addrs, a)
 		}
 	}
-	a, err := o.open(ctx)
+	a, err := o.open(ctx, treeauth.Sync)
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	s, err := NewSync(SyncConfig{Name: o.Name, Store: a.store, Q: o.Q, Collectors: addrs, Dial: a.dial, Engine: a.engine, Log: o.Log})
+	s, err := NewSync(SyncConfig{Name: o.Name, Store: a.store, Q: o.Q, Collectors: addrs, Auth: a.auth, Engine: a.engine, Log: o.Log})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst sync agent ready")
-	return Serve(ctx, a.ln, s, a.serverOpt)
+	return Serve(ctx, a.ln, s, a.serverOpt...)
 }
 
 // FrontendOptions configure RunFrontend.
@@ -191,14 +190,14 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	if err != nil {
 		return err
 	}
-	a, err := o.open(ctx)
+	a, err := o.open(ctx, treeauth.Frontend)
 	if err != nil {
 		return err
 	}
 	defer a.close()
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
-		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Dial: a.dial,
+		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
 		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm),
 	})
 	if err != nil {
@@ -207,7 +206,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	defer f.Close()
 	if a.ln != nil {
 		go func() {
-			if err := Serve(ctx, a.ln, f, a.serverOpt); err != nil {
+			if err := Serve(ctx, a.ln, f, a.serverOpt...); err != nil {
 				o.Log.Error().Err(err).Msg("frontend service stopped")
 			}
 		}()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 )
@@ -39,9 +40,9 @@ type Config struct {
 	// aggregation point is another agent gets this collector's summary of each cycle
 	// forwarded there (PushPartial).
 	Self string
-	// Dial is the option for connections to other agents (mtls.Files.DialOption); nil:
-	// plain.
-	Dial grpc.DialOption
+	// Auth authenticates the collector's connections (nil: plain, to any address). With
+	// it the collector calls only the agents the frontend's pings name.
+	Auth *treeauth.Tree
 }
 
 // Collector receives a job's property records from the node daemons its routes point at
@@ -53,7 +54,7 @@ type Collector struct {
 	pb.UnimplementedCollectorServer
 	cfg Config
 
-	d dialer
+	d *dialer
 
 	mu     sync.Mutex
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
@@ -96,7 +97,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, errors.New("collector: no store")
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
-	return &Collector{cfg: cfg, d: dialer{opt: cfg.Dial}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
+	return &Collector{cfg: cfg, d: newDialer(cfg.Auth), cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
 		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -388,6 +389,10 @@ var errRefused = errors.New("refused")
 
 func (c *Collector) pushPartial(ctx context.Context, to string, pc *pb.PartialCycle) error {
 	cl, err := c.d.collector(to)
+	if errors.Is(err, errNotInTree) {
+		// A node named an address the tree does not have: never call it.
+		return fmt.Errorf("%w: %v", errRefused, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -522,7 +527,7 @@ func (c *Collector) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 
 // mergedSummary answers Summary for a job whose other parts are on the collectors rest.
 func (c *Collector) mergedSummary(ctx context.Context, in *pb.JobSummaryRequest, rest []string, out *pb.JobSummary) (*pb.JobSummary, error) {
-	parts := gather(ctx, &c.d, rest, in.JobId, partWait, c.cfg.Log)
+	parts := gather(ctx, c.d, rest, in.JobId, partWait, c.cfg.Log)
 	c.mu.Lock()
 	if v := c.views[in.JobId]; v != nil {
 		parts = append(parts, v.partial(in.JobId, c.name()))
@@ -593,6 +598,9 @@ func (c *Collector) noteLoad(in *pb.CycleRecords) {
 // heard from since the last ping, and its jobs' measured loads since then (the frontend
 // balances on them).
 func (c *Collector) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
+	if err := c.d.setTree(in.Tree); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	load := len(c.nodes)
 	c.nodes = map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,11 +13,11 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -44,8 +45,10 @@ type FrontendConfig struct {
 	// maximum one of its nodes sent in one cycle so far (CycleRecords.max_records), so
 	// jobs whose nodes send fewer records fit more of them on one collector.
 	AssumeMaxLoads bool
-	Timeout        time.Duration   // deadline of one ping or route push (default 2 s)
-	Dial           grpc.DialOption // connection option (mtls.Files.DialOption); nil: plain
+	Timeout        time.Duration // deadline of one ping or route push (default 2 s)
+	// Auth authenticates the frontend's connections (nil: plain). With it the frontend
+	// calls only its configured agents and nodes.
+	Auth *treeauth.Tree
 	// Self is the frontend's own address: the aggregation point of jobs split over
 	// collectors with no sync agent in common below it (and of a dead sync agent's),
 	// which it merges from the collectors' parts when their batch host asks (Summary).
@@ -66,9 +69,10 @@ type FrontendConfig struct {
 // rerouted within one cycle.
 type Frontend struct {
 	pb.UnimplementedCollectorServer
-	cfg FrontendConfig
-	d   dialer
-	agg *Sync // merges the cycles of the jobs aggregated here
+	cfg  FrontendConfig
+	d    *dialer
+	tree []string // the addresses of the tree's agents, sorted (Heartbeat.tree)
+	agg  *Sync    // merges the cycles of the jobs aggregated here
 
 	mu      sync.Mutex
 	holders map[uint32]map[string]bool // job → collectors routed part of it so far
@@ -113,14 +117,37 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	} else if len(cfg.Syncs) > 0 {
 		return nil, errors.New("frontend: sync agents need a tree (--tree or --topology) that places them")
 	}
-	f := &Frontend{cfg: cfg, d: dialer{opt: cfg.Dial}, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}}
+	f := &Frontend{cfg: cfg, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}}
+	f.tree = f.agents()
+	nodes := make([]string, 0, len(cfg.Nodes))
+	for _, n := range cfg.Nodes {
+		nodes = append(nodes, cfg.NodeAddr(n))
+	}
+	f.d = newDialer(cfg.Auth, append(slices.Clone(f.tree), nodes...)...)
 	if cfg.Engine != nil {
 		var err error
-		if f.agg, err = NewSync(SyncConfig{Name: "frontend", Store: cfg.Store, Dial: cfg.Dial, Engine: cfg.Engine, Log: cfg.Log, Now: cfg.Now}); err != nil {
+		if f.agg, err = NewSync(SyncConfig{Name: "frontend", Store: cfg.Store, Auth: cfg.Auth, Fixed: f.tree, Engine: cfg.Engine, Log: cfg.Log, Now: cfg.Now}); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// agents returns the addresses of the tree's agents: collectors, sync agents and the
+// frontend itself.
+func (f *Frontend) agents() []string {
+	var out []string
+	for _, a := range f.cfg.Collectors {
+		out = append(out, a)
+	}
+	for _, a := range f.cfg.Syncs {
+		out = append(out, a)
+	}
+	if f.cfg.Self != "" {
+		out = append(out, f.cfg.Self)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Close closes the frontend's connections.
@@ -159,7 +186,7 @@ func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, con
 			}
 			pctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 			defer cancel()
-			hb, err := cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix()})
+			hb, err := cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix(), Tree: f.tree})
 			alive[i] = err == nil
 			if err == nil {
 				f.noteLoads(hb.Jobs)
@@ -423,7 +450,7 @@ func (f *Frontend) forgetEnded(running map[uint32]bool) {
 }
 
 func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
-	c, err := f.d.conn(f.cfg.NodeAddr(node))
+	c, err := f.d.conn(f.cfg.NodeAddr(node), treeauth.Node)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 )
@@ -21,22 +23,74 @@ import (
 // a dead collector must not hold the job's digest up (the batch host waits 1.5 s).
 const partWait = 500 * time.Millisecond
 
-// dialer keeps one client connection per agent address.
+// dialer keeps one client connection per agent address, and calls only agents of the
+// tree: the addresses the agent was configured with and those the frontend names in its
+// pings (Heartbeat.tree), never an address that a message of a node names.
 type dialer struct {
-	opt   grpc.DialOption // nil: plain
-	mu    sync.Mutex
+	auth *treeauth.Tree // nil: plain connections to any address (tests of other things)
+	mu   sync.Mutex
+	// conns are the connections by address.
 	conns map[string]*grpc.ClientConn
+	// fixed are the configured agents' addresses; tree are the frontend's (known: it
+	// sent some).
+	fixed, tree map[string]bool
+	known       bool
 }
 
-func (d *dialer) conn(addr string) (*grpc.ClientConn, error) {
+// Errors of a call to an address that is not an agent of the tree.
+var (
+	errNotInTree   = errors.New("not an agent of the tree (neither configured nor named by the frontend)")
+	errTreeUnknown = errors.New("the tree's agents are not known yet (no ping from the frontend since the start)")
+)
+
+// maxTree bounds the addresses a frontend's ping names.
+const maxTree = 1 << 16
+
+func newDialer(auth *treeauth.Tree, fixed ...string) *dialer {
+	d := &dialer{auth: auth, fixed: map[string]bool{}}
+	for _, a := range fixed {
+		if a != "" {
+			d.fixed[a] = true
+		}
+	}
+	return d
+}
+
+// setTree takes the tree's addresses from a frontend's ping.
+func (d *dialer) setTree(addrs []string) error {
+	if len(addrs) > maxTree {
+		return fmt.Errorf("%d agents, more than %d", len(addrs), maxTree)
+	}
+	t := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		t[a] = true
+	}
+	d.mu.Lock()
+	d.tree, d.known = t, true
+	d.mu.Unlock()
+	return nil
+}
+
+// conn returns the connection to an agent of the tree whose role is one of expect.
+func (d *dialer) conn(addr string, expect ...treeauth.Role) (*grpc.ClientConn, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c, ok := d.conns[addr]; ok {
 		return c, nil
 	}
-	opt := d.opt
-	if opt == nil {
-		opt = grpc.WithTransportCredentials(insecure.NewCredentials())
+	opt := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if d.auth != nil {
+		switch {
+		case d.fixed[addr] || d.tree[addr]:
+		case !d.known:
+			return nil, fmt.Errorf("agent %s: %w", addr, errTreeUnknown)
+		default:
+			return nil, fmt.Errorf("agent %s: %w", addr, errNotInTree)
+		}
+		var err error
+		if opt, err = d.auth.DialOption(expect...); err != nil {
+			return nil, err
+		}
 	}
 	c, err := grpc.NewClient(addr, opt)
 	if err != nil {
@@ -49,8 +103,11 @@ func (d *dialer) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// aggregators are the roles that hold parts of jobs or merge them.
+var aggregators = []treeauth.Role{treeauth.Collector, treeauth.Sync, treeauth.Frontend}
+
 func (d *dialer) collector(addr string) (pb.CollectorClient, error) {
-	c, err := d.conn(addr)
+	c, err := d.conn(addr, aggregators...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
@@ -30,10 +30,13 @@ type SyncConfig struct {
 	Keep int
 	// Collectors are asked for a job's parts when a request names no holders.
 	Collectors []string
-	Dial       grpc.DialOption // nil: plain
-	Engine     *properties.Engine
-	Log        zerolog.Logger
-	Now        func() time.Time
+	// Auth authenticates the agent's connections (nil: plain, to any address). With it
+	// the agent calls only Collectors and the agents the frontend's pings name.
+	Auth   *treeauth.Tree
+	Fixed  []string // further configured agents' addresses (the frontend's own merger)
+	Engine *properties.Engine
+	Log    zerolog.Logger
+	Now    func() time.Time
 }
 
 // Sync is a sync agent (the PerSyst thesis, §4, §5.3): the aggregation point of big jobs, whose
@@ -46,7 +49,7 @@ type SyncConfig struct {
 type Sync struct {
 	pb.UnimplementedCollectorServer
 	cfg SyncConfig
-	d   dialer
+	d   *dialer
 
 	mu    sync.Mutex
 	parts map[uint32]map[int64]map[string]*pb.PartialCycle // job → ts → from → part
@@ -64,7 +67,7 @@ func NewSync(cfg SyncConfig) (*Sync, error) {
 		return nil, errors.New("sync agent: no property engine")
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
-	return &Sync{cfg: cfg, d: dialer{opt: cfg.Dial}, parts: map[uint32]map[int64]map[string]*pb.PartialCycle{}, last: map[uint32]time.Time{}, seen: map[string]bool{}}, nil
+	return &Sync{cfg: cfg, d: newDialer(cfg.Auth, append(slices.Clone(cfg.Collectors), cfg.Fixed...)...), parts: map[uint32]map[int64]map[string]*pb.PartialCycle{}, last: map[uint32]time.Time{}, seen: map[string]bool{}}, nil
 }
 
 // Close closes the agent's connections.
@@ -144,7 +147,7 @@ func (s *Sync) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSu
 	if len(addrs) == 0 {
 		addrs = s.cfg.Collectors
 	}
-	sum, err := mergedSummary(s.cfg.Engine, in.JobId, gather(ctx, &s.d, addrs, in.JobId, partWait, s.cfg.Log))
+	sum, err := mergedSummary(s.cfg.Engine, in.JobId, gather(ctx, s.d, addrs, in.JobId, partWait, s.cfg.Log))
 	if err != nil {
 		return nil, fmt.Errorf("sync agent %s: %w", s.cfg.Name, err)
 	}
@@ -176,6 +179,9 @@ func (s *Sync) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error
 	load := len(s.seen)
 	s.seen = map[string]bool{}
 	s.mu.Unlock()
+	if err := s.d.setTree(in.Tree); err != nil {
+		return nil, err
+	}
 	return &pb.Heartbeat{Name: s.cfg.Name, Role: "sync", Ts: s.cfg.Now().Unix(), Load: float64(load)}, nil
 }
 

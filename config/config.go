@@ -55,6 +55,14 @@ type Config struct {
 	CalibrationDir string
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS between the agents of the tree.
 	TLSCert, TLSKey, TLSCA string
+	// TreeAuth is how the agents of the tree authenticate each other: munge (the
+	// default), tls (the default with the TLS files) or none.
+	TreeAuth string
+	// MungeSocket is munged's socket ("": MUNGE's default).
+	MungeSocket string
+	// TreeUsers are the users, besides root, the tree's agents run as (names or uids):
+	// their MUNGE credentials are agents'.
+	TreeUsers []string
 	// AdminGroup's members read every job's data through the node daemons (a group
 	// name or gid); other users read their own jobs only.
 	AdminGroup string
@@ -129,6 +137,29 @@ var fields = []field{
 			return err
 		}
 		c.CollectorRetention = d
+		return nil
+	}},
+	{"TreeAuth", func(c *Config, v string) error {
+		switch v {
+		case "munge", "tls", "none":
+			c.TreeAuth = v
+			return nil
+		}
+		return fmt.Errorf("want munge, tls or none, got %q", v)
+	}},
+	{"MungeSocket", func(c *Config, v string) error { return absPath(&c.MungeSocket, v) }},
+	{"TreeUsers", func(c *Config, v string) error {
+		var users []string
+		for _, u := range strings.Split(v, ",") {
+			if !groupRE.MatchString(u) {
+				return fmt.Errorf("want user names or uids separated by commas, got %q", v)
+			}
+			users = append(users, u)
+		}
+		if len(users) > 64 {
+			return fmt.Errorf("at most 64 users, got %d", len(users))
+		}
+		c.TreeUsers = users
 		return nil
 	}},
 	{"AdminGroup", func(c *Config, v string) error {

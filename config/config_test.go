@@ -50,6 +50,12 @@ func TestParse(t *testing.T) {
 		{"bad collector retention", "CollectorRetention=7 days", Config{}, `test.conf:1: CollectorRetention: want days (30d) or hours (12h)`},
 		{"admin group", "AdminGroup=hpc-admins", with(func(c *Config) { c.AdminGroup = "hpc-admins" }), ""},
 		{"bad admin group", "AdminGroup=a b", Config{}, `test.conf:1: AdminGroup: want a group name or gid`},
+		{"tree auth", "TreeAuth=none\nMungeSocket=/run/m.sock\nTreeUsers=persyst,991", with(func(c *Config) {
+			c.TreeAuth, c.MungeSocket, c.TreeUsers = "none", "/run/m.sock", []string{"persyst", "991"}
+		}), ""},
+		{"bad tree auth", "TreeAuth=off", Config{}, `test.conf:1: TreeAuth: want munge, tls or none, got "off"`},
+		{"relative munge socket", "MungeSocket=m.sock", Config{}, `test.conf:1: MungeSocket`},
+		{"bad tree users", "TreeUsers=a,,b", Config{}, `test.conf:1: TreeUsers: want user names or uids`},
 		{"collector", "Collector=collector1:16830", with(func(c *Config) { c.Collector = "collector1:16830" }), ""},
 		{"bad collector", "Collector=collector1", Config{}, `test.conf:1: Collector: want host:port`},
 		{"collector port not a number", "Collector=collector1:http", Config{}, `test.conf:1: Collector: want host:port`},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/persyst/persyst/collectors/mtls"
+	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
@@ -68,8 +68,12 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	auth, err := treeauth.Load(o.config, conf, treeauth.Identity{Role: treeauth.Node, Name: o.node}, log)
+	if err != nil {
+		return err
+	}
 	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: o.grpcListen, Node: o.node,
-		TLS: mtls.FromConfig(conf), Retry: o.cycle, Log: log})
+		Auth: auth, Retry: o.cycle, Log: log})
 	if err != nil {
 		return err
 	}

@@ -970,7 +970,11 @@ type Heartbeat struct {
 	Load  float64                `protobuf:"fixed64,4,opt,name=load,proto3" json:"load,omitempty"` // the node count it serves
 	// A collector's measured job loads since the previous ping: per job, the node-cycle that
 	// sent the largest share of its maximum.
-	Jobs          []*JobLoad `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Jobs []*JobLoad `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// The frontend's ping: the addresses of the tree's agents (collectors, sync agents, the
+	// frontend), the only addresses besides their own configuration that collectors and
+	// sync agents call.
+	Tree          []string `protobuf:"bytes,6,rep,name=tree,proto3" json:"tree,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1040,13 @@ func (x *Heartbeat) GetLoad() float64 {
 func (x *Heartbeat) GetJobs() []*JobLoad {
 	if x != nil {
 		return x.Jobs
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetTree() []string {
+	if x != nil {
+		return x.Tree
 	}
 	return nil
 }
@@ -1188,13 +1199,14 @@ const file_collector_proto_rawDesc = "" +
 	"\x04last\x18\x05 \x01(\x03R\x04last\x12\x16\n" +
 	"\x06cycles\x18\x06 \x03(\x03R\x06cycles\x12*\n" +
 	"\x04keys\x18\a \x03(\v2\x16.persyst.v1.KeyPartialR\x04keys\x12.\n" +
-	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"\x80\x01\n" +
+	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"\x94\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x03R\x02ts\x12\x12\n" +
 	"\x04load\x18\x04 \x01(\x01R\x04load\x12'\n" +
-	"\x04jobs\x18\x05 \x03(\v2\x13.persyst.v1.JobLoadR\x04jobs\"[\n" +
+	"\x04jobs\x18\x05 \x03(\v2\x13.persyst.v1.JobLoadR\x04jobs\x12\x12\n" +
+	"\x04tree\x18\x06 \x03(\tR\x04tree\"[\n" +
 	"\aJobLoad\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\rR\arecords\x12\x1f\n" +

@@ -8,7 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/collectors/mtls"
+	"github.com/persyst/persyst/collectors/treeauth"
+	"google.golang.org/grpc"
 )
 
 // Options say how a node daemon joins the agent tree.
@@ -20,7 +21,8 @@ type Options struct {
 	// routes ("" : no frontend).
 	Listen string
 	Node   string
-	TLS    mtls.Files
+	// Auth authenticates the node in the tree (nil: plain connections, no checks).
+	Auth *treeauth.Tree
 	// Retry is how often cycles kept while a collector is down are tried again.
 	Retry time.Duration
 	Log   zerolog.Logger
@@ -33,25 +35,29 @@ func Start(ctx context.Context, o Options) (*Uplink, error) {
 	if o.Collector == "" && o.Listen == "" {
 		return nil, nil
 	}
-	dial, err := o.TLS.DialOption()
-	if err != nil {
-		return nil, err
+	var dial grpc.DialOption
+	var serverOpts []grpc.ServerOption
+	if o.Auth != nil {
+		var err error
+		// The node sends to collectors, sync agents and the frontend (aggregation points).
+		if dial, err = o.Auth.DialOption(treeauth.Collector, treeauth.Sync, treeauth.Frontend); err != nil {
+			return nil, err
+		}
+		if serverOpts, err = o.Auth.ServerOptions(); err != nil {
+			return nil, err
+		}
 	}
 	u, err := New(Config{Addr: o.Collector, Node: o.Node, Dial: dial}, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	if o.Listen != "" {
-		serverOpt, err := o.TLS.ServerOption()
-		if err != nil {
-			return nil, err
-		}
 		ln, err := net.Listen("tcp", o.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("route service %s: %w", o.Listen, err)
 		}
 		go func() {
-			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u}, serverOpt); err != nil {
+			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u}, serverOpts...); err != nil {
 				o.Log.Error().Err(err).Msg("node gRPC service stopped")
 			}
 		}()

@@ -34,7 +34,7 @@ type Config struct {
 	Timeout time.Duration // deadline of one push (default 2 s)
 	// Retries bounds the attempts of one push (default 2).
 	Retries int
-	// Dial is the connection option (mtls.Files.DialOption); nil: plain.
+	// Dial is the connection option (treeauth.Tree.DialOption); nil: plain.
 	Dial grpc.DialOption
 }
 

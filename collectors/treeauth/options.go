@@ -1,0 +1,306 @@
+package treeauth
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/persyst/persyst/config"
+)
+
+// Options are one agent's side of the tree's authentication.
+type Options struct {
+	Mode Mode
+	// Self is this agent.
+	Self Identity
+	// Munge reaches the node's munged (Mode Munge).
+	Munge Munger
+	// AgentUIDs are the uids, besides root, whose MUNGE credentials are agents' (the
+	// users the tree's agents run as: TreeUsers=).
+	AgentUIDs []uint32
+	// TLS are the agent's certificate, key and the site's CA (Mode TLS).
+	TLS TLSFiles
+	Log zerolog.Logger
+	// Now is the clock of the refusal log (nil: time.Now).
+	Now func() time.Time
+}
+
+// FromConfig returns the options persyst.conf gives an agent: TreeAuth=, MungeSocket=,
+// TreeUsers= and the TLS files.
+func FromConfig(c config.Config, self Identity, log zerolog.Logger) (Options, error) {
+	o := Options{Self: self, Munge: Munger{Socket: c.MungeSocket}, TLS: TLSFiles{Cert: c.TLSCert, Key: c.TLSKey, CA: c.TLSCA}, Log: log}
+	var err error
+	if o.Mode, err = ParseMode(c.TreeAuth); err != nil {
+		return Options{}, fmt.Errorf("TreeAuth: %w", err)
+	}
+	switch {
+	case c.TreeAuth == "" && o.TLS.Enabled():
+		o.Mode = TLS
+	case o.Mode == TLS && !o.TLS.Enabled():
+		return Options{}, errors.New("TreeAuth=tls needs TLSCert, TLSKey and TLSCA")
+	case o.Mode != TLS && o.TLS.Enabled():
+		return Options{}, fmt.Errorf("TreeAuth=%s and TLSCert/TLSKey/TLSCA: choose one (TreeAuth=tls, or no TLS files)", o.Mode)
+	}
+	for _, u := range c.TreeUsers {
+		uid, err := lookupUID(u)
+		if err != nil {
+			return Options{}, fmt.Errorf("TreeUsers: %w", err)
+		}
+		o.AgentUIDs = append(o.AgentUIDs, uid)
+	}
+	return o, nil
+}
+
+// Load makes an agent's authentication from persyst.conf (path names it in errors).
+func Load(path string, c config.Config, self Identity, log zerolog.Logger) (*Tree, error) {
+	o, err := FromConfig(c, self, log)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	if t.Mode() == None {
+		log.Warn().Msg("TreeAuth=none: anyone who reaches the agents' ports can send records and read every job's results")
+	}
+	return t, nil
+}
+
+func lookupUID(name string) (uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(n), err
+}
+
+// auth is what an agent's connections share: its identity, munge, and the refusal log.
+type auth struct {
+	self       Identity
+	munge      Munger
+	uids       []uint32
+	sem        chan struct{}
+	handshakes atomic.Int64
+	refusals   *refusalLog
+}
+
+// Tree is an agent's authentication, made once and used for all its servers and
+// connections.
+type Tree struct {
+	o Options
+	a *auth
+}
+
+// New checks the options and makes the agent's authentication.
+func New(o Options) (*Tree, error) {
+	if o.Mode == "" {
+		o.Mode = Munge
+	}
+	if o.Mode != None && !o.Self.Valid() {
+		return nil, fmt.Errorf("treeauth: this agent's identity %q is not ROLE/NAME with a name of letters, digits, '.', '_', '-'", o.Self)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Tree{o: o, a: &auth{self: o.Self, munge: o.Munge, uids: o.AgentUIDs, sem: make(chan struct{}, maxMunge),
+		refusals: &refusalLog{log: o.Log, now: o.Now}}}, nil
+}
+
+// Mode returns how the tree authenticates.
+func (t *Tree) Mode() Mode { return t.o.Mode }
+
+// ServerOptions are the options of an agent's gRPC server: the transport and the
+// authorization of every call.
+func (t *Tree) ServerOptions() ([]grpc.ServerOption, error) {
+	var creds credentials.TransportCredentials
+	switch t.o.Mode {
+	case None:
+		return nil, nil
+	case Munge:
+		c, err := newMungeCreds(t.a, true, nil)
+		if err != nil {
+			return nil, err
+		}
+		creds = c
+	case TLS:
+		opt, err := t.o.TLS.Config(true)
+		if err != nil {
+			return nil, err
+		}
+		creds = &tlsCreds{inner: credentials.NewTLS(opt), a: t.a}
+	}
+	return []grpc.ServerOption{grpc.Creds(creds), grpc.ChainUnaryInterceptor(t.interceptor())}, nil
+}
+
+// DialOption is the option of an agent's connections to servers whose role is one of
+// expect (none: any agent).
+func (t *Tree) DialOption(expect ...Role) (grpc.DialOption, error) {
+	switch t.o.Mode {
+	case Munge:
+		c, err := newMungeCreds(t.a, false, expect)
+		if err != nil {
+			return nil, err
+		}
+		return grpc.WithTransportCredentials(c), nil
+	case TLS:
+		opt, err := t.o.TLS.Config(false)
+		if err != nil {
+			return nil, err
+		}
+		return grpc.WithTransportCredentials(&tlsCreds{inner: credentials.NewTLS(opt), a: t.a, expect: expect}), nil
+	}
+	return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
+}
+
+func (t *Tree) interceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := Authorize(ctx, info.FullMethod, req, t.o.Mode != None); err != nil {
+			p := PeerOf(ctx)
+			t.a.refusals.add(p.Addr.String(), p.Identity.String()+": "+err.Error())
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Refused returns how many connections and calls were refused since the start.
+func (t *Tree) Refused() uint64 { return t.a.refusals.total() }
+
+// tlsCreds is mutual TLS whose peers' identities come from their certificates: a URI
+// SAN persyst://ROLE/NAME.
+type tlsCreds struct {
+	inner  credentials.TransportCredentials
+	a      *auth
+	expect []Role
+}
+
+func (c *tlsCreds) Info() credentials.ProtocolInfo { return c.inner.Info() }
+func (c *tlsCreds) Clone() credentials.TransportCredentials {
+	return &tlsCreds{inner: c.inner.Clone(), a: c.a, expect: c.expect}
+}
+func (c *tlsCreds) OverrideServerName(string) error { return nil }
+
+func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, ai, err := c.inner.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := tlsIdentity(ai)
+	if err == nil && len(c.expect) > 0 && !slices.Contains(c.expect, info.Identity.Role) {
+		err = fmt.Errorf("the server is %s, not a %s", info.Identity, rolesText(c.expect))
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("%s: %w", authority, err)
+	}
+	return conn, info, nil
+}
+
+func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, ai, err := c.inner.ServerHandshake(raw)
+	if err != nil {
+		c.a.refusals.add(addrHost(raw.RemoteAddr()), "TLS: "+err.Error())
+		return nil, nil, err
+	}
+	info, err := tlsIdentity(ai)
+	if err != nil {
+		c.a.refusals.add(addrHost(raw.RemoteAddr()), err.Error())
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, info, nil
+}
+
+// tlsIdentity reads the peer's identity from its verified certificate.
+func tlsIdentity(ai credentials.AuthInfo) (AuthInfo, error) {
+	ti, ok := ai.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return AuthInfo{}, errors.New("no peer certificate")
+	}
+	id, err := CertIdentity(ti.State.PeerCertificates[0])
+	if err != nil {
+		return AuthInfo{}, err
+	}
+	return AuthInfo{CommonAuthInfo: ti.CommonAuthInfo, Identity: id, Method: "tls"}, nil
+}
+
+// CertIdentity returns the identity a certificate names: exactly one URI SAN
+// persyst://ROLE/NAME.
+func CertIdentity(c *x509.Certificate) (Identity, error) {
+	var ids []Identity
+	for _, u := range c.URIs {
+		if u.Scheme != "persyst" {
+			continue
+		}
+		ids = append(ids, Identity{Role: Role(u.Host), Name: strings.TrimPrefix(u.Path, "/")})
+	}
+	if len(ids) != 1 || !ids[0].Valid() {
+		return Identity{}, fmt.Errorf("certificate %q: want one URI SAN persyst://ROLE/NAME (role node, collector, sync or frontend), got %d", clean(c.Subject.CommonName), len(ids))
+	}
+	return ids[0], nil
+}
+
+// refusalLog counts refused connections and calls and logs them without letting a flood
+// fill the log: at most one line in ten seconds, which says how many were refused since
+// the last line.
+type refusalLog struct {
+	log zerolog.Logger
+	now func() time.Time
+
+	mu     sync.Mutex
+	last   time.Time
+	since  int
+	totalN uint64
+}
+
+const refusalEvery = 10 * time.Second
+
+func (r *refusalLog) add(from, why string) {
+	r.mu.Lock()
+	r.totalN++
+	r.since++
+	now := r.now()
+	if !r.last.IsZero() && now.Sub(r.last) < refusalEvery {
+		r.mu.Unlock()
+		return
+	}
+	n := r.since
+	r.last, r.since = now, 0
+	r.mu.Unlock()
+	r.log.Warn().Str("peer", clean(from)).Str("why", clean(why)).Int("refused_since_last_line", n).
+		Msg("refused a connection or call of the agent tree (at most one line in 10 s)")
+}
+
+func (r *refusalLog) total() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.totalN
+}
+
+func addrHost(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+func (a *auth) refused(from net.Addr, why string) { a.refusals.add(addrHost(from), why) }
