@@ -79,6 +79,11 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 	if err := checkPartialCycle(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
 	}
+	if p := treeauth.PeerOf(ctx); p.OK {
+		// A collector's part is its own, whatever its message says: one collector cannot
+		// replace another's.
+		in.From = p.Identity.String()
+	}
 	s.mu.Lock()
 	now := s.cfg.Now()
 	if now.Sub(s.swept) > time.Minute {

@@ -242,6 +242,7 @@ EOF
 	cat >"$etc/persyst.conf" <<EOF
 DigestMinSeconds=${PERSYST_DIGEST_MIN:-3}
 CalibrationDir=$DIR/calibration
+MungeSocket=$DIR/munge/munge.sock
 EOF
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
