@@ -117,7 +117,12 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 		return err
 	}
 	defer a.close()
-	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Auth: a.auth})
+	jm, err := jobmap.FromConfig(o.Config, o.Log)
+	if err != nil {
+		return err
+	}
+	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Auth: a.auth,
+		Placement: JobmapPlacement(jm)})
 	if err != nil {
 		return err
 	}

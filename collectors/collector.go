@@ -43,6 +43,9 @@ type Config struct {
 	// Auth authenticates the collector's connections (nil: plain, to any address). With
 	// it the collector calls only the agents the frontend's pings name.
 	Auth *treeauth.Tree
+	// Placement, if set, is asked on which nodes Slurm runs a job: a node's records of a
+	// job not on it are refused.
+	Placement Placement
 }
 
 // Collector receives a job's property records from the node daemons its routes point at
@@ -54,7 +57,8 @@ type Collector struct {
 	pb.UnimplementedCollectorServer
 	cfg Config
 
-	d *dialer
+	d     *dialer
+	place *placements
 
 	mu     sync.Mutex
 	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
@@ -97,7 +101,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, errors.New("collector: no store")
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
-	return &Collector{cfg: cfg, d: newDialer(cfg.Auth), cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
+	return &Collector{cfg: cfg, d: newDialer(cfg.Auth), place: &placements{look: cfg.Placement, now: cfg.Now}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
 		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -122,6 +126,13 @@ func defaults(q, keep *int, now *func() time.Time) {
 func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
 	if err := checkPush(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
+	}
+	if err := c.place.check(ctx, in.JobId, in.Node); err != nil {
+		if errors.Is(err, errPlacement) {
+			return &pb.Ack{Error: err.Error()}, nil
+		}
+		// Slurm could not be asked: the node keeps the cycle and sends it again.
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	recs := make([]properties.Record, 0, len(in.Records))
 	ts := time.Unix(in.Ts, 0).UTC()
@@ -258,6 +269,7 @@ func (c *Collector) forgetIdle() {
 		delete(c.cycles, job)
 		delete(c.views, job)
 		delete(c.loads, job)
+		c.place.forget(job)
 		for k := range c.fwd {
 			if k.job == job {
 				delete(c.fwd, k)

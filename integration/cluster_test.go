@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv("PERSYST_IT_FORGE"); sock != "" {
 		os.Exit(forgeEvent(sock))
 	}
+	if spec := os.Getenv("PERSYST_IT_INTRUDER"); spec != "" {
+		os.Exit(intrude(spec))
+	}
 	if r := skipReason(); r != "" && os.Getenv("CI") != "" {
 		fmt.Fprintf(os.Stderr, "integration tests must run in CI but cannot: %s\n", r)
 		os.Exit(1)

@@ -238,21 +238,7 @@ func nonRoot(t *testing.T, c *cluster) {
 		}
 	}
 	// A forged lifecycle event from an ordinary user (this test binary, re-executed).
-	dir, err := os.MkdirTemp("", "persyst-forge-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	self, err := os.ReadFile("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "forge")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(selfCopy(t))
 	cmd.Env = append(os.Environ(), "PERSYST_IT_FORGE="+c.socket(node))
 	cmd.SysProcAttr = asUser()
 	b, err := cmd.CombinedOutput()

@@ -198,6 +198,10 @@ func TestTree(t *testing.T) {
 		}
 		t.Logf("job %d: %d cycles balanced on its measured load; last: %s", id, measured, last)
 	})
+
+	t.Run("an intruder on the network: refused, and no agent calls an address it names", func(t *testing.T) {
+		testIntruder(t, c, submit, out)
+	})
 }
 
 func (c *cluster) waitRunning(t *testing.T, id uint32) {
