@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv("PERSYST_IT_FORGE"); sock != "" {
 		os.Exit(forgeEvent(sock))
 	}
+	if spec := os.Getenv("PERSYST_IT_FLOOD"); spec != "" {
+		os.Exit(floodSocket(spec))
+	}
 	if spec := os.Getenv("PERSYST_IT_INTRUDER"); spec != "" {
 		os.Exit(intrude(spec))
 	}

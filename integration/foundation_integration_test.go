@@ -1,13 +1,18 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +41,7 @@ func TestFoundation(t *testing.T) {
 	step("bad --persyst value is rejected", func(t *testing.T) { badValue(t, c) })
 	step("plugstack.conf errors disable the plugin, jobs still run", func(t *testing.T) { badPlugstack(t, c) })
 	step("non-root client is refused", func(t *testing.T) { nonRoot(t, c) })
+	step("an ordinary user's connect flood: jobs and root's commands unaffected", func(t *testing.T) { connectFlood(t, c) })
 	step("daemon down on one node: jobs complete, the other node records", func(t *testing.T) { daemonDown(t, c, first) })
 	step("hung daemon delays a job by at most the timeout", func(t *testing.T) { daemonHung(t, c) })
 	step("daemon restart mid-job keeps the job", func(t *testing.T) { daemonRestart(t, c) })
@@ -401,5 +407,113 @@ func nothingLeft(t *testing.T) {
 	}
 	if err := exec.Command("ip", "link", "show", "persystbr0").Run(); err == nil {
 		t.Errorf("bridge persystbr0 left")
+	}
+}
+
+// floodResult is what a flooding client did.
+type floodResult struct {
+	Calls  int `json:"calls"`  // requests made
+	Busy   int `json:"busy"`   // refused as too many
+	Failed int `json:"failed"` // other failures (connect errors)
+}
+
+// floodSocket runs in the re-executed test binary, as an ordinary user: 16 connections
+// at once send List requests to the daemon's socket for the given time.
+func floodSocket(spec string) int {
+	sock, d, _ := strings.Cut(spec, ",")
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	var calls, busy, failed atomic.Int64
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := wire.Call(ctx, sock, &wire.Request{Kind: wire.List})
+				cancel()
+				calls.Add(1)
+				switch {
+				case err == nil:
+				case strings.Contains(err.Error(), "busy") || strings.Contains(err.Error(), "too many"):
+					busy.Add(1)
+				default:
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ := json.Marshal(floodResult{Calls: int(calls.Load()), Busy: int(busy.Load()), Failed: int(failed.Load())})
+	fmt.Println(string(b))
+	return 0
+}
+
+// connectFlood: an ordinary user floods a node's socket for 10 s; meanwhile the plugin's
+// events of jobs on that node and root's CLI calls all succeed, and the daemon's log
+// says so in at most two lines (the first refusal of the user in a minute, a minute's
+// summary).
+func connectFlood(t *testing.T, c *cluster) {
+	node := c.nodes[0]
+	logBefore := len(c.readLog(t, "persyst-"+node))
+	cmd := exec.Command(selfCopy(t))
+	cmd.Env = append(os.Environ(), "PERSYST_IT_FLOOD="+c.socket(node)+",10s")
+	cmd.SysProcAttr = asUser()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var ids []uint32
+	rootCalls, rootFailed := 0, 0
+	for time.Since(start) < 9*time.Second {
+		if len(ids) < 4 {
+			ids = append(ids, c.sbatch(t, nil, "-N1", "-w", node, "--wrap", "srun true; srun true"))
+		}
+		if _, stderr, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "jobs", "--socket", c.socket(node), "--timeout", "2s"); err != nil {
+			rootFailed++
+			t.Errorf("root's persyst jobs during the flood: %v: %s", err, stderr)
+		}
+		rootCalls++
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("flood: %v", err)
+	}
+	var f floodResult
+	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+		t.Fatalf("flood output %q: %v", out.String(), err)
+	}
+	for _, id := range ids {
+		if st := c.waitDone(t, id, time.Minute); st != "COMPLETED" {
+			t.Errorf("job %d ended %s during the flood", id, st)
+		}
+		c.waitJob(t, node, id, "ended with its steps", func(j *daemon.Job) bool {
+			return j.State == daemon.Ended && j.JobEndSeen && len(j.Steps) >= 2
+		})
+	}
+	// The jobs' own lifecycle lines are the daemon's normal log; the flood's are those
+	// about refusals.
+	var refusals []string
+	for _, l := range strings.Split(c.readLog(t, "persyst-"+node)[logBefore:], "\n") {
+		if strings.Contains(l, "refused") {
+			refusals = append(refusals, l)
+		}
+	}
+	bytes := len(strings.Join(refusals, "\n"))
+	t.Logf("flood of uid %d: %d requests in 10 s, %d refused as busy, %d failed; root: %d calls, %d failed; %d jobs recorded; %d log lines (%d bytes) about refusals",
+		jobUser, f.Calls, f.Busy, f.Failed, rootCalls, rootFailed, len(ids), len(refusals), bytes)
+	if f.Busy == 0 || f.Calls < 1000 {
+		t.Errorf("not a flood, or not limited: %+v", f)
+	}
+	if len(refusals) > 2 || bytes > 1024 {
+		t.Errorf("%d log lines about the flood's refusals, want at most 2 (the first refusal of the user, a minute's summary):\n%s",
+			len(refusals), strings.Join(refusals, "\n"))
 	}
 }
