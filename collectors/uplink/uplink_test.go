@@ -4,12 +4,14 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/collectors"
+	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/properties"
 )
@@ -161,5 +163,44 @@ func TestJobWideFetch(t *testing.T) {
 	}
 	if r, ok := keys["inter_node_imbalance"]; !ok || !r.Finding {
 		t.Errorf("inter_node_imbalance after the merge: %+v", r)
+	}
+}
+
+// TestRoutesBounded: a message of 320,000 routes is refused whole (the node keeps its
+// routes); a hundred rounds of 4,096 new jobs' routes leave at most MaxRoutes routes and
+// maxRemembered remembered jobs.
+func TestRoutesBounded(t *testing.T) {
+	u, err := New(Config{Node: "n1"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := func(first, n int) *pb.Routes {
+		rs := &pb.Routes{}
+		for j := first; j < first+n; j++ {
+			rs.Routes = append(rs.Routes, &pb.Route{JobId: uint32(j), NodeCollector: map[string]string{"n1": "10.0.0.1:1"},
+				AggregationPoint: "10.0.0.2:1", Holders: []string{"10.0.0.1:1"}})
+		}
+		return rs
+	}
+	if err := u.SetRoutes(routes(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.SetRoutes(routes(100, 320_000)); err == nil || !strings.Contains(err.Error(), "320000 routes, more than 4096") {
+		t.Errorf("320,000 routes: %v", err)
+	}
+	if u.Route(1) != "10.0.0.1:1" || u.Route(100) != "" {
+		t.Errorf("after a refused message the routes changed: job 1 → %q, job 100 → %q", u.Route(1), u.Route(100))
+	}
+	for round := 0; round < 100; round++ {
+		if err := u.SetRoutes(routes(1000+round*MaxRoutes, MaxRoutes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.mu.Lock()
+	nr, na, nh := len(u.routes), len(u.aggs), len(u.holders)
+	u.mu.Unlock()
+	if nr > MaxRoutes || na > MaxRoutes+maxRemembered || nh > MaxRoutes+maxRemembered {
+		t.Errorf("after 409,600 jobs' routes: %d routes, %d aggregation points, %d holders; want at most %d, %d, %d",
+			nr, na, nh, MaxRoutes, MaxRoutes+maxRemembered, MaxRoutes+maxRemembered)
 	}
 }
