@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,17 @@ func with(f func(*Config)) Config {
 	c := Defaults()
 	f(&c)
 	return c
+}
+
+// TestDocsListEveryKey: docs/admin.md's table names every key persyst.conf takes.
+func TestDocsListEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../docs/admin.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fields {
+		if !strings.Contains(string(b), "`"+f.name+"`") {
+			t.Errorf("docs/admin.md does not list the key %s", f.name)
+		}
+	}
 }

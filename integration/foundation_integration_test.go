@@ -242,6 +242,29 @@ func nonRoot(t *testing.T, c *cluster) {
 		if out, err := persyst(stranger, "report", "--socket", c.socket(node), id); err == nil || !strings.Contains(out, "permission denied") {
 			t.Errorf("persyst report %s as uid 4321: err=%v out=%s; want permission denied", id, err, out)
 		}
+		if out, err := persyst(owner, "report", "--socket", c.socket(node), id); err != nil || !strings.Contains(out, "job "+id) {
+			t.Errorf("persyst report %s as its owner: err=%v out=%s", id, err, out)
+		}
+	}
+	// Nor by reading the daemon's files: every file of its state directory (job records,
+	// stored reports) is out of reach of both users.
+	files := 0
+	filepath.WalkDir(filepath.Join(c.dir, "run", node), func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		files++
+		for _, cred := range []*syscall.Credential{owner, stranger} {
+			cmd := exec.Command("cat", p)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+			if err := cmd.Run(); err == nil {
+				t.Errorf("uid %d reads %s", cred.Uid, p)
+			}
+		}
+		return nil
+	})
+	if files == 0 {
+		t.Errorf("no files in the daemon's state directory")
 	}
 	// A forged lifecycle event from an ordinary user (this test binary, re-executed).
 	cmd := exec.Command(selfCopy(t))

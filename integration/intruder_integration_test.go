@@ -244,6 +244,14 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	if text := out(id); strings.ContainsAny(text, "\x1b\x07") || !strings.Contains(text, "persyst") {
 		t.Errorf("job %d's output:\n%q", id, text)
 	}
+	// The agents' databases are theirs: an ordinary user's `persyst report --db` fails.
+	for _, db := range []string{"col1.db", "sync1.db", "frontend.db"} {
+		cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), "report", "--db", filepath.Join(c.dir, "run", db), fmt.Sprint(id))
+		cmd.SysProcAttr = asUser()
+		if b, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("uid %d reads %s:\n%s", jobUser, db, b)
+		}
+	}
 	for _, agent := range []string{"collector-col1", "sync-sync1", "frontend"} {
 		if log := c.readLog(t, agent); !strings.Contains(log, "refused a connection or call of the agent tree") {
 			t.Errorf("%s logged no refusal:\n%s", agent, tail(log, 5))
