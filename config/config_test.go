@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -128,5 +129,39 @@ func TestDocsListEveryKey(t *testing.T) {
 		if !strings.Contains(string(b), "`"+f.name+"`") {
 			t.Errorf("docs/admin.md does not list the key %s", f.name)
 		}
+	}
+}
+
+// TestPackagedExamples: every commented example of packaging/persyst.conf is a valid line
+// (the https slurmrestd example with the user and token lines it needs).
+func TestPackagedExamples(t *testing.T) {
+	b, err := os.ReadFile("../packaging/persyst.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(bytes.NewReader(b), "persyst.conf"); err != nil {
+		t.Fatalf("as shipped: %v", err)
+	}
+	const jwt = "SlurmRestdUser=persyst\nSlurmRestdTokenFile=/etc/persyst/slurmrestd.jwt\n"
+	n := 0
+	for i, l := range strings.Split(string(b), "\n") {
+		k, _, ok := strings.Cut(strings.TrimPrefix(l, "#"), "=")
+		if !strings.HasPrefix(l, "#") || !ok || strings.ContainsAny(k, " \t") {
+			continue
+		}
+		text := l[1:] + "\n"
+		if strings.HasPrefix(text, "SlurmRestd=http") {
+			text += jwt
+		}
+		if strings.HasPrefix(text, "SlurmRestdUser=") || strings.HasPrefix(text, "SlurmRestdTokenFile=") {
+			continue
+		}
+		n++
+		if _, err := Parse(strings.NewReader(text), "persyst.conf"); err != nil {
+			t.Errorf("packaging/persyst.conf:%d: %v", i+1, err)
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d examples found", n)
 	}
 }
