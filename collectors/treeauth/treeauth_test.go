@@ -28,7 +28,7 @@ import (
 // munged starts a real munged with its own key and socket in a temporary directory and
 // returns a Munger that reaches it. MUNGE is what every Slurm site runs; nothing of it is
 // faked here.
-func munged(t *testing.T) Munger {
+func munged(t testing.TB) Munger {
 	t.Helper()
 	if _, err := exec.LookPath("munged"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -364,3 +364,39 @@ func TestParseUnmunge(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// BenchmarkMungeHandshake: one new authenticated connection and its first call (TLS,
+// a credential each way through munge and unmunge, with a real munged). Connections of
+// the tree are long-lived: this is paid once per agent pair, not per call.
+func BenchmarkMungeHandshake(b *testing.B) {
+	m := munged(b)
+	log := zerolog.New(io.Discard)
+	addr, _ := serve(b, tree(b, Options{Self: Identity{Collector, "col1"}, Munge: m, Log: log}))
+	dial := dialOf(b, tree(b, Options{Self: Identity{Node, "node1"}, Munge: m, Log: log}))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := call(addr, dial, "Push"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAuthorizedCall: a call on an established authenticated connection.
+func BenchmarkAuthorizedCall(b *testing.B) {
+	m := munged(b)
+	log := zerolog.New(io.Discard)
+	addr, _ := serve(b, tree(b, Options{Self: Identity{Collector, "col1"}, Munge: m, Log: log}))
+	conn, err := grpc.NewClient(addr, dialOf(b, tree(b, Options{Self: Identity{Node, "node1"}, Munge: m, Log: log})))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	cl := pb.NewCollectorClient(conn)
+	in := &pb.CycleRecords{JobId: 7, Node: "node1", Ts: 1}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := cl.Push(context.Background(), in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
