@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/rs/zerolog"
 )
@@ -47,7 +48,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	adminGID := -1
 	if cfg.AdminGroup != "" {
-		gid, err := lookupGID(cfg.AdminGroup)
+		gid, err := config.LookupGID(cfg.AdminGroup)
 		if err != nil {
 			return fmt.Errorf("AdminGroup %q: %w", cfg.AdminGroup, err)
 		}
@@ -58,7 +59,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	var allowed []uint32
 	if cfg.SlurmUser != "" && cfg.SlurmUser != "root" {
-		uid, err := lookupUID(cfg.SlurmUser)
+		uid, err := config.LookupUID(cfg.SlurmUser)
 		if err != nil {
 			return fmt.Errorf("SlurmUser %q: %w", cfg.SlurmUser, err)
 		}
@@ -134,21 +135,6 @@ func watchdog(ctx context.Context, log zerolog.Logger) {
 	}
 }
 
-func lookupUID(name string) (uint32, error) {
-	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
-		return uint32(n), nil
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("uid %q: %w", u.Uid, err)
-	}
-	return uint32(n), nil
-}
-
 // newUserCache resolves uids to names once each.
 func newUserCache() func(uint32) string {
 	var mu sync.Mutex
@@ -166,20 +152,4 @@ func newUserCache() func(uint32) string {
 		cache[uid] = n
 		return n
 	}
-}
-
-// lookupGID resolves a group name (or a number) to its gid.
-func lookupGID(name string) (uint32, error) {
-	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
-		return uint32(n), nil
-	}
-	g, err := user.LookupGroup(name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(g.Gid, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("gid %q: %w", g.Gid, err)
-	}
-	return uint32(n), nil
 }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/user"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +54,7 @@ func FromConfig(c config.Config, self Identity, log zerolog.Logger) (Options, er
 		return Options{}, fmt.Errorf("TreeAuth=%s and TLSCert/TLSKey/TLSCA: choose one (TreeAuth=tls, or no TLS files)", o.Mode)
 	}
 	for _, u := range c.TreeUsers {
-		uid, err := lookupUID(u)
+		uid, err := config.LookupUID(u)
 		if err != nil {
 			return Options{}, fmt.Errorf("TreeUsers: %w", err)
 		}
@@ -79,18 +77,6 @@ func Load(path string, c config.Config, self Identity, log zerolog.Logger) (*Tre
 		log.Warn().Msg("TreeAuth=none: anyone who reaches the agents' ports can send records and read every job's results")
 	}
 	return t, nil
-}
-
-func lookupUID(name string) (uint32, error) {
-	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
-		return uint32(n), nil
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(u.Uid, 10, 32)
-	return uint32(n), err
 }
 
 // auth is what an agent's connections share: its identity, munge, and the refusal log.

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"math/big"
 	"net/url"
@@ -23,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 )
 
 type ca struct {
@@ -92,13 +90,7 @@ func TestTLSIdentities(t *testing.T) {
 	twoSANs := agent(Node, "node1", site.issue(t, "node1", "persyst://node/node1", "persyst://frontend/front"))
 	rogue := agent(Node, "node1", newCA(t, "rogue").issue(t, "node1", "persyst://node/node1"))
 
-	tests := []struct {
-		name   string
-		dial   grpc.DialOption
-		method string
-		want   codes.Code
-		msg    string
-	}{
+	runCalls(t, addr, []callCase{
 		{"node pushes its records", dialOf(t, node1, Collector), "Push", codes.OK, ""},
 		{"node pushes another node's records", dialOf(t, node1), "PushOther", codes.PermissionDenied, `node "node2"`},
 		{"node sets routes", dialOf(t, node1), "SetRoutes", codes.PermissionDenied, "may not call"},
@@ -108,15 +100,7 @@ func TestTLSIdentities(t *testing.T) {
 		{"another CA", dialOf(t, rogue), "Summary", codes.Unavailable, ""},
 		{"plain connection", grpc.WithTransportCredentials(insecure.NewCredentials()), "Summary", codes.Unavailable, ""},
 		{"node expecting a frontend", dialOf(t, node1, Frontend), "Push", codes.Unavailable, "the server is collector/col1, not a frontend"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := call(addr, tc.dial, tc.method)
-			if got := status.Code(err); got != tc.want || (tc.msg != "" && !strings.Contains(fmt.Sprint(err), tc.msg)) {
-				t.Errorf("%s: got %v (%v), want %v with %q", tc.method, got, err, tc.want, tc.msg)
-			}
-		})
-	}
+	})
 	if got, want := strings.Join(rec.calls(), ","), "node/node1,frontend/front"; got != want {
 		t.Errorf("the server saw %s, want %s", got, want)
 	}

@@ -161,6 +161,28 @@ func tree(tb testing.TB, o Options) *Tree {
 	return tr
 }
 
+// callCase is a call of method over dial and its expected outcome: a gRPC code (OK:
+// answered) and text in the error.
+type callCase struct {
+	name   string
+	dial   grpc.DialOption
+	method string
+	want   codes.Code
+	msg    string
+}
+
+func runCalls(t *testing.T, addr string, cases []callCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := call(addr, tc.dial, tc.method)
+			if got := status.Code(err); got != tc.want || (tc.msg != "" && !strings.Contains(fmt.Sprint(err), tc.msg)) {
+				t.Errorf("%s: got %v (%v), want %v with %q", tc.method, got, err, tc.want, tc.msg)
+			}
+		})
+	}
+}
+
 // call makes one call of method on addr with dial and returns its error.
 func call(addr string, dial grpc.DialOption, method string) error {
 	conn, err := grpc.NewClient(addr, dial)
@@ -213,13 +235,7 @@ func TestMunge(t *testing.T) {
 	front := tree(t, Options{Self: Identity{Frontend, "front"}, Munge: m, Log: log})
 	intruder := tree(t, Options{Self: Identity{Node, "node1"}, Munge: asNobody(t, m), Log: log})
 
-	tests := []struct {
-		name   string
-		dial   grpc.DialOption
-		method string
-		want   codes.Code // codes.OK: answered
-		msg    string     // in the error
-	}{
+	runCalls(t, addr, []callCase{
 		{"node pushes its records", dialOf(t, node1, Collector), "Push", codes.OK, ""},
 		{"node asks for a summary", dialOf(t, node1), "Summary", codes.OK, ""},
 		{"node pushes another node's records", dialOf(t, node1), "PushOther", codes.PermissionDenied, `may not push records of node "node2"`},
@@ -230,15 +246,7 @@ func TestMunge(t *testing.T) {
 		{"ordinary user's credential", dialOf(t, intruder), "Push", codes.Unavailable, "uid 65534, which is not an agent"},
 		{"plain connection", grpc.WithTransportCredentials(insecure.NewCredentials()), "Summary", codes.Unavailable, ""},
 		{"node expecting a frontend", dialOf(t, node1, Frontend), "Push", codes.Unavailable, "the server is collector/col1, not a frontend"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := call(addr, tc.dial, tc.method)
-			if got := status.Code(err); got != tc.want || (tc.msg != "" && !strings.Contains(fmt.Sprint(err), tc.msg)) {
-				t.Errorf("%s: got %v (%v), want %v with %q", tc.method, got, err, tc.want, tc.msg)
-			}
-		})
-	}
+	})
 	want := []string{"node/node1", "node/node1", "frontend/front"}
 	if got := rec.calls(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("the server saw %v, want %v", got, want)
