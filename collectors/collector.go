@@ -65,11 +65,13 @@ type Collector struct {
 	views  map[uint32]*jobView         // job → the whole job as received
 	seen   map[uint32]time.Time        // job → its last push (jobs quiet for JobIdle are forgotten)
 	sums   int                         // cycle summaries made (tests: a burst of pushes makes few)
-	nodes  map[string]bool             // nodes heard from in the current cycle
-	loads  map[uint32]*pb.JobLoad      // per job, its heaviest node-cycle since the last ping
-	fwd    map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
-	down   map[string]bool             // aggregation points that did not answer
-	wake   chan struct{}
+	// settling counts cycles taken to be summarized and not yet stored and forwarded.
+	settling int
+	nodes    map[string]bool             // nodes heard from in the current cycle
+	loads    map[uint32]*pb.JobLoad      // per job, its heaviest node-cycle since the last ping
+	fwd      map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
+	down     map[string]bool             // aggregation points that did not answer
+	wake     chan struct{}
 }
 
 type fwdKey struct {
@@ -203,9 +205,13 @@ func (c *Collector) settle(ctx context.Context, job uint32) {
 			todo = append(todo, cy.take(id, ts))
 		}
 	}
+	c.settling += len(todo)
 	c.mu.Unlock()
 	for _, w := range todo {
 		c.summarize(ctx, w)
+		c.mu.Lock()
+		c.settling--
+		c.mu.Unlock()
 	}
 }
 
@@ -347,7 +353,7 @@ func (c *Collector) Run(ctx context.Context) {
 func (c *Collector) Forwarding() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.fwd)
+	n := len(c.fwd) + c.settling
 	for _, jc := range c.cycles {
 		for _, cy := range jc {
 			if cy.dirty {

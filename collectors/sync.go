@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -106,6 +107,12 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 	}
 	s.last[in.JobId] = now
 	cy := jc[in.Ts]
+	if cy == nil && len(jc) >= s.cfg.Keep && in.Ts < slices.Min(slices.Collect(maps.Keys(jc))) {
+		// Its cycle's other parts are gone: merging this one alone would replace the
+		// stored merge of them with less.
+		s.mu.Unlock()
+		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d is older than the %d cycles kept for merging; its merged result stands", in.JobId, in.Ts, s.cfg.Keep)}, nil
+	}
 	if cy == nil {
 		cy = map[string]*pb.PartialCycle{}
 		jc[in.Ts] = cy

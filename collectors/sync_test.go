@@ -65,7 +65,9 @@ func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []s
 	for _, name := range syncs {
 		ln := listen(t)
 		st := openStore(t, ctx, name)
-		s, err := NewSync(SyncConfig{Name: name, Store: st, Engine: eng, Log: zerolog.Nop()})
+		// The tests send their cycles in bursts, not a minute apart: a collector may
+		// forward all of a job's cycles before the other forwards one.
+		s, err := NewSync(SyncConfig{Name: name, Store: st, Engine: eng, Log: zerolog.Nop(), Keep: 16})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,4 +476,41 @@ func TestForwardToACollectorIsDropped(t *testing.T) {
 		t.Fatalf("push: %v %v", ack, err)
 	}
 	tt.drain("col1")
+}
+
+// TestSyncRefusesPartsOfForgottenCycles: a part of a cycle older than the cycles kept for
+// merging is refused, not merged alone over the stored merge of the other parts.
+func TestSyncRefusesPartsOfForgottenCycles(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "s.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSync(SyncConfig{Name: "s1", Store: st, Engine: eng, Log: zerolog.Nop(), Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := func(from string, ts int64) *pb.Ack {
+		ack, err := s.PushPartial(ctx, &pb.PartialCycle{JobId: 5, Ts: ts, From: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack
+	}
+	for _, ts := range []int64{100, 160, 220} {
+		if ack := part("col1", ts); !ack.Ok {
+			t.Fatalf("col1's cycle %d: %s", ts, ack.Error)
+		}
+	}
+	if ack := part("col2", 100); ack.Ok || !strings.Contains(ack.Error, "older than the 2 cycles kept") {
+		t.Errorf("col2's part of a forgotten cycle: %+v", ack)
+	}
+	if ack := part("col2", 160); !ack.Ok {
+		t.Errorf("col2's part of a kept cycle: %s", ack.Error)
+	}
 }
