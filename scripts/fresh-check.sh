@@ -100,7 +100,9 @@ esac
 TARGET=${1:-test-here}
 CACHE=${PERSYST_FRESH_CACHE:-/var/cache/persyst/fresh-check}
 MAX_DAYS=${PERSYST_FRESH_MAX_DAYS:-7}
-WORK=${PERSYST_FRESH_DIR:-$ROOT/build/fresh}
+# Under a directory starting with "_": the go command skips it, so a root kept after a
+# failure (it holds Go sources of Debian's packages) never enters `go vet ./...`.
+WORK=${PERSYST_FRESH_DIR:-$ROOT/build/_fresh}
 [ "$(id -u)" = 0 ] || die "must run as root (it builds a Debian root and starts a Slurm cluster in it)"
 need_cmd mmdebstrap mmdebstrap
 need_cmd unshare util-linux
