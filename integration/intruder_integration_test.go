@@ -6,6 +6,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -29,13 +31,16 @@ import (
 // intrusion is one call the intruder makes.
 type intrusion struct {
 	Target string `json:"target"` // host:port of an agent
-	Mode   string `json:"mode"`   // "plain" or "munge" (its own uid's credentials)
-	As     string `json:"as"`     // the identity it claims: "node/node1"
-	Munge  string `json:"munge"`  // munged's socket
-	Method string `json:"method"` // Push, PushPartial, Summary, Partial, Ping, SetRoutes, NodePing
-	Job    uint32 `json:"job"`
-	Node   string `json:"node"` // whose records it pushes
-	Addr   string `json:"addr"` // an address the message names (aggregation point, holders, routes)
+	// Mode is "plain", "munge" (its own uid's credentials), "tls" (the files TLS) or
+	// "tls-nocert" (TLS without a certificate).
+	Mode   string            `json:"mode"`
+	As     string            `json:"as"`     // the identity it claims: "node/node1"
+	Munge  string            `json:"munge"`  // munged's socket
+	Method string            `json:"method"` // Push, PushPartial, Summary, Partial, Ping, SetRoutes, NodePing
+	Job    uint32            `json:"job"`
+	Node   string            `json:"node"` // whose records it pushes
+	Addr   string            `json:"addr"` // an address the message names (aggregation point, holders, routes)
+	TLS    treeauth.TLSFiles `json:"tls"`
 }
 
 // outcome is what happened.
@@ -60,16 +65,19 @@ func intrude(spec string) int {
 
 func (in intrusion) call() outcome {
 	dial := grpc.WithTransportCredentials(insecure.NewCredentials())
-	if in.Mode == "munge" {
-		role, name, _ := strings.Cut(in.As, "/")
-		tr, err := treeauth.New(treeauth.Options{Self: treeauth.Identity{Role: treeauth.Role(role), Name: name},
-			Munge: treeauth.Munger{Socket: in.Munge}, Log: zerolog.Nop()})
+	role, name, _ := strings.Cut(in.As, "/")
+	switch in.Mode {
+	case "munge", "tls":
+		tr, err := treeauth.New(treeauth.Options{Mode: treeauth.Mode(in.Mode), Self: treeauth.Identity{Role: treeauth.Role(role), Name: name},
+			Munge: treeauth.Munger{Socket: in.Munge}, TLS: in.TLS, Log: zerolog.Nop()})
 		if err != nil {
 			return outcome{Error: err.Error()}
 		}
 		if dial, err = tr.DialOption(); err != nil {
 			return outcome{Error: err.Error()}
 		}
+	case "tls-nocert":
+		dial = grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}))
 	}
 	conn, err := grpc.NewClient(in.Target, dial)
 	if err != nil {
@@ -262,6 +270,11 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 // netPrefix is the cluster network's first three octets (the collectors' addresses).
 func (c *cluster) netPrefix(t *testing.T) string {
 	t.Helper()
-	host, _, _ := strings.Cut(c.agentAddr(t, "Collector", "col1"), ":")
+	return netOf(c.agentAddr(t, "Collector", "col1"))
+}
+
+// netOf is the first three octets of an agent's address (host:port).
+func netOf(addr string) string {
+	host, _, _ := strings.Cut(addr, ":")
 	return host[:strings.LastIndexByte(host, '.')]
 }

@@ -57,6 +57,10 @@ LOADS=${PERSYST_LOADS:-measured}
 # below the frontend, a flat tree). With sync agents the frontend reads an explicit tree:
 # the nodes cut evenly over the collectors, the collectors over the sync agents.
 SYNCS=${PERSYST_SYNCS:-0}
+# PERSYST_TREEAUTH is how the tree's agents authenticate each other: munge (the default,
+# this cluster's munged) or tls (a test CA and one certificate per agent, made by openssl,
+# named in persyst.conf as $DIR/tls/%n.crt).
+TREEAUTH=${PERSYST_TREEAUTH:-munge}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
 
 log() { echo "cluster: $*" >&2; }
@@ -183,6 +187,36 @@ make_keys() {
 	chmod 0600 "$DIR/etc/jwt_hs256.key"
 }
 
+# make_tls N: with PERSYST_TREEAUTH=tls, a test CA and a certificate for every agent of the
+# tree (nodes, collectors, sync agents, the frontend), naming it in a URI SAN
+# persyst://ROLE/NAME as persyst's mutual TLS requires.
+make_tls() {
+	local n=$1 k
+	[ "$TREEAUTH" = tls ] || return 0
+	local tls="$DIR/tls"
+	rm -rf "$tls"
+	mkdir -p "$tls"
+	chmod 0700 "$tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+		-subj /CN=persyst-test-ca -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null || die "openssl: the test CA"
+	for k in $(seq 1 "$n"); do tls_issue node "node$k"; done
+	for k in $(seq 1 "$COLLECTORS"); do tls_issue collector "col$k"; done
+	for k in $(seq 1 "$SYNCS"); do tls_issue sync "sync$k"; done
+	tls_issue frontend frontend
+}
+
+# tls_issue ROLE NAME: NAME's key and certificate, signed by the test CA.
+tls_issue() {
+	local role=$1 name=$2 tls="$DIR/tls"
+	printf 'subjectAltName=URI:persyst://%s/%s\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature\n' \
+		"$role" "$name" >"$tls/$name.ext"
+	openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+		-keyout "$tls/$name.key" -out "$tls/$name.csr" 2>/dev/null &&
+		openssl x509 -req -in "$tls/$name.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+			-days 2 -extfile "$tls/$name.ext" -out "$tls/$name.crt" 2>/dev/null || die "openssl: $name's certificate"
+	rm -f "$tls/$name.csr" "$tls/$name.ext"
+}
+
 # write_configs N ETC: the cluster's slurm.conf, cgroup.conf, plugstack.conf and
 # persyst.conf for N nodes, written into ETC (they name paths under $DIR).
 write_configs() {
@@ -244,6 +278,9 @@ DigestMinSeconds=${PERSYST_DIGEST_MIN:-3}
 CalibrationDir=$DIR/calibration
 MungeSocket=$DIR/munge/munge.sock
 EOF
+	if [ "$TREEAUTH" = tls ]; then
+		printf 'TLSCert=%s\nTLSKey=%s\nTLSCA=%s\n' "$DIR/tls/%n.crt" "$DIR/tls/%n.key" "$DIR/tls/ca.crt" >>"$etc/persyst.conf"
+	fi
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 ConstrainCores=yes
@@ -275,6 +312,7 @@ check_installed() {
 	need_cmd ip iproute2
 	need_cmd ss iproute2
 	need_cmd useradd passwd
+	[ "$TREEAUTH" = tls ] && need_cmd openssl openssl
 	local plugdir
 	plugdir=$(slurm_plugin_dir "$etc/slurm.conf")
 	need_slurm_plugins "$plugdir" "$etc/slurm.conf" "$etc/cgroup.conf"
@@ -558,6 +596,7 @@ up() {
 	rm -rf "$DIR"/{etc,log,run,state,spool,restd}
 	mkdir -p "$DIR"/{etc,log,run,state,spool,munge}
 	make_keys
+	make_tls "$n"
 	write_configs "$n" "$DIR/etc"
 	echo "$COLLECTORS" >"$DIR/run/tree"
 	if ! id "$JOB_USER" >/dev/null 2>&1; then

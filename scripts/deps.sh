@@ -19,6 +19,8 @@ PKGS=(
 	slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins slurm-wlm-jwt-plugin munge
 	# namespaces, veths and the bridge (ip, ss), nsenter/unshare/setpriv/setsid, useradd
 	iproute2 util-linux passwd
+	# the test cluster's agent tree over mutual TLS (PERSYST_TREEAUTH=tls): its certificates
+	openssl
 	# make bench: its scripts read the daemons' JSON and do arithmetic
 	jq bc
 	# make test: the pristine Debian root the set-up is proven on (scripts/fresh-check.sh)

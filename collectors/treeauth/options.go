@@ -38,9 +38,12 @@ type Options struct {
 }
 
 // FromConfig returns the options persyst.conf gives an agent: TreeAuth=, MungeSocket=,
-// TreeUsers= and the TLS files.
+// TreeUsers= and the TLS files (TLSCert and TLSKey may hold "%n", the agent's name).
 func FromConfig(c config.Config, self Identity, log zerolog.Logger) (Options, error) {
-	o := Options{Self: self, Munge: Munger{Socket: c.MungeSocket}, TLS: TLSFiles{Cert: c.TLSCert, Key: c.TLSKey, CA: c.TLSCA}, Log: log}
+	// "%n" in the certificate's and key's paths is the agent's name: one persyst.conf
+	// shared by every agent names each one's own files.
+	own := func(p string) string { return strings.ReplaceAll(p, "%n", self.Name) }
+	o := Options{Self: self, Munge: Munger{Socket: c.MungeSocket}, TLS: TLSFiles{Cert: own(c.TLSCert), Key: own(c.TLSKey), CA: c.TLSCA}, Log: log}
 	var err error
 	if o.Mode, err = ParseMode(c.TreeAuth); err != nil {
 		return Options{}, fmt.Errorf("TreeAuth: %w", err)

@@ -146,6 +146,7 @@ func TestFromConfig(t *testing.T) {
 		{"none with files", func(c *config.Config) { files(c); c.TreeAuth = "none" }, "", "choose one"},
 		{"unknown user", func(c *config.Config) { c.TreeUsers = []string{"no-such-user-persyst"} }, "", "TreeUsers"},
 		{"uid", func(c *config.Config) { c.TreeUsers = []string{"1234"} }, Munge, ""},
+		{"%n", func(c *config.Config) { c.TLSCert, c.TLSKey, c.TLSCA = "/tls/%n.crt", "/tls/%n.key", "/tls/ca.crt" }, TLS, ""},
 	}
 	for _, tc := range tests {
 		c := config.Defaults()
@@ -159,6 +160,9 @@ func TestFromConfig(t *testing.T) {
 		}
 		if err != nil || o.Mode != tc.want {
 			t.Errorf("%s: mode %q, %v; want %q", tc.name, o.Mode, err, tc.want)
+		}
+		if tc.name == "%n" && (o.TLS.Cert != "/tls/n1.crt" || o.TLS.Key != "/tls/n1.key") {
+			t.Errorf("%%n: files %+v, want n1's", o.TLS)
 		}
 	}
 }
