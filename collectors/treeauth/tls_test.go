@@ -1,75 +1,38 @@
 package treeauth
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) ca {
+func newCA(t *testing.T, name string) *tlstest.CA {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	c, err := tlstest.New(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return ca{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return c
 }
 
 // issue writes an agent's certificate (with the URI SANs uris) and key signed by c.
-func (c ca) issue(t *testing.T, name string, uris ...string) TLSFiles {
+func issue(t *testing.T, c *tlstest.CA, name string, uris ...string) TLSFiles {
 	t.Helper()
-	dir := t.TempDir()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		KeyUsage:    x509.KeyUsageDigitalSignature}
-	for _, u := range uris {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, pu)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	f, err := c.Issue(t.TempDir(), name, uris...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	f := TLSFiles{Cert: filepath.Join(dir, "agent.crt"), Key: filepath.Join(dir, "agent.key"), CA: filepath.Join(dir, "ca.crt")}
-	os.WriteFile(f.Cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	os.WriteFile(f.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	os.WriteFile(f.CA, c.pem, 0o644)
-	return f
+	return TLSFiles(f)
 }
 
 // TestTLSIdentities: with mutual TLS an agent is who its certificate's URI SAN says, not
@@ -82,13 +45,13 @@ func TestTLSIdentities(t *testing.T) {
 	agent := func(role Role, name string, f TLSFiles) *Tree {
 		return tree(t, Options{Mode: TLS, Self: Identity{role, name}, TLS: f, Log: log})
 	}
-	collector := agent(Collector, "col1", site.issue(t, "col1", "persyst://collector/col1"))
+	collector := agent(Collector, "col1", issue(t, site, "col1", "persyst://collector/col1"))
 	addr, rec := serve(t, collector)
-	node1 := agent(Node, "node1", site.issue(t, "node1", "persyst://node/node1"))
-	front := agent(Frontend, "front", site.issue(t, "front", "persyst://frontend/front"))
-	noSAN := agent(Node, "node1", site.issue(t, "node1"))
-	twoSANs := agent(Node, "node1", site.issue(t, "node1", "persyst://node/node1", "persyst://frontend/front"))
-	rogue := agent(Node, "node1", newCA(t, "rogue").issue(t, "node1", "persyst://node/node1"))
+	node1 := agent(Node, "node1", issue(t, site, "node1", "persyst://node/node1"))
+	front := agent(Frontend, "front", issue(t, site, "front", "persyst://frontend/front"))
+	noSAN := agent(Node, "node1", issue(t, site, "node1"))
+	twoSANs := agent(Node, "node1", issue(t, site, "node1", "persyst://node/node1", "persyst://frontend/front"))
+	rogue := agent(Node, "node1", issue(t, newCA(t, "rogue"), "node1", "persyst://node/node1"))
 
 	runCalls(t, addr, []callCase{
 		{"node pushes its records", dialOf(t, node1, Collector), "Push", codes.OK, ""},
