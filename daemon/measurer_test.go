@@ -24,32 +24,8 @@ import (
 // cycle, every running job gets one sample per cycle, a job end takes a final read, and
 // the job's summary is available through the measurer afterwards.
 func TestMeasurerCycle(t *testing.T) {
-	root := t.TempDir()
-	mnt := "/sys/fs/cgroup"
-	job := filepath.Join(mnt, "system.slice/node1_slurmstepd.scope/job_7")
-	for _, d := range []string{filepath.Join(root, job), filepath.Join(root, "proc/self"), filepath.Join(root, "sys/devices/system/cpu")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write := func(p, s string) {
-		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A cgroup2 mount that is read-only for persyst's own cgroups: perf is not measured.
-	write("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n")
-	write("sys/devices/system/cpu/online", "0-3\n")
-	write(filepath.Join(job, "cgroup.procs"), "")
-	write(filepath.Join(job, "cpuset.cpus.effective"), "2-3\n")
+	root, setCPU := fakeNode(t, 7)
 	usage := 0
-	setCPU := func() {
-		write(filepath.Join(job, "cpu.stat"), "usage_usec "+strconv.Itoa(usage)+"\nuser_usec "+strconv.Itoa(usage)+"\nsystem_usec 0\n")
-	}
-	setCPU()
-	// Make persyst's cgroup parent uncreatable: a file where the directory would go.
-	write(filepath.Join(mnt, "persyst_node1"), "")
-
 	now := time.Date(2026, 11, 21, 12, 0, 7, 500_000_000, time.UTC)
 	clock := func() time.Time { return now }
 	reg := newReg(t, RegistryConfig{})
@@ -91,7 +67,7 @@ func TestMeasurerCycle(t *testing.T) {
 		waits = append(waits, until)
 		now = until
 		usage += 1_000_000 // the job used 1 s of CPU per cycle
-		setCPU()
+		setCPU(usage)
 		return nil
 	}
 	if err := m.Run(ctx, wait); err != nil {
@@ -119,7 +95,7 @@ func TestMeasurerCycle(t *testing.T) {
 	}
 	now = now.Add(3 * time.Second)
 	usage += 500_000
-	setCPU()
+	setCPU(usage)
 	// The batch step ended: the digest is written once, as the job's user, into the
 	// output file the job map names, and the report is kept.
 	for i := 0; i < 2; i++ {
@@ -159,6 +135,38 @@ func TestMeasurerCycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stateDir, "reports", "7.json")); !os.IsNotExist(err) {
 		t.Errorf("report of a forgotten job still saved: %v", err)
 	}
+}
+
+// fakeNode is a node under a temporary root for job id: a cgroup v2 job directory on
+// CPUs 2-3, no perf (persyst's own cgroups cannot be made). setCPU sets the job's CPU use
+// in µs.
+func fakeNode(t *testing.T, id int) (root string, setCPU func(usec int)) {
+	t.Helper()
+	root = t.TempDir()
+	mnt := "/sys/fs/cgroup"
+	job := filepath.Join(mnt, "system.slice/node1_slurmstepd.scope/job_"+strconv.Itoa(id))
+	for _, d := range []string{filepath.Join(root, job), filepath.Join(root, "proc/self"), filepath.Join(root, "sys/devices/system/cpu")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cgroup2 mount that is read-only for persyst's own cgroups: perf is not measured.
+	write("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n")
+	write("sys/devices/system/cpu/online", "0-3\n")
+	write(filepath.Join(job, "cgroup.procs"), "")
+	write(filepath.Join(job, "cpuset.cpus.effective"), "2-3\n")
+	setCPU = func(usec int) {
+		write(filepath.Join(job, "cpu.stat"), "usage_usec "+strconv.Itoa(usec)+"\nuser_usec "+strconv.Itoa(usec)+"\nsystem_usec 0\n")
+	}
+	setCPU(0)
+	// Make persyst's cgroup parent uncreatable: a file where the directory would go.
+	write(filepath.Join(mnt, "persyst_node1"), "")
+	return root, setCPU
 }
 
 type fakeFacts map[uint32]*jobmap.Job
