@@ -52,11 +52,12 @@ type Sync struct {
 	cfg SyncConfig
 	d   *dialer
 
-	mu    sync.Mutex
-	parts map[uint32]map[int64]map[string]*pb.PartialCycle // job → ts → from → part
-	last  map[uint32]time.Time                             // job → its last part (idle jobs are forgotten)
-	swept time.Time
-	seen  map[string]bool // collectors heard from since the last ping
+	mergeMu sync.Mutex // one merge stored at a time (PushPartial)
+	mu      sync.Mutex
+	parts   map[uint32]map[int64]map[string]*pb.PartialCycle // job → ts → from → part
+	last    map[uint32]time.Time                             // job → its last part (idle jobs are forgotten)
+	swept   time.Time
+	seen    map[string]bool // collectors heard from since the last ping
 }
 
 // maxParts bounds the collectors whose parts one cycle of a job merges.
@@ -132,11 +133,18 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d has parts from %d collectors already", in.JobId, in.Ts, maxParts)}, nil
 	}
 	cy[in.From] = in // a collector's newer summary of the cycle replaces its older one
+	s.seen[in.From] = true
+	s.mu.Unlock()
+	// Merges are stored one at a time, each from the parts as they are when its turn
+	// comes: two pushes of one cycle merged at once could otherwise store the older
+	// merge last.
+	s.mergeMu.Lock()
+	defer s.mergeMu.Unlock()
+	s.mu.Lock()
 	parts := make([]*pb.PartialCycle, 0, len(cy))
 	for _, p := range cy {
 		parts = append(parts, p)
 	}
-	s.seen[in.From] = true
 	s.mu.Unlock()
 	sort.Slice(parts, func(i, j int) bool { return parts[i].From < parts[j].From })
 	results, err := MergeCycle(parts, s.cfg.Q)
