@@ -154,6 +154,8 @@ func (f slurmFacts) Job(_ context.Context, id string) (*jobmap.Job, error) {
 func TestReconcile(t *testing.T) {
 	r := newReg(t, RegistryConfig{Dir: t.TempDir()})
 	now := at(time.Hour)
+	// A running daemon's reconciler: the jobs start after it.
+	rc := newReconciler(r, nil, nil, "node1", zerolog.Nop(), func() time.Time { return now })
 	for id := uint32(1); id <= 6; id++ {
 		e := ev(id, "", at(0))
 		seen := at(0)
@@ -170,7 +172,7 @@ func TestReconcile(t *testing.T) {
 		4: {JobID: 4, State: "RUNNING", Nodes: []string{"node7"}},
 		5: nil, // the job map fails
 	}
-	rc := newReconciler(r, nil, facts, "node1", zerolog.Nop(), func() time.Time { return now })
+	rc.facts = facts
 	rc.round(context.Background())
 	want := map[uint32]string{1: "Slurm no longer knows the job", 2: "Slurm says the job is COMPLETED",
 		3: "", 4: "Slurm runs the job on other nodes", 5: "", 6: ""}
@@ -182,6 +184,16 @@ func TestReconcile(t *testing.T) {
 	}
 	if r.Running() != 3 {
 		t.Errorf("%d jobs running, want 3", r.Running())
+	}
+	// A restarted daemon's reconciler asks at once about every job the previous one left
+	// running, however recent its last event: job 6 is gone.
+	restarted := newReconciler(r, nil, facts, "node1", zerolog.Nop(), func() time.Time { return now })
+	restarted.round(context.Background())
+	if j := r.Job(6); j.Ended == nil || j.EndReason != "Slurm no longer knows the job" {
+		t.Errorf("job 6 after a restart: ended %v, reason %q", j.Ended != nil, j.EndReason)
+	}
+	if r.Running() != 2 {
+		t.Errorf("%d jobs running after a restart, want 2 (3 and 5)", r.Running())
 	}
 }
 

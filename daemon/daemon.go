@@ -86,12 +86,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 		return err
 	}
 	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID}, reg, meas, log, clock)
-	// Jobs that were running when a previous daemon stopped are measured again.
-	for _, j := range reg.Jobs() {
-		if j.State == Running {
-			meas.Prepare(j)
-		}
-	}
+	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
 	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
 		log.Warn().Err(err).Msg("sd_notify READY failed")
@@ -99,7 +94,15 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go watchdog(wctx, log)
-	go newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock).run(wctx, reconcileEvery)
+	// Jobs a previous daemon left running are checked with Slurm first (those that
+	// ended meanwhile get their digest late), and those still running measured again.
+	go rec.run(wctx, func() {
+		for _, j := range reg.Jobs() {
+			if j.State == Running {
+				meas.Prepare(j)
+			}
+		}
+	})
 	measured := make(chan struct{})
 	go func() {
 		defer close(measured)

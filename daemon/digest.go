@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,7 +51,21 @@ type Uplink interface {
 // digest is off) appends the text digest to the job's output file as the job's user.
 // It is called at the end of the batch step on the batch host, once per job.
 func (m *Measurer) Digest(ctx context.Context, j *Job) error {
-	if m.dig.Engine == nil || j.State != Running {
+	if j.State != Running {
+		return nil
+	}
+	return m.digest(ctx, j, false)
+}
+
+// LateDigest makes the digest of a job that ended while this node's daemon was not
+// running (or missed its end): from what was measured of it, marked as made after the
+// job ended, and appended to its output file if that is still the job's.
+func (m *Measurer) LateDigest(ctx context.Context, j *Job) error {
+	return m.digest(ctx, j, true)
+}
+
+func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
+	if m.dig.Engine == nil || j.State == OptedOut {
 		return nil
 	}
 	m.mu.Lock()
@@ -88,12 +104,30 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 		}
 	}
 	results := jm.job.Results(memRequested)
-	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus}
-	if wide := m.jobWide(ctx, j); wide != nil {
+	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus,
+		JobStart: j.Started, JobEnd: m.now(), Tolerance: 2*m.cfg.Cycle + time.Second, Late: late}
+	if j.ArrayJobID != 0 {
+		df.ArrayJobID, df.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
+	} else if facts != nil && facts.IsArray {
+		df.ArrayJobID, df.ArrayTaskID = facts.ArrayJobID, facts.ArrayTaskID
+	}
+	if late {
+		// The job's end as Slurm recorded it; else when this daemon found it ended.
+		switch {
+		case facts != nil && !facts.End.IsZero() && facts.End.After(j.Started) && facts.End.Before(df.JobEnd):
+			df.JobEnd = facts.End
+		case j.Ended != nil:
+			df.JobEnd = *j.Ended
+		}
+	}
+	var why string
+	if wide := m.jobWide(ctx, j, &why); wide != nil {
 		// What comes from the tree is taken for its numbers only (properties.Adopt).
 		results = properties.MergeResults(results, m.dig.Engine.Adopt(wide.Properties))
 		df.Nodes = nodeNames(wide.Nodes)
+		why = "the collector tree has no data of it"
 	}
+	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why)
 	rep := jm.job.Report(df, results)
 	m.mu.Lock()
 	jm.report = &rep
@@ -112,6 +146,10 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	}
 	if path == "" {
 		log.Info().Msg("job has no output file: digest kept, not written")
+		return nil
+	}
+	if late && facts.Running() {
+		log.Info().Msg("late digest not written: Slurm says the job still runs")
 		return nil
 	}
 	text := digest.Text(rep, digest.TextOptions{})
@@ -140,19 +178,39 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 }
 
 // jobWide fetches a multi-node job's job-wide results through the uplink; nil when there
-// is none (the digest then covers this node).
-func (m *Measurer) jobWide(ctx context.Context, j *Job) *digest.Report {
+// is none (the digest then covers this node, and why says why).
+func (m *Measurer) jobWide(ctx context.Context, j *Job, why *string) *digest.Report {
 	up := m.cfg.Uplink
 	if up == nil || j.NNodes < 2 {
 		m.log.Debug().Uint32("job", j.JobID).Bool("uplink", up != nil).Uint32("nnodes", j.NNodes).Msg("no job-wide results to fetch")
+		*why = "no collector tree is configured"
 		return nil
 	}
 	wide, err := up.JobWide(ctx, j.JobID)
 	if err != nil {
 		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
+		*why = "the collector tree did not answer"
 		return nil
 	}
 	return wide
+}
+
+// missingNodes are the job's nodes the digest does not cover: from the job map when it
+// knows them, else counted from the job's node count.
+func missingNodes(covered []string, facts *jobmap.Job, nnodes int, why string) []digest.MissingNode {
+	var out []digest.MissingNode
+	if facts != nil && len(facts.Nodes) > 0 {
+		for _, n := range facts.Nodes {
+			if !slices.Contains(covered, n) {
+				out = append(out, digest.MissingNode{Node: n, Why: why})
+			}
+		}
+		return out
+	}
+	if n := nnodes - len(covered); n > 0 {
+		out = append(out, digest.MissingNode{Node: fmt.Sprintf("%d other node%s", n, map[bool]string{true: "", false: "s"}[n == 1]), Why: why})
+	}
+	return out
 }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

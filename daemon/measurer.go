@@ -55,8 +55,11 @@ type jobMeter struct {
 	starting bool   // its meter is being opened (outside the lock)
 	ended    bool
 	summary  sample.Summary // final, once ended
-	digested bool           // the digest was made (never twice)
-	report   *digest.Report
+	// present: Slurm's cgroups of the job were found at the last cycle; vanished: they
+	// were found once and are gone (the job may have ended unseen: Vanished).
+	present, vanished bool
+	digested          bool // the digest was made (never twice)
+	report            *digest.Report
 }
 
 // Measurer measures the node's jobs: it owns the per-job perf cgroups, opens a Meter when
@@ -80,6 +83,7 @@ type Measurer struct {
 
 	dig     DigestConfig
 	reports reportStore
+	samples sampleFiles
 
 	mu   sync.Mutex
 	jobs map[uint32]*jobMeter
@@ -104,6 +108,8 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		cfg: cfg, log: log.With().Str("part", "measure").Logger(), now: now, reg: reg, node: node,
 		host: hostfs.New(cfg.Root), jobs: map[uint32]*jobMeter{}, dig: cfg.Digest, reports: newReportStore(cfg.StateDir),
 	}
+	m.samples = newSampleFiles(cfg.StateDir, measure.DefaultSampleBytes, m.log)
+	m.samples.sweep(func(id uint32) bool { j := reg.Job(id); return j != nil && j.Ended == nil })
 	if err := measure.CheckEnable(cfg.Enable, "", nil); err != nil {
 		return nil, err
 	}
@@ -279,6 +285,17 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 			spec.CPUs = cpus
 		}
 	}
+	// What an earlier daemon measured of the job (it stopped while the job ran).
+	prevHdr, prev, err := m.samples.load(j.JobID, j.Recorded)
+	if err != nil {
+		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("samples of an earlier daemon not restored")
+		m.samples.remove(j.JobID)
+	}
+	if prevHdr != nil && len(spec.CPUs) == 0 {
+		if cpus, err := sample.ParseCPUList(prevHdr.CPUs); err == nil && len(cpus) > 0 {
+			spec.CPUs, spec.Topology = cpus, prevHdr.Topology
+		}
+	}
 	if len(spec.CPUs) == 0 {
 		cpus, err := m.host.OnlineCPUs()
 		if err != nil {
@@ -287,7 +304,9 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 		}
 		spec.CPUs = cpus
 	}
-	spec.Topology = m.host.Topology(spec.CPUs)
+	if spec.Topology == nil {
+		spec.Topology = m.host.Topology(spec.CPUs)
+	}
 	switch {
 	case owned != "":
 		spec.PerfCgroup = m.host.Path(owned)
@@ -323,10 +342,34 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 			up.Send(id, t, seconds, recs, maxRecords)
 		}
 	}
-	job, err := pipeline.Start(m.env, spec, opts)
+	keep := sampleHeader{JobID: id, JobStarted: j.Recorded, CPUs: sample.FormatCPUList(spec.CPUs), Topology: spec.Topology}
+	var job *pipeline.Job
+	if m.samples.dir != "" {
+		failed := false // the first failure of a job is logged
+		opts.Keep = func(s sample.Sample) {
+			if err := m.samples.add(keep, s, job.Meter().Samples); err != nil && !failed {
+				failed = true
+				m.log.Warn().Err(err).Uint32("job", id).Msg("samples not kept on disk: a daemon restart would lose them")
+			}
+		}
+	}
+	job, err = pipeline.Start(m.env, spec, opts)
 	if err != nil {
 		m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured")
 		return nil
+	}
+	keep.Started = job.Summary().Started
+	if prevHdr != nil {
+		n, err := job.Restore(prev, prevHdr.Started, "the persyst daemon was not running")
+		if err != nil {
+			m.log.Warn().Err(err).Uint32("job", id).Msg("samples of an earlier daemon not restored")
+		} else {
+			keep.Started = prevHdr.Started
+			m.log.Info().Uint32("job", id).Int("samples", n).Time("since", prevHdr.Started).Msg("measurement of an earlier daemon restored")
+		}
+	}
+	if err := m.samples.write(keep, job.Meter().Samples()); err != nil {
+		m.log.Warn().Err(err).Uint32("job", id).Msg("samples not kept on disk: a daemon restart would lose them")
 	}
 	m.log.Info().Uint32("job", j.JobID).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
 		Str("procs", spec.ProcCgroup).Msg("measuring job")
@@ -349,8 +392,15 @@ func hasKey(cg map[string]string, ctrl string) bool {
 // on every hierarchy (slurmstepd itself joins only some, e.g. only freezer on v1), and
 // those the plugin reported.
 func (m *Measurer) jobCgroups(j *Job) map[string]string {
+	cg, _ := m.jobCgroupsFound(j)
+	return cg
+}
+
+// jobCgroupsFound is jobCgroups, and whether Slurm's layout holds the job's cgroups now.
+func (m *Measurer) jobCgroupsFound(j *Job) (map[string]string, bool) {
 	cg := map[string]string{}
-	if found, err := jobcgroup.Find(m.host, m.node, j.UID, j.JobID); err == nil {
+	found, err := jobcgroup.Find(m.host, m.node, j.UID, j.JobID)
+	if err == nil {
 		maps.Copy(cg, found)
 	}
 	for k, dir := range j.Cgroups {
@@ -360,7 +410,7 @@ func (m *Measurer) jobCgroups(j *Job) map[string]string {
 		}
 		cg[k] = dir
 	}
-	return cg
+	return cg, len(found) > 0
 }
 
 // badCgroup says why a job's cgroup directory from an event is not taken ("" : it is): it
@@ -392,17 +442,34 @@ func (m *Measurer) statCgroups(cg map[string]string, owned string) map[string]st
 	return out
 }
 
-// End takes the job's final read, stops its counters and removes persyst's cgroup.
+// End takes the job's final read, stops its counters and removes persyst's cgroup. A job
+// this daemon never measured (it ended while the daemon was down) gets what an earlier
+// daemon measured of it, for a late digest.
 func (m *Measurer) End(id uint32) {
 	m.mu.Lock()
 	jm := m.jobs[id]
-	if jm == nil || jm.ended {
+	if jm != nil && jm.ended {
 		m.mu.Unlock()
 		return
 	}
+	if jm == nil {
+		jm = &jobMeter{id: id}
+		m.jobs[id] = jm
+	}
 	jm.ended = true
+	if jm.job == nil && !jm.starting {
+		jm.job = m.recorded(id)
+	}
+	recorded := jm.job != nil && jm.job.Meter().Summary().Ended
 	m.mu.Unlock()
-	if jm.job != nil {
+	defer m.samples.remove(id)
+	if recorded {
+		s := jm.job.Summary()
+		m.mu.Lock()
+		jm.summary = s
+		m.mu.Unlock()
+		m.log.Info().Uint32("job", id).Int("samples", s.Samples).Float64("seconds", s.Seconds).Msg("job measured by an earlier daemon")
+	} else if jm.job != nil {
 		s, err := jm.job.End()
 		if err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("final read incomplete")
@@ -415,11 +482,41 @@ func (m *Measurer) End(id uint32) {
 	if m.cfg.Uplink != nil {
 		m.cfg.Uplink.Forget(id)
 	}
-	if jm.owned != "" {
-		if err := jobcgroup.Remove(m.host, m.mount.Path, jm.owned, 2*time.Second); err != nil {
+	owned := jm.owned
+	if owned == "" && m.perfParent != "" {
+		// Made by an earlier daemon.
+		if st, err := os.Stat(m.host.Path(m.ownedDir(id))); err == nil && st.IsDir() {
+			owned = m.ownedDir(id)
+		}
+	}
+	if owned != "" {
+		if err := jobcgroup.Remove(m.host, m.mount.Path, owned, 2*time.Second); err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("persyst cgroup not removed")
 		}
 	}
+}
+
+// recorded returns the pipeline of what an earlier daemon measured of job id, from its
+// samples on disk; nil when there are none. m.mu is held.
+func (m *Measurer) recorded(id uint32) *pipeline.Job {
+	j := m.reg.Job(id)
+	if j == nil || m.cfg.Disabled {
+		return nil
+	}
+	h, prev, err := m.samples.load(id, j.Recorded)
+	if err != nil {
+		m.log.Warn().Err(err).Uint32("job", id).Msg("samples of an earlier daemon not read")
+		return nil
+	}
+	if h == nil {
+		return nil
+	}
+	cpus, err := sample.ParseCPUList(h.CPUs)
+	if err != nil || len(cpus) == 0 {
+		return nil
+	}
+	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(id), 10), CPUs: cpus, Topology: h.Topology}
+	return pipeline.Recorded(m.env, spec, pipeline.Options{Engine: m.dig.Engine}, h.Started, prev)
 }
 
 // StepEnded takes a read when one of the job's steps ended: the job's cgroups still
@@ -450,6 +547,20 @@ func (m *Measurer) Forget(keep func(uint32) bool) {
 	}
 	m.mu.Unlock()
 	m.reports.sweep(keep, m.log)
+}
+
+// Vanished returns the running jobs whose cgroups Slurm removed: a sign, not a proof
+// (an allocation between steps may have none), that the job ended unseen.
+func (m *Measurer) Vanished() []uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []uint32
+	for id, jm := range m.jobs {
+		if jm.vanished && !jm.ended {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Summary returns a job's measurement so far, or nil.
@@ -537,9 +648,14 @@ func (m *Measurer) cycle() {
 		// Slurm creates some of a job's cgroups after the job started (per step, or by
 		// plugins that run later): pick them up.
 		if j := byID[r.jm.id]; j != nil {
-			if cg := m.statCgroups(m.jobCgroups(j), r.owned); !maps.Equal(cg, r.job.Meter().Spec().StatCgroups) {
+			found, present := m.jobCgroupsFound(j)
+			if cg := m.statCgroups(found, r.owned); !maps.Equal(cg, r.job.Meter().Spec().StatCgroups) {
 				r.job.Meter().SetStatCgroups(cg)
 			}
+			m.mu.Lock()
+			r.jm.vanished = !present && (r.jm.vanished || r.jm.present)
+			r.jm.present = present
+			m.mu.Unlock()
 		}
 		if _, err := r.job.Read(sample.Cycle); err != nil {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")

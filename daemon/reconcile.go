@@ -15,11 +15,18 @@ import (
 
 // Reconciling with Slurm: a job whose end event never arrived (the daemon was down at
 // the job's end, slurmd died, the node rebooted) would stay "running" in the registry,
-// measured and holding its cgroups, forever. Every interval the daemon asks the job map
-// about running jobs that have had no event for a while, a bounded number per round
-// (the longest unchecked first), and ends those Slurm no longer runs on this node.
+// measured and holding its cgroups, forever. The daemon asks the job map about running
+// jobs it has reason to doubt, a bounded number per round, and ends those Slurm no longer
+// runs on this node:
+//   - at start, every job a previous daemon left running (at once);
+//   - a job whose cgroups Slurm removed (Measurer.Vanished), every suspectEvery;
+//   - any job without an event for reconcileQuiet, every reconcileEvery.
+//
+// A job so ended on its batch host gets its digest late, from what was measured of it.
 const (
+	reconcileTick  = 5 * time.Second
 	reconcileEvery = time.Minute
+	suspectEvery   = 15 * time.Second
 	reconcileQuiet = 2 * time.Minute // no event for this long before a job is checked
 	reconcileBatch = 64              // jobs checked per round
 )
@@ -32,43 +39,67 @@ type reconciler struct {
 	log     zerolog.Logger
 	now     func() time.Time
 	checked map[uint32]time.Time // when each running job was last checked
+	suspect map[uint32]bool      // jobs to check soon: left by a previous daemon, cgroups gone
 }
 
 func newReconciler(reg *Registry, meas *Measurer, facts JobFacts, node string, log zerolog.Logger, now func() time.Time) *reconciler {
-	return &reconciler{reg: reg, meas: meas, facts: facts, node: node, log: log.With().Str("part", "reconcile").Logger(),
-		now: now, checked: map[uint32]time.Time{}}
+	r := &reconciler{reg: reg, meas: meas, facts: facts, node: node, log: log.With().Str("part", "reconcile").Logger(),
+		now: now, checked: map[uint32]time.Time{}, suspect: map[uint32]bool{}}
+	for _, j := range reg.Jobs() {
+		if j.Ended == nil {
+			r.suspect[j.JobID] = true
+		}
+	}
+	return r
 }
 
-// run reconciles every interval until ctx is done (a first round at once, for what a
-// previous daemon left running).
-func (r *reconciler) run(ctx context.Context, every time.Duration) {
+// run reconciles every reconcileTick until ctx is done. The first round is at once, for
+// what a previous daemon left running; then started is called (the jobs that still run
+// are measured again).
+func (r *reconciler) run(ctx context.Context, started func()) {
+	if r.facts != nil {
+		r.round(ctx)
+	}
+	if started != nil {
+		started()
+	}
 	if r.facts == nil {
 		return
 	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(reconcileTick)
 	defer t.Stop()
 	for {
-		r.round(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		r.round(ctx)
 	}
 }
 
-// round checks up to reconcileBatch quiet running jobs.
+// round checks up to reconcileBatch running jobs that are due: suspects not checked for
+// suspectEvery, quiet jobs not checked for reconcileEvery (the longest unchecked first).
 func (r *reconciler) round(ctx context.Context) {
 	now := r.now()
-	var quiet []*Job
+	if r.meas != nil {
+		for _, id := range r.meas.Vanished() {
+			r.suspect[id] = true
+		}
+	}
+	var due []*Job
 	running := map[uint32]bool{}
 	for _, j := range r.reg.Jobs() {
 		if j.Ended != nil {
 			continue
 		}
 		running[j.JobID] = true
-		if now.Sub(j.Updated) >= reconcileQuiet {
-			quiet = append(quiet, j)
+		last, checked := r.checked[j.JobID]
+		switch {
+		case r.suspect[j.JobID] && (!checked || now.Sub(last) >= suspectEvery):
+			due = append(due, j)
+		case now.Sub(j.Updated) >= reconcileQuiet && (!checked || now.Sub(last) >= reconcileEvery):
+			due = append(due, j)
 		}
 	}
 	for id := range r.checked {
@@ -76,8 +107,13 @@ func (r *reconciler) round(ctx context.Context) {
 			delete(r.checked, id)
 		}
 	}
-	sort.Slice(quiet, func(a, b int) bool { return r.checked[quiet[a].JobID].Before(r.checked[quiet[b].JobID]) })
-	for _, j := range quiet[:min(len(quiet), reconcileBatch)] {
+	for id := range r.suspect {
+		if !running[id] {
+			delete(r.suspect, id)
+		}
+	}
+	sort.Slice(due, func(a, b int) bool { return r.checked[due[a].JobID].Before(r.checked[due[b].JobID]) })
+	for _, j := range due[:min(len(due), reconcileBatch)] {
 		if ctx.Err() != nil {
 			return
 		}
@@ -88,16 +124,28 @@ func (r *reconciler) round(ctx context.Context) {
 		if why == "" {
 			continue
 		}
-		if ended, err := r.reg.Expire(j.JobID, why, r.now()); err != nil {
+		ended, err := r.reg.Expire(j.JobID, why, r.now())
+		if err != nil {
 			r.log.Warn().Err(err).Uint32("job", j.JobID).Msg("ended job not saved")
-		} else if ended == nil {
+		}
+		if ended == nil {
 			continue
 		}
+		delete(r.suspect, j.JobID)
 		r.log.Info().Uint32("job", j.JobID).Str("why", why).Msg("job ended without its end event")
-		if r.meas != nil {
-			r.meas.End(j.JobID)
-			r.meas.Forget(func(id uint32) bool { return r.reg.Job(id) != nil })
+		if r.meas == nil {
+			continue
 		}
+		r.meas.End(j.JobID)
+		if ended.step("batch") != nil {
+			// This is the batch host: the digest the job's end would have made.
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := r.meas.LateDigest(dctx, ended); err != nil {
+				r.log.Info().Err(err).Uint32("job", j.JobID).Msg("late digest not written")
+			}
+			cancel()
+		}
+		r.meas.Forget(func(id uint32) bool { return r.reg.Job(id) != nil })
 	}
 }
 

@@ -72,6 +72,9 @@ type Job struct {
 	Cgroups     map[string]string `json:"cgroups,omitempty"`
 	Started     time.Time         `json:"started"`
 	Ended       *time.Time        `json:"ended,omitempty"`
+	// Recorded is when this record was made (never changed: it tells this job from an
+	// earlier one with the same id).
+	Recorded time.Time `json:"recorded"`
 	// JobStartSeen and JobEndSeen say whether the prolog/epilog events arrived (a job
 	// whose prolog event was lost is still known from its steps).
 	JobStartSeen bool    `json:"job_start_seen"`
@@ -266,7 +269,7 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 		if r.runningLocked() >= MaxRunning {
 			return nil, fmt.Errorf("job %d: %w (%d)", e.JobID, ErrFull, MaxRunning)
 		}
-		j = &Job{JobID: e.JobID, Node: r.node, State: Running, Persyst: e.Persyst, Started: e.Time, Steps: []*Step{}}
+		j = &Job{JobID: e.JobID, Node: r.node, State: Running, Persyst: e.Persyst, Started: e.Time, Recorded: now, Steps: []*Step{}}
 		r.jobs[e.JobID] = j
 	}
 	r.merge(j, e)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
@@ -226,7 +227,14 @@ func TestRegistryApply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReg(t, RegistryConfig{UserName: tc.users})
 			applyAll(t, r, tc.seq)
-			if diff := cmp.Diff(tc.want, r.Jobs()); diff != "" {
+			got := r.Jobs()
+			for _, j := range got {
+				// When the record was made: the receipt of its first event.
+				if j.Recorded.IsZero() || j.Recorded.After(j.Updated) {
+					t.Errorf("job %d recorded %v, updated %v", j.JobID, j.Recorded, j.Updated)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(Job{}, "Recorded")); diff != "" {
 				t.Errorf("Jobs mismatch (-want +got):\n%s", diff)
 			}
 		})

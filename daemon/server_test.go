@@ -263,7 +263,7 @@ func rawExchange(t *testing.T, sock string, line []byte) wire.Reply {
 	return rep
 }
 
-var ignoreUpdated = cmpopts.IgnoreFields(Job{}, "Updated")
+var ignoreUpdated = cmpopts.IgnoreFields(Job{}, "Updated", "Recorded")
 
 func jobStart(job uint32, mod ...func(e *wire.Event)) *wire.Request {
 	e := ev(job, "", at(0), mod...)
@@ -739,7 +739,7 @@ func TestServerFixedClock(t *testing.T) {
 	}
 	want := []*Job{{
 		JobID: 5, UID: 1000, GID: 1000, Node: "node1", State: Running, Persyst: wire.On,
-		Started: at(0), JobStartSeen: true, Steps: []*Step{}, Updated: fixed,
+		Started: at(0), JobStartSeen: true, Steps: []*Step{}, Updated: fixed, Recorded: fixed,
 	}}
 	if diff := cmp.Diff(want, s.reg.Jobs()); diff != "" {
 		t.Errorf("registry mismatch (-want +got):\n%s", diff)

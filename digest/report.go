@@ -2,10 +2,12 @@ package digest
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // SchemaVersion is the version of the Report JSON (docs/digest.md).
@@ -14,16 +16,19 @@ const SchemaVersion = 1
 // Report is a job's digest: what `persyst report --json` and `persyst run --json` print,
 // and what the text digest is rendered from. docs/digest.md documents every field.
 type Report struct {
-	Schema  int       `json:"schema"`
-	JobID   uint32    `json:"job_id,omitempty"`
-	Command string    `json:"command,omitempty"` // persyst run
-	Nodes   []string  `json:"nodes"`             // nodes whose data the digest covers
-	NNodes  int       `json:"nnodes"`            // nodes of the job
-	CPUs    int       `json:"cpus"`              // CPUs on the nodes covered
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	Seconds float64   `json:"seconds"`
-	Samples int       `json:"samples"`
+	Schema int    `json:"schema"`
+	JobID  uint32 `json:"job_id,omitempty"`
+	// An array task's array job and task ids (JobName: "416_1").
+	ArrayJobID  uint32    `json:"array_job_id,omitempty"`
+	ArrayTaskID *uint32   `json:"array_task_id,omitempty"`
+	Command     string    `json:"command,omitempty"` // persyst run
+	Nodes       []string  `json:"nodes"`             // nodes whose data the digest covers
+	NNodes      int       `json:"nnodes"`            // nodes of the job
+	CPUs        int       `json:"cpus"`              // CPUs on the nodes covered
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	Seconds     float64   `json:"seconds"`
+	Samples     int       `json:"samples"`
 	// Short is set when the job was shorter than MinSeconds (or had fewer than 4
 	// samples): properties that need a longer job are left out.
 	Short       bool                `json:"short"`
@@ -31,6 +36,41 @@ type Report struct {
 	Findings    []properties.Result `json:"findings"`
 	Properties  []properties.Result `json:"properties"`
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
+	// Coverage says what of the job the digest covers (absent for `persyst run`).
+	Coverage *Coverage `json:"coverage,omitempty"`
+}
+
+// JobName is the job as Slurm's commands name it: "1234", or "416_1" for an array task.
+func (r Report) JobName() string {
+	if r.ArrayTaskID != nil && r.ArrayJobID != 0 {
+		return strconv.FormatUint(uint64(r.ArrayJobID), 10) + "_" + strconv.FormatUint(uint64(*r.ArrayTaskID), 10)
+	}
+	return strconv.FormatUint(uint64(r.JobID), 10)
+}
+
+// Coverage is what of the job's life and nodes the digest covers.
+type Coverage struct {
+	// Elapsed is the job's life from its start to its end (on its batch host), Measured
+	// the part of it that was measured; Gaps are the parts that were not, with why.
+	Elapsed  float64      `json:"elapsed"`
+	Measured float64      `json:"measured"`
+	Gaps     []sample.Gap `json:"gaps,omitempty"`
+	// Missing are the job's nodes the digest does not cover, with why.
+	Missing []MissingNode `json:"missing_nodes,omitempty"`
+	// Late is set when the digest was made after the job ended (the node's daemon
+	// missed the job's end, and found it ended later).
+	Late bool `json:"late,omitempty"`
+}
+
+// MissingNode is a node of the job whose data the digest lacks.
+type MissingNode struct {
+	Node string `json:"node"`
+	Why  string `json:"why"`
+}
+
+// Complete says whether the digest covers the whole job: all its nodes, all its time.
+func (c *Coverage) Complete() bool {
+	return c == nil || (len(c.Gaps) == 0 && len(c.Missing) == 0)
 }
 
 // NotAssessed groups properties that could not be assessed for the same reason.
@@ -51,6 +91,53 @@ type Facts struct {
 	Start, End time.Time
 	Seconds    float64
 	Samples    int
+	// ArrayJobID and ArrayTaskID name an array task (ArrayJobID 0: not one).
+	ArrayJobID, ArrayTaskID uint32
+	// JobStart and JobEnd are the job's life on its batch host (zero: not a Slurm job, no
+	// coverage is stated); Gaps are the stretches the measurement itself knows it missed
+	// (daemon restarts). A stretch of more than Tolerance unmeasured at the job's start or
+	// end is a gap too.
+	JobStart, JobEnd time.Time
+	Gaps             []sample.Gap
+	Tolerance        time.Duration
+	// Missing are the job's nodes not covered.
+	Missing []MissingNode
+	Late    bool
+}
+
+// coverage states what the measurement covers of the job's life and nodes.
+func (f Facts) coverage() *Coverage {
+	if f.JobStart.IsZero() {
+		return nil
+	}
+	tol := max(f.Tolerance, 0)
+	end := f.JobEnd
+	if end.Before(f.End) {
+		end = f.End
+	}
+	c := &Coverage{Elapsed: end.Sub(f.JobStart).Seconds(), Missing: f.Missing, Late: f.Late}
+	switch {
+	case f.Samples == 0 || f.Start.IsZero():
+		c.Gaps = append(c.Gaps, sample.Gap{From: f.JobStart, To: end, Why: "nothing was measured"})
+	default:
+		if f.Start.Sub(f.JobStart) > tol {
+			c.Gaps = append(c.Gaps, sample.Gap{From: f.JobStart, To: f.Start, Why: "before measurement began"})
+		}
+		for _, g := range f.Gaps {
+			if g.To.Sub(g.From) > tol {
+				c.Gaps = append(c.Gaps, g)
+			}
+		}
+		if end.Sub(f.End) > tol {
+			c.Gaps = append(c.Gaps, sample.Gap{From: f.End, To: end, Why: "after the last read"})
+		}
+	}
+	c.Measured = c.Elapsed
+	for _, g := range c.Gaps {
+		c.Measured -= g.Seconds()
+	}
+	c.Measured = max(c.Measured, 0)
+	return c
 }
 
 // Build makes a job's Report from its property results.
@@ -63,6 +150,11 @@ func Build(f Facts, results []properties.Result, minSeconds float64) Report {
 	if r.NNodes == 0 {
 		r.NNodes = len(r.Nodes)
 	}
+	if f.ArrayJobID != 0 {
+		task := f.ArrayTaskID
+		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task
+	}
+	r.Coverage = f.coverage()
 	r.Short = minSeconds > 0 && (f.Seconds < minSeconds || f.Samples < 4)
 	if r.Findings == nil {
 		r.Findings = []properties.Result{}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // TextOptions bound the text digest.
@@ -27,17 +28,25 @@ func Text(r Report, o TextOptions) string {
 		o.MaxFindings = 5
 	}
 	var b strings.Builder
-	what := fmt.Sprintf("job %d", r.JobID)
+	what := "job " + r.JobName()
 	if r.Command != "" {
 		what = r.Command
 	}
 	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	if len(r.Findings) == 0 {
 		if r.Short {
 			facts += "; short job"
 		}
-		line := fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts)
-		return clip(line, o.Width) + "\n"
+		if len(covered) == 0 {
+			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
+		}
+		// "No issues" is said of what was measured only, and what was not follows.
+		wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", what, facts), o.Width, "  ")
+		for _, l := range covered {
+			wrap(&b, "  "+l, o.Width, "  ")
+		}
+		return limitLines(b.String(), 30)
 	}
 	rule := func(title string) {
 		s := "-- " + title + " "
@@ -56,7 +65,15 @@ func Text(r Report, o TextOptions) string {
 	case len(r.Nodes) > 1:
 		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
 	}
-	wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
+	if len(covered) == 0 {
+		wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
+	} else {
+		wrap(&b, facts+nodes+".", o.Width, "")
+		for _, l := range covered {
+			wrap(&b, l, o.Width, "  ")
+		}
+		b.WriteString("Findings, most important first:\n")
+	}
 	shown := r.Findings
 	if len(shown) > o.MaxFindings {
 		shown = shown[:o.MaxFindings]
@@ -65,7 +82,7 @@ func Text(r Report, o TextOptions) string {
 		finding(&b, i+1, f, o.Width)
 	}
 	if n := len(r.Findings) - len(shown); n > 0 {
-		wrap(&b, fmt.Sprintf("... and %d more (persyst report %d).", n, r.JobID), o.Width, "")
+		wrap(&b, fmt.Sprintf("... and %d more (persyst report %s).", n, r.JobName()), o.Width, "")
 	}
 	if r.Short {
 		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", duration(r.MinSeconds)), o.Width, "")
@@ -79,10 +96,58 @@ func Text(r Report, o TextOptions) string {
 	if r.Command != "" {
 		wrap(&b, "Every value: persyst run --json.", o.Width, "")
 	} else {
-		wrap(&b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+strconv.FormatUint(uint64(r.JobID), 10)+".", o.Width, "")
+		wrap(&b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+r.JobName()+".", o.Width, "")
 	}
 	b.WriteString(strings.Repeat("-", o.Width) + "\n")
 	return limitLines(b.String(), 30)
+}
+
+// coverageLines says what of the job the digest does not cover: nodes, time, and a
+// digest made late. None when it covers the whole job.
+func coverageLines(c *Coverage, nodes []string, nnodes int) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	if len(c.Missing) > 0 {
+		total := max(nnodes, len(nodes)+len(c.Missing))
+		var whys []string
+		byWhy := map[string][]string{}
+		for _, m := range c.Missing {
+			if _, ok := byWhy[m.Why]; !ok {
+				whys = append(whys, m.Why)
+			}
+			byWhy[m.Why] = append(byWhy[m.Why], m.Node)
+		}
+		var parts []string
+		for _, w := range whys {
+			parts = append(parts, listSome(byWhy[w], 6)+" ("+w+")")
+		}
+		out = append(out, fmt.Sprintf("Covers %d of %d nodes (%s); not covered: %s.", len(nodes), total, listSome(nodes, 6), strings.Join(parts, "; ")))
+	}
+	if len(c.Gaps) > 0 {
+		var parts []string
+		for i, g := range c.Gaps {
+			if i == 3 {
+				parts = append(parts, fmt.Sprintf("and %d more", len(c.Gaps)-i))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s-%s (%s)", g.From.Format("15:04:05"), g.To.Format("15:04:05"), g.Why))
+		}
+		out = append(out, fmt.Sprintf("Measured %s of the job's %s; not measured: %s.", duration(c.Measured), duration(c.Elapsed), strings.Join(parts, ", ")))
+	}
+	if c.Late {
+		out = append(out, "Made after the job ended: this node's persyst daemon missed the job's end.")
+	}
+	return out
+}
+
+// listSome joins up to n names, counting the rest.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
 }
 
 func finding(b *strings.Builder, n int, f properties.Result, width int) {
@@ -248,6 +313,18 @@ func (r Report) clean() Report {
 	c := func(s string) string { return properties.CleanText(s, maxText) }
 	r.Command = c(r.Command)
 	r.Nodes = cleanAll(r.Nodes, c)
+	if r.Coverage != nil {
+		cv := *r.Coverage
+		cv.Missing = append([]MissingNode(nil), cv.Missing...)
+		for i := range cv.Missing {
+			cv.Missing[i].Node, cv.Missing[i].Why = c(cv.Missing[i].Node), c(cv.Missing[i].Why)
+		}
+		cv.Gaps = append([]sample.Gap(nil), cv.Gaps...)
+		for i := range cv.Gaps {
+			cv.Gaps[i].Why = c(cv.Gaps[i].Why)
+		}
+		r.Coverage = &cv
+	}
 	r.Findings = append([]properties.Result(nil), r.Findings...)
 	for i := range r.Findings {
 		f := &r.Findings[i]

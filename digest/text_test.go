@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -54,6 +55,23 @@ func covering(f Facts, secs float64, samples int) Facts {
 	return f
 }
 
+// whole states a job's life the measurement covers (within a cycle at each end).
+func whole(f Facts) Facts {
+	f.JobStart, f.JobEnd, f.Tolerance = f.Start.Add(-time.Second), f.End.Add(time.Second), 3*time.Second
+	return f
+}
+
+// partial: a 3-node job of which the digest covers one node, measured from 10 s after
+// the job's start, with a daemon restart, made after the job ended.
+func partial(f Facts) Facts {
+	f = whole(f)
+	f.JobStart = f.Start.Add(-10 * time.Second)
+	f.Gaps = []sample.Gap{{From: f.Start.Add(5 * time.Second), To: f.Start.Add(13 * time.Second), Why: "the persyst daemon was not running"}}
+	f.Missing = []MissingNode{{Node: "node2", Why: "no collector tree is configured"}, {Node: "node3", Why: "no collector tree is configured"}}
+	f.Late = true
+	return f
+}
+
 func TestTextGolden(t *testing.T) {
 	many := []properties.Result{smallWrites, idle, system}
 	for i := 0; i < 4; i++ {
@@ -74,6 +92,13 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{system, fine, smallWrites, idle, noPMU, noPSI, noPMU2}, 300},
 		{"short_job", covering(Facts{JobID: 5, Nodes: []string{"node2"}, CPUs: 1}, 12, 3), []properties.Result{smallWrites, noPMU}, 300},
 		{"many_findings", covering(Facts{JobID: 42, Nodes: []string{"n1"}, CPUs: 4}, 600, 10), many, 300},
+		{"array_task", whole(covering(Facts{JobID: 417, ArrayJobID: 416, ArrayTaskID: 1, Nodes: []string{"node1"}, CPUs: 2}, 3725, 63)),
+			[]properties.Result{fine, idle}, 300},
+		{"array_task_0_no_issues", whole(covering(Facts{JobID: 416, ArrayJobID: 416, ArrayTaskID: 0, Nodes: []string{"node1"}, CPUs: 2}, 600, 10)),
+			[]properties.Result{fine}, 300},
+		{"whole_job_no_issues", whole(covering(Facts{JobID: 8, Nodes: []string{"node1"}, CPUs: 4}, 600, 10)), []properties.Result{fine}, 300},
+		{"part_no_issues", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine}, 300},
+		{"part_findings", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine, smallWrites}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -287,12 +287,19 @@ func nonRoot(t *testing.T, c *cluster) {
 }
 
 func daemonDown(t *testing.T, c *cluster, earlier uint32) {
-	down, up := c.nodes[1], c.nodes[0]
+	// The batch host's daemon is down: the batch step's events fail there.
+	down, up := c.nodes[0], c.nodes[1]
 	c.harness(t, "daemon-stop", down)
 	start := time.Now()
-	id := c.sbatch(t, nil, "-N2", "-w", strings.Join(c.nodes, ","), "-o", "/dev/null", "--wrap", "srun -N2 true; srun -N2 true")
+	out := filepath.Join(c.work, "down-%j.out")
+	id := c.sbatch(t, nil, "-N2", "-w", strings.Join(c.nodes, ","), "-o", out, "--wrap", "srun -N2 true; srun -N2 true; echo done")
 	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
 		t.Fatalf("job %d ended %s with %s's daemon down", id, st, down)
+	}
+	// persyst's own faults are for the logs: the job's output holds the job's own.
+	out = strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10))
+	if b, err := os.ReadFile(out); err != nil || string(b) != "done\n" {
+		t.Errorf("%s: the output of a job whose batch host's daemon was down: err=%v\n%s(want only the job's own \"done\")", out, err, b)
 	}
 	t.Logf("2-node job with one daemon down took %v from submission to end", time.Since(start).Round(time.Millisecond))
 	j := c.waitJob(t, up, id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })

@@ -62,6 +62,9 @@ type Summary struct {
 	PerCPU   []CPUValues        `json:"per_cpu,omitempty"`
 	// NotMeasured maps metrics (and perf events) that have no value to the reason.
 	NotMeasured map[string]string `json:"not_measured,omitempty"`
+	// Gaps are stretches between Started and Last that were not measured (the daemon
+	// restarted in between).
+	Gaps []Gap `json:"gaps,omitempty"`
 }
 
 // SortedNames returns the keys of m, sorted (for stable output).
@@ -73,3 +76,14 @@ func SortedNames(m map[string]float64) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Gap is a stretch of a job's life that was not measured, with the reason (a daemon
+// restart, a daemon that did not answer at the job's start).
+type Gap struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	Why  string    `json:"why"`
+}
+
+// Seconds is the gap's length.
+func (g Gap) Seconds() float64 { return g.To.Sub(g.From).Seconds() }

@@ -51,11 +51,26 @@ static struct spank_option persyst_option = {
 	1, OPT_PERSYST, opt_cb,
 };
 
+/* in_job says whether this process runs for a job on a compute node (slurmstepd, the
+ * prolog/epilog, slurmd): there, slurm_error() also reaches the job's output file
+ * ("slurmstepd: error: ..."), and the only persyst text a user may find in their output
+ * is the digest. persyst's own faults are logged at info level there, into slurmd's and
+ * slurmstepd's logs; in sbatch/srun/salloc errors are the user's to see. */
+static int in_job(void)
+{
+	spank_context_t ctx = spank_context();
+
+	return ctx == S_CTX_REMOTE || ctx == S_CTX_JOB_SCRIPT || ctx == S_CTX_SLURMD;
+}
+
 void persyst_log(int level, const char *msg)
 {
 	switch (level) {
 	case PERSYST_LOG_ERROR:
-		slurm_error("%s", msg);
+		if (in_job())
+			slurm_info("%s", msg);
+		else
+			slurm_error("%s", msg);
 		break;
 	case PERSYST_LOG_INFO:
 		slurm_info("%s", msg);
@@ -144,8 +159,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		spank_option_register(sp, &persyst_option);
 	if (persystConfigure(ac, av) != 0) {
 		plugin_disabled = 1;
-		if (ctx == S_CTX_REMOTE || ctx == S_CTX_JOB_SCRIPT || ctx == S_CTX_SLURMD)
-			slurm_error("persyst: plugin disabled because of the errors above in plugstack.conf; jobs run unmonitored");
+		if (in_job())
+			slurm_info("persyst: plugin disabled because of the errors above in plugstack.conf; jobs run unmonitored");
 	}
 	return ESPANK_SUCCESS;
 }

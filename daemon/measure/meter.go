@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,6 +105,7 @@ type Meter struct {
 	notMeasured map[string]string
 	measured    map[string]bool
 	ended       bool
+	gaps        []sample.Gap // stretches not measured (Restore)
 }
 
 // Open starts measuring: every enabled source is opened and the baseline is read.
@@ -162,6 +164,55 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		env.Log.Debug().Err(err).Str("job", spec.Name).Msg("baseline read incomplete")
 	}
 	return m, nil
+}
+
+// Recorded returns a meter of samples read earlier (by a daemon that stopped before the
+// job ended): it reads nothing, its sources are closed, and its measurement ends with the
+// last sample. The samples were measured from started on.
+func Recorded(env *Env, spec Spec, started time.Time, samples []sample.Sample) *Meter {
+	m := &Meter{
+		env: env, spec: spec, off: map[string]string{}, kinds: map[string]sample.Kind{},
+		totals: map[string]float64{}, notMeasured: map[string]string{}, measured: map[string]bool{},
+		cpuTotals: make([]map[string]float64, len(spec.CPUs)), started: started, ended: true,
+	}
+	for i := range m.cpuTotals {
+		m.cpuTotals[i] = map[string]float64{}
+	}
+	var cpuMetrics []string
+	seen := map[string]bool{}
+	for _, r := range sources {
+		for _, x := range r.Metrics {
+			m.kinds[x.Name] = x.Kind
+		}
+	}
+	for _, s := range samples {
+		for _, c := range s.CPU {
+			for k := range c.Values {
+				if !seen[k] {
+					seen[k] = true
+					cpuMetrics = append(cpuMetrics, k)
+				}
+			}
+		}
+	}
+	slices.Sort(cpuMetrics)
+	m.perCPU = len(cpuMetrics) > 0
+	m.store = newStore(env.SampleBytes, spec.CPUs, cpuMetrics, m.kindOf)
+	last := started
+	for _, s := range samples {
+		if !s.Time.After(last) {
+			continue
+		}
+		if !sameCPUs(s.CPU, spec.CPUs) {
+			s.CPU = nil
+		}
+		for k := range s.Job {
+			m.measured[k] = true
+		}
+		m.account(s)
+		last = s.Time
+	}
+	return m
 }
 
 // kindOf is how a metric combines over time: as its source defines it, else as the
@@ -229,6 +280,12 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	if reason == sample.End {
 		m.ended = true
 	}
+	m.account(s)
+	return s, errors.Join(errs...)
+}
+
+// account adds a sample to the totals and the store. m.mu is held.
+func (m *Meter) account(s sample.Sample) {
 	for k, v := range s.Job {
 		switch m.kindOf(k) {
 		case sample.Counter:
@@ -240,12 +297,63 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 		}
 	}
 	for i, c := range s.CPU {
-		for k, v := range c.Values {
-			m.cpuTotals[i][k] += v
+		if i < len(m.cpuTotals) {
+			for k, v := range c.Values {
+				m.cpuTotals[i][k] += v
+			}
 		}
 	}
 	m.store.add(s)
-	return s, errors.Join(errs...)
+}
+
+// Restore puts back what an earlier meter of the same job measured before this one
+// opened (the daemon restarted): the samples prev, taken from started on. The stretch
+// from the last of them to this meter's baseline was not measured; it is recorded as a
+// gap, with why. Per-CPU values are kept only where the CPUs are the same. Restore must
+// come before any read after Open; it returns how many samples it restored.
+func (m *Meter) Restore(prev []sample.Sample, started time.Time, why string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	base := m.started
+	switch {
+	case len(m.store.samples) > 0:
+		return 0, fmt.Errorf("restore %s: the meter has read samples already", m.spec.Name)
+	case started.IsZero() || !started.Before(base):
+		return 0, nil
+	}
+	last, n := started, 0
+	for _, s := range prev {
+		if !s.Time.After(last) || s.Time.After(base) {
+			continue // out of order, or not before this meter: not this job's past
+		}
+		if !sameCPUs(s.CPU, m.spec.CPUs) {
+			s.CPU = nil
+		}
+		for k := range s.Job {
+			m.measured[k] = true
+			delete(m.notMeasured, k)
+		}
+		m.account(s)
+		last = s.Time
+		n++
+	}
+	m.started = started
+	if base.Sub(last) > 0 {
+		m.gaps = append(m.gaps, sample.Gap{From: last, To: base, Why: why})
+	}
+	return n, nil
+}
+
+func sameCPUs(vals []sample.CPUValues, cpus []int) bool {
+	if len(vals) != len(cpus) {
+		return false
+	}
+	for i, v := range vals {
+		if v.CPU != cpus[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Samples returns a copy of the samples so far (the baseline is not a sample).
@@ -268,6 +376,7 @@ func (m *Meter) Summary() sample.Summary {
 		Ended:       m.ended,
 		Totals:      maps.Clone(m.totals),
 		NotMeasured: maps.Clone(m.notMeasured),
+		Gaps:        slices.Clone(m.gaps),
 	}
 	if n := len(m.store.samples); n > 0 {
 		s.Last = m.store.samples[n-1].time

@@ -30,6 +30,9 @@ type Options struct {
 	// Records, if set, gets each interval's property records as they are made, with the
 	// records the strategy would yield if every condition held (the job's full load).
 	Records func(t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	// Keep, if set, gets every sample as it is read (the daemon keeps them on disk, so
+	// that a restarted daemon's digest still covers the whole job: Restore).
+	Keep func(sample.Sample)
 }
 
 // Job is one job's pipeline on this node.
@@ -51,6 +54,22 @@ func Start(env *measure.Env, spec measure.Spec, o Options) (*Job, error) {
 	return &Job{meter: m, opts: o}, nil
 }
 
+// Recorded returns the pipeline of a job measured by an earlier daemon, from its samples
+// (measure.Recorded): it reads nothing more; its results and report are those of the
+// samples.
+func Recorded(env *measure.Env, spec measure.Spec, o Options, started time.Time, samples []sample.Sample) *Job {
+	j := &Job{meter: measure.Recorded(env, spec, started, samples), opts: Options{Engine: o.Engine}}
+	if j.opts.Engine != nil {
+		acc := j.accumulator()
+		for _, s := range j.meter.Samples() {
+			if s.Seconds > 0 {
+				acc.Add(s)
+			}
+		}
+	}
+	return j
+}
+
 // Meter returns the job's meter.
 func (j *Job) Meter() *measure.Meter { return j.meter }
 
@@ -58,8 +77,31 @@ func (j *Job) Meter() *measure.Meter { return j.meter }
 // that failed; the sample holds everything else and is evaluated either way.
 func (j *Job) Read(reason sample.Reason) (sample.Sample, error) {
 	s, err := j.meter.Read(reason)
+	if j.opts.Keep != nil && s.Seconds > 0 {
+		j.opts.Keep(s)
+	}
 	j.evaluate(s)
 	return s, err
+}
+
+// Restore puts back what an earlier pipeline of the same job measured (measure.Meter.
+// Restore): its samples are evaluated again, so that the properties cover the job from
+// started on; their records are not handed on again (the agent tree has them). The
+// stretch the earlier pipeline and this one did not measure is a gap, with why.
+func (j *Job) Restore(prev []sample.Sample, started time.Time, why string) (int, error) {
+	n, err := j.meter.Restore(prev, started, why)
+	if err != nil || n == 0 || j.opts.Engine == nil {
+		return n, err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	acc := j.accumulator()
+	for _, s := range j.meter.Samples() {
+		if s.Seconds > 0 {
+			acc.Add(s)
+		}
+	}
+	return n, nil
 }
 
 // evaluate adds an interval to the property records and hands them on.
@@ -132,7 +174,7 @@ func (j *Job) Results(memRequested float64) []properties.Result {
 // meter's.
 func (j *Job) Report(f digest.Facts, results []properties.Result) digest.Report {
 	sum := j.Summary()
-	f.Start, f.End, f.Seconds, f.Samples = sum.Started, sum.Last, sum.Seconds, sum.Samples
+	f.Start, f.End, f.Seconds, f.Samples, f.Gaps = sum.Started, sum.Last, sum.Seconds, sum.Samples, append(f.Gaps, sum.Gaps...)
 	var minSeconds float64
 	if j.opts.Engine != nil {
 		minSeconds = j.opts.Engine.MinSeconds()
