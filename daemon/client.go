@@ -53,6 +53,26 @@ func JobReport(ctx context.Context, socket string, job uint32) (*digest.Report, 
 	return &out, nil
 }
 
+// FindArrayTask returns the job id of array task arr_task among the jobs the daemon at
+// socket shows the caller (the newest, if Slurm reused the name).
+func FindArrayTask(ctx context.Context, socket string, arr, task uint32) (uint64, error) {
+	_, jobs, err := ListJobs(ctx, socket)
+	if err != nil {
+		return 0, err
+	}
+	var found *Job
+	for _, js := range jobs {
+		j := js.Job
+		if j.ArrayJobID == arr && j.ArrayTaskID == task && (found == nil || j.Started.After(found.Started)) {
+			found = j
+		}
+	}
+	if found == nil {
+		return 0, fmt.Errorf("job %d_%d: not known on this node (give --node, the job's batch host)", arr, task)
+	}
+	return uint64(found.JobID), nil
+}
+
 // WriteJobsTable prints jobs the way squeue users expect: one line per job.
 func WriteJobsTable(w io.Writer, node string, jobs []JobStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

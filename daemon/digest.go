@@ -54,17 +54,36 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 	if j.State != Running {
 		return nil
 	}
-	return m.digest(ctx, j, false)
+	return m.digest(ctx, j, atBatchEnd)
 }
 
 // LateDigest makes the digest of a job that ended while this node's daemon was not
 // running (or missed its end): from what was measured of it, marked as made after the
 // job ended, and appended to its output file if that is still the job's.
 func (m *Measurer) LateDigest(ctx context.Context, j *Job) error {
-	return m.digest(ctx, j, true)
+	return m.digest(ctx, j, late)
 }
 
-func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
+// InteractiveDigest makes the report of a job without a batch script (srun, salloc) at
+// its end, on its first node: kept for `persyst report`, written into no file (the
+// job's output went to a terminal).
+func (m *Measurer) InteractiveDigest(ctx context.Context, j *Job) error {
+	if j.step("batch") != nil || j.NodeID != 0 || len(j.Steps) == 0 {
+		return nil
+	}
+	return m.digest(ctx, j, interactive)
+}
+
+// digestMode is when a digest is made.
+type digestMode int
+
+const (
+	atBatchEnd  digestMode = iota // the batch script ended: the digest goes into the job's output
+	late                          // the job ended while the daemon was down
+	interactive                   // a job without a batch script ended: a report only
+)
+
+func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 	if m.dig.Engine == nil || j.State == OptedOut {
 		return nil
 	}
@@ -93,6 +112,9 @@ func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
 		}
 		facts = f
 	}
+	if mode == interactive && facts != nil && facts.BatchHost != "" && facts.BatchHost != m.node {
+		return nil // a step of a batch job that runs elsewhere
+	}
 	ncpus := len(jm.job.Meter().Spec().CPUs)
 	var memRequested float64
 	if facts != nil {
@@ -105,13 +127,13 @@ func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
 	}
 	results := jm.job.Results(memRequested)
 	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus,
-		JobStart: j.Started, JobEnd: m.now(), Tolerance: 2*m.cfg.Cycle + time.Second, Late: late}
+		JobStart: j.Started, JobEnd: m.now(), Tolerance: 2*m.cfg.Cycle + time.Second, Late: mode == late}
 	if j.ArrayJobID != 0 {
 		df.ArrayJobID, df.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
 	} else if facts != nil && facts.IsArray {
 		df.ArrayJobID, df.ArrayTaskID = facts.ArrayJobID, facts.ArrayTaskID
 	}
-	if late {
+	if mode == late {
 		// The job's end as Slurm recorded it; else when this daemon found it ended.
 		switch {
 		case facts != nil && !facts.End.IsZero() && facts.End.After(j.Started) && facts.End.Before(df.JobEnd):
@@ -136,7 +158,7 @@ func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
 	}
 	log := m.log.With().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Logger()
-	if m.dig.Off || facts == nil || m.dig.Append == nil {
+	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
 		log.Info().Msg("job digest kept (not written into the output file)")
 		return nil
 	}
@@ -148,7 +170,7 @@ func (m *Measurer) digest(ctx context.Context, j *Job, late bool) error {
 		log.Info().Msg("job has no output file: digest kept, not written")
 		return nil
 	}
-	if late && facts.Running() {
+	if mode == late && facts.Running() {
 		log.Info().Msg("late digest not written: Slurm says the job still runs")
 		return nil
 	}
@@ -174,7 +196,24 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 	if jm != nil && jm.report != nil {
 		return jm.report, nil
 	}
-	return m.reports.load(id)
+	r, err := m.reports.load(id)
+	if !errors.Is(err, errNoReport) {
+		return r, err
+	}
+	j := m.reg.Job(id)
+	switch {
+	case j == nil:
+		return nil, fmt.Errorf("job %d: not known on this node", id)
+	case j.State == OptedOut:
+		return nil, fmt.Errorf("job %d opted out of persyst (--persyst=off)", id)
+	case j.step("batch") == nil && j.Ended == nil:
+		return nil, fmt.Errorf("job %d: no report yet; it is made on the job's batch host at the end of the job (run there, or give --node)", id)
+	case j.step("batch") == nil:
+		return nil, fmt.Errorf("job %d ran here, but its report is on its batch host (give --node)", id)
+	case j.Ended == nil && j.step("batch").Ended == nil:
+		return nil, fmt.Errorf("job %d: no report yet; it is made when the job's batch script ends", id)
+	}
+	return nil, fmt.Errorf("job %d: no report was made (see the persyst daemon's log)", id)
 }
 
 // jobWide fetches a multi-node job's job-wide results through the uplink; nil when there

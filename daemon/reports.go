@@ -59,12 +59,14 @@ func (s reportStore) save(id uint32, r *digest.Report) error {
 	return nil
 }
 
+var errNoReport = errors.New("no report on this node")
+
 // load reads a job's report.
 func (s reportStore) load(id uint32) (*digest.Report, error) {
 	b, err := os.ReadFile(s.path(id))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || s.dir == "" {
-			return nil, fmt.Errorf("job %d: no report on this node (the report is on the job's batch host)", id)
+			return nil, fmt.Errorf("job %d: %w", id, errNoReport)
 		}
 		return nil, err
 	}

@@ -317,6 +317,9 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 			}
 		case wire.JobEnd:
 			s.meas.End(j.JobID)
+			if err := s.meas.InteractiveDigest(context.Background(), j); err != nil {
+				log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
+			}
 			s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
 		}
 	}

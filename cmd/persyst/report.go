@@ -36,12 +36,18 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if fs.NArg() != 1 {
 		return usagef("report: want one JOBID")
 	}
-	id, err := strconv.ParseUint(fs.Arg(0), 10, 32)
-	if err != nil || id == 0 {
-		return usagef("report: bad JOBID %q", fs.Arg(0))
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	sock := strings.ReplaceAll(o.socket, "%n", o.node)
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 32)
+	if arr, task, ok := arrayTask(fs.Arg(0)); ok && o.db == "" {
+		// An array task as users know it ("416_1"): the daemon knows its job id.
+		if id, err = daemon.FindArrayTask(ctx, sock, arr, task); err != nil {
+			return err
+		}
+	} else if err != nil || id == 0 {
+		return usagef("report: bad JOBID %q (a job id, or ARRAYID_TASKID)", fs.Arg(0))
+	}
 	var r *digest.Report
 	if o.db != "" {
 		st, err := store.Open(ctx, o.db, store.Options{})
@@ -52,7 +58,7 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 		if r, err = st.Report(ctx, uint32(id)); err != nil {
 			return fmt.Errorf("report of job %d in %s: %w", id, o.db, err)
 		}
-	} else if r, err = daemon.JobReport(ctx, strings.ReplaceAll(o.socket, "%n", o.node), uint32(id)); err != nil {
+	} else if r, err = daemon.JobReport(ctx, sock, uint32(id)); err != nil {
 		return err
 	}
 	if o.json {
@@ -60,4 +66,15 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	}
 	_, err = fmt.Fprint(io.out, digest.Text(*r, digest.TextOptions{Width: o.width, MaxFindings: 100}))
 	return err
+}
+
+// arrayTask parses an array task's name, "416_1".
+func arrayTask(s string) (arr, task uint32, ok bool) {
+	a, t, found := strings.Cut(s, "_")
+	x, err1 := strconv.ParseUint(a, 10, 32)
+	y, err2 := strconv.ParseUint(t, 10, 32)
+	if !found || err1 != nil || err2 != nil || x == 0 {
+		return 0, 0, false
+	}
+	return uint32(x), uint32(y), true
 }
