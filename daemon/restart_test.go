@@ -170,7 +170,7 @@ func TestLateDigest(t *testing.T) {
 		t.Errorf("late report: %d samples, coverage %+v; want 2 samples, late", rep.Samples, rep.Coverage)
 	}
 	// From the last read (12:00:20) to the job's end in Slurm (12:00:50).
-	if g := rep.Coverage.Gaps; len(g) != 1 || g[0].Why != "after the last read" || g[0].Seconds() != 30 {
+	if g := rep.Coverage.Gaps; len(g) != 1 || g[0].Why != "the persyst daemon was not running" || g[0].Seconds() != 30 {
 		t.Errorf("late report gaps %+v, want 30 s after the last read", g)
 	}
 	if _, err := os.Stat(filepath.Join(n.state, "samples", "7.jsonl")); !os.IsNotExist(err) {

@@ -129,7 +129,11 @@ func (f Facts) coverage() *Coverage {
 			}
 		}
 		if end.Sub(f.End) > tol {
-			c.Gaps = append(c.Gaps, sample.Gap{From: f.End, To: end, Why: "after the last read"})
+			why := "after the last read"
+			if f.Late {
+				why = "the persyst daemon was not running"
+			}
+			c.Gaps = append(c.Gaps, sample.Gap{From: f.End, To: end, Why: why})
 		}
 	}
 	c.Measured = c.Elapsed

@@ -1,0 +1,239 @@
+package integration
+
+// Every job's digest covers the whole job or says what it misses, on the real cluster:
+// a batch host's daemon killed in the middle of a job and started after it ended (no
+// ghost job, persyst's cgroup removed, the digest written late and marked so), a daemon
+// restarted in the middle of a job (the digest covers the job from its start and names
+// the stretch no daemon measured), a daemon hung at a job's start (the digest names the
+// stretch before measurement began), a 3-node job without a collector tree (the digest
+// says it covers 1 of 3 nodes), array tasks named as Slurm names them, and an
+// interactive job's report.
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+)
+
+func TestCoverage(t *testing.T) {
+	c := startCluster(t, 3)
+	persyst, _ := binaries(t)
+	out := func(name string, id uint32) string {
+		return filepath.Join(c.work, strings.ReplaceAll(name, "%j", strconv.FormatUint(uint64(id), 10)))
+	}
+	read := func(t *testing.T, p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	report := func(t *testing.T, node string, id uint32) *digest.Report {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := daemon.JobReport(ctx, c.socket(node), id)
+		if err != nil {
+			t.Fatalf("report of job %d on %s: %v", id, node, err)
+		}
+		return r
+	}
+	// running waits until node's daemon has k samples of job id.
+	running := func(t *testing.T, node string, id uint32, k int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, st := range c.statuses(t, node) {
+				if st.JobID == id && st.Measurement != nil && st.Measurement.Samples >= k {
+					return
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("%s: job %d never had %d samples", node, id, k)
+	}
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+	t.Run("daemons stopped", func(t *testing.T) {
+		t.Run("killed, started after the job ended", func(t *testing.T) {
+			t.Parallel()
+			node := c.nodes[0]
+			id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "killed-%j.out"), "--wrap", "sleep 12; echo done")
+			running(t, node, id, 3)
+			pid := c.daemonPID(t, node)
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			c.harness(t, "daemon-start", node)
+			// The restarted daemon checks the job with Slurm at once: ended, with why.
+			j := c.waitJob(t, node, id, "ended", func(j *daemon.Job) bool { return j.Ended != nil })
+			if !strings.Contains(j.EndReason, "COMPLETED") {
+				t.Errorf("job %d ended for %q, want Slurm's COMPLETED", id, j.EndReason)
+			}
+			if left, _ := filepath.Glob("/sys/fs/cgroup/*/persyst_" + node + "/job_" + strconv.FormatUint(uint64(id), 10)); len(left) > 0 {
+				t.Errorf("persyst's cgroups of the ended job left: %v", left)
+			}
+			var text string
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) && !strings.Contains(text, "persyst: job") {
+				text = read(t, out("killed-%j.out", id))
+				time.Sleep(200 * time.Millisecond)
+			}
+			if !strings.HasPrefix(text, "done\n") || !strings.Contains(flat(text), "Made after the job ended") {
+				t.Fatalf("output of the job whose batch host's daemon was killed:\n%s", text)
+			}
+			r := report(t, node, id)
+			if r.Coverage == nil || !r.Coverage.Late || r.Samples < 3 {
+				t.Errorf("late report: %d samples, coverage %+v", r.Samples, r.Coverage)
+			}
+			t.Logf("late digest:\n%s", text)
+		})
+		t.Run("restarted in the middle of a job", func(t *testing.T) {
+			t.Parallel()
+			node := c.nodes[1]
+			id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "restarted-%j.out"), "--wrap", "sleep 20")
+			running(t, node, id, 4)
+			c.harness(t, "daemon-stop", node)
+			time.Sleep(4 * time.Second)
+			c.harness(t, "daemon-start", node)
+			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			r := report(t, node, id)
+			cv := r.Coverage
+			if cv == nil || cv.Elapsed < 19 {
+				t.Fatalf("coverage %+v, want the job's 20 s", cv)
+			}
+			// The digest spans the whole job; the stretch no daemon ran is named.
+			if r.Seconds < 0.95*cv.Elapsed {
+				t.Errorf("digest covers %.1f s of the job's %.1f s", r.Seconds, cv.Elapsed)
+			}
+			var gap float64
+			for _, g := range cv.Gaps {
+				if g.Why == "the persyst daemon was not running" {
+					gap += g.Seconds()
+				}
+			}
+			if gap < 3 || gap > 10 {
+				t.Errorf("gaps %+v: want 3-10 s with the daemon not running", cv.Gaps)
+			}
+			text := read(t, out("restarted-%j.out", id))
+			if !strings.Contains(flat(text), "(the persyst daemon was not running)") {
+				t.Errorf("digest does not name the restart:\n%s", text)
+			}
+			t.Logf("digest after a restart:\n%s", text)
+		})
+		t.Run("hung at the job's start", func(t *testing.T) {
+			t.Parallel()
+			node := c.nodes[2]
+			pid := c.daemonPID(t, node)
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			cont := func() { syscall.Kill(pid, syscall.SIGCONT) }
+			defer cont()
+			id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "hung-%j.out"), "--wrap", "sleep 25")
+			time.Sleep(15 * time.Second)
+			cont()
+			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			r := report(t, node, id)
+			if r.Coverage == nil || len(r.Coverage.Gaps) == 0 || r.Coverage.Gaps[0].Why != "before measurement began" || r.Coverage.Gaps[0].Seconds() < 8 {
+				t.Errorf("coverage %+v, want a gap of 8 s or more before measurement began", r.Coverage)
+			}
+			text := read(t, out("hung-%j.out", id))
+			if !strings.Contains(flat(text), "(before measurement began)") {
+				t.Errorf("digest does not name the stretch before measurement began:\n%s", text)
+			}
+		})
+	})
+
+	t.Run("3-node job without a collector tree", func(t *testing.T) {
+		id := c.sbatch(t, nil, "-N3", "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", "srun -N3 sleep 2")
+		c.waitDone(t, id, 2*time.Minute)
+		text := flat(read(t, out("three-%j.out", id)))
+		if !strings.Contains(text, "Covers 1 of 3 nodes") || !strings.Contains(text, "no collector tree is configured") {
+			t.Errorf("digest of a 3-node job covering its batch host only:\n%s", text)
+		}
+		batch := c.jobInfo(t, id)["BatchHost"]
+		r := report(t, batch, id)
+		if r.Coverage == nil || len(r.Coverage.Missing) != 2 || r.NNodes != 3 {
+			t.Errorf("report: nnodes %d, coverage %+v; want 2 nodes missing of 3", r.NNodes, r.Coverage)
+		}
+	})
+
+	t.Run("array tasks named as Slurm names them", func(t *testing.T) {
+		node := c.nodes[0]
+		arr := c.sbatch(t, nil, "-w", node, "--array=1-2", "-o", filepath.Join(c.work, "arr-%A_%a.out"), "--wrap", "sleep 1")
+		name := strconv.FormatUint(uint64(arr), 10) + "_2"
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			st := c.jobInfoID(t, name)["JobState"]
+			if st != "" && st != "PENDING" && st != "RUNNING" && st != "COMPLETING" && st != "CONFIGURING" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("array task %s still %s", name, st)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		text := read(t, filepath.Join(c.work, "arr-"+name+".out"))
+		if !strings.Contains(text, "persyst: job "+name) {
+			t.Errorf("digest of array task %s:\n%s", name, text)
+		}
+		cmd := execAsUser(persyst, "report", "--socket", c.socket(node), name)
+		if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "job "+name) {
+			t.Errorf("persyst report %s as the job's user: %v\n%s", name, err, b)
+		}
+	})
+
+	t.Run("interactive job has a report", func(t *testing.T) {
+		node := c.nodes[1]
+		o, errOut, err := c.run(t, nil, "srun", "-w", node, "-N1", "sh", "-c", "echo $SLURM_JOB_ID; sleep 2")
+		if err != nil {
+			t.Fatalf("srun: %v\n%s%s", err, o, errOut)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(o), 10, 32)
+		if err != nil {
+			t.Fatalf("srun printed %q", o)
+		}
+		c.waitDone(t, uint32(id), time.Minute)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := daemon.JobReport(ctx, c.socket(node), uint32(id))
+			cancel()
+			if err == nil {
+				if r.Samples == 0 || r.JobID != uint32(id) {
+					t.Errorf("report of interactive job %d: %+v", id, r)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no report of interactive job %d: %v", id, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+}
+
+// execAsUser returns a command that runs as the unprivileged job user.
+func execAsUser(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = asUser()
+	return cmd
+}
