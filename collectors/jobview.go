@@ -26,6 +26,9 @@ type jobView struct {
 	first    int64
 	last     int64
 	samples  map[int64]bool
+	// sketchOnly: values go into the sketches only (a node's own part, which is only
+	// ever merged: Peers).
+	sketchOnly bool
 }
 
 type keyAgg struct {
@@ -60,7 +63,9 @@ func (v *jobView) add(in *pb.CycleRecords) {
 			a = &keyAgg{domain: store.DomainOf(r.Device), sketch: sk}
 			v.keys[r.Key] = a
 		}
-		a.values = append(a.values, r.Value)
+		if !v.sketchOnly {
+			a.values = append(a.values, r.Value)
+		}
 		a.sketch.Add(r.Value)
 		a.sevSum += r.Severity * in.Seconds
 		if r.Severity > 0 {

@@ -72,6 +72,9 @@ type Config struct {
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
+	// NodePort is the port of the node daemons' gRPC service (routes from the frontend,
+	// parts of multi-node jobs for their batch hosts); 0: the service is off.
+	NodePort int
 	// Tree is the explicit agent tree (balance.ParseTreeSpec): the file's
 	// "Frontend=", "Sync=" and "Collector=NAME Nodes=..." lines, at their line
 	// numbers (other lines blank), so the tree's errors name the file's lines. ""
@@ -93,7 +96,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 // Defaults is the configuration without a file.
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
-		DigestMinSeconds: 300, Digest: true, CalibrationDir: "/var/lib/persyst/calibration"}
+		DigestMinSeconds: 300, Digest: true, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831}
 }
 
 type field struct {
@@ -174,6 +177,14 @@ var fields = []field{
 			return err
 		}
 		c.Collector = v
+		return nil
+	}},
+	{"NodePort", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("want a port number (0: off), got %q", v)
+		}
+		c.NodePort = n
 		return nil
 	}},
 	{"CalibrationDir", func(c *Config, v string) error {

@@ -143,13 +143,20 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		}
 	}
 	var why string
-	if wide := m.jobWide(ctx, j, &why); wide != nil {
-		// What comes from the tree is taken for its numbers only (properties.Adopt).
+	reasons := map[string]string{}
+	if wide := m.jobWide(ctx, j, facts, &why); wide != nil {
+		// What comes from other agents is taken for its numbers only (properties.Adopt).
 		results = properties.MergeResults(results, m.dig.Engine.Adopt(wide.Properties))
 		df.Nodes = nodeNames(wide.Nodes)
-		why = "the collector tree has no data of it"
+		df.CPUs = max(df.CPUs, wide.CPUs)
+		why = "no data of it reached the batch host"
+		if wide.Coverage != nil {
+			for _, mn := range wide.Coverage.Missing {
+				reasons[mn.Node] = mn.Why
+			}
+		}
 	}
-	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why)
+	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why, reasons)
 	rep := jm.job.Report(df, results)
 	m.mu.Lock()
 	jm.report = &rep
@@ -216,19 +223,23 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 	return nil, fmt.Errorf("job %d: no report was made (see the persyst daemon's log)", id)
 }
 
-// jobWide fetches a multi-node job's job-wide results through the uplink; nil when there
-// is none (the digest then covers this node, and why says why).
-func (m *Measurer) jobWide(ctx context.Context, j *Job, why *string) *digest.Report {
+// jobWide fetches a multi-node job's job-wide results through the uplink (the collector
+// tree, or the job's other node daemons); nil when there are none (the digest then covers
+// this node, and why says why).
+func (m *Measurer) jobWide(ctx context.Context, j *Job, facts *jobmap.Job, why *string) *digest.Report {
 	up := m.cfg.Uplink
-	if up == nil || j.NNodes < 2 {
-		m.log.Debug().Uint32("job", j.JobID).Bool("uplink", up != nil).Uint32("nnodes", j.NNodes).Msg("no job-wide results to fetch")
-		*why = "no collector tree is configured"
+	multi := j.NNodes > 1 || (facts != nil && len(facts.Nodes) > 1)
+	switch {
+	case !multi:
+		return nil
+	case up == nil:
+		*why = "this daemon gathers no other nodes' data"
 		return nil
 	}
 	wide, err := up.JobWide(ctx, j.JobID)
 	if err != nil {
 		m.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
-		*why = "the collector tree did not answer"
+		*why = "their data could not be gathered (the persyst daemon's log says why)"
 		return nil
 	}
 	return wide
@@ -236,12 +247,16 @@ func (m *Measurer) jobWide(ctx context.Context, j *Job, why *string) *digest.Rep
 
 // missingNodes are the job's nodes the digest does not cover: from the job map when it
 // knows them, else counted from the job's node count.
-func missingNodes(covered []string, facts *jobmap.Job, nnodes int, why string) []digest.MissingNode {
+func missingNodes(covered []string, facts *jobmap.Job, nnodes int, why string, reasons map[string]string) []digest.MissingNode {
 	var out []digest.MissingNode
 	if facts != nil && len(facts.Nodes) > 0 {
 		for _, n := range facts.Nodes {
 			if !slices.Contains(covered, n) {
-				out = append(out, digest.MissingNode{Node: n, Why: why})
+				w := why
+				if r, ok := reasons[n]; ok {
+					w = r
+				}
+				out = append(out, digest.MissingNode{Node: n, Why: w})
 			}
 		}
 		return out

@@ -143,6 +143,21 @@ func (s *CLISource) hostnames(ctx context.Context) func(string) string {
 	return hostLookup(m)
 }
 
+// NodeAddrs maps node names to their addresses (NodeAddr) with `sinfo -N -h -o "%N %o"`.
+func (s *CLISource) NodeAddrs(ctx context.Context) (map[string]string, error) {
+	out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %o")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			m[f[0]] = f[1]
+		}
+	}
+	return m, nil
+}
+
 // parseV0038JSON parses the v0.0.38 jobs document of squeue/scontrol --json.
 func parseV0038JSON(b []byte, hosts func(string) string) ([]*Job, error) {
 	var doc v0038.V0038JobsResponse

@@ -66,6 +66,19 @@ func (m *Map) Job(ctx context.Context, id string) (*Job, error) {
 	return try(m, ctx, func(s Source) (*Job, error) { return s.Job(ctx, id) })
 }
 
+// NodeAddrs returns the nodes' addresses (Slurm's NodeAddr) by node name.
+func (m *Map) NodeAddrs(ctx context.Context) (map[string]string, error) {
+	return try(m, ctx, func(s Source) (map[string]string, error) {
+		a, ok := s.(interface {
+			NodeAddrs(context.Context) (map[string]string, error)
+		})
+		if !ok {
+			return nil, fmt.Errorf("%s: no node addresses", s.Name())
+		}
+		return a.NodeAddrs(ctx)
+	})
+}
+
 func try[T any](m *Map, ctx context.Context, f func(Source) (T, error)) (T, error) {
 	if m.primary != nil {
 		v, err := f(m.primary)

@@ -150,6 +150,24 @@ func (s *RestSource) hostnames(ctx context.Context) func(string) string {
 	return hostLookup(m)
 }
 
+// NodeAddrs maps node names to their addresses (NodeAddr).
+func (s *RestSource) NodeAddrs(ctx context.Context) (map[string]string, error) {
+	rep, err := s.c.SlurmV0038GetNodesWithResponse(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rep.JSON200 == nil || rep.JSON200.Nodes == nil {
+		return nil, fmt.Errorf("slurmrestd: nodes: status %d", rep.StatusCode())
+	}
+	m := map[string]string{}
+	for _, n := range *rep.JSON200.Nodes {
+		if n.Name != nil && n.Address != nil && *n.Address != "" {
+			m[*n.Name] = *n.Address
+		}
+	}
+	return m, nil
+}
+
 // decode200 parses a 200 answer whose Content-Type the generated client did not take
 // for JSON (it only decodes "application/json"); *dst stays as is otherwise.
 func decode200[T any](r *http.Response, body []byte, dst **T) error {

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"flag"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/collectors"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/config"
@@ -72,16 +75,47 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: o.grpcListen, Node: o.node,
-		Auth: auth, Retry: o.cycle, Log: log})
+	// The node's gRPC service: authenticated, or not served unless asked for.
+	listen := o.grpcListen
+	if listen == "" && conf.NodePort > 0 && auth.Mode() != treeauth.None {
+		listen = ":" + strconv.Itoa(conf.NodePort)
+	}
+	peerDial, err := auth.DialOption(treeauth.Node)
 	if err != nil {
 		return err
+	}
+	peers, err := collectors.NewPeers(collectors.PeersConfig{Node: o.node, Engine: engine, Dial: peerDial, Log: log,
+		Nodes: func(ctx context.Context, job uint32) ([]string, error) {
+			j, err := jm.Job(ctx, strconv.FormatUint(uint64(job), 10))
+			if err != nil {
+				return nil, err
+			}
+			return j.Nodes, nil
+		},
+		Addrs: func(ctx context.Context) (map[string]string, error) {
+			addrs, err := jm.NodeAddrs(ctx)
+			for n, a := range addrs {
+				addrs[n] = net.JoinHostPort(a, strconv.Itoa(conf.NodePort))
+			}
+			return addrs, err
+		}})
+	if err != nil {
+		return err
+	}
+	defer peers.Close()
+	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: listen, Node: o.node,
+		Auth: auth, Parts: peers, Retry: o.cycle, Log: log})
+	if err != nil {
+		return err
+	}
+	if up != nil {
+		peers.UseTree(up)
 	}
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", o.node) }
 	return daemon.Run(ctx, daemon.Config{
 		Node: o.node, Socket: expand(o.socket), StateDir: expand(o.stateDir), SlurmUser: o.slurmUser, AdminGroup: conf.AdminGroup,
 		Retention: o.retention,
-		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: uplinkOf(up), Enable: conf.Sources,
+		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources,
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest}},
 	}, log, time.Now)
 }
@@ -89,13 +123,4 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 // appendDigest writes a digest at the end of a job's output file, as the job's user.
 func appendDigest(ctx context.Context, t digest.Target, text []byte) error {
 	return digest.Append(ctx, t, text, digest.AppendOptions{})
-}
-
-// uplinkOf is the daemon's view of an uplink: none when there is none (a nil pointer in
-// an interface is not a nil interface).
-func uplinkOf(u *uplink.Uplink) daemon.Uplink {
-	if u == nil {
-		return nil
-	}
-	return u
 }

@@ -1217,10 +1217,11 @@ const file_collector_proto_rawDesc = "" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
 	"\aPartial\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x124\n" +
-	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2n\n" +
+	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xad\x01\n" +
 	"\x04Node\x120\n" +
 	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x0f.persyst.v1.Ack\x124\n" +
-	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.HeartbeatB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
+	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat\x12=\n" +
+	"\x04Part\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartialB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
 
 var (
 	file_collector_proto_rawDescOnce sync.Once
@@ -1268,15 +1269,17 @@ var file_collector_proto_depIdxs = []int32{
 	12, // 12: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
 	6,  // 13: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
 	12, // 14: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	4,  // 15: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 16: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 17: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 18: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 19: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 20: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 21: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
+	7,  // 15: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 16: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 17: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 18: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 19: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 20: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 21: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 22: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	11, // 23: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name

@@ -282,6 +282,7 @@ var Collector_ServiceDesc = grpc.ServiceDesc{
 const (
 	Node_SetRoutes_FullMethodName = "/persyst.v1.Node/SetRoutes"
 	Node_Ping_FullMethodName      = "/persyst.v1.Node/Ping"
+	Node_Part_FullMethodName      = "/persyst.v1.Node/Part"
 )
 
 // NodeClient is the client API for Node service.
@@ -290,6 +291,9 @@ const (
 type NodeClient interface {
 	SetRoutes(ctx context.Context, in *Routes, opts ...grpc.CallOption) (*Ack, error)
 	Ping(ctx context.Context, in *Heartbeat, opts ...grpc.CallOption) (*Heartbeat, error)
+	// Part returns the node's own part of a job, for the job's batch host when no
+	// collector tree is configured (the embedded default).
+	Part(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobPartial, error)
 }
 
 type nodeClient struct {
@@ -320,12 +324,25 @@ func (c *nodeClient) Ping(ctx context.Context, in *Heartbeat, opts ...grpc.CallO
 	return out, nil
 }
 
+func (c *nodeClient) Part(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobPartial, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobPartial)
+	err := c.cc.Invoke(ctx, Node_Part_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
 type NodeServer interface {
 	SetRoutes(context.Context, *Routes) (*Ack, error)
 	Ping(context.Context, *Heartbeat) (*Heartbeat, error)
+	// Part returns the node's own part of a job, for the job's batch host when no
+	// collector tree is configured (the embedded default).
+	Part(context.Context, *JobSummaryRequest) (*JobPartial, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -341,6 +358,9 @@ func (UnimplementedNodeServer) SetRoutes(context.Context, *Routes) (*Ack, error)
 }
 func (UnimplementedNodeServer) Ping(context.Context, *Heartbeat) (*Heartbeat, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedNodeServer) Part(context.Context, *JobSummaryRequest) (*JobPartial, error) {
+	return nil, status.Error(codes.Unimplemented, "method Part not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -399,6 +419,24 @@ func _Node_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Part_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Part(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Part_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Part(ctx, req.(*JobSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -413,6 +451,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Node_Ping_Handler,
+		},
+		{
+			MethodName: "Part",
+			Handler:    _Node_Part_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -24,7 +24,8 @@
 // Authorization (Authorize, on every call of every server) binds roles to calls: only the frontend
 // sets a node's routes; only node daemons push records, each only its own node's; only
 // collectors push cycle summaries to aggregation points; results are read by the agents
-// and by node daemons.
+// and by node daemons; a node daemon asks another for its part of a job (the batch host
+// of a multi-node job without a collector tree).
 package treeauth
 
 import (
@@ -110,6 +111,7 @@ func PeerOf(ctx context.Context) Peer {
 var allowed = map[string][]Role{
 	"/persyst.v1.Node/SetRoutes":        {Frontend},
 	"/persyst.v1.Node/Ping":             {Frontend},
+	"/persyst.v1.Node/Part":             {Node},
 	"/persyst.v1.Collector/Push":        {Node},
 	"/persyst.v1.Collector/PushPartial": {Collector},
 	"/persyst.v1.Collector/Summary":     {Node, Collector, Sync, Frontend},

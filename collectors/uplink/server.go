@@ -13,12 +13,24 @@ import (
 
 // NodeServer is the node daemon's gRPC service in the agent tree: the frontend pushes it
 // the routes of this node's jobs (which collector each job's records go to), and pings it.
-// Without mTLS (TLSCert/TLSKey/TLSCA in persyst.conf) it has no authentication: bind it
-// to the cluster's management network only.
+// Without a collector tree it serves this node's parts of multi-node jobs to their batch
+// hosts (Part). Calls are authenticated and authorized by treeauth (TreeAuth=).
 type NodeServer struct {
 	pb.UnimplementedNodeServer
 	Node string
 	Ship *Uplink
+	// Parts holds this node's parts of its jobs, for their batch hosts (nil: none).
+	Parts interface {
+		Part(job uint32) *pb.JobPartial
+	}
+}
+
+// Part returns this node's part of a job.
+func (n *NodeServer) Part(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobPartial, error) {
+	if n.Parts == nil {
+		return &pb.JobPartial{JobId: in.JobId, From: n.Node}, nil
+	}
+	return n.Parts.Part(in.JobId), nil
 }
 
 // SetRoutes takes the routes of the next cycle.

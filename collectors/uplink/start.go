@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"google.golang.org/grpc"
 )
@@ -23,6 +24,10 @@ type Options struct {
 	Node   string
 	// Auth authenticates the node in the tree (nil: plain connections, no checks).
 	Auth *treeauth.Tree
+	// Parts are this node's parts of its jobs, served to their batch hosts (nil: none).
+	Parts interface {
+		Part(job uint32) *pb.JobPartial
+	}
 	// Retry is how often cycles kept while a collector is down are tried again.
 	Retry time.Duration
 	Log   zerolog.Logger
@@ -57,7 +62,7 @@ func Start(ctx context.Context, o Options) (*Uplink, error) {
 			return nil, fmt.Errorf("route service %s: %w", o.Listen, err)
 		}
 		go func() {
-			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u}, serverOpts...); err != nil {
+			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u, Parts: o.Parts}, serverOpts...); err != nil {
 				o.Log.Error().Err(err).Msg("node gRPC service stopped")
 			}
 		}()

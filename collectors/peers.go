@@ -1,0 +1,258 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+)
+
+// Peers makes multi-node jobs whole without a collector tree (the embedded default):
+// each node daemon keeps its own part of every job it measures (the jobView a collector
+// would keep of it, sketches only), serves it to the job's batch host (Node/Part), and
+// on the batch host, at the job's end, gathers the other nodes' parts from their daemons,
+// within a bounded time, and merges them with its own (MergePartials: the code the sync
+// agents use for jobs split over collectors). The calls are authenticated like the
+// tree's (treeauth: a node daemon may ask another for a part; nobody else may).
+//
+// Peers implements the daemon's Uplink: Send (records of a cycle), JobWide, Forget.
+type Peers struct {
+	cfg  PeersConfig
+	tree Tree // nil: none
+
+	mu    sync.Mutex
+	views map[uint32]*jobView
+	ended map[uint32]time.Time // jobs ended here: their parts are kept for a while
+	conns map[string]*grpc.ClientConn
+}
+
+// PeersConfig configures Peers.
+type PeersConfig struct {
+	Node   string
+	Engine *properties.Engine
+	// Nodes returns the job's nodes (the job map).
+	Nodes func(ctx context.Context, job uint32) ([]string, error)
+	// Addrs returns the node daemons' gRPC addresses (host:port) by node name.
+	Addrs func(ctx context.Context) (map[string]string, error)
+	// Dial authenticates the calls to other node daemons (treeauth; nil: plain).
+	Dial grpc.DialOption
+	// Wait bounds the gathering at a job's end (default 1.5 s).
+	Wait time.Duration
+	Now  func() time.Time
+	Log  zerolog.Logger
+}
+
+// Tree is the collector tree as Peers uses it (uplink.Uplink), when there is one:
+// records go there too, and a job with an aggregation point is asked there first.
+type Tree interface {
+	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	JobWide(ctx context.Context, job uint32) (*digest.Report, error)
+	Forget(job uint32)
+	Aggregation(job uint32) string
+}
+
+// UseTree makes Peers send through the collector tree too, and ask it first (call it
+// before the first Send).
+func (p *Peers) UseTree(t Tree) { p.tree = t }
+
+// partKeep is how long a node keeps its part of a job after the job ended here: the
+// batch host asks at the end of the batch script, before (or around) the job's end on
+// the other nodes.
+const partKeep = 2 * time.Minute
+
+// NewPeers returns the embedded gathering of one node daemon.
+func NewPeers(cfg PeersConfig) (*Peers, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("peers: no property engine")
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 1500 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Peers{cfg: cfg, views: map[uint32]*jobView{}, ended: map[uint32]time.Time{}, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Send adds this node's records of one interval of a job to its part.
+func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
+	if p.tree != nil {
+		p.tree.Send(job, ts, seconds, recs, maxRecords)
+	}
+	if len(recs) == 0 || seconds <= 0 {
+		return
+	}
+	in := &pb.CycleRecords{JobId: job, Node: p.cfg.Node, Ts: ts.Unix(), Seconds: seconds}
+	for _, r := range recs {
+		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked()
+	v := p.views[job]
+	if v == nil {
+		if len(p.views) >= MaxJobs {
+			return
+		}
+		v = newJobView()
+		v.sketchOnly = true
+		p.views[job] = v
+	}
+	v.add(in)
+}
+
+// sweepLocked drops the parts of jobs that ended here more than partKeep ago.
+func (p *Peers) sweepLocked() {
+	now := p.cfg.Now()
+	for job, t := range p.ended {
+		if now.Sub(t) > partKeep {
+			delete(p.ended, job)
+			delete(p.views, job)
+		}
+	}
+}
+
+// Forget marks a job ended on this node; its part is kept for partKeep.
+func (p *Peers) Forget(job uint32) {
+	if p.tree != nil {
+		p.tree.Forget(job)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.views[job]; ok {
+		p.ended[job] = p.cfg.Now()
+	}
+	p.sweepLocked()
+}
+
+// Part returns this node's part of a job (no nodes: none).
+func (p *Peers) Part(job uint32) *pb.JobPartial {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.views[job]
+	if v == nil {
+		return &pb.JobPartial{JobId: job, From: p.cfg.Node}
+	}
+	return v.partial(job, p.cfg.Node)
+}
+
+// JobWide gathers a multi-node job's parts from the other nodes' daemons and merges
+// them with this node's. Nodes that do not answer within the wait are left out, and
+// named with why in the report's coverage.
+func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error) {
+	if p.tree != nil && p.tree.Aggregation(job) != "" {
+		wide, err := p.tree.JobWide(ctx, job)
+		if err == nil {
+			return wide, nil
+		}
+		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("no job-wide results from the collector tree: asking the job's nodes")
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
+	defer cancel()
+	nodes, err := p.cfg.Nodes(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("the job's nodes: %w", err)
+	}
+	addrs, err := p.cfg.Addrs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the nodes' addresses: %w", err)
+	}
+	own := p.Part(job)
+	parts := []*pb.JobPartial{own}
+	var missing []digest.MissingNode
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n == p.cfg.Node {
+			continue
+		}
+		addr, ok := addrs[n]
+		if !ok {
+			mu.Lock()
+			missing = append(missing, digest.MissingNode{Node: n, Why: "no address known for its persyst daemon"})
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part, err := p.ask(ctx, addr, job)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				p.cfg.Log.Info().Err(err).Str("peer", n).Uint32("job", job).Msg("no part of the job from this node")
+				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon did not answer"})
+			case len(part.Nodes) == 0:
+				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon did not measure the job"})
+			case !slices.Equal(part.Nodes, []string{n}):
+				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon answered for another node"})
+			default:
+				parts = append(parts, part)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(own.Nodes) == 0 {
+		return nil, errors.New("this node has no part of the job")
+	}
+	sort.Slice(parts[1:], func(a, b int) bool { return parts[1+a].From < parts[1+b].From })
+	rep, err := MergePartials(p.cfg.Engine, job, parts)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(missing, func(a, b int) bool { return missing[a].Node < missing[b].Node })
+	rep.Coverage = &digest.Coverage{Missing: missing}
+	p.cfg.Log.Info().Uint32("job", job).Strs("nodes", rep.Nodes).Int("missing", len(missing)).Msg("job-wide results gathered from the job's nodes")
+	return &rep, nil
+}
+
+// ask calls one node daemon for its part of a job.
+func (p *Peers) ask(ctx context.Context, addr string, job uint32) (*pb.JobPartial, error) {
+	p.mu.Lock()
+	c, ok := p.conns[addr]
+	if !ok {
+		dial := p.cfg.Dial
+		if dial == nil {
+			dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+		}
+		var err error
+		if c, err = grpc.NewClient(addr, dial); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		if len(p.conns) >= maxPeerConns {
+			for a, old := range p.conns {
+				old.Close()
+				delete(p.conns, a)
+			}
+		}
+		p.conns[addr] = c
+	}
+	p.mu.Unlock()
+	return pb.NewNodeClient(c).Part(ctx, &pb.JobSummaryRequest{JobId: job})
+}
+
+// maxPeerConns bounds the connections kept to other node daemons.
+const maxPeerConns = 1024
+
+// Close closes the connections to other node daemons.
+func (p *Peers) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, c := range p.conns {
+		c.Close()
+		delete(p.conns, a)
+	}
+}

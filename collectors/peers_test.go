@@ -1,0 +1,106 @@
+package collectors
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/collectors/uplink"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+)
+
+// TestPeersGatherAJob: without a collector tree, the batch host of a 3-node job gathers
+// the other nodes' parts from their daemons over gRPC and merges them with its own: the
+// report covers the nodes that answered, with the imbalance between them, and names the
+// node whose daemon did not answer (within the wait) and why.
+func TestPeersGatherAJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng, err := properties.Load(properties.Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"n1", "n2", "n3"}
+	addrs := map[string]string{}
+	peers := map[string]*Peers{}
+	for _, n := range nodes {
+		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 500 * time.Millisecond,
+			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
+			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		peers[n] = p
+		if n == "n3" {
+			// A node whose daemon does not answer: a listener that never accepts.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			addrs[n] = ln.Addr().String()
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[n] = ln.Addr().String()
+		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
+	}
+	// n1 computes, n2 idles; n3's part never arrives.
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := 0; i < 5; i++ {
+		for k, n := range nodes {
+			user := 95.0
+			if k == 1 {
+				user = 5
+			}
+			recs := []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: user, Severity: 0}}
+			for c := 0; c < 2; c++ {
+				recs = append(recs, properties.Record{Key: "cpi", Device: fmt.Sprintf("cpu%d", c), Value: 1 + float64(k), Severity: 0})
+			}
+			peers[n].Send(7, t0.Add(time.Duration(i)*time.Minute), 60, recs, 0)
+		}
+	}
+	wide, err := peers["n1"].JobWide(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"n1", "n2"}, wide.Nodes); diff != "" {
+		t.Errorf("nodes covered (-want +got):\n%s", diff)
+	}
+	want := []digest.MissingNode{{Node: "n3", Why: "its persyst daemon did not answer"}}
+	if wide.Coverage == nil || !cmp.Equal(want, wide.Coverage.Missing) {
+		t.Errorf("missing nodes %+v, want %+v", wide.Coverage, want)
+	}
+	found := false
+	for _, p := range wide.Properties {
+		if p.Key == "inter_node_imbalance" {
+			found = p.Finding
+		}
+		if p.Key == "cpi" && p.Count != 20 {
+			t.Errorf("cpi: %d values, want 20 (2 nodes × 2 CPUs × 5 cycles)", p.Count)
+		}
+	}
+	if !found {
+		t.Errorf("no imbalance between a busy and an idle node: %+v", wide.Findings)
+	}
+	// A node forgets its part a while after the job ended there, not at once: the
+	// batch host may ask after the job's end on other nodes.
+	peers["n2"].Forget(7)
+	if p := peers["n2"].Part(7); len(p.Nodes) != 1 {
+		t.Errorf("part right after the job ended: %+v", p)
+	}
+	if p := peers["n1"].Part(99); len(p.Nodes) != 0 || !strings.Contains(p.From, "n1") {
+		t.Errorf("part of an unknown job: %+v", p)
+	}
+}
