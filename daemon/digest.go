@@ -148,7 +148,7 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		// What comes from other agents is taken for its numbers only (properties.Adopt).
 		results = properties.MergeResults(results, m.dig.Engine.Adopt(wide.Properties))
 		df.Nodes = nodeNames(wide.Nodes)
-		df.CPUs = max(df.CPUs, wide.CPUs)
+		df.CPUs = jobCPUs(facts, df.Nodes, m.node, ncpus)
 		why = "no data of it reached the batch host"
 		if wide.Coverage != nil {
 			for _, mn := range wide.Coverage.Missing {
@@ -243,6 +243,33 @@ func (m *Measurer) jobWide(ctx context.Context, j *Job, facts *jobmap.Job, why *
 		return nil
 	}
 	return wide
+}
+
+// jobCPUs counts the CPUs on the nodes covered: this node's as measured, the others'
+// as Slurm allocated them (own alone when the job map does not say).
+func jobCPUs(facts *jobmap.Job, covered []string, self string, own int) int {
+	if facts == nil {
+		return own
+	}
+	n := own
+	for _, node := range covered {
+		if node == self {
+			continue
+		}
+		i := slices.IndexFunc(facts.Alloc, func(a jobmap.NodeAlloc) bool { return a.Node == node })
+		if i < 0 {
+			return own
+		}
+		switch a := facts.Alloc[i]; {
+		case len(a.CPUIDs) > 0:
+			n += len(a.CPUIDs)
+		case a.Cores > 0:
+			n += a.Cores
+		default:
+			return own
+		}
+	}
+	return n
 }
 
 // missingNodes are the job's nodes the digest does not cover: from the job map when it

@@ -38,6 +38,9 @@ func Text(r Report, o TextOptions) string {
 		if r.Short {
 			facts += "; short job"
 		}
+		if len(r.Nodes) > 1 {
+			facts = strings.Replace(facts, ", ", fmt.Sprintf(" on %d nodes, ", len(r.Nodes)), 1)
+		}
 		if len(covered) == 0 {
 			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
 		}

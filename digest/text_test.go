@@ -97,6 +97,8 @@ func TestTextGolden(t *testing.T) {
 		{"array_task_0_no_issues", whole(covering(Facts{JobID: 416, ArrayJobID: 416, ArrayTaskID: 0, Nodes: []string{"node1"}, CPUs: 2}, 600, 10)),
 			[]properties.Result{fine}, 300},
 		{"whole_job_no_issues", whole(covering(Facts{JobID: 8, Nodes: []string{"node1"}, CPUs: 4}, 600, 10)), []properties.Result{fine}, 300},
+		{"three_nodes_no_issues", whole(covering(Facts{JobID: 9, Nodes: []string{"node1", "node2", "node3"}, NNodes: 3, CPUs: 6}, 600, 10)),
+			[]properties.Result{fine}, 300},
 		{"part_no_issues", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine}, 300},
 		{"part_findings", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine, smallWrites}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},

@@ -163,16 +163,37 @@ func TestCoverage(t *testing.T) {
 	})
 
 	t.Run("3-node job without a collector tree", func(t *testing.T) {
-		id := c.sbatch(t, nil, "-N3", "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", "srun -N3 sleep 2")
+		// Tiny writes on the third node only: its daemon's part reaches the batch host.
+		dir := filepath.Join(c.work, "three")
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o777)
+		_, load := binaries(t)
+		script := "#!/bin/sh\nsrun -N3 sh -c 'if [ $SLURM_NODEID = 2 ]; then " + load + " write -file " + dir + "/out.dat -bytes 250000000 -size 64; fi'\n"
+		all := strings.Join(c.nodes, ",")
+		id := c.sbatch(t, nil, "-N3", "-w", all, "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", script)
 		c.waitDone(t, id, 2*time.Minute)
 		text := flat(read(t, out("three-%j.out", id)))
-		if !strings.Contains(text, "Covers 1 of 3 nodes") || !strings.Contains(text, "no collector tree is configured") {
-			t.Errorf("digest of a 3-node job covering its batch host only:\n%s", text)
+		if !strings.Contains(text, "3 CPUs") || !strings.Contains(text, "on 3 nodes") || !strings.Contains(text, "Small writes") || strings.Contains(text, "Covers") {
+			t.Errorf("digest of a 3-node job with tiny writes on its third node:\n%s", text)
 		}
 		batch := c.jobInfo(t, id)["BatchHost"]
 		r := report(t, batch, id)
-		if r.Coverage == nil || len(r.Coverage.Missing) != 2 || r.NNodes != 3 {
-			t.Errorf("report: nnodes %d, coverage %+v; want 2 nodes missing of 3", r.NNodes, r.Coverage)
+		if len(r.Nodes) != 3 || (r.Coverage != nil && len(r.Coverage.Missing) > 0) {
+			t.Errorf("report: nodes %v, coverage %+v; want all 3", r.Nodes, r.Coverage)
+		}
+		t.Logf("digest of a 3-node job:\n%s", read(t, out("three-%j.out", id)))
+
+		// One node's daemon down: the digest says what it covers.
+		down := c.nodes[1]
+		c.harness(t, "daemon-stop", down)
+		defer c.harness(t, "daemon-start", down)
+		id = c.sbatch(t, nil, "-N3", "-w", all, "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", "srun -N3 sleep 3")
+		c.waitDone(t, id, 2*time.Minute)
+		text = flat(read(t, out("three-%j.out", id)))
+		if !strings.Contains(text, "Covers 2 of 3 nodes") || !strings.Contains(text, down+" (its persyst daemon did not answer)") {
+			t.Errorf("digest of a 3-node job with %s's daemon down:\n%s", down, text)
 		}
 	})
 
