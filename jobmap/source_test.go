@@ -246,6 +246,7 @@ func (r *recorded) run(_ context.Context, name string, args ...string) ([]byte, 
 		"squeue --json":           "squeue.json",
 		"scontrol show job -o -d": "scontrol-show-job-o-d.txt",
 		"sinfo -N -h -o %N %n":    "sinfo-hostnames.txt",
+		"sinfo -N -h -o %N %o":    "sinfo-addrs.txt",
 	}[cmd]
 	switch {
 	case cmd == "scontrol --json show job":
@@ -373,5 +374,24 @@ func TestMapFallbackLogsOnce(t *testing.T) {
 	// A vanished job is a normal result through the map too.
 	if _, err := m.Job(context.Background(), "424242"); !errors.Is(err, ErrNoJob) {
 		t.Errorf("Job(424242) error = %v, want ErrNoJob", err)
+	}
+}
+
+// TestNodeAddrs: both sources give each node's NodeAddr, where its daemon is reached.
+func TestNodeAddrs(t *testing.T) {
+	want := map[string]string{"node1": "10.213.47.11", "node2": "10.213.47.12"}
+	f := newRestdFixture(t)
+	rest, err := NewRestSource(RestConfig{URL: "unix:" + f.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*Map{NewMap(rest, NewCLISource((&recorded{}).run, 0), zerolog.Nop()), NewMap(nil, NewCLISource((&recorded{}).run, 0), zerolog.Nop())} {
+		got, err := m.NodeAddrs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("node addresses (-want +got):\n%s", diff)
+		}
 	}
 }
