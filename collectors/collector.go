@@ -60,11 +60,12 @@ type Collector struct {
 	d     *dialer
 	place *placements
 
-	mu     sync.Mutex
-	cycles map[uint32]map[int64]*cycle // job → cycle ts → records
-	views  map[uint32]*jobView         // job → the whole job as received
-	seen   map[uint32]time.Time        // job → its last push (jobs quiet for JobIdle are forgotten)
-	sums   int                         // cycle summaries made (tests: a burst of pushes makes few)
+	settleMu sync.Mutex // one settle (take, summarize, forward) at a time
+	mu       sync.Mutex
+	cycles   map[uint32]map[int64]*cycle // job → cycle ts → records
+	views    map[uint32]*jobView         // job → the whole job as received
+	seen     map[uint32]time.Time        // job → its last push (jobs quiet for JobIdle are forgotten)
+	sums     int                         // cycle summaries made (tests: a burst of pushes makes few)
 	// settling counts cycles taken to be summarized and not yet stored and forwarded.
 	settling int
 	nodes    map[string]bool             // nodes heard from in the current cycle
@@ -178,8 +179,12 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 	c.nodes[in.Node] = true
 	c.noteLoad(in)
 	c.mu.Unlock()
-	for _, w := range dropped { // older cycles leaving the buffer before their summary
-		c.summarize(ctx, w)
+	if len(dropped) > 0 { // older cycles leaving the buffer before their summary
+		c.settleMu.Lock()
+		for _, w := range dropped {
+			c.summarize(ctx, w)
+		}
+		c.settleMu.Unlock()
 	}
 	select {
 	case c.wake <- struct{}{}:
@@ -192,6 +197,10 @@ func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 // (of job only, unless job is 0), and forwards big jobs' cycles to their aggregation
 // points.
 func (c *Collector) settle(ctx context.Context, job uint32) {
+	// Summaries are made and forwarded in the order their cycles were taken: an older
+	// summary of a cycle never replaces a newer one.
+	c.settleMu.Lock()
+	defer c.settleMu.Unlock()
 	var todo []cycleWork
 	c.mu.Lock()
 	for id, jc := range c.cycles {
@@ -301,7 +310,8 @@ func (c *Collector) name() string {
 
 // forward queues a cycle summary for an aggregation point. A newer summary of the same
 // cycle replaces an unsent one (a later node's push refines the cycle); while the
-// aggregation point is down, each job keeps its newest Keep cycles.
+// aggregation point is down, each job keeps its newest Keep cycles (while it answers,
+// maxForward: a burst of cycles is not cut short before it could be sent).
 func (c *Collector) forward(to string, pc *pb.PartialCycle) {
 	c.mu.Lock()
 	c.fwd[fwdKey{to, pc.JobId, pc.Ts}] = pc
@@ -311,9 +321,13 @@ func (c *Collector) forward(to string, pc *pb.PartialCycle) {
 			ts = append(ts, k.ts)
 		}
 	}
-	if len(ts) > c.cfg.Keep {
+	keep := maxForward
+	if c.down[to] {
+		keep = c.cfg.Keep
+	}
+	if len(ts) > keep {
 		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-		for _, t := range ts[:len(ts)-c.cfg.Keep] {
+		for _, t := range ts[:len(ts)-keep] {
 			delete(c.fwd, fwdKey{to, pc.JobId, t})
 		}
 	}
@@ -323,6 +337,10 @@ func (c *Collector) forward(to string, pc *pb.PartialCycle) {
 	default:
 	}
 }
+
+// maxForward bounds the cycle summaries of one job queued for an aggregation point that
+// answers.
+const maxForward = 64
 
 // Run summarizes received cycles, forwards big jobs' cycle summaries to their
 // aggregation points (retrying those that failed every second) and forgets idle jobs,
