@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/user"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -195,4 +198,69 @@ func peerGroups(fd int) ([]uint32, error) {
 			return nil, e
 		}
 	}
+}
+
+// ReportGate gives the reports of a daemon's jobs to users over the network (the node's
+// gRPC service, whose callers MUNGE authenticates), by the socket's rule: the job's owner,
+// root, the Slurm user and AdminGroup's members, an ordinary user within the same limits.
+// It answers once the daemon serves (Run sets it up).
+type ReportGate struct {
+	mu  sync.Mutex
+	srv *Server
+}
+
+func (g *ReportGate) set(s *Server) {
+	g.mu.Lock()
+	g.srv = s
+	g.mu.Unlock()
+}
+
+// ReportJSON returns job's report as JSON for the user uid, or why not.
+func (g *ReportGate) ReportJSON(uid, job uint32) ([]byte, error) {
+	g.mu.Lock()
+	s := g.srv
+	g.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("the persyst daemon is starting; try again")
+	}
+	return s.reportFor(uid, job)
+}
+
+// reportFor is ReportJSON: the caller's role from its uid and its groups (the user
+// database's: a remote caller has no socket credentials).
+func (s *Server) reportFor(uid, job uint32) ([]byte, error) {
+	cred := &unix.Ucred{Uid: uid, Gid: ^uint32(0)}
+	var groups []uint32
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		if gid, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+			cred.Gid = uint32(gid)
+		}
+		if ids, err := u.GroupIds(); err == nil {
+			for _, id := range ids {
+				if g, err := strconv.ParseUint(id, 10, 32); err == nil {
+					groups = append(groups, uint32(g))
+				}
+			}
+		}
+	}
+	r := s.access.roleOf(cred, groups)
+	if r == guest {
+		release, why := s.guests.admit(uid)
+		if release == nil {
+			s.refused.add(uid, 0, "busy: "+why)
+			return nil, fmt.Errorf("busy: %s", why)
+		}
+		defer release()
+	}
+	if err := s.readable(r, uid, job); err != nil {
+		return nil, err
+	}
+	if s.meas == nil {
+		return nil, fmt.Errorf("this daemon does not measure jobs")
+	}
+	rep, err := s.meas.Report(job)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(rep)
 }

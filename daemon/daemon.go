@@ -32,6 +32,9 @@ type Config struct {
 	Retention  time.Duration
 	// Measure configures job measurement (its Root defaults to "/").
 	Measure MeasureConfig
+	// Reports, if set, is made to give users their reports over the network once the
+	// daemon serves.
+	Reports *ReportGate
 }
 
 // Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
@@ -87,6 +90,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID}, reg, meas, log, clock)
 	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)
+	if cfg.Reports != nil {
+		cfg.Reports.set(srv)
+	}
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
 	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
 		log.Warn().Err(err).Msg("sd_notify READY failed")

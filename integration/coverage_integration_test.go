@@ -197,6 +197,32 @@ func TestCoverage(t *testing.T) {
 		}
 	})
 
+	t.Run("the job's user reads its report from another machine", func(t *testing.T) {
+		id := c.sbatch(t, nil, "-w", c.nodes[0], "-o", "/dev/null", "--wrap", "sleep 1")
+		c.waitDone(t, id, time.Minute)
+		// From the second node's network (a login node would do the same), with no
+		// daemon socket at hand: the job map names the batch host, and its daemon checks
+		// who asks with MUNGE.
+		prefix := ""
+		for _, kv := range c.env {
+			if v, ok := strings.CutPrefix(kv, "PERSYST_NETNS_PREFIX="); ok {
+				prefix = v
+			}
+		}
+		ask := func(uid int) (string, error) {
+			o, e, err := c.run(t, nil, "nsenter", "--net=/run/netns/"+prefix+c.nodes[1], "-S", strconv.Itoa(uid), "-G", strconv.Itoa(uid),
+				persyst, "report", "--socket", "/nonexistent/%n.sock", "--config", filepath.Join(c.dir, "etc", "persyst.conf"),
+				strconv.FormatUint(uint64(id), 10))
+			return o + e, err
+		}
+		if o, err := ask(jobUser); err != nil || !strings.Contains(o, "persyst: job "+strconv.FormatUint(uint64(id), 10)) {
+			t.Errorf("persyst report as the job's user from %s: %v\n%s", c.nodes[1], err, o)
+		}
+		if o, err := ask(4321); err == nil || !strings.Contains(o, "permission denied") {
+			t.Errorf("persyst report as uid 4321 from %s: %v\n%s; want permission denied", c.nodes[1], err, o)
+		}
+	})
+
 	t.Run("array tasks named as Slurm names them", func(t *testing.T) {
 		node := c.nodes[0]
 		arr := c.sbatch(t, nil, "-w", node, "--array=1-2", "-o", filepath.Join(c.work, "arr-%A_%a.out"), "--wrap", "sleep 1")

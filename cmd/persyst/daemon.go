@@ -103,8 +103,9 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		return err
 	}
 	defer peers.Close()
+	reports := &daemon.ReportGate{}
 	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: listen, Node: o.node,
-		Auth: auth, Parts: peers, Retry: o.cycle, Log: log})
+		Auth: auth, Parts: peers, Reports: reports, Retry: o.cycle, Log: log})
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", o.node) }
 	return daemon.Run(ctx, daemon.Config{
 		Node: o.node, Socket: expand(o.socket), StateDir: expand(o.stateDir), SlurmUser: o.slurmUser, AdminGroup: conf.AdminGroup,
-		Retention: o.retention,
+		Retention: o.retention, Reports: reports,
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources,
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest}},
 	}, log, time.Now)

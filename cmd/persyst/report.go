@@ -2,31 +2,43 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth"
+	"github.com/persyst/persyst/collectors/uplink"
+	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/jobmap"
+	"github.com/rs/zerolog"
 )
 
 type reportOptions struct {
-	node, socket, db string
-	json             bool
-	width            int
+	node, socket, db, config string
+	json                     bool
+	width                    int
 }
 
 func (o *reportOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.node, "node", shortHostname(), "the job's batch host, whose daemon has the report")
+	fs.StringVar(&o.node, "node", "", "the job's batch host (default: this machine's daemon, else the batch host from the job map)")
 	fs.StringVar(&o.socket, "socket", socketDefault(), "daemon socket path (%n: node name)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON (docs/digest.md)")
 	fs.IntVar(&o.width, "width", 80, "columns of the text digest")
 	fs.StringVar(&o.db, "db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
+	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf (to reach the batch host's daemon from another machine)")
 }
 
+// runReport prints a job's report: from a collector's database (--db), from this
+// machine's daemon when it knows the job, else from the batch host's daemon over the
+// network (MUNGE-authenticated as the caller: the job's owner may read it).
 func runReport(ctx context.Context, io stdio, args []string) error {
 	var o reportOptions
 	fs, err := parseOptions("report [flags] JOBID", io, args, &o)
@@ -36,36 +48,133 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if fs.NArg() != 1 {
 		return usagef("report: want one JOBID")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	name := fs.Arg(0)
+	id, err := strconv.ParseUint(name, 10, 32)
+	arr, task, isArray := arrayTask(name)
+	if !isArray && (err != nil || id == 0) {
+		return usagef("report: bad JOBID %q (a job id, or ARRAYID_TASKID)", name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	sock := strings.ReplaceAll(o.socket, "%n", o.node)
-	id, err := strconv.ParseUint(fs.Arg(0), 10, 32)
-	if arr, task, ok := arrayTask(fs.Arg(0)); ok && o.db == "" {
-		// An array task as users know it ("416_1"): the daemon knows its job id.
-		if id, err = daemon.FindArrayTask(ctx, sock, arr, task); err != nil {
+	var r *digest.Report
+	switch {
+	case o.db != "":
+		if isArray {
+			return usagef("report --db: give the array task's job id")
+		}
+		if r, err = dbReport(ctx, o.db, uint32(id)); err != nil {
 			return err
 		}
-	} else if err != nil || id == 0 {
-		return usagef("report: bad JOBID %q (a job id, or ARRAYID_TASKID)", fs.Arg(0))
-	}
-	var r *digest.Report
-	if o.db != "" {
-		st, err := store.Open(ctx, o.db, store.Options{})
+	default:
+		node := o.node
+		if node == "" {
+			node = shortHostname()
+		}
+		sock := strings.ReplaceAll(o.socket, "%n", node)
+		r, err = localReport(ctx, sock, name, uint32(id), arr, task, isArray)
+		if errors.Is(err, errNotHere) {
+			var rerr error
+			if r, rerr = remoteReport(ctx, o, name); rerr != nil {
+				return fmt.Errorf("%v; from the job's batch host: %w", err, rerr)
+			}
+			err = nil
+		}
 		if err != nil {
 			return err
 		}
-		defer st.Close()
-		if r, err = st.Report(ctx, uint32(id)); err != nil {
-			return fmt.Errorf("report of job %d in %s: %w", id, o.db, err)
-		}
-	} else if r, err = daemon.JobReport(ctx, sock, uint32(id)); err != nil {
-		return err
 	}
 	if o.json {
 		return writeJSON(io.out, r)
 	}
 	_, err = fmt.Fprint(io.out, digest.Text(*r, digest.TextOptions{Width: o.width, MaxFindings: 100}))
 	return err
+}
+
+func dbReport(ctx context.Context, db string, id uint32) (*digest.Report, error) {
+	st, err := store.Open(ctx, db, store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	r, err := st.Report(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("report of job %d in %s: %w", id, db, err)
+	}
+	return r, nil
+}
+
+// errNotHere: this machine's daemon does not have the job (or there is none).
+var errNotHere = errors.New("not on this machine")
+
+// localReport asks this machine's daemon.
+func localReport(ctx context.Context, sock, name string, id uint32, arr, task uint32, isArray bool) (*digest.Report, error) {
+	if _, err := os.Stat(sock); err != nil {
+		return nil, fmt.Errorf("%w: no persyst daemon at %s", errNotHere, sock)
+	}
+	if isArray {
+		found, err := daemon.FindArrayTask(ctx, sock, arr, task)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errNotHere, err)
+		}
+		id = uint32(found)
+	}
+	r, err := daemon.JobReport(ctx, sock, id)
+	if err != nil && (strings.Contains(err.Error(), "not known on this node") || strings.Contains(err.Error(), "report is on its batch host")) {
+		return nil, fmt.Errorf("%w: %v", errNotHere, err)
+	}
+	return r, err
+}
+
+// remoteReport asks the job's batch host's daemon (its first node for a job without a
+// batch script), found with the job map, over the node daemons' gRPC service.
+func remoteReport(ctx context.Context, o reportOptions, name string) (*digest.Report, error) {
+	conf, err := loadConfig(o.config)
+	if err != nil {
+		return nil, err
+	}
+	if conf.NodePort == 0 {
+		return nil, fmt.Errorf("job %s: not on this machine, and the node daemons serve no reports (NodePort=0): run persyst report on the job's batch host", name)
+	}
+	log := zerolog.Nop()
+	jm, err := jobmap.FromConfig(conf, log)
+	if err != nil {
+		return nil, err
+	}
+	job, err := jm.Job(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", name, err)
+	}
+	host := o.node
+	switch {
+	case host != "":
+	case job.BatchHost != "":
+		host = job.BatchHost
+	case len(job.Nodes) > 0:
+		host = job.Nodes[0]
+	default:
+		return nil, fmt.Errorf("job %s has no nodes (yet)", name)
+	}
+	addrs, err := jm.NodeAddrs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the address of %s: %w", host, err)
+	}
+	addr, ok := addrs[host]
+	if !ok {
+		return nil, fmt.Errorf("no address known for node %s", host)
+	}
+	opts, err := treeauth.FromConfig(conf, treeauth.Identity{Role: treeauth.User, Name: strconv.Itoa(os.Getuid())}, log)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.config, err)
+	}
+	auth, err := treeauth.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("job %s is on %s: %w; run persyst report there", name, host, err)
+	}
+	dial, err := auth.DialOption(treeauth.Node)
+	if err != nil {
+		return nil, err
+	}
+	return uplink.RemoteReport(ctx, net.JoinHostPort(addr, strconv.Itoa(conf.NodePort)), dial, job.JobID)
 }
 
 // arrayTask parses an array task's name, "416_1".

@@ -1217,11 +1217,12 @@ const file_collector_proto_rawDesc = "" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
 	"\aPartial\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x124\n" +
-	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xad\x01\n" +
+	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xee\x01\n" +
 	"\x04Node\x120\n" +
 	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x0f.persyst.v1.Ack\x124\n" +
 	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat\x12=\n" +
-	"\x04Part\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartialB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
+	"\x04Part\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x12?\n" +
+	"\x06Report\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummaryB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
 
 var (
 	file_collector_proto_rawDescOnce sync.Once
@@ -1270,16 +1271,18 @@ var file_collector_proto_depIdxs = []int32{
 	6,  // 13: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
 	12, // 14: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
 	7,  // 15: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 16: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 17: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 18: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 19: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 20: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 21: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 22: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	11, // 23: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
+	7,  // 16: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 17: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 18: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 19: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 20: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 21: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 22: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 23: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	11, // 24: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	8,  // 25: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name

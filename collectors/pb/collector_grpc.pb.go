@@ -283,6 +283,7 @@ const (
 	Node_SetRoutes_FullMethodName = "/persyst.v1.Node/SetRoutes"
 	Node_Ping_FullMethodName      = "/persyst.v1.Node/Ping"
 	Node_Part_FullMethodName      = "/persyst.v1.Node/Part"
+	Node_Report_FullMethodName    = "/persyst.v1.Node/Report"
 )
 
 // NodeClient is the client API for Node service.
@@ -294,6 +295,9 @@ type NodeClient interface {
 	// Part returns the node's own part of a job, for the job's batch host when no
 	// collector tree is configured (the embedded default).
 	Part(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobPartial, error)
+	// Report returns a job's digest report (report_json) to a user who may read it (a
+	// MUNGE-authenticated user: the job's owner, root, the Slurm user, AdminGroup).
+	Report(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
 }
 
 type nodeClient struct {
@@ -334,6 +338,16 @@ func (c *nodeClient) Part(ctx context.Context, in *JobSummaryRequest, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) Report(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobSummary)
+	err := c.cc.Invoke(ctx, Node_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -343,6 +357,9 @@ type NodeServer interface {
 	// Part returns the node's own part of a job, for the job's batch host when no
 	// collector tree is configured (the embedded default).
 	Part(context.Context, *JobSummaryRequest) (*JobPartial, error)
+	// Report returns a job's digest report (report_json) to a user who may read it (a
+	// MUNGE-authenticated user: the job's owner, root, the Slurm user, AdminGroup).
+	Report(context.Context, *JobSummaryRequest) (*JobSummary, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -361,6 +378,9 @@ func (UnimplementedNodeServer) Ping(context.Context, *Heartbeat) (*Heartbeat, er
 }
 func (UnimplementedNodeServer) Part(context.Context, *JobSummaryRequest) (*JobPartial, error) {
 	return nil, status.Error(codes.Unimplemented, "method Part not implemented")
+}
+func (UnimplementedNodeServer) Report(context.Context, *JobSummaryRequest) (*JobSummary, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -437,6 +457,24 @@ func _Node_Part_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Report(ctx, req.(*JobSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -455,6 +493,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Part",
 			Handler:    _Node_Part_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _Node_Report_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -30,6 +30,9 @@ type Options struct {
 	// AgentUIDs are the uids, besides root, whose MUNGE credentials are agents' (the
 	// users the tree's agents run as: TreeUsers=).
 	AgentUIDs []uint32
+	// AcceptUsers makes this agent's servers take users' MUNGE credentials too (role
+	// User, named by the credential's uid): a node daemon's, for remote reports.
+	AcceptUsers bool
 	// TLS are the agent's certificate, key and the site's CA (Mode TLS).
 	TLS TLSFiles
 	Log zerolog.Logger
@@ -43,7 +46,9 @@ func FromConfig(c config.Config, self Identity, log zerolog.Logger) (Options, er
 	// "%n" in the certificate's and key's paths is the agent's name: one persyst.conf
 	// shared by every agent names each one's own files.
 	own := func(p string) string { return strings.ReplaceAll(p, "%n", self.Name) }
-	o := Options{Self: self, Munge: Munger{Socket: c.MungeSocket}, TLS: TLSFiles{Cert: own(c.TLSCert), Key: own(c.TLSKey), CA: c.TLSCA}, Log: log}
+	// Node daemons give users their reports (Node/Report): their servers take users.
+	o := Options{Self: self, Munge: Munger{Socket: c.MungeSocket}, TLS: TLSFiles{Cert: own(c.TLSCert), Key: own(c.TLSKey), CA: c.TLSCA},
+		AcceptUsers: self.Role == Node, Log: log}
 	var err error
 	if o.Mode, err = ParseMode(c.TreeAuth); err != nil {
 		return Options{}, fmt.Errorf("TreeAuth: %w", err)
@@ -87,6 +92,7 @@ type auth struct {
 	self       Identity
 	munge      Munger
 	uids       []uint32
+	users      bool // a server's: users' credentials are taken too (role User)
 	sem        chan struct{}
 	handshakes atomic.Int64
 	refusals   *refusalLog
@@ -110,7 +116,10 @@ func New(o Options) (*Tree, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Tree{o: o, a: &auth{self: o.Self, munge: o.Munge, uids: o.AgentUIDs, sem: make(chan struct{}, maxMunge),
+	if o.Self.Role == User && o.Mode != Munge {
+		return nil, fmt.Errorf("treeauth: users authenticate with MUNGE only (TreeAuth=%s)", o.Mode)
+	}
+	return &Tree{o: o, a: &auth{self: o.Self, munge: o.Munge, uids: o.AgentUIDs, users: o.AcceptUsers, sem: make(chan struct{}, maxMunge),
 		refusals: &refusalLog{log: o.Log, now: o.Now}}}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,7 +123,7 @@ func (c *mungeCreds) clientMunge(ctx context.Context, conn net.Conn, ai credenti
 	if why, ok := strings.CutPrefix(line, greeting+refusedPrefix); ok {
 		return AuthInfo{}, fmt.Errorf("refused by the server: %s", clean(why))
 	}
-	p, uid, err := c.a.decode(ctx, line, bind)
+	p, uid, err := c.a.decode(ctx, line, bind, false)
 	if err != nil {
 		return AuthInfo{}, fmt.Errorf("the server: %w", err)
 	}
@@ -173,7 +174,7 @@ func (c *mungeCreds) serverMunge(conn net.Conn, ai credentials.AuthInfo) (AuthIn
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTime)
 	defer cancel()
-	p, uid, err := c.a.decode(ctx, line, bind)
+	p, uid, err := c.a.decode(ctx, line, bind, c.a.users)
 	if err != nil {
 		return AuthInfo{}, err
 	}
@@ -201,9 +202,10 @@ func (a *auth) encode(ctx context.Context, p payload) (string, error) {
 	return a.munge.Encode(ctx, b)
 }
 
-// decode checks a handshake line: a credential of an agent's uid, for this session,
-// naming a well-formed identity.
-func (a *auth) decode(ctx context.Context, line, bind string) (payload, uint32, error) {
+// decode checks a handshake line: a credential of an agent's uid (or, when users is
+// set, of a user naming their own uid), for this session, naming a well-formed
+// identity.
+func (a *auth) decode(ctx context.Context, line, bind string, users bool) (payload, uint32, error) {
 	cred, ok := strings.CutPrefix(line, greeting)
 	if !ok {
 		return payload{}, 0, errors.New("not a persyst tree handshake")
@@ -216,7 +218,7 @@ func (a *auth) decode(ctx context.Context, line, bind string) (payload, uint32, 
 	if err != nil {
 		return payload{}, 0, err
 	}
-	if !a.agentUID(d.UID) {
+	if !a.agentUID(d.UID) && !users {
 		return payload{}, 0, fmt.Errorf("a credential of uid %d, which is not an agent of the tree (root or TreeUsers=)", d.UID)
 	}
 	var p payload
@@ -224,6 +226,13 @@ func (a *auth) decode(ctx context.Context, line, bind string) (payload, uint32, 
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil || p.V != 1 {
 		return payload{}, 0, errors.New("a credential without a persyst identity")
+	}
+	switch {
+	case p.Role == User && (!users || p.Name != strconv.FormatUint(uint64(d.UID), 10)):
+		// A user is who munged says made the credential, and only where users are taken.
+		return payload{}, 0, fmt.Errorf("a user credential of uid %d naming %q here", d.UID, clean(p.Name))
+	case p.Role != User && !a.agentUID(d.UID):
+		return payload{}, 0, fmt.Errorf("a credential of uid %d, which is not an agent of the tree (root or TreeUsers=)", d.UID)
 	}
 	if p.Bind != bind {
 		return payload{}, 0, errors.New("a credential made for another connection")

@@ -50,7 +50,13 @@ const (
 	Collector Role = "collector"
 	Sync      Role = "sync"
 	Frontend  Role = "frontend"
+	// User is a person's process (persyst report from a login node), named by its uid:
+	// MUNGE only, accepted only by servers that take users (Options.AcceptUsers), and
+	// allowed only to read reports, whose owners the server checks.
+	User Role = "user"
 )
+
+var uidRE = regexp.MustCompile(`^[0-9]{1,10}$`)
 
 // Identity is an agent: its role and its name (a node's Slurm name, an agent's name in
 // the tree).
@@ -68,6 +74,8 @@ func (i Identity) Valid() bool {
 	switch i.Role {
 	case Node, Collector, Sync, Frontend:
 		return nameRE.MatchString(i.Name)
+	case User:
+		return uidRE.MatchString(i.Name)
 	}
 	return false
 }
@@ -87,6 +95,7 @@ func (a AuthInfo) AuthType() string { return "persyst-" + a.Method }
 // authentication) and where it called from.
 type Peer struct {
 	Identity Identity
+	UID      uint32 // from its MUNGE credential
 	Addr     net.IP
 	OK       bool
 }
@@ -102,7 +111,7 @@ func PeerOf(ctx context.Context) Peer {
 		out.Addr = ta.IP
 	}
 	if ai, ok := p.AuthInfo.(AuthInfo); ok {
-		out.Identity, out.OK = ai.Identity, true
+		out.Identity, out.UID, out.OK = ai.Identity, ai.UID, true
 	}
 	return out
 }
@@ -112,6 +121,7 @@ var allowed = map[string][]Role{
 	"/persyst.v1.Node/SetRoutes":        {Frontend},
 	"/persyst.v1.Node/Ping":             {Frontend},
 	"/persyst.v1.Node/Part":             {Node},
+	"/persyst.v1.Node/Report":           {User},
 	"/persyst.v1.Collector/Push":        {Node},
 	"/persyst.v1.Collector/PushPartial": {Collector},
 	"/persyst.v1.Collector/Summary":     {Node, Collector, Sync, Frontend},

@@ -126,6 +126,11 @@ func (r *recorder) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, e
 	return &pb.Heartbeat{}, nil
 }
 
+func (r *recorder) Report(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	r.note(ctx)
+	return &pb.JobSummary{JobId: in.JobId}, nil
+}
+
 func (r *recorder) calls() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -204,6 +209,8 @@ func call(addr string, dial grpc.DialOption, method string) error {
 		_, err = pb.NewCollectorClient(conn).Summary(ctx, &pb.JobSummaryRequest{JobId: 7})
 	case "SetRoutes":
 		ack, err = pb.NewNodeClient(conn).SetRoutes(ctx, &pb.Routes{})
+	case "Report":
+		_, err = pb.NewNodeClient(conn).Report(ctx, &pb.JobSummaryRequest{JobId: 7})
 	default:
 		return fmt.Errorf("no method %s", method)
 	}
@@ -260,6 +267,37 @@ func TestMunge(t *testing.T) {
 	}
 	if got := fakeRec.calls(); len(got) != 0 {
 		t.Errorf("the fake server got calls: %v", got)
+	}
+}
+
+// TestMungeUsers: a node daemon's server takes users' credentials (role user, named by
+// the uid munged vouches for) for reports only; a user may not pose as another user or
+// as an agent, and servers that do not take users refuse them at the handshake.
+func TestMungeUsers(t *testing.T) {
+	m := munged(t)
+	log := zerolog.New(io.Discard)
+	node := tree(t, Options{Self: Identity{Node, "node1"}, Munge: m, AcceptUsers: true, Log: log})
+	addr, rec := serve(t, node)
+	collectorAddr, _ := serve(t, tree(t, Options{Self: Identity{Collector, "col1"}, Munge: m, Log: log}))
+	user := tree(t, Options{Self: Identity{User, "65534"}, Munge: asNobody(t, m), Log: log})
+	impostor := tree(t, Options{Self: Identity{User, "1000"}, Munge: asNobody(t, m), Log: log})
+	root := tree(t, Options{Self: Identity{User, "0"}, Munge: m, Log: log})
+	if _, err := New(Options{Mode: TLS, Self: Identity{User, "65534"}}); err == nil {
+		t.Errorf("a user with TLS: no error")
+	}
+	runCalls(t, addr, []callCase{
+		{"user reads a report", dialOf(t, user, Node), "Report", codes.OK, ""},
+		{"root as a user reads a report", dialOf(t, root, Node), "Report", codes.OK, ""},
+		{"user sets routes", dialOf(t, user, Node), "SetRoutes", codes.PermissionDenied, "user/65534 may not call"},
+		{"user claims another uid", dialOf(t, impostor, Node), "Report", codes.Unavailable, "a user credential of uid 65534 naming"},
+		{"agent reads a report", dialOf(t, tree(t, Options{Self: Identity{Node, "node2"}, Munge: m, Log: log}), Node), "Report", codes.PermissionDenied, "may not call"},
+	})
+	if err := call(collectorAddr, dialOf(t, user), "Summary"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not an agent") {
+		t.Errorf("a user at a collector: %v", err)
+	}
+	want := []string{"user/65534", "user/0"}
+	if got := rec.calls(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("the node's server saw %v, want %v", got, want)
 	}
 }
 

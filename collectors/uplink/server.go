@@ -2,13 +2,18 @@ package uplink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/collectors/treeauth"
+	"github.com/persyst/persyst/digest"
 )
 
 // NodeServer is the node daemon's gRPC service in the agent tree: the frontend pushes it
@@ -20,9 +25,36 @@ type NodeServer struct {
 	Node string
 	Ship *Uplink
 	// Parts holds this node's parts of its jobs, for their batch hosts (nil: none).
-	Parts interface {
-		Part(job uint32) *pb.JobPartial
+	Parts Parts
+	// Reports gives a user the reports they may read (nil: none).
+	Reports Reports
+}
+
+// Parts are a node's parts of its jobs (collectors.Peers).
+type Parts interface {
+	Part(job uint32) *pb.JobPartial
+}
+
+// Reports are a node daemon's job reports, given to the users who may read them
+// (daemon.ReportGate).
+type Reports interface {
+	ReportJSON(uid uint32, job uint32) ([]byte, error)
+}
+
+// Report returns a job's report to a MUNGE-authenticated user who may read it.
+func (n *NodeServer) Report(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	p := treeauth.PeerOf(ctx)
+	switch {
+	case !p.OK || p.Identity.Role != treeauth.User:
+		return nil, status.Error(codes.PermissionDenied, "reports are given to users authenticated with MUNGE only")
+	case n.Reports == nil:
+		return nil, status.Error(codes.Unavailable, "this daemon keeps no reports")
 	}
+	b, err := n.Reports.ReportJSON(p.UID, in.JobId)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.JobSummary{JobId: in.JobId, Nodes: []string{n.Node}, ReportJson: b}, nil
 }
 
 // Part returns this node's part of a job.
@@ -59,4 +91,26 @@ func Serve(ctx context.Context, ln net.Listener, n *NodeServer, opts ...grpc.Ser
 		return fmt.Errorf("node server: %w", err)
 	}
 	return nil
+}
+
+// RemoteReport asks the node daemon at addr for a job's report, as the user dial
+// authenticates (treeauth, role User): `persyst report` away from the job's batch host.
+func RemoteReport(ctx context.Context, addr string, dial grpc.DialOption, job uint32) (*digest.Report, error) {
+	conn, err := grpc.NewClient(addr, dial)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	sum, err := pb.NewNodeClient(conn).Report(ctx, &pb.JobSummaryRequest{JobId: job})
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
+			return nil, errors.New(st.Message())
+		}
+		return nil, fmt.Errorf("the persyst daemon at %s: %w", addr, err)
+	}
+	var r digest.Report
+	if err := json.Unmarshal(sum.ReportJson, &r); err != nil {
+		return nil, fmt.Errorf("report from %s: %w", addr, err)
+	}
+	return &r, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"google.golang.org/grpc"
 )
@@ -25,9 +24,9 @@ type Options struct {
 	// Auth authenticates the node in the tree (nil: plain connections, no checks).
 	Auth *treeauth.Tree
 	// Parts are this node's parts of its jobs, served to their batch hosts (nil: none).
-	Parts interface {
-		Part(job uint32) *pb.JobPartial
-	}
+	Parts Parts
+	// Reports gives users their jobs' reports (nil: none).
+	Reports Reports
 	// Retry is how often cycles kept while a collector is down are tried again.
 	Retry time.Duration
 	Log   zerolog.Logger
@@ -62,7 +61,7 @@ func Start(ctx context.Context, o Options) (*Uplink, error) {
 			return nil, fmt.Errorf("route service %s: %w", o.Listen, err)
 		}
 		go func() {
-			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u, Parts: o.Parts}, serverOpts...); err != nil {
+			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u, Parts: o.Parts, Reports: o.Reports}, serverOpts...); err != nil {
 				o.Log.Error().Err(err).Msg("node gRPC service stopped")
 			}
 		}()
