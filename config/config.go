@@ -13,14 +13,25 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// DefaultPath is where persyst looks for its configuration.
+// DefaultPath is where persyst looks for its configuration when SLURM_CONF does not
+// say where Slurm's configuration is.
 const DefaultPath = "/etc/slurm/persyst.conf"
+
+// DefaultFile is where persyst looks for its configuration: next to slurm.conf, as Slurm
+// finds cgroup.conf and its other files (the directory of SLURM_CONF), else DefaultPath.
+func DefaultFile() string {
+	if s := os.Getenv("SLURM_CONF"); s != "" && filepath.IsAbs(s) {
+		return filepath.Join(filepath.Dir(s), "persyst.conf")
+	}
+	return DefaultPath
+}
 
 // Config is persyst.conf.
 type Config struct {

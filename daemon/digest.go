@@ -64,9 +64,10 @@ func (m *Measurer) LateDigest(ctx context.Context, j *Job) error {
 	return m.digest(ctx, j, late)
 }
 
-// InteractiveDigest makes the report of a job without a batch script (srun, salloc) at
-// its end, on its first node: kept for `persyst report`, written into no file (the
-// job's output went to a terminal).
+// InteractiveDigest makes the report of a job without a batch script (srun, salloc) on
+// its first node, at each step's end and at the job's end: kept for `persyst report`
+// (which srun runs at the end of a job it started, to print it), written into no file
+// (the job's output went to a terminal).
 func (m *Measurer) InteractiveDigest(ctx context.Context, j *Job) error {
 	if j.step("batch") != nil || j.NodeID != 0 || len(j.Steps) == 0 {
 		return nil
@@ -89,11 +90,13 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 	}
 	m.mu.Lock()
 	jm := m.jobs[j.JobID]
-	if jm == nil || jm.job == nil || jm.digested {
+	// A digest is made once; an interactive job's report is made again at each step's
+	// end and at the job's end (it goes into no file).
+	if jm == nil || jm.job == nil || (jm.digested && mode != interactive) {
 		m.mu.Unlock()
 		return nil
 	}
-	jm.digested = true
+	jm.digested = jm.digested || mode != interactive
 	m.mu.Unlock()
 
 	timeout := m.dig.Timeout

@@ -308,6 +308,11 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 			rep.Cgroup = s.meas.Prepare(j)
 		case wire.StepEnd:
 			s.meas.StepEnded(j.JobID)
+			if e.StepID != "batch" && e.StepID != "extern" {
+				if err := s.meas.InteractiveDigest(context.Background(), j); err != nil {
+					log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
+				}
+			}
 			if e.StepID == "batch" {
 				// The plugin waits (bounded) for this reply at the batch step's end, so
 				// the digest is in the output file before the job is complete. A digest

@@ -258,6 +258,11 @@ func TestCoverage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("srun printed %q", o)
 		}
+		// srun started the job: at its end, srun prints the digest on the terminal.
+		if !strings.Contains(errOut, "persyst: job "+strconv.FormatUint(id, 10)) {
+			t.Errorf("srun's standard error has no digest of job %d:\n%s", id, errOut)
+		}
+		t.Logf("srun's terminal:\n%s", errOut)
 		c.waitDone(t, uint32(id), time.Minute)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
@@ -274,6 +279,27 @@ func TestCoverage(t *testing.T) {
 				t.Fatalf("no report of interactive job %d: %v", id, err)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("an salloc allocation's steps have a report", func(t *testing.T) {
+		node := c.nodes[2]
+		o, errOut, err := c.run(t, nil, "salloc", "-w", node, "-N1", "srun", "sh", "-c", "echo $SLURM_JOB_ID; sleep 2")
+		if err != nil {
+			t.Fatalf("salloc: %v\n%s%s", err, o, errOut)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(o), 10, 32)
+		if err != nil {
+			t.Fatalf("salloc printed %q", o)
+		}
+		if strings.Contains(errOut, "persyst: job") {
+			t.Errorf("srun inside salloc printed a digest:\n%s", errOut)
+		}
+		c.waitDone(t, uint32(id), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if r, err := daemon.JobReport(ctx, c.socket(node), uint32(id)); err != nil || r.Samples == 0 {
+			t.Errorf("report of salloc job %d: %+v %v", id, r, err)
 		}
 	})
 }

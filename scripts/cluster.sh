@@ -290,7 +290,7 @@ EOF
 	if [ "$PLUGIN" = 1 ]; then
 		# Every node's slurmd sees its own run directory at $DIR/run/local (see up()), as
 		# every real node has its own /run/persyst.
-		echo "optional $SPANK default=on socket=$DIR/run/local/persyst.sock timeout=5" >"$etc/plugstack.conf"
+		echo "optional $SPANK default=on socket=$DIR/run/local/persyst.sock timeout=5 report=$BIN" >"$etc/plugstack.conf"
 	else
 		: >"$etc/plugstack.conf"
 	fi

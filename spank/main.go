@@ -21,10 +21,12 @@ package main
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -264,6 +266,34 @@ func persystSend(kind C.int, ev *C.struct_persyst_event) C.int {
 	}
 	logf(C.PERSYST_LOG_DEBUG, "%s: %s sent in %v", jobStep(e), k, time.Since(start).Round(time.Microsecond))
 	return 0
+}
+
+// reportWait bounds how long srun waits at the end of an interactive job for its digest.
+const reportWait = 5 * time.Second
+
+// persystPrintReport prints the digest of the interactive job srun started, on srun's
+// standard error (the user's terminal), with the persyst command plugstack.conf names
+// (report=). Nothing is printed when the job opted out, when there is no digest within
+// reportWait, or when anything fails: persyst's own faults are logged at debug level.
+//
+//export persystPrintReport
+func persystPrintReport(job C.uint32_t, option C.int) {
+	plugin.mu.Lock()
+	cfg, ok := plugin.cfg, plugin.configured
+	plugin.mu.Unlock()
+	if !ok || cfg.Report == "" || job == 0 || option == 0 || (option < 0 && !cfg.DefaultOn) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reportWait+2*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.Report, "report", "--wait", reportWait.String(), strconv.FormatUint(uint64(job), 10))
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		logf(C.PERSYST_LOG_DEBUG, "job %d: no digest to print: %v", uint32(job), err)
+		return
+	}
+	os.Stderr.Write(out.Bytes())
 }
 
 // setJoin hands the task hook the cgroup the daemon wants the step's tasks in. Only a

@@ -37,6 +37,7 @@ static int opt_value = -1;    /* -1: not given, 0: off, 1: on */
 static int plugin_disabled;   /* a plugstack.conf argument was wrong */
 static int exit_status_known;
 static int exit_status;
+static int srun_alone;        /* srun started its own job (not inside sbatch or salloc) */
 
 static int opt_cb(int val, const char *optarg, int remote);
 
@@ -155,6 +156,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	    (env = getenv(USER_OPTION_ENV)) != NULL)
 		setenv(SLURM_OPTION_ENV, env, 0);
 
+	/* srun without SLURM_JOB_ID in its environment makes its own allocation: an
+	 * interactive job, whose digest srun prints when it ends (slurm_spank_exit). */
+	if (ctx == S_CTX_LOCAL && getenv("SLURM_JOB_ID") == NULL)
+		srun_alone = 1;
 	if (ctx != S_CTX_SLURMD)
 		spank_option_register(sp, &persyst_option);
 	if (persystConfigure(ac, av) != 0) {
@@ -251,10 +256,24 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
 	struct persyst_event ev;
+	uint32_t job_id = 0;
+	const char *env;
 
 	(void)ac;
 	(void)av;
-	if (plugin_disabled || !spank_remote(sp))
+	if (plugin_disabled)
+		return ESPANK_SUCCESS;
+	if (spank_context() == S_CTX_LOCAL && srun_alone) {
+		/* The interactive job srun started is over: its digest, on the terminal. */
+		if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || job_id == 0) {
+			env = getenv("SLURM_JOB_ID");
+			job_id = env ? (uint32_t)strtoul(env, NULL, 10) : 0;
+		}
+		if (job_id != 0)
+			persystPrintReport(job_id, option_value(sp));
+		return ESPANK_SUCCESS;
+	}
+	if (!spank_remote(sp))
 		return ESPANK_SUCCESS;
 	fill_common(sp, &ev);
 	fill_step(sp, &ev);

@@ -22,7 +22,7 @@ func (o *calibrateOptions) flags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.seconds, "seconds", 10, "time budget of the benchmarks (the run ends within about twice that)")
 	fs.BoolVar(&o.json, "json", false, "print the calibration written, as JSON")
 	fs.StringVar(&o.nodeType, "node-type", "", "node type to calibrate (default: processor model and online CPUs, e.g. AMD_EPYC-2cpus)")
-	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf (CalibrationDir)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (CalibrationDir)")
 }
 
 func runCalibrate(ctx context.Context, io stdio, args []string) error {

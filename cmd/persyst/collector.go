@@ -14,7 +14,7 @@ func agentFlags(fs *flag.FlagSet, o *collectors.AgentOptions, listen, db string)
 	fs.StringVar(&o.DB, "db", db, "SQLite database of results")
 	fs.StringVar(&o.Name, "name", shortHostname(), "this agent's name")
 	fs.IntVar(&o.Q, "quantiles", 10, "quantile steps per property and cycle (10: deciles)")
-	return fs.String("config", config.DefaultPath, "persyst.conf (thresholds, strategy, mutual TLS)")
+	return fs.String("config", config.DefaultFile(), "persyst.conf (thresholds, strategy, mutual TLS)")
 }
 
 // agentOptions finishes an agent's options after its flags were parsed.

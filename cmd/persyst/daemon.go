@@ -34,7 +34,7 @@ func (o *daemonOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long ended jobs stay in the registry")
 	fs.StringVar(&o.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&o.cycle, "cycle", 0, "measurement cycle (default: CycleSeconds from persyst.conf, else 60s)")
-	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf")
 	fs.BoolVar(&o.noMeasure, "no-measure", false, "record lifecycle events only; measure nothing")
 	fs.StringVar(&o.grpcListen, "grpc-listen", "", "address of the gRPC service the frontend pushes routes to (\"\": none)")
 }

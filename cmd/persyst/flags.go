@@ -45,7 +45,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // loadConfig reads persyst.conf; the default path may be missing (then: defaults).
 func loadConfig(path string) (config.Config, error) {
-	return config.Load(path, path == config.DefaultPath)
+	return config.Load(path, path == config.DefaultFile())
 }
 
 // newLogger is a JSON logger at level with the given context fields (key, value, ...).

@@ -22,7 +22,7 @@ func frontendFlags(fs *flag.FlagSet, o *collectors.FrontendOptions) (confPath *s
 	fs.StringVar(&o.Listen, "listen", "", "address where the frontend merges jobs split over collectors without a live sync agent in common (\"\": such jobs' digests cover their batch host)")
 	fs.StringVar(&o.DB, "db", "", "SQLite database of the per-cycle results merged at the frontend (\"\": not kept)")
 	fs.DurationVar(&o.Cycle, "cycle", time.Minute, "balancing cycle")
-	return fs.String("config", config.DefaultPath, "persyst.conf (the job map's source, the tree)")
+	return fs.String("config", config.DefaultFile(), "persyst.conf (the job map's source, the tree)")
 }
 
 func runFrontend(ctx context.Context, io stdio, args []string) error {

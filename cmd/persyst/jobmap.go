@@ -17,7 +17,7 @@ type jobmapOptions struct {
 }
 
 func (o *jobmapOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf")
 	fs.StringVar(&o.restd, "slurmrestd", os.Getenv("PERSYST_SLURMRESTD"), "slurmrestd address (overrides SlurmRestd in persyst.conf): unix:/path or http(s)://host:port")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 	fs.BoolVar(&o.running, "running", false, "only running jobs")

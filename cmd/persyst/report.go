@@ -25,6 +25,7 @@ type reportOptions struct {
 	node, socket, db, config string
 	json                     bool
 	width                    int
+	wait                     time.Duration
 }
 
 func (o *reportOptions) flags(fs *flag.FlagSet) {
@@ -33,7 +34,8 @@ func (o *reportOptions) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON (docs/digest.md)")
 	fs.IntVar(&o.width, "width", 80, "columns of the text digest")
 	fs.StringVar(&o.db, "db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
-	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf (to reach the batch host's daemon from another machine)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (to reach the batch host's daemon from another machine)")
+	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for the report to be made (a job that is ending)")
 }
 
 // runReport prints a job's report: from a collector's database (--db), from this
@@ -54,16 +56,36 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if !isArray && (err != nil || id == 0) {
 		return usagef("report: bad JOBID %q (a job id, or ARRAYID_TASKID)", name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if o.db != "" && isArray {
+		return usagef("report --db: give the array task's job id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+o.wait)
 	defer cancel()
+	deadline := time.Now().Add(o.wait)
+	for {
+		r, err := findReport(ctx, o, name, id, arr, task, isArray)
+		if err == nil {
+			if o.json {
+				return writeJSON(io.out, r)
+			}
+			_, err = fmt.Fprint(io.out, digest.Text(*r, digest.TextOptions{Width: o.width, MaxFindings: 100}))
+			return err
+		}
+		if time.Until(deadline) < 200*time.Millisecond {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// findReport looks for a job's report where o says.
+func findReport(ctx context.Context, o reportOptions, name string, id uint64, arr, task uint32, isArray bool) (*digest.Report, error) {
 	var r *digest.Report
+	var err error
 	switch {
 	case o.db != "":
-		if isArray {
-			return usagef("report --db: give the array task's job id")
-		}
 		if r, err = dbReport(ctx, o.db, uint32(id)); err != nil {
-			return err
+			return nil, err
 		}
 	default:
 		node := o.node
@@ -75,19 +97,15 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 		if errors.Is(err, errNotHere) {
 			var rerr error
 			if r, rerr = remoteReport(ctx, o, name); rerr != nil {
-				return fmt.Errorf("%v; from the job's batch host: %w", err, rerr)
+				return nil, fmt.Errorf("%v; from the job's batch host: %w", err, rerr)
 			}
 			err = nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if o.json {
-		return writeJSON(io.out, r)
-	}
-	_, err = fmt.Fprint(io.out, digest.Text(*r, digest.TextOptions{Width: o.width, MaxFindings: 100}))
-	return err
+	return r, nil
 }
 
 func dbReport(ctx context.Context, db string, id uint32) (*digest.Report, error) {

@@ -25,7 +25,7 @@ func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.interval, "interval", time.Minute, "measurement cycle (reads at multiples of it, and at the end)")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON (to stderr)")
 	fs.StringVar(&o.level, "log-level", "warn", "log level: debug, info, warn, error")
-	fs.StringVar(&o.config, "config", config.DefaultPath, "persyst.conf (thresholds, strategy, calibration)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (thresholds, strategy, calibration)")
 }
 
 // runRun is `persyst run -- CMD`: its exit code is CMD's.

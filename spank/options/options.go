@@ -34,11 +34,17 @@ type Config struct {
 	Socket string
 	// Timeout bounds each exchange with the daemon.
 	Timeout time.Duration
+	// Report is the persyst command srun runs when a job it started ends, to print the
+	// job's digest on the user's terminal ("": none).
+	Report string
 }
+
+// DefaultReport is the persyst command srun runs at the end of an interactive job.
+const DefaultReport = "/usr/bin/persyst"
 
 // Defaults returns the configuration used when plugstack.conf gives no arguments.
 func Defaults() Config {
-	return Config{DefaultOn: true, Socket: DefaultSocket, Timeout: DefaultTimeout}
+	return Config{DefaultOn: true, Socket: DefaultSocket, Timeout: DefaultTimeout, Report: DefaultReport}
 }
 
 // ParseArgs parses plugstack.conf arguments. Every argument must be key=value with a known
@@ -51,7 +57,7 @@ func ParseArgs(args []string) (Config, []error) {
 	for _, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
-			errs = append(errs, fmt.Errorf("argument %q: want key=value (keys: default, socket, timeout)", a))
+			errs = append(errs, fmt.Errorf("argument %q: want key=value (keys: default, socket, timeout, report)", a))
 			continue
 		}
 		if seen[k] {
@@ -77,6 +83,16 @@ func ParseArgs(args []string) (Config, []error) {
 				continue
 			}
 			c.Socket = v
+		case "report":
+			switch {
+			case v == "off":
+				c.Report = ""
+			case !filepath.IsAbs(v) || filepath.Clean(v) != v || v == "/" || strings.ContainsAny(v, "\x00\n"):
+				errs = append(errs, fmt.Errorf("argument %q: report must be off or the persyst command's clean absolute path", a))
+				continue
+			default:
+				c.Report = v
+			}
 		case "timeout":
 			d, err := parseSeconds(v)
 			if err != nil {
@@ -85,7 +101,7 @@ func ParseArgs(args []string) (Config, []error) {
 			}
 			c.Timeout = d
 		default:
-			errs = append(errs, fmt.Errorf("argument %q: unknown key %q (keys: default, socket, timeout)", a, k))
+			errs = append(errs, fmt.Errorf("argument %q: unknown key %q (keys: default, socket, timeout, report)", a, k))
 		}
 	}
 	return c, errs

@@ -9,7 +9,7 @@ import (
 )
 
 func TestDefaults(t *testing.T) {
-	want := Config{DefaultOn: true, Socket: "/run/persyst/persyst.sock", Timeout: 5 * time.Second}
+	want := Config{DefaultOn: true, Socket: "/run/persyst/persyst.sock", Timeout: 5 * time.Second, Report: "/usr/bin/persyst"}
 	if diff := cmp.Diff(want, Defaults()); diff != "" {
 		t.Errorf("Defaults mismatch (-want +got):\n%s", diff)
 	}
@@ -42,8 +42,12 @@ func TestParseArgs(t *testing.T) {
 		{
 			name: "all three",
 			args: []string{"default=off", "socket=/run/p/p.sock", "timeout=1"},
-			want: Config{DefaultOn: false, Socket: "/run/p/p.sock", Timeout: time.Second},
+			want: Config{DefaultOn: false, Socket: "/run/p/p.sock", Timeout: time.Second, Report: DefaultReport},
 		},
+		{name: "report", args: []string{"report=/opt/persyst/bin/persyst"}, want: with(func(c *Config) { c.Report = "/opt/persyst/bin/persyst" })},
+		{name: "report off", args: []string{"report=off"}, want: with(func(c *Config) { c.Report = "" })},
+		{name: "relative report", args: []string{"report=persyst"}, want: def, wantErrs: [][]string{{`"report=persyst"`, "clean absolute path"}}},
+		{name: "report newline", args: []string{"report=/a\nb"}, want: def, wantErrs: [][]string{{`"report=/a\nb"`, "clean absolute path"}}},
 		{name: "unknown key", args: []string{"color=blue"}, want: def, wantErrs: [][]string{{`"color=blue"`, `unknown key "color"`}}},
 		{name: "key case matters", args: []string{"Default=off"}, want: def, wantErrs: [][]string{{`"Default=off"`, "unknown key"}}},
 		{name: "missing =", args: []string{"default"}, want: def, wantErrs: [][]string{{`"default"`, "want key=value"}}},
@@ -96,7 +100,7 @@ func TestParseArgs(t *testing.T) {
 		{
 			name:     "good args survive bad ones",
 			args:     []string{"default=off", "timeout=x", "socket=/s.sock"},
-			want:     Config{DefaultOn: false, Socket: "/s.sock", Timeout: DefaultTimeout},
+			want:     Config{DefaultOn: false, Socket: "/s.sock", Timeout: DefaultTimeout, Report: DefaultReport},
 			wantErrs: [][]string{{`"timeout=x"`, "number of seconds"}},
 		},
 	}
