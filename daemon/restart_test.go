@@ -59,6 +59,17 @@ func (n *restartNode) daemon() (*Registry, *Measurer) {
 	return reg, m
 }
 
+// startJob starts a daemon and job 7's batch step under it.
+func (n *restartNode) startJob() *Measurer {
+	reg, m := n.daemon()
+	j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: n.now}, n.now)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	m.Prepare(j)
+	return m
+}
+
 func (n *restartNode) cycles(m *Measurer, k int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := 0
@@ -84,19 +95,14 @@ func (n *restartNode) cycles(m *Measurer, k int) {
 // stretch no daemon measured.
 func TestMeasurerRestart(t *testing.T) {
 	n := newRestartNode(t)
-	reg, m := n.daemon()
-	j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: n.now}, n.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Prepare(j)
-	n.cycles(m, 3) // 12:00:10, :20, :30
+	first := n.startJob()
+	n.cycles(first, 3) // 12:00:10, :20, :30
 	n.now = n.now.Add(25 * time.Second)
 	n.usage += 20_000_000 // the job used 20 s of CPU while no daemon ran
 	n.setCPU(n.usage)
 
-	reg, m = n.daemon()
-	j = reg.Job(7)
+	reg, m := n.daemon()
+	j := reg.Job(7)
 	m.Prepare(j)
 	n.cycles(m, 2) // 12:01:00, :01:10
 	if err := m.Digest(context.Background(), j); err != nil {
@@ -137,18 +143,13 @@ func TestMeasurerRestart(t *testing.T) {
 // its digest late from the samples the earlier daemon kept, saying so.
 func TestLateDigest(t *testing.T) {
 	n := newRestartNode(t)
-	reg, m := n.daemon()
-	j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: n.now}, n.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Prepare(j)
-	n.cycles(m, 2)
+	first := n.startJob()
+	n.cycles(first, 2)
 	n.now = n.now.Add(40 * time.Second)
 	n.facts[7] = &jobmap.Job{JobID: 7, State: "COMPLETED", Nodes: []string{"node1"}, WorkDir: "/home/u", Stdout: "slurm-7.out",
 		End: n.now.Add(-10 * time.Second)}
 
-	reg, m = n.daemon()
+	reg, m := n.daemon()
 	prepared := false
 	rc := newReconciler(reg, m, n.facts, "node1", zerolog.Nop(), func() time.Time { return n.now })
 	ctx, cancel := context.WithCancel(context.Background())
