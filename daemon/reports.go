@@ -79,20 +79,28 @@ func (s reportStore) load(id uint32) (*digest.Report, error) {
 
 // sweep removes the reports of jobs keep does not keep.
 func (s reportStore) sweep(keep func(uint32) bool, log zerolog.Logger) {
-	if s.dir == "" {
+	sweepJobFiles(s.dir, ".json", keep, false, log)
+}
+
+// sweepJobFiles removes the files <job id><suffix> of dir whose jobs keep does not keep,
+// and (others) every other file there.
+func sweepJobFiles(dir, suffix string, keep func(uint32) bool, others bool, log zerolog.Logger) {
+	if dir == "" {
 		return
 	}
-	ents, err := os.ReadDir(s.dir)
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".json"), 10, 32)
-		if err != nil || !strings.HasSuffix(e.Name(), ".json") || keep(uint32(id)) {
+		name := e.Name()
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, suffix), 10, 32)
+		ours := err == nil && strings.HasSuffix(name, suffix)
+		if (ours && keep(uint32(id))) || (!ours && !others) {
 			continue
 		}
-		if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil {
-			log.Warn().Err(err).Msg("old report not removed")
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			log.Warn().Err(err).Str("file", filepath.Join(dir, name)).Msg("old file not removed")
 		}
 	}
 }

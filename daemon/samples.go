@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -196,21 +195,5 @@ func (f sampleFiles) remove(id uint32) {
 
 // sweep removes the files of jobs keep does not keep, and unfinished rewrites.
 func (f sampleFiles) sweep(keep func(uint32) bool) {
-	if f.dir == "" {
-		return
-	}
-	ents, err := os.ReadDir(f.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		name := e.Name()
-		id, err := strconv.ParseUint(strings.TrimSuffix(name, ".jsonl"), 10, 32)
-		if err == nil && strings.HasSuffix(name, ".jsonl") && keep(uint32(id)) {
-			continue
-		}
-		if err := os.Remove(filepath.Join(f.dir, name)); err != nil {
-			f.log.Warn().Err(err).Str("file", name).Msg("old samples file not removed")
-		}
-	}
+	sweepJobFiles(f.dir, ".jsonl", keep, true, f.log)
 }
