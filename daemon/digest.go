@@ -118,6 +118,52 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 	if mode == interactive && facts != nil && facts.BatchHost != "" && facts.BatchHost != m.node {
 		return nil // a step of a batch job that runs elsewhere
 	}
+	rep := m.jobReport(ctx, j, jm, facts, mode)
+	m.mu.Lock()
+	jm.report = &rep
+	m.mu.Unlock()
+	if err := m.reports.save(j.JobID, &rep); err != nil {
+		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
+	}
+	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
+		m.log.Info().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Msg("job digest kept (not written into the output file)")
+		return nil
+	}
+	return m.write(ctx, j, rep, facts, mode, start)
+}
+
+// write appends the text digest to the job's output file, as the job's user.
+func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *jobmap.Job, mode digestMode, start time.Time) error {
+	log := m.log.With().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Logger()
+	path := facts.Stdout
+	if path != "" && !filepath.IsAbs(path) {
+		path = filepath.Join(facts.WorkDir, path)
+	}
+	if path == "" {
+		log.Info().Msg("job has no output file: digest kept, not written")
+		return nil
+	}
+	if mode == late && facts.Running() {
+		log.Info().Msg("late digest not written: Slurm says the job still runs")
+		return nil
+	}
+	text := digest.Text(rep, digest.TextOptions{})
+	err := m.dig.Append(ctx, digest.Target{Path: path, UID: j.UID, GID: j.GID}, []byte(text))
+	switch {
+	case errors.Is(err, digest.ErrNotRegular):
+		log.Debug().Str("path", path).Msg("output is not a regular file (e.g. /dev/null): no digest written")
+		return nil
+	case err != nil:
+		log.Warn().Err(err).Str("path", path).Msg("digest not written")
+		return err
+	}
+	log.Info().Str("path", path).Dur("took", time.Since(start)).Msg("digest written")
+	return nil
+}
+
+// jobReport evaluates the job's results on this node, merges the other nodes' (the
+// tree's or the peers'), and builds the report with what it covers.
+func (m *Measurer) jobReport(ctx context.Context, j *Job, jm *jobMeter, facts *jobmap.Job, mode digestMode) digest.Report {
 	ncpus := len(jm.job.Meter().Spec().CPUs)
 	var memRequested float64
 	if facts != nil {
@@ -160,42 +206,7 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		}
 	}
 	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why, reasons)
-	rep := jm.job.Report(df, results)
-	m.mu.Lock()
-	jm.report = &rep
-	m.mu.Unlock()
-	if err := m.reports.save(j.JobID, &rep); err != nil {
-		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
-	}
-	log := m.log.With().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Logger()
-	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
-		log.Info().Msg("job digest kept (not written into the output file)")
-		return nil
-	}
-	path := facts.Stdout
-	if path != "" && !filepath.IsAbs(path) {
-		path = filepath.Join(facts.WorkDir, path)
-	}
-	if path == "" {
-		log.Info().Msg("job has no output file: digest kept, not written")
-		return nil
-	}
-	if mode == late && facts.Running() {
-		log.Info().Msg("late digest not written: Slurm says the job still runs")
-		return nil
-	}
-	text := digest.Text(rep, digest.TextOptions{})
-	err := m.dig.Append(ctx, digest.Target{Path: path, UID: j.UID, GID: j.GID}, []byte(text))
-	switch {
-	case errors.Is(err, digest.ErrNotRegular):
-		log.Debug().Str("path", path).Msg("output is not a regular file (e.g. /dev/null): no digest written")
-		return nil
-	case err != nil:
-		log.Warn().Err(err).Str("path", path).Msg("digest not written")
-		return err
-	}
-	log.Info().Str("path", path).Dur("took", time.Since(start)).Msg("digest written")
-	return nil
+	return jm.job.Report(df, results)
 }
 
 // Report returns a job's report: kept in memory, else from the state directory.

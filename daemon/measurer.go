@@ -342,6 +342,19 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 			up.Send(id, t, seconds, recs, maxRecords)
 		}
 	}
+	job := m.startKept(j, spec, opts, prevHdr, prev)
+	if job == nil {
+		return nil
+	}
+	m.log.Info().Uint32("job", j.JobID).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
+		Str("procs", spec.ProcCgroup).Msg("measuring job")
+	return job
+}
+
+// startKept starts the job's pipeline with its samples kept on disk, and restores what an
+// earlier daemon measured of it (prev, from its header h; nil: nothing).
+func (m *Measurer) startKept(j *Job, spec measure.Spec, opts pipeline.Options, h *sampleHeader, prev []sample.Sample) *pipeline.Job {
+	id := j.JobID
 	keep := sampleHeader{JobID: id, JobStarted: j.Recorded, CPUs: sample.FormatCPUList(spec.CPUs), Topology: spec.Topology}
 	var job *pipeline.Job
 	if m.samples.dir != "" {
@@ -353,26 +366,24 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 			}
 		}
 	}
-	job, err = pipeline.Start(m.env, spec, opts)
+	job, err := pipeline.Start(m.env, spec, opts)
 	if err != nil {
 		m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured")
 		return nil
 	}
 	keep.Started = job.Summary().Started
-	if prevHdr != nil {
-		n, err := job.Restore(prev, prevHdr.Started, "the persyst daemon was not running")
+	if h != nil {
+		n, err := job.Restore(prev, h.Started, "the persyst daemon was not running")
 		if err != nil {
 			m.log.Warn().Err(err).Uint32("job", id).Msg("samples of an earlier daemon not restored")
 		} else {
-			keep.Started = prevHdr.Started
-			m.log.Info().Uint32("job", id).Int("samples", n).Time("since", prevHdr.Started).Msg("measurement of an earlier daemon restored")
+			keep.Started = h.Started
+			m.log.Info().Uint32("job", id).Int("samples", n).Time("since", h.Started).Msg("measurement of an earlier daemon restored")
 		}
 	}
 	if err := m.samples.write(keep, job.Meter().Samples()); err != nil {
 		m.log.Warn().Err(err).Uint32("job", id).Msg("samples not kept on disk: a daemon restart would lose them")
 	}
-	m.log.Info().Uint32("job", j.JobID).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
-		Str("procs", spec.ProcCgroup).Msg("measuring job")
 	return job
 }
 

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"flag"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/persyst/persyst/collectors"
+	"github.com/persyst/persyst/collectors/node"
 	"github.com/persyst/persyst/collectors/treeauth"
-	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/measure"
@@ -75,42 +72,11 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The node's gRPC service: authenticated, or not served unless asked for.
-	listen := o.grpcListen
-	if listen == "" && conf.NodePort > 0 && auth.Mode() != treeauth.None {
-		listen = ":" + strconv.Itoa(conf.NodePort)
-	}
-	peerDial, err := auth.DialOption(treeauth.Node)
-	if err != nil {
-		return err
-	}
-	peers, err := collectors.NewPeers(collectors.PeersConfig{Node: o.node, Engine: engine, Dial: peerDial, Log: log,
-		Nodes: func(ctx context.Context, job uint32) ([]string, error) {
-			j, err := jm.Job(ctx, strconv.FormatUint(uint64(job), 10))
-			if err != nil {
-				return nil, err
-			}
-			return j.Nodes, nil
-		},
-		Addrs: func(ctx context.Context) (map[string]string, error) {
-			addrs, err := jm.NodeAddrs(ctx)
-			for n, a := range addrs {
-				addrs[n] = net.JoinHostPort(a, strconv.Itoa(conf.NodePort))
-			}
-			return addrs, err
-		}})
-	if err != nil {
-		return err
-	}
-	defer peers.Close()
 	reports := &daemon.ReportGate{}
-	up, err := uplink.Start(ctx, uplink.Options{Collector: conf.Collector, Listen: listen, Node: o.node,
-		Auth: auth, Parts: peers, Reports: reports, Retry: o.cycle, Log: log})
+	peers, err := node.Start(ctx, node.Options{Node: o.node, Engine: engine, Conf: conf, Auth: auth, Listen: o.grpcListen,
+		JobMap: jm, Reports: reports, Retry: o.cycle, Log: log})
 	if err != nil {
 		return err
-	}
-	if up != nil {
-		peers.UseTree(up)
 	}
 	expand := func(s string) string { return strings.ReplaceAll(s, "%n", o.node) }
 	return daemon.Run(ctx, daemon.Config{
