@@ -227,6 +227,8 @@ func (m *Measurer) Report(id uint32) (*digest.Report, error) {
 		return nil, fmt.Errorf("job %d: not known on this node", id)
 	case j.State == OptedOut:
 		return nil, fmt.Errorf("job %d opted out of persyst (--persyst=off)", id)
+	case j.step("batch") == nil && j.NodeID == 0 && len(j.Steps) > 0:
+		return nil, fmt.Errorf("job %d: no report yet; a job without a batch script gets one here at the end of each step and of the job", id)
 	case j.step("batch") == nil && j.Ended == nil:
 		return nil, fmt.Errorf("job %d: no report yet; it is made on the job's batch host at the end of the job (run there, or give --node)", id)
 	case j.step("batch") == nil:

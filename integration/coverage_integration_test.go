@@ -63,6 +63,28 @@ func TestCoverage(t *testing.T) {
 		t.Fatalf("%s: job %d never had %d samples", node, id, k)
 	}
 	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	// waitReport waits for the report of a job without a batch script on its first node
+	// (made as its steps and the job end, after Slurm may already say it completed).
+	waitReport := func(t *testing.T, id uint32) {
+		t.Helper()
+		first := c.jobInfo(t, id)["NodeList"]
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := daemon.JobReport(ctx, c.socket(first), id)
+			cancel()
+			if err == nil {
+				if r.Samples == 0 || r.JobID != id {
+					t.Errorf("report of job %d on %s: %+v", id, first, r)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no report of job %d on %s: %v", id, first, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 
 	t.Run("daemons stopped", func(t *testing.T) {
 		t.Run("killed, started after the job ended", func(t *testing.T) {
@@ -264,22 +286,7 @@ func TestCoverage(t *testing.T) {
 		}
 		t.Logf("srun's terminal:\n%s", errOut)
 		c.waitDone(t, uint32(id), time.Minute)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			r, err := daemon.JobReport(ctx, c.socket(node), uint32(id))
-			cancel()
-			if err == nil {
-				if r.Samples == 0 || r.JobID != uint32(id) {
-					t.Errorf("report of interactive job %d: %+v", id, r)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no report of interactive job %d: %v", id, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		waitReport(t, uint32(id))
 	})
 
 	t.Run("an salloc allocation's steps have a report", func(t *testing.T) {
@@ -296,11 +303,7 @@ func TestCoverage(t *testing.T) {
 			t.Errorf("srun inside salloc printed a digest:\n%s", errOut)
 		}
 		c.waitDone(t, uint32(id), time.Minute)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if r, err := daemon.JobReport(ctx, c.socket(node), uint32(id)); err != nil || r.Samples == 0 {
-			t.Errorf("report of salloc job %d: %+v %v", id, r, err)
-		}
+		waitReport(t, uint32(id))
 	})
 }
 
