@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go watchdog(wctx, log)
+	go meas.WatchOOM(wctx)
 	// Jobs a previous daemon left running are checked with Slurm first (those that
 	// ended meanwhile get their digest late), and those still running measured again.
 	go rec.run(wctx, func() {

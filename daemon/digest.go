@@ -206,6 +206,9 @@ func (m *Measurer) jobReport(ctx context.Context, j *Job, jm *jobMeter, facts *j
 		}
 	}
 	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why, reasons)
+	if mode != interactive || (facts != nil && !facts.Running()) {
+		df.EndState, df.Events = digest.EndEvents(m.ending(j, jm, facts, memRequested, df.JobStart, df.JobEnd))
+	}
 	return jm.job.Report(df, results)
 }
 

@@ -55,6 +55,11 @@ type jobMeter struct {
 	starting bool   // its meter is being opened (outside the lock)
 	ended    bool
 	summary  sample.Summary // final, once ended
+	// oomKills is the most OOM kills counted in the job's v1 memory cgroups, its steps'
+	// and tasks' (stepOOMKills, at each step's end).
+	oomKills int
+	// oomKilled counts the kills the kernel logged in the job's memory cgroups (WatchOOM).
+	oomKilled int
 	// present: Slurm's cgroups of the job were found at the last cycle; vanished: they
 	// were found once and are gone (the job may have ended unseen: Vanished).
 	present, vanished bool
@@ -543,6 +548,12 @@ func (m *Measurer) StepEnded(id uint32) {
 	if job != nil {
 		if _, err := job.Read(sample.Step); err != nil {
 			m.log.Debug().Err(err).Uint32("job", id).Msg("step-end read incomplete")
+		}
+		if n := m.stepOOMKills(jm); n > 0 {
+			m.mu.Lock()
+			jm.oomKills = max(jm.oomKills, n)
+			m.mu.Unlock()
+			m.log.Info().Uint32("job", id).Int("oom_kills", n).Msg("processes of the job were killed for lack of memory")
 		}
 	}
 }

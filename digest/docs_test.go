@@ -17,7 +17,7 @@ func TestDocsListEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	for _, typ := range []reflect.Type{reflect.TypeOf(Report{}), reflect.TypeOf(Coverage{}), reflect.TypeOf(properties.Result{})} {
+	for _, typ := range []reflect.Type{reflect.TypeOf(Report{}), reflect.TypeOf(Coverage{}), reflect.TypeOf(EndState{}), reflect.TypeOf(Event{}), reflect.TypeOf(properties.Result{})} {
 		for i := 0; i < typ.NumField(); i++ {
 			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 			if name == "" || name == "-" {

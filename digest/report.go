@@ -38,6 +38,27 @@ type Report struct {
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
 	// Coverage says what of the job the digest covers (absent for `persyst run`).
 	Coverage *Coverage `json:"coverage,omitempty"`
+	// EndState is how the job (its batch script) ended, when that is known; Events are
+	// what happened to it, stated before any finding (an OOM kill, a failure, a
+	// cancellation, the time limit).
+	EndState *EndState `json:"end_state,omitempty"`
+	Events   []Event   `json:"events,omitempty"`
+}
+
+// EndState is how a job ended: Slurm's state name (COMPLETED, FAILED, CANCELLED, TIMEOUT,
+// OUT_OF_MEMORY, NODE_FAIL, ...) and its batch script's exit code or signal.
+type EndState struct {
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+}
+
+// Event is something that happened to a job, stated before its findings: what (key:
+// oom_kill, failed, cancelled, timeout, node_fail), in words, and what to try.
+type Event struct {
+	Key            string `json:"key"`
+	Text           string `json:"text"`
+	Recommendation string `json:"recommendation,omitempty"`
 }
 
 // JobName is the job as Slurm's commands name it: "1234", or "416_1" for an array task.
@@ -103,6 +124,9 @@ type Facts struct {
 	// Missing are the job's nodes not covered.
 	Missing []MissingNode
 	Late    bool
+	// EndState and Events: how the job ended and what happened to it.
+	EndState *EndState
+	Events   []Event
 }
 
 // coverage states what the measurement covers of the job's life and nodes.
@@ -159,6 +183,7 @@ func Build(f Facts, results []properties.Result, minSeconds float64) Report {
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task
 	}
 	r.Coverage = f.coverage()
+	r.EndState, r.Events = f.EndState, f.Events
 	r.Short = minSeconds > 0 && (f.Seconds < minSeconds || f.Samples < 4)
 	if r.Findings == nil {
 		r.Findings = []properties.Result{}

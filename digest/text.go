@@ -34,7 +34,7 @@ func Text(r Report, o TextOptions) string {
 	}
 	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
 	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
-	if len(r.Findings) == 0 {
+	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
 			facts += "; short job"
 		}
@@ -68,14 +68,26 @@ func Text(r Report, o TextOptions) string {
 	case len(r.Nodes) > 1:
 		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
 	}
-	if len(covered) == 0 {
+	switch {
+	case len(covered) == 0 && len(r.Events) == 0:
 		wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
-	} else {
+	default:
 		wrap(&b, facts+nodes+".", o.Width, "")
 		for _, l := range covered {
 			wrap(&b, l, o.Width, "  ")
 		}
-		b.WriteString("Findings, most important first:\n")
+		// What happened to the job comes before any finding.
+		for _, ev := range r.Events {
+			wrap(&b, "! "+ev.Text, o.Width, "  ")
+			if ev.Recommendation != "" {
+				wrap(&b, "  "+ev.Recommendation, o.Width, "  ")
+			}
+		}
+		if len(r.Findings) > 0 {
+			b.WriteString("Findings, most important first:\n")
+		} else {
+			b.WriteString("No findings in what was measured.\n")
+		}
 	}
 	shown := r.Findings
 	if len(shown) > o.MaxFindings {
@@ -316,6 +328,10 @@ func (r Report) clean() Report {
 	c := func(s string) string { return properties.CleanText(s, maxText) }
 	r.Command = c(r.Command)
 	r.Nodes = cleanAll(r.Nodes, c)
+	r.Events = append([]Event(nil), r.Events...)
+	for i := range r.Events {
+		r.Events[i].Text, r.Events[i].Recommendation = c(r.Events[i].Text), c(r.Events[i].Recommendation)
+	}
 	if r.Coverage != nil {
 		cv := *r.Coverage
 		cv.Missing = append([]MissingNode(nil), cv.Missing...)

@@ -72,6 +72,12 @@ func partial(f Facts) Facts {
 	return f
 }
 
+// ended adds how the job ended.
+func ended(f Facts, e Ending) Facts {
+	f.EndState, f.Events = EndEvents(e)
+	return f
+}
+
 func TestTextGolden(t *testing.T) {
 	many := []properties.Result{smallWrites, idle, system}
 	for i := 0; i < 4; i++ {
@@ -101,6 +107,10 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{fine}, 300},
 		{"part_no_issues", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine}, 300},
 		{"part_findings", partial(covering(Facts{JobID: 7, Nodes: []string{"node1"}, NNodes: 3, CPUs: 1}, 25, 27)), []properties.Result{fine, smallWrites}, 300},
+		{"oom_killed", ended(whole(covering(Facts{JobID: 12, Nodes: []string{"node1"}, CPUs: 1}, 15, 16)),
+			Ending{Exit: status(0, 9), OOMKills: 1, MemPeak: 100 << 20, MemRequested: 100 << 20}), []properties.Result{fine, idle}, 300},
+		{"failed_no_findings", ended(whole(covering(Facts{JobID: 13, Nodes: []string{"node1"}, CPUs: 1}, 600, 10)),
+			Ending{Exit: status(42, 0)}), []properties.Result{fine}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -220,8 +220,12 @@ tls_issue() {
 # write_configs N ETC: the cluster's slurm.conf, cgroup.conf, plugstack.conf and
 # persyst.conf for N nodes, written into ETC (they name paths under $DIR).
 write_configs() {
-	local n=$1 etc=$2 host
+	local n=$1 etc=$2 host mem
 	host=$(hostname -s)
+	# Each node offers the machine's memory, less some for the machine itself (slurmd
+	# drains a node that claims more than it has). Jobs that give --mem are held to it
+	# (cgroup.conf ConstrainRAMSpace=yes), so OOM kills happen for real.
+	mem=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 - 512 ))
 	mkdir -p "$etc"
 	{
 		cat <<EOF
@@ -266,7 +270,7 @@ MessageTimeout=20
 EOF
 		local k
 		for k in $(seq 1 "$n"); do
-			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=1000 State=UNKNOWN"
+			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN"
 		done
 		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP"
 	} >"$etc/slurm.conf"
@@ -284,7 +288,7 @@ EOF
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 ConstrainCores=yes
-ConstrainRAMSpace=no
+ConstrainRAMSpace=yes
 EOF
 
 	if [ "$PLUGIN" = 1 ]; then

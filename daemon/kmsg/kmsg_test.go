@@ -1,0 +1,48 @@
+package kmsg
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestParseOOM: the kernel's OOM kill records (recorded on this machine's 6.18 kernel,
+// a Slurm job on cgroup v1, and a v2 layout), and records that are not kills.
+func TestParseOOM(t *testing.T) {
+	tests := []struct {
+		name   string
+		record string
+		want   OOMKill
+		ok     bool
+	}{
+		{"slurm job, cgroup v1",
+			"3,1021,17749083585,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=step_batch,mems_allowed=0,oom_memcg=/slurm_node1/uid_65534/job_2,task_memcg=/slurm_node1/uid_65534/job_2/step_batch/task_0,task=persyst-workloa,pid=17450,uid=65534\n",
+			OOMKill{TaskCgroup: "/slurm_node1/uid_65534/job_2/step_batch/task_0", OOMCgroup: "/slurm_node1/uid_65534/job_2", PID: 17450, Task: "persyst-workloa"}, true},
+		{"cgroup v2, continuation lines",
+			"6,900,5,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/system.slice/slurmstepd.scope/job_7,task_memcg=/system.slice/slurmstepd.scope/job_7/step_0/user/task_0,task=a.out,pid=42,uid=1000\n SUBSYSTEM=x\n",
+			OOMKill{TaskCgroup: "/system.slice/slurmstepd.scope/job_7/step_0/user/task_0", OOMCgroup: "/system.slice/slurmstepd.scope/job_7", PID: 42, Task: "a.out"}, true},
+		{"the kill's second line", "3,1022,17749083613,-;Memory cgroup out of memory: Killed process 17450 (persyst-workloa)\n", OOMKill{}, false},
+		{"no task cgroup", "3,1,1,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=x,pid=1\n", OOMKill{}, false},
+		{"garbage", "hello", OOMKill{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ParseOOM(tc.record)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ParseOOM (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzParseOOM(f *testing.F) {
+	f.Add("3,1,1,-;oom-kill:task_memcg=/a/job_1,pid=1")
+	f.Fuzz(func(t *testing.T, s string) {
+		if k, ok := ParseOOM(s); ok && (k.TaskCgroup == "" || k.TaskCgroup[0] != '/') {
+			t.Errorf("accepted %q with task cgroup %q", s, k.TaskCgroup)
+		}
+	})
+}

@@ -1,0 +1,69 @@
+package digest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func status(code, sig int) *int {
+	s := code<<8 | sig
+	return &s
+}
+
+// TestEndEvents: how a job ended, from Slurm's state when it has one, else from the
+// batch script's exit status, the OOM kills and the time limit; what leads the digest.
+func TestEndEvents(t *testing.T) {
+	mib := float64(1 << 20)
+	tests := []struct {
+		name  string
+		e     Ending
+		want  *EndState
+		keys  []string
+		words []string // in the events' text and recommendations
+	}{
+		{"completed", Ending{Exit: status(0, 0)}, &EndState{State: "COMPLETED"}, nil, nil},
+		{"nothing known yet", Ending{}, nil, nil, nil},
+		{"exit 42", Ending{Exit: status(42, 0)}, &EndState{State: "FAILED", ExitCode: 42}, []string{"failed"}, []string{"exit code 42"}},
+		{"segfault", Ending{Exit: status(0, 11)}, &EndState{State: "FAILED", Signal: 11}, []string{"failed"}, []string{"signal 11 (SEGV)"}},
+		{"oom kill", Ending{Exit: status(0, 9), OOMKills: 1, MemPeak: 100 * mib, MemRequested: 100 * mib},
+			&EndState{State: "OUT_OF_MEMORY", Signal: 9}, []string{"oom_kill"}, []string{"1 process was killed", "peak 100.0 MiB of the 100.0 MiB requested", "--mem=200M"}},
+		{"oom kill, the script went on", Ending{Exit: status(0, 0), OOMKills: 2}, &EndState{State: "OUT_OF_MEMORY"}, []string{"oom_kill"}, []string{"2 processes"}},
+		{"Slurm says OUT_OF_MEMORY", Ending{State: "OUT_OF_MEMORY", Exit: status(0, 9)}, &EndState{State: "OUT_OF_MEMORY", Signal: 9}, []string{"oom_kill"}, nil},
+		{"cancelled", Ending{State: "CANCELLED", Exit: status(0, 15), Elapsed: 90 * time.Second}, &EndState{State: "CANCELLED", Signal: 15},
+			[]string{"cancelled"}, []string{"cancelled after 1m 30s"}},
+		{"time limit, idle", Ending{Exit: status(0, 15), TimeLimit: time.Minute, Elapsed: 61 * time.Second, LastCPUShare: 0.02},
+			&EndState{State: "TIMEOUT", Signal: 15}, []string{"timeout"}, []string{"time limit (1m 00s)", "nearly idle", "look for a hang"}},
+		{"Slurm says TIMEOUT, busy", Ending{State: "TIMEOUT", Exit: status(0, 15), TimeLimit: time.Minute, Elapsed: time.Minute, LastCPUShare: 0.97},
+			&EndState{State: "TIMEOUT", Signal: 15}, []string{"timeout"}, []string{"busy (97% of its CPUs)", "--time"}},
+		{"scancel, Slurm says COMPLETING", Ending{State: "COMPLETING", Exit: status(0, 15), TimeLimit: time.Hour, Elapsed: time.Minute},
+			&EndState{State: "CANCELLED", Signal: 15}, []string{"cancelled"}, []string{"cancelled after 1m 00s"}},
+		{"a script that failed as Slurm ended it", Ending{State: "COMPLETING", Exit: status(0, 0)}, &EndState{State: "COMPLETED"}, nil, nil},
+		{"still running in Slurm's view", Ending{State: "RUNNING", Exit: status(3, 0)}, &EndState{State: "FAILED", ExitCode: 3}, []string{"failed"}, nil},
+		{"node failure", Ending{State: "NODE_FAIL"}, &EndState{State: "NODE_FAIL"}, []string{"node_fail"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, ev := EndEvents(tc.e)
+			if diff := cmp.Diff(tc.want, st); diff != "" {
+				t.Errorf("end state (-want +got):\n%s", diff)
+			}
+			var keys []string
+			var text strings.Builder
+			for _, e := range ev {
+				keys = append(keys, e.Key)
+				text.WriteString(e.Text + " " + e.Recommendation + " ")
+			}
+			if diff := cmp.Diff(tc.keys, keys); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(text.String(), w) {
+					t.Errorf("events lack %q: %s", w, text.String())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,111 @@
+package integration
+
+// How a job ended leads its digest, on the real cluster: a batch script that exits 42, a
+// job cancelled with scancel, a job killed at its time limit, and one killed by the
+// kernel for lack of memory (the cluster holds jobs to their --mem: cgroup.conf
+// ConstrainRAMSpace=yes). Each digest names the end first, and the JSON report says the
+// state Slurm gives the job.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+)
+
+func TestEndStates(t *testing.T) {
+	c := startCluster(t, 2)
+	_, load := binaries(t)
+	out := func(id uint32) string {
+		return filepath.Join(c.work, "end-"+strconv.FormatUint(uint64(id), 10)+".out")
+	}
+	cases := []struct {
+		name  string
+		args  []string
+		after func(t *testing.T, id uint32) // what happens to the running job
+		state string                        // Slurm's final state, and the digest's
+		event string                        // the first event's key
+		words string                        // in the digest's text
+	}{
+		{name: "time limit", args: []string{"-t", "1", "--wrap", "sleep 300"}, state: "TIMEOUT", event: "timeout",
+			words: "reached its time limit (1m 00s)"},
+		{name: "exit 42", args: []string{"--wrap", "echo working; sleep 3; exit 42"}, state: "FAILED", event: "failed",
+			words: "ended with exit code 42"},
+		{name: "cancelled", args: []string{"--wrap", "sleep 120"}, state: "CANCELLED", event: "cancelled", words: "was cancelled after",
+			after: func(t *testing.T, id uint32) {
+				waitSamples(t, c, id, 3)
+				if o, e, err := c.run(t, nil, "scancel", strconv.FormatUint(uint64(id), 10)); err != nil {
+					t.Fatalf("scancel: %v %s%s", err, o, e)
+				}
+			}},
+		// Memory is not a consumable resource on this cluster (jobs would no longer share
+		// nodes), so Slurm sets no limit: the test gives the job's memory cgroup one, and
+		// the kernel kills the job's allocation for real.
+		{name: "out of memory", args: []string{"--wrap", "sleep 4; " + load + " alloc -mib 400 -steps 8 -step-seconds 0.5 -hold 2; echo after"},
+			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory",
+			after: func(t *testing.T, id uint32) {
+				waitSamples(t, c, id, 1)
+				limits, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/memory/slurm_*/uid_%d/job_%d/memory.limit_in_bytes", jobUser, id))
+				if len(limits) != 1 {
+					t.Fatalf("job %d's memory cgroup: %v", id, limits)
+				}
+				if err := os.WriteFile(limits[0], []byte("128M"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			id := c.sbatch(t, nil, append([]string{"-o", filepath.Join(c.work, "end-%j.out")}, tc.args...)...)
+			if tc.after != nil {
+				tc.after(t, id)
+			}
+			if st := c.waitDone(t, id, 4*time.Minute); st != tc.state {
+				t.Fatalf("job %d ended %s in Slurm, want %s", id, st, tc.state)
+			}
+			b, err := os.ReadFile(out(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := strings.Join(strings.Fields(string(b)), " ")
+			if !strings.Contains(text, "! ") || !strings.Contains(text, tc.words) {
+				t.Errorf("digest of job %d does not say %q first:\n%s", id, tc.words, b)
+			}
+			host := c.jobInfo(t, id)["BatchHost"]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := daemon.JobReport(ctx, c.socket(host), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.EndState == nil || r.EndState.State != tc.state || len(r.Events) == 0 || r.Events[0].Key != tc.event {
+				t.Errorf("report of job %d: end %+v, events %+v; want %s first with %s", id, r.EndState, r.Events, tc.event, tc.state)
+			}
+			t.Logf("digest of job %d (%s):\n%s", id, tc.state, b)
+		})
+	}
+}
+
+// waitSamples waits until a job has k samples on some node.
+func waitSamples(t *testing.T, c *cluster, id uint32, k int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		for _, n := range c.nodes {
+			for _, st := range c.statuses(t, n) {
+				if st.JobID == id && st.Measurement != nil && st.Measurement.Samples >= k {
+					return
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("job %d never had %d samples", id, k)
+}
