@@ -96,7 +96,8 @@ func parseUnmunge(b []byte) (Decoded, error) {
 		if !ok {
 			continue
 		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		// unmunge prints "KEY:  value": the key is taken exactly, the value trimmed.
+		v = strings.TrimSpace(v)
 		seen[k] = true
 		switch k {
 		case "STATUS":
