@@ -170,6 +170,8 @@ func (f Facts) coverage() *Coverage {
 
 // Build makes a job's Report from its property results.
 func Build(f Facts, results []properties.Result, minSeconds float64) Report {
+	// One cause is reported once: its symptoms are folded under it.
+	results = properties.Fold(results)
 	r := Report{
 		Schema: SchemaVersion, JobID: f.JobID, Command: f.Command, Nodes: f.Nodes, NNodes: f.NNodes, CPUs: f.CPUs,
 		Start: f.Start, End: f.End, Seconds: f.Seconds, Samples: f.Samples,

@@ -96,7 +96,11 @@ type Property struct {
 	// Rank weighs the property's severity when findings are ordered (default 1): a
 	// general symptom (kernel time) ranks below a specific cause (small writes, file
 	// opens) of the same severity.
-	Rank           float64
+	Rank float64
+	// Folds are the properties this one explains when it is a finding (its symptoms:
+	// CPUs left idle make the load between CPUs unequal): they are not reported beside
+	// it (Fold).
+	Folds          []string
 	Recommendation string
 	Line           int // where it is defined
 
@@ -142,6 +146,9 @@ var (
 )
 
 // ParseCatalog reads a catalog; errors name the file and line.
+// sectionKeyRE is a property key: id or id:variant.
+var sectionKeyRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(:[a-z][a-z0-9_]*)?$`)
+
 func ParseCatalog(r io.Reader, name string) (*Catalog, error) {
 	c := &Catalog{props: map[string]*Property{}}
 	var cur *Property
@@ -202,6 +209,14 @@ func ParseCatalog(r io.Reader, name string) (*Catalog, error) {
 	if err := finish(); err != nil {
 		return nil, err
 	}
+	for _, k := range c.order {
+		p := c.props[k]
+		for _, f := range p.Folds {
+			if c.props[f] == nil || f == k {
+				return nil, fmt.Errorf("%s:%d: [%s]: folds: no other property %q", name, p.Line, k, f)
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -257,6 +272,13 @@ func (p *Property) set(k, v string) error {
 		}
 	case "recommendation":
 		p.Recommendation = v
+	case "folds":
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); !sectionKeyRE.MatchString(k) {
+				return fmt.Errorf("want property keys separated by commas, got %q", v)
+			}
+			p.Folds = append(p.Folds, strings.TrimSpace(k))
+		}
 	case "rank":
 		p.Rank, err = strconv.ParseFloat(v, 64)
 		if err == nil && !(p.Rank > 0 && p.Rank <= 1) {

@@ -524,6 +524,8 @@ type Result struct {
 	Finding        bool   `json:"finding"`
 	Suppressed     string `json:"suppressed,omitempty"`
 	Recommendation string `json:"recommendation,omitempty"`
+	// Folds are the properties this one explains when it is a finding (Fold).
+	Folds []string `json:"folds,omitempty"`
 }
 
 // Median returns the median value.
@@ -546,7 +548,7 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 		}
 		seen[p] = true
 		x := a.props[p]
-		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation}
+		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation, Folds: p.Folds}
 		if t, ok := a.e.thresholds[p]; ok {
 			t := t
 			r.Threshold = &t
@@ -630,7 +632,7 @@ func (e *Engine) ResultOf(key string, agg Aggregate, short bool) (Result, bool) 
 	if !ok {
 		return Result{}, false
 	}
-	r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation}
+	r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation, Folds: p.Folds}
 	if t, ok := e.thresholds[p]; ok {
 		r.Threshold = &t
 	}
@@ -754,6 +756,46 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 		return 0, true
 	}
 	return slope * (ts[len(ts)-1] - ts[0]) / peak, true
+}
+
+// Fold returns the results with the findings that another finding explains (its Folds:
+// one cause, its symptoms) turned into non-findings that say which: a job starved of
+// CPU is not also told that its CPUs were idle. Findings fold in the order of their
+// scores, and a folded finding folds nothing itself, so two properties that name each
+// other never hide each other both.
+func Fold(rs []Result) []Result {
+	out := append([]Result(nil), rs...)
+	var order []int
+	for i, r := range out {
+		if r.Finding {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ra, rb := out[order[a]], out[order[b]]
+		if ra.Score != rb.Score {
+			return ra.Score > rb.Score
+		}
+		return ra.Key < rb.Key
+	})
+	by := map[string]string{} // folded key → the finding that explains it
+	for _, i := range order {
+		if _, folded := by[out[i].Key]; folded {
+			continue
+		}
+		for _, k := range out[i].Folds {
+			if _, done := by[k]; !done && k != out[i].Key {
+				by[k] = out[i].Name
+			}
+		}
+	}
+	for i, r := range out {
+		if name, ok := by[r.Key]; ok && r.Finding {
+			out[i].Finding = false
+			out[i].Suppressed = "explained by " + name
+		}
+	}
+	return out
 }
 
 // Findings returns the findings, most important first: by score (mean severity, that is

@@ -80,6 +80,9 @@ func TestCatalogErrors(t *testing.T) {
 		{"unknown metric", "[p]\nname = P\nvalue = no_such_metric * 2\nthreshold = 1\nrecommendation = r\n", "c.conf:1: [p]: value: \"no_such_metric * 2\": unknown name no_such_metric"},
 		{"no threshold", "[p]\nname = P\nvalue = write_chars\nrecommendation = r\n", "c.conf:1: [p]: threshold missing"},
 		{"finding without advice", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\n", "c.conf:1: [p]: recommendation missing"},
+		{"folds an unknown property", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\nfolds = q\nrecommendation = r\n", "c.conf:1: [p]: folds: no other property \"q\""},
+		{"folds itself", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\nfolds = p\nrecommendation = r\n", "folds: no other property \"p\""},
+		{"folds garbage", "[p]\nfolds = a b\n", "c.conf:2: [p]: folds: want property keys separated by commas"},
 		{"defined twice", "[p]\nname = P\nvalue = write_chars\nthreshold = 1\nrecommendation = r\n[p]\n", "c.conf:6: [p] defined twice (first on line 1)"},
 	}
 	for _, tc := range tests {

@@ -45,6 +45,8 @@ const (
 	BlkWriteBytes     = "blk_write_bytes"
 	BlkReadOps        = "blk_read_ops"
 	BlkWriteOps       = "blk_write_ops"
+	SchedWaitSeconds  = "sched_wait_seconds"
+	SchedTimeslices   = "sched_timeslices"
 	PSICPUSomeSeconds = "psi_cpu_some_seconds"
 	PSICPUFullSeconds = "psi_cpu_full_seconds"
 	PSIMemSomeSeconds = "psi_memory_some_seconds"
@@ -104,6 +106,8 @@ var metrics = []Metric{
 	{BlkWriteBytes, Counter, "bytes", "bytes written to block devices"},
 	{BlkReadOps, Counter, "count", "read requests to block devices"},
 	{BlkWriteOps, Counter, "count", "write requests to block devices"},
+	{SchedWaitSeconds, Counter, "seconds", "time the job's threads waited on a run queue for a CPU"},
+	{SchedTimeslices, Counter, "count", "times the job's threads were put on a CPU"},
 	{PSICPUSomeSeconds, Counter, "seconds", "time some of the job's tasks waited for a CPU (pressure stall)"},
 	{PSICPUFullSeconds, Counter, "seconds", "time all of the job's tasks waited for a CPU"},
 	{PSIMemSomeSeconds, Counter, "seconds", "time some of the job's tasks stalled on memory"},

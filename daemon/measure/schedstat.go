@@ -18,15 +18,14 @@ import (
 //
 // A thread counts from the read that first sees it; what a thread did between the last
 // read and its exit is not seen (its counters go with it).
-var schedstatRegistration = Registration{Name: "schedstat", Default: true, New: newSchedstat, Metrics: []sample.Metric{
-	{Name: SchedWaitSeconds, Kind: sample.Counter, Unit: "seconds", Help: "time the job's threads waited on a run queue for a CPU"},
-	{Name: SchedTimeslices, Kind: sample.Counter, Unit: "count", Help: "times the job's threads were put on a CPU"},
-}}
+var schedstatRegistration = Registration{Name: "schedstat", Default: true, New: newSchedstat,
+	Metrics: vocabulary(SchedWaitSeconds, SchedTimeslices)}
 
-// Metrics of the schedstat source.
+// Metrics of the schedstat source (in the shared vocabulary: the properties use the
+// run-queue wait to tell a starved job from one with idle CPUs).
 const (
-	SchedWaitSeconds = "sched_wait_seconds"
-	SchedTimeslices  = "sched_timeslices"
+	SchedWaitSeconds = sample.SchedWaitSeconds
+	SchedTimeslices  = sample.SchedTimeslices
 )
 
 type schedCount struct{ wait, slices uint64 }

@@ -1,0 +1,87 @@
+package properties
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/sample"
+)
+
+// TestOneCauseOnce runs the built-in catalog and strategy over a job on 2 CPUs, 10
+// cycles of 1 s, and checks which findings remain once causes fold their symptoms:
+//   - one busy thread: idle CPUs, and not also the imbalance they cause;
+//   - two threads that got 1 CPU between them and waited on run queues for another
+//     (PSI some 65 %): starved, neither idle nor unequal;
+//   - one thread that waited 0.4 s a second beside a neighbour: idle CPUs first (the job
+//     cannot use the second CPU), waiting for a CPU beside it, ranked below;
+//   - two balanced threads: nothing.
+func TestOneCauseOnce(t *testing.T) {
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(busy0, busy1, psi, wait float64) []string {
+		acc := e.NewAccumulator(JobInfo{NCPUs: 2})
+		t0 := time.Unix(1_800_000_000, 0)
+		for i := 0; i < 10; i++ {
+			s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
+				Job: map[string]float64{sample.CPUUserSeconds: busy0 + busy1, sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: psi,
+					"sched_wait_seconds": wait},
+				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": busy0 * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": busy1 * 1e9}}}}
+			acc.Add(s)
+		}
+		rs := Fold(acc.Finish(nil, sample.Summary{Seconds: 10, Samples: 10}))
+		var keys []string
+		for _, r := range Findings(rs) {
+			keys = append(keys, r.Key)
+		}
+		for _, r := range rs {
+			if r.Key == "intra_node_imbalance" && !r.Finding && r.Suppressed != "" && !strings.HasPrefix(r.Suppressed, "explained by ") {
+				t.Errorf("folded result says %q", r.Suppressed)
+			}
+		}
+		return keys
+	}
+	for _, tc := range []struct {
+		name                   string
+		busy0, busy1, ps, wait float64
+		want                   []string
+	}{
+		{"one busy thread", 1, 0, 0, 0, []string{"idle_cores"}},
+		// PSI "some" counts the time any thread waited once; run-queue waits add up.
+		{"starved", 0.5, 0.5, 0.65, 1.0, []string{"cpu_starved"}},
+		{"waiting beside a neighbour", 0.6, 0, 0.4, 0.4, []string{"idle_cores", "cpu_pressure"}},
+		{"balanced", 1, 1, 0, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, run(tc.busy0, tc.busy1, tc.ps, tc.wait)); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFold: a finding folds the findings it explains, in the order of the scores; a
+// folded finding folds nothing, so two findings that name each other never both vanish.
+func TestFold(t *testing.T) {
+	rs := []Result{
+		{Key: "a", Name: "A", Finding: true, Score: 0.9, Folds: []string{"b"}},
+		{Key: "b", Name: "B", Finding: true, Score: 0.5, Folds: []string{"a", "c"}},
+		{Key: "c", Name: "C", Finding: true, Score: 0.4},
+		{Key: "d", Name: "D", Finding: false, Folds: []string{"c"}},
+	}
+	got := Fold(rs)
+	var keys []string
+	for _, r := range Findings(got) {
+		keys = append(keys, r.Key)
+	}
+	if diff := cmp.Diff([]string{"a", "c"}, keys); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	if got[1].Suppressed != "explained by A" || rs[1].Finding != true {
+		t.Errorf("b: %+v (and the input must not change: %+v)", got[1], rs[1])
+	}
+}
