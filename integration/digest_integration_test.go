@@ -70,6 +70,8 @@ func TestDigest(t *testing.T) {
 		{"steadily growing memory", nil, "@ alloc -mib 256 -steps 8 -step-seconds 0.7 -hold 1", "memory_growth", "free what you allocate"},
 		{"heavy system time", nil, "@ stat -seconds 4", "cpu_system_pct", "fewer, larger system calls"},
 		{"a storm of file opens", nil, "@ openclose -file %d/f -n 300000", "file_open_rate", "keep files open"},
+		// Legacy open(2) opens files too (only openat(2) was counted).
+		{"a storm of legacy open(2) calls", nil, "@ openclose -legacy -file %d/f -n 300000", "file_open_rate", "keep files open"},
 		{"memory request far above use", []string{"--mem=900"}, "@ spin -seconds 4", "memory_unused", "request less (--mem"},
 		{"balanced job", []string{"-c", "2"}, "@ spin -seconds 4 -threads 2 -pin 0,1", "", ""},
 	}

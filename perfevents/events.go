@@ -68,14 +68,19 @@ func SoftwareEvents() []Event {
 	}
 }
 
-// TracepointEvents are the file open/close tracepoints. sys_enter_open does not exist
-// on architectures without open(2) (arm64); it is then reported not available.
+// OpenTracepoints are the system calls that open files: a file open rate counts them
+// all. sys_enter_open and sys_enter_creat do not exist on architectures without open(2)
+// and creat(2) (arm64), sys_enter_openat2 before Linux 5.6; those are then reported not
+// available.
+var OpenTracepoints = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
+
+// TracepointEvents are the file open/close tracepoints.
 func TracepointEvents() []Event {
-	return []Event{
-		tp("syscalls:sys_enter_openat"),
-		tp("syscalls:sys_enter_open"),
-		tp("syscalls:sys_enter_close"),
+	var out []Event
+	for _, n := range OpenTracepoints {
+		out = append(out, tp(n))
 	}
+	return append(out, tp("syscalls:sys_enter_close"))
 }
 
 // HardwareEvents are the generic hardware events, grouped so that related events are

@@ -12,6 +12,7 @@ import (
 
 	"github.com/expr-lang/expr"
 
+	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/quantile"
 	"github.com/persyst/persyst/sample"
 )
@@ -237,6 +238,16 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 			node[NameBusyMin], node[NameBusyMax], node[NameBusyMean], node[NameIdleCPUs] = minB, maxB, sum/float64(n), float64(idle)
 			node[NameBusyCPUs] = sum
 		}
+	}
+	// Files opened by any of the open system calls that are traced.
+	opens, traced := 0.0, false
+	for _, n := range perfevents.OpenTracepoints {
+		if v, ok := s.Job[n]; ok {
+			opens, traced = opens+v, true
+		}
+	}
+	if traced {
+		node[NameFileOpens] = opens
 	}
 	out[Node] = []device{{domain: Node, env: node}}
 	cores := map[sample.Core]map[string]any{}
@@ -491,6 +502,7 @@ var derivedWhy = map[string]string{
 	NameBusyMax:     "no per-CPU task-clock",
 	NameIdleCPUs:    "no per-CPU task-clock",
 	NameBusyCPUs:    "no per-CPU task-clock",
+	NameFileOpens:   "no open system call is traced (tracefs)",
 	NameFlops:       "no floating-point events for this processor",
 	NameVectorFlops: "no vector floating-point breakdown for this processor",
 	NameTxBytes:     "node counters are not attributed to this job",

@@ -85,3 +85,34 @@ func TestFold(t *testing.T) {
 		t.Errorf("b: %+v (and the input must not change: %+v)", got[1], rs[1])
 	}
 }
+
+// TestFileOpensCountEveryOpenCall: the open rate counts open(2) and openat(2) (and the
+// others) together; without any open tracepoint it is not assessed, with the reason.
+func TestFileOpensCountEveryOpenCall(t *testing.T) {
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := func(job map[string]float64) Result {
+		acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+		t0 := time.Unix(1_800_000_000, 0)
+		for i := 0; i < 4; i++ {
+			acc.Add(sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: job})
+		}
+		for _, r := range acc.Finish(nil, sample.Summary{Seconds: 4, Samples: 4}) {
+			if r.Key == "file_open_rate" {
+				return r
+			}
+		}
+		t.Fatal("no file_open_rate")
+		return Result{}
+	}
+	r := rate(map[string]float64{"syscalls:sys_enter_open": 3000, "syscalls:sys_enter_openat": 1500})
+	if r.Median() != 4500 || !r.Finding {
+		t.Errorf("open + openat: median %v, finding %v; want 4500/s, a finding", r.Median(), r.Finding)
+	}
+	r = rate(map[string]float64{sample.CPUUserSeconds: 1})
+	if r.Assessed || !strings.Contains(r.NotAssessed, "no open system call is traced") {
+		t.Errorf("without tracepoints: %+v", r)
+	}
+}

@@ -13,12 +13,15 @@ const (
 	// cpu and core
 	NameThreads = "threads" // CPUs in the device (1 for a CPU)
 	// node
-	NameNCPUs       = "ncpus"     // the job's CPUs on the node
-	NameBusyMin     = "busy_min"  // lowest share of the interval a CPU of the job was busy (task-clock)
-	NameBusyMax     = "busy_max"  // highest
-	NameBusyMean    = "busy_mean" // mean over the job's CPUs
-	NameIdleCPUs    = "idle_cpus" // CPUs of the job busy less than 5 % of the interval
-	NameBusyCPUs    = "busy_cpus" // CPUs' worth of time the job ran (sum of busy shares)
+	NameNCPUs    = "ncpus"     // the job's CPUs on the node
+	NameBusyMin  = "busy_min"  // lowest share of the interval a CPU of the job was busy (task-clock)
+	NameBusyMax  = "busy_max"  // highest
+	NameBusyMean = "busy_mean" // mean over the job's CPUs
+	NameIdleCPUs = "idle_cpus" // CPUs of the job busy less than 5 % of the interval
+	NameBusyCPUs = "busy_cpus" // CPUs' worth of time the job ran (sum of busy shares)
+	// NameFileOpens counts the files opened by every open system call that is traced
+	// (openat, open, openat2, creat): legacy open(2) opens files too.
+	NameFileOpens   = "file_opens"
 	NameMemRequest  = "mem_requested_bytes"
 	NameMemGrowth   = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
 	NameSamples     = "samples"     // job: number of samples
@@ -83,7 +86,7 @@ func envTemplate(d Domain) map[string]float64 {
 		for _, n := range sample.Names() {
 			m[Sanitize(n)] = 0
 		}
-		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameBusyCPUs, NameMemRequest,
+		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameBusyCPUs, NameFileOpens, NameMemRequest,
 			NameTxBytes, NameRxBytes, NameTxPackets, NameRxPackets} {
 			m[n] = 0
 		}

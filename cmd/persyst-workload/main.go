@@ -6,7 +6,7 @@
 //
 //	spin      -seconds S [-threads N] [-pin CPU,...]  busy threads for S seconds of CPU time each
 //	write     -file F -bytes B -size S                 B bytes in write(2) calls of S bytes
-//	openclose -file F -n N                             N open(2)/close(2) pairs
+//	openclose [-legacy] -file F -n N                   N openat(2) (open(2) with -legacy)/close(2) pairs
 //	alloc     -mib M -steps K -step-seconds T [-hold T] allocate and touch M MiB in K steps
 //	stat      -seconds S                               stat(2) in a loop for S seconds: time in the kernel
 //	cpu       -iterations N                            fixed CPU-bound work (benchmarks)
@@ -39,6 +39,7 @@ func main() {
 	nbytes := fs.Int64("bytes", 64<<20, "write: total bytes")
 	size := fs.Int("size", 4096, "write: bytes per write(2)")
 	n := fs.Int("n", 10000, "openclose: pairs")
+	legacy := fs.Bool("legacy", false, "openclose: open with open(2), not openat(2)")
 	mib := fs.Int("mib", 256, "alloc/membw: MiB")
 	steps := fs.Int("steps", 8, "alloc: steps")
 	stepSecs := fs.Float64("step-seconds", 0.5, "alloc: seconds between steps")
@@ -53,7 +54,7 @@ func main() {
 	case "write":
 		err = write(*file, *nbytes, *size)
 	case "openclose":
-		err = openClose(*file, *n)
+		err = openClose(*file, *n, *legacy)
 	case "alloc":
 		alloc(*mib, *steps, time.Duration(*stepSecs*float64(time.Second)), time.Duration(*hold*float64(time.Second)))
 	case "stat":
@@ -145,14 +146,18 @@ func write(path string, total int64, size int) error {
 	return nil
 }
 
-func openClose(path string, n int) error {
+func openClose(path string, n int, legacy bool) error {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
 	unix.Close(fd)
+	open := unix.Open
+	if legacy {
+		open = legacyOpen
+	}
 	for i := 0; i < n; i++ {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
 		}
