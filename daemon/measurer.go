@@ -153,7 +153,10 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if m.perfParent == "" {
 		return m, nil
 	}
-	m.sweep()
+	// Stale cgroups may take a while to empty: removed in the background, so that the
+	// daemon answers at once (the directories are listed before the running jobs are
+	// read, so a job that starts meanwhile keeps its own).
+	go m.sweep()
 	if m.reports.dir != "" {
 		m.reports.sweep(func(id uint32) bool { return reg.Job(id) != nil }, m.log)
 	}

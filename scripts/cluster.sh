@@ -487,11 +487,12 @@ daemon_start() {
 		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node" $grpc
 	local pid
 	pid=$(head -n1 "$DIR/run/persyst-$node.pid")
-	for _ in $(seq 1 50); do
+	for _ in $(seq 1 150); do
 		"$BIN" jobs --socket "$DIR/run/$node/persyst.sock" --timeout 1s >/dev/null 2>&1 && return 0
 		alive "$pid" || break
 		sleep 0.1
 	done
+	tail -n 5 "$DIR/log/persyst-$node.log" >&2 || true
 	die "persyst daemon of $node did not answer; see $DIR/log/persyst-$node.log"
 }
 
