@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -52,8 +53,8 @@ func Text(r Report, o TextOptions) string {
 		return limitLines(b.String(), 30)
 	}
 	rule := func(title string) {
-		s := "-- " + title + " "
-		if n := o.Width - len(s); n > 0 {
+		s := clip("-- "+title+" ", o.Width)
+		if n := o.Width - utf8.RuneCountInString(s); n > 0 {
 			s += strings.Repeat("-", n)
 		}
 		b.WriteString(s + "\n")
@@ -97,7 +98,11 @@ func Text(r Report, o TextOptions) string {
 		finding(&b, i+1, f, o.Width)
 	}
 	if n := len(r.Findings) - len(shown); n > 0 {
-		wrap(&b, fmt.Sprintf("... and %d more (persyst report %s).", n, r.JobName()), o.Width, "")
+		more := "persyst report " + r.JobName()
+		if r.Command != "" {
+			more = "persyst run --json"
+		}
+		wrap(&b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
 	}
 	if r.Short {
 		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", duration(r.MinSeconds)), o.Width, "")
@@ -277,11 +282,13 @@ func plural(n int, w string) string {
 	return strconv.Itoa(n) + " " + w + "s"
 }
 
+// clip cuts s to width columns (one per rune), never inside a UTF-8 character.
 func clip(s string, width int) string {
-	if len(s) <= width {
+	if utf8.RuneCountInString(s) <= width {
 		return s
 	}
-	return s[:width-3] + "..."
+	r := []rune(s)
+	return string(r[:max(width-3, 0)]) + "..."
 }
 
 // wrap writes s folded at width; continuation lines start with indent.
@@ -292,7 +299,7 @@ func wrap(b *strings.Builder, s string, width int, indent string) {
 		switch {
 		case line == "":
 			line = lead + w
-		case len(line)+1+len(w) > width:
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) > width:
 			b.WriteString(clip(line, width) + "\n")
 			line = indent + w
 			if indent == "" {

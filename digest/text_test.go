@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -162,5 +163,33 @@ func TestTextCleansText(t *testing.T) {
 		if !strings.Contains(got, "(no value)") {
 			t.Errorf("finding without values: %q", got)
 		}
+	}
+}
+
+// TestTextUnicode: a command line with non-ASCII characters is cut between characters,
+// never inside one, and the header rule fills the width in characters; persyst run's
+// digest never points at persyst report.
+func TestTextUnicode(t *testing.T) {
+	many := []properties.Result{smallWrites, idle, system}
+	for i := 0; i < 4; i++ {
+		x := system
+		x.Key, x.Name, x.MeanSeverity = x.Key+string(rune('a'+i)), x.Name+" "+string(rune('A'+i)), 0.1-0.01*float64(i)
+		many = append(many, x)
+	}
+	cmd := "./simulate --titre=" + strings.Repeat("é", 100)
+	got := Text(Build(covering(Facts{Command: cmd, Nodes: []string{"vm"}, CPUs: 2}, 600, 10), many, 300), TextOptions{})
+	for i, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		if !utf8.ValidString(l) {
+			t.Errorf("line %d is not valid UTF-8: %q", i+1, l)
+		}
+		if n := utf8.RuneCountInString(l); n > 80 {
+			t.Errorf("line %d has %d characters", i+1, n)
+		}
+		if i == 0 && utf8.RuneCountInString(l) != 80 {
+			t.Errorf("the header rule has %d characters, want 80: %q", utf8.RuneCountInString(l), l)
+		}
+	}
+	if strings.Contains(got, "persyst report") || !strings.Contains(got, "more (persyst run --json)") {
+		t.Errorf("persyst run's digest:\n%s", got)
 	}
 }

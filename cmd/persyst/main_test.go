@@ -70,6 +70,8 @@ func TestWiring(t *testing.T) {
 		{"run with a short interval", []string{"run", "--interval", "10ms", "--", "true"}, 2, "", "--interval 10ms"},
 		{"run passes the exit status", []string{"run", "--config", empty, "--", "sh", "-c", "exit 3"}, 3, "", "persyst:"},
 		{"run of a missing command", []string{"run", "--config", empty, "--", filepath.Join(dir, "nothing")}, 127, "", "nothing"},
+		{"run of a file that cannot be run", []string{"run", "--config", empty, "--", empty}, 126, "", "permission denied"},
+		{"run with an interval beyond an hour", []string{"run", "--interval", "100000h", "--", "true"}, 2, "", "between 1s and 1h"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

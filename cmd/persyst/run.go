@@ -35,8 +35,8 @@ func runRun(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return exitCode(io, err)
 	}
-	if o.interval < time.Second {
-		return exitCode(io, usagef("--interval %v: must be at least 1s", o.interval))
+	if o.interval < time.Second || o.interval > time.Hour {
+		return exitCode(io, usagef("--interval %v: must be between 1s and 1h", o.interval))
 	}
 	lvl, err := zerolog.ParseLevel(o.level)
 	if err != nil {

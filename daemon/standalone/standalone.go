@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -113,7 +114,12 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return 127, fmt.Errorf("%s: %w", argv[0], err)
+		// As shells say it: 126 for a file that is there but cannot be run, 127 for none.
+		code := 127
+		if errors.Is(err, fs.ErrPermission) {
+			code = 126
+		}
+		return code, fmt.Errorf("%s: %w", argv[0], err)
 	}
 	r := &runner{opts: opts, argv: argv, host: hostfs.New(opts.Root)}
 	defer r.cleanup()
