@@ -315,6 +315,26 @@ func TestRunExitAndSignals(t *testing.T) {
 			t.Errorf("exit %d stdout %q", code, out)
 		}
 	})
+	t.Run("JSON in a file of its own", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "result.json")
+		cmd := exec.Command(persyst, "run", "--json-file", path, "--log-level", "error", "--", "sh", "-c", "echo noise >&2; exit 3")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+			t.Fatalf("err %v, want exit 3", err)
+		}
+		b, err := os.ReadFile(path)
+		var res struct {
+			ExitStatus int `json:"exit_status"`
+		}
+		if err != nil || json.Unmarshal(b, &res) != nil || res.ExitStatus != 3 {
+			t.Errorf("result file: %v, %s", err, b)
+		}
+		if errb.String() != "noise\n" {
+			t.Errorf("stderr %q, want only the command's own", errb.String())
+		}
+	})
 	t.Run("not found", func(t *testing.T) {
 		cmd := exec.Command(persyst, "run", "--", "/nonexistent/program")
 		out, err := cmd.CombinedOutput()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,12 +20,14 @@ import (
 type runOptions struct {
 	interval      time.Duration
 	json          bool
+	jsonFile      string
 	level, config string
 }
 
 func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.interval, "interval", time.Minute, "measurement cycle (reads at multiples of it, and at the end)")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON (to stderr)")
+	fs.StringVar(&o.jsonFile, "json-file", "", "write the result as JSON into this file instead (never mixed with the command's stderr)")
 	fs.StringVar(&o.level, "log-level", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (thresholds, strategy, calibration)")
 }
@@ -50,11 +54,23 @@ func runRun(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return exitCode(io, usageError{err})
 	}
-	code, err := standalone.Run(ctx, standalone.Options{
-		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json,
+	var result *os.File
+	if o.jsonFile != "" {
+		// Made before the command runs, so that a bad path stops it first.
+		if result, err = os.OpenFile(o.jsonFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644); err != nil {
+			return exitCode(io, usageError{fmt.Errorf("--json-file: %w", err)})
+		}
+		defer result.Close()
+	}
+	opts := standalone.Options{
+		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json || result != nil,
 		Stdin: io.in, Stdout: io.out, Stderr: io.err,
 		Log: zerolog.New(zerolog.ConsoleWriter{Out: io.err, NoColor: true}).Level(lvl).With().Timestamp().Logger(),
-	}, fs.Args())
+	}
+	if result != nil {
+		opts.Result = result
+	}
+	code, err := standalone.Run(ctx, opts, fs.Args())
 	if err != nil {
 		if errors.Is(err, standalone.ErrNoCommand) {
 			return exitCode(io, usageError{err})

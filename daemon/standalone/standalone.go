@@ -67,9 +67,12 @@ type Options struct {
 	Self     string        // the persyst executable to re-exec ("/proc/self/exe")
 	Stdin    io.Reader
 	Stdout   io.Writer
-	Stderr   io.Writer // CMD's stderr, and where the summary goes
-	Log      zerolog.Logger
-	Now      func() time.Time
+	Stderr   io.Writer // CMD's stderr, and where the summary goes unless Result is set
+	// Result, if set, gets the summary (the JSON or the text digest) instead of Stderr,
+	// so that it never mixes with what CMD writes there.
+	Result io.Writer
+	Log    zerolog.Logger
+	Now    func() time.Time
 	// Unprivileged forces the non-root path (tests).
 	Unprivileged bool
 	// Engine evaluates the properties for the digest.
@@ -272,16 +275,20 @@ wait:
 		rep := job.Report(digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)}, job.Results(0))
 		res.Digest = &rep
 	}
+	out := opts.Stderr
+	if opts.Result != nil {
+		out = opts.Result
+	}
 	if opts.JSON {
-		enc := json.NewEncoder(opts.Stderr)
+		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			return res.ExitStatus, err
 		}
 	} else if res.Digest != nil {
-		fmt.Fprint(opts.Stderr, digest.Text(*res.Digest, digest.TextOptions{}))
+		fmt.Fprint(out, digest.Text(*res.Digest, digest.TextOptions{}))
 		for _, l := range r.limits {
-			fmt.Fprintln(opts.Stderr, "persyst: note: "+l)
+			fmt.Fprintln(out, "persyst: note: "+l)
 		}
 	}
 	return res.ExitStatus, nil
