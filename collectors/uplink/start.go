@@ -2,8 +2,10 @@ package uplink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -57,10 +59,19 @@ func Start(ctx context.Context, o Options) (*Uplink, error) {
 	}
 	if o.Listen != "" {
 		ln, err := net.Listen("tcp", o.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("route service %s: %w", o.Listen, err)
+		if err != nil && !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("node service %s: %w", o.Listen, err)
 		}
 		go func() {
+			if ln == nil {
+				// The address is still held (a previous daemon going away): the daemon
+				// serves its socket meanwhile, and binds as soon as it can.
+				o.Log.Warn().Err(err).Str("listen", o.Listen).Msg("node service address in use; retrying every second")
+				if ln = listenRetry(ctx, o.Listen, time.Second); ln == nil {
+					return
+				}
+				o.Log.Info().Str("listen", o.Listen).Msg("node service listening")
+			}
 			if err := Serve(ctx, ln, &NodeServer{Node: o.Node, Ship: u, Parts: o.Parts, Reports: o.Reports}, serverOpts...); err != nil {
 				o.Log.Error().Err(err).Msg("node gRPC service stopped")
 			}
@@ -68,4 +79,20 @@ func Start(ctx context.Context, o Options) (*Uplink, error) {
 	}
 	go u.Run(ctx, o.Retry)
 	return u, nil
+}
+
+// listenRetry binds addr, trying again every interval until ctx is done (nil then).
+func listenRetry(ctx context.Context, addr string, every time.Duration) net.Listener {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			return ln
+		}
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/collectors"
 	"github.com/persyst/persyst/collectors/pb"
@@ -202,5 +204,37 @@ func TestRoutesBounded(t *testing.T) {
 	if nr > MaxRoutes || na > MaxRoutes+maxRemembered || nh > MaxRoutes+maxRemembered {
 		t.Errorf("after 409,600 jobs' routes: %d routes, %d aggregation points, %d holders; want at most %d, %d, %d",
 			nr, na, nh, MaxRoutes, MaxRoutes+maxRemembered, MaxRoutes+maxRemembered)
+	}
+}
+
+// TestStartWhileTheAddressIsHeld: a daemon restarted while the previous one still holds
+// the node service's address starts anyway, and serves the address once it is free.
+func TestStartWhileTheAddressIsHeld(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := held.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, Options{Listen: addr, Node: "node1", Log: zerolog.Nop()}); err != nil {
+		t.Fatalf("Start with the address held: %v", err)
+	}
+	held.Close()
+	for {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err == nil {
+			cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			_, err = pb.NewNodeClient(conn).Ping(cctx, &pb.Heartbeat{})
+			ccancel()
+			conn.Close()
+			if err == nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the node service never took the freed address: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
