@@ -5,13 +5,14 @@ BUILD   := build
 BIN     := $(BUILD)/persyst
 SPANK   := $(BUILD)/spank_persyst.so
 LOAD    := $(BUILD)/persyst-workload
-GOFILES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
+CORPUS  := $(BUILD)/persyst-corpus
+GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
 .PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit fresh-check bench clean
 
 all: build
 
-build: $(BIN) $(SPANK) $(LOAD)
+build: $(BIN) $(SPANK) $(LOAD) $(CORPUS)
 
 $(BIN): $(GOFILES)
 	@scripts/need.sh build
@@ -20,6 +21,12 @@ $(BIN): $(GOFILES)
 # Known workloads for the correctness tests and benchmarks.
 $(LOAD): $(GOFILES)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst-workload
+
+# The workload corpus's programs, in C like the codes persyst watches.
+$(CORPUS): cmd/persyst-workload/corpus/corpus.c
+	@scripts/need.sh build
+	mkdir -p $(BUILD)
+	cc -O2 -Wall -Wextra -o $@ $< -lpthread
 
 $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
 	@scripts/need.sh build

@@ -36,6 +36,10 @@ type keyAgg struct {
 	values               []float64
 	sketch               *quantile.Sketch // for merging with other collectors' parts
 	severe, sevSum, maxS float64
+	// severeWall is the wall-clock time of the cycles with severity > 0 on some device
+	// (severeAt: those cycles).
+	severeWall float64
+	severeAt   map[int64]bool
 }
 
 func newJobView() *jobView {
@@ -70,6 +74,13 @@ func (v *jobView) add(in *pb.CycleRecords) {
 		a.sevSum += r.Severity * in.Seconds
 		if r.Severity > 0 {
 			a.severe += in.Seconds
+			if a.severeAt == nil {
+				a.severeAt = map[int64]bool{}
+			}
+			if !a.severeAt[in.Ts] {
+				a.severeAt[in.Ts] = true
+				a.severeWall += in.Seconds
+			}
 		}
 		a.maxS = math.Max(a.maxS, r.Severity)
 		perKey[r.Key]++
@@ -126,7 +137,7 @@ func (v *jobView) partial(job uint32, from string) *pb.JobPartial {
 			continue
 		}
 		p.Keys = append(p.Keys, &pb.KeyPartial{Key: k, Domain: a.domain, Sketch: b, SevereSeconds: a.severe,
-			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: v.devSecs[a.domain]})
+			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: v.devSecs[a.domain], SevereWallSeconds: a.severeWall})
 	}
 	nodes := make([]string, 0, len(v.nodeUser))
 	for n := range v.nodeUser {
@@ -173,6 +184,9 @@ func MergePartials(e *properties.Engine, job uint32, parts []*pb.JobPartial) (di
 			a.severe += k.SevereSeconds
 			a.sevSum += k.SeveritySeconds
 			a.maxS = math.Max(a.maxS, k.MaxSeverity)
+			// The parts hold disjoint nodes over the same time: the union of their severe
+			// cycles is at least the longest part's.
+			a.severeWall = math.Max(a.severeWall, k.SevereWallSeconds)
 		}
 		// Device-time per domain adds up over the collectors' disjoint node sets.
 		domains := map[string]float64{}
@@ -209,7 +223,7 @@ func (v *jobView) results(e *properties.Engine) []properties.Result {
 		a := v.keys[k]
 		base := v.devSecs[a.domain]
 		agg := properties.Aggregate{Values: a.values, SevereSeconds: a.severe,
-			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: base}
+			SeveritySeconds: a.sevSum, MaxSeverity: a.maxS, BaseSeconds: base, SevereWallSeconds: a.severeWall}
 		if len(a.values) == 0 && a.sketch != nil {
 			if qs, err := a.sketch.Summary(10); err == nil {
 				agg.Summary = &qs
@@ -229,7 +243,7 @@ func (v *jobView) results(e *properties.Engine) []properties.Result {
 		if s, ok := e.SeverityOf("inter_node_imbalance", spread); ok {
 			agg := properties.Aggregate{Values: []float64{spread}, SeveritySeconds: s * secs, MaxSeverity: s, BaseSeconds: secs}
 			if s > 0 {
-				agg.SevereSeconds = secs
+				agg.SevereSeconds, agg.SevereWallSeconds = secs, secs
 			}
 			if r, ok := e.ResultOf("inter_node_imbalance", agg, short); ok {
 				out = append(out, r)

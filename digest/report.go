@@ -31,8 +31,11 @@ type Report struct {
 	Samples     int       `json:"samples"`
 	// Short is set when the job was shorter than MinSeconds (or had fewer than 4
 	// samples): properties that need a longer job are left out.
-	Short       bool                `json:"short"`
-	MinSeconds  float64             `json:"min_seconds"`
+	Short      bool    `json:"short"`
+	MinSeconds float64 `json:"min_seconds"`
+	// StartupOnly is set when the job ended within its start-up (its first second), which
+	// is never judged: it has no findings because there was nothing to judge.
+	StartupOnly bool                `json:"startup_only,omitempty"`
 	Findings    []properties.Result `json:"findings"`
 	Properties  []properties.Result `json:"properties"`
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
@@ -193,6 +196,10 @@ func Build(f Facts, results []properties.Result, minSeconds float64) Report {
 	// Group the reasons of properties that could have been findings.
 	groups := map[string][]string{}
 	for _, p := range results {
+		if p.NotAssessed == properties.StartupOnly {
+			r.StartupOnly = true
+			continue
+		}
 		if p.Assessed || strings.HasPrefix(p.NotAssessed, "not evaluated:") || p.NotAssessed == properties.NothingToAssess {
 			continue
 		}

@@ -42,6 +42,11 @@ func Text(r Report, o TextOptions) string {
 		if len(r.Nodes) > 1 {
 			facts = strings.Replace(facts, ", ", fmt.Sprintf(" on %d nodes, ", len(r.Nodes)), 1)
 		}
+		if r.StartupOnly && len(covered) == 0 {
+			// Nothing was judged: saying "no issues" would claim more than was looked at.
+			wrap(&b, fmt.Sprintf("persyst: %s: too short to judge (%s): it ended within its start-up, the first second, which is never judged.", what, facts), o.Width, "  ")
+			return b.String()
+		}
 		if len(covered) == 0 {
 			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
 		}

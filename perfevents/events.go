@@ -74,13 +74,25 @@ func SoftwareEvents() []Event {
 // available.
 var OpenTracepoints = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
 
-// TracepointEvents are the file open/close tracepoints.
+// FutexTracepoint counts futex(2) calls: how threads sleep on a contended lock, condition
+// variable or barrier, and wake each other.
+const FutexTracepoint = "syscalls:sys_enter_futex"
+
+// ProcessTracepoints count the job's new processes and threads (fork, clone) and the
+// programs it started (exec).
+var ProcessTracepoints = []string{"sched:sched_process_fork", "sched:sched_process_exec"}
+
+// TracepointEvents are the file open/close and process creation tracepoints.
 func TracepointEvents() []Event {
 	var out []Event
 	for _, n := range OpenTracepoints {
 		out = append(out, tp(n))
 	}
-	return append(out, tp("syscalls:sys_enter_close"))
+	out = append(out, tp("syscalls:sys_enter_close"), tp(FutexTracepoint))
+	for _, n := range ProcessTracepoints {
+		out = append(out, tp(n))
+	}
+	return out
 }
 
 // HardwareEvents are the generic hardware events, grouped so that related events are

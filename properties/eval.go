@@ -34,6 +34,12 @@ type Config struct {
 	// (default 0.2: a job's start and teardown intervals alone do not make one);
 	// MinScore the least mean severity (default 0.05).
 	MinShare, MinScore float64
+	// StartupSeconds: the first seconds of a job's measurement are its start-up (loading
+	// the program and its libraries, Slurm's and persyst's own set-up): never judged
+	// (default 1; pipeline reads the job once when they are over). MinFindingSeconds is
+	// the least wall-clock time a bottleneck must hold to be a finding (default 1):
+	// sub-second effects never make one.
+	StartupSeconds, MinFindingSeconds float64
 }
 
 // Engine evaluates a strategy. It is immutable and safe for concurrent use.
@@ -53,6 +59,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.MinScore <= 0 {
 		cfg.MinScore = 0.05
+	}
+	if cfg.StartupSeconds <= 0 {
+		cfg.StartupSeconds = DefaultStartupSeconds
+	}
+	if cfg.MinFindingSeconds <= 0 {
+		cfg.MinFindingSeconds = 1
 	}
 	e := &Engine{cfg: cfg, thresholds: map[*Property]float64{}, thrWhy: map[*Property]string{}}
 	for k := range cfg.Thresholds {
@@ -105,6 +117,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 // MinSeconds is the job length below which only robust findings are reported.
 func (e *Engine) MinSeconds() float64 { return e.cfg.MinSeconds }
 
+// DefaultStartupSeconds is the start-up a job's measurement leaves unjudged by default.
+const DefaultStartupSeconds = 1
+
+// Startup is how long a job's start-up lasts: its samples are not judged.
+func (e *Engine) Startup() time.Duration {
+	return time.Duration(e.cfg.StartupSeconds * float64(time.Second))
+}
+
 // Threshold returns the threshold the engine uses for the property with p's key (p may
 // come from another catalog instance).
 func (e *Engine) Threshold(p *Property) (float64, bool) {
@@ -118,6 +138,10 @@ func (e *Engine) Threshold(p *Property) (float64, bool) {
 
 // JobInfo is what the engine knows of a job besides its samples.
 type JobInfo struct {
+	// Started is when the job's measurement began: samples that end within the
+	// engine's start-up (Startup) are not judged. Zero: only samples read for the
+	// start-up's end (sample.Startup) are.
+	Started           time.Time
 	NCPUs             int
 	MemRequestedBytes float64 // 0: not requested explicitly
 	Topology          []sample.CPUTopo
@@ -129,6 +153,8 @@ type acc struct {
 	weight          float64 // Σ interval seconds of assessed records
 	severeWeight    float64
 	sevSum, sevMax  float64
+	severeWall      float64 // wall-clock seconds of the intervals with severity > 0 somewhere
+	severeSeq       int     // the last interval counted in severeWall
 	records         int
 	notAssessed     string // first reason
 	notAssessedName string // the missing input
@@ -141,6 +167,9 @@ type Accumulator struct {
 	props   map[*Property]*acc
 	samples int
 	seconds float64
+	seq     int // intervals evaluated (samples and the job-level evaluation)
+	// startup is the measured time of the job's start-up, not judged (Startup).
+	startup float64
 	// devSeconds is the job's device-time per domain (Σ interval × devices): the base of
 	// time shares, so a refined property's share is of the whole job, not only of the
 	// intervals its parent let it be evaluated in.
@@ -354,7 +383,12 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 	if s.Seconds <= 0 {
 		return nil
 	}
+	if a.isStartup(s) {
+		a.startup += s.Seconds
+		return nil
+	}
 	a.samples++
+	a.seq++
 	a.seconds += s.Seconds
 	devs := a.devices(s)
 	if a.devSeconds == nil {
@@ -371,6 +405,18 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 	}
 	return out
 }
+
+// isStartup says whether s is a sample of the job's start-up, which is not judged.
+func (a *Accumulator) isStartup(s sample.Sample) bool {
+	if s.Reason == sample.Startup {
+		return true
+	}
+	return !a.info.Started.IsZero() && s.Time.Sub(a.info.Started).Seconds() <= a.e.cfg.StartupSeconds
+}
+
+// Judged is the time of the job's samples that were judged (all but its start-up), and
+// StartupSeconds the start-up's.
+func (a *Accumulator) Judged() (judged, startup float64) { return a.seconds, a.startup }
 
 // MaxRecords is how many records the last Add would have returned if every condition of
 // the strategy had held on every device: the load the PerSyst thesis assumes (§5.3) a node sends for
@@ -408,7 +454,7 @@ func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device
 	}
 	var held []device
 	for _, d := range on {
-		ok, v, sev, valid := a.record(p, d.env, s.Seconds)
+		ok, v, sev, valid := a.record(p, d.env, s.Seconds, s.Seconds)
 		if valid {
 			out = append(out, Record{Time: s.Time, Key: p.Key(), Device: d.label(), Value: v, Severity: sev})
 		}
@@ -436,7 +482,7 @@ func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device
 
 // record evaluates p on one device's env, records the result with weight w, and reports
 // whether p's condition holds there, the value and severity, and whether there was one.
-func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond bool, v, sev float64, valid bool) {
+func (a *Accumulator) record(p *Property, env map[string]any, w, wall float64) (cond bool, v, sev float64, valid bool) {
 	x := a.get(p)
 	for _, name := range p.valueNames {
 		if _, ok := env[name]; !ok {
@@ -473,6 +519,10 @@ func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond b
 	x.sevMax = math.Max(x.sevMax, sev)
 	if sev > 0 {
 		x.severeWeight += w
+		if x.severeSeq != a.seq {
+			x.severeSeq = a.seq
+			x.severeWall += wall
+		}
 	}
 	switch p.Condition {
 	case Always:
@@ -488,6 +538,9 @@ func (a *Accumulator) record(p *Property, env map[string]any, w float64) (cond b
 	}
 	return cond, v, sev, true
 }
+
+// StartupOnly: the job was measured only during its start-up, which is never judged.
+const StartupOnly = "the job ended within its start-up, which is not judged"
 
 // NothingToAssess: the property's inputs were measured but never gave a value (no writes,
 // so no mean write size). Not a gap in the measurement.
@@ -566,6 +619,8 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 			r.Threshold = &t
 		}
 		switch {
+		case p.Domain != Job && a.samples == 0 && a.startup > 0:
+			r.NotAssessed = StartupOnly
 		case x == nil:
 			r.NotAssessed = "not evaluated: the strategy did not reach it (its parent's condition never held)"
 		case x.records == 0 && x.notAssessed != "":
@@ -592,7 +647,7 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 				base = a.devSeconds[p.Domain]
 			}
 			a.e.assess(&r, p, Aggregate{Values: x.values, SevereSeconds: x.severeWeight, SeveritySeconds: x.sevSum,
-				MaxSeverity: x.sevMax, BaseSeconds: base}, short)
+				MaxSeverity: x.sevMax, BaseSeconds: base, SevereWallSeconds: x.severeWall}, short)
 		}
 		out = append(out, r)
 	}
@@ -612,6 +667,9 @@ type Aggregate struct {
 	// BaseSeconds is the job's device-time in the property's domain: the base of the
 	// time share and the mean severity.
 	BaseSeconds float64
+	// SevereWallSeconds is the wall-clock time of the intervals with severity > 0 on
+	// some device (for a job split over collectors: the longest part's, a lower bound).
+	SevereWallSeconds float64
 }
 
 // assess fills an assessed Result from an aggregate and decides whether it is a finding.
@@ -630,7 +688,12 @@ func (e *Engine) assess(r *Result, p *Property, agg Aggregate, short bool) {
 	r.Score = r.MeanSeverity * p.Rank
 	if p.Finding && p.Severity != None && r.TimeShare >= e.cfg.MinShare && r.MeanSeverity >= e.cfg.MinScore {
 		r.Finding = true
-		if p.LongOnly && short {
+		if agg.SevereWallSeconds < e.cfg.MinFindingSeconds {
+			r.Finding = false
+			r.Suppressed = fmt.Sprintf("held for %.1f s only: an effect shorter than %s is not a finding",
+				agg.SevereWallSeconds, fmtSeconds(e.cfg.MinFindingSeconds))
+		}
+		if r.Finding && p.LongOnly && short {
 			r.Finding = false
 			r.Suppressed = fmt.Sprintf("not robust for a job shorter than %s", fmtSeconds(e.cfg.MinSeconds))
 		}
@@ -669,6 +732,7 @@ func (e *Engine) SeverityOf(key string, v float64) (float64, bool) {
 
 // finishJob evaluates the job-domain properties on the job's summary and samples.
 func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
+	a.seq++
 	env := map[string]any{NameSeconds: sum.Seconds, NameSamples: float64(a.samples)}
 	for k, v := range a.e.cfg.Calibration {
 		env[k] = v
@@ -697,7 +761,7 @@ func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
 	if w <= 0 {
 		w = 1
 	}
-	if ok, _, _, _ := a.record(n.Prop, env, w); ok {
+	if ok, _, _, _ := a.record(n.Prop, env, w, w); ok {
 		for _, c := range n.Children {
 			a.evalJob(c, env, w)
 		}
@@ -789,6 +853,20 @@ func Fold(rs []Result) []Result {
 			return ra.Score > rb.Score
 		}
 		return ra.Key < rb.Key
+	})
+	// A cause comes before its symptoms, whatever their scores: findings that no other
+	// finding folds go first (a storm of program starts explains its small reads even
+	// when those score higher).
+	folded := map[string]bool{}
+	for _, i := range order {
+		for _, k := range out[i].Folds {
+			if k != out[i].Key {
+				folded[k] = true
+			}
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return !folded[out[order[a]].Key] && folded[out[order[b]].Key]
 	})
 	by := map[string]string{} // folded key → the finding that explains it
 	for _, i := range order {

@@ -1,6 +1,7 @@
 package properties
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,20 +18,30 @@ import (
 //     (PSI some 65 %): starved, neither idle nor unequal;
 //   - one thread that waited 0.4 s a second beside a neighbour: idle CPUs first (the job
 //     cannot use the second CPU), waiting for a CPU beside it, ranked below;
-//   - two balanced threads: nothing.
+//   - two balanced threads: nothing;
+//   - eight busy threads on the two CPUs (busy, 6 s of run-queue waits a second):
+//     oversubscribed, not starved;
+//   - threads sleeping on a contended lock (a million futex calls a second, half the
+//     CPU time in the kernel): lock contention, which explains the kernel time, the waits
+//     and the idle time;
+//   - a shell loop starting 500 programs a second, with the small reads and opens that
+//     causes: programs started, whatever the symptoms score.
 func TestOneCauseOnce(t *testing.T) {
 	e, err := Load(Settings{MinSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(busy0, busy1, psi, wait float64) []string {
+	run := func(busy0, busy1, psi, wait float64, extra map[string]float64) []string {
 		acc := e.NewAccumulator(JobInfo{NCPUs: 2})
 		t0 := time.Unix(1_800_000_000, 0)
 		for i := 0; i < 10; i++ {
 			s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
 				Job: map[string]float64{sample.CPUUserSeconds: busy0 + busy1, sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: psi,
-					"sched_wait_seconds": wait},
+					"sched_wait_seconds": wait, "context-switches": 500, "syscalls:sys_enter_futex": 100, "sched:sched_process_exec": 0},
 				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": busy0 * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": busy1 * 1e9}}}}
+			for k, v := range extra {
+				s.Job[k] = v
+			}
 			acc.Add(s)
 		}
 		rs := Fold(acc.Finish(nil, sample.Summary{Seconds: 10, Samples: 10}))
@@ -48,16 +59,23 @@ func TestOneCauseOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
 		busy0, busy1, ps, wait float64
+		extra                  map[string]float64
 		want                   []string
 	}{
-		{"one busy thread", 1, 0, 0, 0, []string{"idle_cores"}},
+		{"one busy thread", 1, 0, 0, 0, nil, []string{"idle_cores"}},
 		// PSI "some" counts the time any thread waited once; run-queue waits add up.
-		{"starved", 0.5, 0.5, 0.65, 1.0, []string{"cpu_starved"}},
-		{"waiting beside a neighbour", 0.6, 0, 0.4, 0.4, []string{"idle_cores", "cpu_pressure"}},
-		{"balanced", 1, 1, 0, 0, nil},
+		{"starved", 0.5, 0.5, 0.65, 1.0, nil, []string{"cpu_starved"}},
+		{"waiting beside a neighbour", 0.6, 0, 0.4, 0.4, nil, []string{"idle_cores", "cpu_pressure"}},
+		{"balanced", 1, 1, 0, 0, nil, nil},
+		{"oversubscribed", 1, 1, 1, 6, nil, []string{"oversubscription"}},
+		{"contended lock", 1, 0.95, 1, 12, map[string]float64{"syscalls:sys_enter_futex": 2e6, sample.CPUSystemSeconds: 1, sample.CPUUserSeconds: 0.95},
+			[]string{"lock_contention"}},
+		{"programs started", 0.6, 0.1, 0, 0, map[string]float64{"sched:sched_process_exec": 500, sample.CPUSystemSeconds: 0.5, sample.CPUUserSeconds: 0.2,
+			sample.ReadChars: 500 * 4000, sample.ReadSyscalls: 500 * 8, "syscalls:sys_enter_openat": 500 * 5, "context-switches": 6000},
+			[]string{"process_creation_rate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, run(tc.busy0, tc.busy1, tc.ps, tc.wait)); diff != "" {
+			if diff := cmp.Diff(tc.want, run(tc.busy0, tc.busy1, tc.ps, tc.wait, tc.extra)); diff != "" {
 				t.Errorf("findings (-want +got):\n%s", diff)
 			}
 		})
@@ -114,5 +132,52 @@ func TestFileOpensCountEveryOpenCall(t *testing.T) {
 	r = rate(map[string]float64{sample.CPUUserSeconds: 1})
 	if r.Assessed || !strings.Contains(r.NotAssessed, "no open system call is traced") {
 		t.Errorf("without tracepoints: %+v", r)
+	}
+}
+
+// TestStartupAndSubSecond: the first second of a job's measurement is never judged, and a
+// bottleneck that held for less than a second of wall-clock time is not a finding. A job
+// on 2 CPUs runs one busy thread throughout (idle_cores, severe in every interval).
+func TestStartupAndSubSecond(t *testing.T) {
+	e, err := Load(Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	one := func(end, seconds float64, reason sample.Reason) sample.Sample {
+		return sample.Sample{Time: t0.Add(time.Duration(end * float64(time.Second))), Reason: reason, Seconds: seconds,
+			Job: map[string]float64{sample.CPUUserSeconds: seconds},
+			CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": seconds * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": 0}}}}
+	}
+	for _, tc := range []struct {
+		name        string
+		samples     []sample.Sample
+		finding     bool
+		notAssessed string
+		suppressed  string
+	}{
+		{"ended within its start-up", []sample.Sample{one(0.4, 0.4, sample.End)}, false, StartupOnly, ""},
+		{"a start-up read then half a second", []sample.Sample{one(1, 1, sample.Startup), one(1.5, 0.5, sample.End)}, false, "",
+			"held for 0.5 s only: an effect shorter than 1 s is not a finding"},
+		{"a cycle read within the start-up, then 3 s", []sample.Sample{one(0.3, 0.3, sample.Cycle), one(1, 0.7, sample.Startup), one(2, 1, sample.Cycle),
+			one(4, 2, sample.End)}, true, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acc := e.NewAccumulator(JobInfo{Started: t0, NCPUs: 2})
+			for _, s := range tc.samples {
+				acc.Add(s)
+			}
+			last := tc.samples[len(tc.samples)-1]
+			for _, r := range acc.Finish(tc.samples, sample.Summary{Started: t0, Seconds: last.Time.Sub(t0).Seconds(), Samples: len(tc.samples)}) {
+				if r.Key != "idle_cores" {
+					continue
+				}
+				got := [3]string{strconv.FormatBool(r.Finding), r.NotAssessed, r.Suppressed}
+				want := [3]string{strconv.FormatBool(tc.finding), tc.notAssessed, tc.suppressed}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("idle_cores (finding, not assessed, suppressed) (-want +got):\n%s", diff)
+				}
+			}
+		})
 	}
 }

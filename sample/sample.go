@@ -14,6 +14,9 @@ const (
 	Cycle Reason = "cycle" // at a cycle boundary
 	End   Reason = "end"   // at job end (or when `persyst run`'s command exited)
 	Step  Reason = "step"  // when a step ended (the job's cgroups still exist then)
+	// Startup: when the job's start-up is over (properties.Config.StartupSeconds); the
+	// interval up to it is not judged.
+	Startup Reason = "startup"
 )
 
 // CPUValues are one CPU's values in a Sample or Summary.

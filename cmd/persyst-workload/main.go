@@ -11,6 +11,11 @@
 //	stat      -seconds S                               stat(2) in a loop for S seconds: time in the kernel
 //	cpu       -iterations N                            fixed CPU-bound work (benchmarks)
 //	membw     -mib M -passes N                         fixed memory-bound work (benchmarks)
+//	read      -file F -bytes B -size S                 read F (B bytes, created if absent) in read(2) calls of S bytes, until B bytes were read
+//	forkexec  -seconds S [-prog P]                     start P (default /bin/true) again and again for S seconds
+//	mutex     -seconds S [-threads N]                  N OS threads take turns on one lock for S seconds
+//	mapread   -file F -mib M -seconds S                read pages of a mapped M MiB file in random order, dropping them from the page cache after each pass, for S seconds
+//	procs     -n N -seconds S                          N processes, each spinning S seconds of CPU time
 package main
 
 import (
@@ -28,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: persyst-workload spin|write|openclose|alloc|cpu|membw [flags]")
+		fmt.Fprintln(os.Stderr, "usage: persyst-workload spin|write|openclose|alloc|stat|cpu|membw|read|forkexec|mutex|mapread|procs [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -38,7 +43,7 @@ func main() {
 	file := fs.String("file", "", "write/openclose: file")
 	nbytes := fs.Int64("bytes", 64<<20, "write: total bytes")
 	size := fs.Int("size", 4096, "write: bytes per write(2)")
-	n := fs.Int("n", 10000, "openclose: pairs")
+	n := fs.Int("n", 10000, "openclose: pairs; procs: processes")
 	legacy := fs.Bool("legacy", false, "openclose: open with open(2), not openat(2)")
 	mib := fs.Int("mib", 256, "alloc/membw: MiB")
 	steps := fs.Int("steps", 8, "alloc: steps")
@@ -46,6 +51,7 @@ func main() {
 	hold := fs.Float64("hold", 0, "alloc: seconds to hold the memory at the end")
 	iters := fs.Int64("iterations", 300_000_000, "cpu: iterations")
 	passes := fs.Int("passes", 20, "membw: passes over the array")
+	prog := fs.String("prog", "/bin/true", "forkexec: the program to start")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
@@ -63,6 +69,16 @@ func main() {
 		cpu(*iters)
 	case "membw":
 		membw(*mib, *passes)
+	case "read":
+		err = readSmall(*file, *nbytes, *size)
+	case "forkexec":
+		err = forkExec(*prog, time.Duration(*seconds*float64(time.Second)))
+	case "mutex":
+		mutex(*threads, time.Duration(*seconds*float64(time.Second)))
+	case "mapread":
+		err = mapRead(*file, *mib, time.Duration(*seconds*float64(time.Second)))
+	case "procs":
+		err = procs(*n, *seconds)
 	default:
 		err = fmt.Errorf("unknown workload %q", os.Args[1])
 	}
@@ -92,6 +108,9 @@ func spin(d time.Duration, threads int, pin string) error {
 			cpus = append(cpus, c)
 		}
 	}
+	// Every thread runs at once, as a C program's threads would (more threads than CPUs
+	// then compete for them in the kernel, not in Go's scheduler).
+	runtime.GOMAXPROCS(max(threads, runtime.NumCPU()))
 	var wg sync.WaitGroup
 	errs := make(chan error, threads)
 	for i := 0; i < threads; i++ {
@@ -216,4 +235,153 @@ func membw(mib, passes int) {
 		a, b = b, a
 	}
 	sink = a[len(a)/2]
+}
+
+// readSmall reads path in read(2) calls of size bytes until total bytes were read,
+// starting over at its end; a missing file is made first (1 MiB).
+func readSmall(path string, total int64, size int) error {
+	if _, err := os.Stat(path); err != nil {
+		if err := write(path, 1<<20, 1<<20); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, size)
+	for done := int64(0); done < total; {
+		n, err := unix.Read(fd, buf)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if n == 0 {
+			if _, err := unix.Seek(fd, 0, 0); err != nil {
+				return err
+			}
+			continue
+		}
+		done += int64(n)
+	}
+	return nil
+}
+
+// forkExec starts prog again and again (fork and exec, wait) for d.
+func forkExec(prog string, d time.Duration) error {
+	for start := time.Now(); time.Since(start) < d; {
+		p, err := os.StartProcess(prog, []string{prog}, &os.ProcAttr{})
+		if err != nil {
+			return fmt.Errorf("start %s: %w", prog, err)
+		}
+		if _, err := p.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mutex has threads OS threads take turns on one lock for d: each turn wakes a
+// sleeping thread (lock contention, not CPU work).
+func mutex(threads int, d time.Duration) {
+	runtime.GOMAXPROCS(max(threads, runtime.NumCPU()))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for i := 0; i < threads; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // a blocked turn blocks the thread, not only the goroutine
+			x := uint64(i)
+			for time.Now().Before(stop) {
+				mu.Lock()
+				for k := 0; k < 200; k++ {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				mu.Unlock()
+			}
+			sink += x
+		}()
+	}
+	wg.Wait()
+}
+
+// mapRead maps a file of mib MiB (made if absent) and reads one byte of each page in a
+// random order, for d; after each pass it drops the file's pages from the page cache
+// (madvise, fadvise), so that every page is read from storage again: major page faults.
+func mapRead(path string, mib int, d time.Duration) error {
+	size := int64(mib) << 20
+	if st, err := os.Stat(path); err != nil || st.Size() != size {
+		if err := write(path, size, 1<<20); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	_ = unix.Fdatasync(fd)
+	page := os.Getpagesize()
+	pages := int(size) / page
+	order := make([]int, pages)
+	x := uint64(1)
+	for i := range order {
+		order[i] = i
+	}
+	for i := len(order) - 1; i > 0; i-- { // a fixed shuffle
+		x = x*6364136223846793005 + 1442695040888963407
+		j := int(x>>33) % (i + 1)
+		order[i], order[j] = order[j], order[i]
+	}
+	for start := time.Now(); time.Since(start) < d; {
+		if err := unix.Fadvise(fd, 0, size, unix.FADV_DONTNEED); err != nil {
+			return fmt.Errorf("fadvise %s: %w", path, err)
+		}
+		m, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("mmap %s: %w", path, err)
+		}
+		_ = unix.Madvise(m, unix.MADV_RANDOM)
+		var sum byte
+		for i, p := range order {
+			sum += m[p*page]
+			if i%256 == 0 && time.Since(start) >= d {
+				break
+			}
+		}
+		sink += uint64(sum)
+		if err := unix.Munmap(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// procs runs n copies of this program's spin workload as processes and waits for them.
+func procs(n int, seconds float64) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var ps []*os.Process
+	for i := 0; i < n; i++ {
+		p, err := os.StartProcess(self, []string{self, "spin", "-seconds", strconv.FormatFloat(seconds, 'f', -1, 64)},
+			&os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		st, err := p.Wait()
+		if err != nil {
+			return err
+		}
+		if !st.Success() {
+			return fmt.Errorf("a spinning process: %s", st)
+		}
+	}
+	return nil
 }

@@ -708,16 +708,17 @@ func (x *JobSummary) GetCycles() []*PartialCycle {
 // One property of a job as a collector holds it, mergeable with other collectors' parts
 // of the same job: a DDSketch of the values and severity-time sums.
 type KeyPartial struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Key             string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Domain          string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
-	Sketch          []byte                 `protobuf:"bytes,3,opt,name=sketch,proto3" json:"sketch,omitempty"`                                            // quantile.Sketch (DDSketch), alpha 1 %
-	SevereSeconds   float64                `protobuf:"fixed64,4,opt,name=severe_seconds,json=severeSeconds,proto3" json:"severe_seconds,omitempty"`       // Σ interval of records with severity > 0
-	SeveritySeconds float64                `protobuf:"fixed64,5,opt,name=severity_seconds,json=severitySeconds,proto3" json:"severity_seconds,omitempty"` // Σ severity × interval
-	MaxSeverity     float64                `protobuf:"fixed64,6,opt,name=max_severity,json=maxSeverity,proto3" json:"max_severity,omitempty"`
-	BaseSeconds     float64                `protobuf:"fixed64,7,opt,name=base_seconds,json=baseSeconds,proto3" json:"base_seconds,omitempty"` // device-time of the domain on the collector's nodes
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Key               string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Domain            string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	Sketch            []byte                 `protobuf:"bytes,3,opt,name=sketch,proto3" json:"sketch,omitempty"`                                            // quantile.Sketch (DDSketch), alpha 1 %
+	SevereSeconds     float64                `protobuf:"fixed64,4,opt,name=severe_seconds,json=severeSeconds,proto3" json:"severe_seconds,omitempty"`       // Σ interval of records with severity > 0
+	SeveritySeconds   float64                `protobuf:"fixed64,5,opt,name=severity_seconds,json=severitySeconds,proto3" json:"severity_seconds,omitempty"` // Σ severity × interval
+	MaxSeverity       float64                `protobuf:"fixed64,6,opt,name=max_severity,json=maxSeverity,proto3" json:"max_severity,omitempty"`
+	BaseSeconds       float64                `protobuf:"fixed64,7,opt,name=base_seconds,json=baseSeconds,proto3" json:"base_seconds,omitempty"`                     // device-time of the domain on the collector's nodes
+	SevereWallSeconds float64                `protobuf:"fixed64,8,opt,name=severe_wall_seconds,json=severeWallSeconds,proto3" json:"severe_wall_seconds,omitempty"` // wall-clock time of the cycles with severity > 0
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *KeyPartial) Reset() {
@@ -795,6 +796,13 @@ func (x *KeyPartial) GetMaxSeverity() float64 {
 func (x *KeyPartial) GetBaseSeconds() float64 {
 	if x != nil {
 		return x.BaseSeconds
+	}
+	return 0
+}
+
+func (x *KeyPartial) GetSevereWallSeconds() float64 {
+	if x != nil {
+		return x.SevereWallSeconds
 	}
 	return 0
 }
@@ -1176,7 +1184,7 @@ const file_collector_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x1f\n" +
 	"\vreport_json\x18\x03 \x01(\fR\n" +
 	"reportJson\x120\n" +
-	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\"\xe6\x01\n" +
+	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\"\x96\x02\n" +
 	"\n" +
 	"KeyPartial\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
@@ -1185,7 +1193,8 @@ const file_collector_proto_rawDesc = "" +
 	"\x0esevere_seconds\x18\x04 \x01(\x01R\rsevereSeconds\x12)\n" +
 	"\x10severity_seconds\x18\x05 \x01(\x01R\x0fseveritySeconds\x12!\n" +
 	"\fmax_severity\x18\x06 \x01(\x01R\vmaxSeverity\x12!\n" +
-	"\fbase_seconds\x18\a \x01(\x01R\vbaseSeconds\"a\n" +
+	"\fbase_seconds\x18\a \x01(\x01R\vbaseSeconds\x12.\n" +
+	"\x13severe_wall_seconds\x18\b \x01(\x01R\x11severeWallSeconds\"a\n" +
 	"\aNodeUse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
 	"\x10user_pct_seconds\x18\x02 \x01(\x01R\x0euserPctSeconds\x12\x18\n" +

@@ -363,6 +363,14 @@ func (m *Meter) Samples() []sample.Sample {
 	return m.store.all()
 }
 
+// Started is when the job's measurement began (its baseline, or the start an earlier
+// meter's restored samples go back to).
+func (m *Meter) Started() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started
+}
+
 // Summary returns the totals so far.
 func (m *Meter) Summary() sample.Summary {
 	m.mu.Lock()

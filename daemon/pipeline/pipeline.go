@@ -33,6 +33,10 @@ type Options struct {
 	// Keep, if set, gets every sample as it is read (the daemon keeps them on disk, so
 	// that a restarted daemon's digest still covers the whole job: Restore).
 	Keep func(sample.Sample)
+	// After runs f once d has passed and returns a function that cancels it (default
+	// time.AfterFunc): the read that ends the job's start-up (Engine.Startup) is taken
+	// with it. Tests with a fake clock inject their own.
+	After func(d time.Duration, f func()) (stop func() bool)
 }
 
 // Job is one job's pipeline on this node.
@@ -43,6 +47,11 @@ type Job struct {
 	mu    sync.Mutex
 	acc   *properties.Accumulator // created at the first interval
 	amend []func(*sample.Summary)
+
+	// endMu orders the start-up read before the end: once ended, it is not taken.
+	endMu       sync.Mutex
+	ended       bool
+	stopStartup func() bool
 }
 
 // Start opens the job's meter (its baseline read) and the pipeline behind it.
@@ -51,7 +60,32 @@ func Start(env *measure.Env, spec measure.Spec, o Options) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Job{meter: m, opts: o}, nil
+	j := &Job{meter: m, opts: o}
+	if o.Engine != nil {
+		after := o.After
+		if after == nil {
+			after = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+		}
+		startup := o.Engine.Startup()
+		stop := after(startup, func() { j.readStartup(env, startup) })
+		j.endMu.Lock()
+		j.stopStartup = stop
+		j.endMu.Unlock()
+	}
+	return j, nil
+}
+
+// readStartup reads the job when its start-up is over, so that the start-up is an
+// interval of its own, never judged (properties.Config.StartupSeconds). A job whose
+// measurement goes back further (an earlier daemon's samples were restored) or that
+// ended has no start-up read.
+func (j *Job) readStartup(env *measure.Env, startup time.Duration) {
+	j.endMu.Lock()
+	defer j.endMu.Unlock()
+	if j.ended || env.Now().Sub(j.meter.Started()) > startup+time.Second {
+		return
+	}
+	_, _ = j.Read(sample.Startup)
 }
 
 // Recorded returns the pipeline of a job measured by an earlier daemon, from its samples
@@ -95,6 +129,7 @@ func (j *Job) Restore(prev []sample.Sample, started time.Time, why string) (int,
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.acc = nil // made again with the restored start
 	acc := j.accumulator()
 	for _, s := range j.meter.Samples() {
 		if s.Seconds > 0 {
@@ -122,7 +157,7 @@ func (j *Job) evaluate(s sample.Sample) {
 func (j *Job) accumulator() *properties.Accumulator {
 	if j.acc == nil {
 		spec := j.meter.Spec()
-		j.acc = j.opts.Engine.NewAccumulator(properties.JobInfo{NCPUs: len(spec.CPUs), Topology: spec.Topology})
+		j.acc = j.opts.Engine.NewAccumulator(properties.JobInfo{Started: j.meter.Started(), NCPUs: len(spec.CPUs), Topology: spec.Topology})
 	}
 	return j.acc
 }
@@ -130,6 +165,12 @@ func (j *Job) accumulator() *properties.Accumulator {
 // End takes the final read, evaluates it and closes the sources; it returns the job's
 // summary. The error reports what failed (the summary covers what was read).
 func (j *Job) End() (sample.Summary, error) {
+	j.endMu.Lock()
+	j.ended = true
+	if j.stopStartup != nil {
+		j.stopStartup()
+	}
+	j.endMu.Unlock()
 	_, rerr := j.Read(sample.End)
 	cerr := j.meter.Close()
 	return j.Summary(), errors.Join(rerr, cerr)

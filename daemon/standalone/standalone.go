@@ -13,10 +13,11 @@
 // CMD's process tree in inherit mode (user space only), the I/O of CMD's processes from
 // /proc, and CPU time, peak memory and page faults from wait4's rusage at the end.
 //
-// CMD is started through a re-executed copy of persyst (Child) that waits until persyst
-// has moved it into the cgroups and opened the counters, then execs CMD: every
-// instruction of CMD runs inside them, and the child itself makes no write(2) that would
-// count as CMD's I/O. CMD gets persyst's stdin, stdout and stderr and its
+// CMD is started through a re-executed copy of persyst (Child) that stops itself once
+// its own start is done; persyst then moves it into the cgroups, opens the counters,
+// reads the baseline and lets it go on to exec CMD: every instruction of CMD runs inside
+// them, and none of the child's own work (its runtime reading /proc and cgroup files) is
+// counted as CMD's. CMD gets persyst's stdin, stdout and stderr and its
 // environment. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded; SIGINT and SIGQUIT are
 // ignored by persyst while CMD runs (as time(1) does): from a terminal CMD, in the same
 // process group, receives them itself. persyst exits with CMD's status, or 128+N when a
@@ -154,19 +155,12 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	// exited process's /proc files root-owned): its last writes are found instead in our
 	// own counters, to which the kernel adds a reaped child's totals.
 	selfBefore, selfErr := procio.ReadSelf(r.host)
-	// The child waits for a byte on fd 3 before it execs CMD.
-	gate, release, err := os.Pipe()
-	if err != nil {
-		return 1, fmt.Errorf("pipe: %w", err)
-	}
+	// The child stops itself (SIGSTOP) once its own start is done; SIGCONT lets it exec CMD.
 	cmd := exec.Command(opts.Self, append([]string{ChildCommand, "--", path}, argv[1:]...)...)
 	cmd.Args[0] = argv[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
 	cmd.Env = os.Environ()
-	cmd.ExtraFiles = []*os.File{gate}
 	if err := cmd.Start(); err != nil {
-		gate.Close()
-		release.Close()
 		return 126, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	// persyst ignores SIGINT and SIGQUIT while CMD runs (the terminal sends them to CMD);
@@ -176,11 +170,17 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	fwd := make(chan os.Signal, 4)
 	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(fwd)
-	gate.Close()
 	pid := cmd.Process.Pid
 	r.child = pid
-	// The child waits at the gate: move it into the cgroups now, from here, so that it
-	// makes no write(2) of its own that would be counted as CMD's I/O.
+	// Wait until the child stopped itself (or died): its own start is then done, and
+	// nothing of it is counted as CMD's. Move it into the cgroups from here.
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	for _, f := range r.procsFiles {
 		if err := writeNoFollow(f, strconv.Itoa(pid)); err != nil {
 			fmt.Fprintf(opts.Stderr, "persyst: could not move %s into %s: %v (measured without it)\n", argv[0], filepath.Dir(f), err)
@@ -192,8 +192,7 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	spec.ExtraPIDs = func() []int { return r.extraPIDs(privileged) }
 	job, err := pipeline.Start(env, spec, pipeline.Options{Engine: opts.Engine})
 	// Let CMD go whether or not measuring could start.
-	release.Write([]byte{1})
-	release.Close()
+	_ = unix.Kill(pid, unix.SIGCONT)
 	if err != nil {
 		fmt.Fprintf(opts.Stderr, "persyst: %s is not measured: %v\n", argv[0], err)
 	}
@@ -403,20 +402,18 @@ func (r *runner) cpus() ([]int, error) {
 	return r.host.OnlineCPUs()
 }
 
-// Child is the hidden subcommand run in the re-executed persyst: wait for the parent's
-// go-ahead on fd 3 (the parent moves it into the cgroups and opens the counters
-// meanwhile), then exec CMD. It only returns
-// on failure, with the exit code (127: not found, 126: cannot execute).
+// Child is the hidden subcommand run in the re-executed persyst: stop itself, so that the
+// parent moves it into the cgroups and opens the counters after the child's own start,
+// then (on SIGCONT) exec CMD. It only returns on failure, with the exit code (127: not
+// found, 126: cannot execute).
 func Child(args []string) int {
 	if len(args) < 2 || args[0] != "--" {
 		fmt.Fprintln(os.Stderr, "persyst: "+ChildCommand+" is internal to persyst run")
 		return 2
 	}
 	argv := args[1:]
-	gate := os.NewFile(3, "gate")
-	var b [1]byte
-	_, _ = gate.Read(b[:])
-	gate.Close()
+	// SIGSTOP is delivered before kill(2) returns: the child goes on only when continued.
+	_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
 	err := unix.Exec(argv[0], append([]string{filepath.Base(argv[0])}, argv[1:]...), os.Environ())
 	fmt.Fprintf(os.Stderr, "persyst: exec %s: %v\n", argv[0], err)
 	if errors.Is(err, unix.ENOENT) {
@@ -436,11 +433,10 @@ func writeNoFollow(path, s string) error {
 }
 
 // addReaped raises the write totals to what the command's process tree wrote according
-// to our own counters (the reaped child's totals minus the one byte persyst wrote to
-// release it). Read totals cannot be corrected that way (persyst itself reads /proc).
+// to our own counters (the reaped child's totals). Read totals cannot be corrected that way (persyst itself reads /proc).
 func addReaped(s *sample.Summary, d procio.IO) {
 	if d.WChar > 0 && d.SyscW > 0 {
-		w, n := float64(d.WChar-1), float64(d.SyscW-1)
+		w, n := float64(d.WChar), float64(d.SyscW)
 		if w > s.Totals[sample.WriteChars] {
 			s.Totals[sample.WriteChars], s.Totals[sample.WriteSyscalls] = w, n
 		}
