@@ -69,9 +69,9 @@ func TestDigest(t *testing.T) {
 		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 250000000 -size 64", "io_write_request_size", "write larger blocks"},
 		{"steadily growing memory", nil, "@ alloc -mib 256 -steps 8 -step-seconds 0.7 -hold 1", "memory_growth", "free what you allocate"},
 		{"heavy system time", nil, "@ stat -seconds 4", "cpu_system_pct", "fewer, larger system calls"},
-		{"a storm of file opens", nil, "@ openclose -file %d/f -n 300000", "file_open_rate", "keep files open"},
+		{"a storm of file opens", nil, "@ openclose -file %d/f -n 2000000", "file_open_rate", "keep files open"},
 		// Legacy open(2) opens files too (only openat(2) was counted).
-		{"a storm of legacy open(2) calls", nil, "@ openclose -legacy -file %d/f -n 300000", "file_open_rate", "keep files open"},
+		{"a storm of legacy open(2) calls", nil, "@ openclose -legacy -file %d/f -n 2000000", "file_open_rate", "keep files open"},
 		{"memory request far above use", []string{"--mem=900"}, "@ spin -seconds 4", "memory_unused", "request less (--mem"},
 		{"balanced job", []string{"-c", "2"}, "@ spin -seconds 4 -threads 2 -pin 0,1", "", ""},
 	}

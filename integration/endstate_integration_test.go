@@ -59,6 +59,20 @@ func TestEndStates(t *testing.T) {
 					t.Fatal(err)
 				}
 			}},
+		// The program runs out of memory as it starts (all at once), which must be named
+		// even when it falls in the job's unjudged start-up.
+		{name: "out of memory at start", args: []string{"--wrap", "sleep 2; " + load + " alloc -mib 400 -steps 1 -hold 2; echo after"},
+			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory",
+			after: func(t *testing.T, id uint32) {
+				waitSamples(t, c, id, 1)
+				limits, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/memory/slurm_*/uid_%d/job_%d/memory.limit_in_bytes", jobUser, id))
+				if len(limits) != 1 {
+					t.Fatalf("job %d's memory cgroup: %v", id, limits)
+				}
+				if err := os.WriteFile(limits[0], []byte("128M"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ package perfcg
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,6 +50,10 @@ import (
 // ErrNoTracefs means no tracing filesystem was found under the root.
 var ErrNoTracefs = errors.New("tracing filesystem not mounted")
 
+// ErrTracefsDenied means tracefs is mounted but this user may not read it (its mode is
+// 0700 on most systems: tracepoints are for root).
+var ErrTracefsDenied = errors.New("no permission to read the tracing filesystem")
+
 // tracingDirs are where tracefs is looked for, relative to the root.
 var tracingDirs = []string{"sys/kernel/tracing", "sys/kernel/debug/tracing"}
 
@@ -58,8 +63,12 @@ func TracingDir(h hostfs.FS) (string, error) {
 	for _, d := range tracingDirs {
 		p := h.Path(d)
 		tried = append(tried, p)
-		if _, err := os.Stat(filepath.Join(p, "events")); err == nil {
+		_, err := os.Stat(filepath.Join(p, "events"))
+		if err == nil {
 			return p, nil
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return "", fmt.Errorf("%w (%s, as uid %d)", ErrTracefsDenied, p, os.Getuid())
 		}
 	}
 	return "", fmt.Errorf("%w (tried %s; mount -t tracefs nodev /sys/kernel/tracing)", ErrNoTracefs, strings.Join(tried, ", "))

@@ -101,6 +101,9 @@ func Reason(e perfevents.Event, err error) string {
 	if err == nil {
 		return ""
 	}
+	if errors.Is(err, ErrTracefsDenied) {
+		return "no permission to read tracefs (it is for root; run persyst run as root, or let the daemon measure the job)"
+	}
 	if errors.Is(err, ErrNoTracefs) {
 		return "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
 	}

@@ -1,0 +1,166 @@
+package integration
+
+// The workload corpus: programs built to show one behaviour each (build/persyst-corpus,
+// in C like the codes persyst watches, and persyst-workload), run through `persyst run`
+// as a user would. Each workload's intended finding must come first; the negative
+// controls (balanced compute, several processes, large sequential I/O, `true`, a cold
+// interpreter start) must have none. The end states, OOM kills and a job starved by a
+// neighbour are in the corpus through Slurm (TestEndStates, TestCauses, TestDigest).
+// The table (workload, first finding, severity) is logged at the end.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon/standalone"
+)
+
+type corpusCase struct {
+	name  string
+	cpus  string   // taskset CPU list ("": all CPUs)
+	pre   string   // shell command run first (as root)
+	argv  []string // "@C" is persyst-corpus, "@W" persyst-workload, "@D" a scratch directory
+	first string   // the intended first finding ("": none; "startup": ended within its start-up)
+}
+
+func TestCorpus(t *testing.T) {
+	requireRoot(t)
+	persyst, load := binaries(t)
+	corpus := filepath.Join(repoRoot, "build/persyst-corpus")
+	if _, err := os.Stat(corpus); err != nil {
+		t.Fatalf("%s not built (make build)", corpus)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "persyst.conf")
+	// Memory trends are judged from 3 s on, as on the test cluster.
+	if err := os.WriteFile(conf, []byte("DigestMinSeconds=3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []corpusCase{
+		{name: "true", argv: []string{"true"}, first: "startup"},
+		{name: "cold interpreter start", pre: "sync; echo 3 > /proc/sys/vm/drop_caches", argv: []string{"perl", "-e", "1"}, first: "startup"},
+		{name: "balanced compute", argv: []string{"@C", "spin", "4", "2"}},
+		{name: "multi-process compute", argv: []string{"sh", "-c", "@C spin 4 1 & @C spin 4 1; wait"}},
+		{name: "large sequential writes", cpus: "0", argv: []string{"@C", "write", "@D/big", "3000000000", "4194304"}},
+		{name: "sleep only", argv: []string{"sleep", "4"}, first: "idle_cores"},
+		{name: "one thread on two CPUs", argv: []string{"@C", "spin", "4", "1"}, first: "idle_cores"},
+		{name: "tiny reads", cpus: "0", argv: []string{"@C", "read", "@D/r", "400000000", "64"}, first: "io_read_request_size"},
+		{name: "tiny writes", cpus: "0", argv: []string{"@C", "write", "@D/w", "300000000", "64"}, first: "io_write_request_size"},
+		{name: "open storm (openat)", cpus: "0", argv: []string{"@C", "open", "4", "@D/f"}, first: "file_open_rate"},
+		{name: "open storm (open)", cpus: "0", argv: []string{"@C", "open", "4", "@D/f", "legacy"}, first: "file_open_rate"},
+		{name: "fork/exec storm", argv: []string{"@C", "forkexec", "4", "/bin/true"}, first: "process_creation_rate"},
+		{name: "oversubscription", argv: []string{"@C", "spin", "4", "8"}, first: "oversubscription"},
+		{name: "mutex contention", argv: []string{"@C", "mutex", "4", "16"}, first: "lock_contention"},
+		{name: "memory leak", cpus: "0", argv: []string{"@W", "alloc", "-mib", "512", "-steps", "10", "-step-seconds", "0.6", "-hold", "1"}, first: "memory_growth"},
+		{name: "major faults after cache drop", cpus: "0", argv: []string{"@C", "mapread", "4", "@D/m", "256"}, first: "major_fault_rate"},
+		{name: "kernel time", cpus: "0", argv: []string{"@C", "stat", "4"}, first: "cpu_system_pct"},
+	}
+	var table []string
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.pre != "" {
+				if out, err := exec.Command("sh", "-c", tc.pre).CombinedOutput(); err != nil {
+					t.Logf("%s: %v %s (the start is then less cold)", tc.pre, err, out)
+				}
+			}
+			argv := make([]string, len(tc.argv))
+			for i, a := range tc.argv {
+				argv[i] = strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(a)
+			}
+			quiet(t)
+			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv)
+			d := res.Digest
+			if d == nil {
+				t.Fatal("no digest")
+			}
+			got, sev := "", ""
+			switch {
+			case len(d.Findings) > 0:
+				got, sev = d.Findings[0].Key, fmt.Sprintf("%.2f (%s of the job)", d.Findings[0].MeanSeverity, pct(d.Findings[0].TimeShare))
+			case d.StartupOnly:
+				got = "startup"
+			}
+			var all []string
+			for _, f := range d.Findings {
+				all = append(all, f.Key)
+			}
+			table = append(table, fmt.Sprintf("| %s | %s | %s |", tc.name, map[string]string{"": "none", "startup": "none (too short to judge)"}[got]+map[bool]string{true: "", false: got}[got == "" || got == "startup"], sev))
+			if got != tc.first {
+				t.Errorf("first finding %q, want %q (findings %v)", got, tc.first, all)
+			}
+			if tc.first == "" && len(d.Findings) > 0 || tc.first == "startup" && len(d.Findings) > 0 {
+				t.Errorf("a negative control has findings %v", all)
+			}
+		})
+	}
+	t.Logf("the corpus through persyst run:\n| workload | first finding | mean severity |\n|---|---|---|\n%s", strings.Join(table, "\n"))
+}
+
+func pct(x float64) string { return fmt.Sprintf("%.0f %%", 100*x) }
+
+// corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
+// mounted, its result written to a file of its own.
+func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string) standalone.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	script := `mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; exec "$@"`
+	args := []string{"-m", "sh", "-c", script, "sh"}
+	if cpus != "" {
+		args = append(args, "taskset", "-c", cpus)
+	}
+	args = append(args, persyst, "run", "--config", conf, "--interval", "1s", "--log-level", "error", "--json", "--json-file", result, "--")
+	cmd := exec.CommandContext(ctx, "unshare", append(args, argv...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("persyst run %v: %v\n%s", argv, err, out)
+	}
+	b, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res standalone.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("result of persyst run %v: %v", argv, err)
+	}
+	return res
+}
+
+// quiet waits (up to 30 s) until the machine's CPUs are at least 80 % idle, so that what
+// earlier tests left running (a cluster shutting down) does not starve a workload.
+func quiet(t *testing.T) {
+	t.Helper()
+	idle := func() (idle, total float64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0
+		}
+		f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+		for i, v := range f[1:] {
+			x, _ := strconv.ParseFloat(v, 64)
+			total += x
+			if i == 3 || i == 4 { // idle, iowait
+				idle += x
+			}
+		}
+		return idle, total
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		i0, t0 := idle()
+		time.Sleep(500 * time.Millisecond)
+		i1, t1 := idle()
+		if t1 > t0 && (i1-i0)/(t1-t0) >= 0.8 {
+			return
+		}
+	}
+	t.Logf("the machine did not become quiet within 30 s")
+}
