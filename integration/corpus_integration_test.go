@@ -9,6 +9,7 @@ package integration
 // The table (workload, first finding, severity) is logged at the end.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,9 @@ type corpusCase struct {
 	pre   string   // shell command run first (as root)
 	argv  []string // "@C" is persyst-corpus, "@W" persyst-workload, "@D" a scratch directory
 	first string   // the intended first finding ("": none; "startup": ended within its start-up)
+	// quota: the run's cpu cgroup gets a CPU quota of half a CPU as soon as it exists (a
+	// site's cgroup policy), while the workload keeps two CPUs busy.
+	quota bool
 }
 
 func TestCorpus(t *testing.T) {
@@ -62,6 +66,7 @@ func TestCorpus(t *testing.T) {
 		{name: "memory leak", cpus: "0", argv: []string{"@W", "alloc", "-mib", "512", "-steps", "10", "-step-seconds", "0.6", "-hold", "1"}, first: "memory_growth"},
 		{name: "major faults after cache drop", cpus: "0", argv: []string{"@C", "mapread", "4", "@D/m", "256"}, first: "major_fault_rate"},
 		{name: "kernel time", cpus: "0", argv: []string{"@C", "stat", "4"}, first: "cpu_system_pct"},
+		{name: "CPU quota throttling", argv: []string{"@C", "spin", "4", "2"}, quota: true, first: "cpu_throttled"},
 	}
 	var table []string
 	for _, tc := range cases {
@@ -76,7 +81,7 @@ func TestCorpus(t *testing.T) {
 				argv[i] = strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(a)
 			}
 			quiet(t)
-			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv)
+			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, tc.quota)
 			d := res.Digest
 			if d == nil {
 				t.Fatal("no digest")
@@ -108,7 +113,7 @@ func pct(x float64) string { return fmt.Sprintf("%.0f %%", 100*x) }
 
 // corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
 // mounted, its result written to a file of its own.
-func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string) standalone.Result {
+func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, quota bool) standalone.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -119,9 +124,26 @@ func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string) 
 	}
 	args = append(args, persyst, "run", "--config", conf, "--interval", "1s", "--log-level", "error", "--json", "--json-file", result, "--")
 	cmd := exec.CommandContext(ctx, "unshare", append(args, argv...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("persyst run %v: %v\n%s", argv, err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if quota {
+		// unshare, sh and taskset exec: the command's pid is persyst's.
+		f := fmt.Sprintf("/sys/fs/cgroup/cpu/persyst_run/run-%d/cpu.cfs_quota_us", cmd.Process.Pid)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if err := os.WriteFile(f, []byte("50000"), 0); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("CPU quota: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("persyst run %v: %v\n%s", argv, err, out.String())
 	}
 	b, err := os.ReadFile(result)
 	if err != nil {

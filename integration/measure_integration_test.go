@@ -14,11 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/properties"
 
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
@@ -407,6 +410,51 @@ func TestRunUnprivileged(t *testing.T) {
 		t.Logf("task-clock not measured as non-root: %s", res.Summary.NotMeasured["task-clock"])
 	}
 	within(t, "CPU time from rusage (s)", res.Summary.Totals[sample.CPUUserSeconds]+res.Summary.Totals[sample.CPUSystemSeconds], spinSecs, 0.05)
+
+	// What was measured is judged: one busy thread on the machine's 2 CPUs leaves one idle
+	// (from per-CPU task-clock, without cgroup CPU times). Context switches happen in the
+	// kernel, which a user may not count: not measured, never 0.
+	res, code, _ = persystRun(t, attr, "--interval", "1s", "--", load, "spin", "-seconds", "4")
+	if code != 0 || res.Digest == nil {
+		t.Fatalf("spin 4 s: exit %d, digest %v", code, res.Digest != nil)
+	}
+	if _, ok := res.Summary.Totals["task-clock"]; ok {
+		var idle *properties.Result
+		for i, p := range res.Digest.Properties {
+			if p.Key == "idle_cores" {
+				idle = &res.Digest.Properties[i]
+			}
+		}
+		if idle == nil || !idle.Assessed || (runtime.NumCPU() >= 2 && !idle.Finding) {
+			t.Errorf("idle_cores as non-root: %+v, want assessed (a finding on %d CPUs)", idle, runtime.NumCPU())
+		}
+	}
+	if v, ok := res.Summary.Totals["context-switches"]; ok {
+		t.Errorf("context-switches as non-root = %v, want not measured", v)
+	} else if why := res.Summary.NotMeasured["context-switches"]; !strings.Contains(why, "unprivileged") {
+		t.Errorf("context-switches not measured because %q, want the reason (unprivileged)", why)
+	}
+
+	// tracefs mounted but closed to the user (mode 0700) is a permission problem, not
+	// "not mounted".
+	persyst, _ := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c",
+		`mount -t tracefs nodev /sys/kernel/tracing && exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`,
+		"sh", persyst, "run", "--json", "--log-level", "error", "--", "true")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("persyst run as uid 65534 with tracefs mounted: %v\n%s", err, errb.String())
+	}
+	var tr standalone.Result
+	if err := json.Unmarshal(errb.Bytes(), &tr); err != nil {
+		t.Fatalf("result: %v\n%s", err, errb.String())
+	}
+	if why := tr.Summary.NotMeasured["syscalls:sys_enter_openat"]; !strings.Contains(why, "no permission") {
+		t.Errorf("openat tracepoint as non-root with tracefs mode 0700: %q, want a permission problem", why)
+	}
 }
 
 // TestSlurmMeasures runs the workloads as Slurm jobs (v1 cgroups) on a 2-node cluster

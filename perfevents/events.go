@@ -7,6 +7,7 @@ package perfevents
 
 import (
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +54,13 @@ func hw(name string, config uint64, group string) Event {
 
 func tp(name string) Event {
 	return Event{Name: name, Kind: Tracepoint, Type: unix.PERF_TYPE_TRACEPOINT}
+}
+
+// KernelOnly says whether an event happens only in the kernel (a context switch, a
+// migration): counting user space only, as perf lets an unprivileged user, it is always
+// 0, so it is not measured then.
+func KernelOnly(name string) bool {
+	return name == "context-switches" || name == "cpu-migrations" || strings.HasPrefix(name, "sched:")
 }
 
 // SoftwareEvents are the generic software events; they exist on every kernel with

@@ -45,7 +45,17 @@ func newPerf(env *Env, spec *Spec) (Source, error) {
 	if spec.PerfCgroup != "" {
 		p.g, err = perfcg.Open(spec.PerfCgroup, spec.CPUs, env.Events)
 	} else {
-		p.g, err = perfcg.OpenProcess(spec.PerfPID, spec.CPUs, env.Events)
+		// Counting a process tree counts its user space only: events that happen only in
+		// the kernel would read 0, which is not a measurement.
+		var user []perfevents.Event
+		for _, e := range env.Events {
+			if perfevents.KernelOnly(e.Name) {
+				p.static[e.Name] = "not measured: it happens in the kernel, which an unprivileged user may not count (kernel.perf_event_paranoid)"
+				continue
+			}
+			user = append(user, e)
+		}
+		p.g, err = perfcg.OpenProcess(spec.PerfPID, spec.CPUs, user)
 	}
 	if err != nil {
 		// The job goes on being measured by everything else.
