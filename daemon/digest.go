@@ -174,7 +174,12 @@ func (m *Measurer) jobReport(ctx context.Context, j *Job, jm *jobMeter, facts *j
 			memRequested = float64(facts.MemPerCPUMB) * (1 << 20) * float64(ncpus)
 		}
 	}
-	results := jm.job.Results(memRequested)
+	// A request the job did not make (the site's default) is not judged as too large.
+	judged := memRequested
+	if facts != nil && facts.MemDefault {
+		judged = 0
+	}
+	results := jm.job.Results(judged)
 	df := digest.Facts{JobID: j.JobID, Nodes: []string{m.node}, NNodes: int(j.NNodes), CPUs: ncpus,
 		JobStart: j.Started, JobEnd: m.now(), Tolerance: 2*m.cfg.Cycle + time.Second, Late: mode == late}
 	if j.ArrayJobID != 0 {

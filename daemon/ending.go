@@ -23,6 +23,7 @@ import (
 // ending gathers what is known of the job's end. memRequested is in bytes.
 func (m *Measurer) ending(j *Job, jm *jobMeter, facts *jobmap.Job, memRequested float64, start, end time.Time) digest.Ending {
 	e := digest.Ending{MemRequested: memRequested, Elapsed: end.Sub(start), LastCPUShare: -1}
+	e.MemDefault = facts != nil && facts.MemDefault
 	if facts != nil {
 		e.State, e.TimeLimit = facts.State, facts.TimeLimit
 	}

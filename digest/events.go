@@ -18,8 +18,10 @@ type Ending struct {
 	// cgroups and its steps' and tasks').
 	OOMKills int
 	// MemPeak and MemRequested are the job's memory peak and request on this node, in
-	// bytes (0: unknown, none).
+	// bytes (0: unknown, none); MemDefault: the job asked for none, the request is the
+	// site's default.
 	MemPeak, MemRequested float64
+	MemDefault            bool
 	// TimeLimit is the job's limit (0: none), Elapsed how long it ran.
 	TimeLimit, Elapsed time.Duration
 	// LastCPUShare is the share of the job's CPUs busy in its last minutes (<0: unknown).
@@ -102,6 +104,9 @@ func oomEvent(e Ending) Event {
 	}
 	rec := "Request more memory (--mem or --mem-per-cpu) or use less per task."
 	switch {
+	case e.MemPeak > 0 && e.MemRequested > 0 && e.MemDefault:
+		text += fmt.Sprintf(" (peak %s of the %s given by default: the job requested no memory)", humanBytes(e.MemPeak), humanBytes(e.MemRequested))
+		rec = fmt.Sprintf("Request the memory the job needs (e.g. --mem=%dM, twice the default) or use less per task.", int(math.Ceil(2*e.MemRequested/(1<<20))))
 	case e.MemPeak > 0 && e.MemRequested > 0:
 		text += fmt.Sprintf(" (peak %s of the %s requested)", humanBytes(e.MemPeak), humanBytes(e.MemRequested))
 		rec = fmt.Sprintf("Request more memory (e.g. --mem=%dM, twice the request) or use less per task.", int(math.Ceil(2*e.MemRequested/(1<<20))))

@@ -30,6 +30,8 @@ func TestEndEvents(t *testing.T) {
 		{"segfault", Ending{Exit: status(0, 11)}, &EndState{State: "FAILED", Signal: 11}, []string{"failed"}, []string{"signal 11 (SEGV)"}},
 		{"oom kill", Ending{Exit: status(0, 9), OOMKills: 1, MemPeak: 100 * mib, MemRequested: 100 * mib},
 			&EndState{State: "OUT_OF_MEMORY", Signal: 9}, []string{"oom_kill"}, []string{"1 process was killed", "peak 100.0 MiB of the 100.0 MiB requested", "--mem=200M"}},
+		{"oom kill under the site's default memory", Ending{Exit: status(0, 9), OOMKills: 1, MemPeak: 100 * mib, MemRequested: 100 * mib, MemDefault: true},
+			&EndState{State: "OUT_OF_MEMORY", Signal: 9}, []string{"oom_kill"}, []string{"100.0 MiB given by default: the job requested no memory", "--mem=200M"}},
 		{"oom kill, the script went on", Ending{Exit: status(0, 0), OOMKills: 2}, &EndState{State: "OUT_OF_MEMORY"}, []string{"oom_kill"}, []string{"2 processes"}},
 		{"Slurm says OUT_OF_MEMORY", Ending{State: "OUT_OF_MEMORY", Exit: status(0, 9)}, &EndState{State: "OUT_OF_MEMORY", Signal: 9}, []string{"oom_kill"}, nil},
 		{"cancelled", Ending{State: "CANCELLED", Exit: status(0, 15), Elapsed: 90 * time.Second}, &EndState{State: "CANCELLED", Signal: 15},

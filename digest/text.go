@@ -89,9 +89,12 @@ func Text(r Report, o TextOptions) string {
 				wrap(&b, "  "+ev.Recommendation, o.Width, "  ")
 			}
 		}
-		if len(r.Findings) > 0 {
+		switch {
+		case len(r.Findings) > 0:
 			b.WriteString("Findings, most important first:\n")
-		} else {
+		case r.StartupOnly:
+			wrap(&b, "Nothing else to judge: the job ended within its start-up, the first second, which is never judged.", o.Width, "")
+		default:
 			b.WriteString("No findings in what was measured.\n")
 		}
 	}

@@ -193,3 +193,28 @@ func TestTextUnicode(t *testing.T) {
 		t.Errorf("persyst run's digest:\n%s", got)
 	}
 }
+
+// TestTextStartupOnly: a job that ended within its start-up was not judged, so its digest
+// never says "no issues found"; what happened to it (an OOM kill) is still stated.
+func TestTextStartupOnly(t *testing.T) {
+	startup := idle
+	startup.Assessed, startup.NotAssessed, startup.Finding = false, properties.StartupOnly, false
+	for _, tc := range []struct {
+		name   string
+		events []Event
+		want   string
+	}{
+		{"nothing happened", nil, "too short to judge"},
+		{"killed at its start", []Event{{Key: "oom_kill", Text: "Out of memory: 1 process was killed."}}, "Nothing else to judge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := covering(Facts{JobID: 3, Nodes: []string{"node1"}, CPUs: 1}, 0.4, 1)
+			f.Events = tc.events
+			r := Build(f, []properties.Result{startup}, 300)
+			got := Text(r, TextOptions{})
+			if !r.StartupOnly || !strings.Contains(got, tc.want) || strings.Contains(got, "no issues found") {
+				t.Errorf("startup_only %v, text:\n%s\nwant %q, never \"no issues found\"", r.StartupOnly, got, tc.want)
+			}
+		})
+	}
+}

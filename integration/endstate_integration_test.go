@@ -8,7 +8,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,35 +43,14 @@ func TestEndStates(t *testing.T) {
 					t.Fatalf("scancel: %v %s%s", err, o, e)
 				}
 			}},
-		// Memory is not a consumable resource on this cluster (jobs would no longer share
-		// nodes), so Slurm sets no limit: the test gives the job's memory cgroup one, and
-		// the kernel kills the job's allocation for real.
-		{name: "out of memory", args: []string{"--wrap", "sleep 4; " + load + " alloc -mib 400 -steps 8 -step-seconds 0.5 -hold 2; echo after"},
-			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory",
-			after: func(t *testing.T, id uint32) {
-				waitSamples(t, c, id, 1)
-				limits, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/memory/slurm_*/uid_%d/job_%d/memory.limit_in_bytes", jobUser, id))
-				if len(limits) != 1 {
-					t.Fatalf("job %d's memory cgroup: %v", id, limits)
-				}
-				if err := os.WriteFile(limits[0], []byte("128M"), 0); err != nil {
-					t.Fatal(err)
-				}
-			}},
-		// The program runs out of memory as it starts (all at once), which must be named
-		// even when it falls in the job's unjudged start-up.
-		{name: "out of memory at start", args: []string{"--wrap", "sleep 2; " + load + " alloc -mib 400 -steps 1 -hold 2; echo after"},
-			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory",
-			after: func(t *testing.T, id uint32) {
-				waitSamples(t, c, id, 1)
-				limits, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/memory/slurm_*/uid_%d/job_%d/memory.limit_in_bytes", jobUser, id))
-				if len(limits) != 1 {
-					t.Fatalf("job %d's memory cgroup: %v", id, limits)
-				}
-				if err := os.WriteFile(limits[0], []byte("128M"), 0); err != nil {
-					t.Fatal(err)
-				}
-			}},
+		// Slurm holds the job to --mem (CR_Core_Memory, ConstrainRAMSpace): the kernel kills
+		// for real, late (memory grows for seconds first) or as the program starts.
+		{name: "out of memory", args: []string{"--mem=128M", "--wrap", "sleep 4; " + load + " alloc -mib 400 -steps 8 -step-seconds 0.5 -hold 2; echo after"},
+			state: "OUT_OF_MEMORY", event: "oom_kill", words: "of the 128.0 MiB requested"},
+		// The program runs out of memory as it starts, which must be named even within
+		// the job's unjudged start-up.
+		{name: "out of memory at start", args: []string{"--mem=128M", "--wrap", load + " alloc -mib 400 -steps 1 -hold 2; echo after"},
+			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

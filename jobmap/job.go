@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/persyst/persyst/jobmap/v0038"
+	v0038 "github.com/persyst/persyst/jobmap/v0038"
 )
 
 // Job is what persyst needs to know of one Slurm job.
@@ -30,10 +31,13 @@ type Job struct {
 	// Alloc is the allocation on each node, in the order of Nodes.
 	Alloc     []NodeAlloc `json:"alloc,omitempty"`
 	BatchHost string      `json:"batch_host,omitempty"`
-	// MemPerNodeMB and MemPerCPUMB are the memory the job requested (0: not requested,
-	// the node's or partition's default applies).
+	// MemPerNodeMB and MemPerCPUMB are the memory the job was given (0: none, memory is
+	// not a consumable resource). MemDefault: the job did not ask for it (--mem,
+	// --mem-per-cpu), the site's default (DefMemPerCPU, ...) applies; known from
+	// slurmrestd (Slurm's JOB_MEM_SET flag), not from scontrol, whose jobs count as asked.
 	MemPerNodeMB int           `json:"mem_per_node_mb,omitempty"`
 	MemPerCPUMB  int           `json:"mem_per_cpu_mb,omitempty"`
+	MemDefault   bool          `json:"mem_default,omitempty"`
 	TimeLimit    time.Duration `json:"time_limit"` // 0: unlimited
 	Submit       time.Time     `json:"submit"`
 	Start        time.Time     `json:"start"`
@@ -118,6 +122,9 @@ func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string
 	}
 	if p.MemoryPerCpu != nil && *p.MemoryPerCpu > 0 {
 		j.MemPerCPUMB = *p.MemoryPerCpu
+	}
+	if p.Flags != nil && (j.MemPerNodeMB > 0 || j.MemPerCPUMB > 0) {
+		j.MemDefault = !slices.Contains(*p.Flags, "JOB_MEM_SET")
 	}
 	if p.TimeLimit != nil && *p.TimeLimit > 0 && *p.TimeLimit < 0xfffffffe {
 		j.TimeLimit = time.Duration(*p.TimeLimit) * time.Minute

@@ -223,8 +223,11 @@ write_configs() {
 	local n=$1 etc=$2 host mem
 	host=$(hostname -s)
 	# Each node offers the machine's memory, less some for the machine itself (slurmd
-	# drains a node that claims more than it has). Jobs that give --mem are held to it
-	# (cgroup.conf ConstrainRAMSpace=yes), so OOM kills happen for real.
+	# drains a node that claims more than it has). Memory is a consumable resource and
+	# jobs are held to what they were given (CR_Core_Memory, cgroup.conf
+	# ConstrainRAMSpace=yes), so --mem and OOM kills are real. A job that asks for no
+	# memory gets its CPUs' share of the node (DefMemPerCPU), so jobs share nodes by CPUs
+	# as they would without memory accounting.
 	mem=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 - 512 ))
 	mkdir -p "$etc"
 	{
@@ -259,7 +262,8 @@ JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$((mem / $(nproc)))
 ReturnToService=2
 MinJobAge=600
 KillWait=5
