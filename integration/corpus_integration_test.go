@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
 )
 
@@ -185,4 +186,72 @@ func quiet(t *testing.T) {
 		}
 	}
 	t.Logf("the machine did not become quiet within 30 s")
+}
+
+// TestCorpusSlurm runs the corpus's workloads that no other test runs through Slurm as
+// batch jobs, one at a time (the test nodes share this machine's CPUs), and checks the
+// first finding of the digest the batch host's daemon made.
+func TestCorpusSlurm(t *testing.T) {
+	c := startCluster(t, 1)
+	_, load := binaries(t)
+	corpus := filepath.Join(repoRoot, "build/persyst-corpus")
+	dir := filepath.Join(c.work, "corpus")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o1777)
+	cases := []struct {
+		name, script string
+		sbatch       []string
+		first        string // "": no finding; "startup": too short to judge
+	}{
+		{"true", "true", nil, "startup"},
+		{"balanced compute", "@C spin 3 2", []string{"-c", "2"}, ""},
+		{"sleep only", "sleep 3", []string{"-c", "2"}, "idle_cores"},
+		{"tiny reads", "@C read @D/r 400000000 64", nil, "io_read_request_size"},
+		{"fork/exec storm", "@C forkexec 3 /bin/true", nil, "process_creation_rate"},
+		{"oversubscription", "@C spin 3 8", []string{"-c", "2"}, "oversubscription"},
+		{"mutex contention", "@C mutex 3 16", []string{"-c", "2"}, "lock_contention"},
+		{"major faults after cache drop", "@C mapread 3 @D/m 256", nil, "major_fault_rate"},
+	}
+	var table []string
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			quiet(t)
+			script := strings.NewReplacer("@C", corpus, "@W", load, "@D", dir).Replace(tc.script)
+			args := append(append([]string{}, tc.sbatch...), "-o", filepath.Join(c.work, "corpus-%j.out"), "--wrap", script)
+			id := c.sbatch(t, nil, args...)
+			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+				t.Fatalf("job %d ended %s", id, st)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := daemon.JobReport(ctx, c.socket(c.nodes[0]), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, sev := "", ""
+			var all []string
+			for _, f := range r.Findings {
+				all = append(all, f.Key)
+			}
+			switch {
+			case len(r.Findings) > 0:
+				got, sev = r.Findings[0].Key, fmt.Sprintf("%.2f (%s of the job)", r.Findings[0].MeanSeverity, pct(r.Findings[0].TimeShare))
+			case r.StartupOnly:
+				got = "startup"
+			}
+			table = append(table, fmt.Sprintf("| %s (Slurm) | %s | %s |", tc.name, map[string]string{"": "none", "startup": "none (too short to judge)"}[got]+map[bool]string{true: "", false: got}[got == "" || got == "startup"], sev))
+			// Slurm's own set-up can make a job of `true` outlast its start-up: no finding
+			// either way.
+			if got != tc.first && !(tc.first == "startup" && got == "") {
+				b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("corpus-%d.out", id)))
+				t.Errorf("job %d: first finding %q, want %q (findings %v); output:\n%s", id, got, tc.first, all, b)
+				for _, p := range r.Properties {
+					t.Logf("  %s: assessed %v deciles %.3g share %.2f finding %v %s%s", p.Key, p.Assessed, p.Deciles, p.TimeShare, p.Finding, p.NotAssessed, p.Suppressed)
+				}
+			}
+		})
+	}
+	t.Logf("the corpus through Slurm:\n| workload | first finding | mean severity |\n|---|---|---|\n%s", strings.Join(table, "\n"))
 }
