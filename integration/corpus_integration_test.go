@@ -28,7 +28,7 @@ import (
 type corpusCase struct {
 	name  string
 	cpus  string   // taskset CPU list ("": all CPUs)
-	pre   string   // shell command run first (as root)
+	pre   string   // shell command run first, not measured (as root)
 	argv  []string // "@C" is persyst-corpus, "@W" persyst-workload, "@D" a scratch directory
 	first string   // the intended first finding ("": none; "startup": ended within its start-up)
 	// quota: the run's cpu cgroup gets a CPU quota of half a CPU as soon as it exists (a
@@ -65,7 +65,7 @@ func TestCorpus(t *testing.T) {
 		{name: "oversubscription", argv: []string{"@C", "spin", "3", "8"}, first: "oversubscription"},
 		{name: "mutex contention", argv: []string{"@C", "mutex", "3", "16"}, first: "lock_contention"},
 		{name: "memory leak", cpus: "0", argv: []string{"@W", "alloc", "-mib", "512", "-steps", "10", "-step-seconds", "0.6", "-hold", "1"}, first: "memory_growth"},
-		{name: "major faults after cache drop", cpus: "0", argv: []string{"@C", "mapread", "3", "@D/m", "256"}, first: "major_fault_rate"},
+		{name: "major faults after cache drop", cpus: "0", pre: "@C write @D/m 268435456 1048576 && sync", argv: []string{"@C", "mapread", "3", "@D/m", "256"}, first: "major_fault_rate"},
 		{name: "kernel time", cpus: "0", argv: []string{"@C", "stat", "3"}, first: "cpu_system_pct"},
 		{name: "CPU quota throttling", argv: []string{"@C", "spin", "3", "2"}, quota: true, first: "cpu_throttled"},
 	}
@@ -73,7 +73,8 @@ func TestCorpus(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.pre != "" {
-				if out, err := exec.Command("sh", "-c", tc.pre).CombinedOutput(); err != nil {
+				pre := strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(tc.pre)
+				if out, err := exec.Command("sh", "-c", pre).CombinedOutput(); err != nil {
 					t.Logf("%s: %v %s (the start is then less cold)", tc.pre, err, out)
 				}
 			}
@@ -204,21 +205,28 @@ func TestCorpusSlurm(t *testing.T) {
 		name, script string
 		sbatch       []string
 		first        string // "": no finding; "startup": too short to judge
+		pre          string // shell command run first, outside the job
 	}{
-		{"true", "true", nil, "startup"},
-		{"balanced compute", "@C spin 3 2", []string{"-c", "2"}, ""},
-		{"sleep only", "sleep 3", []string{"-c", "2"}, "idle_cores"},
-		{"tiny reads", "@C read @D/r 400000000 64", nil, "io_read_request_size"},
-		{"fork/exec storm", "@C forkexec 3 /bin/true", nil, "process_creation_rate"},
-		{"oversubscription", "@C spin 3 8", []string{"-c", "2"}, "oversubscription"},
-		{"mutex contention", "@C mutex 3 16", []string{"-c", "2"}, "lock_contention"},
-		{"major faults after cache drop", "@C mapread 3 @D/m 256", nil, "major_fault_rate"},
+		{"true", "true", nil, "startup", ""},
+		{"balanced compute", "@C spin 3 2", []string{"-c", "2"}, "", ""},
+		{"sleep only", "sleep 3", []string{"-c", "2"}, "idle_cores", ""},
+		{"tiny reads", "@C read @D/r 400000000 64", nil, "io_read_request_size", ""},
+		{"fork/exec storm", "@C forkexec 3 /bin/true", nil, "process_creation_rate", ""},
+		{"oversubscription", "@C spin 3 8", []string{"-c", "2"}, "oversubscription", ""},
+		{"mutex contention", "@C mutex 3 16", []string{"-c", "2"}, "lock_contention", ""},
+		{"major faults after cache drop", "@C mapread 3 @D/m 256", nil, "major_fault_rate", "@C write @D/m 268435456 1048576 && sync"},
 	}
 	var table []string
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			repl := strings.NewReplacer("@C", corpus, "@W", load, "@D", dir)
+			if tc.pre != "" {
+				if out, err := exec.Command("sh", "-c", repl.Replace(tc.pre)).CombinedOutput(); err != nil {
+					t.Fatalf("%s: %v %s", tc.pre, err, out)
+				}
+			}
 			quiet(t)
-			script := strings.NewReplacer("@C", corpus, "@W", load, "@D", dir).Replace(tc.script)
+			script := repl.Replace(tc.script)
 			args := append(append([]string{}, tc.sbatch...), "-o", filepath.Join(c.work, "corpus-%j.out"), "--wrap", script)
 			id := c.sbatch(t, nil, args...)
 			if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
