@@ -6,9 +6,15 @@ BIN     := $(BUILD)/persyst
 SPANK   := $(BUILD)/spank_persyst.so
 LOAD    := $(BUILD)/persyst-workload
 CORPUS  := $(BUILD)/persyst-corpus
+# The version persyst reports (persyst version) and its packages carry: git describe, or
+# VERSION=... (a checkout without git history: "dev").
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Package versions must start with a digit (scripts/pkgversion.sh).
+PKG_VERSION = $(shell scripts/pkgversion.sh '$(VERSION)')
+LDFLAGS := -X main.version=$(VERSION)
 GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
-.PHONY: generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit fresh-check bench clean
+.PHONY: package generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit fresh-check bench clean
 
 all: build
 
@@ -16,7 +22,7 @@ build: $(BIN) $(SPANK) $(LOAD) $(CORPUS)
 
 $(BIN): $(GOFILES)
 	@scripts/need.sh build
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/persyst
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/persyst
 
 # Known workloads for the correctness tests and benchmarks.
 $(LOAD): $(GOFILES)
@@ -32,6 +38,19 @@ $(SPANK): $(GOFILES) spank/plugin.c spank/persyst.h
 	@scripts/need.sh build
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o $@ ./spank
 	rm -f $(BUILD)/spank_persyst.h
+
+# The .deb and .rpm (build/package/): the binaries, the plugin in the distribution's Slurm
+# plugin directory, a systemd unit per role, configuration files an upgrade keeps, a
+# manual page per command (written from the commands' flags) and the docs.
+package: build
+	rm -rf $(BUILD)/package && mkdir -p $(BUILD)/package/man
+	$(BIN) man --dir $(BUILD)/package/man
+	gzip -9n $(BUILD)/package/man/*.1
+	sed 's|/usr/lib/x86_64-linux-gnu/slurm-wlm/|/usr/lib64/slurm/|' packaging/plugstack.conf.d-persyst.conf >$(BUILD)/package/plugstack-rpm.conf
+	for p in deb rpm; do \
+		PERSYST_VERSION='$(PKG_VERSION)' $(GO) tool nfpm package --config packaging/nfpm.yaml --packager $$p --target $(BUILD)/package/ || exit 1; \
+	done
+	@ls -l $(BUILD)/package/*.deb $(BUILD)/package/*.rpm
 
 # Regenerate the slurmrestd client from the spec committed in jobmap/v0038 (fetched from
 # the installed slurmrestd's /openapi/v3; `make fetch-spec` refreshes it from the test cluster).

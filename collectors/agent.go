@@ -20,6 +20,7 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sdnotify"
 )
 
 // AgentOptions are what every agent of the tree starts from: who it is, where it listens
@@ -128,6 +129,7 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 	}
 	go c.Run(ctx)
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst collector ready")
+	sdnotify.Serving(ctx, o.Log)
 	return Serve(ctx, a.ln, c, a.serverOpt...)
 }
 
@@ -155,6 +157,7 @@ func RunSync(ctx context.Context, o AgentOptions, collectors string) error {
 	}
 	defer s.Close()
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst sync agent ready")
+	sdnotify.Serving(ctx, o.Log)
 	return Serve(ctx, a.ln, s, a.serverOpt...)
 }
 
@@ -217,6 +220,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 		}()
 	}
 	o.Log.Info().Int("nodes", len(where.nodes)).Int("collectors", len(where.collectors)).Msg("persyst frontend running")
+	sdnotify.Serving(ctx, o.Log)
 	return f.Run(ctx, o.Cycle)
 }
 

@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
-	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon/pipeline"
+	"github.com/persyst/persyst/sdnotify"
 	"github.com/rs/zerolog"
 )
 
@@ -94,12 +94,10 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 		cfg.Reports.set(srv)
 	}
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
-	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
-		log.Warn().Err(err).Msg("sd_notify READY failed")
-	}
+	sdnotify.Ready(log)
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	go watchdog(wctx, log)
+	go sdnotify.Watchdog(wctx, log)
 	go meas.WatchOOM(wctx)
 	// Jobs a previous daemon left running are checked with Slurm first (those that
 	// ended meanwhile get their digest late), and those still running measured again.
@@ -120,29 +118,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	err = srv.Serve(ctx, ln)
 	wcancel()
 	<-measured
-	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+	sdnotify.Stopping()
 	log.Info().Msg("persyst daemon stopped")
 	return err
-}
-
-// watchdog feeds systemd's watchdog at half its interval, when one is configured.
-func watchdog(ctx context.Context, log zerolog.Logger) {
-	iv, err := sddaemon.SdWatchdogEnabled(false)
-	if err != nil || iv <= 0 {
-		return
-	}
-	t := time.NewTicker(iv / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog); err != nil {
-				log.Warn().Err(err).Msg("sd_notify WATCHDOG failed")
-			}
-		}
-	}
 }
 
 // newUserCache resolves uids to names once each.

@@ -221,7 +221,7 @@ func nonRoot(t *testing.T, c *cluster) {
 	// The persyst CLI as an ordinary user: their own jobs only (every test job so far is
 	// the job user's), another user sees none and may not read the job user's reports.
 	persyst := func(cred *syscall.Credential, args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), args...)
+		cmd := exec.Command(persystBin(), args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -506,7 +506,7 @@ func connectFlood(t *testing.T, c *cluster) {
 		if len(ids) < 4 {
 			ids = append(ids, c.sbatch(t, nil, "-N1", "-w", node, "--wrap", "srun true; srun true"))
 		}
-		if _, stderr, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "jobs", "--socket", c.socket(node), "--timeout", "2s"); err != nil {
+		if _, stderr, err := c.run(t, nil, persystBin(), "jobs", "--socket", c.socket(node), "--timeout", "2s"); err != nil {
 			rootFailed++
 			t.Errorf("root's persyst jobs during the flood: %v: %s", err, stderr)
 		}

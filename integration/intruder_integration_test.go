@@ -254,7 +254,7 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	}
 	// The agents' databases are theirs: an ordinary user's `persyst report --db` fails.
 	for _, db := range []string{"col1.db", "sync1.db", "frontend.db"} {
-		cmd := exec.Command(filepath.Join(repoRoot, "build/persyst"), "report", "--db", filepath.Join(c.dir, "run", db), fmt.Sprint(id))
+		cmd := exec.Command(persystBin(), "report", "--db", filepath.Join(c.dir, "run", db), fmt.Sprint(id))
 		cmd.SysProcAttr = asUser()
 		if b, err := cmd.CombinedOutput(); err == nil {
 			t.Errorf("uid %d reads %s:\n%s", jobUser, db, b)

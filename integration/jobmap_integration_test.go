@@ -96,7 +96,7 @@ func TestJobmap(t *testing.T) {
 		t.Errorf("Job(999999) error = %v, want ErrNoJob", err)
 	}
 	// The persyst CLI, through slurmrestd and with it down (fallback, logged once).
-	out, errOut, err := c.run(t, []string{"PERSYST_SLURMRESTD=" + restd}, filepath.Join(repoRoot, "build/persyst"), "jobmap", myJob)
+	out, errOut, err := c.run(t, []string{"PERSYST_SLURMRESTD=" + restd}, persystBin(), "jobmap", myJob)
 	if err != nil || !strings.Contains(out, "my job") {
 		t.Errorf("persyst jobmap: %v\n%s%s", err, out, errOut)
 	}
@@ -132,7 +132,7 @@ func TestJobmap(t *testing.T) {
 		}
 	}
 
-	out, errOut, err = c.run(t, []string{"PERSYST_SLURMRESTD=unix:" + filepath.Join(c.work, "no-such.sock")}, filepath.Join(repoRoot, "build/persyst"), "jobmap", myJob)
+	out, errOut, err = c.run(t, []string{"PERSYST_SLURMRESTD=unix:" + filepath.Join(c.work, "no-such.sock")}, persystBin(), "jobmap", myJob)
 	if err != nil || !strings.Contains(out, "my job") || strings.Count(errOut, "slurmrestd failed") != 1 {
 		t.Errorf("persyst jobmap with slurmrestd down: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}

@@ -220,9 +220,18 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// persystBin is the persyst the tests run: PERSYST_BIN (the installed package's, in the
+// pristine root: scripts/test.sh), else the one make build built.
+func persystBin() string {
+	if p := os.Getenv("PERSYST_BIN"); p != "" {
+		return p
+	}
+	return filepath.Join(repoRoot, "build/persyst")
+}
+
 func binaries(t *testing.T) (persyst, load string) {
 	t.Helper()
-	persyst, load = filepath.Join(repoRoot, "build/persyst"), filepath.Join(repoRoot, "build/persyst-workload")
+	persyst, load = persystBin(), filepath.Join(repoRoot, "build/persyst-workload")
 	for _, b := range []string{persyst, load} {
 		if _, err := os.Stat(b); err != nil {
 			if os.Getenv("CI") != "" {

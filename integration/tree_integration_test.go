@@ -59,7 +59,7 @@ func TestTree(t *testing.T) {
 		if !strings.Contains(front, `"jobs":1,"exact_share":0`) || !strings.Contains(front, fmt.Sprintf(`"job_%d":"%s"`, id, c.syncAddr(t, "sync1"))) {
 			t.Errorf("the 4-node job was not split over the collectors and aggregated at sync1:\n%s", tail(front, 5))
 		}
-		o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
+		o, _, err := c.run(t, nil, persystBin(), "report", "--db",
 			filepath.Join(c.dir, "run", "sync1.db"), strconv.FormatUint(uint64(id), 10))
 		if err != nil || !strings.Contains(o, "on 4 nodes") {
 			t.Errorf("the sync agent's database has no 4-node report of job %d (%v):\n%s", id, err, o)
@@ -91,7 +91,7 @@ func TestTree(t *testing.T) {
 		for _, id := range ids[1:3] {
 			found := false
 			for _, col := range []string{"col1", "col2"} {
-				o, _, err := c.run(t, nil, filepath.Join(repoRoot, "build/persyst"), "report", "--db",
+				o, _, err := c.run(t, nil, persystBin(), "report", "--db",
 					filepath.Join(c.dir, "run", col+".db"), strconv.FormatUint(uint64(id), 10))
 				found = found || (err == nil && strings.Contains(o, "job "+strconv.FormatUint(uint64(id), 10)))
 			}

@@ -25,6 +25,9 @@ PKGS=(
 	jq bc
 	# make test: the pristine Debian root the set-up is proven on (scripts/fresh-check.sh)
 	mmdebstrap
+	# make package's tests: the units checked with systemd-analyze verify, the .rpm's files
+	# listed with rpm
+	systemd rpm
 )
 if [ "${1:-}" = --protoc ]; then
 	PKGS=(protobuf-compiler)

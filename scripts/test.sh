@@ -43,6 +43,18 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 		done
 	done
 
+	# The packages (TestPackage inspects them). In the pristine root the .deb is installed
+	# and the integration tests run its files: the daemons, the plugin Slurm loads, the
+	# commands. On this machine (make test-here) nothing is installed.
+	echo "== packages (make package)"
+	make package >build/package.log 2>&1 || { cat build/package.log; exit 1; }
+	if [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
+		echo "== the .deb installed; the integration tests run the installed files"
+		DEBIAN_FRONTEND=noninteractive dpkg -i build/package/persyst_*.deb >build/package-install.log 2>&1 ||
+			{ cat build/package-install.log; exit 1; }
+		export PERSYST_INSTALLED=1 PERSYST_BIN=/usr/bin/persyst PERSYST_SPANK=/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so
+	fi
+
 	echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
 	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
 else

@@ -18,6 +18,9 @@ import (
 func flagSet(name string, io stdio) *flag.FlagSet {
 	fs := flag.NewFlagSet("persyst "+name, flag.ContinueOnError)
 	fs.SetOutput(io.err)
+	if io.onFlags != nil {
+		io.onFlags(fs)
+	}
 	return fs
 }
 

@@ -25,6 +25,9 @@ var version = "dev"
 type stdio struct {
 	in       io.Reader
 	out, err io.Writer
+	// onFlags, if set, gets every flag set a command makes (the manual pages are written
+	// from them).
+	onFlags func(*flag.FlagSet)
 }
 
 // command is one subcommand.
@@ -69,7 +72,7 @@ func init() {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr})
+	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
 	os.Exit(code)
 }
@@ -87,6 +90,8 @@ func run(ctx context.Context, args []string, io stdio) int {
 		return standalone.Child(args)
 	case "run":
 		return runRun(ctx, io, args)
+	case manCommand: // hidden: the manual pages (make package)
+		return exitCode(io, runMan(ctx, io, args))
 	case "help", "-h", "--help":
 		fmt.Fprint(io.out, usage())
 		return 0

@@ -76,7 +76,7 @@ func TestWiring(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run(context.Background(), tc.args, stdio{strings.NewReader(""), &out, &errOut})
+			code := run(context.Background(), tc.args, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, out.String(), errOut.String())
 			}

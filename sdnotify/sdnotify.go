@@ -1,0 +1,55 @@
+// Package sdnotify tells systemd about a persyst service (Type=notify units): READY once
+// its listeners are bound, the watchdog fed at half its interval, STOPPING when it stops.
+// Outside systemd (no NOTIFY_SOCKET) every call does nothing.
+package sdnotify
+
+import (
+	"context"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/rs/zerolog"
+)
+
+// Ready says the service is ready: call it only after its listeners are bound.
+func Ready(log zerolog.Logger) {
+	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
+		log.Warn().Err(err).Msg("sd_notify READY failed")
+	}
+}
+
+// Stopping says the service is stopping.
+func Stopping() { _, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping) }
+
+// Watchdog feeds systemd's watchdog at half its interval until ctx is done, when the
+// unit asks for one (WatchdogSec=).
+func Watchdog(ctx context.Context, log zerolog.Logger) {
+	iv, err := sddaemon.SdWatchdogEnabled(false)
+	if err != nil || iv <= 0 {
+		return
+	}
+	t := time.NewTicker(iv / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog); err != nil {
+				log.Warn().Err(err).Msg("sd_notify WATCHDOG failed")
+			}
+		}
+	}
+}
+
+// Serving runs Ready, then Watchdog until ctx is done, and Stopping at the end: for a
+// service whose listeners are bound.
+func Serving(ctx context.Context, log zerolog.Logger) {
+	Ready(log)
+	go func() {
+		Watchdog(ctx, log)
+		if ctx.Err() != nil {
+			Stopping()
+		}
+	}()
+}
