@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test.sh — every test of persyst: static checks and unit tests here, then everything again
-# with the integration tests against a real Slurm cluster in a pristine Debian root
+# test.sh — every test of persyst: static checks here, then the unit tests, fuzzing and the
+# integration tests against a real Slurm cluster in a pristine Debian root
 # (scripts/fresh-check.sh; needs root). `make test` runs it after installing dependencies and
 # building; `make test-here` (PERSYST_FRESH=0) runs the integration tests on this machine.
 set -euo pipefail
@@ -24,13 +24,15 @@ fi
 go vet ./...
 
 mkdir -p build
-echo "== unit tests"
-go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
 
-# The integration tests run here when asked (make test-here) or when this is the fresh root
-# already; otherwise in a pristine Debian root, after the README's set-up there, so that they
-# cannot pass on a package installed by hand on this machine.
+# The tests run here when asked (make test-here) or when this is the fresh root already;
+# otherwise in a pristine Debian root, after the README's set-up there, so that they cannot
+# pass on a package installed by hand on this machine (running the unit tests here as well
+# would only repeat them).
 if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
+	echo "== unit tests"
+	go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
+
 	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 5s); a crash
 	# fails the tests and leaves its input under the package's testdata/fuzz.
 	echo "== fuzzing"
@@ -58,6 +60,6 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
 	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
 else
-	echo "== every test again in a pristine Debian root, with the integration tests (scripts/fresh-check.sh)"
+	echo "== every test in a pristine Debian root (scripts/fresh-check.sh)"
 	scripts/fresh-check.sh test-here
 fi
