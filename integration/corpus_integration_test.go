@@ -23,6 +23,7 @@ import (
 
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/digest"
 )
 
 type corpusCase struct {
@@ -88,18 +89,8 @@ func TestCorpus(t *testing.T) {
 			if d == nil {
 				t.Fatal("no digest")
 			}
-			got, sev := "", ""
-			switch {
-			case len(d.Findings) > 0:
-				got, sev = d.Findings[0].Key, fmt.Sprintf("%.2f (%s of the job)", d.Findings[0].MeanSeverity, pct(d.Findings[0].TimeShare))
-			case d.StartupOnly:
-				got = "startup"
-			}
-			var all []string
-			for _, f := range d.Findings {
-				all = append(all, f.Key)
-			}
-			table = append(table, fmt.Sprintf("| %s | %s | %s |", tc.name, map[string]string{"": "none", "startup": "none (too short to judge)"}[got]+map[bool]string{true: "", false: got}[got == "" || got == "startup"], sev))
+			got, row, all := corpusFirst(tc.name, d)
+			table = append(table, row)
 			if got != tc.first {
 				t.Errorf("first finding %q, want %q (findings %v)", got, tc.first, all)
 			}
@@ -111,7 +102,22 @@ func TestCorpus(t *testing.T) {
 	t.Logf("the corpus through persyst run:\n| workload | first finding | mean severity |\n|---|---|---|\n%s", strings.Join(table, "\n"))
 }
 
-func pct(x float64) string { return fmt.Sprintf("%.0f %%", 100*x) }
+// corpusFirst is a digest's first finding ("": none; "startup": too short to judge), its
+// row of the corpus table (workload, first finding, severity) and every finding.
+func corpusFirst(name string, d *digest.Report) (first, row string, all []string) {
+	what, sev := "none", ""
+	switch {
+	case len(d.Findings) > 0:
+		f := d.Findings[0]
+		first, what, sev = f.Key, f.Key, fmt.Sprintf("%.2f (%.0f %% of the job)", f.MeanSeverity, 100*f.TimeShare)
+	case d.StartupOnly:
+		first, what = "startup", "none (too short to judge)"
+	}
+	for _, f := range d.Findings {
+		all = append(all, f.Key)
+	}
+	return first, fmt.Sprintf("| %s | %s | %s |", name, what, sev), all
+}
 
 // corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
 // mounted, its result written to a file of its own.
@@ -238,18 +244,8 @@ func TestCorpusSlurm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, sev := "", ""
-			var all []string
-			for _, f := range r.Findings {
-				all = append(all, f.Key)
-			}
-			switch {
-			case len(r.Findings) > 0:
-				got, sev = r.Findings[0].Key, fmt.Sprintf("%.2f (%s of the job)", r.Findings[0].MeanSeverity, pct(r.Findings[0].TimeShare))
-			case r.StartupOnly:
-				got = "startup"
-			}
-			table = append(table, fmt.Sprintf("| %s (Slurm) | %s | %s |", tc.name, map[string]string{"": "none", "startup": "none (too short to judge)"}[got]+map[bool]string{true: "", false: got}[got == "" || got == "startup"], sev))
+			got, row, all := corpusFirst(tc.name+" (Slurm)", r)
+			table = append(table, row)
 			// Slurm's own set-up can make a job of `true` outlast its start-up: no finding
 			// either way.
 			if got != tc.first && !(tc.first == "startup" && got == "") {
