@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 )
+
+var update = flag.Bool("update", false, "rewrite docs/admin.md's key reference")
 
 func TestParse(t *testing.T) {
 	tests := []struct {
@@ -121,14 +124,42 @@ func with(f func(*Config)) Config {
 
 // TestDocsListEveryKey: docs/admin.md's table names every key persyst.conf takes.
 func TestDocsListEveryKey(t *testing.T) {
+	// Every key the parser takes is documented, and every documented key is one.
+	docs := map[string]bool{}
+	for _, d := range keyDocs {
+		docs[d.key] = true
+	}
+	for _, f := range fields {
+		if !docs[f.name] {
+			t.Errorf("key %s has no entry in keyDocs (config/reference.go)", f.name)
+		}
+		delete(docs, f.name)
+	}
+	for k := range docs {
+		if !strings.ContainsAny(k, "<=") {
+			t.Errorf("keyDocs documents %s, which is no key", k)
+		}
+	}
+	// docs/admin.md holds the reference made from them (go test ./config -update).
+	const begin, end = "<!-- persyst.conf keys: made by go test ./config -update -->\n", "<!-- end of keys -->\n"
 	b, err := os.ReadFile("../docs/admin.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fields {
-		if !strings.Contains(string(b), "`"+f.name+"`") {
-			t.Errorf("docs/admin.md does not list the key %s", f.name)
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("docs/admin.md lacks the markers %q and %q", begin, end)
+	}
+	want := doc[:i+len(begin)] + Reference() + doc[j:]
+	if *update {
+		if err := os.WriteFile("../docs/admin.md", []byte(want), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		return
+	}
+	if want != doc {
+		t.Errorf("docs/admin.md's key reference is not Reference(): run go test ./config -update")
 	}
 }
 

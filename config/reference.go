@@ -1,0 +1,46 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// keyDoc is what docs/admin.md says of a persyst.conf key: its meaning and default.
+type keyDoc struct{ key, meaning, def string }
+
+// keyDocs document every key of fields, in the order of the reference, and the key
+// patterns and tree lines the parser knows besides (TestReference keeps them in step).
+var keyDocs = []keyDoc{
+	{"CycleSeconds", "measurement cycle, 1 to 3600 s (all nodes read at multiples of it)", "60"},
+	{"Digest", "`on`/`off`: write digests into job output files (evaluation and reports go on)", "on"},
+	{"DigestMinSeconds", "jobs shorter than this get only robust findings", "300"},
+	{"StrategyFile", "replaces the built-in strategy tree (absolute path)", "built in"},
+	{"Threshold.<property id>", "a property's threshold (units K/M/G/KiB/MiB/GiB/%)", "the catalog's"},
+	{"CalibrationDir", "where `persyst calibrate` keeps each node type's values", "/var/lib/persyst/calibration"},
+	{"MetricSource.<name>", "`on`/`off`: turn a metric source on or off (names in docs/metrics.md)", "each source's default"},
+	{"SlurmRestd", "the job map's slurmrestd: `unix:PATH` or `https://HOST:PORT` (below)", "Slurm's commands"},
+	{"SlurmRestdUser", "the user a JWT for slurmrestd over TCP is for", "none"},
+	{"SlurmRestdTokenFile", "the file holding that JWT (`scontrol token username=...`)", "none"},
+	{"SlurmRestdTimeout", "seconds a slurmrestd request may take", "10"},
+	{"AdminGroup", "a group (name or gid) whose members read every job's data on the daemons", "none"},
+	{"NodePort", "port of the node daemons' gRPC service, on every address (`persyst daemon --grpc-listen` overrides the address): a multi-node job's batch host gathers the other nodes' parts of the job there (without a collector tree), the frontend pushes routes there; authenticated by `TreeAuth`; 0 turns it off (multi-node digests then cover the batch host only, and say so)", "16831"},
+	{"Collector", "the collector node daemons send to without a frontend (host:port)", "none"},
+	{"CollectorRetention", "how long the tree's agents keep a job's results after its last update (`h` or `d`)", "30d"},
+	{"TreeAuth", "how the tree's agents authenticate each other: `munge`, `tls` or `none` (docs/tree.md)", "munge (tls with the TLS files)"},
+	{"MungeSocket", "munged's socket, for `TreeAuth=munge`", "MUNGE's default"},
+	{"TreeUsers", "users (names or uids), besides root, the tree's agents run as", "root only"},
+	{"TLSCert", "the agent's certificate for mutual TLS in the tree, naming it (`%n`: the agent's name)", "none"},
+	{"TLSKey", "its private key (`%n`: the agent's name)", "none"},
+	{"TLSCA", "the CA that signed the tree's certificates", "none"},
+	{"Frontend=, Sync=, Collector=NAME Nodes=... lines", "the agent tree (docs/tree.md)", "none"},
+}
+
+// Reference is the persyst.conf reference table of docs/admin.md, made from keyDocs.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("| key | meaning | default |\n|---|---|---|\n")
+	for _, d := range keyDocs {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", d.key, d.meaning, d.def)
+	}
+	return b.String()
+}
