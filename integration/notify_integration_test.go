@@ -1,0 +1,134 @@
+package integration
+
+// Every service persyst's units start as Type=notify tells systemd it is ready only once
+// it accepts connections, feeds the watchdog the unit asks for, and says it is stopping
+// on SIGTERM. systemd is not PID 1 here: the test plays its part (NOTIFY_SOCKET,
+// WATCHDOG_USEC) with a unixgram socket of its own, the protocol systemd speaks.
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestServicesNotifySystemd(t *testing.T) {
+	persyst := persystBin()
+	if _, err := os.Stat(persyst); err != nil {
+		t.Fatalf("%s not built (make build)", persyst)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "persyst.conf")
+	// No munged here: the agents may run without authentication only when told so.
+	if err := os.WriteFile(conf, []byte("TreeAuth=none\nNodePort=0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	freePort := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	for _, tc := range []struct {
+		role string
+		args func(addr string) []string
+		dial func(addr string) error
+	}{
+		{"collector", func(addr string) []string {
+			return []string{"collector", "--listen", addr, "--db", filepath.Join(dir, "c.db"), "--config", conf}
+		}, func(addr string) error { return dialTCP(addr) }},
+		{"sync", func(addr string) []string {
+			return []string{"sync", "--listen", addr, "--db", filepath.Join(dir, "s.db"), "--config", conf}
+		}, func(addr string) error { return dialTCP(addr) }},
+		{"frontend", func(addr string) []string {
+			return []string{"frontend", "--listen", addr, "--collectors", "c1=" + freePort(), "--nodes", "node1", "--cycle", "1s", "--config", conf}
+		}, func(addr string) error { return dialTCP(addr) }},
+		{"daemon", func(addr string) []string {
+			return []string{"daemon", "--socket", addr, "--state-dir", filepath.Join(dir, "state"), "--node", "node1", "--config", conf}
+		}, func(addr string) error { return dialUnix(addr) }},
+	} {
+		t.Run(tc.role, func(t *testing.T) {
+			if tc.role == "daemon" {
+				requireRoot(t)
+			}
+			addr := freePort()
+			if tc.role == "daemon" {
+				addr = filepath.Join(dir, "persyst.sock")
+			}
+			notify := filepath.Join(dir, tc.role+".notify")
+			ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cmd := exec.Command(persyst, tc.args(addr)...)
+			cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify, "WATCHDOG_USEC=1000000")
+			var logs strings.Builder
+			cmd.Stderr = &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			read := func(want string, within time.Duration) {
+				t.Helper()
+				buf := make([]byte, 512)
+				deadline := time.Now().Add(within)
+				for {
+					ln.SetReadDeadline(deadline)
+					n, err := ln.Read(buf)
+					if err != nil {
+						t.Fatalf("no %s from persyst %s within %v: %v\n%s", want, tc.role, within, err, logs.String())
+					}
+					msg := string(buf[:n])
+					if strings.Contains(msg, want) {
+						if want == "READY=1" {
+							// Ready means it accepts connections now.
+							if err := tc.dial(addr); err != nil {
+								t.Errorf("READY=1 before %s accepts connections: %v", addr, err)
+							}
+						}
+						return
+					}
+				}
+			}
+			read("READY=1", 20*time.Second)
+			read("WATCHDOG=1", 3*time.Second)
+			read("WATCHDOG=1", 3*time.Second)
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			read("STOPPING=1", 10*time.Second)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("persyst %s did not exit within 15 s of SIGTERM", tc.role)
+			}
+			t.Logf("persyst %s (pid %s): ready, watchdog fed, stopping", tc.role, strconv.Itoa(cmd.Process.Pid))
+		})
+	}
+}
+
+func dialTCP(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+func dialUnix(path string) error {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
