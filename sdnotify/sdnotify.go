@@ -47,9 +47,8 @@ func Watchdog(ctx context.Context, log zerolog.Logger) {
 func Serving(ctx context.Context, log zerolog.Logger) {
 	Ready(log)
 	go func() {
-		Watchdog(ctx, log)
-		if ctx.Err() != nil {
-			Stopping()
-		}
+		Watchdog(ctx, log) // returns at once when the unit asks for no watchdog
+		<-ctx.Done()
+		Stopping()
 	}()
 }

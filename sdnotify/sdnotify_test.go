@@ -1,0 +1,38 @@
+package sdnotify
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// TestServingWithoutWatchdog: a unit without WatchdogSec still hears READY=1 and, when the
+// service stops, STOPPING=1.
+func TestServingWithoutWatchdog(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	Serving(ctx, zerolog.Nop())
+	buf := make([]byte, 64)
+	for _, want := range []string{"READY=1", "STOPPING=1"} {
+		if want == "STOPPING=1" {
+			cancel()
+		}
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := ln.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("got %q (%v), want %s", buf[:n], err, want)
+		}
+	}
+}
