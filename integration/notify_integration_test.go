@@ -43,16 +43,16 @@ func TestServicesNotifySystemd(t *testing.T) {
 	}{
 		{"collector", func(addr string) []string {
 			return []string{"collector", "--listen", addr, "--db", filepath.Join(dir, "c.db"), "--config", conf}
-		}, func(addr string) error { return dialTCP(addr) }},
+		}, func(addr string) error { return dial("tcp", addr) }},
 		{"sync", func(addr string) []string {
 			return []string{"sync", "--listen", addr, "--db", filepath.Join(dir, "s.db"), "--config", conf}
-		}, func(addr string) error { return dialTCP(addr) }},
+		}, func(addr string) error { return dial("tcp", addr) }},
 		{"frontend", func(addr string) []string {
 			return []string{"frontend", "--listen", addr, "--collectors", "c1=" + freePort(), "--nodes", "node1", "--cycle", "1s", "--config", conf}
-		}, func(addr string) error { return dialTCP(addr) }},
+		}, func(addr string) error { return dial("tcp", addr) }},
 		{"daemon", func(addr string) []string {
 			return []string{"daemon", "--socket", addr, "--state-dir", filepath.Join(dir, "state"), "--node", "node1", "--config", conf}
-		}, func(addr string) error { return dialUnix(addr) }},
+		}, func(addr string) error { return dial("unix", addr) }},
 	} {
 		t.Run(tc.role, func(t *testing.T) {
 			if tc.role == "daemon" {
@@ -117,16 +117,9 @@ func TestServicesNotifySystemd(t *testing.T) {
 	}
 }
 
-func dialTCP(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err == nil {
-		c.Close()
-	}
-	return err
-}
-
-func dialUnix(path string) error {
-	c, err := net.DialTimeout("unix", path, time.Second)
+// dial connects to addr and hangs up: whether it accepts connections.
+func dial(network, addr string) error {
+	c, err := net.DialTimeout(network, addr, time.Second)
 	if err == nil {
 		c.Close()
 	}
