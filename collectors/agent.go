@@ -9,8 +9,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sdnotify"
@@ -35,6 +38,8 @@ type AgentOptions struct {
 	ConfigPath string
 	Config     config.Config
 	Log        zerolog.Logger
+	// Version is what persyst_build_info reports.
+	Version string
 }
 
 // agent is what AgentOptions open.
@@ -44,6 +49,7 @@ type agent struct {
 	auth      *treeauth.Tree
 	serverOpt []grpc.ServerOption
 	ln        net.Listener
+	metrics   *prometheus.Registry
 }
 
 // open loads the property engine and the tree's authentication, opens the database and
@@ -53,7 +59,7 @@ func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, err
 	if err != nil {
 		return nil, err
 	}
-	a := &agent{engine: engine}
+	a := &agent{engine: engine, metrics: exporter.NewRegistry(string(role), o.Version)}
 	if a.auth, err = treeauth.Load(o.ConfigPath, o.Config, treeauth.Identity{Role: role, Name: o.Name}, o.Log); err != nil {
 		return nil, err
 	}
@@ -98,6 +104,16 @@ func (a *agent) prune(ctx context.Context, retention time.Duration, log zerolog.
 	}
 }
 
+// serveMetrics serves the agent's Prometheus metrics at persyst.conf's address for its
+// role (none: not served) until ctx is done.
+func (a *agent) serveMetrics(ctx context.Context, o AgentOptions, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, err := exporter.Serve(ctx, exporter.ServeOptions{Addr: addr, Allow: o.Config.MetricsAllow, Registry: a.metrics, Log: o.Log})
+	return err
+}
+
 func (a *agent) close() {
 	if a.store != nil {
 		a.store.Close()
@@ -122,9 +138,14 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 	if err != nil {
 		return err
 	}
+	m := &collectorMetrics{}
 	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Auth: a.auth,
-		Placement: JobmapPlacement(jm)})
+		Placement: JobmapPlacement(jm), Metrics: exporter.NewCollector(a.metrics, m.jobs)})
 	if err != nil {
+		return err
+	}
+	m.c.Store(c)
+	if err := a.serveMetrics(ctx, o, o.Config.CollectorMetricsAddr); err != nil {
 		return err
 	}
 	go c.Run(ctx)
@@ -151,11 +172,15 @@ func RunSync(ctx context.Context, o AgentOptions, collectors string) error {
 		return err
 	}
 	defer a.close()
-	s, err := NewSync(SyncConfig{Name: o.Name, Store: a.store, Q: o.Q, Collectors: addrs, Auth: a.auth, Engine: a.engine, Log: o.Log})
+	s, err := NewSync(SyncConfig{Name: o.Name, Store: a.store, Q: o.Q, Collectors: addrs, Auth: a.auth, Engine: a.engine, Log: o.Log,
+		Metrics: exporter.NewSync(a.metrics)})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	if err := a.serveMetrics(ctx, o, o.Config.SyncMetricsAddr); err != nil {
+		return err
+	}
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst sync agent ready")
 	sdnotify.Serving(ctx, o.Log)
 	return Serve(ctx, a.ln, s, a.serverOpt...)
@@ -207,11 +232,15 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
 		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
 		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm),
+		Metrics: exporter.NewFrontend(a.metrics),
 	})
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if err := a.serveMetrics(ctx, o.AgentOptions, o.Config.FrontendMetricsAddr); err != nil {
+		return err
+	}
 	if a.ln != nil {
 		go func() {
 			if err := Serve(ctx, a.ln, f, a.serverOpt...); err != nil {
@@ -222,6 +251,17 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	o.Log.Info().Int("nodes", len(where.nodes)).Int("collectors", len(where.collectors)).Msg("persyst frontend running")
 	sdnotify.Serving(ctx, o.Log)
 	return f.Run(ctx, o.Cycle)
+}
+
+// collectorMetrics gives the collector's job count to its metrics, which are made
+// before the collector.
+type collectorMetrics struct{ c atomic.Pointer[Collector] }
+
+func (m *collectorMetrics) jobs() int {
+	if c := m.c.Load(); c != nil {
+		return c.Jobs()
+	}
+	return 0
 }
 
 // RunningJobs returns the running jobs of a job map, as the balancing takes them.

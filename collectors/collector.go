@@ -20,14 +20,17 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/properties"
 )
 
 // Config configures a Collector.
 type Config struct {
-	Name  string       // this collector's name in heartbeats and partial summaries
-	Store *store.Store // where results go
-	Q     int          // quantile steps (10: deciles)
+	// Metrics counts pushes for Prometheus (nil: not counted).
+	Metrics *exporter.Collector
+	Name    string       // this collector's name in heartbeats and partial summaries
+	Store   *store.Store // where results go
+	Q       int          // quantile steps (10: deciles)
 	// Keep is how many cycles of records per job are buffered (default 3): a node's push
 	// for a cycle may arrive after the next cycle began.
 	Keep int
@@ -127,6 +130,12 @@ func defaults(q, keep *int, now *func() time.Time) {
 // before any question about the job: a cycle of many nodes costs time linear in its
 // records, not a summary per push.
 func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
+	ack, err := c.push(ctx, in)
+	c.cfg.Metrics.Push(len(in.GetRecords()), err == nil && ack.GetOk())
+	return ack, err
+}
+
+func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
 	if err := checkPush(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
 	}

@@ -18,11 +18,14 @@ import (
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/properties"
 )
 
 // FrontendConfig configures the frontend.
 type FrontendConfig struct {
+	// Metrics records the balancing cycles for Prometheus (nil: not recorded).
+	Metrics *exporter.Frontend
 	// Collectors maps collector names to their gRPC addresses.
 	Collectors map[string]string
 	// Syncs maps the sync agents of Tree to their gRPC addresses: the aggregation
@@ -495,12 +498,15 @@ func (f *Frontend) Run(ctx context.Context, period time.Duration) error {
 			return nil
 		case <-time.After(time.Until(next)):
 		}
+		start := time.Now()
 		res, err := f.Cycle(ctx)
 		if err != nil {
+			f.cfg.Metrics.Cycle(time.Since(start), 0, 0, 0)
 			f.cfg.Log.Error().Err(err).Msg("balancing cycle failed")
 			continue
 		}
 		st := res.Result.Stats
+		f.cfg.Metrics.Cycle(time.Since(start), st.Jobs, len(res.Alive), len(res.Syncs))
 		ev := f.cfg.Log.Info().Strs("collectors", res.Alive).Int("jobs", st.Jobs).Float64("exact_share", st.ExactShareJobs).
 			Float64("max_collector_load", f.nodesWorth(st.MaxCollectorLoad))
 		if len(f.cfg.Syncs) > 0 {

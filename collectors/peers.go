@@ -60,6 +60,16 @@ type Tree interface {
 	JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	Forget(job uint32)
 	Aggregation(job uint32) string
+	// Pending is how many jobs have a cycle waiting to be sent.
+	Pending() int
+}
+
+// Pending returns how many jobs have a cycle of records waiting for the collector tree.
+func (p *Peers) Pending() int {
+	if p.tree == nil {
+		return 0
+	}
+	return p.tree.Pending()
 }
 
 // UseTree makes Peers send through the collector tree too, and ask it first (call it

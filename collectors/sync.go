@@ -16,13 +16,16 @@ import (
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
 
 // SyncConfig configures a sync agent.
 type SyncConfig struct {
-	Name string // in heartbeats
+	// Metrics counts parts for Prometheus (nil: not counted).
+	Metrics *exporter.Sync
+	Name    string // in heartbeats
 	// Store keeps the merged per-cycle results of the jobs aggregated here; nil: they
 	// are merged for the job's end only.
 	Store *store.Store
@@ -78,6 +81,12 @@ func (s *Sync) Close() { s.d.close() }
 // PushPartial takes one collector's summary of one cycle of a job and stores the
 // cycle's results merged over every collector heard from so far.
 func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, error) {
+	ack, err := s.pushPartial(ctx, in)
+	s.cfg.Metrics.Part(err == nil && ack.GetOk())
+	return ack, err
+}
+
+func (s *Sync) pushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, error) {
 	if err := checkPartialCycle(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
 	}

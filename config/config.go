@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -86,6 +87,11 @@ type Config struct {
 	// NodePort is the port of the node daemons' gRPC service (routes from the frontend,
 	// parts of multi-node jobs for their batch hosts); 0: the service is off.
 	NodePort int
+	// DaemonMetricsAddr, CollectorMetricsAddr, SyncMetricsAddr and FrontendMetricsAddr
+	// are where each agent serves Prometheus metrics (host:port; "": off).
+	DaemonMetricsAddr, CollectorMetricsAddr, SyncMetricsAddr, FrontendMetricsAddr string
+	// MetricsAllow are the networks that may scrape them (nil: loopback only).
+	MetricsAllow []netip.Prefix
 	// Tree is the explicit agent tree (balance.ParseTreeSpec): the file's
 	// "Frontend=", "Sync=" and "Collector=NAME Nodes=..." lines, at their line
 	// numbers (other lines blank), so the tree's errors name the file's lines. ""
@@ -190,6 +196,30 @@ var fields = []field{
 		c.Collector = v
 		return nil
 	}},
+	{"DaemonMetricsAddr", func(c *Config, v string) error { return metricsAddr(&c.DaemonMetricsAddr, v) }},
+	{"CollectorMetricsAddr", func(c *Config, v string) error { return metricsAddr(&c.CollectorMetricsAddr, v) }},
+	{"SyncMetricsAddr", func(c *Config, v string) error { return metricsAddr(&c.SyncMetricsAddr, v) }},
+	{"FrontendMetricsAddr", func(c *Config, v string) error { return metricsAddr(&c.FrontendMetricsAddr, v) }},
+	{"MetricsAllow", func(c *Config, v string) error {
+		var nets []netip.Prefix
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, aerr := netip.ParseAddr(s)
+				if aerr != nil {
+					return fmt.Errorf("want networks (10.0.0.0/8) or addresses separated by commas, got %q", s)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			nets = append(nets, p.Masked())
+		}
+		if len(nets) > 256 {
+			return fmt.Errorf("at most 256 networks, got %d", len(nets))
+		}
+		c.MetricsAllow = nets
+		return nil
+	}},
 	{"NodePort", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 65535 {
@@ -274,6 +304,19 @@ func parseDays(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("want days (30d) or hours (12h), from 1h to 3650d, got %q", v)
 	}
 	return time.Duration(n) * unit, nil
+}
+
+// metricsAddr sets a Prometheus metrics address: host:port with the host written out
+// (0.0.0.0 or [::] for every address), so that no agent listens everywhere by accident.
+func metricsAddr(dst *string, v string) error {
+	if host, _, err := net.SplitHostPort(v); err == nil && host == "" {
+		return fmt.Errorf("want host:port with the host written out (0.0.0.0:%s for every address), got %q", strings.TrimPrefix(v, ":"), v)
+	}
+	if err := checkHostPort(v); err != nil {
+		return err
+	}
+	*dst = v
+	return nil
 }
 
 // checkHostPort checks a host:port address: a host name or IP address and a port from 1

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"flag"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -86,6 +87,14 @@ func TestParse(t *testing.T) {
 		{"bad timeout", "SlurmRestdTimeout=-1", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"timeout too long", "SlurmRestdTimeout=2h", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"repeated key", "SlurmRestd=unix:/a\nslurmrestd=unix:/b\n", Config{}, `test.conf:2: SlurmRestd already set on line 1`},
+		{"metrics", "DaemonMetricsAddr=0.0.0.0:9818\nCollectorMetricsAddr=[::]:9819\nSyncMetricsAddr=10.0.0.1:9819\nFrontendMetricsAddr=fe1:9820\nMetricsAllow=10.0.0.0/8, 192.168.1.7,::1",
+			with(func(c *Config) {
+				c.DaemonMetricsAddr, c.CollectorMetricsAddr, c.SyncMetricsAddr, c.FrontendMetricsAddr = "0.0.0.0:9818", "[::]:9819", "10.0.0.1:9819", "fe1:9820"
+				c.MetricsAllow = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("::1/128")}
+			}), ""},
+		{"metrics address without a host", "DaemonMetricsAddr=:9818", Config{}, `test.conf:1: DaemonMetricsAddr: want host:port with the host written out (0.0.0.0:9818 for every address)`},
+		{"metrics address without a port", "FrontendMetricsAddr=0.0.0.0", Config{}, `test.conf:1: FrontendMetricsAddr: want host:port`},
+		{"metrics allow not a network", "MetricsAllow=10.0.0.0/8,prometheus", Config{}, `test.conf:1: MetricsAllow: want networks (10.0.0.0/8) or addresses separated by commas, got "prometheus"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,7 +108,7 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 				t.Errorf("config mismatch (-want +got):\n%s", diff)
 			}
 		})

@@ -32,6 +32,11 @@ var keyDocs = []keyDoc{
 	{"TLSCert", "the agent's certificate for mutual TLS in the tree, naming it (`%n`: the agent's name)", "none"},
 	{"TLSKey", "its private key (`%n`: the agent's name)", "none"},
 	{"TLSCA", "the CA that signed the tree's certificates", "none"},
+	{"DaemonMetricsAddr", "where the node daemon serves Prometheus metrics, `host:port` (`0.0.0.0:PORT`: every address; docs/prometheus.md)", "off"},
+	{"CollectorMetricsAddr", "where a collector serves Prometheus metrics", "off"},
+	{"SyncMetricsAddr", "where a sync agent serves Prometheus metrics", "off"},
+	{"FrontendMetricsAddr", "where the frontend serves Prometheus metrics", "off"},
+	{"MetricsAllow", "networks (CIDR) or addresses, comma-separated, that may scrape the metrics; others get 403", "loopback only"},
 	{"Frontend=, Sync=, Collector=NAME Nodes=... lines", "the agent tree (docs/tree.md)", "none"},
 }
 

@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon/pipeline"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/sdnotify"
 	"github.com/rs/zerolog"
 )
@@ -35,6 +37,17 @@ type Config struct {
 	// Reports, if set, is made to give users their reports over the network once the
 	// daemon serves.
 	Reports *ReportGate
+	// Metrics is where Prometheus metrics are served (Addr "": nowhere; they are counted
+	// anyway).
+	Metrics MetricsConfig
+}
+
+// MetricsConfig says where an agent serves its Prometheus metrics, to whom, and the
+// version it reports.
+type MetricsConfig struct {
+	Addr    string
+	Allow   []netip.Prefix
+	Version string
 }
 
 // Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
@@ -80,23 +93,32 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if cfg.Measure.StateDir == "" {
 		cfg.Measure.StateDir = cfg.StateDir
 	}
+	promReg := exporter.NewRegistry(exporter.RoleDaemon, cfg.Metrics.Version)
+	cfg.Measure.Metrics = exporter.NewDaemon(promReg)
 	meas, err := NewMeasurer(cfg.Measure, reg, cfg.Node, log, clock)
 	if err != nil {
 		return err
 	}
+	exporter.NewSnapshot(promReg, snapshotNames, meas.snapshot(reg, cfg.Measure.Uplink))
 	ln, err := Listen(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID}, reg, meas, log, clock)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if cfg.Metrics.Addr != "" {
+		if _, err := exporter.Serve(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, Registry: promReg, Log: log}); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID, Metrics: cfg.Measure.Metrics}, reg, meas, log, clock)
 	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)
 	if cfg.Reports != nil {
 		cfg.Reports.set(srv)
 	}
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
 	sdnotify.Ready(log)
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
 	go sdnotify.Watchdog(wctx, log)
 	go meas.WatchOOM(wctx)
 	// Jobs a previous daemon left running are checked with Slurm first (those that

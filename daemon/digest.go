@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -126,6 +127,9 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
 	}
 	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
+		if mode != interactive {
+			m.cfg.Metrics.Digest(map[bool]string{true: "off", false: "no_job_facts"}[m.dig.Off || m.dig.Append == nil])
+		}
 		m.log.Info().Uint32("job", j.JobID).Int("findings", len(rep.Findings)).Msg("job digest kept (not written into the output file)")
 		return nil
 	}
@@ -140,6 +144,7 @@ func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *
 		path = filepath.Join(facts.WorkDir, path)
 	}
 	if path == "" {
+		m.cfg.Metrics.Digest("no_output")
 		log.Info().Msg("job has no output file: digest kept, not written")
 		return nil
 	}
@@ -149,6 +154,7 @@ func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *
 	}
 	text := digest.Text(rep, digest.TextOptions{})
 	err := m.dig.Append(ctx, digest.Target{Path: path, UID: j.UID, GID: j.GID}, []byte(text))
+	m.cfg.Metrics.Digest(digestResult(err))
 	switch {
 	case errors.Is(err, digest.ErrNotRegular):
 		log.Debug().Str("path", path).Msg("output is not a regular file (e.g. /dev/null): no digest written")
@@ -159,6 +165,29 @@ func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *
 	}
 	log.Info().Str("path", path).Dur("took", time.Since(start)).Msg("digest written")
 	return nil
+}
+
+// digestResult names the outcome of writing a digest, for persyst_daemon_digests_total.
+func digestResult(err error) string {
+	switch {
+	case err == nil:
+		return "written"
+	case errors.Is(err, digest.ErrNotRegular):
+		return "not_regular"
+	case errors.Is(err, digest.ErrSymlink):
+		return "symlink"
+	case errors.Is(err, digest.ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, digest.ErrUnlinked):
+		return "unlinked"
+	case errors.Is(err, fs.ErrNotExist):
+		return "not_found"
+	case errors.Is(err, fs.ErrPermission):
+		return "permission"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "error"
 }
 
 // jobReport evaluates the job's results on this node, merges the other nodes' (the

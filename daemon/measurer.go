@@ -19,6 +19,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -45,6 +46,8 @@ type MeasureConfig struct {
 	Uplink Uplink
 	// Enable turns metric sources on or off by name (measure.Sources).
 	Enable map[string]bool
+	// Metrics counts the daemon's work for Prometheus (nil: not counted).
+	Metrics *exporter.Daemon
 }
 
 // jobMeter is one job's measurement on this node.
@@ -634,6 +637,7 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 
 // cycle reads all running jobs; jobs whose cgroups were not known yet are retried.
 func (m *Measurer) cycle() {
+	defer func(start time.Time) { m.cfg.Metrics.Cycle(time.Since(start)) }(time.Now())
 	jobs := m.reg.Jobs()
 	byID := make(map[uint32]*Job, len(jobs))
 	for _, j := range jobs {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -31,6 +32,7 @@ type Server struct {
 	guests  *guests
 	refused *refusals
 	timeout time.Duration
+	metrics *exporter.Daemon
 	wg      sync.WaitGroup
 }
 
@@ -43,6 +45,8 @@ type ServerConfig struct {
 	AdminGID int
 	// ConnTimeout bounds one exchange (default 10 s).
 	ConnTimeout time.Duration
+	// Metrics counts the events for Prometheus (nil: not counted).
+	Metrics *exporter.Daemon
 }
 
 // NewServer returns a server over reg.
@@ -55,7 +59,7 @@ func NewServer(cfg ServerConfig, reg *Registry, meas *Measurer, log zerolog.Logg
 		cfg.ConnTimeout = 10 * time.Second
 	}
 	return &Server{reg: reg, meas: meas, log: log, clock: clock, access: access{privileged: allowed, adminGID: cfg.AdminGID},
-		guests: newGuests(time.Now), refused: &refusals{log: log, byUID: map[uint32]int{}}, timeout: cfg.ConnTimeout}
+		guests: newGuests(time.Now), refused: &refusals{log: log, byUID: map[uint32]int{}}, timeout: cfg.ConnTimeout, metrics: cfg.Metrics}
 }
 
 // Listen binds the unix socket at path. A stale socket left by a dead daemon is replaced;
@@ -210,6 +214,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 	}
 	if r != sender && req.Kind != wire.List && req.Kind != wire.Samples && req.Kind != wire.Report {
 		s.refused.add(cred.Uid, cred.Pid, "job event from an ordinary user")
+		s.metrics.Event(string(req.Kind), "refused", 0)
 		s.reply(c, &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not send job events to the persyst daemon", cred.Uid)}, log)
 		return
 	}
@@ -289,11 +294,16 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 	}
 	if err != nil && j == nil {
 		ev.Msg("lifecycle event")
+		s.metrics.Event(string(req.Kind), "refused", 0)
 		s.reply(c, &wire.Reply{Error: err.Error()}, log)
 		return
 	}
 	handled := time.Now()
-	defer func() { ev.Dur("took", time.Since(handled)).Msg("lifecycle event") }()
+	defer func() {
+		took := time.Since(handled)
+		s.metrics.Event(string(req.Kind), map[bool]string{true: "ok", false: "error"}[err == nil], took)
+		ev.Dur("took", took).Msg("lifecycle event")
+	}()
 	rep := &wire.Reply{OK: err == nil}
 	if err != nil {
 		rep.Error = err.Error()

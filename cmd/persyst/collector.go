@@ -23,7 +23,7 @@ func agentOptions(io stdio, o *collectors.AgentOptions, confPath, role string) e
 	if err != nil {
 		return err
 	}
-	o.Config, o.ConfigPath = conf, confPath
+	o.Config, o.ConfigPath, o.Version = conf, confPath, version
 	o.Log, err = newLogger(io.err, "info", role, o.Name)
 	return err
 }

@@ -398,6 +398,18 @@ func (m *Meter) Summary() sample.Summary {
 	return s
 }
 
+// Counters returns how many perf counters the meter holds open (without waiting for a
+// read in progress).
+func (m *Meter) Counters() int {
+	n := 0
+	for _, src := range m.sources {
+		if c, ok := src.(interface{ Counters() int }); ok {
+			n += c.Counters()
+		}
+	}
+	return n
+}
+
 // Close closes every source (perf counters). It does not read: call Read(End) first.
 func (m *Meter) Close() error {
 	m.readMu.Lock()

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/persyst/persyst/daemon/perfcg"
 	"github.com/persyst/persyst/perfevents"
@@ -21,6 +22,8 @@ type perfSource struct {
 	static map[string]string
 	prev   perfcg.Counts
 	have   bool
+	// open is how many counters are open (read without the meter's lock, by Counters).
+	open atomic.Int64
 }
 
 func newPerf(env *Env, spec *Spec) (Source, error) {
@@ -82,8 +85,12 @@ func newPerf(env *Env, spec *Spec) (Source, error) {
 			p.names = append(p.names, e.Name)
 		}
 	}
+	p.open.Store(int64(p.g.Counters()))
 	return p, nil
 }
+
+// Counters returns how many perf counters the source holds open.
+func (p *perfSource) Counters() int { return int(p.open.Load()) }
 
 func (p *perfSource) CPUMetrics() ([]string, bool) { return p.names, p.g != nil }
 
@@ -145,6 +152,7 @@ func (p *perfSource) Close() error {
 	if p.g == nil {
 		return nil
 	}
+	p.open.Store(0)
 	return p.g.Close()
 }
 

@@ -362,6 +362,14 @@ func reason(e perfevents.Event, err error) string {
 // Events returns the events the Group was opened with (Counts.Events order).
 func (g *Group) Events() []perfevents.Event { return g.events }
 
+// Counters returns how many perf counters the group holds open (0 once closed).
+func (g *Group) Counters() int {
+	if g.closed {
+		return 0
+	}
+	return len(g.fds)
+}
+
 // CPUs returns the CPUs the Group counts on.
 func (g *Group) CPUs() []int { return g.cpus }
 

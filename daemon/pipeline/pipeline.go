@@ -47,6 +47,8 @@ type Job struct {
 	mu    sync.Mutex
 	acc   *properties.Accumulator // created at the first interval
 	amend []func(*sample.Summary)
+	// latest is the latest interval read and top its most severe record (Latest).
+	latest Latest
 
 	// endMu orders the start-up read before the end: once ended, it is not taken.
 	endMu       sync.Mutex
@@ -139,14 +141,38 @@ func (j *Job) Restore(prev []sample.Sample, started time.Time, why string) (int,
 	return n, nil
 }
 
+// Latest is a job's latest interval: its sample, and the most severe property record of
+// it (Severity 0 and no Key when none was severe, or in the start-up, which is never
+// judged).
+type Latest struct {
+	Sample sample.Sample
+	Top    properties.Record
+}
+
+// Latest returns the job's latest interval; ok is false before the first.
+func (j *Job) Latest() (l Latest, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.latest, j.latest.Sample.Seconds > 0
+}
+
 // evaluate adds an interval to the property records and hands them on.
 func (j *Job) evaluate(s sample.Sample) {
-	if j.opts.Engine == nil || s.Seconds <= 0 {
+	if s.Seconds <= 0 {
 		return
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.latest = Latest{Sample: s}
+	if j.opts.Engine == nil {
+		return
+	}
 	recs := j.accumulator().Add(s)
+	for _, r := range recs {
+		if r.Severity > j.latest.Top.Severity {
+			j.latest.Top = r
+		}
+	}
 	if j.opts.Records != nil {
 		j.opts.Records(s.Time, s.Seconds, recs, j.acc.MaxRecords())
 	}

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"strconv"
+
+	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/sample"
+)
+
+// snapshotNames are the metrics the daemon gives at each scrape (snapshot).
+var snapshotNames = []string{
+	"persyst_daemon_jobs", "persyst_daemon_perf_counters", "persyst_daemon_ship_queue",
+	"persyst_job_cpus", "persyst_job_cpus_busy", "persyst_job_idle_ratio", "persyst_job_memory_bytes",
+	"persyst_job_read_bytes_per_second", "persyst_job_write_bytes_per_second", "persyst_job_file_opens_per_second",
+	"persyst_job_top_severity",
+}
+
+// openEvents are the tracepoints whose sum is a job's file opens.
+var openEvents = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
+
+// snapshot gives the registry's jobs by state and, for every running job measured on this
+// node, its latest interval. A value the node does not measure has no series.
+func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
+	return func(emit exporter.Emit) {
+		jobs := reg.Jobs()
+		states := map[JobState]int{Running: 0, Ended: 0}
+		users := map[uint32]string{}
+		for _, j := range jobs {
+			states[j.State]++
+			if j.State == Running {
+				users[j.JobID] = j.User
+				if j.User == "" {
+					users[j.JobID] = strconv.FormatUint(uint64(j.UID), 10)
+				}
+			}
+		}
+		for st, n := range states {
+			emit("persyst_daemon_jobs", float64(n), string(st))
+		}
+		if q, ok := uplink.(interface{ Pending() int }); ok && uplink != nil {
+			emit("persyst_daemon_ship_queue", float64(q.Pending()))
+		}
+		m.mu.Lock()
+		type running struct {
+			id   uint32
+			meas *jobMeter
+		}
+		var run []running
+		for id, jm := range m.jobs {
+			if !jm.ended && jm.job != nil {
+				run = append(run, running{id, jm})
+			}
+		}
+		m.mu.Unlock()
+		counters := 0
+		for _, r := range run {
+			meter := r.meas.job.Meter()
+			counters += meter.Counters()
+			user, ok := users[r.id]
+			if !ok {
+				continue // not running in the registry (ending)
+			}
+			l, ok := r.meas.job.Latest()
+			if !ok {
+				continue
+			}
+			lab := []string{strconv.FormatUint(uint64(r.id), 10), user, m.node}
+			jobGauges(l.Sample, len(meter.Spec().CPUs), func(name string, v float64) { emit(name, v, lab...) })
+			emit("persyst_job_top_severity", l.Top.Severity, append(lab, l.Top.Key)...)
+		}
+		emit("persyst_daemon_perf_counters", float64(counters))
+	}
+}
+
+// jobGauges gives a job's gauges from one interval of it on a node with cpus CPUs.
+func jobGauges(s sample.Sample, cpus int, emit func(name string, v float64)) {
+	emit("persyst_job_cpus", float64(cpus))
+	busy, ok := 0.0, false
+	if ns, has := s.Rate("task-clock"); has {
+		busy, ok = ns/1e9, true
+	} else if u, has := s.Rate("cpu_user_seconds"); has {
+		sys, _ := s.Rate("cpu_system_seconds")
+		busy, ok = u+sys, true
+	}
+	if ok {
+		emit("persyst_job_cpus_busy", busy)
+		if cpus > 0 {
+			emit("persyst_job_idle_ratio", min(max(1-busy/float64(cpus), 0), 1))
+		}
+	}
+	if v, has := s.Job["mem_bytes"]; has {
+		emit("persyst_job_memory_bytes", v)
+	}
+	if v, has := s.Rate("read_chars"); has {
+		emit("persyst_job_read_bytes_per_second", v)
+	}
+	if v, has := s.Rate("write_chars"); has {
+		emit("persyst_job_write_bytes_per_second", v)
+	}
+	opens, has := 0.0, false
+	for _, e := range openEvents {
+		if v, ok := s.Rate(e); ok {
+			opens, has = opens+v, true
+		}
+	}
+	if has {
+		emit("persyst_job_file_opens_per_second", opens)
+	}
+}

@@ -1,0 +1,170 @@
+package exporter
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Kind is a metric's Prometheus type.
+type Kind string
+
+// The metric types persyst exports.
+const (
+	Counter   Kind = "counter"
+	Gauge     Kind = "gauge"
+	Histogram Kind = "histogram"
+)
+
+// Roles: the agents that export metrics ("all": every one).
+const (
+	RoleAll       = "all"
+	RoleDaemon    = "daemon"
+	RoleCollector = "collector"
+	RoleSync      = "sync"
+	RoleFrontend  = "frontend"
+)
+
+// Def is one metric: its name, type, labels, which agent exports it, and what it is.
+type Def struct {
+	Name    string
+	Kind    Kind
+	Role    string
+	Labels  []string
+	Help    string
+	Buckets []float64 // histograms
+}
+
+// Durations of handling one thing (an event, a cycle, a write): 100 µs to 10 s.
+var durationBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
+
+// jobLabels are the labels of every job metric.
+var jobLabels = []string{"job", "user", "node"}
+
+// catalog is every metric persyst exports (besides Go's and the process's own go_* and
+// process_* metrics). Defs returns a copy.
+var catalog = []Def{
+	{Name: "persyst_build_info", Kind: Gauge, Role: RoleAll, Labels: []string{"role", "version"},
+		Help: "Always 1: which persyst agent this is, and its version."},
+
+	{Name: "persyst_daemon_events_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"event", "result"},
+		Help: "Job lifecycle events received from the SPANK plugin, by event (job_start, step_start, step_end, job_end, other) and result (ok, refused, error)."},
+	{Name: "persyst_daemon_event_duration_seconds", Kind: Histogram, Role: RoleDaemon, Labels: []string{"event"},
+		Help: "Time to handle a lifecycle event, from its arrival to the answer (job_end includes the digest).", Buckets: durationBuckets},
+	{Name: "persyst_daemon_jobs", Kind: Gauge, Role: RoleDaemon, Labels: []string{"state"},
+		Help: "Jobs in the node daemon's registry, by state (running, ended)."},
+	{Name: "persyst_daemon_cycle_duration_seconds", Kind: Histogram, Role: RoleDaemon,
+		Help: "Time to read every running job of the node at one cycle.", Buckets: durationBuckets},
+	{Name: "persyst_daemon_perf_counters", Kind: Gauge, Role: RoleDaemon,
+		Help: "perf_event counters open for the node's running jobs."},
+	{Name: "persyst_daemon_digests_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"result"},
+		Help: "Digests for job output files, by result: written, or why not (no_output, not_regular, symlink, not_owner, unlinked, not_found, permission, timeout, off, no_job_facts, error)."},
+	{Name: "persyst_daemon_ship_queue", Kind: Gauge, Role: RoleDaemon,
+		Help: "Cycles of property records waiting to be shipped to the agent tree."},
+	{Name: "persyst_daemon_accounting_writes_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"result"},
+		Help: "Digest summaries for Slurm accounting (AdminComment), by result: written, or why not (present, no_room, off, error)."},
+	{Name: "persyst_daemon_accounting_write_duration_seconds", Kind: Histogram, Role: RoleDaemon,
+		Help: "Time to write a job's digest summary into Slurm accounting.", Buckets: durationBuckets},
+
+	{Name: "persyst_job_cpus", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "A running job's CPUs on the node."},
+	{Name: "persyst_job_cpus_busy", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "CPUs the job kept busy over its latest interval (CPU seconds per second)."},
+	{Name: "persyst_job_idle_ratio", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Share of the job's CPUs left idle over its latest interval (0 to 1)."},
+	{Name: "persyst_job_memory_bytes", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Memory the job used at its latest read, page cache included."},
+	{Name: "persyst_job_read_bytes_per_second", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Bytes the job's processes read per second over the latest interval (read(2) and friends)."},
+	{Name: "persyst_job_write_bytes_per_second", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Bytes the job's processes wrote per second over the latest interval."},
+	{Name: "persyst_job_file_opens_per_second", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Files the job opened per second over the latest interval."},
+	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"job", "user", "node", "property"},
+		Help: "Severity (0 to 1) of the job's most severe property in its latest interval, and which property it is."},
+
+	{Name: "persyst_collector_records_total", Kind: Counter, Role: RoleCollector,
+		Help: "Property records received from node daemons."},
+	{Name: "persyst_collector_pushes_total", Kind: Counter, Role: RoleCollector, Labels: []string{"result"},
+		Help: "Pushes of a cycle's records received, by result (ok, refused)."},
+	{Name: "persyst_collector_jobs", Kind: Gauge, Role: RoleCollector,
+		Help: "Jobs the collector holds cycles of."},
+
+	{Name: "persyst_sync_parts_total", Kind: Counter, Role: RoleSync, Labels: []string{"result"},
+		Help: "Parts of big jobs' cycles received from collectors, by result (ok, refused)."},
+
+	{Name: "persyst_frontend_balance_duration_seconds", Kind: Histogram, Role: RoleFrontend,
+		Help: "Time of one balancing cycle: reading the running jobs, placing them, pushing the routes.", Buckets: durationBuckets},
+	{Name: "persyst_frontend_jobs", Kind: Gauge, Role: RoleFrontend,
+		Help: "Running jobs placed at the latest balancing cycle."},
+	{Name: "persyst_frontend_agents_up", Kind: Gauge, Role: RoleFrontend, Labels: []string{"role"},
+		Help: "Agents (collectors, sync agents) that answered at the latest cycle."},
+}
+
+// Defs returns the catalog: every metric persyst exports.
+func Defs() []Def {
+	out := make([]Def, len(catalog))
+	for i, d := range catalog {
+		d.Labels = slices.Clone(d.Labels)
+		d.Buckets = slices.Clone(d.Buckets)
+		out[i] = d
+	}
+	return out
+}
+
+// def returns the catalog's entry; a name not in it is a programming error.
+func def(name string, kind Kind) Def {
+	for _, d := range catalog {
+		if d.Name == name {
+			if d.Kind != kind {
+				panic(fmt.Sprintf("exporter: %s is a %s, not a %s", name, d.Kind, kind))
+			}
+			return d
+		}
+	}
+	panic("exporter: no metric " + name + " in the catalog")
+}
+
+func counterVec(r prometheus.Registerer, name string) *prometheus.CounterVec {
+	d := def(name, Counter)
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.Name, Help: d.Help}, d.Labels)
+	r.MustRegister(c)
+	return c
+}
+
+func counter(r prometheus.Registerer, name string) prometheus.Counter {
+	d := def(name, Counter)
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: d.Name, Help: d.Help})
+	r.MustRegister(c)
+	return c
+}
+
+func histogram(r prometheus.Registerer, name string) prometheus.Histogram {
+	d := def(name, Histogram)
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: d.Buckets})
+	r.MustRegister(h)
+	return h
+}
+
+func histogramVec(r prometheus.Registerer, name string) *prometheus.HistogramVec {
+	d := def(name, Histogram)
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: d.Buckets}, d.Labels)
+	r.MustRegister(h)
+	return h
+}
+
+// Reference is the metrics table of docs/prometheus.md, made from the catalog.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("| metric | type | labels | agent | what it is |\n|---|---|---|---|---|\n")
+	for _, d := range catalog {
+		labels := "none"
+		if len(d.Labels) > 0 {
+			labels = "`" + strings.Join(d.Labels, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", d.Name, d.Kind, labels, d.Role, d.Help)
+	}
+	return b.String()
+}

@@ -1,0 +1,142 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// DefaultAllow is who may scrape when MetricsAllow is not set: this host only.
+var DefaultAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+// ServeOptions configure Serve.
+type ServeOptions struct {
+	// Addr is host:port to listen on (the host is explicit: 0.0.0.0 for every address).
+	Addr string
+	// Allow are the networks clients may scrape from (nil: DefaultAllow).
+	Allow    []netip.Prefix
+	Registry *prometheus.Registry
+	Log      zerolog.Logger
+	// Now is the clock of the refusal log's rate limit (nil: time.Now).
+	Now func() time.Time
+}
+
+// Serve binds opts.Addr and serves /metrics from opts.Registry until ctx is done. It
+// returns once the address is bound (or could not be), with the bound address.
+func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("exporter: no registry")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen %s: %w", opts.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           Handler(opts),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    8 << 10,
+		ErrorLog:          nil,
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			opts.Log.Error().Err(err).Str("listen", opts.Addr).Msg("metrics service stopped")
+		}
+	}()
+	opts.Log.Info().Str("listen", ln.Addr().String()).Msg("serving Prometheus metrics on /metrics")
+	return ln.Addr(), nil
+}
+
+// Handler answers /metrics for the allowed clients, 403 for the others and 404 for any
+// other path.
+func Handler(opts ServeOptions) http.Handler {
+	allow := opts.Allow
+	if allow == nil {
+		allow = DefaultAllow
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{
+		MaxRequestsInFlight: 4,
+		Timeout:             20 * time.Second,
+		ErrorHandling:       promhttp.ContinueOnError,
+	})
+	lim := &refusals{log: opts.Log, now: now}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed(allow, r.RemoteAddr) {
+			lim.note(r.RemoteAddr)
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+}
+
+// allowed reports whether a client's address lies in one of the networks.
+func allowed(allow []netip.Prefix, remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap()
+	for _, p := range allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusals logs refused clients at most once a minute, with how many were refused since
+// the last line: a client cannot grow the log.
+type refusals struct {
+	log  zerolog.Logger
+	now  func() time.Time
+	mu   sync.Mutex
+	last time.Time
+	n    int
+}
+
+func (l *refusals) note(remote string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	t := l.now()
+	if !l.last.IsZero() && t.Sub(l.last) < time.Minute {
+		return
+	}
+	host, _, _ := net.SplitHostPort(remote)
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	l.log.Warn().Str("client", host).Int("refused", l.n).Msg("metrics: scrape refused: client not in MetricsAllow")
+	l.last, l.n = t, 0
+}
