@@ -41,7 +41,7 @@ type Def struct {
 var durationBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
 
 // jobLabels are the labels of every job metric.
-var jobLabels = []string{"job", "user", "node"}
+var jobLabels = []string{"jobid", "user", "node"}
 
 // catalog is every metric persyst exports (besides Go's and the process's own go_* and
 // process_* metrics). Defs returns a copy.
@@ -82,7 +82,7 @@ var catalog = []Def{
 		Help: "Bytes the job's processes wrote per second over the latest interval."},
 	{Name: "persyst_job_file_opens_per_second", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
 		Help: "Files the job opened per second over the latest interval."},
-	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"job", "user", "node", "property"},
+	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "property"},
 		Help: "Severity (0 to 1) of the job's most severe property in its latest interval, and which property it is."},
 
 	{Name: "persyst_collector_records_total", Kind: Counter, Role: RoleCollector,

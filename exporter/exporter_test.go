@@ -108,8 +108,8 @@ func TestSnapshotSeriesComeAndGo(t *testing.T) {
 	want := `
 # HELP persyst_job_cpus_busy CPUs the job kept busy over its latest interval (CPU seconds per second).
 # TYPE persyst_job_cpus_busy gauge
-persyst_job_cpus_busy{job="17",node="node1",user="alice"} 1.5
-persyst_job_cpus_busy{job="18",node="node1",user="alice"} 0.25
+persyst_job_cpus_busy{jobid="17",node="node1",user="alice"} 1.5
+persyst_job_cpus_busy{jobid="18",node="node1",user="alice"} 0.25
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "persyst_job_cpus_busy"); err != nil {
 		t.Error(err)
@@ -118,7 +118,7 @@ persyst_job_cpus_busy{job="18",node="node1",user="alice"} 0.25
 	want = `
 # HELP persyst_job_cpus_busy CPUs the job kept busy over its latest interval (CPU seconds per second).
 # TYPE persyst_job_cpus_busy gauge
-persyst_job_cpus_busy{job="18",node="node1",user="alice"} 0.25
+persyst_job_cpus_busy{jobid="18",node="node1",user="alice"} 0.25
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "persyst_job_cpus_busy"); err != nil {
 		t.Error(err)
