@@ -37,6 +37,9 @@ type Report struct {
 	// is never judged: it has no findings because there was nothing to judge.
 	StartupOnly bool                `json:"startup_only,omitempty"`
 	Findings    []properties.Result `json:"findings"`
+	// Omitted counts findings left out of Findings (a summary from Slurm accounting keeps
+	// the most important that fit in its size).
+	Omitted     int                 `json:"omitted_findings,omitempty"`
 	Properties  []properties.Result `json:"properties"`
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
 	// Coverage says what of the job the digest covers (absent for `persyst run`).

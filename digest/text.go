@@ -105,7 +105,7 @@ func Text(r Report, o TextOptions) string {
 	for i, f := range shown {
 		finding(&b, i+1, f, o.Width)
 	}
-	if n := len(r.Findings) - len(shown); n > 0 {
+	if n := len(r.Findings) - len(shown) + r.Omitted; n > 0 {
 		more := "persyst report " + r.JobName()
 		if r.Command != "" {
 			more = "persyst run --json"

@@ -1,0 +1,154 @@
+package accounting
+
+import (
+	"bytes"
+	"compress/zlib"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func report(findings int) digest.Report {
+	t0 := time.Unix(1700000000, 0).UTC()
+	r := digest.Report{Schema: digest.SchemaVersion, JobID: 4242, Nodes: []string{"node1", "node2"}, NNodes: 3, CPUs: 8,
+		Start: t0, End: t0.Add(95 * time.Second), Seconds: 95, Samples: 96, MinSeconds: 300, Short: true,
+		Coverage: &digest.Coverage{Elapsed: 100, Measured: 95, Gaps: []sample.Gap{{From: t0.Add(-5 * time.Second), To: t0, Why: "before measurement began"}},
+			Missing: []digest.MissingNode{{Node: "node3", Why: "unreachable"}}},
+		EndState: &digest.EndState{State: "OUT_OF_MEMORY", ExitCode: 0, Signal: 9},
+		Events:   []digest.Event{{Key: "oom_kill", Text: "The kernel killed 1 process for lack of memory.", Recommendation: "Ask for more memory."}},
+		Findings: []properties.Result{}, Properties: []properties.Result{}}
+	for i := range findings {
+		d := make([]float64, 11)
+		for k := range d {
+			d[k] = float64(i+1) * (1 + float64(k)/7)
+		}
+		r.Findings = append(r.Findings, properties.Result{Key: fmt.Sprintf("prop_%d", i), ID: fmt.Sprintf("prop_%d", i),
+			Name: fmt.Sprintf("Property number %d", i), Unit: "B", Domain: properties.Domain("node"), Assessed: true, Deciles: d,
+			Threshold: ptr(1024.0), TimeShare: 0.75, MeanSeverity: 0.5, MaxSeverity: 1, Score: 0.5 - float64(i)/100, Finding: true})
+	}
+	return r
+}
+
+func TestRoundTrip(t *testing.T) {
+	in := report(3)
+	tok, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok, Prefix) || strings.ContainsAny(tok, " ,=\"'|\n") || len(tok) > MaxToken {
+		t.Fatalf("token %q: want %s..., no separators, at most %d bytes", tok, Prefix, MaxToken)
+	}
+	got, err := Decode(tok, func(k string) string { return "try " + k })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := in
+	for i := range want.Findings {
+		want.Findings[i].Recommendation = "try " + want.Findings[i].Key
+		for k, v := range want.Findings[i].Deciles {
+			want.Findings[i].Deciles[k] = round4(v)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	// The text rendered from the summary is the digest's.
+	if a, b := digest.Text(want, digest.TextOptions{}), digest.Text(got, digest.TextOptions{}); a != b {
+		t.Errorf("text from the summary differs:\n%s\nwant:\n%s", b, a)
+	}
+}
+
+func TestManyFindingsAreCounted(t *testing.T) {
+	in := report(60)
+	tok, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tok) > MaxToken {
+		t.Fatalf("%d bytes, more than %d", len(tok), MaxToken)
+	}
+	got, err := Decode(tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Findings) == 0 || len(got.Findings)+got.Omitted != 60 {
+		t.Fatalf("%d findings kept and %d counted, want 60 in all", len(got.Findings), got.Omitted)
+	}
+	if got.Findings[0].Key != "prop_0" {
+		t.Errorf("first finding kept: %s, want the most important", got.Findings[0].Key)
+	}
+	text := digest.Text(got, digest.TextOptions{})
+	if want := fmt.Sprintf("... and %d more", 60-5); !strings.Contains(text, want) {
+		t.Errorf("text does not say %q:\n%s", want, text)
+	}
+}
+
+func deflate(b []byte) string {
+	var buf bytes.Buffer
+	w := zlib.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return Prefix + base64.RawURLEncoding.EncodeToString(buf.Bytes())
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	tests := []struct{ name, tok, want string }{
+		{"not a summary", "site note", "not a persyst summary"},
+		{"a newer version", "persyst:v7:abc", `version "v7"`},
+		{"bad base64", Prefix + "!!!", "persyst summary: illegal base64"},
+		{"not zlib", Prefix + "AAAA", "persyst summary"},
+		{"not JSON", deflate([]byte("nope")), "persyst summary: invalid character"},
+		{"a zip bomb", deflate(make([]byte, 2<<20)), "more than 1048576 bytes inflated"},
+		{"wrong version inside", deflate([]byte(`{"v":2}`)), "version 2, want 1"},
+		{"deciles cut", deflate([]byte(`{"v":1,"f":[{"k":"x","d":[1,2]}]}`)), "finding x: 2 deciles"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode(tc.tok, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Decode = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMergeAndFind(t *testing.T) {
+	tok := Prefix + "eJwrSS0uAQAEXQHB"
+	tests := []struct {
+		name, existing, want string
+		err                  error
+	}{
+		{"empty", "", tok, nil},
+		{"blank", "  ", tok, nil},
+		{"a site's note is kept before the token", "checked by admin; reason=x", "checked by admin; reason=x " + tok, nil},
+		{"written once", "note " + Prefix + "other", "", ErrPresent},
+		{"an older or newer persyst's summary counts too", "persyst:v2:zzz", "", ErrPresent},
+		{"no room", strings.Repeat("x", MaxField-len(tok)), "", ErrNoRoom},
+		{"just room", strings.Repeat("x", MaxField-len(tok)-1), strings.Repeat("x", MaxField-len(tok)-1) + " " + tok, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Merge(tc.existing, tok)
+			if err != tc.err || got != tc.want {
+				t.Fatalf("Merge = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+			if err == nil {
+				if f, ok := Find(got); !ok || f != tok {
+					t.Errorf("Find(%q) = %q, %v; want the token", got, f, ok)
+				}
+			}
+		})
+	}
+	if _, ok := Find("no summary here"); ok {
+		t.Error("Find found a token in a comment without one")
+	}
+}
