@@ -63,6 +63,11 @@ type Config struct {
 	DigestMinSeconds float64
 	// Digest turns the digest in job output files on or off (measurement goes on).
 	Digest bool
+	// MailProg is the site's mail program, which `persyst mail` hands mails to.
+	MailProg string
+	// AccountingSummary keeps a summary of each job's digest in its AdminComment in
+	// Slurm's accounting (accounting.Write).
+	AccountingSummary bool
 	// CalibrationDir holds `persyst calibrate` results, one file per node type.
 	CalibrationDir string
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS between the agents of the tree.
@@ -113,7 +118,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 // Defaults is the configuration without a file.
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
-		DigestMinSeconds: 300, Digest: true, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831}
+		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831}
 }
 
 type field struct {
@@ -137,17 +142,9 @@ var fields = []field{
 		c.DigestMinSeconds = f
 		return nil
 	}},
-	{"Digest", func(c *Config, v string) error {
-		switch strings.ToLower(v) {
-		case "on", "yes":
-			c.Digest = true
-		case "off", "no":
-			c.Digest = false
-		default:
-			return fmt.Errorf("want on or off, got %q", v)
-		}
-		return nil
-	}},
+	{"Digest", func(c *Config, v string) error { return onOff(&c.Digest, v) }},
+	{"MailProg", func(c *Config, v string) error { return absPath(&c.MailProg, v) }},
+	{"AccountingSummary", func(c *Config, v string) error { return onOff(&c.AccountingSummary, v) }},
 	{"TLSCert", func(c *Config, v string) error { return absPath(&c.TLSCert, v) }},
 	{"TLSKey", func(c *Config, v string) error { return absPath(&c.TLSKey, v) }},
 	{"TLSCA", func(c *Config, v string) error { return absPath(&c.TLSCA, v) }},
@@ -304,6 +301,19 @@ func parseDays(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("want days (30d) or hours (12h), from 1h to 3650d, got %q", v)
 	}
 	return time.Duration(n) * unit, nil
+}
+
+// onOff reads on/off (or yes/no).
+func onOff(dst *bool, v string) error {
+	switch strings.ToLower(v) {
+	case "on", "yes":
+		*dst = true
+	case "off", "no":
+		*dst = false
+	default:
+		return fmt.Errorf("want on or off, got %q", v)
+	}
+	return nil
 }
 
 // metricsAddr sets a Prometheus metrics address: host:port with the host written out

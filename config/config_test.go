@@ -92,6 +92,8 @@ func TestParse(t *testing.T) {
 				c.DaemonMetricsAddr, c.CollectorMetricsAddr, c.SyncMetricsAddr, c.FrontendMetricsAddr = "0.0.0.0:9818", "[::]:9819", "10.0.0.1:9819", "fe1:9820"
 				c.MetricsAllow = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("::1/128")}
 			}), ""},
+		{"accounting summary off", "AccountingSummary=off", with(func(c *Config) { c.AccountingSummary = false }), ""},
+		{"accounting summary bad", "AccountingSummary=maybe", Config{}, `test.conf:1: AccountingSummary: want on or off, got "maybe"`},
 		{"metrics address without a host", "DaemonMetricsAddr=:9818", Config{}, `test.conf:1: DaemonMetricsAddr: want host:port with the host written out (0.0.0.0:9818 for every address)`},
 		{"metrics address without a port", "FrontendMetricsAddr=0.0.0.0", Config{}, `test.conf:1: FrontendMetricsAddr: want host:port`},
 		{"metrics allow not a network", "MetricsAllow=10.0.0.0/8,prometheus", Config{}, `test.conf:1: MetricsAllow: want networks (10.0.0.0/8) or addresses separated by commas, got "prometheus"`},

@@ -14,6 +14,8 @@ var keyDocs = []keyDoc{
 	{"CycleSeconds", "measurement cycle, 1 to 3600 s (all nodes read at multiples of it)", "60"},
 	{"Digest", "`on`/`off`: write digests into job output files (evaluation and reports go on)", "on"},
 	{"DigestMinSeconds", "jobs shorter than this get only robust findings", "300"},
+	{"AccountingSummary", "`on`/`off`: keep a summary of each job's digest in its AdminComment in Slurm's accounting (`persyst report --sacct`; docs/admin.md)", "on"},
+	{"MailProg", "the site's mail program, which `persyst mail` (Slurm's MailProg) hands mails to (docs/admin.md)", "/usr/bin/mail"},
 	{"StrategyFile", "replaces the built-in strategy tree (absolute path)", "built in"},
 	{"Threshold.<property id>", "a property's threshold (units K/M/G/KiB/MiB/GiB/%)", "the catalog's"},
 	{"CalibrationDir", "where `persyst calibrate` keeps each node type's values", "/var/lib/persyst/calibration"},

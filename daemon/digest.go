@@ -33,6 +33,10 @@ type DigestConfig struct {
 	// Timeout bounds the whole digest (lookup, evaluation, write); the plugin waits for
 	// it at the batch step's end (default 4 s, below the plugin's 5 s).
 	Timeout time.Duration
+	// Accounting, if set, keeps the job's summary in Slurm's accounting (accounting.Write:
+	// job as Slurm names it, its AdminComment as the job map read it); it returns the
+	// result for the metrics.
+	Accounting func(ctx context.Context, job, existing string, r digest.Report) (string, error)
 }
 
 // Uplink is the node's side of the agent tree as the daemon sees it: property records
@@ -126,6 +130,9 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 	if err := m.reports.save(j.JobID, &rep); err != nil {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
 	}
+	if mode != interactive && facts != nil {
+		m.account(j, facts, rep)
+	}
 	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
 		if mode != interactive {
 			m.cfg.Metrics.Digest(map[bool]string{true: "off", false: "no_job_facts"}[m.dig.Off || m.dig.Append == nil])
@@ -165,6 +172,35 @@ func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *
 	}
 	log.Info().Str("path", path).Dur("took", time.Since(start)).Msg("digest written")
 	return nil
+}
+
+// accountTimeout bounds writing a job's summary into Slurm's accounting.
+const accountTimeout = 10 * time.Second
+
+// account writes the job's summary into Slurm's accounting, in the background: the job's
+// end never waits for slurmctld (the write lands while the job completes, or just after;
+// slurmctld passes it on to slurmdbd either way).
+func (m *Measurer) account(j *Job, facts *jobmap.Job, rep digest.Report) {
+	if m.dig.Accounting == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), accountTimeout)
+		defer cancel()
+		start := time.Now()
+		res, err := m.dig.Accounting(ctx, facts.ID(), facts.AdminComment, rep)
+		took := time.Since(start)
+		m.cfg.Metrics.Accounting(res, took)
+		log := m.log.With().Uint32("job", j.JobID).Str("result", res).Dur("took", took).Logger()
+		switch {
+		case res == "written":
+			log.Info().Msg("summary kept in Slurm accounting (AdminComment)")
+		case res == "present":
+			log.Info().Msg("summary not written: the job's AdminComment holds one already")
+		default:
+			log.Warn().Err(err).Msg("summary not written into Slurm accounting")
+		}
+	}()
 }
 
 // digestResult names the outcome of writing a digest, for persyst_daemon_digests_total.

@@ -235,6 +235,8 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 			}
 		case "JobName":
 			j.Name = p.v
+		case "AdminComment":
+			j.AdminComment = strings.TrimSpace(p.v)
 		case "UserId":
 			j.User, j.UID = nameID(p.v)
 		case "GroupId":

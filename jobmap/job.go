@@ -50,6 +50,9 @@ type Job struct {
 	StderrPattern string `json:"stderr_pattern,omitempty"`
 	Stdout        string `json:"stdout"`
 	Stderr        string `json:"stderr"`
+	// AdminComment is the job's administrator comment (where persyst keeps its summary
+	// in Slurm accounting, beside a site's own text).
+	AdminComment string `json:"admin_comment,omitempty"`
 }
 
 // NodeAlloc is a job's allocation on one node.
@@ -116,6 +119,9 @@ func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string
 				pendingTasks = true
 			}
 		}
+	}
+	if p.AdminComment != nil {
+		j.AdminComment = *p.AdminComment
 	}
 	if p.MemoryPerNode != nil && *p.MemoryPerNode > 0 {
 		j.MemPerNodeMB = *p.MemoryPerNode

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/collectors/node"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/config"
@@ -84,8 +85,19 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Retention: o.retention, Reports: reports,
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version},
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources,
-			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest}},
+			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf)}},
 	}, log, time.Now)
+}
+
+// accountingWriter keeps jobs' summaries in Slurm's accounting with scontrol, unless
+// persyst.conf turns it off.
+func accountingWriter(conf config.Config) func(ctx context.Context, job, existing string, r digest.Report) (string, error) {
+	if !conf.AccountingSummary {
+		return nil
+	}
+	return func(ctx context.Context, job, existing string, r digest.Report) (string, error) {
+		return accounting.Write(ctx, jobmap.ExecRunner, job, existing, r)
+	}
 }
 
 // appendDigest writes a digest at the end of a job's output file, as the job's user.

@@ -32,6 +32,18 @@ func commandFlags(ctx context.Context, name string) *flag.FlagSet {
 }
 
 // runMan writes persyst.1 and persyst-COMMAND.1 for every command into --dir.
+// flagless are the commands that take no flags of their own (their arguments belong to
+// another program): their pages say so.
+var flagless = map[string]struct{ synopsis, text string }{
+	"mail": {"persyst mail -s SUBJECT RECIPIENT...",
+		"Slurm's MailProg (slurm.conf: MailProg=/usr/lib/persyst/slurm-mail). slurmctld runs it for a job's mail with " +
+			"mail(1)'s arguments, the body on standard input and the job in SLURM_JOB_* variables. For the mails of a job's " +
+			"end (Ended, Failed) persyst mail appends the job's digest to the body, from the node daemons or from the summary " +
+			"in Slurm's accounting, waiting for it up to 15 seconds; then it runs the site's mail program (persyst.conf " +
+			"MailProg, default /usr/bin/mail) with the same arguments. Without a digest the mail goes out as Slurm wrote it. " +
+			"All arguments go to the mail program: persyst mail has no flags of its own."},
+}
+
 func runMan(ctx context.Context, io stdio, args []string) error {
 	fs := flagSet(manCommand, io)
 	dir := fs.String("dir", ".", "directory to write the pages into")
@@ -72,6 +84,14 @@ func runMan(ctx context.Context, io stdio, args []string) error {
 	}
 	for _, c := range commands {
 		if c.name == "version" {
+			continue
+		}
+		if d, ok := flagless[c.name]; ok {
+			summary, _, _ := strings.Cut(c.synopsis, ": persyst ")
+			if err := write(manpage.Page{Name: "persyst-" + c.name, Summary: summary, Synopsis: d.synopsis, Description: d.text,
+				SeeAlso: []string{"persyst(1)"}}); err != nil {
+				return err
+			}
 			continue
 		}
 		fs := commandFlags(ctx, c.name)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/collectors/uplink"
@@ -18,12 +19,13 @@ import (
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties"
 	"github.com/rs/zerolog"
 )
 
 type reportOptions struct {
 	node, socket, db, config string
-	json                     bool
+	json, sacct              bool
 	width                    int
 	wait                     time.Duration
 }
@@ -36,6 +38,29 @@ func (o *reportOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.db, "db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (to reach the batch host's daemon from another machine)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for the report to be made (a job that is ending)")
+	fs.BoolVar(&o.sacct, "sacct", false, "render the digest from the summary kept in Slurm's accounting (sacct), for any past job")
+}
+
+// fromAccounting reads a job's report from the summary in Slurm's accounting.
+func fromAccounting(ctx context.Context, job string) (*digest.Report, error) {
+	tok, _, err := accounting.Read(ctx, jobmap.ExecRunner, job)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := properties.DefaultCatalog()
+	if err != nil {
+		return nil, err
+	}
+	r, err := accounting.Decode(tok, func(key string) string {
+		if p, ok := cat.Get(key); ok {
+			return p.Recommendation
+		}
+		return ""
+	})
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job, err)
+	}
+	return &r, nil
 }
 
 // runReport prints a job's report: from a collector's database (--db), from this
@@ -59,11 +84,20 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if o.db != "" && isArray {
 		return usagef("report --db: give the array task's job id")
 	}
+	if o.sacct && o.db != "" {
+		return usagef("report: --sacct and --db exclude each other")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+o.wait)
 	defer cancel()
 	deadline := time.Now().Add(o.wait)
 	for {
-		r, err := findReport(ctx, o, name, id, arr, task, isArray)
+		find := findReport
+		if o.sacct {
+			find = func(ctx context.Context, _ reportOptions, name string, _ uint64, _, _ uint32, _ bool) (*digest.Report, error) {
+				return fromAccounting(ctx, name)
+			}
+		}
+		r, err := find(ctx, o, name, id, arr, task, isArray)
 		if err == nil {
 			if o.json {
 				return writeJSON(io.out, r)
