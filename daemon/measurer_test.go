@@ -142,10 +142,19 @@ func TestMeasurerCycle(t *testing.T) {
 // in µs.
 func fakeNode(t *testing.T, id int) (root string, setCPU func(usec int)) {
 	t.Helper()
+	root, set := fakeNodeJobs(t, id)
+	return root, func(usec int) { set(id, usec) }
+}
+
+// fakeNodeJobs is fakeNode for several jobs (each on CPUs 2-3); setCPU sets a job's CPU use.
+func fakeNodeJobs(t testing.TB, ids ...int) (root string, setCPU func(id, usec int)) {
+	t.Helper()
 	root = t.TempDir()
 	mnt := "/sys/fs/cgroup"
-	job := filepath.Join(mnt, "system.slice/node1_slurmstepd.scope/job_"+strconv.Itoa(id))
-	for _, d := range []string{filepath.Join(root, job), filepath.Join(root, "proc/self"), filepath.Join(root, "sys/devices/system/cpu")} {
+	jobDir := func(id int) string {
+		return filepath.Join(mnt, "system.slice/node1_slurmstepd.scope/job_"+strconv.Itoa(id))
+	}
+	for _, d := range []string{filepath.Join(root, "proc/self"), filepath.Join(root, "sys/devices/system/cpu")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -158,12 +167,17 @@ func fakeNode(t *testing.T, id int) (root string, setCPU func(usec int)) {
 	// A cgroup2 mount that is read-only for persyst's own cgroups: perf is not measured.
 	write("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n")
 	write("sys/devices/system/cpu/online", "0-3\n")
-	write(filepath.Join(job, "cgroup.procs"), "")
-	write(filepath.Join(job, "cpuset.cpus.effective"), "2-3\n")
-	setCPU = func(usec int) {
-		write(filepath.Join(job, "cpu.stat"), "usage_usec "+strconv.Itoa(usec)+"\nuser_usec "+strconv.Itoa(usec)+"\nsystem_usec 0\n")
+	setCPU = func(id, usec int) {
+		write(filepath.Join(jobDir(id), "cpu.stat"), "usage_usec "+strconv.Itoa(usec)+"\nuser_usec "+strconv.Itoa(usec)+"\nsystem_usec 0\n")
 	}
-	setCPU(0)
+	for _, id := range ids {
+		if err := os.MkdirAll(filepath.Join(root, jobDir(id)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(jobDir(id), "cgroup.procs"), "")
+		write(filepath.Join(jobDir(id), "cpuset.cpus.effective"), "2-3\n")
+		setCPU(id, 0)
+	}
 	// Make persyst's cgroup parent uncreatable: a file where the directory would go.
 	write(filepath.Join(mnt, "persyst_node1"), "")
 	return root, setCPU

@@ -1,10 +1,19 @@
 package daemon
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
+	"github.com/rs/zerolog"
 )
 
 func TestJobGauges(t *testing.T) {
@@ -36,4 +45,104 @@ func TestJobGauges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// metricsNode is a measurer on a fake node (fakeNodeJobs) with n running jobs, ids
+// 1..n, each read twice (a baseline and one interval of 10 s with 5 s of CPU), and the
+// daemon's /metrics handler.
+func metricsNode(tb testing.TB, n int) (*Measurer, *Registry, http.Handler, *time.Time) {
+	tb.Helper()
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i + 1
+	}
+	root, setCPU := fakeNodeJobs(tb, ids...)
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	reg := newReg(tb, RegistryConfig{UserName: func(uid uint32) string { return "u" + strconv.Itoa(int(uid)) }})
+	engine, err := properties.Load(properties.Settings{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	prom := exporter.NewRegistry(exporter.RoleDaemon, "test")
+	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: tb.TempDir(), Digest: DigestConfig{Engine: engine},
+		Metrics: exporter.NewDaemon(prom)}, reg, "node1", zerolog.Nop(), func() time.Time { return now })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	exporter.NewSnapshot(prom, snapshotNames, m.snapshot(reg, nil))
+	for _, id := range ids {
+		j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: uint32(id), UID: 1000 + uint32(id), Persyst: wire.On, StepID: "batch", Time: now}, now)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		m.Prepare(j)
+	}
+	m.cycle() // baselines
+	now = now.Add(10 * time.Second)
+	for _, id := range ids {
+		setCPU(id, 5_000_000)
+	}
+	m.cycle()
+	h := exporter.Handler(exporter.ServeOptions{Registry: prom, Log: zerolog.Nop()})
+	return m, reg, h, &now
+}
+
+func scrape(tb testing.TB, h http.Handler) string {
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.RemoteAddr = "127.0.0.1:9999"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 {
+		tb.Fatalf("scrape: %d %s", w.Code, w.Body.String())
+	}
+	return w.Body.String()
+}
+
+// TestJobMetricsFollowRunningJobs: a running job's series carry its latest interval; once
+// it ended they are gone, and the cycle was timed.
+func TestJobMetricsFollowRunningJobs(t *testing.T) {
+	m, reg, h, now := metricsNode(t, 2)
+	body := scrape(t, h)
+	for _, want := range []string{
+		`persyst_job_cpus{jobid="1",node="node1",user="u1001"} 2`,
+		`persyst_job_cpus_busy{jobid="2",node="node1",user="u1002"} 0.5`,
+		`persyst_job_idle_ratio{jobid="1",node="node1",user="u1001"} 0.75`,
+		`persyst_daemon_jobs{state="running"} 2`,
+		`persyst_daemon_cycle_duration_seconds_count 2`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	// Not measured on this node (no perf, no memory files): no series, never a 0.
+	for _, absent := range []string{"persyst_job_file_opens_per_second{", "persyst_job_memory_bytes{"} {
+		if strings.Contains(body, absent) {
+			t.Errorf("scrape has %s although it is not measured here", absent)
+		}
+	}
+	*now = now.Add(3 * time.Second)
+	if _, err := reg.Apply(wire.JobEnd, &wire.Event{JobID: 1, UID: 1001, Persyst: wire.On, Time: *now}, *now); err != nil {
+		t.Fatal(err)
+	}
+	m.End(1)
+	body = scrape(t, h)
+	if strings.Contains(body, `jobid="1"`) {
+		t.Errorf("job 1 ended but its series remain:\n%s", body)
+	}
+	if !strings.Contains(body, `persyst_job_cpus{jobid="2",node="node1",user="u1002"} 2`) {
+		t.Errorf("job 2's series are gone with job 1's:\n%s", body)
+	}
+}
+
+// BenchmarkScrape32Jobs: one /metrics scrape of a node daemon with 32 running jobs (the
+// measurer's snapshot, the self metrics, Go's and the process's), and its size.
+func BenchmarkScrape32Jobs(b *testing.B) {
+	_, _, h, _ := metricsNode(b, 32)
+	size := len(scrape(b, h))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		scrape(b, h)
+	}
+	b.ReportMetric(float64(size), "bytes/scrape")
 }

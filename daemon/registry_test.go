@@ -38,7 +38,7 @@ func ev(job uint32, step string, tm time.Time, mod ...func(e *wire.Event)) wire.
 	return e
 }
 
-func newReg(t *testing.T, cfg RegistryConfig) *Registry {
+func newReg(t testing.TB, cfg RegistryConfig) *Registry {
 	t.Helper()
 	if cfg.Node == "" {
 		cfg.Node = "node1"
