@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cluster.sh — a real Slurm 22.05 cluster on one machine, for persyst's tests and demos.
 #
-#   scripts/cluster.sh up [N]     start munged, slurmctld and N slurmd (one network namespace
-#                                 each), plus one persyst daemon per node; returns when sinfo
-#                                 shows every node idle. Idempotent: a previous (possibly
-#                                 crashed) cluster is torn down first.
+#   scripts/cluster.sh up [N]     start munged, accounting (a private MariaDB and slurmdbd),
+#                                 slurmctld and N slurmd (one network namespace each), plus
+#                                 one persyst daemon per node; returns when sinfo shows every
+#                                 node idle. Idempotent: a previous (possibly crashed)
+#                                 cluster is torn down first.
 #   scripts/cluster.sh down       stop everything this script started (by PID), remove the
 #                                 namespaces and the bridge.
 #   scripts/cluster.sh status     print what is running.
@@ -16,6 +17,16 @@
 #
 # An `up` that fails at any step stops everything it started (by PID), removes the
 # namespaces and the bridge, and says which step failed with the last lines of its logs.
+#
+# Accounting (ACCOUNTING=0 leaves it out: AccountingStorageType=accounting_storage/none):
+# mariadbd runs as the mysql user on a unix socket only (skip-networking), its data
+# directory build/cluster/mariadb made once and kept, like the munge key; slurmdbd's
+# database is dropped at every `up`, so sacct starts empty. slurmdbd (port 16819,
+# PERSYST_DBD_PORT) reaches it through MYSQL_UNIX_PORT; slurmctld adds the cluster
+# `persyst` when it registers. No account or user is added and nothing is enforced (no
+# AccountingStorageEnforce): jobs are accounted with an empty Account.
+# PERSYST_MAILPROG=PATH sets slurm.conf's MailProg (default: no MailProg line, so Slurm's
+# /bin/mail); slurmctld runs it as root on this host.
 #
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
 # Must run as root. Namespaces are entered with nsenter --net, not ip netns exec:
@@ -40,6 +51,11 @@ JOB_USER=${PERSYST_JOB_USER:-persyst-job}
 # A second slurmrestd with rest_auth/jwt on loopback TCP (the JWT path sites use).
 RESTD_JWT_PORT=${PERSYST_RESTD_JWT_PORT:-16820}
 RESTD=${RESTD:-1}
+# ACCOUNTING=0 starts no MariaDB and no slurmdbd (accounting_storage/none).
+ACCOUNTING=${ACCOUNTING:-1}
+DBD_PORT=${PERSYST_DBD_PORT:-16819}
+# slurm.conf's MailProg; empty: no MailProg line.
+MAILPROG=${PERSYST_MAILPROG:-}
 # PLUGIN=0 starts the cluster with an empty plugstack.conf (used to measure plugin cost).
 PLUGIN=${PLUGIN:-1}
 # DAEMONS=0 starts no persyst daemons.
@@ -153,6 +169,8 @@ down() {
 	kill_pidfile "$DIR/run/slurmrestd.pid"
 	kill_pidfile "$DIR/run/slurmrestd-jwt.pid"
 	kill_pidfile "$DIR/run/slurmctld.pid"
+	kill_pidfile "$DIR/run/slurmdbd.pid"
+	kill_pidfile "$DIR/run/mariadb.pid"
 	kill_pidfile "$DIR/run/munged.pid"
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
 	for n in $(node_names); do
@@ -218,10 +236,17 @@ tls_issue() {
 }
 
 # write_configs N ETC: the cluster's slurm.conf, cgroup.conf, plugstack.conf and
-# persyst.conf for N nodes, written into ETC (they name paths under $DIR).
+# persyst.conf (and slurmdbd.conf with ACCOUNTING=1) for N nodes, written into ETC (they
+# name paths under $DIR).
 write_configs() {
-	local n=$1 etc=$2 host mem
+	local n=$1 etc=$2 host mem acct=accounting_storage/none
 	host=$(hostname -s)
+	# Slurm's commands and slurmctld authenticate to slurmdbd with the munge socket named
+	# by AccountingStoragePass (AuthInfo is not used for it).
+	[ "$ACCOUNTING" = 1 ] && acct="accounting_storage/slurmdbd
+AccountingStorageHost=$NET.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$DIR/munge/munge.sock"
 	# Each node offers the machine's memory, less some for the machine itself (slurmd
 	# drains a node that claims more than it has). Memory is a consumable resource and
 	# jobs are held to what they were given (CR_Core_Memory, cgroup.conf
@@ -257,7 +282,7 @@ ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 PrologFlags=Alloc,Contain
 JobAcctGatherType=jobacct_gather/cgroup
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=$acct
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -277,7 +302,35 @@ EOF
 			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN"
 		done
 		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP"
+		[ -z "$MAILPROG" ] || echo "MailProg=$MAILPROG"
 	} >"$etc/slurm.conf"
+
+	if [ "$ACCOUNTING" = 1 ]; then
+		# slurmdbd refuses a slurmdbd.conf that others can read or that SlurmUser (root
+		# here) does not own. StorageHost=localhost: the MySQL client library then takes
+		# the socket from MYSQL_UNIX_PORT (slurmdbd_start); root logs in over it by
+		# unix_socket authentication, with no password.
+		(
+			umask 077
+			cat >"$etc/slurmdbd.conf" <<EOF
+# Generated by scripts/cluster.sh — a test cluster, not a production template.
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.sock
+DbdHost=$host
+DbdAddr=$NET.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=root
+PidFile=$DIR/run/slurmdbd.pid
+LogFile=$DIR/log/slurmdbd.log
+DebugLevel=info
+EOF
+		)
+		chmod 0600 "$etc/slurmdbd.conf"
+	fi
 
 	# The daemons' persyst.conf: test jobs last seconds, so findings that need a longer
 	# run (memory trends) are assessed from 3 s on (production default: 300 s).
@@ -316,6 +369,15 @@ check_installed() {
 	need_cmd slurmd slurmd
 	for c in sinfo sbatch srun scontrol squeue; do need_cmd "$c" slurm-client; done
 	[ "$RESTD" = 1 ] && need_cmd slurmrestd slurmrestd
+	if [ "$ACCOUNTING" = 1 ]; then
+		need_cmd mariadbd mariadb-server
+		need_cmd mariadb-install-db mariadb-server
+		need_cmd mariadb mariadb-client
+		need_cmd mariadb-admin mariadb-client
+		id mysql >/dev/null 2>&1 || need_missing+=("the system user mysql (Debian package mariadb-server)")
+		need_cmd slurmdbd slurmdbd
+		for c in sacct sacctmgr; do need_cmd "$c" slurm-client; done
+	fi
 	for c in nsenter unshare setpriv setsid; do need_cmd "$c" util-linux; done
 	need_cmd ip iproute2
 	need_cmd ss iproute2
@@ -324,6 +386,7 @@ check_installed() {
 	local plugdir
 	plugdir=$(slurm_plugin_dir "$etc/slurm.conf")
 	need_slurm_plugins "$plugdir" "$etc/slurm.conf" "$etc/cgroup.conf"
+	[ "$ACCOUNTING" = 1 ] && need_slurm_plugins "$plugdir" "$etc/slurmdbd.conf"
 	if [ "$RESTD" = 1 ]; then
 		printf 'slurmrestd=%s\n' "$RESTD_OPENAPI" "$RESTD_AUTH_LOCAL" "$RESTD_AUTH_JWT" >"$etc/slurmrestd.plugins"
 		need_slurm_plugins "$plugdir" "$etc/slurmrestd.plugins"
@@ -530,6 +593,66 @@ restd_start() {
 	die "slurmrestd (pids $unix, $tcp) did not listen within 5 s; see $DIR/log/slurmrestd*.log"
 }
 
+# The private MariaDB server's socket (its directory belongs to the mysql user).
+MARIADB_SOCK="$DIR/run/mariadb/mysqld.sock"
+
+# mariadb_start: a private MariaDB server for slurmdbd, as the mysql user, listening only on
+# $MARIADB_SOCK. Its data directory $DIR/mariadb is made once (about 1 s; root logs in over
+# the socket by unix_socket authentication) and kept between clusters; slurmdbd's database
+# is dropped, so every cluster's accounting starts empty. Test data: nothing is synced.
+mariadb_start() {
+	local data="$DIR/mariadb" pid
+	if [ ! -d "$data/mysql" ]; then
+		rm -rf "$data" "$data.new"
+		mkdir -p "$data.new"
+		chown mysql: "$data.new"
+		mariadb-install-db --no-defaults --user=mysql --datadir="$data.new" \
+			--auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
+			>"$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed"
+		mv "$data.new" "$data"
+	fi
+	mkdir -p "$DIR/run/mariadb"
+	chown mysql: "$DIR/run/mariadb"
+	setpriv --reuid mysql --regid mysql --clear-groups test -w "$data" -a -w "$DIR/run/mariadb" ||
+		die "the mysql user cannot write $data or $DIR/run/mariadb (a parent directory closed to others?)"
+	# mariadbd writes its log to stderr (the mysql user cannot write $DIR/log).
+	start_bg "$DIR/run/mariadb.pid" mariadbd "$DIR/log/mariadb.log" \
+		mariadbd --no-defaults --user=mysql --datadir="$data" --socket="$MARIADB_SOCK" \
+		--skip-networking --skip-name-resolve --pid-file="$DIR/run/mariadb/mariadbd.pid" \
+		--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
+		--innodb-buffer-pool-size=512M --innodb-lock-wait-timeout=900 \
+		--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+		--innodb-buffer-pool-load-at-startup=0 --innodb-buffer-pool-dump-at-shutdown=0
+	pid=$(head -n1 "$DIR/run/mariadb.pid")
+	for _ in $(seq 1 200); do
+		alive "$pid" || die "mariadbd exited"
+		if mariadb-admin --no-defaults --socket="$MARIADB_SOCK" -uroot ping >/dev/null 2>&1; then
+			mariadb --no-defaults --socket="$MARIADB_SOCK" -uroot -e 'DROP DATABASE IF EXISTS slurm_acct_db' ||
+				die "could not drop slurm_acct_db"
+			return 0
+		fi
+		sleep 0.05
+	done
+	die "mariadbd (pid $pid) did not answer on $MARIADB_SOCK within 10 s"
+}
+
+# slurmdbd_start: slurmdbd (it reads $DIR/etc/slurmdbd.conf, beside SLURM_CONF), waiting
+# until it listens. slurmctld adds its cluster when it registers (Slurm 22.05 does). No
+# account or user is added (with sacctmgr that took 1.8 s: each of its RPCs waits about
+# 40 ms for a delayed ACK), so jobs are accounted with an empty Account; nothing enforces one.
+slurmdbd_start() {
+	local pid
+	start_bg "$DIR/run/slurmdbd.pid" slurmdbd "$DIR/log/slurmdbd.out" \
+		env MYSQL_UNIX_PORT="$MARIADB_SOCK" slurmdbd -D
+	pid=$(head -n1 "$DIR/run/slurmdbd.pid")
+	for _ in $(seq 1 300); do
+		alive "$pid" || die "slurmdbd exited"
+		ss -Hltnp "sport = :$DBD_PORT" | grep -q "pid=$pid," && return 0
+		sleep 0.05
+	done
+	die "slurmdbd (pid $pid) did not listen on port $DBD_PORT within 15 s"
+}
+
 # step NAME [LOG...]: what up does next, and the logs that tell why, should it fail.
 STEP="" STEP_LOGS=()
 step() {
@@ -590,6 +713,7 @@ up() {
 	port PERSYST_CTLD_PORT "$CTLD_PORT"
 	port PERSYST_SLURMD_PORT "$SLURMD_PORT"
 	port PERSYST_RESTD_JWT_PORT "$RESTD_JWT_PORT"
+	port PERSYST_DBD_PORT "$DBD_PORT"
 	[[ "$NET" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "PERSYST_CLUSTER_NET must be the first three bytes of an IPv4 address (a.b.c), got '$NET'"
 	for v in COLLECTORS LMAX SYNCS; do
 		[[ "${!v}" =~ ^[0-9]+$ ]] || die "PERSYST_$v must be a number, got '${!v}'"
@@ -630,6 +754,13 @@ up() {
 	for _ in $(seq 1 50); do [ -S "$DIR/munge/munge.sock" ] && break; sleep 0.1; done
 	[ -S "$DIR/munge/munge.sock" ] || die "munged did not start"
 
+	if [ "$ACCOUNTING" = 1 ]; then
+		step "starting MariaDB" "$DIR/log/mariadb-install.log" "$DIR/log/mariadb.log"
+		mariadb_start
+		step "starting slurmdbd" "$DIR/log/slurmdbd.out" "$DIR/log/slurmdbd.log"
+		slurmdbd_start
+	fi
+
 	step "starting slurmctld" "$DIR/log/slurmctld.log"
 	# slurmctld writes its own pid file (SlurmctldPidFile); we track our own copy with -D.
 	start_bg "$DIR/run/slurmctld.pid" slurmctld "$DIR/log/slurmctld.out" slurmctld -D -i -f "$SLURM_CONF"
@@ -669,6 +800,8 @@ up() {
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
 		echo "export PERSYST_JOB_USER=$JOB_USER"
+		echo "export PERSYST_ACCOUNTING=$ACCOUNTING"
+		[ -z "$MAILPROG" ] || echo "export PERSYST_MAILPROG=$(printf %q "$MAILPROG")"
 		[ "$COLLECTORS" -gt 0 ] && echo "export PERSYST_COLLECTOR_ADDRS=$(cat "$DIR/run/collectors")"
 		echo "export PERSYST_SOCKET=$DIR/run/%n/persyst.sock"
 		if [ "$RESTD" = 1 ]; then
@@ -688,6 +821,13 @@ status() {
 	[ -f "$DIR/env" ] || { echo "no cluster"; return 0; }
 	cat "$DIR/env"
 	SLURM_CONF="$DIR/etc/slurm.conf" sinfo -N || true
+	local f
+	for f in mariadb slurmdbd; do
+		[ -f "$DIR/run/$f.pid" ] && alive "$(head -n1 "$DIR/run/$f.pid")" && echo "$f: pid $(head -n1 "$DIR/run/$f.pid")"
+	done
+	if [ -f "$DIR/run/slurmdbd.pid" ]; then
+		SLURM_CONF="$DIR/etc/slurm.conf" sacctmgr -n -P show cluster format=Cluster,ControlHost,ControlPort 2>&1 | sed 's/^/accounting cluster: /' || true
+	fi
 	ip netns list | grep "^$NSPREFIX" || true
 }
 

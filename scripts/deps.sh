@@ -17,6 +17,13 @@ PKGS=(
 	# the test cluster (scripts/cluster.sh): Slurm's daemons, commands and plugins, and the
 	# JWT plugin its slurm.conf names (AuthAltTypes=auth/jwt, for slurmrestd over TCP)
 	slurmctld slurmd slurm-client slurmrestd slurm-wlm-basic-plugins slurm-wlm-jwt-plugin munge
+	# the test cluster's accounting: sacct, AdminComment (slurmdbd, its MySQL plugin, and a
+	# private MariaDB server on a unix socket)
+	mariadb-server slurmdbd slurm-wlm-mysql-plugin
+	# the Prometheus integration test scrapes the daemons' /metrics
+	prometheus
+	# the end-of-job mail test: a local MTA and /usr/bin/mail
+	exim4-daemon-light bsd-mailx
 	# namespaces, veths and the bridge (ip, ss), nsenter/unshare/setpriv/setsid, useradd
 	iproute2 util-linux passwd
 	# the test cluster's agent tree over mutual TLS (PERSYST_TREEAUTH=tls): its certificates
