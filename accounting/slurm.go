@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/persyst/persyst/digest"
 )
@@ -12,12 +14,17 @@ import (
 // Runner runs a Slurm command and returns its standard output (jobmap.ExecRunner).
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// Write puts a job's summary into its AdminComment with `scontrol update` (root or the
-// Slurm user may), merged with what the job's AdminComment holds already (existing, as
-// the job map read it). job is the job as Slurm's commands name it ("123", "120_3"). It
+// Write puts a job's summary into its AdminComment (root or the Slurm user may), merged
+// with what the job's AdminComment holds already (existing, as the job map read it). job
+// is the job as Slurm's commands name it ("123", "120_3"), id its job id.
+//
+// While the job runs, `scontrol update` sets it in slurmctld, which hands it to slurmdbd
+// with the job's end record. slurmctld refuses to change a job that has finished (a late
+// digest, or a write that came after the job's end): then `sacctmgr modify job` writes
+// it into the database, retried while the database has no record of the job yet. It
 // returns the result for persyst_daemon_accounting_writes_total: written, present,
 // no_room, or error (with the error).
-func Write(ctx context.Context, run Runner, job, existing string, r digest.Report) (string, error) {
+func Write(ctx context.Context, run Runner, job string, id uint32, existing string, r digest.Report) (string, error) {
 	tok, err := Encode(r)
 	if err != nil {
 		return "error", err
@@ -31,10 +38,28 @@ func Write(ctx context.Context, run Runner, job, existing string, r digest.Repor
 	case err != nil:
 		return "error", err
 	}
-	if _, err := run(ctx, "scontrol", "update", "JobId="+job, "AdminComment="+merged); err != nil {
+	_, err = run(ctx, "scontrol", "update", "JobId="+job, "AdminComment="+merged)
+	if err == nil {
+		return "written", nil
+	}
+	if !strings.Contains(err.Error(), "already finished") {
 		return "error", fmt.Errorf("job %s: AdminComment: %w", job, err)
 	}
-	return "written", nil
+	for {
+		out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+strconv.FormatUint(uint64(id), 10), "set", "AdminComment="+merged)
+		switch {
+		case err != nil:
+			return "error", fmt.Errorf("job %s: AdminComment in the database: %w", job, err)
+		case strings.Contains(string(out), "Modified jobs"):
+			return "written", nil
+		}
+		// Nothing modified: the job's end record has not reached the database yet.
+		select {
+		case <-ctx.Done():
+			return "error", fmt.Errorf("job %s: AdminComment in the database: no record of the job: %w", job, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // ErrNoSummary: the job's accounting record holds no persyst summary.

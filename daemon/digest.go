@@ -34,9 +34,9 @@ type DigestConfig struct {
 	// it at the batch step's end (default 4 s, below the plugin's 5 s).
 	Timeout time.Duration
 	// Accounting, if set, keeps the job's summary in Slurm's accounting (accounting.Write:
-	// job as Slurm names it, its AdminComment as the job map read it); it returns the
-	// result for the metrics.
-	Accounting func(ctx context.Context, job, existing string, r digest.Report) (string, error)
+	// job as Slurm names it, its id, its AdminComment as the job map read it); it returns
+	// the result for the metrics.
+	Accounting func(ctx context.Context, job string, id uint32, existing string, r digest.Report) (string, error)
 }
 
 // Uplink is the node's side of the agent tree as the daemon sees it: property records
@@ -124,14 +124,23 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		return nil // a step of a batch job that runs elsewhere
 	}
 	rep := m.jobReport(ctx, j, jm, facts, mode)
+	if mode != interactive && facts != nil {
+		// Written while the report is saved and the file gets the digest; the job's end
+		// waits for it a little (slurmctld takes it only while the job runs), never long.
+		done := m.account(j, facts, rep)
+		defer func() {
+			select {
+			case <-done:
+			case <-time.After(accountWait):
+			case <-ctx.Done():
+			}
+		}()
+	}
 	m.mu.Lock()
 	jm.report = &rep
 	m.mu.Unlock()
 	if err := m.reports.save(j.JobID, &rep); err != nil {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("report not saved")
-	}
-	if mode != interactive && facts != nil {
-		m.account(j, facts, rep)
 	}
 	if m.dig.Off || facts == nil || m.dig.Append == nil || mode == interactive {
 		if mode != interactive {
@@ -174,21 +183,28 @@ func (m *Measurer) write(ctx context.Context, j *Job, rep digest.Report, facts *
 	return nil
 }
 
-// accountTimeout bounds writing a job's summary into Slurm's accounting.
-const accountTimeout = 10 * time.Second
+// accountTimeout bounds writing a job's summary into Slurm's accounting; the digest waits
+// for it at most accountWait (scontrol takes 4-10 ms on the test cluster), and it goes
+// on in the background after that.
+const (
+	accountTimeout = 20 * time.Second
+	accountWait    = time.Second
+)
 
-// account writes the job's summary into Slurm's accounting, in the background: the job's
-// end never waits for slurmctld (the write lands while the job completes, or just after;
-// slurmctld passes it on to slurmdbd either way).
-func (m *Measurer) account(j *Job, facts *jobmap.Job, rep digest.Report) {
+// account writes the job's summary into Slurm's accounting, in the background; the
+// returned channel is closed when it is done.
+func (m *Measurer) account(j *Job, facts *jobmap.Job, rep digest.Report) <-chan struct{} {
+	done := make(chan struct{})
 	if m.dig.Accounting == nil {
-		return
+		close(done)
+		return done
 	}
 	go func() {
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), accountTimeout)
 		defer cancel()
 		start := time.Now()
-		res, err := m.dig.Accounting(ctx, facts.ID(), facts.AdminComment, rep)
+		res, err := m.dig.Accounting(ctx, facts.ID(), facts.JobID, facts.AdminComment, rep)
 		took := time.Since(start)
 		m.cfg.Metrics.Accounting(res, took)
 		log := m.log.With().Uint32("job", j.JobID).Str("result", res).Dur("took", took).Logger()
@@ -201,6 +217,7 @@ func (m *Measurer) account(j *Job, facts *jobmap.Job, rep digest.Report) {
 			log.Warn().Err(err).Msg("summary not written into Slurm accounting")
 		}
 	}()
+	return done
 }
 
 // digestResult names the outcome of writing a digest, for persyst_daemon_digests_total.

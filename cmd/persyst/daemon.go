@@ -91,12 +91,12 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 
 // accountingWriter keeps jobs' summaries in Slurm's accounting with scontrol, unless
 // persyst.conf turns it off.
-func accountingWriter(conf config.Config) func(ctx context.Context, job, existing string, r digest.Report) (string, error) {
+func accountingWriter(conf config.Config) func(ctx context.Context, job string, id uint32, existing string, r digest.Report) (string, error) {
 	if !conf.AccountingSummary {
 		return nil
 	}
-	return func(ctx context.Context, job, existing string, r digest.Report) (string, error) {
-		return accounting.Write(ctx, jobmap.ExecRunner, job, existing, r)
+	return func(ctx context.Context, job string, id uint32, existing string, r digest.Report) (string, error) {
+		return accounting.Write(ctx, jobmap.ExecRunner, job, id, existing, r)
 	}
 }
 
