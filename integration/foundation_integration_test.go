@@ -423,7 +423,7 @@ func nothingLeft(t *testing.T) {
 		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged"}, name) ||
+		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged", "slurmdbd"}, name) ||
 			strings.Contains(cl, "persyst daemon") || strings.Contains(cl, filepath.Join(repoRoot, "build/cluster")) {
 			left = append(left, filepath.Base(p)+" "+cl)
 		}

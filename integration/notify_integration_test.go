@@ -6,7 +6,10 @@ package integration
 // WATCHDOG_USEC) with a unixgram socket of its own, the protocol systemd speaks.
 
 import (
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +27,6 @@ func TestServicesNotifySystemd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "persyst.conf")
-	// No munged here: the agents may run without authentication only when told so.
-	if err := os.WriteFile(conf, []byte("TreeAuth=none\nNodePort=0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	freePort := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -35,6 +34,16 @@ func TestServicesNotifySystemd(t *testing.T) {
 		}
 		defer l.Close()
 		return l.Addr().String()
+	}
+	// No munged here: the agents may run without authentication only when told so. Each
+	// serves its Prometheus metrics too: READY also means they answer.
+	metrics := map[string]string{"daemon": freePort(), "collector": freePort(), "sync": freePort(), "frontend": freePort()}
+	text := "TreeAuth=none\nNodePort=0\n"
+	for role, addr := range metrics {
+		text += strings.ToUpper(role[:1]) + role[1:] + "MetricsAddr=" + addr + "\n"
+	}
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		role string
@@ -93,6 +102,9 @@ func TestServicesNotifySystemd(t *testing.T) {
 							if err := tc.dial(addr); err != nil {
 								t.Errorf("READY=1 before %s accepts connections: %v", addr, err)
 							}
+							if err := scrapeRole(metrics[tc.role], tc.role); err != nil {
+								t.Errorf("READY=1 before the metrics answer: %v", err)
+							}
 						}
 						return
 					}
@@ -115,6 +127,21 @@ func TestServicesNotifySystemd(t *testing.T) {
 			t.Logf("persyst %s (pid %s): ready, watchdog fed, stopping", tc.role, strconv.Itoa(cmd.Process.Pid))
 		})
 	}
+}
+
+// scrapeRole scrapes an agent's /metrics and checks it says which agent it is.
+func scrapeRole(addr, role string) error {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `persyst_build_info{role="`+role+`"`) {
+		return fmt.Errorf("%s/metrics: %s, no build info of the %s:\n%.300s", addr, resp.Status, role, b)
+	}
+	return nil
 }
 
 // dial connects to addr and hangs up: whether it accepts connections.

@@ -26,7 +26,8 @@
 # `persyst` when it registers. No account or user is added and nothing is enforced (no
 # AccountingStorageEnforce): jobs are accounted with an empty Account.
 # PERSYST_MAILPROG=PATH sets slurm.conf's MailProg (default: no MailProg line, so Slurm's
-# /bin/mail); slurmctld runs it as root on this host.
+# /bin/mail); slurmctld runs it as root on this host. PERSYST_CONF_EXTRA adds lines to the
+# cluster's persyst.conf.
 #
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
 # Must run as root. Namespaces are entered with nsenter --net, not ip netns exec:
@@ -56,6 +57,8 @@ ACCOUNTING=${ACCOUNTING:-1}
 DBD_PORT=${PERSYST_DBD_PORT:-16819}
 # slurm.conf's MailProg; empty: no MailProg line.
 MAILPROG=${PERSYST_MAILPROG:-}
+# PERSYST_CONF_EXTRA: lines added to the cluster's persyst.conf (e.g. MailProg=...).
+CONF_EXTRA=${PERSYST_CONF_EXTRA:-}
 # PLUGIN=0 starts the cluster with an empty plugstack.conf (used to measure plugin cost).
 PLUGIN=${PLUGIN:-1}
 # DAEMONS=0 starts no persyst daemons.
@@ -334,14 +337,22 @@ EOF
 
 	# The daemons' persyst.conf: test jobs last seconds, so findings that need a longer
 	# run (memory trends) are assessed from 3 s on (production default: 300 s).
+	# Every agent serves Prometheus metrics in its own namespace, to this host only (the
+	# tests' Prometheus scrapes them over the bridge).
 	cat >"$etc/persyst.conf" <<EOF
 DigestMinSeconds=${PERSYST_DIGEST_MIN:-3}
 CalibrationDir=$DIR/calibration
 MungeSocket=$DIR/munge/munge.sock
+DaemonMetricsAddr=0.0.0.0:16840
+CollectorMetricsAddr=0.0.0.0:16841
+SyncMetricsAddr=0.0.0.0:16842
+FrontendMetricsAddr=0.0.0.0:16843
+MetricsAllow=$NET.1
 EOF
 	if [ "$TREEAUTH" = tls ]; then
 		printf 'TLSCert=%s\nTLSKey=%s\nTLSCA=%s\n' "$DIR/tls/%n.crt" "$DIR/tls/%n.key" "$DIR/tls/ca.crt" >>"$etc/persyst.conf"
 	fi
+	[ -z "$CONF_EXTRA" ] || printf '%s\n' "$CONF_EXTRA" >>"$etc/persyst.conf"
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 ConstrainCores=yes

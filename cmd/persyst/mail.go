@@ -19,6 +19,11 @@ const mailWait = 15 * time.Second
 // persyst mail): every argument goes to the site's mail program (persyst.conf MailProg),
 // so persyst mail takes no flags of its own.
 func runMail(ctx context.Context, io stdio, args []string) error {
+	// slurmctld gives MailProg only SLURM_* variables: Slurm's commands (the job map,
+	// sacct) are found on the standard path.
+	if os.Getenv("PATH") == "" {
+		os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
 	confPath := config.DefaultFile()
 	conf, err := loadConfig(confPath)
 	if err != nil {
