@@ -115,7 +115,9 @@ bench: deps build
 	bench/plugin_cost.sh
 	bench/overhead.sh
 	bench/daemon_load.sh
+	bench/accounting.sh
 	$(GO) test -run XXX -bench BenchmarkRead -benchtime 2000x ./daemon/measure/
+	$(GO) test -run XXX -bench 'BenchmarkScrape32Jobs|BenchmarkDigestAccounting' ./daemon/
 
 clean:
 	-scripts/cluster.sh down

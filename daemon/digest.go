@@ -124,7 +124,9 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		return nil // a step of a batch job that runs elsewhere
 	}
 	rep := m.jobReport(ctx, j, jm, facts, mode)
-	if mode != interactive && facts != nil {
+	// A batch job's summary goes into accounting at its digest; a job without a batch
+	// script's (srun, salloc) at its end, from its last report.
+	if facts != nil && (mode != interactive || j.State != Running) {
 		// Written while the report is saved and the file gets the digest; the job's end
 		// waits for it a little (slurmctld takes it only while the job runs), never long.
 		done := m.account(j, facts, rep)

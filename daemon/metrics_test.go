@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +183,68 @@ func BenchmarkDigestAccounting(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAccountingOncePerJob: a batch job's summary is written at its digest; a job
+// without a batch script (srun) gets its summary at its end, not at each step's end.
+func TestAccountingOncePerJob(t *testing.T) {
+	root, _ := fakeNodeJobs(t, 1, 2)
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	reg := newReg(t, RegistryConfig{})
+	engine, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var written []string
+	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir(), Digest: DigestConfig{Engine: engine,
+		Facts:  fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out", BatchHost: "node1"}, 2: {JobID: 2}},
+		Append: func(context.Context, digest.Target, []byte) error { return nil },
+		Accounting: func(_ context.Context, job string, id uint32, _ string, r digest.Report) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			written = append(written, fmt.Sprintf("%s:%d", job, r.JobID))
+			return "written", nil
+		}}}, reg, "node1", zerolog.Nop(), func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(k wire.Kind, id uint32, step string) *Job {
+		j, err := reg.Apply(k, &wire.Event{JobID: id, UID: 1000, Persyst: wire.On, StepID: step, Time: now}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	m.Prepare(apply(wire.StepStart, 1, "batch"))
+	m.Prepare(apply(wire.StepStart, 2, "0"))
+	m.cycle()
+	now = now.Add(10 * time.Second)
+	m.cycle()
+	// The batch job: at its digest. The srun job: not at its step's end, at its end.
+	if err := m.Digest(context.Background(), reg.Job(1)); err != nil {
+		t.Fatal(err)
+	}
+	m.StepEnded(2)
+	if err := m.InteractiveDigest(context.Background(), apply(wire.StepEnd, 2, "0")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := slices.Clone(written)
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"1:1"}, got); diff != "" {
+		t.Errorf("summaries before the srun job's end (-want +got):\n%s", diff)
+	}
+	j := apply(wire.JobEnd, 2, "")
+	m.End(2)
+	if err := m.InteractiveDigest(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got = slices.Clone(written)
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"1:1", "2:2"}, got); diff != "" {
+		t.Errorf("summaries after the srun job's end (-want +got):\n%s", diff)
 	}
 }
