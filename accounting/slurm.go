@@ -21,9 +21,12 @@ type Runner func(ctx context.Context, name string, args ...string) ([]byte, erro
 // While the job runs, `scontrol update` sets it in slurmctld, which hands it to slurmdbd
 // with the job's end record. slurmctld refuses to change a job that has finished (a late
 // digest, or a write that came after the job's end): then `sacctmgr modify job` writes
-// it into the database, retried while the database has no record of the job yet. It
-// returns the result for persyst_daemon_accounting_writes_total: written, present,
-// no_room, or error (with the error).
+// it into the database (retried while the database has no record of the job yet),
+// merged with the AdminComment the database holds, and only when this cluster's
+// database holds exactly one job with that id: `sacctmgr modify job where jobid=`
+// changes every record with the id, and job ids start again after a reset. It returns
+// the result for persyst_daemon_accounting_writes_total: written, present, no_room, or
+// error (with the error).
 func Write(ctx context.Context, run Runner, job string, id uint32, existing string, r digest.Report) (string, error) {
 	tok, err := Encode(r)
 	if err != nil {
@@ -45,15 +48,44 @@ func Write(ctx context.Context, run Runner, job string, id uint32, existing stri
 	if !strings.Contains(err.Error(), "already finished") {
 		return "error", fmt.Errorf("job %s: AdminComment: %w", job, err)
 	}
+	return writeDatabase(ctx, run, job, id, tok)
+}
+
+// writeDatabase writes the token into the job's record in the database (Write).
+func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok string) (string, error) {
+	raw := strconv.FormatUint(uint64(id), 10)
 	for {
-		out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+strconv.FormatUint(uint64(id), 10), "set", "AdminComment="+merged)
-		switch {
-		case err != nil:
-			return "error", fmt.Errorf("job %s: AdminComment in the database: %w", job, err)
-		case strings.Contains(string(out), "Modified jobs"):
-			return "written", nil
+		// This cluster's records of the job id (sacct shows the local cluster's).
+		out, err := run(ctx, "sacct", "-j", raw, "-a", "-X", "-n", "-P", "-D", "-o", "JobIDRaw,Cluster,AdminComment")
+		if err != nil {
+			return "error", fmt.Errorf("job %s: its record in the database: %w", job, err)
 		}
-		// Nothing modified: the job's end record has not reached the database yet.
+		var recs [][]string
+		for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+			if f := strings.SplitN(line, "|", 3); len(f) == 3 && f[0] == raw {
+				recs = append(recs, f)
+			}
+		}
+		if len(recs) > 1 {
+			return "error", fmt.Errorf("job %s: %d jobs with id %s in the database: none changed", job, len(recs), raw)
+		}
+		if len(recs) == 1 {
+			merged, err := Merge(recs[0][2], tok)
+			switch {
+			case errors.Is(err, ErrPresent):
+				return "present", err
+			case errors.Is(err, ErrNoRoom):
+				return "no_room", err
+			}
+			out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+raw, "cluster="+recs[0][1], "set", "AdminComment="+merged)
+			if err != nil {
+				return "error", fmt.Errorf("job %s: AdminComment in the database: %w", job, err)
+			}
+			if strings.Contains(string(out), "Modified jobs") {
+				return "written", nil
+			}
+		}
+		// No record yet: the job's end has not reached the database.
 		select {
 		case <-ctx.Done():
 			return "error", fmt.Errorf("job %s: AdminComment in the database: no record of the job: %w", job, ctx.Err())

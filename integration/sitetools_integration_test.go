@@ -190,6 +190,18 @@ func testAccounting(t *testing.T, c *cluster, load string) {
 	if sc := c.sacctComment(t, site); !strings.HasPrefix(sc, "checked by the site; ticket 42 persyst:v1:") {
 		t.Errorf("AdminComment of job %d: %q, want the site's text kept before persyst's summary", site, sc)
 	}
+	// A job that ended while its node's daemon was down: its late digest's summary goes
+	// into the database (slurmctld refuses to change a finished job).
+	late := c.sbatch(t, nil, "-N1", "-n1", "-c1", "-o", filepath.Join(c.work, "acct-%j.out"), "--wrap", "sleep 3")
+	c.waitRunning(t, late)
+	host := c.jobInfo(t, late)["BatchHost"]
+	c.harness(t, "daemon-stop", host)
+	c.waitDone(t, late, 2*time.Minute)
+	c.harness(t, "daemon-start", host)
+	if lc := c.sacctComment(t, late); !strings.HasPrefix(lc, "persyst:v1:") {
+		t.Errorf("AdminComment of job %d, ended while its daemon was down: %q", late, lc)
+	}
+
 	digestText := out(id)
 	i := strings.Index(digestText, "-- persyst: job")
 	if i < 0 || !strings.Contains(digestText, "Allocated CPUs left idle") {
