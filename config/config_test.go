@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/internal/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/admin.md's key reference")
@@ -152,26 +153,8 @@ func TestDocsListEveryKey(t *testing.T) {
 		}
 	}
 	// docs/admin.md holds the reference made from them (go test ./config -update).
-	const begin, end = "<!-- persyst.conf keys: made by go test ./config -update -->\n", "<!-- end of keys -->\n"
-	b, err := os.ReadFile("../docs/admin.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, begin), strings.Index(doc, end)
-	if i < 0 || j < i {
-		t.Fatalf("docs/admin.md lacks the markers %q and %q", begin, end)
-	}
-	want := doc[:i+len(begin)] + Reference() + doc[j:]
-	if *update {
-		if err := os.WriteFile("../docs/admin.md", []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if want != doc {
-		t.Errorf("docs/admin.md's key reference is not Reference(): run go test ./config -update")
-	}
+	docsection.Check(t, "../docs/admin.md", "<!-- persyst.conf keys: made by go test ./config -update -->\n", "<!-- end of keys -->\n",
+		Reference(), *update, "go test ./config -update")
 }
 
 // TestPackagedExamples: every commented example of packaging/persyst.conf is a valid line

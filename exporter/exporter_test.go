@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/internal/docsection"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
@@ -23,26 +23,8 @@ var update = flag.Bool("update", false, "rewrite docs/prometheus.md's metric tab
 // TestDocsListEveryPrometheusMetric: docs/prometheus.md holds the catalog's table, and
 // every metric the agents register is in the catalog.
 func TestDocsListEveryPrometheusMetric(t *testing.T) {
-	const begin, end = "<!-- metrics: made by go test ./exporter -update -->\n", "<!-- end of metrics -->\n"
-	b, err := os.ReadFile("../docs/prometheus.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, begin), strings.Index(doc, end)
-	if i < 0 || j < i {
-		t.Fatalf("docs/prometheus.md lacks the markers %q and %q", begin, end)
-	}
-	want := doc[:i+len(begin)] + Reference() + doc[j:]
-	if *update {
-		if err := os.WriteFile("../docs/prometheus.md", []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if want != doc {
-		t.Errorf("docs/prometheus.md's table is not Reference(): run go test ./exporter -update")
-	}
+	docsection.Check(t, "../docs/prometheus.md", "<!-- metrics: made by go test ./exporter -update -->\n", "<!-- end of metrics -->\n",
+		Reference(), *update, "go test ./exporter -update")
 
 	// Every agent's registry holds only catalog metrics (and Go's and the process's).
 	reg := NewRegistry("daemon", "test")

@@ -3,10 +3,10 @@ package measure
 import (
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/persyst/persyst/internal/docsection"
 	"github.com/persyst/persyst/perfevents"
 )
 
@@ -49,23 +49,5 @@ func metricsTable() string {
 // TestDocsListEveryMetric: docs/metrics.md lists every source and metric of the registry,
 // as generated (-update rewrites it).
 func TestDocsListEveryMetric(t *testing.T) {
-	b, err := os.ReadFile(docsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	i, j := strings.Index(doc, docsBegin), strings.Index(doc, docsEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s: no generated section (%q ... %q)", docsPath, docsBegin, docsEnd)
-	}
-	want := metricsTable()
-	if got := doc[i+len(docsBegin) : j]; got != want {
-		if *update {
-			if err := os.WriteFile(docsPath, []byte(doc[:i+len(docsBegin)]+want+doc[j:]), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		t.Errorf("%s is not in step with the source registry; run go test ./daemon/measure -run TestDocsListEveryMetric -update", docsPath)
-	}
+	docsection.Check(t, docsPath, docsBegin, docsEnd, metricsTable(), *update, "go test ./daemon/measure -run TestDocsListEveryMetric -update")
 }
