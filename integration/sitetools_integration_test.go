@@ -272,7 +272,7 @@ func testPrometheus(t *testing.T, c *cluster, load string) {
 	// A 2-node job with one busy thread on each node's 2 CPUs: its CPU metrics are the
 	// job's values on each node (and its records reach the collector).
 	id := c.sbatch(t, nil, "-N2", "--ntasks-per-node=1", "-c2", "-o", filepath.Join(c.work, "prom-%j.out"),
-		"--wrap", "srun "+load+" spin -seconds 12")
+		"--wrap", "srun "+load+" spin -seconds 8")
 	c.waitRunning(t, id)
 	job := strconv.FormatUint(uint64(id), 10)
 	var res []promResult

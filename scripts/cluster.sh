@@ -709,7 +709,9 @@ wait_idle() {
 				die "${f/-/ on } exited"
 			fi
 		done
-		idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2=="idle"' | sort -u | wc -l)
+		# sinfo fails (and retries for seconds) while slurmctld does not answer yet, or
+		# never will: bounded, and not fatal, so that a slurmctld that exited is named.
+		idle=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2=="idle"' | sort -u | wc -l || true)
 		[ "$idle" -ge "$n" ] && return 0
 		sleep 0.5
 	done
