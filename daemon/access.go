@@ -226,9 +226,39 @@ func (g *ReportGate) ReportJSON(uid, job uint32) ([]byte, error) {
 	return s.reportFor(uid, job)
 }
 
-// reportFor is ReportJSON: the caller's role from its uid and its groups (the user
-// database's: a remote caller has no socket credentials).
+// SamplesJSON returns this node's samples of a job as JSON for the user uid (who may read
+// its report), or why not.
+func (g *ReportGate) SamplesJSON(uid, job uint32) ([]byte, error) {
+	g.mu.Lock()
+	s := g.srv
+	g.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("the persyst daemon is starting; try again")
+	}
+	return s.forUser(uid, job, func() ([]byte, error) {
+		samples := s.meas.Samples(job)
+		if samples == nil {
+			return nil, fmt.Errorf("job %d: no samples on this node", job)
+		}
+		return json.Marshal(samples)
+	})
+}
+
+// reportFor is ReportJSON.
 func (s *Server) reportFor(uid, job uint32) ([]byte, error) {
+	return s.forUser(uid, job, func() ([]byte, error) {
+		rep, err := s.meas.Report(job)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(rep)
+	})
+}
+
+// forUser runs give for the user uid if they may read the job's data: the caller's role
+// from its uid and its groups (the user database's: a remote caller has no socket
+// credentials).
+func (s *Server) forUser(uid, job uint32, give func() ([]byte, error)) ([]byte, error) {
 	cred := &unix.Ucred{Uid: uid, Gid: ^uint32(0)}
 	var groups []uint32
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
@@ -258,9 +288,5 @@ func (s *Server) reportFor(uid, job uint32) ([]byte, error) {
 	if s.meas == nil {
 		return nil, fmt.Errorf("this daemon does not measure jobs")
 	}
-	rep, err := s.meas.Report(job)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
+	return give()
 }

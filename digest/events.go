@@ -85,7 +85,7 @@ func EndEvents(e Ending) (*EndState, []Event) {
 		ev = append(ev, Event{Key: "failed", Text: "The job failed: its batch script ended " + what + ".",
 			Recommendation: "See the job's error output for why."})
 	case "CANCELLED":
-		ev = append(ev, Event{Key: "cancelled", Text: fmt.Sprintf("The job was cancelled after %s.", duration(e.Elapsed.Seconds()))})
+		ev = append(ev, Event{Key: "cancelled", Text: fmt.Sprintf("The job was cancelled after %s.", Duration(e.Elapsed.Seconds()))})
 	case "TIMEOUT":
 		ev = append(ev, timeoutEvent(e))
 	case "NODE_FAIL":
@@ -117,7 +117,7 @@ func oomEvent(e Ending) Event {
 }
 
 func timeoutEvent(e Ending) Event {
-	text := fmt.Sprintf("The job reached its time limit (%s) and was stopped", duration(e.TimeLimit.Seconds()))
+	text := fmt.Sprintf("The job reached its time limit (%s) and was stopped", Duration(e.TimeLimit.Seconds()))
 	rec := "Request more time (--time), or save the work regularly (checkpoints) so that a next job can go on."
 	switch s := e.LastCPUShare; {
 	case s < 0:

@@ -21,7 +21,7 @@ type TextOptions struct {
 // Text renders the digest for a terminal or a job's output file: at most 30 lines of at
 // most Width columns, no colour codes. A job without findings gets one line.
 func Text(r Report, o TextOptions) string {
-	r = r.clean()
+	r = r.Clean()
 	if o.Width <= 0 {
 		o.Width = 80
 	}
@@ -33,7 +33,7 @@ func Text(r Report, o TextOptions) string {
 	if r.Command != "" {
 		what = r.Command
 	}
-	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
 	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
@@ -113,7 +113,7 @@ func Text(r Report, o TextOptions) string {
 		wrap(&b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
 	}
 	if r.Short {
-		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", duration(r.MinSeconds)), o.Width, "")
+		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), o.Width, "")
 	}
 	for i, na := range r.NotAssessed {
 		if i == 2 {
@@ -129,6 +129,10 @@ func Text(r Report, o TextOptions) string {
 	b.WriteString(strings.Repeat("-", o.Width) + "\n")
 	return limitLines(b.String(), 30)
 }
+
+// CoverageLines says what of the job a report does not cover: nodes, time, and a report
+// made late. None when it covers the whole job.
+func CoverageLines(r Report) []string { return coverageLines(r.Coverage, r.Nodes, r.NNodes) }
 
 // coverageLines says what of the job the digest does not cover: nodes, time, and a
 // digest made late. None when it covers the whole job.
@@ -162,7 +166,7 @@ func coverageLines(c *Coverage, nodes []string, nnodes int) []string {
 			}
 			parts = append(parts, fmt.Sprintf("%s-%s (%s)", g.From.Format("15:04:05"), g.To.Format("15:04:05"), g.Why))
 		}
-		out = append(out, fmt.Sprintf("Measured %s of the job's %s; not measured: %s.", duration(c.Measured), duration(c.Elapsed), strings.Join(parts, ", ")))
+		out = append(out, fmt.Sprintf("Measured %s of the job's %s; not measured: %s.", Duration(c.Measured), Duration(c.Elapsed), strings.Join(parts, ", ")))
 	}
 	if c.Late {
 		out = append(out, "Made after the job ended: this node's persyst daemon missed the job's end.")
@@ -185,7 +189,7 @@ func finding(b *strings.Builder, n int, f properties.Result, width int) {
 		while = f.MeanSeverity / f.TimeShare
 	}
 	head := fmt.Sprintf("%d. %s", n, f.Name)
-	tail := fmt.Sprintf("%s %-6s %3.0f%% of the job", bar(while), word(while), 100*f.TimeShare)
+	tail := fmt.Sprintf("%s %-6s %3.0f%% of the job", bar(while), SeverityWord(while), 100*f.TimeShare)
 	if pad := width - len(head) - len(tail); pad > 0 {
 		head += strings.Repeat(" ", pad)
 	} else {
@@ -194,19 +198,20 @@ func finding(b *strings.Builder, n int, f properties.Result, width int) {
 	b.WriteString(clip(head+tail, width) + "\n")
 	val := "   (no value)"
 	if len(f.Deciles) == 11 {
-		val = "   " + formatValue(f.Median(), f.Unit)
+		val = "   " + FormatValue(f.Median(), f.Unit)
 	}
 	if len(f.Deciles) == 11 && f.Deciles[1] != f.Deciles[9] {
-		val += fmt.Sprintf(" (10-90%%: %s to %s)", formatValue(f.Deciles[1], f.Unit), formatValue(f.Deciles[9], f.Unit))
+		val += fmt.Sprintf(" (10-90%%: %s to %s)", FormatValue(f.Deciles[1], f.Unit), FormatValue(f.Deciles[9], f.Unit))
 	}
 	if f.Threshold != nil {
-		val += ", threshold " + formatValue(*f.Threshold, f.Unit)
+		val += ", threshold " + FormatValue(*f.Threshold, f.Unit)
 	}
 	b.WriteString(clip(val, width) + "\n")
 	wrap(b, "   "+f.Recommendation, width, "   ")
 }
 
-func word(s float64) string {
+// SeverityWord says a severity in a word (low, medium, high).
+func SeverityWord(s float64) string {
 	switch {
 	case s >= 0.67:
 		return "high"
@@ -222,8 +227,8 @@ func bar(s float64) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", 10-n) + "]"
 }
 
-// formatValue prints a property value in its unit.
-func formatValue(v float64, unit string) string {
+// FormatValue prints a property value in its unit.
+func FormatValue(v float64, unit string) string {
 	switch unit {
 	case "%":
 		return fmt.Sprintf("%.0f%%", v)
@@ -272,7 +277,9 @@ func si(v float64) string {
 	return fmt.Sprintf("%.0f ", v)
 }
 
-func duration(s float64) string {
+// Duration says a number of seconds briefly ("45 s", "3.2 min", "2.5 h").
+// Duration says a number of seconds briefly ("45 s", "3m 20s", "2h 05m").
+func Duration(s float64) string {
 	d := time.Duration(s * float64(time.Second)).Round(time.Second)
 	switch {
 	case d >= time.Hour:
@@ -336,10 +343,10 @@ func limitLines(s string, n int) string {
 // maxText bounds any one string of a report in the text digest.
 const maxText = 400
 
-// clean returns the report with every string it prints cleaned of control and format
+// Clean returns the report with every string it prints cleaned of control and format
 // characters and bounded (properties.CleanText): a report may hold text from another
 // agent of the tree, or a command line, and the digest goes into a user's file.
-func (r Report) clean() Report {
+func (r Report) Clean() Report {
 	c := func(s string) string { return properties.CleanText(s, maxText) }
 	r.Command = c(r.Command)
 	r.Nodes = cleanAll(r.Nodes, c)

@@ -21,11 +21,12 @@ import (
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 )
 
 type reportOptions struct {
 	node, socket, db, config string
-	json, sacct              bool
+	json, sacct, html        bool
 	width                    int
 	wait                     time.Duration
 }
@@ -38,6 +39,7 @@ func (o *reportOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.db, "db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (to reach the batch host's daemon from another machine)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for the report to be made (a job that is ending)")
+	fs.BoolVar(&o.html, "html", false, "write the report as one self-contained HTML page (charts over the job's life, a CPU heat map)")
 	fs.BoolVar(&o.sacct, "sacct", false, "render the digest from the summary kept in Slurm's accounting (sacct), for any past job")
 }
 
@@ -87,6 +89,9 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if o.sacct && o.db != "" {
 		return usagef("report: --sacct and --db exclude each other")
 	}
+	if o.html && o.json {
+		return usagef("report: --html and --json exclude each other")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+o.wait)
 	defer cancel()
 	deadline := time.Now().Add(o.wait)
@@ -101,6 +106,9 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 		if err == nil {
 			if o.json {
 				return writeJSON(io.out, r)
+			}
+			if o.html {
+				return writeHTML(ctx, io, o, r)
 			}
 			_, err = fmt.Fprint(io.out, digest.Text(*r, digest.TextOptions{Width: o.width, MaxFindings: 100}))
 			return err
@@ -177,9 +185,16 @@ func localReport(ctx context.Context, sock, name string, id uint32, arr, task ui
 	return r, err
 }
 
-// remoteReport asks the job's batch host's daemon (its first node for a job without a
-// batch script), found with the job map, over the node daemons' gRPC service.
-func remoteReport(ctx context.Context, o reportOptions, name string) (*digest.Report, error) {
+// nodeService reaches the node daemons' gRPC service as the caller (MUNGE or TLS, as
+// persyst.conf says): the job's facts, each node's address, and the dial option.
+type nodeService struct {
+	job   *jobmap.Job
+	addrs map[string]string
+	port  int
+	dial  grpc.DialOption
+}
+
+func dialNodes(ctx context.Context, o reportOptions, name string) (*nodeService, error) {
 	conf, err := loadConfig(o.config)
 	if err != nil {
 		return nil, err
@@ -196,6 +211,42 @@ func remoteReport(ctx context.Context, o reportOptions, name string) (*digest.Re
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", name, err)
 	}
+	addrs, err := jm.NodeAddrs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the nodes' addresses: %w", err)
+	}
+	opts, err := treeauth.FromConfig(conf, treeauth.Identity{Role: treeauth.User, Name: strconv.Itoa(os.Getuid())}, log)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.config, err)
+	}
+	auth, err := treeauth.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w; run persyst report on its batch host", name, err)
+	}
+	dial, err := auth.DialOption(treeauth.Node)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeService{job: job, addrs: addrs, port: conf.NodePort, dial: dial}, nil
+}
+
+// addr is a node daemon's service address.
+func (n *nodeService) addr(node string) (string, error) {
+	a, ok := n.addrs[node]
+	if !ok {
+		return "", fmt.Errorf("no address known for node %s", node)
+	}
+	return net.JoinHostPort(a, strconv.Itoa(n.port)), nil
+}
+
+// remoteReport asks the job's batch host's daemon (its first node for a job without a
+// batch script), found with the job map, over the node daemons' gRPC service.
+func remoteReport(ctx context.Context, o reportOptions, name string) (*digest.Report, error) {
+	ns, err := dialNodes(ctx, o, name)
+	if err != nil {
+		return nil, err
+	}
+	job := ns.job
 	host := o.node
 	switch {
 	case host != "":
@@ -206,27 +257,11 @@ func remoteReport(ctx context.Context, o reportOptions, name string) (*digest.Re
 	default:
 		return nil, fmt.Errorf("job %s has no nodes (yet)", name)
 	}
-	addrs, err := jm.NodeAddrs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("the address of %s: %w", host, err)
-	}
-	addr, ok := addrs[host]
-	if !ok {
-		return nil, fmt.Errorf("no address known for node %s", host)
-	}
-	opts, err := treeauth.FromConfig(conf, treeauth.Identity{Role: treeauth.User, Name: strconv.Itoa(os.Getuid())}, log)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.config, err)
-	}
-	auth, err := treeauth.New(opts)
-	if err != nil {
-		return nil, fmt.Errorf("job %s is on %s: %w; run persyst report there", name, host, err)
-	}
-	dial, err := auth.DialOption(treeauth.Node)
+	addr, err := ns.addr(host)
 	if err != nil {
 		return nil, err
 	}
-	return uplink.RemoteReport(ctx, net.JoinHostPort(addr, strconv.Itoa(conf.NodePort)), dial, job.JobID)
+	return uplink.RemoteReport(ctx, addr, ns.dial, job.JobID)
 }
 
 // arrayTask parses an array task's name, "416_1".

@@ -643,6 +643,7 @@ type JobSummary struct {
 	Nodes         []string               `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	ReportJson    []byte                 `protobuf:"bytes,3,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
 	Cycles        []*PartialCycle        `protobuf:"bytes,4,rep,name=cycles,proto3" json:"cycles,omitempty"`
+	SamplesJson   []byte                 `protobuf:"bytes,5,opt,name=samples_json,json=samplesJson,proto3" json:"samples_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -701,6 +702,13 @@ func (x *JobSummary) GetReportJson() []byte {
 func (x *JobSummary) GetCycles() []*PartialCycle {
 	if x != nil {
 		return x.Cycles
+	}
+	return nil
+}
+
+func (x *JobSummary) GetSamplesJson() []byte {
+	if x != nil {
+		return x.SamplesJson
 	}
 	return nil
 }
@@ -1177,14 +1185,15 @@ const file_collector_proto_rawDesc = "" +
 	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\"D\n" +
 	"\x11JobSummaryRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
-	"\aholders\x18\x02 \x03(\tR\aholders\"\x8c\x01\n" +
+	"\aholders\x18\x02 \x03(\tR\aholders\"\xaf\x01\n" +
 	"\n" +
 	"JobSummary\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x14\n" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x1f\n" +
 	"\vreport_json\x18\x03 \x01(\fR\n" +
 	"reportJson\x120\n" +
-	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\"\x96\x02\n" +
+	"\x06cycles\x18\x04 \x03(\v2\x18.persyst.v1.PartialCycleR\x06cycles\x12!\n" +
+	"\fsamples_json\x18\x05 \x01(\fR\vsamplesJson\"\x96\x02\n" +
 	"\n" +
 	"KeyPartial\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
@@ -1226,12 +1235,13 @@ const file_collector_proto_rawDesc = "" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
 	"\aPartial\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x124\n" +
-	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xee\x01\n" +
+	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xb0\x02\n" +
 	"\x04Node\x120\n" +
 	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x0f.persyst.v1.Ack\x124\n" +
 	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat\x12=\n" +
 	"\x04Part\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x12?\n" +
-	"\x06Report\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummaryB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
+	"\x06Report\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
+	"\aSamples\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummaryB*Z(github.com/persyst/persyst/collectors/pbb\x06proto3"
 
 var (
 	file_collector_proto_rawDescOnce sync.Once
@@ -1281,17 +1291,19 @@ var file_collector_proto_depIdxs = []int32{
 	12, // 14: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
 	7,  // 15: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
 	7,  // 16: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 17: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 18: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 19: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 20: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 21: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 22: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 23: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	11, // 24: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	8,  // 25: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
+	7,  // 17: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 18: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 19: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 20: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 21: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 22: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 23: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 24: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	11, // 25: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	8,  // 26: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	8,  // 27: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name

@@ -284,6 +284,7 @@ const (
 	Node_Ping_FullMethodName      = "/persyst.v1.Node/Ping"
 	Node_Part_FullMethodName      = "/persyst.v1.Node/Part"
 	Node_Report_FullMethodName    = "/persyst.v1.Node/Report"
+	Node_Samples_FullMethodName   = "/persyst.v1.Node/Samples"
 )
 
 // NodeClient is the client API for Node service.
@@ -298,6 +299,9 @@ type NodeClient interface {
 	// Report returns a job's digest report (report_json) to a user who may read it (a
 	// MUNGE-authenticated user: the job's owner, root, the Slurm user, AdminGroup).
 	Report(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
+	// Samples returns this node's samples of a job (samples_json), by Report's rule: for
+	// the job's HTML report (persyst report --html).
+	Samples(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
 }
 
 type nodeClient struct {
@@ -348,6 +352,16 @@ func (c *nodeClient) Report(ctx context.Context, in *JobSummaryRequest, opts ...
 	return out, nil
 }
 
+func (c *nodeClient) Samples(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobSummary)
+	err := c.cc.Invoke(ctx, Node_Samples_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -360,6 +374,9 @@ type NodeServer interface {
 	// Report returns a job's digest report (report_json) to a user who may read it (a
 	// MUNGE-authenticated user: the job's owner, root, the Slurm user, AdminGroup).
 	Report(context.Context, *JobSummaryRequest) (*JobSummary, error)
+	// Samples returns this node's samples of a job (samples_json), by Report's rule: for
+	// the job's HTML report (persyst report --html).
+	Samples(context.Context, *JobSummaryRequest) (*JobSummary, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -381,6 +398,9 @@ func (UnimplementedNodeServer) Part(context.Context, *JobSummaryRequest) (*JobPa
 }
 func (UnimplementedNodeServer) Report(context.Context, *JobSummaryRequest) (*JobSummary, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedNodeServer) Samples(context.Context, *JobSummaryRequest) (*JobSummary, error) {
+	return nil, status.Error(codes.Unimplemented, "method Samples not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -475,6 +495,24 @@ func _Node_Report_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Samples_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Samples(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Samples_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Samples(ctx, req.(*JobSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -497,6 +535,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Report",
 			Handler:    _Node_Report_Handler,
+		},
+		{
+			MethodName: "Samples",
+			Handler:    _Node_Samples_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

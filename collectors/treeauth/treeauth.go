@@ -122,6 +122,7 @@ var allowed = map[string][]Role{
 	"/persyst.v1.Node/Ping":             {Frontend},
 	"/persyst.v1.Node/Part":             {Node},
 	"/persyst.v1.Node/Report":           {User},
+	"/persyst.v1.Node/Samples":          {User},
 	"/persyst.v1.Collector/Push":        {Node},
 	"/persyst.v1.Collector/PushPartial": {Collector},
 	"/persyst.v1.Collector/Summary":     {Node, Collector, Sync, Frontend},

@@ -39,6 +39,7 @@ type Parts interface {
 // (daemon.ReportGate).
 type Reports interface {
 	ReportJSON(uid uint32, job uint32) ([]byte, error)
+	SamplesJSON(uid uint32, job uint32) ([]byte, error)
 }
 
 // Report returns a job's report to a MUNGE-authenticated user who may read it.
@@ -55,6 +56,45 @@ func (n *NodeServer) Report(ctx context.Context, in *pb.JobSummaryRequest) (*pb.
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return &pb.JobSummary{JobId: in.JobId, Nodes: []string{n.Node}, ReportJson: b}, nil
+}
+
+// Samples returns this node's samples of a job to a MUNGE-authenticated user who may read
+// its report.
+func (n *NodeServer) Samples(ctx context.Context, in *pb.JobSummaryRequest) (*pb.JobSummary, error) {
+	p := treeauth.PeerOf(ctx)
+	switch {
+	case !p.OK || p.Identity.Role != treeauth.User:
+		return nil, status.Error(codes.PermissionDenied, "samples are given to users authenticated with MUNGE only")
+	case n.Reports == nil:
+		return nil, status.Error(codes.Unavailable, "this daemon keeps no samples")
+	}
+	b, err := n.Reports.SamplesJSON(p.UID, in.JobId)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.JobSummary{JobId: in.JobId, Nodes: []string{n.Node}, SamplesJson: b}, nil
+}
+
+// MaxSamplesMessage bounds a node's samples of a job over the network (a daemon keeps at
+// most measure.DefaultSampleBytes of them, about three times that as JSON).
+const MaxSamplesMessage = 64 << 20
+
+// RemoteSamples asks the node daemon at addr for its samples of a job, as the user dial
+// authenticates.
+func RemoteSamples(ctx context.Context, addr string, dial grpc.DialOption, job uint32) ([]byte, error) {
+	conn, err := grpc.NewClient(addr, dial, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxSamplesMessage)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	sum, err := pb.NewNodeClient(conn).Samples(ctx, &pb.JobSummaryRequest{JobId: job})
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
+			return nil, errors.New(st.Message())
+		}
+		return nil, fmt.Errorf("the persyst daemon at %s: %w", addr, err)
+	}
+	return sum.SamplesJson, nil
 }
 
 // Part returns this node's part of a job.

@@ -1,0 +1,145 @@
+package htmlreport
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"slices"
+)
+
+// palette is the heat map's 64 shades, white (idle) to dark red (busy), and a grey for
+// "not measured".
+var palette = func() color.Palette {
+	p := make(color.Palette, 0, 65)
+	for i := range 64 {
+		f := float64(i) / 63
+		// white → yellow → orange → dark red
+		r := 255 - uint8(80*math.Max(0, f-0.6)/0.4)
+		g := uint8(255 * (1 - f))
+		b := uint8(255 * math.Max(0, 1-2*f))
+		p = append(p, color.RGBA{r, g, b, 255})
+	}
+	return append(p, color.RGBA{220, 220, 220, 255})
+}()
+
+const noValue = 64 // palette index of "not measured"
+
+// heatFromSamples is the CPU × time heat map of CPU use (task-clock per CPU), or nil with
+// a note when no node measured it per CPU.
+func heatFromSamples(nodes []NodeSamples, v *View) *Heat {
+	type rowKey struct {
+		node int
+		cpu  int
+	}
+	var rows []rowKey
+	times := map[int64]bool{}
+	for ni, n := range nodes {
+		cpus := map[int]bool{}
+		for _, s := range n.Samples {
+			if s.Seconds <= 0 {
+				continue
+			}
+			for _, c := range s.CPU {
+				if _, ok := c.Values["task-clock"]; ok {
+					cpus[c.CPU] = true
+					times[s.Time.Unix()] = true
+				}
+			}
+		}
+		ids := make([]int, 0, len(cpus))
+		for c := range cpus {
+			ids = append(ids, c)
+		}
+		slices.Sort(ids)
+		for _, c := range ids {
+			rows = append(rows, rowKey{ni, c})
+		}
+	}
+	if len(rows) == 0 {
+		v.Notes = append(v.Notes, "No heat map: no node measured CPU use per CPU (perf's task-clock).")
+		return nil
+	}
+	ts := make([]int64, 0, len(times))
+	for t := range times {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	col := make(map[int64]int, len(ts))
+	for i, t := range ts {
+		col[t] = i
+	}
+	row := make(map[rowKey]int, len(rows))
+	for i, k := range rows {
+		row[k] = i
+	}
+	// The values: busy share of each CPU in each interval (NaN: none).
+	grid := make([]float32, len(rows)*len(ts))
+	for i := range grid {
+		grid[i] = float32(math.NaN())
+	}
+	for ni, n := range nodes {
+		for _, s := range n.Samples {
+			if s.Seconds <= 0 {
+				continue
+			}
+			c, ok := col[s.Time.Unix()]
+			if !ok {
+				continue
+			}
+			for _, cv := range s.CPU {
+				ns, ok := cv.Values["task-clock"]
+				if !ok {
+					continue
+				}
+				if r, ok := row[rowKey{ni, cv.CPU}]; ok {
+					grid[r*len(ts)+c] = float32(ns / 1e9 / s.Seconds)
+				}
+			}
+		}
+	}
+	h := &Heat{Title: "CPU use of each CPU over time", Unit: "share", CPUs: len(rows), Max: 1,
+		PerRow: (len(rows) + MaxHeatRows - 1) / MaxHeatRows, PerCol: (len(ts) + MaxHeatCols - 1) / MaxHeatCols}
+	h.Rows = (len(rows) + h.PerRow - 1) / h.PerRow
+	h.Cols = (len(ts) + h.PerCol - 1) / h.PerCol
+	for i, k := range rows {
+		if i == 0 || rows[i-1].node != k.node {
+			h.RowLabels = append(h.RowLabels, RowLabel{Row: i / h.PerRow, Node: nodes[k.node].Node})
+		}
+	}
+	if h.PerRow > 1 {
+		v.Notes = append(v.Notes, fmt.Sprintf("Heat map: %d CPUs, more than %d rows: each row is the mean of %d CPUs.", len(rows), MaxHeatRows, h.PerRow))
+	}
+	if h.PerCol > 1 {
+		v.Notes = append(v.Notes, fmt.Sprintf("Heat map: %d intervals, more than %d columns: each column is the mean of %d intervals.", len(ts), MaxHeatCols, h.PerCol))
+	}
+	img := image.NewPaletted(image.Rect(0, 0, h.Cols, h.Rows), palette)
+	for y := range h.Rows {
+		for x := range h.Cols {
+			sum, n := 0.0, 0
+			for r := y * h.PerRow; r < min((y+1)*h.PerRow, len(rows)); r++ {
+				for c := x * h.PerCol; c < min((x+1)*h.PerCol, len(ts)); c++ {
+					if g := grid[r*len(ts)+c]; !math.IsNaN(float64(g)) {
+						sum += float64(g)
+						n++
+					}
+				}
+			}
+			idx := uint8(noValue)
+			if n > 0 {
+				idx = uint8(math.Round(math.Min(math.Max(sum/float64(n)/h.Max, 0), 1) * 63))
+			}
+			img.SetColorIndex(x, y, idx)
+		}
+	}
+	var b bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	if err := enc.Encode(&b, img); err != nil {
+		v.Notes = append(v.Notes, "No heat map: "+err.Error())
+		return nil
+	}
+	h.PNG = b.Bytes()
+	return h
+}
