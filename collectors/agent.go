@@ -231,7 +231,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
 		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
-		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm),
+		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm), Facts: jm.Job,
 		Metrics: exporter.NewFrontend(a.metrics),
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,12 +14,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -61,6 +66,10 @@ type FrontendConfig struct {
 	// Store keeps the merged per-cycle results of the jobs aggregated at the frontend
 	// (nil: only their job-end reports are merged).
 	Store *store.Store
+	// Facts gives a job's facts (its user, nodes, batch host) from the job map: with
+	// Self and Store set, the frontend keeps every job's final report (KeepReport),
+	// sent by its batch host, for the site's view (persyst web).
+	Facts func(ctx context.Context, job string) (*jobmap.Job, error)
 	Log   zerolog.Logger
 	Now   func() time.Time
 }
@@ -369,11 +378,16 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 	// Every node gets its routes, an empty list included (its jobs stay local).
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	keeper := ""
+	if f.keeps() {
+		keeper = f.cfg.Self
+	}
 	for _, node := range f.cfg.Nodes {
 		rs := out.Routes[node]
 		if rs == nil {
 			rs = &pb.Routes{CycleTs: ts}
 		}
+		rs.Keeper = keeper
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -467,6 +481,62 @@ func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
 		return errors.New(ack.Error)
 	}
 	return nil
+}
+
+// keeps says whether the frontend keeps the jobs' final reports.
+func (f *Frontend) keeps() bool { return f.cfg.Self != "" && f.cfg.Store != nil && f.cfg.Facts != nil }
+
+// MaxKeptReport bounds a final report sent to the frontend (a report with every property
+// of the strategy is some tens of KB).
+const MaxKeptReport = 1 << 20
+
+// KeepReport keeps a job's final report, sent by its batch host (its first node for a job
+// without a batch script), with the job's user from the job map: the site's view lists
+// every job from here. A node may send only the reports of jobs it ran as their first
+// node, whatever its message says.
+func (f *Frontend) KeepReport(ctx context.Context, in *pb.JobSummary) (*pb.Ack, error) {
+	if !f.keeps() {
+		return &pb.Ack{Error: "this frontend keeps no reports"}, nil
+	}
+	if len(in.ReportJson) > MaxKeptReport {
+		return &pb.Ack{Error: fmt.Sprintf("report of %d bytes, more than %d", len(in.ReportJson), MaxKeptReport)}, nil
+	}
+	var r digest.Report
+	if err := json.Unmarshal(in.ReportJson, &r); err != nil {
+		return &pb.Ack{Error: "report: " + err.Error()}, nil
+	}
+	if r.JobID == 0 || r.JobID != in.JobId || r.Schema <= 0 || r.Schema > digest.SchemaVersion {
+		return &pb.Ack{Error: fmt.Sprintf("report of job %d (schema %d) for job %d", r.JobID, r.Schema, in.JobId)}, nil
+	}
+	node := ""
+	if p := treeauth.PeerOf(ctx); p.OK {
+		node = p.Identity.Name
+	} else if len(in.Nodes) == 1 {
+		node = in.Nodes[0] // TreeAuth=none: the node's word
+	}
+	facts, err := f.cfg.Facts(ctx, strconv.FormatUint(uint64(in.JobId), 10))
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, fmt.Sprintf("job %d: %v", in.JobId, err))
+	}
+	first := facts.BatchHost
+	if first == "" && len(facts.Nodes) > 0 {
+		first = facts.Nodes[0]
+	}
+	if node == "" || node != first {
+		f.cfg.Log.Warn().Uint32("job", in.JobId).Str("node", node).Str("batch_host", first).Msg("final report refused: not from the job's batch host")
+		return &pb.Ack{Error: fmt.Sprintf("job %d: reports come from its batch host %s, not %q", in.JobId, first, node)}, nil
+	}
+	j := store.Job{ID: in.JobId, User: facts.User, Nodes: facts.NodeList, NNodes: len(facts.Nodes), Start: facts.Start}
+	if !facts.Running() && !facts.End.IsZero() {
+		j.End = facts.End
+	}
+	if err := f.cfg.Store.PutJob(ctx, j); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := f.cfg.Store.PutReport(ctx, r); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.Ack{Ok: true}, nil
 }
 
 // ParseCollectors reads "name=host:port,name=host:port".

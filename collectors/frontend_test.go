@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/uplink"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
@@ -293,5 +296,69 @@ func TestFrontendTopology(t *testing.T) {
 	}
 	if got := ships["n1"].Route(30); got != a2 {
 		t.Errorf("after col1 died, job 30 on n1 goes to %s, want the nearest live collector col2 (%s), not col3 (%s)", got, a2, a3)
+	}
+}
+
+// TestKeepReport: the frontend keeps a job's final report, with its user from the job map,
+// when its batch host sends it; anything else is refused.
+func TestKeepReport(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "front.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	facts := map[string]*jobmap.Job{
+		"7": {JobID: 7, User: "alice", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]", BatchHost: "n2", State: "COMPLETED"},
+		"8": {JobID: 8, User: "bob", Nodes: []string{"n3"}, NodeList: "n3", State: "RUNNING"}, // srun: first node
+	}
+	f, err := NewFrontend(FrontendConfig{Collectors: map[string]string{"c1": "127.0.0.1:1"}, Nodes: []string{"n1", "n2", "n3"},
+		Self: "127.0.0.1:2", Store: st, Log: zerolog.Nop(), NodeAddr: func(string) string { return "127.0.0.1:3" },
+		Jobs: func(context.Context) ([]balance.Job, error) { return nil, nil },
+		Facts: func(_ context.Context, id string) (*jobmap.Job, error) {
+			if j, ok := facts[id]; ok {
+				return j, nil
+			}
+			return nil, jobmap.ErrNoJob
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	report := func(id uint32) []byte {
+		b, _ := json.Marshal(digest.Report{Schema: digest.SchemaVersion, JobID: id, Nodes: []string{"n1"}, Findings: []properties.Result{{Key: "idle_cores"}}})
+		return b
+	}
+	cases := []struct {
+		name string
+		in   *pb.JobSummary
+		want string // "" : kept
+	}{
+		{"from its batch host", &pb.JobSummary{JobId: 7, Nodes: []string{"n2"}, ReportJson: report(7)}, ""},
+		{"from another node of the job", &pb.JobSummary{JobId: 7, Nodes: []string{"n1"}, ReportJson: report(7)}, "reports come from its batch host n2"},
+		{"a job without a batch script, from its first node", &pb.JobSummary{JobId: 8, Nodes: []string{"n3"}, ReportJson: report(8)}, ""},
+		{"another job's report", &pb.JobSummary{JobId: 8, Nodes: []string{"n3"}, ReportJson: report(7)}, "report of job 7"},
+		{"not JSON", &pb.JobSummary{JobId: 8, Nodes: []string{"n3"}, ReportJson: []byte("{")}, "report:"},
+		{"too big", &pb.JobSummary{JobId: 8, Nodes: []string{"n3"}, ReportJson: make([]byte, MaxKeptReport+1)}, "more than"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ack, err := f.KeepReport(ctx, c.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ack.GetError(); (c.want == "") != ack.GetOk() || !strings.Contains(got, c.want) {
+				t.Errorf("ack %v, want error %q", ack, c.want)
+			}
+		})
+	}
+	for id, user := range map[uint32]string{7: "alice", 8: "bob"} {
+		j, err := st.Job(ctx, id)
+		if err != nil || j.User != user {
+			t.Errorf("job %d kept as %+v, %v; want user %s", id, j, err, user)
+		}
+		if _, err := st.Report(ctx, id); err != nil {
+			t.Errorf("job %d's report not kept: %v", id, err)
+		}
 	}
 }

@@ -62,6 +62,15 @@ type Tree interface {
 	Aggregation(job uint32) string
 	// Pending is how many jobs have a cycle waiting to be sent.
 	Pending() int
+	// Keep hands a job's final report to the tree's keeper (the frontend).
+	Keep(job uint32, r digest.Report)
+}
+
+// Keep hands a job's final report to the collector tree's keeper, when there is a tree.
+func (p *Peers) Keep(job uint32, r digest.Report) {
+	if p.tree != nil {
+		p.tree.Keep(job, r)
+	}
 }
 
 // Pending returns how many jobs have a cycle of records waiting for the collector tree.

@@ -50,6 +50,9 @@ type Uplink interface {
 	JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	// Forget drops what is kept for an ended job.
 	Forget(job uint32)
+	// Keep hands a job's final report to the tree, which keeps every job's report for
+	// the site's view (persyst web); it never blocks.
+	Keep(job uint32, r digest.Report)
 }
 
 // Digest evaluates a job's properties on this node, keeps the report, and (unless the
@@ -124,9 +127,14 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		return nil // a step of a batch job that runs elsewhere
 	}
 	rep := m.jobReport(ctx, j, jm, facts, mode)
-	// A batch job's summary goes into accounting at its digest; a job without a batch
-	// script's (srun, salloc) at its end, from its last report.
-	if facts != nil && (mode != interactive || j.State != Running) {
+	// A batch job's final report is its digest's; a job without a batch script's (srun,
+	// salloc) is its report at its end. It goes to the tree's keeper, and its summary
+	// into Slurm's accounting.
+	final := mode != interactive || j.State != Running
+	if final && m.cfg.Uplink != nil {
+		m.cfg.Uplink.Keep(j.JobID, rep)
+	}
+	if facts != nil && final {
 		// Written while the report is saved and the file gets the digest; the job's end
 		// waits for it a little (slurmctld takes it only while the job runs), never long.
 		done := m.account(j, facts, rep)

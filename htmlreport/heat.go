@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"math"
 	"slices"
+	"sort"
 )
 
 // palette is the heat map's 64 shades, white (idle) to dark red (busy), and a grey for
@@ -27,26 +28,40 @@ var palette = func() color.Palette {
 
 const noValue = 64 // palette index of "not measured"
 
-// heatFromSamples is the CPU × time heat map of CPU use (task-clock per CPU), or nil with
-// a note when no node measured it per CPU.
-func heatFromSamples(nodes []NodeSamples, v *View) *Heat {
-	type rowKey struct {
-		node int
-		cpu  int
-	}
-	var rows []rowKey
+// cpuGrid is the CPU use (busy share, task-clock per CPU) of every CPU of a job's nodes
+// in every interval: rows are the nodes' CPUs, node by node; NaN where not measured.
+type cpuGrid struct {
+	rows []rowKey
+	ts   []int64
+	grid []float32
+	any  bool // a value is not NaN
+}
+
+type rowKey struct {
+	node int
+	cpu  int
+}
+
+// nodeRows returns the rows [from, to) of node ni.
+func (g *cpuGrid) nodeRows(ni int) (from, to int) {
+	from = sort.Search(len(g.rows), func(i int) bool { return g.rows[i].node >= ni })
+	to = sort.Search(len(g.rows), func(i int) bool { return g.rows[i].node > ni })
+	return from, to
+}
+
+// cpuUse reads every node's per-CPU task-clock once.
+func cpuUse(nodes []NodeSamples) *cpuGrid {
+	g := &cpuGrid{}
 	times := map[int64]bool{}
 	for ni, n := range nodes {
 		cpus := map[int]bool{}
 		for _, s := range n.Samples {
-			if s.Seconds <= 0 {
+			if s.Seconds <= 0 || len(s.CPU) == 0 {
 				continue
 			}
+			times[s.Time.Unix()] = true
 			for _, c := range s.CPU {
-				if _, ok := c.Values["task-clock"]; ok {
-					cpus[c.CPU] = true
-					times[s.Time.Unix()] = true
-				}
+				cpus[c.CPU] = true
 			}
 		}
 		ids := make([]int, 0, len(cpus))
@@ -55,38 +70,31 @@ func heatFromSamples(nodes []NodeSamples, v *View) *Heat {
 		}
 		slices.Sort(ids)
 		for _, c := range ids {
-			rows = append(rows, rowKey{ni, c})
+			g.rows = append(g.rows, rowKey{ni, c})
 		}
 	}
-	if len(rows) == 0 {
-		v.Notes = append(v.Notes, "No heat map: no node measured CPU use per CPU (perf's task-clock).")
-		return nil
-	}
-	ts := make([]int64, 0, len(times))
+	g.ts = make([]int64, 0, len(times))
 	for t := range times {
-		ts = append(ts, t)
+		g.ts = append(g.ts, t)
 	}
-	slices.Sort(ts)
-	col := make(map[int64]int, len(ts))
-	for i, t := range ts {
+	slices.Sort(g.ts)
+	col := make(map[int64]int, len(g.ts))
+	for i, t := range g.ts {
 		col[t] = i
 	}
-	row := make(map[rowKey]int, len(rows))
-	for i, k := range rows {
+	row := make(map[rowKey]int, len(g.rows))
+	for i, k := range g.rows {
 		row[k] = i
 	}
-	// The values: busy share of each CPU in each interval (NaN: none).
-	grid := make([]float32, len(rows)*len(ts))
-	for i := range grid {
-		grid[i] = float32(math.NaN())
+	nts := len(g.ts)
+	g.grid = make([]float32, len(g.rows)*nts)
+	for i := range g.grid {
+		g.grid[i] = float32(math.NaN())
 	}
 	for ni, n := range nodes {
 		for _, s := range n.Samples {
-			if s.Seconds <= 0 {
-				continue
-			}
 			c, ok := col[s.Time.Unix()]
-			if !ok {
+			if !ok || s.Seconds <= 0 {
 				continue
 			}
 			for _, cv := range s.CPU {
@@ -95,11 +103,23 @@ func heatFromSamples(nodes []NodeSamples, v *View) *Heat {
 					continue
 				}
 				if r, ok := row[rowKey{ni, cv.CPU}]; ok {
-					grid[r*len(ts)+c] = float32(ns / 1e9 / s.Seconds)
+					g.grid[r*nts+c] = float32(ns / 1e9 / s.Seconds)
+					g.any = true
 				}
 			}
 		}
 	}
+	return g
+}
+
+// heatFromSamples is the CPU × time heat map of CPU use, or nil with a note when no node
+// measured it per CPU.
+func heatFromSamples(nodes []NodeSamples, g *cpuGrid, v *View) *Heat {
+	if !g.any {
+		v.Notes = append(v.Notes, "No heat map: no node measured CPU use per CPU (perf's task-clock).")
+		return nil
+	}
+	rows, ts, grid := g.rows, g.ts, g.grid
 	h := &Heat{Title: "CPU use of each CPU over time", Unit: "share", CPUs: len(rows), Max: 1,
 		PerRow: (len(rows) + MaxHeatRows - 1) / MaxHeatRows, PerCol: (len(ts) + MaxHeatCols - 1) / MaxHeatCols}
 	h.Rows = (len(rows) + h.PerRow - 1) / h.PerRow

@@ -145,9 +145,10 @@ func FromSamples(in SamplesInput) View {
 		}
 		v.Charts = append(v.Charts, c)
 	}
-	v.Heat = heatFromSamples(nodes, &v)
+	g := cpuUse(nodes)
+	v.Heat = heatFromSamples(nodes, g, &v)
 	if len(nodes) > 1 {
-		v.NodeTable = nodeTable(nodes)
+		v.NodeTable = nodeTable(nodes, g)
 	}
 	return v
 }
@@ -217,7 +218,7 @@ func quantile(sorted []float64, p float64) float64 {
 
 // nodeTable is each node's 10th percentile, median and 90th percentile of the key
 // metrics over the job's intervals (CPU use over its CPUs and intervals).
-func nodeTable(nodes []NodeSamples) *Table {
+func nodeTable(nodes []NodeSamples, g *cpuGrid) *Table {
 	cols := []metric{
 		{"cpu", "CPU use per CPU", "share", nil},
 		metrics[1], metrics[2], metrics[3], metrics[6],
@@ -226,20 +227,20 @@ func nodeTable(nodes []NodeSamples) *Table {
 	for _, c := range cols {
 		t.Columns = append(t.Columns, c.title)
 	}
-	for _, n := range nodes {
+	for ni, n := range nodes {
 		row := TableRow{Node: n.Node}
 		for _, c := range cols {
 			var vs []float64
-			for _, s := range n.Samples {
-				if s.Seconds <= 0 {
-					continue
-				}
-				if c.value == nil { // per CPU
-					for _, cv := range s.CPU {
-						if ns, ok := cv.Values["task-clock"]; ok {
-							vs = append(vs, ns/1e9/s.Seconds)
-						}
+			if c.value == nil { // per CPU, from the grid
+				from, to := g.nodeRows(ni)
+				for _, x := range g.grid[from*len(g.ts) : to*len(g.ts)] {
+					if !math.IsNaN(float64(x)) {
+						vs = append(vs, float64(x))
 					}
+				}
+			}
+			for _, s := range n.Samples {
+				if s.Seconds <= 0 || c.value == nil {
 					continue
 				}
 				if x, ok := c.value(s); ok {

@@ -41,8 +41,10 @@ func TestTree(t *testing.T) {
 	// Node 4 of a 4-node job idles while the others spin: only the job-wide view shows it.
 	imbalanced := "#!/bin/sh\nsrun -N4 -n4 sh -c 'if [ \"$SLURM_NODEID\" = 3 ]; then sleep 5; else " + load + " spin -seconds 5; fi'\n"
 
+	var fourNode uint32
 	t.Run("4-node job: digest covers all nodes, imbalance between nodes", func(t *testing.T) {
 		id := submit("-N4", "--wrap", imbalanced)
+		fourNode = id
 		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
 			t.Fatalf("job %d ended %s", id, st)
 		}
@@ -67,6 +69,13 @@ func TestTree(t *testing.T) {
 		if n := c.dbCycles(t, "sync1", id); n < 2 {
 			t.Errorf("the sync agent merged %d cycles of job %d, want its cycles", n, id)
 		}
+	})
+
+	t.Run("pictures: the 4-node job's HTML report and the web view, in a browser", func(t *testing.T) {
+		if fourNode == 0 {
+			t.Skip("the 4-node job failed")
+		}
+		testPictures(t, c, fourNode)
 	})
 
 	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {

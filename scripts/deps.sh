@@ -32,6 +32,9 @@ PKGS=(
 	jq bc
 	# make test: the pristine Debian root the set-up is proven on (scripts/fresh-check.sh)
 	mmdebstrap
+	# the pictures' tests: headless Chromium renders the HTML report and the web view (and
+	# a font to draw their text in the screenshots)
+	chromium fonts-dejavu-core
 	# make package's tests: the units checked with systemd-analyze verify, the .rpm's files
 	# listed with rpm
 	systemd rpm

@@ -174,6 +174,13 @@ sweep() {
 rc=0
 unshare --mount --propagation private "$0" __mounted "$WORK/root" "$GOROOT_HOST" "$CACHE" "$TARGET" || rc=$?
 sweep
+# What the tests keep for people to look at (the browser's screenshots), whatever the
+# outcome: build/test-artifacts of this checkout.
+if [ -d "$WORK/root/src/persyst/build/test-artifacts" ]; then
+	rm -rf "$ROOT/build/test-artifacts"
+	cp -r "$WORK/root/src/persyst/build/test-artifacts" "$ROOT/build/test-artifacts"
+	log "test artifacts in $ROOT/build/test-artifacts"
+fi
 [ "$rc" = 0 ] || die "failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
 log "passed in $((SECONDS - t0)) s"
 rm -rf "$WORK"

@@ -31,7 +31,6 @@ func commandFlags(ctx context.Context, name string) *flag.FlagSet {
 	return got
 }
 
-// runMan writes persyst.1 and persyst-COMMAND.1 for every command into --dir.
 // flagless are the commands that take no flags of their own (their arguments belong to
 // another program): their pages say so.
 var flagless = map[string]struct{ synopsis, text string }{
@@ -44,6 +43,7 @@ var flagless = map[string]struct{ synopsis, text string }{
 			"All arguments go to the mail program: persyst mail has no flags of its own."},
 }
 
+// runMan writes persyst.1 and persyst-COMMAND.1 for every command into --dir.
 func runMan(ctx context.Context, io stdio, args []string) error {
 	fs := flagSet(manCommand, io)
 	dir := fs.String("dir", ".", "directory to write the pages into")

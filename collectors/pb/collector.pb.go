@@ -530,9 +530,12 @@ func (x *Route) GetHolders() []string {
 }
 
 type Routes struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CycleTs       int64                  `protobuf:"varint,1,opt,name=cycle_ts,json=cycleTs,proto3" json:"cycle_ts,omitempty"`
-	Routes        []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	CycleTs int64                  `protobuf:"varint,1,opt,name=cycle_ts,json=cycleTs,proto3" json:"cycle_ts,omitempty"`
+	Routes  []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	// keeper is the agent that keeps every job's final report for the site (the
+	// frontend): a job's batch host sends it there at the job's end (KeepReport).
+	Keeper        string `protobuf:"bytes,3,opt,name=keeper,proto3" json:"keeper,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,6 +582,13 @@ func (x *Routes) GetRoutes() []*Route {
 		return x.Routes
 	}
 	return nil
+}
+
+func (x *Routes) GetKeeper() string {
+	if x != nil {
+		return x.Keeper
+	}
+	return ""
 }
 
 type JobSummaryRequest struct {
@@ -1179,10 +1189,11 @@ const file_collector_proto_rawDesc = "" +
 	"\aholders\x18\x04 \x03(\tR\aholders\x1a@\n" +
 	"\x12NodeCollectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
 	"\x06Routes\x12\x19\n" +
 	"\bcycle_ts\x18\x01 \x01(\x03R\acycleTs\x12)\n" +
-	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\"D\n" +
+	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\x12\x16\n" +
+	"\x06keeper\x18\x03 \x01(\tR\x06keeper\"D\n" +
 	"\x11JobSummaryRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
 	"\aholders\x18\x02 \x03(\tR\aholders\"\xaf\x01\n" +
@@ -1229,8 +1240,10 @@ const file_collector_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\rR\arecords\x12\x1f\n" +
 	"\vmax_records\x18\x03 \x01(\rR\n" +
-	"maxRecords2\xb2\x02\n" +
-	"\tCollector\x121\n" +
+	"maxRecords2\xe9\x02\n" +
+	"\tCollector\x125\n" +
+	"\n" +
+	"KeepReport\x12\x16.persyst.v1.JobSummary\x1a\x0f.persyst.v1.Ack\x121\n" +
 	"\x04Push\x12\x18.persyst.v1.CycleRecords\x1a\x0f.persyst.v1.Ack\x128\n" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
@@ -1282,28 +1295,30 @@ var file_collector_proto_depIdxs = []int32{
 	9,  // 5: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
 	10, // 6: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
 	13, // 7: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
-	1,  // 8: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 9: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	7,  // 10: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 11: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
-	12, // 12: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 13: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	12, // 14: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	7,  // 15: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 16: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 17: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 18: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 19: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 20: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 21: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 22: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 23: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 24: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	11, // 25: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	8,  // 26: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
-	8,  // 27: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
+	8,  // 8: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
+	1,  // 9: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	3,  // 10: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	7,  // 11: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	7,  // 12: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	12, // 13: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	6,  // 14: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	12, // 15: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	7,  // 16: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
+	7,  // 17: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
+	7,  // 18: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 19: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
+	4,  // 20: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 21: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	8,  // 22: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	11, // 23: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	12, // 24: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	4,  // 25: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
+	12, // 26: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	11, // 27: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	8,  // 28: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	8,  // 29: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
+	19, // [19:30] is the sub-list for method output_type
+	8,  // [8:19] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name

@@ -26,6 +26,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
+	Collector_KeepReport_FullMethodName  = "/persyst.v1.Collector/KeepReport"
 	Collector_Push_FullMethodName        = "/persyst.v1.Collector/Push"
 	Collector_PushPartial_FullMethodName = "/persyst.v1.Collector/PushPartial"
 	Collector_Summary_FullMethodName     = "/persyst.v1.Collector/Summary"
@@ -37,6 +38,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type CollectorClient interface {
+	// KeepReport keeps a job's final report (report_json) for the site's view (the
+	// frontend's database): sent by a node of the job.
+	KeepReport(ctx context.Context, in *JobSummary, opts ...grpc.CallOption) (*Ack, error)
 	Push(ctx context.Context, in *CycleRecords, opts ...grpc.CallOption) (*Ack, error)
 	PushPartial(ctx context.Context, in *PartialCycle, opts ...grpc.CallOption) (*Ack, error)
 	Summary(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
@@ -50,6 +54,16 @@ type collectorClient struct {
 
 func NewCollectorClient(cc grpc.ClientConnInterface) CollectorClient {
 	return &collectorClient{cc}
+}
+
+func (c *collectorClient) KeepReport(ctx context.Context, in *JobSummary, opts ...grpc.CallOption) (*Ack, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Ack)
+	err := c.cc.Invoke(ctx, Collector_KeepReport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *collectorClient) Push(ctx context.Context, in *CycleRecords, opts ...grpc.CallOption) (*Ack, error) {
@@ -106,6 +120,9 @@ func (c *collectorClient) Ping(ctx context.Context, in *Heartbeat, opts ...grpc.
 // All implementations must embed UnimplementedCollectorServer
 // for forward compatibility.
 type CollectorServer interface {
+	// KeepReport keeps a job's final report (report_json) for the site's view (the
+	// frontend's database): sent by a node of the job.
+	KeepReport(context.Context, *JobSummary) (*Ack, error)
 	Push(context.Context, *CycleRecords) (*Ack, error)
 	PushPartial(context.Context, *PartialCycle) (*Ack, error)
 	Summary(context.Context, *JobSummaryRequest) (*JobSummary, error)
@@ -121,6 +138,9 @@ type CollectorServer interface {
 // pointer dereference when methods are called.
 type UnimplementedCollectorServer struct{}
 
+func (UnimplementedCollectorServer) KeepReport(context.Context, *JobSummary) (*Ack, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepReport not implemented")
+}
 func (UnimplementedCollectorServer) Push(context.Context, *CycleRecords) (*Ack, error) {
 	return nil, status.Error(codes.Unimplemented, "method Push not implemented")
 }
@@ -155,6 +175,24 @@ func RegisterCollectorServer(s grpc.ServiceRegistrar, srv CollectorServer) {
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&Collector_ServiceDesc, srv)
+}
+
+func _Collector_KeepReport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobSummary)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CollectorServer).KeepReport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Collector_KeepReport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CollectorServer).KeepReport(ctx, req.(*JobSummary))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _Collector_Push_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -254,6 +292,10 @@ var Collector_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "persyst.v1.Collector",
 	HandlerType: (*CollectorServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "KeepReport",
+			Handler:    _Collector_KeepReport_Handler,
+		},
 		{
 			MethodName: "Push",
 			Handler:    _Collector_Push_Handler,

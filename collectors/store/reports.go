@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/persyst/persyst/digest"
 )
@@ -70,4 +71,66 @@ func (s *Store) Report(ctx context.Context, job uint32) (*digest.Report, error) 
 		return nil, fmt.Errorf("store: report of job %d: %w", job, err)
 	}
 	return &r, nil
+}
+
+// JobFilter selects jobs for ListJobs: each set field narrows the list.
+type JobFilter struct {
+	User     string    // the job's user
+	Finding  string    // a property key among the report's findings
+	Since    time.Time // updated at or after
+	MinNodes int
+	// Limit bounds the rows (default and most: MaxListed).
+	Limit int
+}
+
+// MaxListed bounds the jobs one ListJobs returns.
+const MaxListed = 10000
+
+// Listed is a job's row with its report (nil when none is stored).
+type Listed struct {
+	Job    Job
+	Report *digest.Report
+}
+
+// ListJobs returns the jobs the filter selects, the most recently updated first, with
+// their reports. A report in a newer schema, or one that cannot be read, is left out
+// (the job is listed).
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
+	limit := f.Limit
+	if limit <= 0 || limit > MaxListed {
+		limit = MaxListed
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT j.job_id, j.cluster, j.user, j.nodes, j.nnodes, j.cpus, j.start_ts, j.end_ts, j.samples, j.updated_ts,
+			r.schema, r.report
+		FROM jobs j LEFT JOIN reports r ON r.job_id = j.job_id
+		WHERE (?1 = '' OR j.user = ?1) AND j.updated_ts >= ?2 AND coalesce(j.nnodes, 0) >= ?3
+			AND (?4 = '' OR EXISTS (SELECT 1 FROM json_each(r.report, '$.findings') f WHERE json_extract(f.value, '$.key') = ?4))
+		ORDER BY j.updated_ts DESC, j.job_id DESC LIMIT ?5`,
+		f.User, f.Since.Unix(), f.MinNodes, f.Finding, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []Listed
+	for rows.Next() {
+		var cluster, user, nodes, report sql.NullString
+		var nnodes, cpus, start, end, schema sql.NullInt64
+		var updated int64
+		var l Listed
+		if err := rows.Scan(&l.Job.ID, &cluster, &user, &nodes, &nnodes, &cpus, &start, &end, &l.Job.Samples, &updated, &schema, &report); err != nil {
+			return nil, fmt.Errorf("store: list jobs: %w", err)
+		}
+		l.Job.Cluster, l.Job.User, l.Job.Nodes = cluster.String, user.String, nodes.String
+		l.Job.NNodes, l.Job.CPUs = int(nnodes.Int64), int(cpus.Int64)
+		l.Job.Start, l.Job.End = fromUnix(start), fromUnix(end)
+		l.Job.Updated = time.Unix(updated, 0).UTC()
+		if report.Valid && schema.Int64 <= digest.SchemaVersion {
+			var r digest.Report
+			if json.Unmarshal([]byte(report.String), &r) == nil {
+				l.Report = &r
+			}
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
 }

@@ -57,7 +57,19 @@ type Uplink struct {
 	dest    map[uint32]string           // where each pending cycle goes
 	wake    chan struct{}
 	down    map[string]bool
+	keeper  string // where final reports go (Routes.keeper), "" : nowhere
+	keep    chan keptReport
 }
+
+// keptReport is a job's final report waiting to be sent to the keeper.
+type keptReport struct {
+	job  uint32
+	json []byte
+}
+
+// MaxKeepQueue bounds the final reports waiting for the keeper; beyond it the newest is
+// dropped (and logged): a site view misses a report rather than the daemon growing.
+const MaxKeepQueue = 256
 
 // New prepares sending; connections are made lazily, on the first push.
 func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
@@ -68,7 +80,8 @@ func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 		cfg.Retries = 2
 	}
 	return &Uplink{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
-		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{}}, nil
+		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{},
+		keep: make(chan keptReport, MaxKeepQueue)}, nil
 }
 
 // Bounds of what a node keeps of its routes: routes in one message (a node runs at most
@@ -92,6 +105,9 @@ func (s *Uplink) SetRoutes(rs *pb.Routes) error {
 			return fmt.Errorf("job %d: %d holders and %d node routes, more than %d and %d", r.JobId, len(r.Holders), len(r.NodeCollector), maxHolders, MaxRoutes)
 		}
 	}
+	s.mu.Lock()
+	s.keeper = rs.Keeper
+	s.mu.Unlock()
 	routes, aggs := map[uint32]string{}, map[uint32]string{}
 	holders := map[uint32][]string{}
 	for _, r := range rs.Routes {
@@ -195,12 +211,80 @@ func (s *Uplink) Pending() int {
 	return len(s.pending)
 }
 
+// Keep hands a job's final report to the tree's keeper (the frontend), in the
+// background; without a keeper (no frontend has sent routes) it is not sent.
+func (s *Uplink) Keep(job uint32, r digest.Report) {
+	s.mu.Lock()
+	keeper := s.keeper
+	s.mu.Unlock()
+	if keeper == "" {
+		return
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		s.log.Error().Err(err).Uint32("job", job).Msg("final report not kept")
+		return
+	}
+	select {
+	case s.keep <- keptReport{job, b}:
+	default:
+		s.log.Warn().Uint32("job", job).Int("queued", MaxKeepQueue).Msg("final report not sent to the keeper: too many waiting")
+	}
+}
+
+// sendKept sends the final reports to the keeper, each tried for a while, until ctx is
+// done.
+func (s *Uplink) sendKept(ctx context.Context) {
+	for {
+		var k keptReport
+		select {
+		case <-ctx.Done():
+			return
+		case k = <-s.keep:
+		}
+		s.mu.Lock()
+		keeper := s.keeper
+		s.mu.Unlock()
+		err := errors.New("no keeper")
+		for try := 0; try < 3 && keeper != ""; try++ {
+			if err = s.keepOnce(ctx, keeper, k); err == nil || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(try+1) * 2 * time.Second):
+			}
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Uint32("job", k.job).Str("keeper", keeper).Msg("final report not kept by the tree")
+		}
+	}
+}
+
+func (s *Uplink) keepOnce(ctx context.Context, addr string, k keptReport) error {
+	cl, err := s.client(addr)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ack, err := cl.KeepReport(pctx, &pb.JobSummary{JobId: k.job, Nodes: []string{s.cfg.Node}, ReportJson: k.json})
+	switch {
+	case err != nil:
+		return err
+	case !ack.Ok:
+		return errors.New(ack.Error)
+	}
+	return nil
+}
+
 // Run sends queued cycles until ctx is done; while the collector is down it retries
-// every retry interval.
+// every retry interval. Final reports go to the keeper meanwhile.
 func (s *Uplink) Run(ctx context.Context, retry time.Duration) {
 	if retry <= 0 {
 		retry = time.Second
 	}
+	go s.sendKept(ctx)
 	t := time.NewTicker(retry)
 	defer t.Stop()
 	defer func() {

@@ -1,0 +1,32 @@
+package web
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+)
+
+//go:embed pages.html.tmpl
+var pagesTemplate string
+
+var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
+	"hours": func(h float64) string { return fmt.Sprintf("%.1f", h) },
+}).Parse(pagesTemplate))
+
+// page renders a page (a template of pages.html.tmpl) whole before writing it, so that a
+// failure is an error page, not half a page.
+func (s *server) page(w http.ResponseWriter, name string, data any) {
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, name, struct {
+		Data    any
+		Source  string
+		Version string
+	}{data, s.o.Source, s.o.Version}); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
+}

@@ -1,0 +1,170 @@
+package web
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
+)
+
+var now = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// site is a database with four jobs: alice's 1 (idle CPUs, 4 CPUs, 1 h) and 2 (no
+// findings), bob's 3 (small writes, 2 nodes), and carol's 4 (idle CPUs, updated 8 days
+// ago).
+func site(t *testing.T) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	clock := now
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "front.db"), store.Options{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	add := func(id uint32, user string, nnodes, cpus int, age time.Duration, findings ...properties.Result) {
+		clock = now.Add(-age)
+		nodes := []string{"node1", "node2"}[:nnodes]
+		if err := st.PutJob(ctx, store.Job{ID: id, User: user, Nodes: strings.Join(nodes, ","), NNodes: nnodes}); err != nil {
+			t.Fatal(err)
+		}
+		if findings == nil {
+			findings = []properties.Result{}
+		}
+		if err := st.PutReport(ctx, digest.Report{Schema: digest.SchemaVersion, JobID: id, Nodes: nodes, NNodes: nnodes, CPUs: cpus,
+			Seconds: 3600, Samples: 60, Findings: findings}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := properties.Result{Key: "idle_cores", Name: "Allocated CPUs left idle", TimeShare: 0.5, MeanSeverity: 0.4, Finding: true}
+	writes := properties.Result{Key: "io_write_request_size", Name: "Small writes", TimeShare: 1, MeanSeverity: 0.9, Finding: true}
+	add(1, "alice", 1, 4, time.Hour, idle)
+	add(2, "alice", 1, 2, 2*time.Hour)
+	add(3, "bob", 2, 8, 3*time.Hour, writes, idle)
+	add(4, "carol", 1, 4, 8*24*time.Hour, idle)
+	return st
+}
+
+var jobRE = regexp.MustCompile(`data-job="(\d+)"`)
+
+// get asks for path from remote as user ("" : no header) and returns the status and the
+// jobs listed.
+func get(t *testing.T, o Options, remote, user, path string) (int, string, []string) {
+	t.Helper()
+	o.Now = func() time.Time { return now }
+	o.Log, o.Source = zerolog.Nop(), "front.db"
+	h, err := Handler(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", path, nil)
+	r.RemoteAddr = remote
+	if user != "" {
+		r.Header.Set("X-Remote-User", user)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var jobs []string
+	for _, m := range jobRE.FindAllStringSubmatch(w.Body.String(), -1) {
+		jobs = append(jobs, m[1])
+	}
+	return w.Code, w.Body.String(), jobs
+}
+
+func TestWhoSeesWhat(t *testing.T) {
+	st := site(t)
+	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" }}
+	const proxy = "127.0.0.1:40000"
+	cases := []struct {
+		name, remote, user, path string
+		code                     int
+		jobs                     []string
+	}{
+		{"a user sees their own jobs", proxy, "alice", "/", 200, []string{"1", "2"}},
+		{"and cannot list another's", proxy, "alice", "/?user=bob", 200, []string{"1", "2"}},
+		{"an admin sees every job", proxy, "root", "/", 200, []string{"1", "2", "3", "4"}},
+		{"an admin filters by user", proxy, "root", "/?user=bob", 200, []string{"3"}},
+		{"by finding", proxy, "root", "/?finding=idle_cores", 200, []string{"1", "3", "4"}},
+		{"by time", proxy, "root", "/?since=7d", 200, []string{"1", "2", "3"}},
+		{"by size", proxy, "root", "/?min_nodes=2", 200, []string{"3"}},
+		{"a user's own job page", proxy, "alice", "/job/1", 200, nil},
+		{"another user's job is not found", proxy, "alice", "/job/3", 404, nil},
+		{"a job that does not exist", proxy, "root", "/job/99", 404, nil},
+		{"not through the proxy", "10.1.2.3:5000", "root", "/", 403, nil},
+		{"no user named", proxy, "", "/", 401, nil},
+		{"a user name that is no name", proxy, "alice bob", "/", 401, nil},
+		{"a bad filter", proxy, "root", "/?since=yesterday", 400, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body, jobs := get(t, o, c.remote, c.user, c.path)
+			if code != c.code {
+				t.Fatalf("%s: %d, want %d\n%s", c.path, code, c.code, body)
+			}
+			if c.jobs != nil {
+				if diff := cmp.Diff(c.jobs, sorted(jobs)); diff != "" {
+					t.Errorf("%s as %s: jobs (-want +got):\n%s", c.path, c.user, diff)
+				}
+			}
+		})
+	}
+}
+
+func sorted(xs []string) []string {
+	out := append([]string{}, xs...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// TestSite: this week's findings, by the core-hours they held for.
+func TestSite(t *testing.T) {
+	st := site(t)
+	code, body, _ := get(t, Options{Store: st, All: true}, "127.0.0.1:1", "", "/site")
+	if code != 200 {
+		t.Fatalf("%d\n%s", code, body)
+	}
+	// Small writes: bob's job 3, 8 CPUs × 1 h × 100% = 8.0; idle CPUs: alice's 1 (4 × 1 ×
+	// 0.5 = 2.0) and bob's 3 (8 × 1 × 0.5 = 4.0): 6.0 (carol's is older than a week).
+	for _, want := range []string{
+		`data-key="io_write_request_size"><td><a href="/?finding=io_write_request_size">Small writes</a></td><td class="num">1</td><td class="num">8.0</td>`,
+		`data-key="idle_cores"><td><a href="/?finding=idle_cores">Allocated CPUs left idle</a></td><td class="num">2</td><td class="num">6.0</td>`,
+		"<td>bob (4.0), alice (2.0)</td>",
+		"3 jobs with a report, 14.0 core-hours measured",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the site page lacks %q:\n%s", want, body)
+		}
+	}
+	if strings.Index(body, "Small writes") > strings.Index(body, "Allocated CPUs left idle") {
+		t.Error("findings are not ordered by core-hours")
+	}
+	// A user's site page counts their own jobs only.
+	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
+	if strings.Contains(body, "bob") || !strings.Contains(body, "in alice's jobs") {
+		t.Errorf("alice's site page shows others' jobs:\n%s", body)
+	}
+}
+
+func TestOptionsMustSayWhoSeesWhat(t *testing.T) {
+	st := site(t)
+	for _, o := range []Options{{Store: st}, {Store: st, All: true, UserHeader: "X-User"}, {}} {
+		if _, err := Handler(o); err == nil {
+			t.Errorf("Handler(%+v) made a view", o)
+		}
+	}
+}
