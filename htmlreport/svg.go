@@ -48,6 +48,18 @@ func (x xScale) ticks(b *strings.Builder, y float64) {
 	}
 }
 
+// niceCeil rounds v up to 1, 2, 2.5, 4 or 5 times a power of ten, so that the axis's
+// quarters are round numbers (4 ticks of 0.25 each for 1, 0.5 for 2, ...).
+func niceCeil(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 4, 5, 8, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
 // chartSVG draws a chart: shaded stretches, bands, lines, the reference, the axes.
 func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
 	x := xScale{t0, t1}
@@ -68,7 +80,7 @@ func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
 	if top <= 0 || math.IsNaN(top) || math.IsInf(top, 0) {
 		top = 1
 	}
-	top *= 1.05
+	top = niceCeil(top * 1.02)
 	y := func(v float64) float64 {
 		return padT + (1-math.Min(math.Max(v/top, 0), 1))*(chartH-padT-padB)
 	}
@@ -131,6 +143,10 @@ func lanesSVG(lanes []Lane, t0, t1 time.Time) template.HTML {
 		y := i * laneH
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" class="tick">%d.</text>`, padL-4, y+13, i+1)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" class="lane"/>`, padL, y+2, chartW-padL-padR, laneH-4)
+		if len(l.Spans) == 0 {
+			// A job-level property (between nodes, memory over the job): judged once.
+			fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick">judged over the whole job, not per interval</text>`, padL+6, y+13)
+		}
 		for _, s := range l.Spans {
 			x0, x1 := x.at(s.From), x.at(s.To)
 			fmt.Fprintf(&b, `<rect class="held" data-finding="%s" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`,

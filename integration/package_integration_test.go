@@ -24,7 +24,7 @@ func TestPackage(t *testing.T) {
 	if len(debs) != 1 || len(rpms) != 1 {
 		t.Fatalf("want one .deb and one .rpm in build/package (make package): %v %v", debs, rpms)
 	}
-	units := []string{"persyst-daemon", "persyst-collector", "persyst-sync", "persyst-frontend"}
+	units := []string{"persyst-daemon", "persyst-collector", "persyst-sync", "persyst-frontend", "persyst-web"}
 	want := []string{"/usr/bin/persyst", "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so", "/etc/slurm/persyst.conf",
 		"/etc/slurm/plugstack.conf.d/persyst.conf", "/etc/default/persyst", "/usr/lib/sysusers.d/persyst.conf",
 		"/usr/lib/tmpfiles.d/persyst.conf", "/usr/share/man/man1/persyst.1.gz", "/usr/share/doc/persyst/admin.md", "/usr/lib/persyst/slurm-mail"}

@@ -14,7 +14,7 @@ fi
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload >/dev/null 2>&1 || true
 	# An upgrade restarts the services that run (state files are kept: docs/admin.md).
-	for u in persyst-daemon persyst-collector persyst-sync persyst-frontend; do
+	for u in persyst-daemon persyst-collector persyst-sync persyst-frontend persyst-web; do
 		systemctl try-restart "$u.service" >/dev/null 2>&1 || true
 	done
 fi

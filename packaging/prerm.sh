@@ -5,7 +5,7 @@ case "$1" in
 upgrade | 1) exit 0 ;; # deb: upgrade; rpm: $1 is the number of versions left
 esac
 if [ -d /run/systemd/system ]; then
-	for u in persyst-daemon persyst-collector persyst-sync persyst-frontend; do
+	for u in persyst-daemon persyst-collector persyst-sync persyst-frontend persyst-web; do
 		systemctl disable --now "$u.service" >/dev/null 2>&1 || true
 	done
 fi

@@ -12,7 +12,18 @@ import (
 var pagesTemplate string
 
 var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
-	"hours": func(h float64) string { return fmt.Sprintf("%.1f", h) },
+	"hours": func(h float64) string {
+		if h >= 10 {
+			return fmt.Sprintf("%.0f", h)
+		}
+		return fmt.Sprintf("%.2g", h)
+	},
+	"jobs": func(n int) string {
+		if n == 1 {
+			return "1 job"
+		}
+		return fmt.Sprintf("%d jobs", n)
+	},
 }).Parse(pagesTemplate))
 
 // page renders a page (a template of pages.html.tmpl) whole before writing it, so that a

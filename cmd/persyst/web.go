@@ -21,7 +21,7 @@ type webOptions struct {
 }
 
 func (o *webOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.db, "db", "/var/lib/persyst/frontend.db", "the database to show (the frontend's keeps every job's final report)")
+	fs.StringVar(&o.db, "db", "/var/lib/persyst-frontend/frontend.db", "the database to show (the frontend's keeps every job's final report)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&o.userHeader, "user-header", "", "request header in which the site's reverse proxy names the authenticated user (e.g. X-Remote-User)")
 	fs.StringVar(&o.proxies, "proxy", "127.0.0.1/32,::1/128", "networks the reverse proxy connects from (only they may set --user-header)")
