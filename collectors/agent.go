@@ -110,8 +110,9 @@ func (a *agent) serveMetrics(ctx context.Context, o AgentOptions, addr string) e
 	if addr == "" {
 		return nil
 	}
-	_, err := exporter.Serve(ctx, exporter.ServeOptions{Addr: addr, Allow: o.Config.MetricsAllow, Registry: a.metrics, Log: o.Log})
-	return err
+	// Metrics never keep an agent from its work: an address in use is retried.
+	_ = exporter.Keep(ctx, exporter.ServeOptions{Addr: addr, Allow: o.Config.MetricsAllow, Registry: a.metrics, Log: o.Log}, 0)
+	return nil
 }
 
 func (a *agent) close() {

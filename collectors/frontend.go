@@ -526,7 +526,10 @@ func (f *Frontend) KeepReport(ctx context.Context, in *pb.JobSummary) (*pb.Ack, 
 		f.cfg.Log.Warn().Uint32("job", in.JobId).Str("node", node).Str("batch_host", first).Msg("final report refused: not from the job's batch host")
 		return &pb.Ack{Error: fmt.Sprintf("job %d: reports come from its batch host %s, not %q", in.JobId, first, node)}, nil
 	}
-	j := store.Job{ID: in.JobId, User: facts.User, Nodes: facts.NodeList, NNodes: len(facts.Nodes), Start: facts.Start}
+	// No Start: the row may hold the job's cycles merged here, under the start its report
+	// gave (PutJob would take a different start for an earlier job of the same id and
+	// delete them).
+	j := store.Job{ID: in.JobId, User: facts.User, Nodes: facts.NodeList, NNodes: len(facts.Nodes)}
 	if !facts.Running() && !facts.End.IsZero() {
 		j.End = facts.End
 	}

@@ -107,10 +107,8 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	if cfg.Metrics.Addr != "" {
-		if _, err := exporter.Serve(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, Registry: promReg, Log: log}); err != nil {
-			ln.Close()
-			return err
-		}
+		// Metrics never keep the daemon from following jobs: an address in use is retried.
+		_ = exporter.Keep(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, Registry: promReg, Log: log}, 0)
 	}
 	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID, Metrics: cfg.Measure.Metrics}, reg, meas, log, clock)
 	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)

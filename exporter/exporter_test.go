@@ -214,3 +214,33 @@ func TestFrontendCycle(t *testing.T) {
 		t.Errorf("jobs (-want +got):\n%s", diff)
 	}
 }
+
+// TestKeepRetriesABusyAddress: an address in use is logged and retried; metrics are
+// served once it is free.
+func TestKeepRetriesABusyAddress(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	oldCtx, stopOld := context.WithCancel(ctx)
+	busy, err := Serve(oldCtx, ServeOptions{Addr: "127.0.0.1:0", Registry: NewRegistry("daemon", "old"), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	err = Keep(ctx, ServeOptions{Addr: busy.String(), Registry: NewRegistry("daemon", "new"), Log: zerolog.New(&logs)}, 50*time.Millisecond)
+	if err == nil || !strings.Contains(logs.String(), "the address is retried") {
+		t.Fatalf("Keep on a busy address: %v, log %s", err, logs.String())
+	}
+	stopOld()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + busy.String() + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), `version="new"`) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Error("the new metrics were not served once the address was free")
+}

@@ -65,6 +65,36 @@ func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
+// Keep serves like Serve, but an address that cannot be bound does not stop the agent: the
+// error is logged and the bind retried every retry (default 10 s) until it succeeds or ctx
+// is done. It returns nil when the first bind succeeded, else the first error (the agent
+// goes on without metrics for now).
+func Keep(ctx context.Context, opts ServeOptions, retry time.Duration) error {
+	if retry <= 0 {
+		retry = 10 * time.Second
+	}
+	_, err := Serve(ctx, opts)
+	if err == nil {
+		return nil
+	}
+	opts.Log.Error().Err(err).Dur("retry", retry).Msg("metrics not served yet: the address is retried")
+	go func() {
+		t := time.NewTicker(retry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := Serve(ctx, opts); err == nil {
+				return
+			}
+		}
+	}()
+	return err
+}
+
 // Handler answers /metrics for the allowed clients, 403 for the others and 404 for any
 // other path.
 func Handler(opts ServeOptions) http.Handler {

@@ -117,6 +117,12 @@ kill_pid() {
 	done
 	log "$name (pid $pid) did not stop on SIGTERM; sending SIGKILL"
 	kill -KILL "$pid" 2>/dev/null || true
+	# Gone before anything takes its place (its ports, its socket).
+	for _ in $(seq 1 100); do
+		alive "$pid" || return 0
+		sleep 0.05
+	done
+	log "$name (pid $pid) still there after SIGKILL"
 }
 
 kill_pidfile() {
