@@ -200,3 +200,23 @@ func BenchmarkRender64x48x24h(b *testing.B) {
 	}
 	b.ReportMetric(float64(size)/(1<<20), "MiB/page")
 }
+
+func TestNiceAxisTop(t *testing.T) {
+	tests := []struct {
+		v    float64
+		unit string
+		want float64
+	}{
+		{0.37, "CPUs", 0.4},
+		{3.1, "CPUs", 4},
+		{47, "/s", 50},
+		{1.1e9, "bytes", 2 << 30},     // 1.02 GiB: 2 GiB, so the quarters are 512 MiB
+		{13 << 30, "bytes", 20 << 30}, // 13 GiB: 20 GiB (ticks of 5 GiB)
+		{300 << 10, "B/s", 400 << 10},
+	}
+	for _, tc := range tests {
+		if got := niceCeilIn(tc.v, tc.unit); got != tc.want {
+			t.Errorf("niceCeilIn(%g, %s) = %g, want %g", tc.v, tc.unit, got, tc.want)
+		}
+	}
+}

@@ -60,6 +60,18 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
+// niceCeilIn is niceCeil in the unit's own steps: bytes in KiB, MiB, GiB, ...
+func niceCeilIn(v float64, unit string) float64 {
+	if unit != "bytes" && unit != "B/s" {
+		return niceCeil(v)
+	}
+	scale := 1.0
+	for v/scale >= 1024 {
+		scale *= 1024
+	}
+	return niceCeil(v/scale) * scale
+}
+
 // chartSVG draws a chart: shaded stretches, bands, lines, the reference, the axes.
 func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
 	x := xScale{t0, t1}
@@ -80,7 +92,7 @@ func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
 	if top <= 0 || math.IsNaN(top) || math.IsInf(top, 0) {
 		top = 1
 	}
-	top = niceCeil(top * 1.02)
+	top = niceCeilIn(top*1.02, c.Unit)
 	y := func(v float64) float64 {
 		return padT + (1-math.Min(math.Max(v/top, 0), 1))*(chartH-padT-padB)
 	}

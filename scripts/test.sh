@@ -33,13 +33,13 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	echo "== unit tests"
 	go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
 
-	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 5s); a crash
+	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 3s); a crash
 	# fails the tests and leaves its input under the package's testdata/fuzz.
 	echo "== fuzzing"
 	for pkg in $(go list ./... | grep -v /integration); do
 		dir=$(go list -f '{{.Dir}}' "$pkg")
 		for fz in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
-			go test -run XXX -fuzz "^$fz\$" -fuzztime "${PERSYST_FUZZTIME:-5s}" "$pkg" >build/fuzz.log 2>&1 ||
+			go test -run XXX -fuzz "^$fz\$" -fuzztime "${PERSYST_FUZZTIME:-3s}" "$pkg" >build/fuzz.log 2>&1 ||
 				{ cat build/fuzz.log; echo "fuzz: $fz in $pkg failed" >&2; exit 1; }
 			echo "ok  $pkg $fz"
 		done
