@@ -1,10 +1,12 @@
 package htmlreport
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 )
@@ -125,4 +127,23 @@ func fromResults(rs []properties.Result) []propertyName {
 		out = append(out, propertyName{r.Key, r.Name, r.Unit})
 	}
 	return out
+}
+
+// FromStore builds a job's view from a database of the agent tree (FromCycles).
+func FromStore(ctx context.Context, st *store.Store, source string, r *digest.Report) (View, error) {
+	keys, err := st.Keys(ctx, r.JobID)
+	if err != nil {
+		return View{}, err
+	}
+	in := CyclesInput{Report: *r, Source: "the database " + source, Cycles: map[string][]Cycle{}}
+	for _, k := range keys {
+		cs, err := st.Cycles(ctx, r.JobID, k)
+		if err != nil {
+			return View{}, err
+		}
+		for _, c := range cs {
+			in.Cycles[k] = append(in.Cycles[k], Cycle{Time: c.Time, Quantiles: c.Summary.Quantiles, Share: c.TimeShare})
+		}
+	}
+	return FromCycles(in), nil
 }

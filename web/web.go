@@ -264,7 +264,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	view, err := ViewFromStore(r.Context(), s.o.Store, s.o.Source, rep)
+	view, err := htmlreport.FromStore(r.Context(), s.o.Store, s.o.Source, rep)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -273,25 +273,6 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	if err := htmlreport.Render(w, view, htmlreport.Options{Version: s.o.Version}); err != nil {
 		s.o.Log.Warn().Err(err).Uint64("job", id).Msg("web: job page not rendered")
 	}
-}
-
-// ViewFromStore is a job's report view from a database's cycles.
-func ViewFromStore(ctx context.Context, st *store.Store, source string, r *digest.Report) (htmlreport.View, error) {
-	keys, err := st.Keys(ctx, r.JobID)
-	if err != nil {
-		return htmlreport.View{}, err
-	}
-	in := htmlreport.CyclesInput{Report: *r, Source: "the database " + source, Cycles: map[string][]htmlreport.Cycle{}}
-	for _, k := range keys {
-		cs, err := st.Cycles(ctx, r.JobID, k)
-		if err != nil {
-			return htmlreport.View{}, err
-		}
-		for _, c := range cs {
-			in.Cycles[k] = append(in.Cycles[k], htmlreport.Cycle{Time: c.Time, Quantiles: c.Summary.Quantiles, Share: c.TimeShare})
-		}
-	}
-	return htmlreport.FromCycles(in), nil
 }
 
 // cost is what one finding cost over the jobs it was found in.

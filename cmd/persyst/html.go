@@ -44,21 +44,7 @@ func viewFromDB(ctx context.Context, db string, r *digest.Report) (htmlreport.Vi
 		return htmlreport.View{}, err
 	}
 	defer st.Close()
-	keys, err := st.Keys(ctx, r.JobID)
-	if err != nil {
-		return htmlreport.View{}, err
-	}
-	in := htmlreport.CyclesInput{Report: *r, Source: "the database " + db, Cycles: map[string][]htmlreport.Cycle{}}
-	for _, k := range keys {
-		cs, err := st.Cycles(ctx, r.JobID, k)
-		if err != nil {
-			return htmlreport.View{}, err
-		}
-		for _, c := range cs {
-			in.Cycles[k] = append(in.Cycles[k], htmlreport.Cycle{Time: c.Time, Quantiles: c.Summary.Quantiles, Share: c.TimeShare})
-		}
-	}
-	return htmlreport.FromCycles(in), nil
+	return htmlreport.FromStore(ctx, st, db, r)
 }
 
 // viewFromDaemons is a job's view from its nodes' daemons: this machine's through its
