@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# overhead.sh — how much measuring slows a program down: wall time of a CPU-bound and a
-# memory-bound program (persyst-workload cpu / membw, each sized to about TARGET seconds)
-# run directly and under `persyst run --interval 1s` and `--interval 60s`.
+# overhead.sh — how much measuring slows a program down: wall time of a CPU-bound, a
+# memory-bound and a syscall-heavy program (persyst-workload cpu / membw / openclose, each
+# sized to about TARGET seconds) run directly and under `persyst run --interval 1s` and
+# `--interval 60s`. The syscall storm (openat and close of one file, over and over) is
+# where the syscall tracepoints persyst counts cost a program most.
 #
-#   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 3 minutes)
+#   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 5 minutes)
 #
 # A/B/C runs are interleaved: every round runs each configuration once, in an order
 # rotated from round to round (U 1s 60s, 1s 60s U, 60s U 1s, ...), so that slow drift of
@@ -99,6 +101,7 @@ awk -v f="$fixed" -v d="$fd" -v t="$tm" 'BEGIN {printf "fixed cost of persyst ru
 
 cpu_n=$(calibrate 100000000 400000000 "$W" cpu -iterations)
 mem_n=$(calibrate 8 24 "$W" membw -mib 256 -passes)
+sys_n=$(calibrate 100000 400000 "$W" openclose -file "$tmp/storm" -n)
 
 # row LABEL UNMEASURED-ARRAY MEASURED-ARRAY SAMPLES-ARRAY: one table row (uses mu, fixed).
 row() {
@@ -155,6 +158,7 @@ bench() {
 
 bench "CPU-bound" "$W" cpu -iterations "$cpu_n"
 bench "memory-bound" "$W" membw -mib 256 -passes "$mem_n"
+bench "syscall storm (openat/close)" "$W" openclose -file "$tmp/storm" -n "$sys_n"
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "slowdown (medians) = median(measured)/median(unmeasured) - 1; (paired) = median over rounds of measured/unmeasured - 1;"
