@@ -118,6 +118,8 @@ bench: deps build
 	bench/accounting.sh
 	$(GO) test -run XXX -bench BenchmarkRead -benchtime 2000x ./daemon/measure/
 	$(GO) test -run XXX -bench 'BenchmarkScrape32Jobs|BenchmarkDigestAccounting' ./daemon/
+	$(GO) test -run XXX -bench 'CycleIngest' -benchtime 5x ./collectors/
+	$(GO) test -run XXX -bench 'Render64x48x24h' -benchtime 3x ./htmlreport/
 
 clean:
 	-scripts/cluster.sh down
