@@ -232,7 +232,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
 		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
-		Self: o.Listen, Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm), Facts: jm.Job,
+		Self: advertised(o.Listen, os.Hostname), Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm), Facts: jm.Job,
 		Metrics: exporter.NewFrontend(a.metrics),
 	})
 	if err != nil {
@@ -252,6 +252,24 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 	o.Log.Info().Int("nodes", len(where.nodes)).Int("collectors", len(where.collectors)).Msg("persyst frontend running")
 	sdnotify.Serving(ctx, o.Log)
 	return f.Run(ctx, o.Cycle)
+}
+
+// advertised is the address other agents and the nodes reach a listener at: listen, with
+// this machine's name for a host left out or unspecified (":16832", "0.0.0.0:16832",
+// "[::]:16832"), which would name the caller's own machine.
+func advertised(listen string, hostname func() (string, error)) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		return listen
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	name, err := hostname()
+	if err != nil || name == "" {
+		return listen
+	}
+	return net.JoinHostPort(name, port)
 }
 
 // collectorMetrics gives the collector's job count to its metrics, which are made

@@ -362,3 +362,20 @@ func TestKeepReport(t *testing.T) {
 		}
 	}
 }
+
+func TestAdvertised(t *testing.T) {
+	host := func() (string, error) { return "fe1", nil }
+	for in, want := range map[string]string{
+		"":                  "",
+		":16832":            "fe1:16832",
+		"0.0.0.0:16832":     "fe1:16832",
+		"[::]:16832":        "fe1:16832",
+		"10.0.0.9:16832":    "10.0.0.9:16832",
+		"frontend-a:16832":  "frontend-a:16832",
+		"[2001:db8::1]:443": "[2001:db8::1]:443",
+	} {
+		if got := advertised(in, host); got != want {
+			t.Errorf("advertised(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
