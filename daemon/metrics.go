@@ -15,9 +15,6 @@ var snapshotNames = []string{
 	"persyst_job_top_severity",
 }
 
-// openEvents are the tracepoints whose sum is a job's file opens.
-var openEvents = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
-
 // snapshot gives the registry's jobs by state and, for every running job measured on this
 // node, its latest interval. A value the node does not measure has no series.
 func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
@@ -75,14 +72,7 @@ func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
 // jobGauges gives a job's gauges from one interval of it on a node with cpus CPUs.
 func jobGauges(s sample.Sample, cpus int, emit func(name string, v float64)) {
 	emit("persyst_job_cpus", float64(cpus))
-	busy, ok := 0.0, false
-	if ns, has := s.Rate("task-clock"); has {
-		busy, ok = ns/1e9, true
-	} else if u, has := s.Rate("cpu_user_seconds"); has {
-		sys, _ := s.Rate("cpu_system_seconds")
-		busy, ok = u+sys, true
-	}
-	if ok {
+	if busy, ok := s.CPUsBusy(); ok {
 		emit("persyst_job_cpus_busy", busy)
 		if cpus > 0 {
 			emit("persyst_job_idle_ratio", min(max(1-busy/float64(cpus), 0), 1))
@@ -97,13 +87,7 @@ func jobGauges(s sample.Sample, cpus int, emit func(name string, v float64)) {
 	if v, has := s.Rate("write_chars"); has {
 		emit("persyst_job_write_bytes_per_second", v)
 	}
-	opens, has := 0.0, false
-	for _, e := range openEvents {
-		if v, ok := s.Rate(e); ok {
-			opens, has = opens+v, true
-		}
-	}
-	if has {
+	if opens, has := s.FileOpens(); has {
 		emit("persyst_job_file_opens_per_second", opens)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/quantile"
 )
 
 // Cycle is one property's values over a job's devices in one cycle, as a collector
@@ -103,9 +104,9 @@ func FromCycles(in CyclesInput) View {
 			if cy.Time.After(v.End) {
 				v.End = cy.Time
 			}
-			med.Points = append(med.Points, Point{cy.Time, quantile(cy.Quantiles, 0.5)})
-			band.Lo = append(band.Lo, Point{cy.Time, quantile(cy.Quantiles, 0.1)})
-			band.Hi = append(band.Hi, Point{cy.Time, quantile(cy.Quantiles, 0.9)})
+			med.Points = append(med.Points, Point{cy.Time, quantile.SortedAt(cy.Quantiles, 0.5)})
+			band.Lo = append(band.Lo, Point{cy.Time, quantile.SortedAt(cy.Quantiles, 0.1)})
+			band.Hi = append(band.Hi, Point{cy.Time, quantile.SortedAt(cy.Quantiles, 0.9)})
 		}
 		if len(med.Points) == 0 {
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/quantile"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -38,19 +39,6 @@ func rate(name string) func(sample.Sample) (float64, bool) {
 	return func(s sample.Sample) (float64, bool) { return s.Rate(name) }
 }
 
-// cpusBusy is the CPUs an interval kept busy: task-clock, else the cgroup's CPU time.
-func cpusBusy(s sample.Sample) (float64, bool) {
-	if ns, ok := s.Rate("task-clock"); ok {
-		return ns / 1e9, true
-	}
-	u, ok := s.Rate(sample.CPUUserSeconds)
-	if !ok {
-		return 0, false
-	}
-	sys, _ := s.Rate("cpu_system_seconds")
-	return u + sys, true
-}
-
 func ratio(num, den string) func(sample.Sample) (float64, bool) {
 	return func(s sample.Sample) (float64, bool) {
 		n, ok1 := s.Job[num]
@@ -62,28 +50,15 @@ func ratio(num, den string) func(sample.Sample) (float64, bool) {
 	}
 }
 
-// openEvents are the tracepoints whose sum is a job's file opens.
-var openEvents = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
-
-func opens(s sample.Sample) (float64, bool) {
-	sum, any := 0.0, false
-	for _, e := range openEvents {
-		if v, ok := s.Rate(e); ok {
-			sum, any = sum+v, true
-		}
-	}
-	return sum, any
-}
-
 // metrics are the charts drawn from samples, in order.
 var metrics = []metric{
-	{"cpu", "CPUs busy", "CPUs", cpusBusy},
+	{"cpu", "CPUs busy", "CPUs", sample.Sample.CPUsBusy},
 	{"memory", "Memory in use", "bytes", func(s sample.Sample) (float64, bool) { v, ok := s.Job["mem_bytes"]; return v, ok && s.Seconds > 0 }},
 	{"read", "Read rate", "B/s", rate("read_chars")},
 	{"write", "Write rate", "B/s", rate("write_chars")},
 	{"read_size", "Read request size", "bytes", ratio("read_chars", "read_syscalls")},
 	{"write_size", "Write request size", "bytes", ratio("write_chars", "write_syscalls")},
-	{"opens", "File opens", "/s", opens},
+	{"opens", "File opens", "/s", sample.Sample.FileOpens},
 	{"ctxsw", "Context switches", "/s", rate("context-switches")},
 }
 
@@ -196,24 +171,11 @@ func acrossNodes(lines []Line) (Line, Band) {
 		vs := at[t]
 		slices.Sort(vs)
 		tt := time.Unix(t, 0).UTC()
-		med.Points = append(med.Points, Point{tt, quantile(vs, 0.5)})
+		med.Points = append(med.Points, Point{tt, quantile.SortedAt(vs, 0.5)})
 		band.Lo = append(band.Lo, Point{tt, vs[0]})
 		band.Hi = append(band.Hi, Point{tt, vs[len(vs)-1]})
 	}
 	return med, band
-}
-
-// quantile is the type-7 quantile p of sorted values.
-func quantile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	h := p * float64(len(sorted)-1)
-	i := int(math.Floor(h))
-	if i+1 >= len(sorted) {
-		return sorted[len(sorted)-1]
-	}
-	return sorted[i] + (h-float64(i))*(sorted[i+1]-sorted[i])
 }
 
 // nodeTable is each node's 10th percentile, median and 90th percentile of the key
@@ -252,7 +214,7 @@ func nodeTable(nodes []NodeSamples, g *cpuGrid) *Table {
 				continue
 			}
 			slices.Sort(vs)
-			f := func(p float64) string { return digest.FormatValue(quantile(vs, p), c.unit) }
+			f := func(p float64) string { return digest.FormatValue(quantile.SortedAt(vs, p), c.unit) }
 			row.Cells = append(row.Cells, f(0.1)+" / "+f(0.5)+" / "+f(0.9))
 		}
 		t.Rows = append(t.Rows, row)

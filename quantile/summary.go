@@ -156,6 +156,15 @@ func QuantileAt(values []float64, p float64) float64 {
 		return math.NaN()
 	}
 	slices.Sort(sorted)
+	return SortedAt(sorted, p)
+}
+
+// SortedAt is QuantileAt of values already sorted ascending and finite (no copy, no
+// sort: for several probabilities of one set), NaN when there are none.
+func SortedAt(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 || !(p >= 0 && p <= 1) {
+		return math.NaN()
+	}
 	h := float64(len(sorted)-1) * p
 	j := int(math.Floor(h))
 	if j >= len(sorted)-1 {

@@ -49,6 +49,34 @@ func (s Sample) Rate(name string) (float64, bool) {
 	return v / s.Seconds, true
 }
 
+// CPUsBusy is how many CPUs the interval kept busy: task-clock (perf), else the cgroup's
+// user and system CPU time.
+func (s Sample) CPUsBusy() (float64, bool) {
+	if ns, ok := s.Rate("task-clock"); ok {
+		return ns / 1e9, true
+	}
+	u, ok := s.Rate(CPUUserSeconds)
+	if !ok {
+		return 0, false
+	}
+	sys, _ := s.Rate(CPUSystemSeconds)
+	return u + sys, true
+}
+
+// OpenEvents are the syscall tracepoints whose sum is a job's file opens.
+var OpenEvents = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_open", "syscalls:sys_enter_openat2", "syscalls:sys_enter_creat"}
+
+// FileOpens is the files opened per second over the interval (the OpenEvents measured).
+func (s Sample) FileOpens() (float64, bool) {
+	sum, any := 0.0, false
+	for _, e := range OpenEvents {
+		if v, ok := s.Rate(e); ok {
+			sum, any = sum+v, true
+		}
+	}
+	return sum, any
+}
+
 // Summary is a job's measurement so far.
 type Summary struct {
 	Started time.Time `json:"started"`
