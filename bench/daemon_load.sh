@@ -4,6 +4,9 @@
 #
 #   bench/daemon_load.sh [JOBS] [SECONDS]   (default 32 jobs, 60 s per phase; root, `make build`)
 #
+# PERSYST_BIN=path runs another build of persyst (default build/persyst), e.g. to compare
+# two commits; STRACE_SECS (default 10, 0: off) sets the strace window of each phase.
+#
 # No Slurm: the script plays slurmd and the SPANK plugin. It starts a daemon for node
 # "benchnode" (own socket and state dir under a temp dir), creates for each fake job the
 # cgroups Slurm's cgroup/v1 plugin would (slurm_benchnode/uid_0/job_N/step_0 in the cpuacct,
@@ -18,6 +21,12 @@
 # the end) are sampled. `persyst jobs --json` checks that every job's sample count grows
 # by about one per cycle; the daemon keeps every sample in memory, so RSS growth over
 # the samples taken is reported too.
+# Then, per phase, `strace -c -f -p PID` counts the daemon's system calls for STRACE_SECS
+# (strace slows the daemon down, so this comes after the CPU window; strace is installed
+# with apt-get if missing). The summary gives, per job and per cycle, the daemon's CPU
+# time (scheduler run time, net of the phase without jobs) and its system calls (net of
+# the phase without jobs, over the cycles the jobs' sample counts show), and the system
+# calls that make most of them.
 # At the end: job_end for every job, SIGTERM to the daemon, the sleeps killed, every cgroup
 # created removed, and a check that none is left.
 set -euo pipefail
@@ -34,7 +43,13 @@ FIRST=${FIRST_JOB:-900001}
 cd "$ROOT"
 
 [ "$(id -u)" = 0 ] || { echo "daemon_load: needs root (cgroups, the daemon's socket)" >&2; exit 1; }
-[ -x build/persyst ] || { echo "daemon_load: run make build first" >&2; exit 1; }
+BIN=${PERSYST_BIN:-build/persyst}
+STRACE_SECS=${STRACE_SECS:-10}
+[ -x "$BIN" ] || { echo "daemon_load: $BIN missing: run make build first (or set PERSYST_BIN)" >&2; exit 1; }
+if [ "$STRACE_SECS" -gt 0 ] && ! command -v strace >/dev/null; then
+	echo "daemon_load: installing strace (counts the daemon's system calls)" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q strace >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q strace >/dev/null; }
+fi
 CG=/sys/fs/cgroup
 for c in cpuacct memory pids cpuset; do
 	[ -d "$CG/$c" ] || { echo "daemon_load: no cgroup v1 $c hierarchy at $CG/$c (this script fakes Slurm's cgroup/v1 layout)" >&2; exit 1; }
@@ -42,7 +57,7 @@ done
 
 tmp=$(mktemp -d /tmp/persyst-load.XXXXXX)
 # A private copy: a concurrent `make build` must not swap binaries under the benchmark.
-cp build/persyst "$tmp/persyst"
+cp "$BIN" "$tmp/persyst"
 go build -o "$tmp/loadgen" ./bench/loadgen
 P=$tmp/persyst
 SOCK=$tmp/persyst.sock
@@ -122,12 +137,33 @@ phase() {
 			100 * dc / hz / s, 100 * dn / 1e9 / s, rm / 1024, rx / 1024, (r1 - r0) / 1024, hwm / 1024 }'
 	read -r j0 m0 mn0 mx0 tot0 <<<"$s0"
 	read -r j1 m1 mn1 mx1 tot1 <<<"$s1"
+	sched_ns[$label]=$((n1 - n0)); sched_us[$label]=$((t1 - t0))
 	checks+=("$label: running jobs $j1, measured $m1; samples per job $mn0–$mx0 → $mn1–$mx1 (total $tot0 → $tot1, +$((tot1 - tot0)) in ${SECS} s)")
 	if [ "$tot1" -gt "$tot0" ]; then
 		checks+=("  RSS growth per sample taken: $(awk -v r="$((rss_last - rss_first))" -v n="$((tot1 - tot0))" 'BEGIN {printf "%.2f KiB", r / n}')")
 	fi
 	if [ "$j1" -gt 0 ] && { [ "$m1" != "$j1" ] || [ "$mn1" -le "$mn0" ]; }; then
 		checks+=("  WARNING: not every job's sample count grew")
+	fi
+}
+
+declare -A sched_ns sched_us sys_calls sys_cycles
+# syscalls LABEL JOBS: count the daemon's system calls for STRACE_SECS with strace -c;
+# keeps the total and the cycles the jobs' samples show, and the per-call table.
+syscalls() {
+	local label=$1 n=$2 s0 s1
+	[ "$STRACE_SECS" -gt 0 ] || return 0
+	s0=$(jobs_state)
+	timeout -s INT "$STRACE_SECS" strace -c -f -q -p "$daemon_pid" -o "$tmp/strace.$label" || true
+	s1=$(jobs_state)
+	read -r _ _ _ _ tot0 <<<"$s0"
+	read -r _ _ _ _ tot1 <<<"$s1"
+	sys_calls[$label]=$(awk '$NF == "total" {print $4}' "$tmp/strace.$label")
+	# Cycles in the window: from the samples taken (one per job per cycle), else seconds.
+	if [ "$n" -gt 0 ] && [ "$tot1" -gt "$tot0" ]; then
+		sys_cycles[$label]=$(awk -v d=$((tot1 - tot0)) -v n="$n" 'BEGIN {printf "%.2f", d / n}')
+	else
+		sys_cycles[$label]=$STRACE_SECS
 	fi
 }
 
@@ -150,6 +186,7 @@ echo "| jobs     | secs   | CPU (ticks) | CPU (sched) | RSS mean | RSS max  | RS
 echo "|----------|--------|-------------|-------------|----------|----------|----------|----------|"
 sleep 3
 phase "0"
+syscalls "0" 0
 
 # Fake Slurm cgroups and one sleep per job.
 mkcg() { # mkcg CTRL PATH... : create nested dirs, copying cpuset.cpus/mems from the parent
@@ -179,9 +216,24 @@ done
 sleep 3
 checks+=("$(grep -m1 '"measuring job"' "$tmp/daemon.log" | jq -r '"first job measured on cpus " + .cpus + ", perf cgroup " + .perf_cgroup + ", processes from " + .procs' || true)")
 phase "$JOBS"
+syscalls "$JOBS" "$JOBS"
 
 echo
 printf '%s\n' "${checks[@]}"
+# Per job and cycle (1 s): the daemon's CPU (scheduler run time) and system calls, net of
+# the phase without jobs.
+awk -v n="$JOBS" -v c0="${sched_ns[0]}" -v t0="${sched_us[0]}" -v c1="${sched_ns[$JOBS]}" -v t1="${sched_us[$JOBS]}" 'BEGIN {
+	r0 = c0 / (t0 / 1e6); r1 = c1 / (t1 / 1e6)   # ns of CPU per second
+	printf "per job per cycle: CPU %.3f ms (%.3f ms gross; no jobs: %.3f ms per second)\n", (r1 - r0) / n / 1e6, r1 / n / 1e6, r0 / 1e6 }'
+if [ "$STRACE_SECS" -gt 0 ]; then
+	awk -v n="$JOBS" -v s0="${sys_calls[0]:-0}" -v w0="$STRACE_SECS" -v s1="${sys_calls[$JOBS]:-0}" -v cy="${sys_cycles[$JOBS]}" -v w1="$STRACE_SECS" 'BEGIN {
+		printf "per job per cycle: %.1f system calls (%.1f gross; no jobs: %.1f per second; %s cycles in the %d s strace window)\n",
+			(s1 / cy - s0 / w0) / n, s1 / cy / n, s0 / w0, cy, w1 }'
+	echo "system calls per job per cycle, by call (gross; strace -c -f for ${STRACE_SECS} s):"
+	awk -v n="$JOBS" -v cy="${sys_cycles[$JOBS]}" '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+		err = (NF == 6) ? $5 : 0
+		printf "  %-16s %7.1f  (%.1f failed)\n", $NF, $4 / cy / n, err / cy / n }' "$tmp/strace.$JOBS" | sort -k2 -rn | head -12
+fi
 echo "CPU is % of one core over the phase; RSS in MiB (mean and max of one-second samples, Δ = last − first); VmHWM at the phase's end."
 if grep -q '"level":"\(error\|warn\)"' "$tmp/daemon.log"; then
 	echo "daemon warnings/errors logged:"

@@ -66,8 +66,12 @@ type jobMeter struct {
 	// present: Slurm's cgroups of the job were found at the last cycle; vanished: they
 	// were found once and are gone (the job may have ended unseen: Vanished).
 	present, vanished bool
-	digested          bool // the digest was made (never twice)
-	report            *digest.Report
+	// foundAt is when the job's cgroups were last looked for; refind asks the next cycle
+	// to look again (a job or step started or ended since).
+	foundAt  time.Time
+	refind   bool
+	digested bool // the digest was made (never twice)
+	report   *digest.Report
 }
 
 // Measurer measures the node's jobs: it owns the per-job perf cgroups, opens a Meter when
@@ -229,6 +233,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 		jm = &jobMeter{id: j.JobID}
 		m.jobs[j.JobID] = jm
 	}
+	jm.refind = true // a step's cgroups appear with it
 	needOwned := jm.owned == "" && m.usesOwned(j.Cgroups)
 	m.mu.Unlock()
 	if needOwned {
@@ -401,6 +406,10 @@ func (m *Measurer) startKept(j *Job, spec measure.Spec, opts pipeline.Options, h
 // cpusetWait is how long a job's meter waits for Slurm's cpuset cgroup of the job.
 const cpusetWait = 10 * time.Second
 
+// refindEvery is how often a running job's cgroups are looked for when no event says that
+// they changed (a cgroup made by a plugin without an event).
+const refindEvery = 10 * time.Second
+
 func hasKey(cg map[string]string, ctrl string) bool {
 	for k := range cg {
 		if strings.Contains(","+k+",", ","+ctrl+",") {
@@ -414,14 +423,21 @@ func hasKey(cg map[string]string, ctrl string) bool {
 // on every hierarchy (slurmstepd itself joins only some, e.g. only freezer on v1), and
 // those the plugin reported.
 func (m *Measurer) jobCgroups(j *Job) map[string]string {
-	cg, _ := m.jobCgroupsFound(j)
+	cg, _ := m.jobCgroupsFound(j, nil)
 	return cg
 }
 
-// jobCgroupsFound is jobCgroups, and whether Slurm's layout holds the job's cgroups now.
-func (m *Measurer) jobCgroupsFound(j *Job) (map[string]string, bool) {
+// jobCgroupsFound is jobCgroups, and whether Slurm's layout holds the job's cgroups now,
+// on the cgroup hierarchies mounts (nil: read the mount table).
+func (m *Measurer) jobCgroupsFound(j *Job, mounts []jobcgroup.Mount) (map[string]string, bool) {
 	cg := map[string]string{}
-	found, err := jobcgroup.Find(m.host, m.node, j.UID, j.JobID)
+	var found map[string]string
+	var err error
+	if mounts == nil {
+		found, err = jobcgroup.Find(m.host, m.node, j.UID, j.JobID)
+	} else {
+		found = jobcgroup.FindIn(m.host, mounts, m.node, j.UID, j.JobID)
+	}
 	if err == nil {
 		maps.Copy(cg, found)
 	}
@@ -549,6 +565,7 @@ func (m *Measurer) StepEnded(id uint32) {
 	var job *pipeline.Job
 	if jm != nil && !jm.ended {
 		job = jm.job
+		jm.refind = true // the step's cgroups go (on v1 the job's may too)
 	}
 	m.mu.Unlock()
 	if job != nil {
@@ -673,18 +690,34 @@ func (m *Measurer) cycle() {
 	for _, jm := range starts {
 		m.start(byID[jm.id], jm) // its baseline is read now
 	}
+	now := m.now()
+	var mounts []jobcgroup.Mount // read at most once a cycle, when a job's cgroups are looked for
 	for _, r := range reads {
 		// Slurm creates some of a job's cgroups after the job started (per step, or by
-		// plugins that run later): pick them up.
+		// plugins that run later) and removes some before it ends: the job's cgroups are
+		// looked for again after a step started or ended, when one of them was gone at
+		// the last read, and at least every refindEvery.
 		if j := byID[r.jm.id]; j != nil {
-			found, present := m.jobCgroupsFound(j)
-			if cg := m.statCgroups(found, r.owned); !maps.Equal(cg, r.job.Meter().Spec().StatCgroups) {
-				r.job.Meter().SetStatCgroups(cg)
-			}
+			gone := r.job.Meter().StatCgroupsGone()
 			m.mu.Lock()
-			r.jm.vanished = !present && (r.jm.vanished || r.jm.present)
-			r.jm.present = present
+			find := r.jm.refind || gone || now.Sub(r.jm.foundAt) >= refindEvery
+			r.jm.refind = false
 			m.mu.Unlock()
+			if find {
+				if mounts == nil {
+					var err error
+					if mounts, err = jobcgroup.Mounts(m.host); err != nil {
+						m.log.Debug().Err(err).Msg("cgroup mounts not read")
+					}
+				}
+				found, present := m.jobCgroupsFound(j, mounts)
+				r.job.Meter().SetStatCgroups(m.statCgroups(found, r.owned))
+				m.mu.Lock()
+				r.jm.foundAt = now
+				r.jm.vanished = !present && (r.jm.vanished || r.jm.present)
+				r.jm.present = present
+				m.mu.Unlock()
+			}
 		}
 		if _, err := r.job.Read(sample.Cycle); err != nil {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")

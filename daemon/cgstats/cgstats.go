@@ -12,36 +12,25 @@
 //
 // # Input
 //
-// Reader.Read takes what jobcgroup.Find or Self return: hierarchy key ("memory",
+// Reader.Read (and Files.Read) take what jobcgroup.Find or Self return: hierarchy key ("memory",
 // "cpu,cpuacct", "unified", ...) → cgroup directory as seen in the mount namespace. The
 // directories are resolved under the injected FS root. On v1 the reader uses the
 // hierarchical counters (cpuacct usage, memory usage and total_* in memory.stat, the
 // *_recursive blkio files), because Slurm puts the tasks into step_* children of job_J.
 //
-// # Where github.com/containerd/cgroups/v3 is used, and where not
+// # Own parsers, kept-open files
 //
-//   - v1 cpuacct (user/system time), cpu (throttling), memory (usage, max usage,
-//     page faults from memory.stat) and pids: the library's per-controller Stat methods
-//     (cgroup1.NewCpuacct, NewCpu, NewMemory, NewPids). We call them per controller rather
-//     than through cgroup1.Load, because Load assumes one root directory holding every
-//     controller under its own name and one path for all of them, while here each
-//     hierarchy has its own mount point from mountinfo (separate cpu and cpuacct mounts,
-//     or a joint "cpu,cpuacct" one) under an injected root. The library controllers join
-//     <root>/<controller name> with the path they are given; we pass root "/" and a path
-//     "../<absolute dir>", which filepath.Join cleans to the absolute directory. One
-//     controller failing leaves the others measured.
-//   - v1 memory.oom_control: own parser (parseFlatKeyed). The library reports a missing
-//     oom_kill line (kernels before 4.13) as 0.
-//   - v1 blkio: own parser (parseBlkio). The library cannot tell an empty
-//     blkio.throttle.* file (kernels that do not account there) from zero I/O; we report
-//     the former as not measured.
-//   - PSI on v1 (cpu.pressure etc. in v1 directories with psi_v1): not in the library.
-//   - All of v2: own parsers. cgroup2.Manager.Stat turns an absent file (memory.peak on
-//     kernels before 5.19, memory.* when the memory controller is not enabled, the
-//     throttling keys of cpu.stat without the cpu controller) and unparsable content
-//     into 0, which is exactly what this package must not do, and it cannot be pointed
-//     at single files. The v2 formats are small (flat keyed, nested keyed, PSI, single
-//     value), so the parsers here are shorter than the workarounds would be.
+// Every file is parsed here (parse.go: flat keyed, nested keyed, PSI, single value,
+// blkio). A general cgroup library does not fit: it turns an absent file (memory.peak on
+// kernels before 5.19, memory.* when the memory controller is not enabled, a missing
+// oom_kill line before 4.13) or an empty blkio.throttle.* file into 0, which is exactly
+// what this package must not do; it reads files it does not need (limits, failcnt,
+// per-CPU usage); and it reads by path, while a daemon that reads every job every
+// second keeps the files open (Files: one pread(2) per file and read, no mount table,
+// no stat, no poller registration). On v1, user and system time come from cpuacct.stat
+// (USER_HZ ticks), throttling from cpu.stat, memory from memory.usage_in_bytes,
+// memory.max_usage_in_bytes and memory.stat's total_* keys, OOM kills from
+// memory.oom_control, tasks from pids.current.
 //
 // # Errors
 //

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/containerd/cgroups/v3/cgroup1"
-	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/persyst/persyst/hostfs"
 )
 
@@ -38,9 +36,14 @@ func NewReader(fsys hostfs.FS, opts Options) *Reader {
 // "cpu,cpuacct", "unified", ...) to cgroup directories, as hostfs.FS.Find and Self
 // return them. Absent controllers, files and cgroups leave fields unmeasured (see
 // Stats.Missing); the error, if any, reports malformed or unreadable files, and the
-// returned Stats still holds everything else.
+// returned Stats still holds everything else. Every file is opened and closed again:
+// a job read at every cycle keeps them open with Files instead.
 func (r *Reader) Read(paths map[string]string) (Stats, error) {
-	rd := &read{root: r.fs.Root()}
+	return r.read(paths, pathSource{root: r.fs.Root()})
+}
+
+func (r *Reader) read(paths map[string]string, src source) (Stats, error) {
+	rd := &read{root: r.fs.Root(), src: src}
 	v1dirs := map[string]string{}
 	for key, dir := range paths {
 		if key == "unified" {
@@ -64,13 +67,27 @@ func (r *Reader) Read(paths map[string]string) (Stats, error) {
 	return rd.s, errors.Join(rd.errs...)
 }
 
+// source reads the file name of a cgroup directory (as seen in the mount namespace). The
+// content may be a scratch buffer, valid until the next read.
+type source interface {
+	read(dir, name string) ([]byte, error)
+}
+
+// pathSource opens every file anew, under the FS root.
+type pathSource struct{ root string }
+
+func (p pathSource) read(dir, name string) ([]byte, error) {
+	return hostfs.ReadRegular(filepath.Join(p.root, dir, name))
+}
+
 type read struct {
 	root string
+	src  source
 	s    Stats
 	errs []error
 }
 
-// abs is dir under the FS root, made absolute (the cgroup1 path trick needs that).
+// abs is dir under the FS root, made absolute.
 func (rd *read) abs(dir string) string {
 	p := filepath.Join(rd.root, dir)
 	if a, err := filepath.Abs(p); err == nil {
@@ -89,6 +106,10 @@ func absentErr(err error) bool {
 // absent records fields as unmeasured because file (in cgroup dir) could not be read with
 // err, telling a vanished cgroup from an absent file.
 func (rd *read) absent(dir, file string, fields Field, err error) {
+	if errors.Is(err, errKnownAbsent) {
+		rd.s.miss(fields, file, "file absent")
+		return
+	}
 	if _, serr := os.Stat(rd.abs(dir)); serr != nil && errors.Is(serr, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 		rd.s.Vanished = true
 		rd.s.miss(fields, dir, "cgroup removed (job ended?)")
@@ -110,7 +131,7 @@ func (rd *read) bad(file string, fields Field, err error) {
 // file reads dir/name. ok is false (and fields recorded as missing) when it cannot.
 func (rd *read) file(dir, name string, fields Field) (b []byte, ok bool) {
 	file := filepath.Join(dir, name)
-	b, err := hostfs.ReadRegular(filepath.Join(rd.root, file))
+	b, err := rd.src.read(dir, name)
 	if err != nil {
 		if absentErr(err) {
 			rd.absent(dir, file, fields, err)
@@ -227,73 +248,38 @@ func (rd *read) v2(dir string) {
 	rd.pressure(dir, "io.pressure", PSIIOSome, PSIIOFull, &s.IOSome, &s.IOFull)
 }
 
-// libPath turns an absolute cgroup directory into the (root, path) pair for which a
-// cgroup1 controller's Path(path) = filepath.Join(root, <controller name>, path) is that
-// directory: root "/" and "../<dir>" (Join cleans "/cpu/../x" to "/x").
-func libPath(abs string) (root, path string) {
-	return "/", ".." + abs
-}
+// userHZ is the unit of cpuacct.stat: clock ticks of USER_HZ, which is 100 on every
+// Linux architecture (the kernel converts with jiffies_64_to_clock_t).
+const userHZ = 100
 
-type statter interface {
-	Stat(path string, stats *v1stats.Metrics) error
-}
-
-// lib runs a cgroup1 controller's Stat on dir; false (fields recorded) on failure.
-func (rd *read) lib(dir string, fields Field, mk func(root string) statter, m *v1stats.Metrics) bool {
-	root, p := libPath(rd.abs(dir))
-	err := mk(root).Stat(p, m)
-	if err == nil {
-		return true
-	}
-	file := dir
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// Name the file relative to the FS root, as the rest of the package does.
-		if rel, rerr := filepath.Rel(rd.abs(""), pe.Path); rerr == nil && !strings.HasPrefix(rel, "..") {
-			file = "/" + rel
-		}
-	}
-	if absentErr(err) {
-		rd.absent(dir, file, fields, err)
-	} else {
-		rd.bad(file, fields, err)
-	}
-	return false
-}
-
-// v1 reads cgroup v1 controller directories (controller name → dir).
+// v1 reads cgroup v1 controller directories (controller name → dir), with the
+// hierarchical counters (Slurm's tasks live in step_* children of the job's cgroup).
 func (rd *read) v1(dirs map[string]string) {
 	s := &rd.s
-	newMetrics := func() *v1stats.Metrics {
-		return &v1stats.Metrics{CPU: &v1stats.CPUStat{Usage: &v1stats.CPUUsage{}, Throttling: &v1stats.Throttle{}}}
-	}
 	if dir, ok := dirs["cpuacct"]; ok {
-		m := newMetrics()
-		if rd.lib(dir, CPUUser|CPUSystem, func(r string) statter { return cgroup1.NewCpuacct(r) }, m) {
-			s.setU(CPUUser, &s.CPUUserNs, m.CPU.Usage.User)
-			s.setU(CPUSystem, &s.CPUSystemNs, m.CPU.Usage.Kernel)
+		if m, ok := rd.flat(dir, "cpuacct.stat", CPUUser|CPUSystem); ok {
+			f := filepath.Join(dir, "cpuacct.stat")
+			rd.key(m, "user", CPUUser, &s.CPUUserNs, 1e9/userHZ, f, "no user key")
+			rd.key(m, "system", CPUSystem, &s.CPUSystemNs, 1e9/userHZ, f, "no system key")
 		}
 	}
 	if dir, ok := dirs["cpu"]; ok {
-		m := newMetrics()
-		if rd.lib(dir, CPUPeriods|CPUThrottled|CPUThrottledTime, func(r string) statter { return cgroup1.NewCpu(r) }, m) {
-			s.setU(CPUPeriods, &s.NrPeriods, m.CPU.Throttling.Periods)
-			s.setU(CPUThrottled, &s.NrThrottled, m.CPU.Throttling.ThrottledPeriods)
-			s.setU(CPUThrottledTime, &s.ThrottledNs, m.CPU.Throttling.ThrottledTime)
+		if m, ok := rd.flat(dir, "cpu.stat", CPUPeriods|CPUThrottled|CPUThrottledTime); ok {
+			f := filepath.Join(dir, "cpu.stat")
+			rd.key(m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, f, "no nr_periods key")
+			rd.key(m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, f, "no nr_throttled key")
+			rd.key(m, "throttled_time", CPUThrottledTime, &s.ThrottledNs, 1, f, "no throttled_time key")
 		}
 	}
 	if dir, ok := dirs["memory"]; ok {
-		m := newMetrics()
-		mk := func(r string) statter {
-			return cgroup1.NewMemory(r, cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp"))
-		}
-		if rd.lib(dir, MemCurrent|MemPeak|PgFault|PgMajFault|MemAnon, mk, m) {
-			s.setU(MemCurrent, &s.MemCurrent, m.Memory.Usage.Usage)
-			s.setU(MemPeak, &s.MemPeak, m.Memory.Usage.Max)
-			s.setU(MemAnon, &s.MemAnon, m.Memory.TotalRSS)
-			// total_* are hierarchical: Slurm's tasks live in step_* children.
-			s.setU(PgFault, &s.PgFault, m.Memory.TotalPgFault)
-			s.setU(PgMajFault, &s.PgMajFault, m.Memory.TotalPgMajFault)
+		rd.single(dir, "memory.usage_in_bytes", MemCurrent, &s.MemCurrent)
+		rd.single(dir, "memory.max_usage_in_bytes", MemPeak, &s.MemPeak)
+		if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon); ok {
+			// total_* are hierarchical.
+			f := filepath.Join(dir, "memory.stat")
+			rd.key(m, "total_rss", MemAnon, &s.MemAnon, 1, f, "no total_rss key")
+			rd.key(m, "total_pgfault", PgFault, &s.PgFault, 1, f, "no total_pgfault key")
+			rd.key(m, "total_pgmajfault", PgMajFault, &s.PgMajFault, 1, f, "no total_pgmajfault key")
 		}
 		if oc, ok := rd.flat(dir, "memory.oom_control", MemOOMKill); ok {
 			rd.key(oc, "oom_kill", MemOOMKill, &s.OOMKill, 1, filepath.Join(dir, "memory.oom_control"), "no oom_kill key (kernel before 4.13)")
@@ -302,10 +288,7 @@ func (rd *read) v1(dirs map[string]string) {
 		rd.pressure(dir, "memory.pressure", PSIMemSome, PSIMemFull, &s.MemSome, &s.MemFull)
 	}
 	if dir, ok := dirs["pids"]; ok {
-		m := newMetrics()
-		if rd.lib(dir, PidsCurrent, func(r string) statter { return cgroup1.NewPids(r) }, m) {
-			s.setU(PidsCurrent, &s.Pids, m.Pids.Current)
-		}
+		rd.single(dir, "pids.current", PidsCurrent, &s.Pids)
 	}
 	if dir, ok := dirs["blkio"]; ok {
 		rd.blkio(dir, "io_service_bytes", IOReadBytes, IOWriteBytes, &s.IOReadBytes, &s.IOWriteBytes)
@@ -323,9 +306,11 @@ func (rd *read) v1(dirs map[string]string) {
 // non-recursive file on kernels without it).
 func (rd *read) blkio(dir, what string, fr, fw Field, dr, dw *uint64) {
 	name := "blkio.throttle." + what + "_recursive"
-	b, err := hostfs.ReadRegular(filepath.Join(rd.root, dir, name))
+	b, err := rd.src.read(dir, name)
 	if err != nil && errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Stat(rd.abs(dir)); serr == nil {
+		if errors.Is(err, errKnownAbsent) {
+			name = "blkio.throttle." + what
+		} else if _, serr := os.Stat(rd.abs(dir)); serr == nil {
 			name = "blkio.throttle." + what
 		}
 	}

@@ -192,16 +192,16 @@ func TestReadFixtures(t *testing.T) {
 			},
 		},
 		{
-			name: "v1 malformed cpu.stat (library parser)", tree: "v1",
+			name: "v1 malformed cpu.stat", tree: "v1",
 			mutate: func(t *testing.T, root string, _ map[string]string) {
 				write(t, root, v1Dir("cpu")+"/cpu.stat", "nr_periods 1\nnr_throttled x\n")
 			},
 			want: func() Stats {
 				s := unset(v1Want(), CPUPeriods|CPUThrottled|CPUThrottledTime)
-				s.Missing = append([]Missing{{CPUPeriods | CPUThrottled | CPUThrottledTime, v1Dir("cpu"), `unreadable: strconv.ParseUint: parsing "x": invalid syntax`}}, s.Missing...)
+				s.Missing = append([]Missing{{CPUPeriods | CPUThrottled | CPUThrottledTime, v1Dir("cpu") + "/cpu.stat", `unreadable: line 2: key nr_throttled: want a number, got "x"`}}, s.Missing...)
 				return s
 			},
-			err: `cgstats: ` + v1Dir("cpu") + `: strconv.ParseUint: parsing "x": invalid syntax`,
+			err: `cgstats: ` + v1Dir("cpu") + `/cpu.stat: line 2: key nr_throttled: want a number, got "x"`,
 		},
 		{
 			name: "v1 malformed blkio line", tree: "v1",

@@ -129,6 +129,12 @@ func Find(h hostfs.FS, node string, uid, job uint32) (map[string]string, error) 
 	if err != nil {
 		return nil, err
 	}
+	return FindIn(h, mounts, node, uid, job), nil
+}
+
+// FindIn is Find on the hierarchies mounts (as Mounts returned them): a caller that looks
+// for many jobs reads the mount table once.
+func FindIn(h hostfs.FS, mounts []Mount, node string, uid, job uint32) map[string]string {
 	out := map[string]string{}
 	for _, m := range mounts {
 		for _, rel := range candidates(m, node, uid, job) {
@@ -139,7 +145,7 @@ func Find(h hostfs.FS, node string, uid, job uint32) (map[string]string, error) 
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 func candidates(m Mount, node string, uid, job uint32) []string {

@@ -54,20 +54,27 @@ func cgroupNames() []string {
 }
 
 type cgroupSource struct {
-	stats *cgstats.Reader
+	files *cgstats.Files     // the job's statistics files, kept open between reads
 	prev  map[string]float64 // cumulative counters at the previous read
 }
 
-func newCgroup(env *Env, _ *Spec) (Source, error) { return &cgroupSource{stats: env.Stats}, nil }
+func newCgroup(env *Env, _ *Spec) (Source, error) {
+	c := &cgroupSource{}
+	if env.Stats != nil {
+		c.files = env.Stats.Files()
+	}
+	return c, nil
+}
 
 func (c *cgroupSource) Read(r *Read) error {
-	if c.stats == nil || len(r.Spec.StatCgroups) == 0 {
+	if c.files == nil || len(r.Spec.StatCgroups) == 0 {
 		for _, f := range cgFields {
 			r.NotMeasured(f.name, "no cgroup found for the job")
 		}
 		return nil
 	}
-	st, err := c.stats.Read(r.Spec.StatCgroups)
+	st, err := c.files.Read(r.Spec.StatCgroups)
+	r.cgroupGone = st.Vanished
 	for _, miss := range st.Missing {
 		why := miss.Why
 		if miss.Path != "" {
@@ -110,4 +117,25 @@ func (c *cgroupSource) Read(r *Read) error {
 	return nil
 }
 
-func (c *cgroupSource) Close() error { return nil }
+// Recheck looks again for the statistics files found absent (the job's cgroups were found
+// again).
+func (c *cgroupSource) Recheck() {
+	if c.files != nil {
+		c.files.Recheck()
+	}
+}
+
+// OpenFiles is how many statistics files the source keeps open.
+func (c *cgroupSource) OpenFiles() int {
+	if c.files == nil {
+		return 0
+	}
+	return c.files.OpenFiles()
+}
+
+func (c *cgroupSource) Close() error {
+	if c.files == nil {
+		return nil
+	}
+	return c.files.Close()
+}

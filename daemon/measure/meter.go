@@ -96,6 +96,8 @@ type Meter struct {
 
 	readMu   sync.Mutex // one Read at a time (the cycle and a job's end may overlap)
 	prevTime time.Time
+	// cgroupGone: the last read found a directory of spec.StatCgroups gone.
+	cgroupGone bool
 
 	mu          sync.Mutex
 	started     time.Time
@@ -231,13 +233,41 @@ func (m *Meter) Spec() Spec {
 	return m.spec
 }
 
-// SetStatCgroups changes the cgroup directories read for statistics (a job's cgroups
-// that appeared after measuring began). A counter that a new directory provides for the
-// first time starts from its next read.
+// SetStatCgroups sets the cgroup directories read for statistics, as the job's cgroups
+// were found again (some appear after measuring began, some go). A counter that a new
+// directory provides for the first time starts from its next read. Statistics files found
+// absent before are looked for again; the files of directories no longer listed are
+// closed at the next read.
 func (m *Meter) SetStatCgroups(cg map[string]string) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	m.spec.StatCgroups = cg
+	for _, src := range m.sources {
+		if r, ok := src.(interface{ Recheck() }); ok {
+			r.Recheck()
+		}
+	}
+}
+
+// StatCgroupsGone says whether the last read found a directory of the job's statistics
+// cgroups gone: the job's cgroups should be looked for again.
+func (m *Meter) StatCgroupsGone() bool {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	return m.cgroupGone
+}
+
+// OpenFiles returns how many statistics files the meter keeps open between reads.
+func (m *Meter) OpenFiles() int {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	n := 0
+	for _, src := range m.sources {
+		if c, ok := src.(interface{ OpenFiles() int }); ok {
+			n += c.OpenFiles()
+		}
+	}
+	return n
 }
 
 // Read reads every source and, except for the baseline (Start), records a Sample of the
@@ -259,6 +289,7 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 		}
 	}
 	m.prevTime = now
+	m.cgroupGone = r.cgroupGone
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -410,7 +441,8 @@ func (m *Meter) Counters() int {
 	return n
 }
 
-// Close closes every source (perf counters). It does not read: call Read(End) first.
+// Close closes every source (perf counters, kept files). It does not read: call Read(End)
+// first.
 func (m *Meter) Close() error {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()

@@ -125,13 +125,15 @@ type Read struct {
 	Spec *Spec
 	env  *Env
 
-	notes    map[string]string
-	pids     []int
-	pidsErr  error
-	havePIDs bool
-	excl     bool
-	exclWhy  string
-	haveExcl bool
+	notes map[string]string
+	// cgroupGone: a cgroup directory of the job's statistics was gone at this read.
+	cgroupGone bool
+	pids       []int
+	pidsErr    error
+	havePIDs   bool
+	excl       bool
+	exclWhy    string
+	haveExcl   bool
 }
 
 // NotMeasured records that metric has no value in this read, and why.

@@ -1,0 +1,144 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/properties"
+)
+
+// BenchmarkCycle32Jobs: one measurement cycle of the node daemon (Measurer.cycle) with 32
+// idle jobs, over real cgroups, as bench/daemon_load.sh runs it but without the daemon's
+// socket and timers. Run it as root:
+//
+//	go test -run XXX -bench BenchmarkCycle32Jobs -benchtime 200x ./daemon/
+//
+// Each job has the cgroups Slurm's cgroup/v1 plugin makes (slurm_<node>/uid_0/job_N/step_0
+// in the cpuacct, memory, pids and cpuset hierarchies) with one sleeping process in its
+// step, which is then moved into the perf cgroup persyst makes for the job (as the plugin
+// does). The daemon's properties engine evaluates every sample and samples are kept on
+// disk, as in production. ns/job and allocs/job are per job per cycle. Everything created
+// is removed at cleanup.
+func BenchmarkCycle32Jobs(b *testing.B) {
+	const jobs = 32
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: creates cgroups and moves processes into them")
+	}
+	const cg = "/sys/fs/cgroup"
+	ctrls := []string{"cpuacct", "memory", "pids", "cpuset"}
+	for _, c := range ctrls {
+		if _, err := os.Stat(filepath.Join(cg, c)); err != nil {
+			b.Skipf("no cgroup v1 %s hierarchy (the benchmark fakes Slurm's cgroup/v1 layout): %v", c, err)
+		}
+	}
+	node := fmt.Sprintf("cyclebench%d", os.Getpid())
+	var dirs []string // created, parents first
+	var sleeps []*exec.Cmd
+	b.Cleanup(func() {
+		for _, s := range sleeps {
+			_ = s.Process.Kill()
+			_ = s.Wait()
+		}
+		for i := len(dirs) - 1; i >= 0; i-- {
+			var err error
+			for range 100 {
+				if err = unix.Rmdir(dirs[i]); err == nil || errors.Is(err, unix.ENOENT) {
+					err = nil
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil {
+				b.Errorf("cleanup: rmdir %s: %v", dirs[i], err)
+			}
+		}
+	})
+	mkdir := func(ctrl string, parts ...string) string {
+		d := filepath.Join(cg, ctrl)
+		for _, p := range parts {
+			d = filepath.Join(d, p)
+			if _, err := os.Stat(d); err == nil {
+				continue
+			}
+			if err := os.Mkdir(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			dirs = append(dirs, d)
+			if ctrl == "cpuset" {
+				for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+					v, err := os.ReadFile(filepath.Join(filepath.Dir(d), f))
+					if err == nil {
+						err = os.WriteFile(filepath.Join(d, f), v, 0)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		return d
+	}
+	engine, err := properties.Load(properties.Settings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := newReg(b, RegistryConfig{Node: node})
+	m, err := NewMeasurer(MeasureConfig{Root: "/", Cycle: time.Second, StateDir: b.TempDir(), Digest: DigestConfig{Engine: engine}},
+		reg, node, zerolog.Nop(), time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if m.perfParent != "" {
+		dirs = append([]string{m.host.Path(m.perfParent)}, dirs...) // removed last
+	}
+	now := time.Now()
+	for i := range jobs {
+		id := uint32(950001 + i)
+		sleep := exec.Command("/bin/sleep", "1000")
+		if err := sleep.Start(); err != nil {
+			b.Fatal(err)
+		}
+		sleeps = append(sleeps, sleep)
+		pid := []byte(strconv.Itoa(sleep.Process.Pid))
+		for _, c := range ctrls {
+			step := mkdir(c, "slurm_"+node, "uid_0", "job_"+strconv.Itoa(int(id)), "step_0")
+			if err := os.WriteFile(filepath.Join(step, "cgroup.procs"), pid, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		j, err := reg.Apply(wire.JobStart, &wire.Event{JobID: id, UID: 0, Persyst: wire.On, Time: now}, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if join := m.Prepare(j); join != "" {
+			dirs = append(dirs, m.host.Path(join))
+			if err := os.WriteFile(filepath.Join(m.host.Path(join), "cgroup.procs"), pid, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Cleanup(func() { m.End(id) }) // before the sleeps are killed and the cgroups removed
+	}
+	m.cycle() // every job measured: its meter is open and has its baseline
+	for i := range jobs {
+		if m.Summary(uint32(950001+i)) == nil {
+			b.Fatalf("job %d not measured", 950001+i)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		m.cycle()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/jobs, "ns/job")
+}
