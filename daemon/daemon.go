@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 		// Metrics never keep the daemon from following jobs: an address in use is retried.
 		_ = exporter.Keep(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, Registry: promReg, Log: log}, 0)
 	}
-	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID, Metrics: cfg.Measure.Metrics}, reg, meas, log, clock)
+	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID, Metrics: cfg.Measure.Metrics, Host: &meas.host}, reg, meas, log, clock)
 	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)
 	if cfg.Reports != nil {
 		cfg.Reports.set(srv)

@@ -14,8 +14,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -33,6 +35,7 @@ type Server struct {
 	refused *refusals
 	timeout time.Duration
 	metrics *exporter.Daemon
+	host    *hostfs.FS // where senders' /proc is read; nil: not read
 	wg      sync.WaitGroup
 }
 
@@ -47,6 +50,10 @@ type ServerConfig struct {
 	ConnTimeout time.Duration
 	// Metrics counts the events for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
+	// Host is the root the sender's /proc/PID is read under: a step's start that names no
+	// cgroups gets those of its sender (slurmstepd, in the job's cgroups by then). Nil:
+	// only the cgroups the event names are used.
+	Host *hostfs.FS
 }
 
 // NewServer returns a server over reg.
@@ -59,7 +66,7 @@ func NewServer(cfg ServerConfig, reg *Registry, meas *Measurer, log zerolog.Logg
 		cfg.ConnTimeout = 10 * time.Second
 	}
 	return &Server{reg: reg, meas: meas, log: log, clock: clock, access: access{privileged: allowed, adminGID: cfg.AdminGID},
-		guests: newGuests(time.Now), refused: &refusals{log: log, byUID: map[uint32]int{}}, timeout: cfg.ConnTimeout, metrics: cfg.Metrics}
+		guests: newGuests(time.Now), refused: &refusals{log: log, byUID: map[uint32]int{}}, timeout: cfg.ConnTimeout, metrics: cfg.Metrics, host: cfg.Host}
 }
 
 // Listen binds the unix socket at path. A stale socket left by a dead daemon is replaced;
@@ -280,6 +287,16 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 		return
 	}
 	e := req.Event
+	if req.Kind == wire.StepStart && len(e.Cgroups) == 0 && s.host != nil {
+		// The plugin sends no cgroups: slurmstepd, at the other end, is in the job's.
+		// The kernel names the sender (SO_PEERCRED); its pid is in the daemon's namespace.
+		cg, cerr := jobcgroup.OfProcess(*s.host, int(cred.Pid), e.JobID)
+		if cerr != nil {
+			log.Info().Err(cerr).Uint32("job", e.JobID).Msg("cgroups of the step's sender not read")
+		} else if len(cg) > 0 && len(cg) <= 32 {
+			e.Cgroups = cg
+		}
+	}
 	j, err := s.reg.Apply(req.Kind, e, s.clock())
 	ev := log.Info()
 	if err != nil {

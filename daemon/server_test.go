@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/hostfs"
 )
 
 // The test binary doubles as a client process: with clientEnv set it sends a job_start
@@ -871,4 +872,53 @@ func (s *syncBuffer) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Len()
+}
+
+// A step's start without cgroups gets those of its sender: the kernel names the peer's
+// pid, and the daemon reads that process's cgroup membership (a fake /proc here, with this
+// test process's pid). Cgroups the event names are kept as sent.
+func TestServerStepCgroupsFromSender(t *testing.T) {
+	root := t.TempDir()
+	proc := filepath.Join(root, "proc", strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(proc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountinfo := "30 25 0:26 / /sys/fs/cgroup/freezer rw,nosuid - cgroup cgroup rw,freezer\n" +
+		"31 25 0:27 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n"
+	cgroup := "7:freezer:/slurm_node1/uid_1000/job_42/step_batch\n5:memory:/slurm_node1/uid_1000/job_42/step_batch/task_0\n"
+	for name, body := range map[string]string{"mountinfo": mountinfo, "cgroup": cgroup} {
+		if err := os.WriteFile(filepath.Join(proc, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host := hostfs.New(root)
+	ts := startServer(t, ServerConfig{Host: &host}, time.Now)
+	now := time.Now().UTC()
+	for _, job := range []uint32{42, 43} {
+		e := ev(job, "", now)
+		if err := call(t, ts.sock, &wire.Request{Kind: wire.JobStart, Event: &e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := ev(42, "batch", now)
+	if err := call(t, ts.sock, &wire.Request{Kind: wire.StepStart, Event: &e}); err != nil {
+		t.Fatal(err)
+	}
+	named := ev(43, "batch", now, func(e *wire.Event) { e.Cgroups = map[string]string{"freezer": "/sys/fs/cgroup/freezer/x/job_43"} })
+	if err := call(t, ts.sock, &wire.Request{Kind: wire.StepStart, Event: &named}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32]map[string]string{
+		42: {"freezer": "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_42", "memory": "/sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42"},
+		43: {"freezer": "/sys/fs/cgroup/freezer/x/job_43"},
+	}
+	for job, w := range want {
+		j := ts.reg.Job(job)
+		if j == nil {
+			t.Fatalf("job %d not registered", job)
+		}
+		if diff := cmp.Diff(w, j.Cgroups); diff != "" {
+			t.Errorf("job %d cgroups (-want +got):\n%s", job, diff)
+		}
+	}
 }

@@ -1,40 +1,55 @@
 /*
- * plugin.c — the SPANK side of persyst (C first, like pyxis).
+ * plugin.c — the persyst SPANK plugin: every SPANK symbol, in C (like pyxis).
  *
- * This file owns every SPANK symbol. Go is entered only from hooks that run in a
- * process which has not forked off a task: the option callback and slurm_spank_init
- * (sbatch/srun/salloc/slurmstepd/prolog), slurm_spank_init_post_opt and
- * slurm_spank_exit (slurmstepd), and slurm_spank_job_prolog/_epilog (job_script context).
- * The task hooks (task_post_fork, task_exit) are plain C and never enter the Go runtime:
- * task_post_fork moves a new task into persyst's cgroup, task_exit records the exit
- * status for slurm_spank_exit to send.
+ * The plugin is loaded by every Slurm process a job touches (sbatch, srun, salloc,
+ * slurmd, each slurmstepd, the prolog and epilog), so it is plain C with no runtime to
+ * start: loading it and sending an event costs well under a millisecond. What it does:
+ * registers --persyst (and PERSYST=on|off), parses its plugstack.conf arguments
+ * (options.c), and sends the job's lifecycle events to the node daemon over its unix
+ * socket (client.c, the protocol of daemon/wire). The daemon does everything else.
+ *
+ * Start events wait for the daemon's answer (it prepares the job's cgroup before the
+ * tasks start); the batch step's end waits too, bounded, because the daemon writes the
+ * digest into the job's output before the job is complete. Other end events are
+ * delivered without waiting.
  *
  * Failures never fail a job: every hook returns 0 (ESPANK_SUCCESS) except the option
  * callback, which rejects a bad --persyst value in sbatch/srun/salloc, before the job exists.
  */
+#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 #include "persyst.h"
-#include "_cgo_export.h"
 
 /* SPANK_PLUGIN defines plugin_name, plugin_type and plugin_version. */
 SPANK_PLUGIN(persyst, 1);
 
+extern char **environ;
 
 #define OPT_PERSYST 1
 
 static int opt_value = -1;    /* -1: not given, 0: off, 1: on */
 static int plugin_disabled;   /* a plugstack.conf argument was wrong */
+static int configured;        /* cfg holds valid arguments */
+static struct persyst_config cfg;
+static int daemon_failed;     /* the daemon did not answer once: log only the first time */
 static int exit_status_known;
 static int exit_status;
 static int srun_alone;        /* srun started its own job (not inside sbatch or salloc) */
@@ -42,7 +57,7 @@ static int srun_alone;        /* srun started its own job (not inside sbatch or 
 static int opt_cb(int val, const char *optarg, int remote);
 
 /* The cgroup.procs file of the cgroup the daemon created for this job, set before the
- * tasks fork (see persyst_set_join); tasks write their pid there. */
+ * tasks fork (see set_join); tasks write their pid there. */
 static char join_procs[PATH_MAX];
 
 static struct spank_option persyst_option = {
@@ -64,39 +79,77 @@ static int in_job(void)
 	return ctx == S_CTX_REMOTE || ctx == S_CTX_JOB_SCRIPT || ctx == S_CTX_SLURMD;
 }
 
-void persyst_log(int level, const char *msg)
+/* log_error logs one of persyst's faults where its reader is (see in_job). */
+static void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_error(const char *fmt, ...)
 {
-	switch (level) {
-	case PERSYST_LOG_ERROR:
-		if (in_job())
-			slurm_info("%s", msg);
-		else
-			slurm_error("%s", msg);
-		break;
-	case PERSYST_LOG_INFO:
-		slurm_info("%s", msg);
-		break;
-	case PERSYST_LOG_VERBOSE:
-		slurm_verbose("%s", msg);
-		break;
-	default:
-		slurm_debug("%s", msg);
-		break;
-	}
+	char msg[1600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (in_job())
+		slurm_info("persyst: %s", msg);
+	else
+		slurm_error("persyst: %s", msg);
 }
 
-void persyst_set_join(const char *dir)
+static void config_error(void *arg, const char *msg)
 {
+	(void)arg;
+	log_error("plugstack.conf: %s", msg);
+}
+
+/* configure parses the plugstack.conf arguments; 0 when they are all valid. */
+static int configure(int ac, char **av)
+{
+	configured = persyst_parse_args(ac, av, &cfg, config_error, NULL) == 0;
+	return configured ? 0 : -1;
+}
+
+/* parse_option parses a --persyst value, saying what is wrong with a bad one. */
+static int parse_option(const char *v)
+{
+	int on = persyst_parse_value(v);
+
+	if (on < 0) {
+		char q[80];
+		size_t i, o = 0;
+
+		/* the value as typed, printable characters only */
+		for (i = 0; v[i] && o < sizeof(q) - 4; i++)
+			q[o++] = (v[i] >= 0x20 && v[i] < 0x7f) ? v[i] : '?';
+		if (v[i])
+			q[o++] = '.', q[o++] = '.', q[o++] = '.';
+		q[o] = '\0';
+		log_error("--persyst: invalid value \"%s\": use on or off", q);
+	}
+	return on;
+}
+
+/* set_join hands the task hook the cgroup the daemon wants the step's tasks in. Only a
+ * clean absolute path is accepted; task_post_fork opens <dir>/cgroup.procs with O_NOFOLLOW. */
+static void set_join(const char *dir)
+{
+	size_t len = strlen(dir);
+
 	join_procs[0] = '\0';
-	if (dir == NULL || dir[0] != '/')
+	if (len == 0)
 		return;
+	if (dir[0] != '/' || len > 3000 || strstr(dir, "//") || strstr(dir, "/./") || strstr(dir, "/../") ||
+	    (len >= 2 && strcmp(dir + len - 2, "/.") == 0) || (len >= 3 && strcmp(dir + len - 3, "/..") == 0) ||
+	    (len > 1 && dir[len - 1] == '/')) {
+		log_error("daemon sent an unusable cgroup path; tasks not moved");
+		return;
+	}
 	if (snprintf(join_procs, sizeof(join_procs), "%s/cgroup.procs", dir) >= (int)sizeof(join_procs))
 		join_procs[0] = '\0';
 }
 
 /* task_post_fork runs in slurmstepd, the tasks' parent, after each task was forked and
- * before it execs (the task waits for slurmstepd to finish this hook): plain C. It moves
- * the task into persyst's cgroup for the job, so perf events in cgroup mode count it and
+ * before it execs (the task waits for slurmstepd to finish this hook). It moves the task
+ * into persyst's cgroup for the job, so perf events in cgroup mode count it and
  * everything it starts. Done from the parent, not from task_init_privileged in the task,
  * so that this write(2) is not counted as the job's own I/O. Failure is logged and
  * ignored: the task runs unmeasured by perf, never harmed. */
@@ -129,7 +182,7 @@ static int opt_cb(int val, const char *optarg, int remote)
 	int v;
 
 	(void)val;
-	v = persystParseValue((char *)(optarg ? optarg : ""));
+	v = parse_option(optarg ? optarg : "");
 	if (v < 0) {
 		/* Locally (sbatch/srun/salloc) this rejects the job with a clear message.
 		 * Remotely the value was already checked; never fail a step for it. */
@@ -162,7 +215,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		srun_alone = 1;
 	if (ctx != S_CTX_SLURMD)
 		spank_option_register(sp, &persyst_option);
-	if (persystConfigure(ac, av) != 0) {
+	if (configure(ac, av) != 0) {
 		plugin_disabled = 1;
 		if (in_job())
 			slurm_info("persyst: plugin disabled because of the errors above in plugstack.conf; jobs run unmonitored");
@@ -178,7 +231,7 @@ static int option_value(spank_t sp)
 	if (opt_value >= 0)
 		return opt_value;
 	if (spank_option_getopt(sp, &persyst_option, &arg) == ESPANK_SUCCESS && arg)
-		return persystParseValue(arg) < 0 ? -1 : persystParseValue(arg);
+		return persyst_parse_value(arg);
 	return -1;
 }
 
@@ -222,6 +275,239 @@ static void fill_step(spank_t sp, struct persyst_event *ev)
 	spank_get_item(sp, S_STEP_ALLOC_MEM, &ev->step_mem_mb);
 }
 
+/* fastTimeout is how long later events wait once the daemon failed to answer: a healthy
+ * daemon answers in about a millisecond, so this only bounds the cost of a hung one. */
+#define FAST_TIMEOUT_NS 200000000LL
+/* A marker younger than this says the daemon was found unreachable. */
+#define MARKER_TTL 600
+
+/* The marker records, for every process on this node, that the daemon did not answer:
+ * the job prolog, each slurmstepd and the epilog are separate processes, and without it
+ * each would wait the full timeout and log the same failure. It lives next to the
+ * socket, in the daemon's root-owned run directory. */
+static void marker_path(char *buf, size_t n)
+{
+	snprintf(buf, n, "%s.unreachable", cfg.socket);
+}
+
+static int marker_fresh(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && time(NULL) - st.st_mtime < MARKER_TTL;
+}
+
+static const char *kind_label(int kind)
+{
+	switch (kind) {
+	case PERSYST_JOB_START: return "job_start";
+	case PERSYST_STEP_START: return "step_start";
+	case PERSYST_STEP_END: return "step_end";
+	}
+	return "job_end";
+}
+
+/* job_step names a job or step the way Slurm's logs do: "job 7" or "step 7.batch". */
+static const char *job_step(const struct persyst_event *ev, char *buf, size_t n)
+{
+	char step[16];
+
+	if (!ev->has_step)
+		snprintf(buf, n, "job %u", ev->job_id);
+	else
+		snprintf(buf, n, "step %u.%s", ev->job_id, persyst_step_name(ev->step_id, step, sizeof(step)));
+	return buf;
+}
+
+/* send_event sends one lifecycle event to the node daemon. */
+static void send_event(int kind, struct persyst_event *ev)
+{
+	char marker[PERSYST_SOCKET_MAX + 16], name[64], why[700], *msg;
+	struct persyst_reply *rep = NULL;
+	struct timespec now, t0, t1;
+	int64_t timeout = cfg.timeout_ns;
+	int known, len, rc, deliver_only;
+
+	if (!configured)
+		return;
+	marker_path(marker, sizeof(marker));
+	known = marker_fresh(marker);
+	if (known && timeout > FAST_TIMEOUT_NS)
+		timeout = FAST_TIMEOUT_NS;
+	job_step(ev, name, sizeof(name));
+	msg = malloc(PERSYST_MAX_MESSAGE + 2);
+	if (msg == NULL)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	len = persyst_encode(msg, PERSYST_MAX_MESSAGE + 2, kind, ev, cfg.default_on, &now);
+	if (len < 0) {
+		log_error("%s: %s event not sent: longer than %d bytes", name, kind_label(kind), PERSYST_MAX_MESSAGE);
+		free(msg);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* The batch step's end waits: the daemon writes the digest into the job's output file
+	 * before replying, and the job is complete only after this hook returns. Other end
+	 * events are delivered, not called: slurmctld releases a step's resources on a node
+	 * only after slurm_spank_exit returns there, and a next srun that finds them still
+	 * busy backs off for about a minute. The daemon reads the event when it can. */
+	deliver_only = kind == PERSYST_JOB_END ||
+		       (kind == PERSYST_STEP_END && ev->step_id != 0xfffffffbU);
+	why[0] = '\0';
+	if (deliver_only) {
+		rc = persyst_deliver(cfg.socket, msg, (size_t)len, timeout, why, sizeof(why));
+	} else {
+		rep = malloc(sizeof(*rep));
+		if (rep == NULL) {
+			free(msg);
+			return;
+		}
+		rc = persyst_call(cfg.socket, msg, (size_t)len, timeout, rep, why, sizeof(why));
+		/* Start events wait for the daemon: it prepares before the tasks start. */
+		if (rc == PERSYST_SENT && kind == PERSYST_STEP_START)
+			set_join(rep->cgroup);
+	}
+	free(msg);
+	free(rep);
+	if (rc == PERSYST_REFUSED) {
+		/* The daemon is up and refused the event (a bad field, a version mismatch):
+		 * say so, and do not mark it unreachable. */
+		log_error("%s: %s event refused by the daemon: %s", name, kind_label(kind), why);
+		if (known || daemon_failed) {
+			unlink(marker);
+			daemon_failed = 0;
+		}
+		return;
+	}
+	if (rc != PERSYST_SENT) {
+		if (!known && !daemon_failed)
+			log_error("%s: %s event not recorded: %s (the job is not affected; until the daemon answers again, events wait at most %d ms and are not logged)",
+				  name, kind_label(kind), why, (int)(FAST_TIMEOUT_NS / 1000000));
+		daemon_failed = 1;
+		{
+			/* O_NOFOLLOW: never follow a link planted in place of the marker. */
+			int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+			if (fd >= 0) {
+				dprintf(fd, "%ld job %u %s: %s\n", (long)time(NULL), ev->job_id, kind_label(kind), why);
+				close(fd);
+			}
+		}
+		return;
+	}
+	/* Only an answer proves the daemon is back; a delivered request may sit unread. */
+	if (!deliver_only && (known || daemon_failed)) {
+		slurm_info("persyst: job %u: daemon at %s answers again", ev->job_id, cfg.socket);
+		unlink(marker);
+		daemon_failed = 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	slurm_debug("persyst: %s: %s sent in %ld us", name, kind_label(kind),
+		    (long)((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000));
+}
+
+/* reportWait bounds how long srun waits at the end of an interactive job for its digest;
+ * the command gets 2 s more to print it. */
+#define REPORT_WAIT "5s"
+#define REPORT_DEADLINE_MS 7000
+#define REPORT_MAX (1 << 20)
+
+/* print_report prints the digest of the interactive job srun started, on srun's standard
+ * error (the user's terminal), with the persyst command plugstack.conf names (report=).
+ * Nothing is printed when the job opted out, when there is no digest in time, or when
+ * anything fails: persyst's own faults are logged at debug level. */
+static void print_report(uint32_t job, int option)
+{
+	posix_spawn_file_actions_t fa;
+	char id[16], *argv[6], *buf = NULL;
+	struct timespec t0, t;
+	int p[2] = { -1, -1 }, status = 0, spawned = 0, overflow = 0, rc;
+	size_t got = 0;
+	pid_t pid = -1;
+
+	if (!configured || cfg.report[0] == '\0' || job == 0 || option == 0 || (option < 0 && !cfg.default_on))
+		return;
+	snprintf(id, sizeof(id), "%u", job);
+	argv[0] = cfg.report;
+	argv[1] = "report";
+	argv[2] = "--wait";
+	argv[3] = REPORT_WAIT;
+	argv[4] = id;
+	argv[5] = NULL;
+	if (pipe2(p, O_CLOEXEC) != 0 || (buf = malloc(REPORT_MAX)) == NULL)
+		goto out;
+	if (posix_spawn_file_actions_init(&fa) != 0)
+		goto out;
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	rc = posix_spawn(&pid, cfg.report, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		slurm_debug("persyst: job %u: no digest to print: %s: %s", job, cfg.report, strerror(rc));
+		goto out;
+	}
+	spawned = 1;
+	close(p[1]);
+	p[1] = -1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct pollfd pf = { p[0], POLLIN, 0 };
+		long left;
+		ssize_t r;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = REPORT_DEADLINE_MS - ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L);
+		if (left <= 0) {
+			kill(pid, SIGKILL);
+			got = 0;
+			slurm_debug("persyst: job %u: no digest to print: %s did not finish in time", job, cfg.report);
+			break;
+		}
+		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+			break;
+		if (got < REPORT_MAX) {
+			r = read(p[0], buf + got, REPORT_MAX - got);
+			if (r > 0)
+				got += (size_t)r;
+		} else {
+			char drop[4096];
+
+			/* Longer than any digest: read to the end, print nothing. */
+			r = read(p[0], drop, sizeof(drop));
+			if (r > 0)
+				overflow = 1;
+		}
+		if (r > 0)
+			continue;
+		if (r == 0 || (errno != EAGAIN && errno != EINTR))
+			break;
+	}
+out:
+	if (spawned) {
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && got > 0 && !overflow) {
+			size_t off = 0;
+
+			while (off < got) {
+				ssize_t w = write(2, buf + off, got - off);
+
+				if (w <= 0)
+					break;
+				off += (size_t)w;
+			}
+		} else if (got > 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			slurm_debug("persyst: job %u: no digest to print (%s exit status %d)", job, cfg.report, status);
+		}
+	}
+	if (p[0] >= 0)
+		close(p[0]);
+	if (p[1] >= 0)
+		close(p[1]);
+	free(buf);
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	struct persyst_event ev;
@@ -232,13 +518,15 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return ESPANK_SUCCESS;
 	fill_common(sp, &ev);
 	fill_step(sp, &ev);
+	/* slurmstepd has put itself into the job's cgroups: the daemon finds them from this
+	 * connection's peer (SO_PEERCRED). */
 	if (ev.has_step)
-		persystSend(PERSYST_STEP_START, &ev);
+		send_event(PERSYST_STEP_START, &ev);
 	return ESPANK_SUCCESS;
 }
 
-/* task_exit runs in slurmstepd once per task; C only. Keep the first failing status
- * (or 0 when every task succeeded). */
+/* task_exit runs in slurmstepd once per task. Keep the first failing status (or 0 when
+ * every task succeeded). */
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
 	int status = 0;
@@ -270,7 +558,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 			job_id = env ? (uint32_t)strtoul(env, NULL, 10) : 0;
 		}
 		if (job_id != 0)
-			persystPrintReport(job_id, option_value(sp));
+			print_report(job_id, option_value(sp));
 		return ESPANK_SUCCESS;
 	}
 	if (!spank_remote(sp))
@@ -280,7 +568,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	ev.has_exit = exit_status_known;
 	ev.exit_status = exit_status;
 	if (ev.has_step)
-		persystSend(PERSYST_STEP_END, &ev);
+		send_event(PERSYST_STEP_END, &ev);
 	return ESPANK_SUCCESS;
 }
 
@@ -290,10 +578,10 @@ static int job_script_event(spank_t sp, int ac, char **av, int kind)
 {
 	struct persyst_event ev;
 
-	if (persystConfigure(ac, av) != 0)
+	if (configure(ac, av) != 0)
 		return ESPANK_SUCCESS;
 	fill_common(sp, &ev);
-	persystSend(kind, &ev);
+	send_event(kind, &ev);
 	return ESPANK_SUCCESS;
 }
 

@@ -22,6 +22,9 @@ const DefaultTimeout = 5 * time.Second
 // MaxTimeout is the largest timeout= accepted: the plugin must never hold a job for long.
 const MaxTimeout = 300 * time.Second
 
+// maxPath bounds report= (PATH_MAX, with its terminating NUL in C).
+const maxPath = 4096
+
 // maxSocketPath is the longest unix socket path Linux accepts (sun_path is 108 bytes).
 const maxSocketPath = 107
 
@@ -87,7 +90,7 @@ func ParseArgs(args []string) (Config, []error) {
 			switch {
 			case v == "off":
 				c.Report = ""
-			case !filepath.IsAbs(v) || filepath.Clean(v) != v || v == "/" || strings.ContainsAny(v, "\x00\n"):
+			case !filepath.IsAbs(v) || filepath.Clean(v) != v || v == "/" || strings.ContainsAny(v, "\x00\n") || len(v) >= maxPath:
 				errs = append(errs, fmt.Errorf("argument %q: report must be off or the persyst command's clean absolute path", a))
 				continue
 			default:
@@ -107,10 +110,23 @@ func ParseArgs(args []string) (Config, []error) {
 	return c, errs
 }
 
-// parseSeconds accepts a positive number of seconds ("5", "0.5") up to MaxTimeout.
+// parseSeconds accepts a decimal number of seconds ("5", "0.5", ".5": digits and at most
+// one point, no sign or exponent, at most 64 characters) between 0.001 and MaxTimeout.
+// The grammar is the C plugin's (spank/options.c), which must agree with this one.
 func parseSeconds(v string) (time.Duration, error) {
+	digits, dots, other := 0, 0, false
+	for _, r := range v {
+		switch {
+		case r >= '0' && r <= '9':
+			digits++
+		case r == '.' && dots == 0:
+			dots++
+		default:
+			other = true
+		}
+	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f != f { // NaN
+	if other || digits == 0 || len(v) > 64 || err != nil {
 		return 0, fmt.Errorf("timeout must be a number of seconds, got %q", v)
 	}
 	d := time.Duration(f * float64(time.Second))

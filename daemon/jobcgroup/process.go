@@ -1,0 +1,60 @@
+package jobcgroup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/persyst/persyst/hostfs"
+)
+
+// OfProcess returns the cgroup directories of job that process pid is in, per hierarchy
+// key, read from <root>/proc/PID/cgroup and resolved through the process's own mount
+// table (<root>/proc/PID/mountinfo), so the paths are those the process sees.
+// slurmstepd puts itself into its job's cgroups before it sends a step's start, so the
+// daemon learns them from the sender's pid (SO_PEERCRED), without trusting the job's
+// environment or the message. Only directories at or below a "job_<job>" component are
+// returned.
+func OfProcess(h hostfs.FS, pid int, job uint32) (map[string]string, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("pid %d: not a process", pid)
+	}
+	proc := "proc/" + strconv.Itoa(pid)
+	p := h.Path(proc + "/mountinfo")
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	mounts, err := parseMountinfo(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	p = h.Path(proc + "/cgroup")
+	f, err = os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	memb, err := parseProcCgroup(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	byKey := map[string]Mount{}
+	for _, m := range mounts {
+		byKey[m.Key] = m
+	}
+	want := "job_" + strconv.FormatUint(uint64(job), 10)
+	out := map[string]string{}
+	for key, path := range memb {
+		m, ok := byKey[key]
+		if !ok {
+			continue
+		}
+		if dir, ok := cutAfter(path, want); ok {
+			out[key] = filepath.Join(m.Path, dir)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,97 @@
+package jobcgroup
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestOfProcess(t *testing.T) {
+	tests := []struct {
+		name    string
+		fixture string
+		cgroup  string
+		job     uint32
+		want    map[string]string
+	}{
+		{
+			name:    "v1",
+			fixture: "mountinfo-v1-systemd",
+			cgroup: "11:perf_event:/slurm_node1/uid_1000/job_42/step_batch\n" +
+				"7:freezer:/slurm_node1/uid_1000/job_42/step_batch\n" +
+				"5:memory:/slurm_node1/uid_1000/job_42/step_batch/task_0\n" +
+				"4:cpuacct,cpu:/slurm_node1/uid_1000/job_42/step_batch\n" +
+				"3:devices:/slurm_node1/uid_1000/job_42/step_batch\n" + // devices is not mounted here
+				"2:cpuset:/\n" + // not in a job cgroup
+				"1:name=systemd:/system.slice/slurmd.service\n" +
+				"0::/system.slice/slurmd.service\n",
+			job: 42,
+			want: map[string]string{
+				"perf_event":  "/mnt/cg space/slurm_node1/uid_1000/job_42",
+				"freezer":     "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_42",
+				"memory":      "/sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42",
+				"cpu,cpuacct": "/sys/fs/cgroup/cpu,cpuacct/slurm_node1/uid_1000/job_42",
+			},
+		},
+		{
+			name:    "v2",
+			fixture: "mountinfo-v2",
+			cgroup:  "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n",
+			job:     42,
+			want:    map[string]string{"unified": "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"},
+		},
+		{
+			name:    "hybrid unified",
+			fixture: "mountinfo-v1-hybrid",
+			cgroup:  "7:freezer:/slurm/uid_0/job_3/step_0\n0::/system.slice/slurmstepd.scope/job_3/step_0\n",
+			job:     3,
+			want: map[string]string{
+				"freezer": "/sys/fs/cgroup/freezer/slurm/uid_0/job_3",
+				"unified": "/sys/fs/cgroup/unified/system.slice/slurmstepd.scope/job_3",
+			},
+		},
+		{
+			name:    "other job",
+			fixture: "mountinfo-v2",
+			cgroup:  "0::/system.slice/slurmstepd.scope/job_420/step_0\n",
+			job:     42,
+			want:    map[string]string{},
+		},
+		{
+			name:    "job id as a prefix of a component does not match",
+			fixture: "mountinfo-v1-systemd",
+			cgroup:  "7:freezer:/slurm/uid_1000/job_42x/step_0\n",
+			job:     42,
+			want:    map[string]string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := fakeRoot(t, tc.fixture, tc.cgroup, nil, nil)
+			// The process's files are those fakeRoot wrote for "self".
+			if err := os.Symlink("self", fs.Path("proc/4242")); err != nil {
+				t.Fatal(err)
+			}
+			got, err := OfProcess(fs, 4242, tc.job)
+			if err != nil {
+				t.Fatalf("OfProcess: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("OfProcess(%d) mismatch (-want +got):\n%s", tc.job, diff)
+			}
+		})
+	}
+	t.Run("gone", func(t *testing.T) {
+		fs := fakeRoot(t, "mountinfo-v2", "0::/\n", nil, nil)
+		_, err := OfProcess(fs, 4243, 1)
+		if err == nil || !strings.Contains(err.Error(), "proc/4243/mountinfo") {
+			t.Errorf("OfProcess of a process that is gone: %v, want an error naming its file", err)
+		}
+		if _, err := OfProcess(fs, 0, 1); err == nil {
+			t.Error("OfProcess(0): no error")
+		}
+	})
+}
