@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -35,6 +36,9 @@ type schedstatSource struct {
 	gone schedCount         // what threads no longer seen had counted
 	prev schedCount         // the total at the previous read
 	have bool
+	// Buffers reused across reads (raw reads: no poller registration per file).
+	buf, dents []byte
+	tids       []string
 }
 
 func newSchedstat(*Env, *Spec) (Source, error) {
@@ -53,19 +57,23 @@ func (s *schedstatSource) Read(r *Read) error {
 	files, missing := 0, 0
 	for _, pid := range pids {
 		dir := r.env.Host.Path("proc", strconv.Itoa(pid), "task")
-		tids, terr := os.ReadDir(dir)
+		s.tids = s.tids[:0]
+		var terr error
+		s.dents, terr = hostfs.Subdirs(dir, s.dents, func(name string) { s.tids = append(s.tids, name) })
 		if terr != nil {
 			continue // the process exited
 		}
-		for _, t := range tids {
-			tid, cerr := strconv.Atoi(t.Name())
+		for _, name := range s.tids {
+			tid, cerr := strconv.Atoi(name)
 			if cerr != nil {
 				continue
 			}
-			p := dir + "/" + t.Name() + "/schedstat"
-			b, rerr := os.ReadFile(p)
+			p := dir + "/" + name + "/schedstat"
+			var rerr error
+			s.buf, rerr = hostfs.ReadInto(p, s.buf)
+			b := s.buf
 			if errors.Is(rerr, fs.ErrNotExist) {
-				if _, serr := os.Stat(dir + "/" + t.Name()); serr == nil {
+				if _, serr := os.Stat(dir + "/" + name); serr == nil {
 					missing++ // the thread is there, its schedstat is not
 				}
 				continue

@@ -17,7 +17,9 @@
 // of the run each group was scheduled; an event may therefore appear more than once in
 // the event list passed to Open (Counts are indexed by position, not name). The grouped
 // hardware path cannot be exercised here (no PMU); software events use the same code
-// path and are tested grouped on the real kernel.
+// path and are tested grouped on the real kernel. In cgroup mode the software events and
+// tracepoints the catalog leaves ungrouped form one implicit group per CPU, so a job's
+// CPU costs one read(2) for all of them (they are never multiplexed: no value changes).
 //
 // In cgroup mode time_enabled only advances while a task of the cgroup runs on that
 // CPU, so a CPU the job never ran on legitimately reads value 0, enabled 0.

@@ -148,6 +148,20 @@ type member struct {
 	id    uint64
 }
 
+// softwareGroup is the group, per CPU, of the software events and tracepoints that the
+// catalog does not group, in cgroup mode: one read(2) per CPU instead of one per event and
+// CPU (software events are never multiplexed, so grouping them changes no value). An
+// event of it that cannot be opened is left out alone; the next one leads the group.
+const softwareGroup = "\x00software"
+
+// groupName names the group of unit u in errors.
+func (g *Group) groupName(u unit) string {
+	if n := g.events[u.members[0].event].Group; n != "" {
+		return n
+	}
+	return "of software events"
+}
+
 // unit is what one read(2) returns: a single event, or a perf group via its leader.
 type unit struct {
 	fd      int
@@ -236,7 +250,12 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 				g.errs[i][j] = fmt.Errorf("%s: %w: tracepoint id not resolved", e.Name, ErrNotAvailable)
 				continue
 			}
-			if e.Group == "" {
+			grp := e.Group
+			implicit := grp == "" && !t.inherit && (e.Kind == perfevents.Software || e.Kind == perfevents.Tracepoint)
+			if implicit {
+				grp = softwareGroup
+			}
+			if grp == "" {
 				fd, err := openEvent(e, t, cpu, -1, singleFormat, false)
 				if err != nil {
 					g.errs[i][j] = notAvailable(e, cpu, err)
@@ -246,7 +265,7 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 				g.units = append(g.units, unit{fd: fd, cpu: i, members: []member{{event: j}}})
 				continue
 			}
-			u, isMember := leaders[e.Group]
+			u, isMember := leaders[grp]
 			if isMember && g.units[u].fd < 0 {
 				// The leader failed: the whole group is unavailable for the same reason.
 				g.errs[i][j] = g.errs[i][g.units[u].members[0].event]
@@ -259,8 +278,8 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 			fd, err := openEvent(e, t, cpu, leaderFD, groupFormat, !isMember)
 			if err != nil {
 				g.errs[i][j] = notAvailable(e, cpu, err)
-				if !isMember {
-					leaders[e.Group] = len(g.units)
+				if !isMember && !implicit { // a failed event leads no implicit group: the next one does
+					leaders[grp] = len(g.units)
 					g.units = append(g.units, unit{fd: -1, cpu: i, grouped: true, members: []member{{event: j}}})
 				}
 				continue
@@ -272,7 +291,7 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 				return nil, fmt.Errorf("perf open %s: %s on CPU %d: PERF_EVENT_IOC_ID: %w", cgroupDir, e.Name, cpu, err)
 			}
 			if !isMember {
-				leaders[e.Group] = len(g.units)
+				leaders[grp] = len(g.units)
 				g.units = append(g.units, unit{fd: fd, cpu: i, grouped: true, members: []member{{event: j, id: id}}})
 			} else {
 				g.units[u].members = append(g.units[u].members, member{event: j, id: id})
@@ -425,10 +444,10 @@ func (g *Group) Read() (Counts, error) {
 		en, run, vals, err := decodeGroup(g.buf[:n], g.vals)
 		g.vals = vals
 		if err != nil {
-			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Group, g.cpus[u.cpu], err)
+			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
 		}
 		if err := fillGroup(row, u.members, en, run, vals, g.LowCoverage); err != nil {
-			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Group, g.cpus[u.cpu], err)
+			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
 		}
 	}
 	return c, nil

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
@@ -458,4 +459,36 @@ func threadCPU() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
 	return time.Duration(ts.Nano())
+}
+
+// TestSoftwareGroup: in cgroup mode the ungrouped software events and tracepoints of a
+// CPU are read as one group; an event that cannot be opened, even the first, leaves the
+// others counted (the next one leads the group).
+func TestSoftwareGroup(t *testing.T) {
+	cg := testCgroup(t, "-swgroup")
+	bogus := tp("syscalls:sys_enter_openat")
+	bogus.Config = 1 << 40 // resolved, but no such tracepoint: the open fails
+	sw := perfevents.SoftwareEvents()
+	events := []perfevents.Event{bogus, sw[0], sw[1]}
+	g, err := Open(cg, []int{0, 1}, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	type result struct {
+		Counters, Reads int
+		Available       []bool
+	}
+	c, err := g.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := result{Counters: g.Counters(), Reads: len(g.units)}
+	for j := range events {
+		got.Available = append(got.Available, c.Sum(j).Available)
+	}
+	want := result{Counters: 4, Reads: 2, Available: []bool{false, true, true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }

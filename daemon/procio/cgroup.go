@@ -22,14 +22,6 @@ import (
 // ancestor, so it is skipped. Other errors (malformed cgroup.procs, permission) are
 // returned joined, with the PIDs that could be read.
 func ListProcs(h hostfs.FS, cgroupDir string) ([]int, error) {
-	top := h.Path(cgroupDir)
-	st, err := os.Stat(top)
-	if err != nil {
-		return nil, fmt.Errorf("procio: cgroup %s: %w", cgroupDir, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("procio: cgroup %s: not a directory", cgroupDir)
-	}
 	w := walker{root: h.Root()}
 	if err := w.walk(cgroupDir, true); err != nil {
 		return nil, err
@@ -38,10 +30,13 @@ func ListProcs(h hostfs.FS, cgroupDir string) ([]int, error) {
 	return slices.Compact(w.pids), errors.Join(w.errs...)
 }
 
+// walker lists the processes of a cgroup tree with raw system calls (hostfs.ReadInto,
+// hostfs.Subdirs), into buffers reused across the tree.
 type walker struct {
-	root string
-	pids []int
-	errs []error
+	root       string
+	pids       []int
+	errs       []error
+	buf, dents []byte
 }
 
 // vanished reports whether err means the cgroup directory or file is gone: ENOENT, or
@@ -51,17 +46,21 @@ func vanished(err error) bool {
 }
 
 // walk reads dir's cgroup.procs and descends into its subdirectories. Only an error about
-// the top directory itself vanishing is returned; the rest is collected in w.errs.
+// the top directory itself (vanished, not a directory) is returned; the rest is collected
+// in w.errs.
 func (w *walker) walk(dir string, top bool) error {
 	file := filepath.Join(dir, "cgroup.procs")
-	b, err := hostfs.ReadRegular(filepath.Join(w.root, file))
+	var err error
+	w.buf, err = hostfs.ReadInto(filepath.Join(w.root, file), w.buf)
 	switch {
 	case err == nil:
 		var perr error
-		w.pids, perr = parseProcs(b, w.pids)
+		w.pids, perr = parseProcs(w.buf, w.pids)
 		if perr != nil {
 			w.errs = append(w.errs, fmt.Errorf("procio: %s: %w", file, perr))
 		}
+	case top && errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("procio: cgroup %s: not a directory", dir)
 	case vanished(err) && top:
 		if _, serr := os.Stat(filepath.Join(w.root, dir)); serr != nil && vanished(serr) {
 			return fmt.Errorf("procio: cgroup %s: %w", dir, serr)
@@ -74,7 +73,8 @@ func (w *walker) walk(dir string, top bool) error {
 	default:
 		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
 	}
-	f, err := os.Open(filepath.Join(w.root, dir))
+	var subdirs []string
+	w.dents, err = hostfs.Subdirs(filepath.Join(w.root, dir), w.dents, func(name string) { subdirs = append(subdirs, name) })
 	if err != nil {
 		if vanished(err) {
 			if top {
@@ -83,17 +83,9 @@ func (w *walker) walk(dir string, top bool) error {
 			return nil
 		}
 		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
-		return nil
 	}
-	ents, err := f.ReadDir(-1) // unsorted: no need, and cgroup dirs hold many files
-	f.Close()
-	if err != nil && !vanished(err) {
-		w.errs = append(w.errs, fmt.Errorf("procio: %w", err))
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			_ = w.walk(filepath.Join(dir, e.Name()), false)
-		}
+	for _, name := range subdirs {
+		_ = w.walk(filepath.Join(dir, name), false)
 	}
 	return nil
 }
