@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# plugin_cost.sh — what the persyst SPANK plugin costs a job: the time from sbatch to the
-# job's end for a trivial job, with and without the plugin, on the real test cluster.
+# plugin_cost.sh — what the persyst SPANK plugin costs Slurm, on the real test cluster,
+# with and without the plugin (A/B, interleaved on one cluster):
 #
-#   bench/plugin_cost.sh [RUNS]        (default 15 of each; needs root and `make build`)
+#   bench/plugin_cost.sh [RUNS] [ARRAY]   (default 15 runs, a 100-task array; root, `make build`)
+#   NODES=3 (default)
 #
-# A/B runs are interleaved on one cluster: plugstack.conf is re-read at every job launch,
-# so the script swaps it between jobs (A = plugin and daemons, B = empty plugstack.conf).
-# Two times per job: from just before `sbatch` to the first poll (every 20 ms) that sees
-# the job COMPLETED (what a user waits), and from slurmctld's "sched: Allocate" log line
-# (ms resolution) to that poll: the job's own life on the nodes, without the scheduler's
-# wait for its next pass, which is most of the first number and varies by up to ~2 s.
-# Prints the median, min and max of each, with and without the plugin.
+# 1. Per Slurm process: every Slurm command and daemon process loads the plugin. The
+#    wall time of `sbatch --test-only` (a real sbatch: loads plugstack.conf, the plugin's
+#    init and option registration, one RPC) with and without the plugin, RUNS*4 of each;
+#    the difference of the medians is the plugin's cost in that process.
+# 2. A trivial job's life: the time from sbatch to the first poll (every 20 ms) that sees
+#    the job COMPLETED, and from slurmctld's "sched: Allocate" log line (ms resolution) to
+#    that poll (the job's own life on the nodes, without the scheduler's wait for its next
+#    pass, which varies by up to ~2 s). 1-node and 2-node jobs.
+# 3. Throughput: a job array of ARRAY tasks of `sleep 1`, its makespan (submission to the
+#    last task gone from squeue) with and without the plugin, twice each; and, with the
+#    plugin, how long each batch step's end waited for the daemon (the plugin logs it at
+#    slurmd's debug level: connect, send, the digest written, the answer).
+#
+# plugstack.conf is re-read at every job launch, so the script swaps it between runs
+# (A = plugin and daemons, B = an empty plugstack.conf).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${1:-15}
-NODES=${NODES:-2}
+ARRAY=${2:-100}
+NODES=${NODES:-3}
 cd "$ROOT"
 
 scripts/cluster.sh up "$NODES" >/dev/null
@@ -77,15 +87,73 @@ measure() { # measure LABEL SBATCH-ARGS...
 }
 
 trap 'echo "plugin_cost: failed at line $LINENO" >&2' ERR
-echo "persyst plugin cost, $(nproc) CPUs, $(uname -r), Slurm $(sinfo -V | awk '{print $2}'), $(date -u +%F)"
+echo "persyst plugin cost, $(nproc) CPUs, $(uname -r), Slurm $(sinfo -V | awk '{print $2}'), $NODES nodes, $(date -u +%F)"
+
+# 1. Per Slurm process.
+sbatch_ms() { # the wall time of one sbatch --test-only, in ms
+	local t0 t1
+	t0=$(date +%s%N)
+	sbatch --test-only -N1 -D "$work" --wrap true >/dev/null 2>&1
+	t1=$(date +%s%N)
+	echo $(((t1 - t0) / 1000))
+}
+a=() b=()
+for i in $(seq 1 $((RUNS * 4))); do
+	echo "$with" >"$conf"; a+=("$(sbatch_ms)")
+	: >"$conf"; b+=("$(sbatch_ms)")
+done
+echo "$with" >"$conf"
+echo "== per Slurm process: sbatch --test-only, wall time"
+printf '  with plugin:    '; printf '%s\n' "${a[@]}" | awk '{print $1/1000}' | sort -n | awk '{v[NR]=$1} END {printf "median %.3f ms  (n=%d)\n", (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2, NR}'
+printf '  without plugin: '; printf '%s\n' "${b[@]}" | awk '{print $1/1000}' | sort -n | awk '{v[NR]=$1} END {printf "median %.3f ms  (n=%d)\n", (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2, NR}'
+
+# 2. A trivial job's life.
 measure "1-node trivial job" -N1 --wrap true
 measure "2-node job with one srun step" -N2 --wrap "srun -N2 true"
 
 # The plugin's own time per event, as it logs it (slurmd debug level): connect, send and,
-# for start events, the daemon's answer.
+# for start events and the batch step's end, the daemon's answer.
+plugin_times() { # plugin_times LOGS...: median, p90 and max per event
+	cat "$@" | grep -o '[0-9a-z]*: [a-z_]* sent in [0-9.]*ms' |
+		awk '{e=$2; if ($1 ~ /batch:$/ && e == "step_end") e="batch_end"; v=$5; sub(/ms$/,"",v); print e, v}' | sort -k1,1 -k2,2n |
+		awk '{k[$1]=k[$1] " " $2; n[$1]++} END {for (e in k) {split(substr(k[e],2),a," "); m=a[int((n[e]+1)/2)]; p=a[int(n[e]*0.9+0.999)];
+		     printf "  %-10s median %.3f ms  p90 %.3f ms  max %.3f ms  (n=%d)\n", e, m, p, a[n[e]], n[e]}}' | sort
+}
 echo "== plugin time per event (from the slurmd logs, all runs above)"
-cat "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log | grep -o '[a-z_]* sent in [0-9.]*[µm]*s' |
-	awk '{v=$4; if (v ~ /µs$/) {sub(/µs$/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else {sub(/s$/,"",v); v=v*1000}
-	     print $1, v}' | sort -k1,1 -k2,2n |
-	awk '{k[$1]=k[$1] " " $2; n[$1]++} END {for (e in k) {split(substr(k[e],2),a," "); m=a[int((n[e]+1)/2)];
-	     printf "  %-10s median %.3f ms  max %.3f ms  (n=%d)\n", e, m, a[n[e]], n[e]}}' | sort
+plugin_times "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log
+
+# 3. Throughput: a job array.
+array_run() { # submit the array, wait until every task is gone from squeue; print seconds
+	local start id end
+	start=$(date +%s.%N)
+	id=$(sbatch --parsable -D "$work" -o /dev/null --array="1-$ARRAY" -N1 --wrap 'sleep 1')
+	id=${id%%;*}
+	while [ -n "$(squeue -h -r -j "$id" -o %i 2>/dev/null | head -1)" ]; do sleep 0.2; done
+	end=$(date +%s.%N)
+	echo "$end - $start" | bc
+}
+declare -A mark
+for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do mark[$f]=$(wc -l <"$f"); done
+aw=() bw=()
+for i in 1 2; do
+	for side in $([ $((i % 2)) = 0 ] && echo "A B" || echo "B A"); do
+		if [ "$side" = A ]; then
+			echo "$with" >"$conf"; aw+=("$(array_run)")
+		else
+			: >"$conf"; bw+=("$(array_run)")
+		fi
+	done
+done
+echo "$with" >"$conf"
+echo "== $ARRAY-task array of sleep 1 on $NODES nodes: makespan"
+printf '  with plugin:    %s s\n' "${aw[*]}"
+printf '  without plugin: %s s\n' "${bw[*]}"
+awk -v a="${aw[*]}" -v b="${bw[*]}" 'BEGIN {split(a,x," "); split(b,y," "); sa=0; sb=0; for (i in x) sa+=x[i]; for (i in y) sb+=y[i];
+	printf "  with/without:   %+.1f %%\n", (sa/sb-1)*100}'
+echo "== plugin time per event during the arrays (with plugin)"
+logs=()
+for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do
+	tail -n +"$((mark[$f] + 1))" "$f" >"$work/$(basename "$f")"
+	logs+=("$work/$(basename "$f")")
+done
+plugin_times "${logs[@]}"

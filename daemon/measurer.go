@@ -21,6 +21,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -72,6 +73,11 @@ type jobMeter struct {
 	refind   bool
 	digested bool // the digest was made (never twice)
 	report   *digest.Report
+	// facts is what the job map said of the job when its batch step started, looked up
+	// then so that the digest does not ask while Slurm waits at the step's end; factsDone
+	// is closed once the lookup is over (facts nil: it failed). Nil: none started.
+	facts     *jobmap.Job
+	factsDone chan struct{}
 }
 
 // Measurer measures the node's jobs: it owns the per-job perf cgroups, opens a Meter when
@@ -247,9 +253,43 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 		}
 	}
 	m.start(j, jm)
+	m.prefetch(j, jm)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return jm.owned
+}
+
+// prefetch looks the job up in the job map once its batch step has started, in the
+// background: the digest at the step's end then needs no lookup (prefetched).
+func (m *Measurer) prefetch(j *Job, jm *jobMeter) {
+	if m.dig.Facts == nil || m.dig.Engine == nil || j.step("batch") == nil {
+		return
+	}
+	m.mu.Lock()
+	if jm.factsDone != nil {
+		m.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	jm.factsDone = done
+	m.mu.Unlock()
+	timeout := m.dig.Timeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		f, err := m.dig.Facts.Job(ctx, strconv.FormatUint(uint64(j.JobID), 10))
+		if err != nil {
+			m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("job not found in the job map at its start; looked up again at its end")
+			return
+		}
+		m.mu.Lock()
+		jm.facts = f
+		m.mu.Unlock()
+	}()
 }
 
 // start opens the job's meter once its cgroups are known (once: a start under way or

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
@@ -191,4 +193,130 @@ func (f fakeFacts) Job(_ context.Context, id string) (*jobmap.Job, error) {
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: %w", id, jobmap.ErrNoJob)
+}
+
+// countingFacts is a job map whose answers change and which counts its lookups.
+type countingFacts struct {
+	mu      sync.Mutex
+	job     jobmap.Job
+	lookups int
+}
+
+func (f *countingFacts) Job(_ context.Context, id string) (*jobmap.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	j := f.job
+	return &j, nil
+}
+
+func (f *countingFacts) set(mod func(j *jobmap.Job)) {
+	f.mu.Lock()
+	mod(&f.job)
+	f.mu.Unlock()
+}
+
+// The job map is asked at the batch step's start, in the background, so that the digest
+// Slurm waits for at the step's end asks nothing: unless the end may be Slurm's doing (a
+// failing script, the time limit reached), when the job's state is read as it is then.
+// The AdminComment the summary is merged with is always read after the step's end.
+func TestDigestPrefetchesFacts(t *testing.T) {
+	tests := []struct {
+		name        string
+		exit        int
+		limit       time.Duration
+		wantLookups int    // at the digest, after the one at the step's start
+		wantPath    string // the output file the digest went into
+	}{
+		{name: "script exits 0", exit: 0, wantLookups: 0, wantPath: "/w/start.out"},
+		{name: "script fails", exit: 256, wantLookups: 1, wantPath: "/w/end.out"},
+		{name: "script killed", exit: 9, wantLookups: 1, wantPath: "/w/end.out"},
+		{name: "time limit reached", exit: 0, limit: time.Minute, wantLookups: 1, wantPath: "/w/end.out"},
+		{name: "time limit far", exit: 0, limit: time.Hour, wantLookups: 0, wantPath: "/w/start.out"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root, _ := fakeNode(t, 7)
+			start := time.Now()
+			now := start
+			reg := newReg(t, RegistryConfig{})
+			engine, err := properties.Load(properties.Settings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			facts := &countingFacts{job: jobmap.Job{JobID: 7, WorkDir: "/w", Stdout: "start.out", TimeLimit: tt.limit, AdminComment: "site:early"}}
+			var paths []string
+			var existing []string
+			var mu sync.Mutex
+			dig := DigestConfig{Engine: engine, Facts: facts,
+				Append: func(_ context.Context, tg digest.Target, _ []byte) error {
+					paths = append(paths, tg.Path)
+					return nil
+				},
+				Accounting: func(_ context.Context, _ string, _ uint32, ex string, _ digest.Report) (string, error) {
+					mu.Lock()
+					existing = append(existing, ex)
+					mu.Unlock()
+					return "written", nil
+				},
+			}
+			m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir(), Digest: dig}, reg, "node1", zerolog.Nop(), func() time.Time { return now })
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: start}, start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Prepare(j)
+			m.mu.Lock()
+			done := m.jobs[7].factsDone
+			m.mu.Unlock()
+			if done == nil {
+				t.Fatal("no lookup started at the batch step's start")
+			}
+			<-done
+			// What Slurm says changes during the job (a file name cannot, in fact; here it
+			// shows which answer the digest used), and a site sets an AdminComment.
+			facts.set(func(f *jobmap.Job) { f.Stdout, f.AdminComment = "end.out", "site:late" })
+			now = start.Add(2 * time.Minute)
+			status := tt.exit
+			j, err = reg.Apply(wire.StepEnd, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", ExitStatus: &status, Time: now}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := facts.lookups
+			if err := m.Digest(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
+			// The summary's write goes on in the background; wait for it.
+			for i := 0; i < 200; i++ {
+				mu.Lock()
+				n := len(existing)
+				mu.Unlock()
+				if n > 0 {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			facts.mu.Lock()
+			lookups := facts.lookups - before
+			facts.mu.Unlock()
+			wantLookups := tt.wantLookups
+			if tt.wantLookups == 0 {
+				wantLookups = 1 // the AdminComment, read again for the summary
+			}
+			if lookups != wantLookups {
+				t.Errorf("%d lookups after the step's end, want %d", lookups, wantLookups)
+			}
+			if diff := cmp.Diff([]string{tt.wantPath}, paths); diff != "" {
+				t.Errorf("digest written into (-want +got):\n%s", diff)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff([]string{"site:late"}, existing); diff != "" {
+				t.Errorf("summary merged with the AdminComment (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -230,9 +230,24 @@ func TestAccountingOncePerJob(t *testing.T) {
 	if err := m.InteractiveDigest(context.Background(), apply(wire.StepEnd, 2, "0")); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	got := slices.Clone(written)
-	mu.Unlock()
+	// Summaries are written in the background: wait for them (a little longer for one
+	// that must not come).
+	settled := func(n int) []string {
+		for i := 0; i < 300; i++ {
+			mu.Lock()
+			got := slices.Clone(written)
+			mu.Unlock()
+			if len(got) >= n {
+				time.Sleep(50 * time.Millisecond)
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(written)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}
+	got := settled(1)
 	if diff := cmp.Diff([]string{"1:1"}, got); diff != "" {
 		t.Errorf("summaries before the srun job's end (-want +got):\n%s", diff)
 	}
@@ -241,9 +256,7 @@ func TestAccountingOncePerJob(t *testing.T) {
 	if err := m.InteractiveDigest(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	got = slices.Clone(written)
-	mu.Unlock()
+	got = settled(2)
 	if diff := cmp.Diff([]string{"1:1", "2:2"}, got); diff != "" {
 		t.Errorf("summaries after the srun job's end (-want +got):\n%s", diff)
 	}

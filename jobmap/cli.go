@@ -131,16 +131,19 @@ func (s *CLISource) markNoJSON(key string, err error) {
 }
 
 // hostnames maps node names to host names with `sinfo -N -h -o "%N %n"`; node names on failure.
+// sinfo runs only when a name is looked up (lazyHosts).
 func (s *CLISource) hostnames(ctx context.Context) func(string) string {
-	m := map[string]string{}
-	if out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %n"); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) == 2 {
-				m[f[0]] = f[1]
+	return lazyHosts(func() map[string]string {
+		m := map[string]string{}
+		if out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %n"); err == nil {
+			for _, line := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(line); len(f) == 2 {
+					m[f[0]] = f[1]
+				}
 			}
 		}
-	}
-	return hostLookup(m)
+		return m
+	})
 }
 
 // NodeAddrs maps node names to their addresses (NodeAddr) with `sinfo -N -h -o "%N %o"`.

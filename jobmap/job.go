@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	v0038 "github.com/persyst/persyst/jobmap/v0038"
@@ -235,6 +236,19 @@ func collected(jobs []*Job, errs []error) ([]*Job, error) {
 }
 
 // hostLookup maps node names to host names with m, and any other name to itself.
+// lazyHosts is hostLookup over a map fetched when a name is first looked up: only
+// output patterns with %N need host names, and a job's lookup at its end should not ask
+// Slurm for its node list when nothing needs it. It is meant for one call's conversions
+// (fetch may use that call's context).
+func lazyHosts(fetch func() map[string]string) func(string) string {
+	var once sync.Once
+	var look func(string) string
+	return func(node string) string {
+		once.Do(func() { look = hostLookup(fetch()) })
+		return look(node)
+	}
+}
+
 func hostLookup(m map[string]string) func(string) string {
 	return func(node string) string {
 		if h, ok := m[node]; ok {

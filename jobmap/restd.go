@@ -137,17 +137,20 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 }
 
 // hostnames maps node names to host names (for %N); on failure node names are used.
+// The node list is asked for only when a name is looked up (lazyHosts).
 func (s *RestSource) hostnames(ctx context.Context) func(string) string {
-	rep, err := s.c.SlurmV0038GetNodesWithResponse(ctx, nil)
-	m := map[string]string{}
-	if err == nil && rep.JSON200 != nil && rep.JSON200.Nodes != nil {
-		for _, n := range *rep.JSON200.Nodes {
-			if n.Name != nil && n.Hostname != nil && *n.Hostname != "" {
-				m[*n.Name] = *n.Hostname
+	return lazyHosts(func() map[string]string {
+		rep, err := s.c.SlurmV0038GetNodesWithResponse(ctx, nil)
+		m := map[string]string{}
+		if err == nil && rep.JSON200 != nil && rep.JSON200.Nodes != nil {
+			for _, n := range *rep.JSON200.Nodes {
+				if n.Name != nil && n.Hostname != nil && *n.Hostname != "" {
+					m[*n.Name] = *n.Hostname
+				}
 			}
 		}
-	}
-	return hostLookup(m)
+		return m
+	})
 }
 
 // NodeAddrs maps node names to their addresses (NodeAddr).

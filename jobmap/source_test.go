@@ -102,6 +102,8 @@ type restdFixture struct {
 	sock string
 	mu   sync.Mutex
 	fail int // HTTP status to answer /jobs with (0: the recording)
+	// nodeGets counts requests for the node list (host names for %N).
+	nodeGets int
 }
 
 func newRestdFixture(t *testing.T) *restdFixture {
@@ -125,7 +127,12 @@ func newRestdFixture(t *testing.T) *restdFixture {
 		}
 		w.Write(jobs)
 	})
-	mux.HandleFunc("/slurm/v0.0.38/nodes", func(w http.ResponseWriter, r *http.Request) { w.Write(nodes) })
+	mux.HandleFunc("/slurm/v0.0.38/nodes", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.nodeGets++
+		f.mu.Unlock()
+		w.Write(nodes)
+	})
 	mux.HandleFunc("/slurm/v0.0.38/job/", func(w http.ResponseWriter, r *http.Request) {
 		id := strings.TrimPrefix(r.URL.Path, "/slurm/v0.0.38/job/")
 		var doc map[string]json.RawMessage
@@ -165,10 +172,23 @@ func TestRestSourceRecorded(t *testing.T) {
 	}
 	checkRecorded(t, jobs, true)
 
+	f.mu.Lock()
+	if f.nodeGets != 1 {
+		t.Errorf("Jobs asked for the node list %d times, want once (host names for %%N)", f.nodeGets)
+	}
+	f.nodeGets = 0
+	f.mu.Unlock()
 	j, err := s.Job(ctx, "5")
 	if err != nil || j.JobID != 5 || j.Stdout != recordedWant[5].Stdout {
 		t.Errorf("Job(5) = %+v, %v", j, err)
 	}
+	f.mu.Lock()
+	if f.nodeGets != 0 && !strings.Contains(j.StdoutPattern, "%N") {
+		// One job's lookup is on the batch step's end, while Slurm waits: no request
+		// that its output pattern does not need.
+		t.Errorf("Job(5) (output %q) asked for the node list %d times", j.StdoutPattern, f.nodeGets)
+	}
+	f.mu.Unlock()
 	if _, err := s.Job(ctx, "424242"); !errors.Is(err, ErrNoJob) {
 		t.Errorf("Job(424242) error = %v, want ErrNoJob", err)
 	}

@@ -402,8 +402,8 @@ static void send_event(int kind, struct persyst_event *ev)
 		daemon_failed = 0;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	slurm_debug("persyst: %s: %s sent in %ld us", name, kind_label(kind),
-		    (long)((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000));
+	slurm_debug("persyst: %s: %s sent in %.3fms", name, kind_label(kind),
+		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 }
 
 /* reportWait bounds how long srun waits at the end of an interactive job for its digest;
