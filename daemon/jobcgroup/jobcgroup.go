@@ -165,42 +165,6 @@ func candidates(m Mount, node string, uid, job uint32) []string {
 	}
 }
 
-// Self returns the cgroup directories of job that the calling process is in, per hierarchy
-// key, read from <root>/proc/self/cgroup. slurmstepd puts itself into its job's cgroups,
-// so this is how the SPANK plugin learns them without trusting the job's environment.
-func Self(h hostfs.FS, job uint32) (map[string]string, error) {
-	mounts, err := Mounts(h)
-	if err != nil {
-		return nil, err
-	}
-	p := h.Path("proc/self/cgroup")
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	defer f.Close()
-	memb, err := parseProcCgroup(f)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	byKey := map[string]Mount{}
-	for _, m := range mounts {
-		byKey[m.Key] = m
-	}
-	want := "job_" + strconv.FormatUint(uint64(job), 10)
-	out := map[string]string{}
-	for key, path := range memb {
-		m, ok := byKey[key]
-		if !ok {
-			continue
-		}
-		if dir, ok := cutAfter(path, want); ok {
-			out[key] = filepath.Join(m.Path, dir)
-		}
-	}
-	return out, nil
-}
-
 // cutAfter returns path up to and including the component equal to comp.
 func cutAfter(path, comp string) (string, bool) {
 	parts := strings.Split(path, "/")

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/persyst/persyst/hostfs"
 )
 
@@ -346,77 +345,13 @@ func TestFind(t *testing.T) {
 	}
 }
 
-func TestSelf(t *testing.T) {
-	tests := []struct {
-		name    string
-		fixture string
-		cgroup  string
-		job     uint32
-		want    map[string]string
-	}{
-		{
-			name:    "v1",
-			fixture: "mountinfo-v1-systemd",
-			cgroup: "11:perf_event:/slurm_node1/uid_1000/job_42/step_batch\n" +
-				"7:freezer:/slurm_node1/uid_1000/job_42/step_batch\n" +
-				"5:memory:/slurm_node1/uid_1000/job_42/step_batch/task_0\n" +
-				"4:cpuacct,cpu:/slurm_node1/uid_1000/job_42/step_batch\n" +
-				"3:devices:/slurm_node1/uid_1000/job_42/step_batch\n" + // devices is not mounted here
-				"2:cpuset:/\n" + // not in a job cgroup
-				"1:name=systemd:/system.slice/slurmd.service\n" +
-				"0::/system.slice/slurmd.service\n",
-			job: 42,
-			want: map[string]string{
-				"perf_event":  "/mnt/cg space/slurm_node1/uid_1000/job_42",
-				"freezer":     "/sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_42",
-				"memory":      "/sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42",
-				"cpu,cpuacct": "/sys/fs/cgroup/cpu,cpuacct/slurm_node1/uid_1000/job_42",
-			},
-		},
-		{
-			name:    "v2",
-			fixture: "mountinfo-v2",
-			cgroup:  "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n",
-			job:     42,
-			want:    map[string]string{"unified": "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"},
-		},
-		{
-			name:    "hybrid unified",
-			fixture: "mountinfo-v1-hybrid",
-			cgroup:  "7:freezer:/slurm/uid_0/job_3/step_0\n0::/system.slice/slurmstepd.scope/job_3/step_0\n",
-			job:     3,
-			want: map[string]string{
-				"freezer": "/sys/fs/cgroup/freezer/slurm/uid_0/job_3",
-				"unified": "/sys/fs/cgroup/unified/system.slice/slurmstepd.scope/job_3",
-			},
-		},
-		{
-			name:    "other job",
-			fixture: "mountinfo-v2",
-			cgroup:  "0::/system.slice/slurmstepd.scope/job_420/step_0\n",
-			job:     42,
-			want:    map[string]string{},
-		},
-		{
-			name:    "job id as a prefix of a component does not match",
-			fixture: "mountinfo-v1-systemd",
-			cgroup:  "7:freezer:/slurm/uid_1000/job_42x/step_0\n",
-			job:     42,
-			want:    map[string]string{},
-		},
+// asProcess makes fakeRoot's files for "self" those of process 4242 too.
+func asProcess(t *testing.T, fs hostfs.FS) hostfs.FS {
+	t.Helper()
+	if err := os.Symlink("self", fs.Path("proc/4242")); err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := fakeRoot(t, tc.fixture, tc.cgroup, nil, nil)
-			got, err := Self(fs, tc.job)
-			if err != nil {
-				t.Fatalf("Self: %v", err)
-			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Self(%d) mismatch (-want +got):\n%s", tc.job, diff)
-			}
-		})
-	}
+	return fs
 }
 
 func TestFSErrors(t *testing.T) {
@@ -433,16 +368,18 @@ func TestFSErrors(t *testing.T) {
 			want:  []string{"proc/self/mountinfo"},
 		},
 		{
-			name:  "Self without cgroup file",
-			setup: func(t *testing.T) hostfs.FS { return fakeRoot(t, "mountinfo-v2", "", nil, nil) },
-			call:  func(fs hostfs.FS) error { _, err := Self(fs, 1); return err },
-			want:  []string{"proc/self/cgroup"},
+			name:  "OfProcess without cgroup file",
+			setup: func(t *testing.T) hostfs.FS { return asProcess(t, fakeRoot(t, "mountinfo-v2", "", nil, nil)) },
+			call:  func(fs hostfs.FS) error { _, err := OfProcess(fs, 4242, 1); return err },
+			want:  []string{"proc/4242/cgroup"},
 		},
 		{
-			name:  "Self with a malformed cgroup file",
-			setup: func(t *testing.T) hostfs.FS { return fakeRoot(t, "mountinfo-v2", "0::/\nbroken\n", nil, nil) },
-			call:  func(fs hostfs.FS) error { _, err := Self(fs, 1); return err },
-			want:  []string{"proc/self/cgroup", "line 2"},
+			name: "OfProcess with a malformed cgroup file",
+			setup: func(t *testing.T) hostfs.FS {
+				return asProcess(t, fakeRoot(t, "mountinfo-v2", "0::/\nbroken\n", nil, nil))
+			},
+			call: func(fs hostfs.FS) error { _, err := OfProcess(fs, 4242, 1); return err },
+			want: []string{"proc/4242/cgroup", "line 2"},
 		},
 		{
 			name: "Find with a malformed mountinfo",

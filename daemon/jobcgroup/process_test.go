@@ -1,7 +1,6 @@
 package jobcgroup
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -70,11 +69,7 @@ func TestOfProcess(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := fakeRoot(t, tc.fixture, tc.cgroup, nil, nil)
-			// The process's files are those fakeRoot wrote for "self".
-			if err := os.Symlink("self", fs.Path("proc/4242")); err != nil {
-				t.Fatal(err)
-			}
+			fs := asProcess(t, fakeRoot(t, tc.fixture, tc.cgroup, nil, nil))
 			got, err := OfProcess(fs, 4242, tc.job)
 			if err != nil {
 				t.Fatalf("OfProcess: %v", err)
