@@ -65,6 +65,15 @@ func Subdirs(path string, buf []byte, fn func(name string)) ([]byte, error) {
 		return buf, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	buf, err = SubdirsFD(fd, buf, fn)
+	if err != nil {
+		return buf, &os.PathError{Op: "readdirent", Path: path, Err: err}
+	}
+	return buf, nil
+}
+
+// SubdirsFD is Subdirs on an open directory, from its current offset.
+func SubdirsFD(fd int, buf []byte, fn func(name string)) ([]byte, error) {
 	if len(buf) < 8192 {
 		buf = make([]byte, 8192)
 	}
@@ -74,7 +83,7 @@ func Subdirs(path string, buf []byte, fn func(name string)) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return buf, &os.PathError{Op: "readdirent", Path: path, Err: err}
+			return buf, err
 		}
 		if n <= 0 {
 			return buf, nil
@@ -85,7 +94,7 @@ func Subdirs(path string, buf []byte, fn func(name string)) ([]byte, error) {
 			}
 			if typ == unix.DT_UNKNOWN {
 				var st unix.Stat_t
-				if unix.Lstat(path+"/"+string(name), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 					return
 				}
 				typ = unix.DT_DIR

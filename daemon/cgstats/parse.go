@@ -2,8 +2,10 @@ package cgstats
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -13,45 +15,128 @@ import (
 
 // parseSingle parses a one-value file (memory.current, pids.current, ...). ok is false for
 // "max" (no number).
-func parseSingle(r io.Reader) (v uint64, ok bool, err error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return 0, false, err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "max" {
+func parseSingle(b []byte) (v uint64, ok bool, err error) {
+	s := bytes.TrimSpace(b)
+	if string(s) == "max" {
 		return 0, false, nil
 	}
-	v, err = strconv.ParseUint(s, 10, 64)
-	if err != nil {
+	v, ok = atou(s)
+	if !ok {
 		return 0, false, fmt.Errorf("line 1: want a number, got %q", s)
 	}
 	return v, true, nil
 }
 
+// maxFlatKeys is how many keys one parseFlatKeyed call extracts.
+const maxFlatKeys = 8
+
+// flatVals are the values parseFlatKeyed found for the keys asked for.
+type flatVals struct {
+	keys []string
+	v    [maxFlatKeys]uint64
+	ok   [maxFlatKeys]bool
+}
+
+// get returns key's value, and whether the file had it.
+func (f *flatVals) get(key string) (uint64, bool) {
+	for i, k := range f.keys {
+		if k == key {
+			return f.v[i], f.ok[i]
+		}
+	}
+	return 0, false
+}
+
 // parseFlatKeyed parses "key value" lines (cpu.stat, memory.stat, memory.events,
-// memory.oom_control).
-func parseFlatKeyed(r io.Reader) (map[string]uint64, error) {
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		t := sc.Text()
-		if strings.TrimSpace(t) == "" {
+// memory.oom_control) and returns the values of keys (at most maxFlatKeys). Every line is
+// checked, whether its key is asked for or not. It does not allocate: a daemon parses
+// memory.stat's forty lines for every job at every cycle.
+func parseFlatKeyed(b []byte, keys ...string) (flatVals, error) {
+	out := flatVals{keys: keys[:min(len(keys), maxFlatKeys)]}
+	for line := 1; len(b) > 0; line++ {
+		var l []byte
+		l, b, _ = bytes.Cut(b, []byte{'\n'})
+		k, rest := field(l)
+		if len(k) == 0 {
 			continue
 		}
-		f := strings.Fields(t)
-		if len(f) != 2 {
-			return nil, fmt.Errorf("line %d: want \"key value\", got %q", line, t)
+		v, rest := field(rest)
+		if len(v) == 0 || len(bytes.TrimSpace(rest)) > 0 {
+			return flatVals{}, fmt.Errorf("line %d: want \"key value\", got %q", line, l)
 		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: key %s: want a number, got %q", line, f[0], f[1])
+		n, ok := atou(v)
+		if !ok {
+			return flatVals{}, fmt.Errorf("line %d: key %s: want a number, got %q", line, k, v)
 		}
-		out[f[0]] = v
+		for i, want := range out.keys {
+			if string(k) == want {
+				out.v[i], out.ok[i] = n, true
+			}
+		}
 	}
-	return out, sc.Err()
+	return out, nil
+}
+
+// field returns the first space-separated field of b and what follows it.
+func field(b []byte) (f, rest []byte) {
+	i := 0
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	j := i
+	for j < len(b) && !isSpace(b[j]) {
+		j++
+	}
+	return b[i:j], b[j:]
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// atou parses a decimal uint64 (digits only, no sign).
+func atou(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// atof parses a decimal fraction "I" or "I.F" (PSI averages: "%lu.%02lu") exactly as
+// strconv.ParseFloat would, without allocating: (I·10^len(F) + F) / 10^len(F) is one
+// correctly rounded division of exact integers.
+func atof(b []byte) (float64, bool) {
+	ip, fp, dot := bytes.Cut(b, []byte{'.'})
+	if dot && (len(fp) == 0 || len(fp) > 6) || len(ip) > 9 {
+		return 0, false
+	}
+	i, ok := atou(ip)
+	if !ok {
+		return 0, false
+	}
+	if !dot {
+		return float64(i), true
+	}
+	f, ok := atou(fp)
+	if !ok {
+		return 0, false
+	}
+	scale := uint64(1)
+	for range fp {
+		scale *= 10
+	}
+	return float64(i*scale+f) / float64(scale), true
 }
 
 // ioTotals are I/O counters summed over devices.
@@ -143,49 +228,53 @@ type psi struct {
 }
 
 // parsePSI parses "some|full avg10=X avg60=X avg300=X total=N" lines.
-func parsePSI(r io.Reader) (psi, error) {
+func parsePSI(b []byte) (psi, error) {
 	var p psi
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
+	for line := 1; len(b) > 0; line++ {
+		var l []byte
+		l, b, _ = bytes.Cut(b, []byte{'\n'})
+		kind, rest := field(l)
+		if len(kind) == 0 {
 			continue
 		}
 		var dst *Pressure
-		switch f[0] {
+		switch string(kind) {
 		case "some":
 			dst, p.hasSome = &p.some, true
 		case "full":
 			dst, p.hasFull = &p.full, true
 		default:
-			return psi{}, fmt.Errorf("line %d: want some or full, got %q", line, f[0])
+			return psi{}, fmt.Errorf("line %d: want some or full, got %q", line, kind)
 		}
 		var haveAvg, haveTotal bool
-		for _, kv := range f[1:] {
-			k, vs, ok := strings.Cut(kv, "=")
+		for {
+			var kv []byte
+			kv, rest = field(rest)
+			if len(kv) == 0 {
+				break
+			}
+			k, vs, ok := bytes.Cut(kv, []byte{'='})
 			if !ok {
 				return psi{}, fmt.Errorf("line %d: want key=value, got %q", line, kv)
 			}
-			switch k {
+			switch string(k) {
 			case "avg10":
-				v, err := strconv.ParseFloat(vs, 64)
-				if err != nil {
+				v, ok := atof(vs)
+				if !ok {
 					return psi{}, fmt.Errorf("line %d: avg10: want a number, got %q", line, vs)
 				}
 				dst.Avg10, haveAvg = v, true
 			case "total":
-				v, err := strconv.ParseUint(vs, 10, 64)
-				if err != nil {
+				v, ok := atou(vs)
+				if !ok {
 					return psi{}, fmt.Errorf("line %d: total: want a number, got %q", line, vs)
 				}
 				dst.TotalUs, haveTotal = v, true
 			}
 		}
 		if !haveAvg || !haveTotal {
-			return psi{}, fmt.Errorf("line %d: want avg10= and total=, got %q", line, sc.Text())
+			return psi{}, fmt.Errorf("line %d: want avg10= and total=, got %q", line, bytes.TrimSpace(l))
 		}
 	}
-	return p, sc.Err()
+	return p, nil
 }

@@ -25,12 +25,25 @@ func TestParseFlatKeyed(t *testing.T) {
 		{"empty", "", map[string]uint64{}, ""},
 		{"three fields", "a 1\nb 2 3\n", nil, `line 2: want "key value", got "b 2 3"`},
 		{"not a number", "a 1\nb -2\n", nil, `line 2: key b: want a number, got "-2"`},
+		{"a key not asked for is checked too", "a 1\nc x\n", nil, `line 2: key c: want a number, got "x"`},
+		{"too large", "a 18446744073709551616\n", nil, `line 1: key a: want a number, got "18446744073709551616"`},
+		{"largest", "a 18446744073709551615\n", map[string]uint64{"a": 18446744073709551615}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseFlatKeyed(strings.NewReader(tt.in))
+			// Asked for every key of the file and one it lacks.
+			vals, err := parseFlatKeyed([]byte(tt.in), "usage_usec", "user_usec", "system_usec", "oom", "a", "b", "absent")
 			if diff := cmp.Diff(tt.err, errString(err)); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			var got map[string]uint64
+			if err == nil {
+				got = map[string]uint64{}
+				for _, k := range vals.keys {
+					if v, ok := vals.get(k); ok {
+						got[k] = v
+					}
+				}
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -53,7 +66,7 @@ func TestParseSingle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, ok, err := parseSingle(strings.NewReader(tt.in))
+			v, ok, err := parseSingle([]byte(tt.in))
 			if diff := cmp.Diff(tt.err, errString(err)); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
 			}
@@ -132,10 +145,13 @@ func TestParsePSI(t *testing.T) {
 		{"bad kind", "some avg10=0 total=1\npartial avg10=0 total=1\n", psi{}, `line 2: want some or full, got "partial"`},
 		{"bad avg", "some avg10=x total=1\n", psi{}, `line 1: avg10: want a number, got "x"`},
 		{"no total", "full avg10=1.00 avg60=0.00\n", psi{}, `line 1: want avg10= and total=, got "full avg10=1.00 avg60=0.00"`},
+		{"averages as strconv reads them", "some avg10=99.99 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.07 avg60=0.00 avg300=0.00 total=2\n",
+			psi{some: Pressure{99.99, 1}, full: Pressure{0.07, 2}, hasSome: true, hasFull: true}, ""},
+		{"bad avg form", "some avg10=1. total=1\n", psi{}, `line 1: avg10: want a number, got "1."`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parsePSI(strings.NewReader(tt.in))
+			got, err := parsePSI([]byte(tt.in))
 			if diff := cmp.Diff(tt.err, errString(err)); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
 			}

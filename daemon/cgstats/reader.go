@@ -128,11 +128,16 @@ func (rd *read) bad(file string, fields Field, err error) {
 	rd.s.miss(fields, file, "unreadable: "+err.Error())
 }
 
-// file reads dir/name. ok is false (and fields recorded as missing) when it cannot.
+// file reads dir/name. ok is false (and fields recorded as missing) when it cannot. A file
+// whose fields were all measured already (from the other cgroup version on a hybrid
+// host) is not read: ok is false and nothing is recorded.
 func (rd *read) file(dir, name string, fields Field) (b []byte, ok bool) {
-	file := filepath.Join(dir, name)
+	if rd.s.Has(fields) {
+		return nil, false
+	}
 	b, err := rd.src.read(dir, name)
 	if err != nil {
+		file := filepath.Join(dir, name)
 		if absentErr(err) {
 			rd.absent(dir, file, fields, err)
 		} else {
@@ -148,7 +153,7 @@ func (rd *read) single(dir, name string, f Field, dst *uint64) {
 	if !ok {
 		return
 	}
-	v, num, err := parseSingle(bytes.NewReader(b))
+	v, num, err := parseSingle(b)
 	switch {
 	case err != nil:
 		rd.bad(filepath.Join(dir, name), f, err)
@@ -159,26 +164,28 @@ func (rd *read) single(dir, name string, f Field, dst *uint64) {
 	}
 }
 
-func (rd *read) flat(dir, name string, fields Field) (map[string]uint64, bool) {
+// flat reads a flat keyed file for keys.
+func (rd *read) flat(dir, name string, fields Field, keys ...string) (flatVals, bool) {
 	b, ok := rd.file(dir, name, fields)
 	if !ok {
-		return nil, false
+		return flatVals{}, false
 	}
-	m, err := parseFlatKeyed(bytes.NewReader(b))
+	m, err := parseFlatKeyed(b, keys...)
 	if err != nil {
 		rd.bad(filepath.Join(dir, name), fields, err)
-		return nil, false
+		return flatVals{}, false
 	}
 	return m, true
 }
 
-// key sets f from m[k] when present; else records why (the file is there, the key not).
-func (rd *read) key(m map[string]uint64, k string, f Field, dst *uint64, scale uint64, file, why string) {
-	if v, ok := m[k]; ok {
+// key sets f from key k of m when present; else records why (the file dir/name is there,
+// the key not).
+func (rd *read) key(m *flatVals, k string, f Field, dst *uint64, scale uint64, dir, name, why string) {
+	if v, ok := m.get(k); ok {
 		rd.s.setU(f, dst, v*scale)
 		return
 	}
-	rd.s.miss(f, file, why)
+	rd.s.miss(f, filepath.Join(dir, name), why)
 }
 
 func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Pressure) {
@@ -186,21 +193,20 @@ func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Press
 	if !ok {
 		return
 	}
-	p, err := parsePSI(bytes.NewReader(b))
+	p, err := parsePSI(b)
 	if err != nil {
 		rd.bad(filepath.Join(dir, name), some|full, err)
 		return
 	}
-	file := filepath.Join(dir, name)
 	if p.hasSome {
 		rd.s.setP(some, dSome, p.some)
 	} else {
-		rd.s.miss(some, file, "no \"some\" line")
+		rd.s.miss(some, filepath.Join(dir, name), "no \"some\" line")
 	}
 	if p.hasFull {
 		rd.s.setP(full, dFull, p.full)
 	} else {
-		rd.s.miss(full, file, "no \"full\" line (kernel before 5.13 for cpu)")
+		rd.s.miss(full, filepath.Join(dir, name), "no \"full\" line (kernel before 5.13 for cpu)")
 	}
 }
 
@@ -208,27 +214,24 @@ func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Press
 func (rd *read) v2(dir string) {
 	s := &rd.s
 	const cpuStat = CPUUser | CPUSystem | CPUPeriods | CPUThrottled | CPUThrottledTime
-	if m, ok := rd.flat(dir, "cpu.stat", cpuStat); ok {
-		f := filepath.Join(dir, "cpu.stat")
-		rd.key(m, "user_usec", CPUUser, &s.CPUUserNs, 1000, f, "no user_usec")
-		rd.key(m, "system_usec", CPUSystem, &s.CPUSystemNs, 1000, f, "no system_usec")
+	if m, ok := rd.flat(dir, "cpu.stat", cpuStat, "user_usec", "system_usec", "nr_periods", "nr_throttled", "throttled_usec"); ok {
+		rd.key(&m, "user_usec", CPUUser, &s.CPUUserNs, 1000, dir, "cpu.stat", "no user_usec")
+		rd.key(&m, "system_usec", CPUSystem, &s.CPUSystemNs, 1000, dir, "cpu.stat", "no system_usec")
 		const noCPU = "no throttling keys (cpu controller not enabled for this cgroup)"
-		rd.key(m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, f, noCPU)
-		rd.key(m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, f, noCPU)
-		rd.key(m, "throttled_usec", CPUThrottledTime, &s.ThrottledNs, 1000, f, noCPU)
+		rd.key(&m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, dir, "cpu.stat", noCPU)
+		rd.key(&m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, dir, "cpu.stat", noCPU)
+		rd.key(&m, "throttled_usec", CPUThrottledTime, &s.ThrottledNs, 1000, dir, "cpu.stat", noCPU)
 	}
 	rd.single(dir, "memory.current", MemCurrent, &s.MemCurrent)
 	rd.single(dir, "memory.peak", MemPeak, &s.MemPeak)
-	if m, ok := rd.flat(dir, "memory.events", MemOOM|MemOOMKill); ok {
-		f := filepath.Join(dir, "memory.events")
-		rd.key(m, "oom", MemOOM, &s.OOM, 1, f, "no oom key")
-		rd.key(m, "oom_kill", MemOOMKill, &s.OOMKill, 1, f, "no oom_kill key")
+	if m, ok := rd.flat(dir, "memory.events", MemOOM|MemOOMKill, "oom", "oom_kill"); ok {
+		rd.key(&m, "oom", MemOOM, &s.OOM, 1, dir, "memory.events", "no oom key")
+		rd.key(&m, "oom_kill", MemOOMKill, &s.OOMKill, 1, dir, "memory.events", "no oom_kill key")
 	}
-	if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon); ok {
-		f := filepath.Join(dir, "memory.stat")
-		rd.key(m, "pgfault", PgFault, &s.PgFault, 1, f, "no pgfault key")
-		rd.key(m, "pgmajfault", PgMajFault, &s.PgMajFault, 1, f, "no pgmajfault key")
-		rd.key(m, "anon", MemAnon, &s.MemAnon, 1, f, "no anon key")
+	if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon, "pgfault", "pgmajfault", "anon"); ok {
+		rd.key(&m, "pgfault", PgFault, &s.PgFault, 1, dir, "memory.stat", "no pgfault key")
+		rd.key(&m, "pgmajfault", PgMajFault, &s.PgMajFault, 1, dir, "memory.stat", "no pgmajfault key")
+		rd.key(&m, "anon", MemAnon, &s.MemAnon, 1, dir, "memory.stat", "no anon key")
 	}
 	rd.single(dir, "pids.current", PidsCurrent, &s.Pids)
 	const io = IOReadBytes | IOWriteBytes | IOReadOps | IOWriteOps
@@ -257,32 +260,29 @@ const userHZ = 100
 func (rd *read) v1(dirs map[string]string) {
 	s := &rd.s
 	if dir, ok := dirs["cpuacct"]; ok {
-		if m, ok := rd.flat(dir, "cpuacct.stat", CPUUser|CPUSystem); ok {
-			f := filepath.Join(dir, "cpuacct.stat")
-			rd.key(m, "user", CPUUser, &s.CPUUserNs, 1e9/userHZ, f, "no user key")
-			rd.key(m, "system", CPUSystem, &s.CPUSystemNs, 1e9/userHZ, f, "no system key")
+		if m, ok := rd.flat(dir, "cpuacct.stat", CPUUser|CPUSystem, "user", "system"); ok {
+			rd.key(&m, "user", CPUUser, &s.CPUUserNs, 1e9/userHZ, dir, "cpuacct.stat", "no user key")
+			rd.key(&m, "system", CPUSystem, &s.CPUSystemNs, 1e9/userHZ, dir, "cpuacct.stat", "no system key")
 		}
 	}
 	if dir, ok := dirs["cpu"]; ok {
-		if m, ok := rd.flat(dir, "cpu.stat", CPUPeriods|CPUThrottled|CPUThrottledTime); ok {
-			f := filepath.Join(dir, "cpu.stat")
-			rd.key(m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, f, "no nr_periods key")
-			rd.key(m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, f, "no nr_throttled key")
-			rd.key(m, "throttled_time", CPUThrottledTime, &s.ThrottledNs, 1, f, "no throttled_time key")
+		if m, ok := rd.flat(dir, "cpu.stat", CPUPeriods|CPUThrottled|CPUThrottledTime, "nr_periods", "nr_throttled", "throttled_time"); ok {
+			rd.key(&m, "nr_periods", CPUPeriods, &s.NrPeriods, 1, dir, "cpu.stat", "no nr_periods key")
+			rd.key(&m, "nr_throttled", CPUThrottled, &s.NrThrottled, 1, dir, "cpu.stat", "no nr_throttled key")
+			rd.key(&m, "throttled_time", CPUThrottledTime, &s.ThrottledNs, 1, dir, "cpu.stat", "no throttled_time key")
 		}
 	}
 	if dir, ok := dirs["memory"]; ok {
 		rd.single(dir, "memory.usage_in_bytes", MemCurrent, &s.MemCurrent)
 		rd.single(dir, "memory.max_usage_in_bytes", MemPeak, &s.MemPeak)
-		if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon); ok {
+		if m, ok := rd.flat(dir, "memory.stat", PgFault|PgMajFault|MemAnon, "total_rss", "total_pgfault", "total_pgmajfault"); ok {
 			// total_* are hierarchical.
-			f := filepath.Join(dir, "memory.stat")
-			rd.key(m, "total_rss", MemAnon, &s.MemAnon, 1, f, "no total_rss key")
-			rd.key(m, "total_pgfault", PgFault, &s.PgFault, 1, f, "no total_pgfault key")
-			rd.key(m, "total_pgmajfault", PgMajFault, &s.PgMajFault, 1, f, "no total_pgmajfault key")
+			rd.key(&m, "total_rss", MemAnon, &s.MemAnon, 1, dir, "memory.stat", "no total_rss key")
+			rd.key(&m, "total_pgfault", PgFault, &s.PgFault, 1, dir, "memory.stat", "no total_pgfault key")
+			rd.key(&m, "total_pgmajfault", PgMajFault, &s.PgMajFault, 1, dir, "memory.stat", "no total_pgmajfault key")
 		}
-		if oc, ok := rd.flat(dir, "memory.oom_control", MemOOMKill); ok {
-			rd.key(oc, "oom_kill", MemOOMKill, &s.OOMKill, 1, filepath.Join(dir, "memory.oom_control"), "no oom_kill key (kernel before 4.13)")
+		if oc, ok := rd.flat(dir, "memory.oom_control", MemOOMKill, "oom_kill"); ok {
+			rd.key(&oc, "oom_kill", MemOOMKill, &s.OOMKill, 1, dir, "memory.oom_control", "no oom_kill key (kernel before 4.13)")
 		}
 		s.miss(MemOOM, "", "cgroup v1 counts OOM kills only (no oom event counter)")
 		rd.pressure(dir, "memory.pressure", PSIMemSome, PSIMemFull, &s.MemSome, &s.MemFull)

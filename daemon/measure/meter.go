@@ -30,6 +30,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/procio"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
@@ -98,6 +99,8 @@ type Meter struct {
 	prevTime time.Time
 	// cgroupGone: the last read found a directory of spec.StatCgroups gone.
 	cgroupGone bool
+	// procs lists the job's processes at every read, with kept descriptors.
+	procs *procio.Lister
 
 	mu          sync.Mutex
 	started     time.Time
@@ -124,6 +127,7 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		notMeasured: map[string]string{},
 		measured:    map[string]bool{},
 		cpuTotals:   make([]map[string]float64, len(spec.CPUs)),
+		procs:       procio.NewLister(env.Host),
 	}
 	for i := range m.cpuTotals {
 		m.cpuTotals[i] = map[string]float64{}
@@ -257,11 +261,15 @@ func (m *Meter) StatCgroupsGone() bool {
 	return m.cgroupGone
 }
 
-// OpenFiles returns how many statistics files the meter keeps open between reads.
+// OpenFiles returns how many files the meter keeps open between reads (cgroup statistics,
+// the job's process list and its processes' files; not perf counters).
 func (m *Meter) OpenFiles() int {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	n := 0
+	if m.procs != nil {
+		n += m.procs.OpenFiles()
+	}
 	for _, src := range m.sources {
 		if c, ok := src.(interface{ OpenFiles() int }); ok {
 			n += c.OpenFiles()
@@ -281,7 +289,7 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	if !m.prevTime.IsZero() {
 		s.Seconds = now.Sub(m.prevTime).Seconds()
 	}
-	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: maps.Clone(m.off)}
+	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: maps.Clone(m.off), lister: m.procs}
 	var errs []error
 	for _, src := range m.sources {
 		if err := src.Read(r); err != nil {
@@ -451,6 +459,9 @@ func (m *Meter) Close() error {
 		if err := src.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if m.procs != nil {
+		errs = append(errs, m.procs.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -34,7 +34,11 @@ func (r *Read) listPIDs() ([]int, error) {
 	var pids []int
 	var err error
 	if r.Spec.ProcCgroup != "" {
-		pids, err = procio.ListProcs(r.env.Host, r.Spec.ProcCgroup)
+		if r.lister != nil {
+			pids, err = r.lister.List(r.Spec.ProcCgroup)
+		} else {
+			pids, err = procio.ListProcs(r.env.Host, r.Spec.ProcCgroup)
+		}
 		if err != nil && errors.Is(err, fs.ErrNotExist) {
 			err = nil // the job's cgroup is gone: its processes are too
 		}
@@ -74,4 +78,7 @@ func (p *procSource) Read(r *Read) error {
 	return nil
 }
 
-func (p *procSource) Close() error { return nil }
+func (p *procSource) Close() error { return p.tracker.Close() }
+
+// OpenFiles is how many files of the job's processes the source keeps open.
+func (p *procSource) OpenFiles() int { return p.tracker.OpenFiles() }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/persyst/persyst/daemon/procio"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -126,6 +127,8 @@ type Read struct {
 	env  *Env
 
 	notes map[string]string
+	// lister lists the job's processes with kept descriptors (nil: ListProcs).
+	lister *procio.Lister
 	// cgroupGone: a cgroup directory of the job's statistics was gone at this read.
 	cgroupGone bool
 	pids       []int

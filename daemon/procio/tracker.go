@@ -93,6 +93,17 @@ func (t *Tracker) Update(pids []int) (total IO, nprocs int, err error) {
 	return t.total, nprocs, err
 }
 
+// OpenFiles returns how many descriptors the tracker keeps open (two per process, at most
+// MaxKeptPIDs processes).
+func (t *Tracker) OpenFiles() int { return 2 * len(t.rd.kept) }
+
+// Close closes the files kept open; the tracker can still be updated (reading every
+// process anew each time).
+func (t *Tracker) Close() error {
+	t.rd.close()
+	return nil
+}
+
 // visit reads one pid and updates its entry.
 func (t *Tracker) visit(pid int) {
 	p := t.procs[pid]
@@ -102,6 +113,7 @@ func (t *Tracker) visit(pid int) {
 	st, cur, res, err := t.rd.read(pid)
 	switch res {
 	case readGone:
+		t.rd.forget(pid)
 		if p != nil {
 			t.markGone(pid, p)
 		}
