@@ -111,7 +111,7 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 	if f.dir == "" {
 		return nil
 	}
-	line, err := json.Marshal(s)
+	line, err := appendSampleJSON(make([]byte, 0, 1024), s)
 	if err != nil {
 		return err
 	}

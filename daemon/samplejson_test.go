@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/sample"
+)
+
+// TestAppendSampleJSON: the kept samples' encoding is encoding/json's, byte for byte.
+func TestAppendSampleJSON(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 1, 123456789, time.UTC)
+	for _, tt := range []struct {
+		name string
+		s    sample.Sample
+	}{
+		{"empty", sample.Sample{}},
+		{"cycle", sample.Sample{Time: t0, Reason: sample.Cycle, Seconds: 1.000213,
+			Job: map[string]float64{"cpu_user_seconds": 0.0123, "mem_bytes": 73400320, "tasks": 1, "psi_cpu_some_seconds": 0},
+			CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1.5e9, "syscalls:sys_enter_openat": 3}}, {CPU: 1, Values: nil}},
+		}},
+		{"exponents", sample.Sample{Time: t0.In(time.FixedZone("x", 3600)), Reason: sample.End,
+			Job: map[string]float64{"a": 1e-7, "b": 2.5e-9, "c": 1e21, "d": -3e-300, "e": 999999999999999999999, "f": 1e20, "g": 5e-324}}},
+		{"low coverage", sample.Sample{Time: t0, Reason: sample.Step, Job: map[string]float64{}, LowCoverage: []string{"cycles@0", "instructions@1"}}},
+		{"escaped strings", sample.Sample{Time: t0, Reason: "a<b", Job: map[string]float64{"x&y": 1, "é": 2, "q\"": 3}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want, err := json.Marshal(tt.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := appendSampleJSON([]byte("prefix"), tt.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff("prefix"+string(want), string(got)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	// What JSON cannot hold is the same error.
+	bad := sample.Sample{Time: t0, Job: map[string]float64{"x": math.NaN()}}
+	_, werr := json.Marshal(bad)
+	got, err := appendSampleJSON([]byte("prefix"), bad)
+	if err == nil || werr == nil || err.Error() != werr.Error() || string(got) != "prefix" {
+		t.Errorf("NaN: got %q, %v; want prefix, %v", got, err, werr)
+	}
+}
