@@ -178,7 +178,7 @@ func (s *Stats) miss(f Field, path, why string) {
 func (s *Stats) finish() {
 	var out []Missing
 	var covered Field
-	idx := map[[2]string]int{}
+next:
 	for _, m := range s.Missing {
 		m.Fields &^= s.Measured
 		m.Fields &^= covered // first reason wins
@@ -186,12 +186,12 @@ func (s *Stats) finish() {
 			continue
 		}
 		covered |= m.Fields
-		k := [2]string{m.Path, m.Why}
-		if i, ok := idx[k]; ok {
-			out[i].Fields |= m.Fields
-			continue
+		for i := range out { // a few notes: a scan is cheaper than a map
+			if out[i].Path == m.Path && out[i].Why == m.Why {
+				out[i].Fields |= m.Fields
+				continue next
+			}
 		}
-		idx[k] = len(out)
 		out = append(out, m)
 	}
 	if rest := AllFields &^ s.Measured &^ covered; rest != 0 {

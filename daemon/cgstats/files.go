@@ -40,8 +40,9 @@ type Files struct {
 
 // dirFiles is what Files holds for one cgroup directory.
 type dirFiles struct {
-	fds    map[string]int  // file name → open fd
-	absent map[string]bool // file names found absent
+	fds    map[string]int    // file name → open fd
+	absent map[string]bool   // file names found absent
+	paths  map[string]string // file name → dir/name, for notes
 }
 
 // Files returns an empty set of kept files for one job's cgroups.
@@ -110,29 +111,43 @@ func (f *Files) drop(dir string) error {
 func (f *Files) dir(dir string) *dirFiles {
 	d := f.dirs[dir]
 	if d == nil {
-		d = &dirFiles{fds: map[string]int{}, absent: map[string]bool{}}
+		d = &dirFiles{fds: map[string]int{}, absent: map[string]bool{}, paths: map[string]string{}}
 		f.dirs[dir] = d
 	}
 	return d
 }
 
+// path implements source: dir/name, remembered while dir is known.
+func (f *Files) path(dir, name string) string {
+	d := f.dirs[dir]
+	if d == nil {
+		return filepath.Join(dir, name)
+	}
+	p, ok := d.paths[name]
+	if !ok {
+		p = filepath.Join(dir, name)
+		d.paths[name] = p
+	}
+	return p
+}
+
 // read implements source. The content is f's scratch buffer.
 func (f *Files) read(dir, name string) ([]byte, error) {
-	p := filepath.Join(f.r.fs.Root(), dir, name)
 	if d := f.dirs[dir]; d != nil {
 		if d.absent[name] {
-			return nil, &fs.PathError{Op: "open", Path: p, Err: errKnownAbsent}
+			return nil, errKnownAbsent
 		}
 		if fd, ok := d.fds[name]; ok {
 			b, err := f.pread(fd)
 			if err != nil {
 				// The cgroup was removed (ENODEV) or the file broke: start afresh.
 				_ = f.drop(dir)
-				return nil, &fs.PathError{Op: "read", Path: p, Err: err}
+				return nil, &fs.PathError{Op: "read", Path: filepath.Join(f.r.fs.Root(), dir, name), Err: err}
 			}
 			return b, nil
 		}
 	}
+	p := filepath.Join(f.r.fs.Root(), dir, name)
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {

@@ -68,13 +68,17 @@ func (r *Reader) read(paths map[string]string, src source) (Stats, error) {
 }
 
 // source reads the file name of a cgroup directory (as seen in the mount namespace). The
-// content may be a scratch buffer, valid until the next read.
+// content may be a scratch buffer, valid until the next read. path is the file's name
+// for notes and errors: filepath.Join(dir, name).
 type source interface {
 	read(dir, name string) ([]byte, error)
+	path(dir, name string) string
 }
 
 // pathSource opens every file anew, under the FS root.
 type pathSource struct{ root string }
+
+func (pathSource) path(dir, name string) string { return filepath.Join(dir, name) }
 
 func (p pathSource) read(dir, name string) ([]byte, error) {
 	return hostfs.ReadRegular(filepath.Join(p.root, dir, name))
@@ -137,7 +141,7 @@ func (rd *read) file(dir, name string, fields Field) (b []byte, ok bool) {
 	}
 	b, err := rd.src.read(dir, name)
 	if err != nil {
-		file := filepath.Join(dir, name)
+		file := rd.src.path(dir, name)
 		if absentErr(err) {
 			rd.absent(dir, file, fields, err)
 		} else {
@@ -156,9 +160,9 @@ func (rd *read) single(dir, name string, f Field, dst *uint64) {
 	v, num, err := parseSingle(b)
 	switch {
 	case err != nil:
-		rd.bad(filepath.Join(dir, name), f, err)
+		rd.bad(rd.src.path(dir, name), f, err)
 	case !num:
-		rd.s.miss(f, filepath.Join(dir, name), "no number (\"max\")")
+		rd.s.miss(f, rd.src.path(dir, name), "no number (\"max\")")
 	default:
 		rd.s.setU(f, dst, v)
 	}
@@ -172,7 +176,7 @@ func (rd *read) flat(dir, name string, fields Field, keys ...string) (flatVals, 
 	}
 	m, err := parseFlatKeyed(b, keys...)
 	if err != nil {
-		rd.bad(filepath.Join(dir, name), fields, err)
+		rd.bad(rd.src.path(dir, name), fields, err)
 		return flatVals{}, false
 	}
 	return m, true
@@ -185,7 +189,7 @@ func (rd *read) key(m *flatVals, k string, f Field, dst *uint64, scale uint64, d
 		rd.s.setU(f, dst, v*scale)
 		return
 	}
-	rd.s.miss(f, filepath.Join(dir, name), why)
+	rd.s.miss(f, rd.src.path(dir, name), why)
 }
 
 func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Pressure) {
@@ -195,18 +199,18 @@ func (rd *read) pressure(dir, name string, some, full Field, dSome, dFull *Press
 	}
 	p, err := parsePSI(b)
 	if err != nil {
-		rd.bad(filepath.Join(dir, name), some|full, err)
+		rd.bad(rd.src.path(dir, name), some|full, err)
 		return
 	}
 	if p.hasSome {
 		rd.s.setP(some, dSome, p.some)
 	} else {
-		rd.s.miss(some, filepath.Join(dir, name), "no \"some\" line")
+		rd.s.miss(some, rd.src.path(dir, name), "no \"some\" line")
 	}
 	if p.hasFull {
 		rd.s.setP(full, dFull, p.full)
 	} else {
-		rd.s.miss(full, filepath.Join(dir, name), "no \"full\" line (kernel before 5.13 for cpu)")
+		rd.s.miss(full, rd.src.path(dir, name), "no \"full\" line (kernel before 5.13 for cpu)")
 	}
 }
 

@@ -54,12 +54,13 @@ func cgroupNames() []string {
 }
 
 type cgroupSource struct {
-	files *cgstats.Files     // the job's statistics files, kept open between reads
-	prev  map[string]float64 // cumulative counters at the previous read
+	files *cgstats.Files             // the job's statistics files, kept open between reads
+	prev  map[string]float64         // cumulative counters at the previous read
+	why   map[cgstats.Missing]string // notes made from Missing, kept from read to read
 }
 
 func newCgroup(env *Env, _ *Spec) (Source, error) {
-	c := &cgroupSource{}
+	c := &cgroupSource{why: map[cgstats.Missing]string{}}
 	if env.Stats != nil {
 		c.files = env.Stats.Files()
 	}
@@ -76,9 +77,16 @@ func (c *cgroupSource) Read(r *Read) error {
 	st, err := c.files.Read(r.Spec.StatCgroups)
 	r.cgroupGone = st.Vanished
 	for _, miss := range st.Missing {
-		why := miss.Why
-		if miss.Path != "" {
-			why += " (" + miss.Path + ")"
+		why, ok := c.why[miss]
+		if !ok {
+			why = miss.Why
+			if miss.Path != "" {
+				why += " (" + miss.Path + ")"
+			}
+			if len(c.why) >= 64 {
+				clear(c.why) // bounded: the notes of a job's cgroups hardly change
+			}
+			c.why[miss] = why
 		}
 		for _, f := range cgFields {
 			if miss.Fields&f.field != 0 {
