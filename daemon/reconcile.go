@@ -119,7 +119,7 @@ func (r *reconciler) round(ctx context.Context) {
 		}
 		r.checked[j.JobID] = now
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		why := r.gone(cctx, j.JobID)
+		why, facts := r.gone(cctx, j.JobID)
 		cancel()
 		if why == "" {
 			continue
@@ -137,8 +137,9 @@ func (r *reconciler) round(ctx context.Context) {
 			continue
 		}
 		r.meas.End(j.JobID)
-		if ended.step("batch") != nil {
-			// This is the batch host: the digest the job's end would have made.
+		if ended.step("batch") != nil || (facts != nil && facts.BatchHost == r.node) {
+			// This is the batch host (the batch script's start may have come while the
+			// daemon was down): the digest the job's end would have made.
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			if err := r.meas.LateDigest(dctx, ended); err != nil {
 				r.log.Info().Err(err).Uint32("job", j.JobID).Msg("late digest not written")
@@ -150,19 +151,19 @@ func (r *reconciler) round(ctx context.Context) {
 }
 
 // gone says why Slurm does not run job id on this node any more ("" : it does, or the
-// job map cannot tell now).
-func (r *reconciler) gone(ctx context.Context, id uint32) string {
+// job map cannot tell now), with what the job map said of the job (nil: nothing).
+func (r *reconciler) gone(ctx context.Context, id uint32) (string, *jobmap.Job) {
 	j, err := r.facts.Job(ctx, strconv.FormatUint(uint64(id), 10))
 	switch {
 	case errors.Is(err, jobmap.ErrNoJob):
-		return "Slurm no longer knows the job"
+		return "Slurm no longer knows the job", nil
 	case err != nil:
 		r.log.Debug().Err(err).Uint32("job", id).Msg("job map cannot tell whether the job runs")
-		return ""
+		return "", nil
 	case !j.Running():
-		return "Slurm says the job is " + j.State
+		return "Slurm says the job is " + j.State, j
 	case len(j.Nodes) > 0 && !slices.Contains(j.Nodes, r.node):
-		return "Slurm runs the job on other nodes"
+		return "Slurm runs the job on other nodes", j
 	}
-	return ""
+	return "", j
 }

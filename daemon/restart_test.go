@@ -178,3 +178,40 @@ func TestLateDigest(t *testing.T) {
 		t.Errorf("samples of an ended job still on disk: %v", err)
 	}
 }
+
+// TestLateDigestBatchUnseen: the daemon saw the job start (its extern step) but was
+// down when the batch script started and ended. The job map says this node was the
+// batch host: the late digest is made here all the same; on another node, none.
+func TestLateDigestBatchUnseen(t *testing.T) {
+	for _, tc := range []struct {
+		batchHost string
+		want      int
+	}{{"node1", 1}, {"node2", 0}} {
+		t.Run("batch host "+tc.batchHost, func(t *testing.T) {
+			n := newRestartNode(t)
+			reg, first := n.daemon()
+			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "extern", Time: n.now}, n.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.Prepare(j)
+			n.cycles(first, 2)
+			n.now = n.now.Add(40 * time.Second)
+			n.facts[7] = &jobmap.Job{JobID: 7, State: "COMPLETED", Nodes: []string{"node1", "node2"}, BatchHost: tc.batchHost,
+				WorkDir: "/home/u", Stdout: "slurm-7.out", End: n.now.Add(-10 * time.Second)}
+			reg, m := n.daemon()
+			rc := newReconciler(reg, m, n.facts, "node1", zerolog.Nop(), func() time.Time { return n.now })
+			ctx, cancel := context.WithCancel(context.Background())
+			rc.run(ctx, func() { cancel() })
+			if j := reg.Job(7); j.Ended == nil {
+				t.Fatalf("job after the first round: %+v", j)
+			}
+			if len(n.appended) != tc.want {
+				t.Fatalf("%d late digests, want %d:\n%s", len(n.appended), tc.want, strings.Join(n.appended, "\n"))
+			}
+			if tc.want == 1 && !strings.Contains(n.appended[0], "Made after the job ended") {
+				t.Errorf("late digest:\n%s", n.appended[0])
+			}
+		})
+	}
+}

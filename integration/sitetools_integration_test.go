@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/daemon"
 )
 
 // The test cluster's metrics ports (scripts/cluster.sh writes them into persyst.conf).
@@ -195,6 +197,16 @@ func testAccounting(t *testing.T, c *cluster, load string) {
 	late := c.sbatch(t, nil, "-N1", "-n1", "-c1", "-o", filepath.Join(c.work, "acct-%j.out"), "--wrap", "sleep 3")
 	c.waitRunning(t, late)
 	host := c.jobInfo(t, late)["BatchHost"]
+	// Stopped once it has seen the batch script start: Slurm says RUNNING before
+	// slurmstepd starts the script (a daemon stopped in between never measured the job).
+	c.waitJob(t, host, late, "running its batch step", func(j *daemon.Job) bool {
+		for _, s := range j.Steps {
+			if s.ID == "batch" {
+				return true
+			}
+		}
+		return false
+	})
 	c.harness(t, "daemon-stop", host)
 	c.waitDone(t, late, 2*time.Minute)
 	c.harness(t, "daemon-start", host)
