@@ -51,31 +51,38 @@ func Write(ctx context.Context, run Runner, job string, id uint32, existing stri
 	return writeDatabase(ctx, run, job, id, tok)
 }
 
-// writeDatabase writes the token into the job's record in the database (Write).
+// writeDatabase writes the token into the job's record in the database (Write), once the
+// record says the job has ended: slurmctld's end record sets the AdminComment it holds,
+// and a value written before would be replaced. sacctmgr 22.05 lowercases what it sets
+// (the token is lowercase); a site's text with capitals is never rewritten that way: then
+// nothing is written.
 func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok string) (string, error) {
 	raw := strconv.FormatUint(uint64(id), 10)
 	for {
 		// This cluster's records of the job id (sacct shows the local cluster's).
-		out, err := run(ctx, "sacct", "-j", raw, "-a", "-X", "-n", "-P", "-D", "-o", "JobIDRaw,Cluster,AdminComment")
+		out, err := run(ctx, "sacct", "-j", raw, "-a", "-X", "-n", "-P", "-D", "-o", "JobIDRaw,Cluster,State,AdminComment")
 		if err != nil {
 			return "error", fmt.Errorf("job %s: its record in the database: %w", job, err)
 		}
 		var recs [][]string
 		for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-			if f := strings.SplitN(line, "|", 3); len(f) == 3 && f[0] == raw {
+			if f := strings.SplitN(line, "|", 4); len(f) == 4 && f[0] == raw {
 				recs = append(recs, f)
 			}
 		}
 		if len(recs) > 1 {
 			return "error", fmt.Errorf("job %s: %d jobs with id %s in the database: none changed", job, len(recs), raw)
 		}
-		if len(recs) == 1 {
-			merged, err := Merge(recs[0][2], tok)
+		if len(recs) == 1 && ended(recs[0][2]) {
+			existing := recs[0][3]
+			merged, err := Merge(existing, tok)
 			switch {
 			case errors.Is(err, ErrPresent):
 				return "present", err
 			case errors.Is(err, ErrNoRoom):
 				return "no_room", err
+			case merged != strings.ToLower(merged):
+				return "error", fmt.Errorf("job %s: AdminComment in the database: sacctmgr would lowercase the site's text %q: not written", job, clipText(existing, 80))
 			}
 			out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+raw, "cluster="+recs[0][1], "set", "AdminComment="+merged)
 			if err != nil {
@@ -85,13 +92,24 @@ func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok s
 				return "written", nil
 			}
 		}
-		// No record yet: the job's end has not reached the database.
+		// No record yet, or not the job's end: slurmctld has not sent it to the database.
 		select {
 		case <-ctx.Done():
-			return "error", fmt.Errorf("job %s: AdminComment in the database: no record of the job: %w", job, ctx.Err())
+			return "error", fmt.Errorf("job %s: AdminComment in the database: no record of the job's end: %w", job, ctx.Err())
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// ended says whether a job state from sacct is one of a job that has ended ("CANCELLED by
+// 0" included).
+func ended(state string) bool {
+	st, _, _ := strings.Cut(strings.TrimSpace(state), " ")
+	switch st {
+	case "", "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED":
+		return false
+	}
+	return true
 }
 
 // ErrNoSummary: the job's accounting record holds no persyst summary.

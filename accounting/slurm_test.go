@@ -38,7 +38,7 @@ func TestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	finished := errors.New("scontrol update: exit status 1: Job has already finished for job 12")
-	const sacct12 = "sacct -j 12 -a -X -n -P -D -o JobIDRaw,Cluster,AdminComment"
+	const sacct12 = "sacct -j 12 -a -X -n -P -D -o JobIDRaw,Cluster,State,AdminComment"
 	tests := []struct {
 		name     string
 		existing string
@@ -49,14 +49,22 @@ func TestWrite(t *testing.T) {
 		{"running job: scontrol", "", []reply{{}}, "written", []string{"scontrol update JobId=12_3 AdminComment=" + tok}},
 		{"a site's text is kept", "site", []reply{{}}, "written", []string{"scontrol update JobId=12_3 AdminComment=site " + tok}},
 		{"written once", "x " + tok, nil, "present", nil},
-		{"finished: into the database, once it has the job, merged with what it holds", "", []reply{{err: finished}, {out: ""},
-			{out: "12|persyst|note\n"}, {out: " Modified jobs...\n  12 submitted at ...\n"}},
-			"written", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12, sacct12,
+		{"finished: into the database, once it has the job's end, merged with what it holds", "", []reply{{err: finished}, {out: ""},
+			{out: "12|persyst|RUNNING|note\n"}, {out: "12|persyst|COMPLETED|note\n"}, {out: " Modified jobs...\n  12 submitted at ...\n"}},
+			"written", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12, sacct12, sacct12,
 				"sacctmgr -i modify job where jobid=12 cluster=persyst set AdminComment=note " + tok}},
-		{"finished, and the database has two jobs 12: none changed", "", []reply{{err: finished}, {out: "12|persyst|\n12|persyst|old\n"}},
+		{"finished, cancelled", "", []reply{{err: finished}, {out: "12|persyst|CANCELLED by 0|\n"}, {out: " Modified jobs...\n"}},
+			"written", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12,
+				"sacctmgr -i modify job where jobid=12 cluster=persyst set AdminComment=" + tok}},
+		{"finished, and the database has two jobs 12: none changed", "", []reply{{err: finished}, {out: "12|persyst|COMPLETED|\n12|persyst|FAILED|old\n"}},
 			"error", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12}},
-		{"finished, and the database has the summary already", "", []reply{{err: finished}, {out: "12|persyst|" + tok + "\n"}},
+		{"finished, and the database has the summary already", "", []reply{{err: finished}, {out: "12|persyst|COMPLETED|" + tok + "\n"}},
 			"present", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12}},
+		{"finished, a site's text with capitals: sacctmgr would lowercase it", "", []reply{{err: finished}, {out: "12|persyst|COMPLETED|Ticket 42 | checked\n"}},
+			"error", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12}},
+		{"finished, a site's lowercase text with a bar", "", []reply{{err: finished}, {out: "12|persyst|TIMEOUT|a|b\n"}, {out: " Modified jobs...\n"}},
+			"written", []string{"scontrol update JobId=12_3 AdminComment=" + tok, sacct12,
+				"sacctmgr -i modify job where jobid=12 cluster=persyst set AdminComment=a|b " + tok}},
 		{"slurmctld down", "", []reply{{err: errors.New("Unable to contact slurm controller")}}, "error", []string{"scontrol update JobId=12_3 AdminComment=" + tok}},
 		{"no room", strings.Repeat("y", MaxField), nil, "no_room", nil},
 	}

@@ -5,9 +5,11 @@
 //
 // # The summary
 //
-// Encode makes a token "persyst:v1:" followed by the summary: JSON with short keys,
-// compressed (zlib) and encoded as unpadded base64url, so that it holds no space, comma,
-// quote or '=' that a reader of sacct's output could split on. It holds what the text
+// Encode makes a token "persyst:v2:" followed by the summary: JSON with short keys,
+// compressed (zlib) and encoded as unpadded lowercase base32, so that it holds no space,
+// comma, quote or '=' that a reader of sacct's output could split on, and survives the
+// database path (sacctmgr 22.05 lowercases the AdminComment it sets). Decode also reads
+// version 1 tokens (base64url, case-sensitive). It holds what the text
 // digest shows: the job, its nodes and CPUs, how long it was measured, how it ended and
 // what happened to it, what the digest does not cover, and its findings (key, name, unit,
 // deciles rounded to 4 significant digits, threshold, share of the job and severities).
@@ -29,6 +31,7 @@ package accounting
 import (
 	"bytes"
 	"compress/zlib"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -45,8 +48,10 @@ import (
 
 // Prefix starts every summary token; Version is the summary's version.
 const (
-	Prefix  = "persyst:v1:"
-	Version = 1
+	Prefix  = "persyst:v2:"
+	Version = 2
+	// prefixV1 starts the tokens of version 1 (base64url), which Decode still reads.
+	prefixV1 = "persyst:v1:"
 	// MaxToken bounds a token; MaxField bounds the AdminComment persyst leaves behind
 	// (with a site's own text before the token).
 	MaxToken = 2048
@@ -214,8 +219,11 @@ func encode(s summary) (string, error) {
 	if err := w.Close(); err != nil {
 		return "", err
 	}
-	return Prefix + base64.RawURLEncoding.EncodeToString(b.Bytes()), nil
+	return Prefix + lowerBase32.EncodeToString(b.Bytes()), nil
 }
+
+// lowerBase32 is RFC 4648 base32 in lowercase, unpadded: case changes do not matter to it.
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // maxJSON bounds a decoded summary (a token of MaxToken bytes inflates to far less).
 const maxJSON = 1 << 20
@@ -223,14 +231,21 @@ const maxJSON = 1 << 20
 // Decode reads a summary token back into a report; recommendation gives a property's
 // recommendation by key (nil: none).
 func Decode(tok string, recommendation func(key string) string) (digest.Report, error) {
-	if !strings.HasPrefix(tok, Prefix) {
-		if strings.HasPrefix(tok, "persyst:v") {
-			v, _, _ := strings.Cut(strings.TrimPrefix(tok, "persyst:"), ":")
-			return digest.Report{}, fmt.Errorf("a persyst summary of version %q, which this persyst cannot read (it reads v%d)", v, Version)
-		}
+	var raw []byte
+	var err error
+	version := Version
+	switch {
+	case strings.HasPrefix(tok, Prefix):
+		raw, err = lowerBase32.DecodeString(strings.ToLower(tok[len(Prefix):]))
+	case strings.HasPrefix(tok, prefixV1):
+		version = 1
+		raw, err = base64.RawURLEncoding.DecodeString(tok[len(prefixV1):])
+	case strings.HasPrefix(tok, "persyst:v"):
+		v, _, _ := strings.Cut(strings.TrimPrefix(tok, "persyst:"), ":")
+		return digest.Report{}, fmt.Errorf("a persyst summary of version %q, which this persyst cannot read (it reads v1 and v%d)", v, Version)
+	default:
 		return digest.Report{}, errors.New("not a persyst summary")
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(tok[len(Prefix):])
 	if err != nil {
 		return digest.Report{}, fmt.Errorf("persyst summary: %w", err)
 	}
@@ -249,8 +264,8 @@ func Decode(tok string, recommendation func(key string) string) (digest.Report, 
 	if err := json.Unmarshal(js, &s); err != nil {
 		return digest.Report{}, fmt.Errorf("persyst summary: %w", err)
 	}
-	if s.V != Version {
-		return digest.Report{}, fmt.Errorf("persyst summary: version %d, want %d", s.V, Version)
+	if s.V != version {
+		return digest.Report{}, fmt.Errorf("persyst summary: version %d, want %d", s.V, version)
 	}
 	r := digest.Report{Schema: digest.SchemaVersion, JobID: s.Job, ArrayJobID: s.ArrayJob, ArrayTaskID: s.Task, Nodes: s.Nodes,
 		NNodes: s.NNodes, CPUs: s.CPUs, Seconds: s.Seconds, Samples: s.Samples, Short: s.Short, MinSeconds: s.MinSecs,

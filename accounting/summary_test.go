@@ -97,19 +97,30 @@ func deflate(b []byte) string {
 	w := zlib.NewWriter(&buf)
 	w.Write(b)
 	w.Close()
-	return Prefix + base64.RawURLEncoding.EncodeToString(buf.Bytes())
+	return Prefix + lowerBase32.EncodeToString(buf.Bytes())
+}
+
+// deflateV1 makes a version 1 token (base64url), as persyst wrote them first.
+func deflateV1(b []byte) string {
+	var buf bytes.Buffer
+	w := zlib.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return prefixV1 + base64.RawURLEncoding.EncodeToString(buf.Bytes())
 }
 
 func TestDecodeRefuses(t *testing.T) {
 	tests := []struct{ name, tok, want string }{
 		{"not a summary", "site note", "not a persyst summary"},
 		{"a newer version", "persyst:v7:abc", `version "v7"`},
-		{"bad base64", Prefix + "!!!", "persyst summary: illegal base64"},
-		{"not zlib", Prefix + "AAAA", "persyst summary"},
+		{"bad base32", Prefix + "!!!", "persyst summary: illegal base32"},
+		{"bad base64 (v1)", prefixV1 + "!!!", "persyst summary: illegal base64"},
+		{"not zlib", Prefix + "aaaa", "persyst summary"},
 		{"not JSON", deflate([]byte("nope")), "persyst summary: invalid character"},
 		{"a zip bomb", deflate(make([]byte, 2<<20)), "more than 1048576 bytes inflated"},
-		{"wrong version inside", deflate([]byte(`{"v":2}`)), "version 2, want 1"},
-		{"deciles cut", deflate([]byte(`{"v":1,"f":[{"k":"x","d":[1,2]}]}`)), "finding x: 2 deciles"},
+		{"wrong version inside", deflate([]byte(`{"v":1}`)), "version 1, want 2"},
+		{"wrong version inside v1", deflateV1([]byte(`{"v":2}`)), "version 2, want 1"},
+		{"deciles cut", deflate([]byte(`{"v":2,"f":[{"k":"x","d":[1,2]}]}`)), "finding x: 2 deciles"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +133,7 @@ func TestDecodeRefuses(t *testing.T) {
 }
 
 func TestMergeAndFind(t *testing.T) {
-	tok := Prefix + "eJwrSS0uAQAEXQHB"
+	tok := Prefix + "pcofkm2jfuxacacelua4c"
 	tests := []struct {
 		name, existing, want string
 		err                  error
@@ -150,5 +161,30 @@ func TestMergeAndFind(t *testing.T) {
 	}
 	if _, ok := Find("no summary here"); ok {
 		t.Error("Find found a token in a comment without one")
+	}
+}
+
+// A token survives what Slurm's tools do to an AdminComment: sacctmgr 22.05 lowercases
+// what it sets. Version 1 tokens (base64url), written before, still read.
+func TestTokenCase(t *testing.T) {
+	rep := report(3)
+	tok, err := Encode(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != strings.ToLower(tok) || !strings.HasPrefix(tok, "persyst:v2:") {
+		t.Fatalf("token %q: want persyst:v2: and no capitals", tok)
+	}
+	want, err := Decode(tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.TrimPrefix(tok, Prefix)
+	if got, err := Decode(Prefix+strings.ToUpper(body), nil); err != nil || !cmp.Equal(want, got) {
+		t.Errorf("token with its body in capitals: %v (-want +got):\n%s", err, cmp.Diff(want, got))
+	}
+	v1 := deflateV1([]byte(`{"v":1,"j":77,"f":[]}`))
+	if got, err := Decode(v1, nil); err != nil || got.JobID != 77 {
+		t.Errorf("version 1 token: job %d, %v; want job 77", got.JobID, err)
 	}
 }

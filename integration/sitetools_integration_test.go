@@ -162,7 +162,7 @@ func (c *cluster) sacctComment(t *testing.T, id uint32) string {
 	waitFor(t, time.Minute, "job "+job+"'s summary in accounting", func() (bool, string) {
 		out, errOut, err := c.run(t, nil, "sacct", "-j", job, "-X", "-n", "-P", "-o", "AdminComment")
 		comment = strings.TrimSpace(out)
-		return err == nil && strings.Contains(comment, "persyst:v1:"), fmt.Sprintf("%q %s %v", comment, errOut, err)
+		return err == nil && strings.Contains(comment, "persyst:v2:"), fmt.Sprintf("%q %s %v", comment, errOut, err)
 	})
 	return comment
 }
@@ -186,10 +186,10 @@ func testAccounting(t *testing.T, c *cluster, load string) {
 		}
 	}
 	comment := c.sacctComment(t, id)
-	if !strings.HasPrefix(comment, "persyst:v1:") || len(comment) > 2048 || strings.ContainsAny(comment, " ,=") {
-		t.Errorf("AdminComment of job %d: %q, want one persyst:v1: token of at most 2048 bytes", id, comment)
+	if !strings.HasPrefix(comment, "persyst:v2:") || len(comment) > 2048 || strings.ContainsAny(comment, " ,=") {
+		t.Errorf("AdminComment of job %d: %q, want one persyst:v2: token of at most 2048 bytes", id, comment)
 	}
-	if sc := c.sacctComment(t, site); !strings.HasPrefix(sc, "checked by the site; ticket 42 persyst:v1:") {
+	if sc := c.sacctComment(t, site); !strings.HasPrefix(sc, "checked by the site; ticket 42 persyst:v2:") {
 		t.Errorf("AdminComment of job %d: %q, want the site's text kept before persyst's summary", site, sc)
 	}
 	// A job that ended while its node's daemon was down: its late digest's summary goes
@@ -210,8 +210,15 @@ func testAccounting(t *testing.T, c *cluster, load string) {
 	c.harness(t, "daemon-stop", host)
 	c.waitDone(t, late, 2*time.Minute)
 	c.harness(t, "daemon-start", host)
-	if lc := c.sacctComment(t, late); !strings.HasPrefix(lc, "persyst:v1:") {
+	if lc := c.sacctComment(t, late); !strings.HasPrefix(lc, "persyst:v2:") {
 		t.Errorf("AdminComment of job %d, ended while its daemon was down: %q", late, lc)
+	}
+	// Each summary reads back, whichever way it went into accounting (slurmctld, or the
+	// database through sacctmgr, which lowercases it).
+	for _, j := range []uint32{id, site, late} {
+		if o, errOut, err := c.run(t, nil, persystBin(), "report", "--sacct", strconv.FormatUint(uint64(j), 10)); err != nil || !strings.Contains(o, fmt.Sprintf("persyst: job %d", j)) {
+			t.Errorf("persyst report --sacct %d: %v\n%s%s", j, err, o, errOut)
+		}
 	}
 
 	digestText := out(id)
