@@ -375,6 +375,14 @@ func identifiers(p *vm.Program) []string {
 // Sanitize turns a metric name into an expression identifier: "task-clock" →
 // "task_clock", "syscalls:sys_enter_openat" → "syscalls_sys_enter_openat".
 func Sanitize(name string) string {
+	clean := true
+	for i := 0; i < len(name) && clean; i++ {
+		c := name[i]
+		clean = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+	}
+	if clean {
+		return name // most metric names: no copy (the daemon sanitizes every sample's)
+	}
 	b := []byte(name)
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {

@@ -224,14 +224,15 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 	for _, t := range a.info.Topology {
 		coreOf[t.CPU] = sample.Core{Socket: t.Socket, Core: t.Core}
 	}
-	base := func() map[string]any {
-		m := map[string]any{NameSeconds: s.Seconds}
+	base := func(n int) map[string]any {
+		m := make(map[string]any, n+len(a.e.cfg.Calibration)+8) // sized: no growth while filled
+		m[NameSeconds] = s.Seconds
 		for k, v := range a.e.cfg.Calibration {
 			m[k] = v
 		}
 		return m
 	}
-	node := base()
+	node := base(len(s.Job))
 	for k, v := range s.Job {
 		node[Sanitize(k)] = v
 	}
@@ -282,7 +283,7 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 	cores := map[sample.Core]map[string]any{}
 	var coreOrder []sample.Core
 	for _, c := range s.CPU {
-		env := base()
+		env := base(len(c.Values))
 		env[NameThreads] = 1.0
 		for k, v := range c.Values {
 			env[Sanitize(k)] = v
@@ -295,7 +296,7 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 		out[CPU] = append(out[CPU], device{domain: CPU, cpu: c.CPU, core: core, env: env})
 		ce := cores[core]
 		if ce == nil {
-			ce = base()
+			ce = base(len(c.Values))
 			ce[NameThreads] = 0.0
 			cores[core] = ce
 			coreOrder = append(coreOrder, core)
