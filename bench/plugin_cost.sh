@@ -14,7 +14,8 @@
 #    that poll (the job's own life on the nodes, without the scheduler's wait for its next
 #    pass, which varies by up to ~2 s). 1-node and 2-node jobs.
 # 3. Throughput: a job array of ARRAY tasks of `sleep 1`, its makespan (submission to the
-#    last task gone from squeue) with and without the plugin, twice each; and, with the
+#    last task gone from squeue) with and without the plugin, ARRAY_ROUNDS (default 3)
+#    times each, alternating which goes first; and, with the
 #    plugin, how long each batch step's end waited for the daemon (the plugin logs it at
 #    slurmd's debug level: connect, send, the digest written, the answer).
 #
@@ -24,6 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${1:-15}
 ARRAY=${2:-100}
+ARRAY_ROUNDS=${ARRAY_ROUNDS:-3}
 NODES=${NODES:-3}
 cd "$ROOT"
 
@@ -135,7 +137,7 @@ array_run() { # submit the array, wait until every task is gone from squeue; pri
 declare -A mark
 for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do mark[$f]=$(wc -l <"$f"); done
 aw=() bw=()
-for i in 1 2; do
+for i in $(seq 1 "$ARRAY_ROUNDS"); do
 	for side in $([ $((i % 2)) = 0 ] && echo "A B" || echo "B A"); do
 		if [ "$side" = A ]; then
 			echo "$with" >"$conf"; aw+=("$(array_run)")
@@ -148,8 +150,10 @@ echo "$with" >"$conf"
 echo "== $ARRAY-task array of sleep 1 on $NODES nodes: makespan"
 printf '  with plugin:    %s s\n' "${aw[*]}"
 printf '  without plugin: %s s\n' "${bw[*]}"
-awk -v a="${aw[*]}" -v b="${bw[*]}" 'BEGIN {split(a,x," "); split(b,y," "); sa=0; sb=0; for (i in x) sa+=x[i]; for (i in y) sb+=y[i];
-	printf "  with/without:   %+.1f %%\n", (sa/sb-1)*100}'
+med() { sort -n | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+ma=$(printf '%s\n' "${aw[@]}" | med)
+mb=$(printf '%s\n' "${bw[@]}" | med)
+awk -v a="$ma" -v b="$mb" 'BEGIN {printf "  with/without:   %+.1f %% (medians)\n", (a/b-1)*100}'
 echo "== plugin time per event during the arrays (with plugin)"
 logs=()
 for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do
