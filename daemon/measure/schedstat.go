@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
@@ -39,10 +41,123 @@ type schedstatSource struct {
 	// Buffers reused across reads (raw reads: no poller registration per file).
 	buf, dents []byte
 	tids       []string
+	// kept: processes whose task directory and threads' schedstat files stay open
+	// between reads (at most maxSchedFiles descriptors); keep: /proc is the kernel's
+	// (0: not known yet, 1: yes, 2: no).
+	kept  map[int]*schedProc
+	nkept int
+	keep  int8
 }
 
+// schedProc is a process whose files the source keeps open. The set of its threads is
+// unchanged while the link count of its task directory (2 plus its threads) is and every
+// thread kept is still there: then a read is one fstat and one pread per thread.
+type schedProc struct {
+	task    int         // /proc/PID/task
+	nlink   uint64      // its link count when listed
+	threads map[int]int // tid → /proc/PID/task/TID/schedstat
+}
+
+// maxSchedFiles bounds the descriptors one job's schedstat source keeps open.
+const maxSchedFiles = 256
+
 func newSchedstat(*Env, *Spec) (Source, error) {
-	return &schedstatSource{last: map[int]schedCount{}}, nil
+	return &schedstatSource{last: map[int]schedCount{}, kept: map[int]*schedProc{}}, nil
+}
+
+// readKept reads pid's threads through its kept files into seen; false when the process's
+// threads changed (or it is gone): its files are closed, and it is read anew.
+func (s *schedstatSource) readKept(pid int, seen map[int]schedCount) bool {
+	p := s.kept[pid]
+	if p == nil {
+		return false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(p.task, &st) == nil && uint64(st.Nlink) == p.nlink {
+		ok := true
+		for tid, fd := range p.threads {
+			c, err := s.preadSchedstat(fd)
+			if err != nil {
+				ok = false
+				break
+			}
+			seen[tid] = c
+		}
+		if ok {
+			return true
+		}
+	}
+	s.forget(pid)
+	return false
+}
+
+// preadSchedstat reads and parses a kept schedstat (one record, generated anew at offset 0).
+func (s *schedstatSource) preadSchedstat(fd int) (schedCount, error) {
+	if len(s.buf) < 256 {
+		s.buf = make([]byte, 256)
+	}
+	s.buf = s.buf[:cap(s.buf)]
+	n, err := unix.Pread(fd, s.buf, 0)
+	if err != nil {
+		return schedCount{}, err
+	}
+	if n == 0 || n == len(s.buf) {
+		return schedCount{}, fmt.Errorf("schedstat of %d bytes", n)
+	}
+	return parseSchedstat(string(s.buf[:n]))
+}
+
+// forget closes pid's kept files.
+func (s *schedstatSource) forget(pid int) {
+	p := s.kept[pid]
+	if p == nil {
+		return
+	}
+	for _, fd := range p.threads {
+		_ = unix.Close(fd)
+	}
+	_ = unix.Close(p.task)
+	s.nkept -= 1 + len(p.threads)
+	delete(s.kept, pid)
+}
+
+// keepProc keeps pid's task directory and its threads' schedstat files open, when /proc
+// is the kernel's and the bound allows; the caller has just read them all.
+func (s *schedstatSource) keepProc(dir string, pid int, tids []int) {
+	if s.keep == 0 {
+		s.keep = 2
+		var sfs unix.Statfs_t
+		if unix.Statfs(dir, &sfs) == nil && sfs.Type == unix.PROC_SUPER_MAGIC {
+			s.keep = 1
+		}
+	}
+	if s.keep != 1 || s.nkept+1+len(tids) > maxSchedFiles {
+		return
+	}
+	task, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	p := &schedProc{task: task, threads: make(map[int]int, len(tids))}
+	var st unix.Stat_t
+	if unix.Fstat(task, &st) != nil || uint64(st.Nlink) != uint64(2+len(tids)) {
+		_ = unix.Close(task) // threads came or went meanwhile: kept at a later read
+		return
+	}
+	p.nlink = uint64(st.Nlink)
+	for _, tid := range tids {
+		fd, err := unix.Openat(task, strconv.Itoa(tid)+"/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, fd := range p.threads {
+				_ = unix.Close(fd)
+			}
+			_ = unix.Close(task)
+			return
+		}
+		p.threads[tid] = fd
+	}
+	s.kept[pid] = p
+	s.nkept += 1 + len(tids)
 }
 
 func (s *schedstatSource) Read(r *Read) error {
@@ -55,7 +170,13 @@ func (s *schedstatSource) Read(r *Read) error {
 	seen := make(map[int]schedCount, len(s.last))
 	var errs []error
 	files, missing := 0, 0
+	live := make(map[int]bool, len(pids))
 	for _, pid := range pids {
+		live[pid] = true
+		if s.readKept(pid, seen) {
+			files += len(s.kept[pid].threads)
+			continue
+		}
 		dir := r.env.Host.Path("proc", strconv.Itoa(pid), "task")
 		s.tids = s.tids[:0]
 		var terr error
@@ -63,6 +184,7 @@ func (s *schedstatSource) Read(r *Read) error {
 		if terr != nil {
 			continue // the process exited
 		}
+		var read []int // threads read whole
 		for _, name := range s.tids {
 			tid, cerr := strconv.Atoi(name)
 			if cerr != nil {
@@ -89,6 +211,15 @@ func (s *schedstatSource) Read(r *Read) error {
 				continue
 			}
 			seen[tid] = c
+			read = append(read, tid)
+		}
+		if len(read) == len(s.tids) && len(read) > 0 {
+			s.keepProc(dir, pid, read)
+		}
+	}
+	for pid := range s.kept {
+		if !live[pid] {
+			s.forget(pid) // no longer the job's
 		}
 	}
 	if files == 0 && missing > 0 {
@@ -120,7 +251,16 @@ func (s *schedstatSource) Read(r *Read) error {
 	return nil
 }
 
-func (s *schedstatSource) Close() error { return nil }
+func (s *schedstatSource) Close() error {
+	for pid := range s.kept {
+		s.forget(pid)
+	}
+	s.keep = 2 // later reads keep nothing open
+	return nil
+}
+
+// OpenFiles is how many files the source keeps open.
+func (s *schedstatSource) OpenFiles() int { return s.nkept }
 
 // parseSchedstat reads /proc/PID/task/TID/schedstat: nanoseconds on a CPU, nanoseconds
 // waiting on a run queue, timeslices run.
