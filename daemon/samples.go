@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,10 +34,42 @@ import (
 // from the job's samples in memory, which are already held within the meter's budget
 // (measure.DefaultSampleBytes, neighbouring samples merged beyond it); JSON takes about
 // three times the in-memory size, so limit is four times that budget.
+//
+// The file of a running job stays open for appending (one write(2) per sample), at most
+// maxOpenSampleFiles of them; it is closed when the file is written anew or removed.
 type sampleFiles struct {
 	dir   string // "": samples are not kept on disk
 	limit int64
 	log   zerolog.Logger
+	open  *openSamples // shared by the copies of a sampleFiles
+}
+
+// openSamples are the job files kept open for appending.
+type openSamples struct {
+	mu    sync.Mutex
+	files map[uint32]*openSample
+}
+
+type openSample struct {
+	fd   int
+	size int64 // bytes in the file
+}
+
+// maxOpenSampleFiles bounds the job files kept open; beyond it, files are opened for
+// each sample.
+const maxOpenSampleFiles = 4096
+
+// closeOpen closes job id's kept file, if any.
+func (f sampleFiles) closeOpen(id uint32) {
+	if f.open == nil {
+		return
+	}
+	f.open.mu.Lock()
+	defer f.open.mu.Unlock()
+	if o := f.open.files[id]; o != nil {
+		_ = unix.Close(o.fd)
+		delete(f.open.files, id)
+	}
 }
 
 // sampleHeader is a sample file's first line: which job (the registry's start of it, so
@@ -59,7 +92,8 @@ func newSampleFiles(stateDir string, budget int, log zerolog.Logger) sampleFiles
 	if stateDir == "" {
 		return sampleFiles{}
 	}
-	return sampleFiles{dir: filepath.Join(stateDir, "samples"), limit: 4 * int64(budget), log: log}
+	return sampleFiles{dir: filepath.Join(stateDir, "samples"), limit: 4 * int64(budget), log: log,
+		open: &openSamples{files: map[uint32]*openSample{}}}
 }
 
 func (f sampleFiles) path(id uint32) string {
@@ -86,6 +120,7 @@ func (f sampleFiles) write(h sampleHeader, samples []sample.Sample) error {
 		}
 	}
 	p := f.path(h.JobID)
+	f.closeOpen(h.JobID) // the file is replaced: appends go to the new one
 	tmp := p + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -115,8 +150,52 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 	if err != nil {
 		return err
 	}
-	// Raw system calls: a file of package os would be registered with Go's poller, three
-	// more system calls per job and cycle.
+	line = append(line, '\n')
+	if f.open == nil {
+		return f.append(h, line, all)
+	}
+	f.open.mu.Lock()
+	o := f.open.files[h.JobID]
+	if o == nil && len(f.open.files) < maxOpenSampleFiles {
+		// Raw system calls: a file of package os would be registered with Go's poller.
+		fd, err := unix.Open(f.path(h.JobID), unix.O_WRONLY|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			var st unix.Stat_t
+			if err = unix.Fstat(fd, &st); err != nil {
+				_ = unix.Close(fd)
+			} else {
+				o = &openSample{fd: fd, size: st.Size}
+				f.open.files[h.JobID] = o
+			}
+		}
+		if err != nil {
+			f.open.mu.Unlock()
+			if errors.Is(err, unix.ENOENT) {
+				return f.write(h, all())
+			}
+			return fmt.Errorf("samples %s: %w", f.path(h.JobID), err)
+		}
+	}
+	if o == nil {
+		f.open.mu.Unlock()
+		return f.append(h, line, all)
+	}
+	err = writeAll(o.fd, line)
+	o.size += int64(len(line))
+	full := o.size > f.limit
+	f.open.mu.Unlock()
+	if err != nil {
+		f.closeOpen(h.JobID)
+		return fmt.Errorf("samples %s: %w", f.path(h.JobID), err)
+	}
+	if full {
+		return f.write(h, all())
+	}
+	return nil
+}
+
+// append appends line to a job's file, opened and closed for it.
+func (f sampleFiles) append(h sampleHeader, line []byte, all func() []sample.Sample) error {
 	fd, err := unix.Open(f.path(h.JobID), unix.O_WRONLY|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return f.write(h, all())
@@ -124,7 +203,7 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 	if err != nil {
 		return fmt.Errorf("samples %s: %w", f.path(h.JobID), err)
 	}
-	err = writeAll(fd, append(line, '\n'))
+	err = writeAll(fd, line)
 	var st unix.Stat_t
 	serr := unix.Fstat(fd, &st)
 	if cerr := unix.Close(fd); err == nil {
@@ -191,6 +270,7 @@ func (f sampleFiles) remove(id uint32) {
 	if f.dir == "" {
 		return
 	}
+	f.closeOpen(id)
 	if err := os.Remove(f.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		f.log.Warn().Err(err).Uint32("job", id).Msg("samples file not removed")
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/sample"
@@ -68,5 +69,57 @@ func TestSampleFiles(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(f.dir, "*"))
 	if len(left) != 1 || filepath.Base(left[0]) != "7.jsonl" {
 		t.Errorf("after the sweep: %v, want 7.jsonl only", left)
+	}
+}
+
+// TestSampleFilesKeptOpen: a running job's file stays open for appending; when the file
+// is written anew the appends go to the new one; removing it closes it.
+func TestSampleFilesKeptOpen(t *testing.T) {
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	f := newSampleFiles(t.TempDir(), 1<<20, zerolog.Nop())
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	h := sampleHeader{JobID: 9, JobStarted: t0, Started: t0, CPUs: "0"}
+	var all []sample.Sample
+	add := func(i int) {
+		s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Seconds: 1, Job: map[string]float64{"tasks": float64(i)}}
+		all = append(all, s)
+		if err := f.add(h, s, func() []sample.Sample { return all }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct{ Samples, Open, FDs int }
+	got := func() result {
+		_, samples, err := f.load(9, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result{len(samples), len(f.open.files), fds() - before}
+	}
+	for _, step := range []struct {
+		name string
+		do   func()
+		want result
+	}{
+		{"first sample: file made, then kept open", func() { add(1) }, result{1, 0, 0}},
+		{"second sample: appended through the kept file", func() { add(2) }, result{2, 1, 1}},
+		{"file written anew", func() {
+			if err := f.write(h, all); err != nil {
+				t.Fatal(err)
+			}
+		}, result{2, 0, 0}},
+		{"appended to the new file", func() { add(3); add(4) }, result{4, 1, 1}},
+		{"removed", func() { f.remove(9) }, result{0, 0, 0}},
+	} {
+		step.do()
+		if diff := cmp.Diff(step.want, got()); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", step.name, diff)
+		}
 	}
 }
