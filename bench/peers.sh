@@ -178,14 +178,17 @@ start_persyst() {
 pids_persyst() { echo "$daemon_pid"; }
 values_persyst() {
 	# Per job, the mean over its cycle samples (the values present vary a little between
-	# reads); summed over the jobs.
+	# reads); summed over the jobs. Also: how many jobs had the syscall tracepoints.
 	local f
 	for f in "$1"/state/samples/*.jsonl; do
 		[ -e "$f" ] || continue
-		jq -rs '[.[] | select(.reason == "cycle") | [(.job | length), ([(.cpu // [])[].values | length] | add // 0)]]
-			| if length == 0 then "0 0" else "\(map(.[0]) | add / length) \(map(.[1]) | add / length)" end' "$f"
-	done | awk -v out="$1/values.txt" '{ j++; a += $1; c += $2 }
-		END { printf "%.0f\n", a + c; printf "%.0f per cycle: %d jobs x (%.0f job values + %.0f per-CPU values)\n", a + c, j, j ? a / j : 0, j ? c / j : 0 > out }'
+		jq -rs '[.[] | select(.reason == "cycle")] as $c
+			| [$c[] | [(.job | length), ([(.cpu // [])[].values | length] | add // 0)]]
+			| if length == 0 then "0 0 0" else
+				"\(map(.[0]) | add / length) \(map(.[1]) | add / length) \(if ($c | last | .job | has("syscalls:sys_enter_openat")) then 1 else 0 end)" end' "$f"
+	done | awk -v out="$1/values.txt" '{ j++; a += $1; c += $2; tp += $3 }
+		END { printf "%.0f\n", a + c
+			printf "%.0f per cycle: %d jobs x (%.0f job values + %.0f per-CPU values); syscall tracepoints in %d of the jobs\n", a + c, j, j ? a / j : 0, j ? c / j : 0, tp > out }'
 }
 stop_persyst() {
 	local j p
