@@ -12,11 +12,13 @@
 //
 // # Input
 //
-// Reader.Read (and Files.Read) take what jobcgroup.Find or Self return: hierarchy key ("memory",
-// "cpu,cpuacct", "unified", ...) → cgroup directory as seen in the mount namespace. The
-// directories are resolved under the injected FS root. On v1 the reader uses the
-// hierarchical counters (cpuacct usage, memory usage and total_* in memory.stat, the
-// *_recursive blkio files), because Slurm puts the tasks into step_* children of job_J.
+// Reader.Read (and Files.Read) take what jobcgroup.Find returns: hierarchy key
+// ("memory", "cpu,cpuacct", "unified", ...) → cgroup directory as seen in the mount
+// namespace. The directories are resolved under the injected FS root. On v1 the reader
+// uses the hierarchical counters (cpuacct usage, memory usage and total_* in
+// memory.stat, the *_recursive blkio files), because Slurm puts the tasks into step_*
+// children of job_J. A file whose fields the other cgroup version measured already
+// (hybrid hosts) is not read.
 //
 // # Own parsers, kept-open files
 //

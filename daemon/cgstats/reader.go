@@ -33,10 +33,10 @@ func NewReader(fsys hostfs.FS, opts Options) *Reader {
 }
 
 // Read reads the job's cgroups. paths maps hierarchy keys (Mount.Key: "memory",
-// "cpu,cpuacct", "unified", ...) to cgroup directories, as hostfs.FS.Find and Self
-// return them. Absent controllers, files and cgroups leave fields unmeasured (see
-// Stats.Missing); the error, if any, reports malformed or unreadable files, and the
-// returned Stats still holds everything else. Every file is opened and closed again:
+// "cpu,cpuacct", "unified", ...) to cgroup directories, as jobcgroup.Find returns them.
+// Absent controllers, files and cgroups leave fields unmeasured (see Stats.Missing); the
+// error, if any, reports malformed or unreadable files, and the returned Stats still
+// holds everything else. Every file is opened and closed again:
 // a job read at every cycle keeps them open with Files instead.
 func (r *Reader) Read(paths map[string]string) (Stats, error) {
 	return r.read(paths, pathSource{root: r.fs.Root()})
