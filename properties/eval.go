@@ -175,6 +175,11 @@ type Accumulator struct {
 	// intervals its parent let it be evaluated in.
 	devSeconds map[Domain]float64
 	maxRecords int // of the last interval (MaxRecords)
+	// envs are the device envs of the last interval, cleared and filled again for the
+	// next (an env lives only while its interval is evaluated); coreOf maps a CPU to its
+	// core (the topology does not change).
+	envs   []map[string]any
+	coreOf map[int]sample.Core
 }
 
 // SetMemRequested sets the memory the job requested on this node, once known (the job
@@ -220,12 +225,24 @@ const idleBusy = 0.05 // a CPU busy less than this share of an interval counts a
 // devices builds the envs of every device of a sample.
 func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 	out := map[Domain][]device{}
-	coreOf := map[int]sample.Core{}
-	for _, t := range a.info.Topology {
-		coreOf[t.CPU] = sample.Core{Socket: t.Socket, Core: t.Core}
+	if a.coreOf == nil {
+		a.coreOf = map[int]sample.Core{}
+		for _, t := range a.info.Topology {
+			a.coreOf[t.CPU] = sample.Core{Socket: t.Socket, Core: t.Core}
+		}
 	}
+	coreOf := a.coreOf
+	used := 0
 	base := func(n int) map[string]any {
-		m := make(map[string]any, n+len(a.e.cfg.Calibration)+8) // sized: no growth while filled
+		var m map[string]any
+		if used < len(a.envs) {
+			m = a.envs[used]
+			clear(m)
+		} else {
+			m = make(map[string]any, n+len(a.e.cfg.Calibration)+8) // sized: no growth while filled
+			a.envs = append(a.envs, m)
+		}
+		used++
 		m[NameSeconds] = s.Seconds
 		for k, v := range a.e.cfg.Calibration {
 			m[k] = v

@@ -97,6 +97,10 @@ type Meter struct {
 
 	readMu   sync.Mutex // one Read at a time (the cycle and a job's end may overlap)
 	prevTime time.Time
+	// notes holds a read's not-measured notes, cleared at the next (under readMu);
+	// jobLen is how many job values the last sample had (the next map is made that size).
+	notes  map[string]string
+	jobLen int
 	// cgroupGone: the last read found a directory of spec.StatCgroups gone.
 	cgroupGone bool
 	// procs lists the job's processes at every read, with kept descriptors.
@@ -285,11 +289,16 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	now := m.env.Now()
-	s := sample.Sample{Time: now, Reason: reason, Job: map[string]float64{}}
+	s := sample.Sample{Time: now, Reason: reason, Job: make(map[string]float64, m.jobLen)}
 	if !m.prevTime.IsZero() {
 		s.Seconds = now.Sub(m.prevTime).Seconds()
 	}
-	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: maps.Clone(m.off), lister: m.procs}
+	if m.notes == nil {
+		m.notes = make(map[string]string, len(m.off))
+	}
+	clear(m.notes)
+	maps.Copy(m.notes, m.off)
+	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: m.notes, lister: m.procs}
 	var errs []error
 	for _, src := range m.sources {
 		if err := src.Read(r); err != nil {
@@ -298,6 +307,7 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	}
 	m.prevTime = now
 	m.cgroupGone = r.cgroupGone
+	m.jobLen = len(s.Job)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
