@@ -4,7 +4,8 @@
 #
 #   bench/peers.sh [SECONDS] [ROUNDS]   (default 60 s per window, 2 rounds; root, build/persyst)
 #   env: PEERS_JOBS="8 32" (the phases), PEERS_SETTLE=3 (s between a monitor's start and
-#        its window), NODE=peersnode, FIRST_JOB=910001, PEERS_KEEP=1 (keep the temp dir)
+#        its window), NODE=peersnode, FIRST_JOB=910001, PEERS_KEEP=1 (keep the temp dir),
+#        PERSYST_BIN=build/persyst (the binary measured)
 #
 # Monitors, each started by hand (no systemd), with private config, logs and data under a
 # temp dir and non-default ports on 127.0.0.1:
@@ -61,7 +62,8 @@ cd "$ROOT"
 . bench/lib.sh
 
 [ "$(id -u)" = 0 ] || { echo "peers: needs root (cgroups, apt-get, the daemon's socket)" >&2; exit 1; }
-[ -x build/persyst ] || { echo "peers: build/persyst missing (CGO_ENABLED=0 go build -o build/persyst ./cmd/persyst)" >&2; exit 1; }
+PERSYST_BIN=${PERSYST_BIN:-build/persyst}
+[ -x "$PERSYST_BIN" ] || { echo "peers: $PERSYST_BIN missing (CGO_ENABLED=0 go build -o build/persyst ./cmd/persyst)" >&2; exit 1; }
 CG=/sys/fs/cgroup
 for c in "${V1_CTRLS[@]}"; do
 	[ -d "$CG/$c" ] || { echo "peers: no cgroup v1 $c hierarchy at $CG/$c (this script fakes Slurm's cgroup/v1 layout)" >&2; exit 1; }
@@ -158,7 +160,7 @@ mkdir -p "$tmp/pcp"
 (cd "$PCP_VAR/pmns" && "$PCP_BINADM/pmnsmerge" root_pmcd root_proc "$tmp/pcp/root") >/dev/null
 
 # A private copy: a concurrent `make build` must not swap binaries under the benchmark.
-cp build/persyst "$tmp/persyst"
+cp "$PERSYST_BIN" "$tmp/persyst"
 go build -o "$tmp/loadgen" ./bench/loadgen
 P=$tmp/persyst
 
