@@ -364,8 +364,11 @@ static void send_event(int kind, struct persyst_event *ev)
 		}
 		rc = persyst_call(cfg.socket, msg, (size_t)len, timeout, rep, why, sizeof(why));
 		/* Start events wait for the daemon: it prepares before the tasks start. */
-		if (rc == PERSYST_SENT && kind == PERSYST_STEP_START)
+		if (rc == PERSYST_SENT && kind == PERSYST_STEP_START) {
+			if (rep->error[0])
+				log_error("%s: daemon sent an unusable cgroup path; tasks not moved", name);
 			set_join(rep->cgroup);
+		}
 	}
 	free(msg);
 	free(rep);
