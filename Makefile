@@ -118,8 +118,10 @@ bench: deps build
 	bench/overhead.sh
 	bench/daemon_load.sh
 	bench/accounting.sh
+	bench/peers.sh
 	$(GO) test -run XXX -bench BenchmarkRead -benchtime 2000x ./daemon/measure/
 	$(GO) test -run XXX -bench 'BenchmarkScrape32Jobs|BenchmarkDigestAccounting' ./daemon/
+	$(GO) test -run XXX -bench BenchmarkCycle32Jobs -benchtime 500x ./daemon/
 	$(GO) test -run XXX -bench 'CycleIngest' -benchtime 5x ./collectors/
 	$(GO) test -run XXX -bench 'Render64x48x24h' -benchtime 3x ./htmlreport/
 
