@@ -257,7 +257,10 @@ func TestSpinTaskClock(t *testing.T) {
 	// most the child's whole CPU time (wait4's rusage).
 	ps := c.cmd.ProcessState
 	total := ps.UserTime() + ps.SystemTime()
-	if got := time.Duration(counts.PerCPU[0][0].Scaled); got < spinFor*98/100 || got > total*102/100+5*time.Millisecond {
+	// rusage is tick-sampled (no VIRT_CPU_ACCOUNTING here) and undercounts a process that
+	// switches often: CI saw task-clock 1.064 s against rusage 1.026 s with 4,000 context
+	// switches. Counting anything but the child would be far above 10 %.
+	if got := time.Duration(counts.PerCPU[0][0].Scaled); got < spinFor*98/100 || got > total*110/100+20*time.Millisecond {
 		t.Errorf("CPU 0 task-clock = %v, want between the spin (%v) and the child's CPU time (%v)", got, spinFor, total)
 	}
 	if got := counts.PerCPU[1][0].Scaled; got > uint64(spinFor/20) {
