@@ -192,7 +192,7 @@ func TestCoverage(t *testing.T) {
 		}
 		os.Chmod(dir, 0o777)
 		_, load := binaries(t)
-		script := "#!/bin/sh\nsrun -N3 sh -c 'if [ $SLURM_NODEID = 2 ]; then " + load + " write -file " + dir + "/out.dat -bytes 250000000 -size 64; fi'\n"
+		script := "#!/bin/sh\nsrun -N3 sh -c 'if [ $SLURM_NODEID = 2 ]; then " + load + " write -file " + dir + "/out.dat -bytes 67108864 -size 64 -min-seconds 4; fi'\n"
 		all := strings.Join(c.nodes, ",")
 		id := c.sbatch(t, nil, "-N3", "-w", all, "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", script)
 		c.waitDone(t, id, 2*time.Minute)

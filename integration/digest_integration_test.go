@@ -66,12 +66,12 @@ func TestDigest(t *testing.T) {
 		{"allocated cores left idle", []string{"-c", "2"}, "@ spin -seconds 4", "idle_cores", "request fewer CPUs"},
 		// The writes last several cycles: the I/O of a job's last process since the last
 		// read before it exits is not seen (README, "Process I/O of exiting processes").
-		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 250000000 -size 64", "io_write_request_size", "write larger blocks"},
+		{"many tiny writes", nil, "@ write -file %d/out.dat -bytes 67108864 -size 64 -min-seconds 4", "io_write_request_size", "write larger blocks"},
 		{"steadily growing memory", nil, "@ alloc -mib 256 -steps 8 -step-seconds 0.7 -hold 1", "memory_growth", "free what you allocate"},
 		{"heavy system time", nil, "@ stat -seconds 4", "cpu_system_pct", "fewer, larger system calls"},
-		{"a storm of file opens", nil, "@ openclose -file %d/f -n 2000000", "file_open_rate", "keep files open"},
+		{"a storm of file opens", nil, "@ openclose -file %d/f -n 100000 -min-seconds 4", "file_open_rate", "keep files open"},
 		// Legacy open(2) opens files too (only openat(2) was counted).
-		{"a storm of legacy open(2) calls", nil, "@ openclose -legacy -file %d/f -n 2000000", "file_open_rate", "keep files open"},
+		{"a storm of legacy open(2) calls", nil, "@ openclose -legacy -file %d/f -n 100000 -min-seconds 4", "file_open_rate", "keep files open"},
 		{"memory request far above use", []string{"--mem=900"}, "@ spin -seconds 4", "memory_unused", "request less (--mem"},
 		{"balanced job", []string{"-c", "2"}, "@ spin -seconds 4 -threads 2 -pin 0,1", "", ""},
 	}

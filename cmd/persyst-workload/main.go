@@ -43,6 +43,7 @@ func main() {
 	file := fs.String("file", "", "write/openclose: file")
 	nbytes := fs.Int64("bytes", 64<<20, "write: total bytes")
 	size := fs.Int("size", 4096, "write: bytes per write(2)")
+	minSecs := fs.Float64("min-seconds", 0, "write, openclose: go on for at least this long (write: from the file's start again after every -bytes)")
 	n := fs.Int("n", 10000, "openclose: pairs; procs: processes")
 	legacy := fs.Bool("legacy", false, "openclose: open with open(2), not openat(2)")
 	mib := fs.Int("mib", 256, "alloc/membw: MiB")
@@ -58,9 +59,9 @@ func main() {
 	case "spin":
 		err = spin(time.Duration(*seconds*float64(time.Second)), *threads, *pin)
 	case "write":
-		err = write(*file, *nbytes, *size)
+		err = write(*file, *nbytes, *size, time.Duration(*minSecs*float64(time.Second)))
 	case "openclose":
-		err = openClose(*file, *n, *legacy)
+		err = openClose(*file, *n, *legacy, time.Duration(*minSecs*float64(time.Second)))
 	case "alloc":
 		alloc(*mib, *steps, time.Duration(*stepSecs*float64(time.Second)), time.Duration(*hold*float64(time.Second)))
 	case "stat":
@@ -141,7 +142,10 @@ func spin(d time.Duration, threads int, pin string) error {
 	return <-errs
 }
 
-func write(path string, total int64, size int) error {
+// write writes total bytes to path in size-byte write(2) calls; with minTime, it goes on
+// until minTime passed too, from the file's start again after every total bytes (a run
+// long enough to be judged on any machine, a bounded file).
+func write(path string, total int64, size int, minTime time.Duration) error {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
@@ -151,7 +155,14 @@ func write(path string, total int64, size int) error {
 	for i := range buf {
 		buf[i] = byte(i)
 	}
-	for done := int64(0); done < total; {
+	start := time.Now()
+	for done := int64(0); done < total || time.Since(start) < minTime; {
+		if done >= total {
+			if _, err := unix.Seek(fd, 0, 0); err != nil {
+				return fmt.Errorf("seek %s: %w", path, err)
+			}
+			done = 0
+		}
 		chunk := buf
 		if rest := total - done; rest < int64(len(chunk)) {
 			chunk = chunk[:rest]
@@ -165,7 +176,9 @@ func write(path string, total int64, size int) error {
 	return nil
 }
 
-func openClose(path string, n int, legacy bool) error {
+// openClose opens and closes path n times; with minTime, it goes on until minTime
+// passed too.
+func openClose(path string, n int, legacy bool, minTime time.Duration) error {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
@@ -175,7 +188,8 @@ func openClose(path string, n int, legacy bool) error {
 	if legacy {
 		open = legacyOpen
 	}
-	for i := 0; i < n; i++ {
+	start := time.Now()
+	for i := 0; i < n || time.Since(start) < minTime; i++ {
 		fd, err := open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
@@ -241,7 +255,7 @@ func membw(mib, passes int) {
 // starting over at its end; a missing file is made first (1 MiB).
 func readSmall(path string, total int64, size int) error {
 	if _, err := os.Stat(path); err != nil {
-		if err := write(path, 1<<20, 1<<20); err != nil {
+		if err := write(path, 1<<20, 1<<20, 0); err != nil {
 			return err
 		}
 	}
@@ -313,7 +327,7 @@ func mutex(threads int, d time.Duration) {
 func mapRead(path string, mib int, d time.Duration) error {
 	size := int64(mib) << 20
 	if st, err := os.Stat(path); err != nil || st.Size() != size {
-		if err := write(path, size, 1<<20); err != nil {
+		if err := write(path, size, 1<<20, 0); err != nil {
 			return err
 		}
 	}

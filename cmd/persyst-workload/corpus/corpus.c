@@ -6,8 +6,15 @@
  *
  *   spin     SECONDS THREADS       THREADS busy threads for SECONDS of wall time
  *   mutex    SECONDS THREADS       THREADS threads take turns on one pthread mutex
- *   read     FILE BYTES SIZE       read FILE in SIZE-byte read(2) calls until BYTES were read
- *   write    FILE BYTES SIZE       write BYTES to FILE in SIZE-byte write(2) calls
+ *   read     FILE BYTES SIZE [SECONDS]
+ *                                  read FILE in SIZE-byte read(2) calls until BYTES were read
+ *                                  (from its start again at its end); with SECONDS, go on
+ *                                  until SECONDS of wall time passed too
+ *   write    FILE BYTES SIZE [SECONDS]
+ *                                  write BYTES to FILE in SIZE-byte write(2) calls; with
+ *                                  SECONDS, go on until SECONDS of wall time passed too,
+ *                                  from the file's start again after every BYTES (a run
+ *                                  long enough to be judged on any machine, a bounded file)
  *   open     SECONDS FILE [legacy] open(2)/close(2) FILE (openat(2); open(2) with legacy)
  *   stat     SECONDS               stat(2) in a loop: time in the kernel, no I/O
  *   forkexec SECONDS PROG          fork and exec PROG, wait, again
@@ -83,8 +90,9 @@ static int threads(void *(*fn)(void *), double seconds, int n)
 	return 0;
 }
 
-static int rw(int writing, const char *file, long long total, long size)
+static int rw(int writing, const char *file, long long total, long size, double seconds)
 {
+	double end = now() + seconds;
 	char *buf = calloc(1, size);
 	int fd;
 	if (!buf)
@@ -102,7 +110,11 @@ static int rw(int writing, const char *file, long long total, long size)
 	fd = writing ? open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(file, O_RDONLY);
 	if (fd < 0)
 		return die(file);
-	for (long long done = 0; done < total;) {
+	for (long long done = 0, here = 0; done < total || now() < end;) {
+		if (writing && here >= total) {
+			lseek(fd, 0, SEEK_SET);
+			here = 0;
+		}
 		ssize_t n = writing ? write(fd, buf, size) : read(fd, buf, size);
 		if (n < 0)
 			return die(file);
@@ -111,6 +123,7 @@ static int rw(int writing, const char *file, long long total, long size)
 			continue;
 		}
 		done += n;
+		here += n;
 	}
 	close(fd);
 	return 0;
@@ -127,8 +140,8 @@ int main(int argc, char **argv)
 		return threads(spinner, atof(argv[2]), atoi(argv[3]));
 	if (!strcmp(w, "mutex") && argc == 4)
 		return threads(locker, atof(argv[2]), atoi(argv[3]));
-	if ((!strcmp(w, "read") || !strcmp(w, "write")) && argc == 5)
-		return rw(w[0] == 'w', argv[2], atoll(argv[3]), atol(argv[4]));
+	if ((!strcmp(w, "read") || !strcmp(w, "write")) && (argc == 5 || argc == 6))
+		return rw(w[0] == 'w', argv[2], atoll(argv[3]), atol(argv[4]), argc == 6 ? atof(argv[5]) : 0);
 	if (!strcmp(w, "open") && (argc == 4 || argc == 5)) {
 		int legacy = argc == 5 && !strcmp(argv[4], "legacy");
 		int fd = open(argv[3], O_WRONLY | O_CREAT, 0644);
@@ -173,7 +186,7 @@ int main(int argc, char **argv)
 		size_t size = (size_t)atol(argv[4]) << 20, pages = size / page;
 		struct stat st;
 		if (stat(argv[3], &st) != 0 || (size_t)st.st_size != size)
-			if (rw(1, argv[3], size, 1 << 20))
+			if (rw(1, argv[3], size, 1 << 20, 0))
 				return 1;
 		int fd = open(argv[3], O_RDONLY);
 		if (fd < 0)
