@@ -47,6 +47,144 @@ type Engine struct {
 	cfg        Config
 	thresholds map[*Property]float64
 	thrWhy     map[*Property]string // why a threshold cannot be computed
+
+	// How the strategy is evaluated (fast.go): the name table of the devices' slots, the
+	// strategy's properties with their compiled values, its trees, the slot of every
+	// metric name known (-1: no expression uses it) and of the derived values.
+	tab   names
+	evals map[*Property]*propEval
+	roots []*enode
+	raw   map[string]int
+	fixed fixedSlots
+}
+
+// propEval is a strategy property as the engine evaluates it.
+type propEval struct {
+	p      *Property
+	i      int    // in Accumulator.accs
+	key    string // p.Key()
+	fast   numFn  // nil: expr's VM runs p.value
+	value  []int  // slots of the names the value uses
+	thr    float64
+	hasThr bool
+	thrWhy string
+}
+
+// enode is a node of the strategy as the engine evaluates it.
+type enode struct {
+	pe       *propEval
+	children []*enode
+}
+
+// fixedSlots are the slots of the values the engine derives (-1: not used).
+type fixedSlots struct {
+	seconds, threads, ncpus, memRequest                   int
+	busyMin, busyMax, busyMean, idleCPUs, busyCPUs, opens int
+	flops, vectorFlops, spFlops, dpFlops                  int
+	fpOps                                                 int
+	fp                                                    [len(flopWeights)]int
+	net                                                   [len(netSums)][3]int // out, Ethernet, InfiniBand
+	cal                                                   []calSlot
+}
+
+type calSlot struct {
+	slot int
+	v    float64
+}
+
+// flopWeights are the raw floating-point events a flop count is derived from, with the
+// operations per event (fp_ops, on AMD, counts flops directly).
+var flopWeights = [...]struct {
+	name           string
+	w              float64
+	vector, single bool
+}{
+	{"fp_scalar_double", 1, false, false}, {"fp_scalar_single", 1, false, true},
+	{"fp_128_double", 2, true, false}, {"fp_128_single", 4, true, true},
+	{"fp_256_double", 4, true, false}, {"fp_256_single", 8, true, true},
+	{"fp_512_double", 8, true, false}, {"fp_512_single", 16, true, true},
+}
+
+// netSums are the network totals: Ethernet (/proc/net/dev) and InfiniBand port counters
+// added up, whichever were measured (native InfiniBand traffic, MPI over verbs, shows
+// only in the port counters).
+var netSums = [...]struct{ out, eth, ib string }{
+	{NameTxBytes, "net_tx_bytes", "ib_xmit_bytes"}, {NameRxBytes, "net_rx_bytes", "ib_rcv_bytes"},
+	{NameTxPackets, "net_tx_packets", "ib_xmit_packets"}, {NameRxPackets, "net_rx_packets", "ib_rcv_packets"},
+}
+
+// prepare compiles the strategy for evaluation (after the thresholds are known).
+func (e *Engine) prepare() {
+	e.tab = names{index: map[string]int{}}
+	// The inputs of derived values have slots whether or not an expression names them.
+	for _, w := range flopWeights {
+		e.tab.add(w.name)
+	}
+	e.tab.add("fp_ops")
+	for _, n := range netSums {
+		e.tab.add(n.eth)
+		e.tab.add(n.ib)
+	}
+	e.evals = map[*Property]*propEval{}
+	var build func(ns []*StrategyNode) []*enode
+	build = func(ns []*StrategyNode) []*enode {
+		var out []*enode
+		for _, n := range ns {
+			pe := e.evals[n.Prop]
+			if pe == nil {
+				p := n.Prop
+				pe = &propEval{p: p, i: len(e.evals), key: p.Key()}
+				pe.thr, pe.hasThr = e.thresholds[p]
+				pe.thrWhy = e.thrWhy[p]
+				for _, name := range p.valueNames {
+					pe.value = append(pe.value, e.tab.add(name))
+				}
+				if f, ok := compileFast(p.value.Node(), &e.tab); ok {
+					pe.fast = f
+				}
+				e.evals[p] = pe
+			}
+			out = append(out, &enode{pe: pe, children: build(n.Children)})
+		}
+		return out
+	}
+	e.roots = build(e.cfg.Strategy.Roots)
+	f := &e.fixed
+	for _, x := range []struct {
+		dst  *int
+		name string
+	}{
+		{&f.seconds, NameSeconds}, {&f.threads, NameThreads}, {&f.ncpus, NameNCPUs}, {&f.memRequest, NameMemRequest},
+		{&f.busyMin, NameBusyMin}, {&f.busyMax, NameBusyMax}, {&f.busyMean, NameBusyMean}, {&f.idleCPUs, NameIdleCPUs},
+		{&f.busyCPUs, NameBusyCPUs}, {&f.opens, NameFileOpens},
+		{&f.flops, NameFlops}, {&f.vectorFlops, NameVectorFlops}, {&f.spFlops, NameSPFlops}, {&f.dpFlops, NameDPFlops},
+		{&f.fpOps, "fp_ops"},
+	} {
+		*x.dst = e.tab.slot(x.name)
+	}
+	for i, w := range flopWeights {
+		f.fp[i] = e.tab.slot(w.name)
+	}
+	for i, n := range netSums {
+		f.net[i] = [3]int{e.tab.slot(n.out), e.tab.slot(n.eth), e.tab.slot(n.ib)}
+	}
+	for k, v := range e.cfg.Calibration {
+		if i := e.tab.slot(k); i >= 0 {
+			f.cal = append(f.cal, calSlot{i, v})
+		}
+	}
+	e.raw = map[string]int{}
+	for _, n := range append(sample.Names(), perfNames()...) {
+		e.raw[n] = e.tab.slot(Sanitize(n))
+	}
+}
+
+// rawSlot is the slot of a metric's name (-1: no expression uses it).
+func (e *Engine) rawSlot(name string) int {
+	if i, ok := e.raw[name]; ok {
+		return i
+	}
+	return e.tab.slot(Sanitize(name))
 }
 
 // NewEngine checks the configuration: threshold overrides must name catalog properties.
@@ -111,6 +249,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		}
 		e.thresholds[p] = out.(float64)
 	}
+	e.prepare()
 	return e, nil
 }
 
@@ -149,6 +288,7 @@ type JobInfo struct {
 
 // acc accumulates one property's records.
 type acc struct {
+	reached         bool // the strategy evaluated the property
 	values          []float64
 	weight          float64 // Σ interval seconds of assessed records
 	severeWeight    float64
@@ -164,7 +304,7 @@ type acc struct {
 type Accumulator struct {
 	e       *Engine
 	info    JobInfo
-	props   map[*Property]*acc
+	accs    []acc // by propEval.i
 	samples int
 	seconds float64
 	seq     int // intervals evaluated (samples and the job-level evaluation)
@@ -175,11 +315,31 @@ type Accumulator struct {
 	// intervals its parent let it be evaluated in.
 	devSeconds map[Domain]float64
 	maxRecords int // of the last interval (MaxRecords)
-	// envs are the device envs of the last interval, cleared and filled again for the
-	// next (an env lives only while its interval is evaluated); coreOf maps a CPU to its
-	// core (the topology does not change).
-	envs   []map[string]any
-	coreOf map[int]sample.Core
+	// pool holds the device slots of the last interval, filled again for the next (they
+	// live only while their interval is evaluated); devs are that interval's devices.
+	// coreOf maps a CPU to its core (the topology does not change), labels names the
+	// devices; coreAt and touched are scratch space of devices.
+	pool    []*slots
+	devs    devSet
+	coreOf  map[int]sample.Core
+	labels  map[sample.Core]string // CPU n is {-1, n}
+	coreAt  map[sample.Core]int
+	touched []int
+}
+
+// devSet is the devices of one interval by domain.
+type devSet struct{ node, cpu, core []device }
+
+func (d *devSet) of(dom Domain) []device {
+	switch dom {
+	case Node:
+		return d.node
+	case CPU:
+		return d.cpu
+	case Core:
+		return d.core
+	}
+	return nil
 }
 
 // SetMemRequested sets the memory the job requested on this node, once known (the job
@@ -188,16 +348,7 @@ func (a *Accumulator) SetMemRequested(b float64) { a.info.MemRequestedBytes = b 
 
 // NewAccumulator starts a job's records.
 func (e *Engine) NewAccumulator(info JobInfo) *Accumulator {
-	return &Accumulator{e: e, info: info, props: map[*Property]*acc{}}
-}
-
-func (a *Accumulator) get(p *Property) *acc {
-	x := a.props[p]
-	if x == nil {
-		x = &acc{}
-		a.props[p] = x
-	}
-	return x
+	return &Accumulator{e: e, info: info, accs: make([]acc, len(e.evals))}
 }
 
 // device is one device of a sample, with its values.
@@ -205,7 +356,8 @@ type device struct {
 	domain Domain
 	cpu    int         // CPU domain
 	core   sample.Core // core domain, and the core of a CPU
-	env    map[string]any
+	label  string      // "node", "cpu3", "core0.2"
+	s      *slots
 }
 
 // related says whether a child's device lies in (or contains) the parent's.
@@ -222,48 +374,79 @@ func related(parent, child device) bool {
 
 const idleBusy = 0.05 // a CPU busy less than this share of an interval counts as idle
 
-// devices builds the envs of every device of a sample.
-func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
-	out := map[Domain][]device{}
+// next returns the next device slots of the interval, cleared, with the interval's
+// length and the calibration values.
+func (a *Accumulator) next(used *int, seconds float64) *slots {
+	var sl *slots
+	if *used < len(a.pool) {
+		sl = a.pool[*used]
+		sl.reset()
+	} else {
+		n := newSlots(len(a.e.tab.list))
+		sl = &n
+		a.pool = append(a.pool, sl)
+	}
+	*used++
+	f := &a.e.fixed
+	sl.set(f.seconds, seconds)
+	for _, c := range f.cal {
+		sl.set(c.slot, c.v)
+	}
+	return sl
+}
+
+// label names a CPU's (core.Socket -1) or a core's device.
+func (a *Accumulator) label(c sample.Core) string {
+	if l, ok := a.labels[c]; ok {
+		return l
+	}
+	var l string
+	if c.Socket < 0 {
+		l = "cpu" + strconv.Itoa(c.Core)
+	} else {
+		l = "core" + strconv.Itoa(c.Socket) + "." + strconv.Itoa(c.Core)
+	}
+	if len(a.labels) < 1<<16 {
+		a.labels[c] = l
+	}
+	return l
+}
+
+// devices fills the slots of every device of a sample: the node, each CPU, each core.
+func (a *Accumulator) devices(s sample.Sample) *devSet {
 	if a.coreOf == nil {
 		a.coreOf = map[int]sample.Core{}
 		for _, t := range a.info.Topology {
 			a.coreOf[t.CPU] = sample.Core{Socket: t.Socket, Core: t.Core}
 		}
+		a.labels = map[sample.Core]string{}
+		a.coreAt = map[sample.Core]int{}
 	}
-	coreOf := a.coreOf
+	e, f := a.e, &a.e.fixed
+	d := &a.devs
+	d.node, d.cpu, d.core = d.node[:0], d.cpu[:0], d.core[:0]
 	used := 0
-	base := func(n int) map[string]any {
-		var m map[string]any
-		if used < len(a.envs) {
-			m = a.envs[used]
-			clear(m)
-		} else {
-			m = make(map[string]any, n+len(a.e.cfg.Calibration)+8) // sized: no growth while filled
-			a.envs = append(a.envs, m)
-		}
-		used++
-		m[NameSeconds] = s.Seconds
-		for k, v := range a.e.cfg.Calibration {
-			m[k] = v
-		}
-		return m
-	}
-	node := base(len(s.Job))
+	node := a.next(&used, s.Seconds)
 	for k, v := range s.Job {
-		node[Sanitize(k)] = v
+		node.set(e.rawSlot(k), v)
 	}
-	addFlops(node)
-	addNetwork(node)
+	e.addFlops(node)
+	for _, n := range f.net {
+		x, okA := node.get(n[1])
+		y, okB := node.get(n[2])
+		if okA || okB {
+			node.set(n[0], x+y)
+		}
+	}
 	ncpus := len(s.CPU)
 	if ncpus == 0 {
 		ncpus = a.info.NCPUs
 	}
 	if ncpus > 0 {
-		node[NameNCPUs] = float64(ncpus)
+		node.set(f.ncpus, float64(ncpus))
 	}
 	if a.info.MemRequestedBytes > 0 {
-		node[NameMemRequest] = a.info.MemRequestedBytes
+		node.set(f.memRequest, a.info.MemRequestedBytes)
 	}
 	// Busy shares per CPU from task-clock.
 	if len(s.CPU) > 0 && s.Seconds > 0 {
@@ -282,8 +465,11 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 			n++
 		}
 		if n > 0 {
-			node[NameBusyMin], node[NameBusyMax], node[NameBusyMean], node[NameIdleCPUs] = minB, maxB, sum/float64(n), float64(idle)
-			node[NameBusyCPUs] = sum
+			node.set(f.busyMin, minB)
+			node.set(f.busyMax, maxB)
+			node.set(f.busyMean, sum/float64(n))
+			node.set(f.idleCPUs, float64(idle))
+			node.set(f.busyCPUs, sum)
 		}
 	}
 	// Files opened by any of the open system calls that are traced.
@@ -294,95 +480,77 @@ func (a *Accumulator) devices(s sample.Sample) map[Domain][]device {
 		}
 	}
 	if traced {
-		node[NameFileOpens] = opens
+		node.set(f.opens, opens)
 	}
-	out[Node] = []device{{domain: Node, env: node}}
-	cores := map[sample.Core]map[string]any{}
-	var coreOrder []sample.Core
+	d.node = append(d.node, device{domain: Node, label: string(Node), s: node})
+	clear(a.coreAt)
 	for _, c := range s.CPU {
-		env := base(len(c.Values))
-		env[NameThreads] = 1.0
+		env := a.next(&used, s.Seconds)
+		env.set(f.threads, 1)
+		a.touched = a.touched[:0]
 		for k, v := range c.Values {
-			env[Sanitize(k)] = v
+			if i := e.rawSlot(k); i >= 0 {
+				env.set(i, v)
+				a.touched = append(a.touched, i)
+			}
 		}
-		addFlops(env)
-		core, ok := coreOf[c.CPU]
+		e.addFlops(env)
+		core, ok := a.coreOf[c.CPU]
 		if !ok {
 			core = sample.Core{Core: c.CPU}
 		}
-		out[CPU] = append(out[CPU], device{domain: CPU, cpu: c.CPU, core: core, env: env})
-		ce := cores[core]
-		if ce == nil {
-			ce = base(len(c.Values))
-			ce[NameThreads] = 0.0
-			cores[core] = ce
-			coreOrder = append(coreOrder, core)
+		d.cpu = append(d.cpu, device{domain: CPU, cpu: c.CPU, core: core, label: a.label(sample.Core{Socket: -1, Core: c.CPU}), s: env})
+		k, ok := a.coreAt[core]
+		if !ok {
+			k = len(d.core)
+			a.coreAt[core] = k
+			ce := a.next(&used, s.Seconds)
+			ce.set(f.threads, 0)
+			d.core = append(d.core, device{domain: Core, core: core, label: a.label(core), s: ce})
 		}
-		ce[NameThreads] = ce[NameThreads].(float64) + 1
-		for k, v := range c.Values {
-			k = Sanitize(k)
-			prev, _ := ce[k].(float64)
-			ce[k] = prev + v
+		ce := d.core[k].s
+		if f.threads >= 0 {
+			ce.v[f.threads]++
+		}
+		for _, i := range a.touched {
+			prev, _ := ce.get(i)
+			ce.set(i, prev+env.v[i])
 		}
 	}
-	for _, k := range coreOrder {
-		addFlops(cores[k])
-		out[Core] = append(out[Core], device{domain: Core, core: k, env: cores[k]})
+	for _, c := range d.core {
+		e.addFlops(c.s)
 	}
-	return out
+	return d
 }
 
-// addNetwork sums Ethernet (/proc/net/dev) and InfiniBand port counters, whichever were
-// measured: native InfiniBand traffic (MPI over verbs) shows only in the port counters.
-func addNetwork(env map[string]any) {
-	for _, t := range []struct{ out, eth, ib string }{
-		{NameTxBytes, "net_tx_bytes", "ib_xmit_bytes"}, {NameRxBytes, "net_rx_bytes", "ib_rcv_bytes"},
-		{NameTxPackets, "net_tx_packets", "ib_xmit_packets"}, {NameRxPackets, "net_rx_packets", "ib_rcv_packets"},
-	} {
-		a, okA := env[t.eth].(float64)
-		b, okB := env[t.ib].(float64)
-		if okA || okB {
-			env[t.out] = a + b
-		}
-	}
-}
-
-// addFlops derives flop counts from the raw floating-point events present in env.
-func addFlops(env map[string]any) {
-	get := func(n string) (float64, bool) { v, ok := env[n].(float64); return v, ok }
-	if v, ok := get("fp_ops"); ok { // AMD: flops counted directly, no breakdown
-		env[NameFlops] = v
+// addFlops derives flop counts from the raw floating-point events of a device.
+func (e *Engine) addFlops(sl *slots) {
+	f := &e.fixed
+	if v, ok := sl.get(f.fpOps); ok { // AMD: flops counted directly, no breakdown
+		sl.set(f.flops, v)
 		return
 	}
-	weights := []struct {
-		name   string
-		w      float64
-		vector bool
-		single bool
-	}{
-		{"fp_scalar_double", 1, false, false}, {"fp_scalar_single", 1, false, true},
-		{"fp_128_double", 2, true, false}, {"fp_128_single", 4, true, true},
-		{"fp_256_double", 4, true, false}, {"fp_256_single", 8, true, true},
-		{"fp_512_double", 8, true, false}, {"fp_512_single", 16, true, true},
-	}
 	var total, vec, sp, dp float64
-	for _, w := range weights {
-		v, ok := get(w.name)
+	for i, w := range flopWeights {
+		v, ok := sl.get(f.fp[i])
 		if !ok {
 			return // an incomplete set would understate the rate
 		}
-		f := v * w.w
-		total += f
+		x := v * w.w
+		total += x
 		if w.vector {
-			vec += f
+			vec += x
 		}
 		if w.single {
-			sp += f
+			sp += x
 		} else {
-			dp += f
+			dp += x
 		}
 	}
-	env[NameFlops], env[NameVectorFlops], env[NameSPFlops], env[NameDPFlops] = total, vec, sp, dp
+	sl.set(f.flops, total)
+	sl.set(f.vectorFlops, vec)
+	sl.set(f.spFlops, sp)
+	sl.set(f.dpFlops, dp)
 }
 
 // Record is one property evaluated on one device in one interval: what a cycle yields
@@ -412,13 +580,15 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 	if a.devSeconds == nil {
 		a.devSeconds = map[Domain]float64{}
 	}
-	for d, list := range devs {
-		a.devSeconds[d] += s.Seconds * float64(len(list))
+	for _, dom := range []Domain{Node, CPU, Core} {
+		if n := len(devs.of(dom)); n > 0 {
+			a.devSeconds[dom] += s.Seconds * float64(n)
+		}
 	}
 	var out []Record
 	a.maxRecords = 0
-	for _, root := range a.e.cfg.Strategy.Roots {
-		out = a.eval(root, devs[root.Prop.Domain], devs, s, out)
+	for _, root := range a.e.roots {
+		out = a.eval(root, devs.of(root.pe.p.Domain), devs, s, out)
 		a.maxRecords += maxRecords(root, devs)
 	}
 	return out
@@ -442,39 +612,30 @@ func (a *Accumulator) Judged() (judged, startup float64) { return a.seconds, a.s
 // measure the job's load.
 func (a *Accumulator) MaxRecords() int { return a.maxRecords }
 
-func maxRecords(n *StrategyNode, devs map[Domain][]device) int {
-	if n.Prop.Domain == Job {
+func maxRecords(n *enode, devs *devSet) int {
+	if n.pe.p.Domain == Job {
 		return 0
 	}
-	k := len(devs[n.Prop.Domain])
-	for _, c := range n.Children {
+	k := len(devs.of(n.pe.p.Domain))
+	for _, c := range n.children {
 		k += maxRecords(c, devs)
 	}
 	return k
 }
 
-func (d device) label() string {
-	switch d.domain {
-	case CPU:
-		return "cpu" + strconv.Itoa(d.cpu)
-	case Core:
-		return "core" + strconv.Itoa(d.core.Socket) + "." + strconv.Itoa(d.core.Core)
-	}
-	return string(d.domain)
-}
-
 // eval evaluates node on the given devices and refines into its children on the devices
 // where its condition held.
-func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device, s sample.Sample, out []Record) []Record {
-	p := n.Prop
-	if p.Domain == Job {
+func (a *Accumulator) eval(n *enode, on []device, all *devSet, s sample.Sample, out []Record) []Record {
+	pe := n.pe
+	if pe.p.Domain == Job {
 		return out // evaluated once, in Finish
 	}
-	var held []device
+	var heldBuf [8]device
+	held := heldBuf[:0]
 	for _, d := range on {
-		ok, v, sev, valid := a.record(p, d.env, s.Seconds, s.Seconds)
+		ok, v, sev, valid := a.record(pe, d.s, s.Seconds, s.Seconds)
 		if valid {
-			out = append(out, Record{Time: s.Time, Key: p.Key(), Device: d.label(), Value: v, Severity: sev})
+			out = append(out, Record{Time: s.Time, Key: pe.key, Device: d.label, Value: v, Severity: sev})
 		}
 		if ok {
 			held = append(held, d)
@@ -483,9 +644,10 @@ func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device
 	if len(held) == 0 {
 		return out
 	}
-	for _, c := range n.Children {
-		var targets []device
-		for _, d := range all[c.Prop.Domain] {
+	var targetBuf [8]device
+	for _, c := range n.children {
+		targets := targetBuf[:0]
+		for _, d := range all.of(c.pe.p.Domain) {
 			for _, h := range held {
 				if related(h, d) {
 					targets = append(targets, d)
@@ -498,34 +660,40 @@ func (a *Accumulator) eval(n *StrategyNode, on []device, all map[Domain][]device
 	return out
 }
 
-// record evaluates p on one device's env, records the result with weight w, and reports
-// whether p's condition holds there, the value and severity, and whether there was one.
-func (a *Accumulator) record(p *Property, env map[string]any, w, wall float64) (cond bool, v, sev float64, valid bool) {
-	x := a.get(p)
-	for _, name := range p.valueNames {
-		if _, ok := env[name]; !ok {
+// record evaluates a property on one device's slots, records the result with weight w,
+// and reports whether its condition holds there, the value and severity, and whether
+// there was one.
+func (a *Accumulator) record(pe *propEval, sl *slots, w, wall float64) (cond bool, v, sev float64, valid bool) {
+	p, x := pe.p, &a.accs[pe.i]
+	x.reached = true
+	for _, i := range pe.value {
+		if !sl.has[i] {
 			if x.notAssessed == "" {
-				x.notAssessed, x.notAssessedName = "not measured", name
+				x.notAssessed, x.notAssessedName = "not measured", a.e.tab.list[i]
 			}
 			return false, 0, 0, false
 		}
 	}
-	thr, hasThr := a.e.thresholds[p]
-	if !hasThr && (p.Severity != None || p.Condition == Above || p.Condition == Below) {
+	thr := pe.thr
+	if !pe.hasThr && (p.Severity != None || p.Condition == Above || p.Condition == Below) {
 		if x.notAssessed == "" {
-			x.notAssessed = a.e.thrWhy[p]
+			x.notAssessed = pe.thrWhy
 		}
 		return false, 0, 0, false
 	}
-	out, err := expr.Run(p.value, env)
-	if err != nil {
-		return false, 0, 0, false
+	if pe.fast != nil {
+		v = pe.fast(sl.v)
+	} else {
+		out, err := expr.Run(p.value, sl.env(&a.e.tab))
+		if err != nil {
+			return false, 0, 0, false
+		}
+		v = out.(float64)
 	}
-	v = out.(float64)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return false, 0, 0, false // nothing to measure in this interval (e.g. no writes: 0/0)
 	}
-	sev, err = p.Severity.Severity(v, thr, p.Exponent)
+	sev, err := p.Severity.Severity(v, thr, p.Exponent)
 	if err != nil {
 		return false, 0, 0, false
 	}
@@ -630,7 +798,10 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 			continue
 		}
 		seen[p] = true
-		x := a.props[p]
+		var x *acc
+		if pe := a.e.evals[p]; pe != nil && a.accs[pe.i].reached {
+			x = &a.accs[pe.i]
+		}
 		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation, Folds: p.Folds}
 		if t, ok := a.e.thresholds[p]; ok {
 			t := t
@@ -767,21 +938,25 @@ func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
 	if g, ok := memGrowth(samples); ok {
 		env[NameMemGrowth] = g
 	}
-	for _, n := range a.e.cfg.Strategy.Roots {
-		a.evalJob(n, env, sum.Seconds)
+	sl := newSlots(len(a.e.tab.list))
+	for k, v := range env {
+		sl.set(a.e.tab.slot(k), v.(float64))
+	}
+	for _, n := range a.e.roots {
+		a.evalJob(n, &sl, sum.Seconds)
 	}
 }
 
-func (a *Accumulator) evalJob(n *StrategyNode, env map[string]any, w float64) {
-	if n.Prop.Domain != Job {
+func (a *Accumulator) evalJob(n *enode, sl *slots, w float64) {
+	if n.pe.p.Domain != Job {
 		return
 	}
 	if w <= 0 {
 		w = 1
 	}
-	if ok, _, _, _ := a.record(n.Prop, env, w, w); ok {
-		for _, c := range n.Children {
-			a.evalJob(c, env, w)
+	if ok, _, _, _ := a.record(n.pe, sl, w, w); ok {
+		for _, c := range n.children {
+			a.evalJob(c, sl, w)
 		}
 	}
 }
