@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/persyst/persyst/collectors/pb"
@@ -21,7 +20,7 @@ import (
 type jobView struct {
 	keys     map[string]*keyAgg
 	devSecs  map[string]float64 // domain → Σ devices × interval
-	pushed   map[string]bool    // node@ts
+	pushed   map[push]bool
 	nodeUser map[string]*[2]float64
 	first    int64
 	last     int64
@@ -29,6 +28,17 @@ type jobView struct {
 	// sketchOnly: values go into the sketches only (a node's own part, which is only
 	// ever merged: Peers).
 	sketchOnly bool
+	// seq numbers the pushes; touched is the keys of the current one, domains its
+	// devices per domain (scratch).
+	seq     int
+	touched []*keyAgg
+	domains []domainCount
+}
+
+// push is one node's push of one cycle.
+type push struct {
+	node string
+	ts   int64
 }
 
 type keyAgg struct {
@@ -40,70 +50,124 @@ type keyAgg struct {
 	// (severeAt: those cycles).
 	severeWall float64
 	severeAt   map[int64]bool
+	// seq is the push that last had records of the key, n how many it had.
+	seq, n int
 }
 
 func newJobView() *jobView {
-	return &jobView{keys: map[string]*keyAgg{}, devSecs: map[string]float64{}, pushed: map[string]bool{},
+	return &jobView{keys: map[string]*keyAgg{}, devSecs: map[string]float64{}, pushed: map[push]bool{},
 		nodeUser: map[string]*[2]float64{}, samples: map[int64]bool{}}
 }
 
-// add counts one node's push of one cycle.
+// add counts one node's push of one cycle (from the wire).
 func (v *jobView) add(in *pb.CycleRecords) {
-	id := fmt.Sprintf("%s@%d", in.Node, in.Ts)
-	if v.pushed[id] || in.Seconds <= 0 {
+	v.addRecords(in.Node, in.Ts, in.Seconds, len(in.Records), func(i int) (string, string, float64, float64) {
+		r := in.Records[i]
+		return r.Key, r.Device, r.Value, r.Severity
+	})
+}
+
+// addLocal counts this node's records of one cycle (Peers: no wire message is made).
+func (v *jobView) addLocal(node string, ts int64, seconds float64, recs []properties.Record) {
+	v.addRecords(node, ts, seconds, len(recs), func(i int) (string, string, float64, float64) {
+		r := &recs[i]
+		return r.Key, r.Device, r.Value, r.Severity
+	})
+}
+
+// addRecords counts one node's push of one cycle: n records, record i from rec.
+func (v *jobView) addRecords(node string, ts int64, seconds float64, n int, rec func(i int) (key, device string, value, severity float64)) {
+	id := push{node, ts}
+	if v.pushed[id] || seconds <= 0 {
 		return
 	}
 	v.pushed[id] = true
-	if v.first == 0 || in.Ts < v.first {
-		v.first = in.Ts
+	if v.first == 0 || ts < v.first {
+		v.first = ts
 	}
-	v.last = max(v.last, in.Ts)
-	v.samples[in.Ts] = true
-	perKey := map[string]int{} // records per key in this push
-	for _, r := range in.Records {
-		a := v.keys[r.Key]
+	v.last = max(v.last, ts)
+	v.samples[ts] = true
+	v.seq++
+	v.touched = v.touched[:0]
+	for i := range n {
+		key, device, value, severity := rec(i)
+		a := v.keys[key]
 		if a == nil {
 			sk, _ := quantile.NewSketch(sketchAlpha)
-			a = &keyAgg{domain: store.DomainOf(r.Device), sketch: sk}
-			v.keys[r.Key] = a
+			a = &keyAgg{domain: store.DomainOf(device), sketch: sk}
+			v.keys[key] = a
 		}
 		if !v.sketchOnly {
-			a.values = append(a.values, r.Value)
+			a.values = append(a.values, value)
 		}
-		a.sketch.Add(r.Value)
-		a.sevSum += r.Severity * in.Seconds
-		if r.Severity > 0 {
-			a.severe += in.Seconds
+		a.sketch.Add(value)
+		a.sevSum += severity * seconds
+		if severity > 0 {
+			a.severe += seconds
 			if a.severeAt == nil {
 				a.severeAt = map[int64]bool{}
 			}
-			if !a.severeAt[in.Ts] {
-				a.severeAt[in.Ts] = true
-				a.severeWall += in.Seconds
+			if !a.severeAt[ts] {
+				a.severeAt[ts] = true
+				a.severeWall += seconds
 			}
 		}
-		a.maxS = math.Max(a.maxS, r.Severity)
-		perKey[r.Key]++
-		if r.Key == "cpu_user_pct" && store.DomainOf(r.Device) == "node" {
-			u := v.nodeUser[in.Node]
+		a.maxS = math.Max(a.maxS, severity)
+		if a.seq != v.seq { // records per key in this push
+			a.seq, a.n = v.seq, 0
+			v.touched = append(v.touched, a)
+		}
+		a.n++
+		if key == "cpu_user_pct" && store.DomainOf(device) == "node" {
+			u := v.nodeUser[node]
 			if u == nil {
 				u = &[2]float64{}
-				v.nodeUser[in.Node] = u
+				v.nodeUser[node] = u
 			}
-			u[0] += r.Value * in.Seconds
-			u[1] += in.Seconds
+			u[0] += value * seconds
+			u[1] += seconds
 		}
 	}
 	// The node's devices per domain: the most records any property of the domain has
-	// (root properties are evaluated on every device of their domain).
-	devs := map[string]int{}
-	for k, n := range perKey {
-		d := v.keys[k].domain
-		devs[d] = max(devs[d], n)
+	// (root properties are evaluated on every device of their domain). A few domains
+	// (node, cpu, core) are counted in a slice, more (a hostile push) in a map.
+	small := v.domains[:0]
+	var many map[string]int
+	for _, a := range v.touched {
+		if many != nil {
+			many[a.domain] = max(many[a.domain], a.n)
+			continue
+		}
+		k := 0
+		for k < len(small) && small[k].domain != a.domain {
+			k++
+		}
+		switch {
+		case k < len(small):
+			small[k].n = max(small[k].n, a.n)
+		case len(small) < 8:
+			small = append(small, domainCount{a.domain, a.n})
+		default:
+			many = map[string]int{a.domain: a.n}
+			for _, d := range small {
+				many[d.domain] = d.n
+			}
+		}
 	}
-	for d, n := range devs {
-		v.devSecs[d] += float64(n) * in.Seconds
+	v.domains = small
+	for _, d := range small {
+		if many == nil {
+			v.devSecs[d.domain] += float64(d.n) * seconds
+		}
 	}
+	for d, n := range many {
+		v.devSecs[d] += float64(n) * seconds
+	}
+}
+
+type domainCount struct {
+	domain string
+	n      int
 }
 
 // sketchAlpha is the relative accuracy of the sketches a split job's parts carry.
@@ -114,7 +178,7 @@ func (v *jobView) partial(job uint32, from string) *pb.JobPartial {
 	p := &pb.JobPartial{JobId: job, From: from, First: v.first, Last: v.last}
 	seen := map[string]bool{}
 	for id := range v.pushed {
-		n, _, _ := strings.Cut(id, "@")
+		n := id.node
 		if !seen[n] {
 			seen[n] = true
 			p.Nodes = append(p.Nodes, n)
@@ -159,7 +223,7 @@ func MergePartials(e *properties.Engine, job uint32, parts []*pb.JobPartial) (di
 	sketches := map[string]*quantile.Sketch{}
 	for _, p := range parts {
 		for _, n := range p.Nodes {
-			v.pushed[n+"@0"] = true
+			v.pushed[push{n, 0}] = true
 		}
 		for _, ts := range p.Cycles {
 			v.samples[ts] = true
@@ -258,7 +322,7 @@ func (v *jobView) report(job uint32, e *properties.Engine) digest.Report {
 	nodes := make([]string, 0, len(v.nodeUser))
 	seen := map[string]bool{}
 	for id := range v.pushed {
-		n, _, _ := strings.Cut(id, "@")
+		n := id.node
 		if !seen[n] {
 			seen[n] = true
 			nodes = append(nodes, n)

@@ -112,10 +112,6 @@ func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []propertie
 	if len(recs) == 0 || seconds <= 0 {
 		return
 	}
-	in := &pb.CycleRecords{JobId: job, Node: p.cfg.Node, Ts: ts.Unix(), Seconds: seconds}
-	for _, r := range recs {
-		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sweepLocked()
@@ -128,7 +124,7 @@ func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []propertie
 		v.sketchOnly = true
 		p.views[job] = v
 	}
-	v.add(in)
+	v.addLocal(p.cfg.Node, ts.Unix(), seconds, recs)
 }
 
 // sweepLocked drops the parts of jobs that ended here more than partKeep ago.
