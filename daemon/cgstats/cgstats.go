@@ -178,7 +178,8 @@ func (s *Stats) miss(f Field, path, why string) {
 // finish drops Missing notes for fields a later source measured, merges notes with the same
 // path and reason, and adds one for fields nothing tried to measure.
 func (s *Stats) finish() {
-	var out []Missing
+	// In place: out is s.Missing[:w], and w never passes the note being read.
+	out := s.Missing[:0]
 	var covered Field
 next:
 	for _, m := range s.Missing {

@@ -36,6 +36,7 @@ type Files struct {
 	open   int
 	buf    []byte
 	closed bool // Close was called: later reads keep nothing open
+	sc     scratch
 }
 
 // dirFiles is what Files holds for one cgroup directory.
@@ -50,14 +51,15 @@ func (r *Reader) Files() *Files {
 	return &Files{r: r, dirs: map[string]*dirFiles{}}
 }
 
-// Read is Reader.Read through the kept files.
+// Read is Reader.Read through the kept files. The Stats' Missing notes are valid until
+// the next Read (their array is reused).
 func (f *Files) Read(paths map[string]string) (Stats, error) {
 	for dir := range f.dirs {
 		if !hasDir(paths, dir) {
 			f.drop(dir)
 		}
 	}
-	return f.r.read(paths, f)
+	return f.r.read(paths, f, &f.sc)
 }
 
 func hasDir(paths map[string]string, dir string) bool {

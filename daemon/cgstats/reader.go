@@ -39,12 +39,30 @@ func NewReader(fsys hostfs.FS, opts Options) *Reader {
 // holds everything else. Every file is opened and closed again:
 // a job read at every cycle keeps them open with Files instead.
 func (r *Reader) Read(paths map[string]string) (Stats, error) {
-	return r.read(paths, pathSource{root: r.fs.Root()})
+	return r.read(paths, pathSource{root: r.fs.Root()}, nil)
 }
 
-func (r *Reader) read(paths map[string]string, src source) (Stats, error) {
+// scratch is what a read may reuse from the last (Files): the v1 directories by
+// controller and the Missing notes' array.
+type scratch struct {
+	v1      map[string]string
+	missing []Missing
+}
+
+func (r *Reader) read(paths map[string]string, src source, sc *scratch) (Stats, error) {
 	rd := &read{root: r.fs.Root(), src: src}
-	v1dirs := map[string]string{}
+	var v1dirs map[string]string
+	if sc != nil {
+		if sc.v1 == nil {
+			sc.v1 = map[string]string{}
+		}
+		clear(sc.v1)
+		v1dirs = sc.v1
+		rd.s.Missing = sc.missing[:0]
+		defer func() { sc.missing = rd.s.Missing[:0] }()
+	} else {
+		v1dirs = map[string]string{}
+	}
 	for key, dir := range paths {
 		if key == "unified" {
 			continue

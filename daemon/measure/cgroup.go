@@ -53,14 +53,26 @@ func cgroupNames() []string {
 	return out
 }
 
+// cgKinds are the kinds of cgFields' metrics.
+var cgKinds = func() []sample.Kind {
+	out := make([]sample.Kind, len(cgFields))
+	for i, f := range cgFields {
+		out[i] = sample.KindOf(f.name)
+	}
+	return out
+}()
+
 type cgroupSource struct {
-	files *cgstats.Files             // the job's statistics files, kept open between reads
-	prev  map[string]float64         // cumulative counters at the previous read
-	why   map[cgstats.Missing]string // notes made from Missing, kept from read to read
+	files *cgstats.Files // the job's statistics files, kept open between reads
+	// prev holds the cumulative counters at the previous read, by cgFields (prevHas:
+	// which were read).
+	prev    []float64
+	prevHas cgstats.Field
+	why     map[cgstats.Missing]string // notes made from Missing, kept from read to read
 }
 
 func newCgroup(env *Env, _ *Spec) (Source, error) {
-	c := &cgroupSource{why: map[cgstats.Missing]string{}}
+	c := &cgroupSource{why: map[cgstats.Missing]string{}, prev: make([]float64, len(cgFields))}
 	if env.Stats != nil {
 		c.files = env.Stats.Files()
 	}
@@ -94,31 +106,29 @@ func (c *cgroupSource) Read(r *Read) error {
 			}
 		}
 	}
-	cur := make(map[string]float64, len(cgFields))
-	for _, f := range cgFields {
+	var has cgstats.Field
+	for i, f := range cgFields {
 		if !st.Has(f.field) {
 			continue
 		}
 		v := float64(f.get(&st)) * f.scale
-		if sample.KindOf(f.name) != sample.Counter {
+		if cgKinds[i] != sample.Counter {
 			r.Sample.Job[f.name] = v
 			continue
 		}
-		cur[f.name] = v
-		if p, ok := c.prev[f.name]; ok {
-			r.Sample.Job[f.name] = max(v-p, 0)
+		if c.prevHas&f.field != 0 {
+			r.Sample.Job[f.name] = max(v-c.prev[i], 0)
 		}
+		c.prev[i] = v
+		has |= f.field
 	}
-	if st.Vanished {
+	if !st.Vanished {
+		c.prevHas = has
+	} else {
 		// Keep the previous cumulative values: a counter that comes back (cgroup
 		// recreated) starts from its own zero, and max(v-p, 0) hides the reset.
-		for k, v := range c.prev {
-			if _, ok := cur[k]; !ok {
-				cur[k] = v
-			}
-		}
+		c.prevHas |= has
 	}
-	c.prev = cur
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.Spec.Name, err)
 	}

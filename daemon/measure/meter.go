@@ -106,13 +106,12 @@ type Meter struct {
 	// procs lists the job's processes at every read, with kept descriptors.
 	procs *procio.Lister
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// kv is the slots of the job values of the sample being accounted (scratch).
+	kv          []slotValue
 	started     time.Time
 	store       *store
-	totals      map[string]float64
-	cpuTotals   []map[string]float64
 	notMeasured map[string]string
-	measured    map[string]bool
 	ended       bool
 	gaps        []sample.Gap // stretches not measured (Restore)
 }
@@ -127,14 +126,8 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		spec:        spec,
 		off:         map[string]string{},
 		kinds:       map[string]sample.Kind{},
-		totals:      map[string]float64{},
 		notMeasured: map[string]string{},
-		measured:    map[string]bool{},
-		cpuTotals:   make([]map[string]float64, len(spec.CPUs)),
 		procs:       procio.NewLister(env.Host),
-	}
-	for i := range m.cpuTotals {
-		m.cpuTotals[i] = map[string]float64{}
 	}
 	var cpuMetrics []string
 	for _, r := range sources {
@@ -182,11 +175,7 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 func Recorded(env *Env, spec Spec, started time.Time, samples []sample.Sample) *Meter {
 	m := &Meter{
 		env: env, spec: spec, off: map[string]string{}, kinds: map[string]sample.Kind{},
-		totals: map[string]float64{}, notMeasured: map[string]string{}, measured: map[string]bool{},
-		cpuTotals: make([]map[string]float64, len(spec.CPUs)), started: started, ended: true,
-	}
-	for i := range m.cpuTotals {
-		m.cpuTotals[i] = map[string]float64{}
+		notMeasured: map[string]string{}, started: started, ended: true,
 	}
 	var cpuMetrics []string
 	seen := map[string]bool{}
@@ -215,9 +204,6 @@ func Recorded(env *Env, spec Spec, started time.Time, samples []sample.Sample) *
 		}
 		if !sameCPUs(s.CPU, spec.CPUs) {
 			s.CPU = nil
-		}
-		for k := range s.Job {
-			m.measured[k] = true
 		}
 		m.account(s)
 		last = s.Time
@@ -313,12 +299,9 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	defer m.mu.Unlock()
 	// A metric measured once keeps no note: at job end Slurm may already have removed
 	// the cgroups, and "file absent" would wrongly say it was never measured.
-	for k := range s.Job {
-		m.measured[k] = true
-		delete(m.notMeasured, k)
-	}
+	m.kv = m.store.index(s.Job, m.kv[:0], m.measuredFirst)
 	for k, why := range r.notes {
-		if !m.measured[k] {
+		if !m.store.measured(k) {
 			m.notMeasured[k] = why
 		}
 	}
@@ -329,30 +312,17 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	if reason == sample.End {
 		m.ended = true
 	}
-	m.account(s)
+	m.store.add(s, m.kv)
 	return s, errors.Join(errs...)
 }
 
-// account adds a sample to the totals and the store. m.mu is held.
+// measuredFirst drops the note of a metric measured for the first time. m.mu is held.
+func (m *Meter) measuredFirst(name string) { delete(m.notMeasured, name) }
+
+// account adds a sample read earlier to the totals and the store. m.mu is held.
 func (m *Meter) account(s sample.Sample) {
-	for k, v := range s.Job {
-		switch m.kindOf(k) {
-		case sample.Counter:
-			m.totals[k] += v
-		case sample.Gauge:
-			m.totals[k] = v
-		case sample.Peak:
-			m.totals[k] = max(m.totals[k], v)
-		}
-	}
-	for i, c := range s.CPU {
-		if i < len(m.cpuTotals) {
-			for k, v := range c.Values {
-				m.cpuTotals[i][k] += v
-			}
-		}
-	}
-	m.store.add(s)
+	m.kv = m.store.index(s.Job, m.kv[:0], m.measuredFirst)
+	m.store.add(s, m.kv)
 }
 
 // Restore puts back what an earlier meter of the same job measured before this one
@@ -377,10 +347,6 @@ func (m *Meter) Restore(prev []sample.Sample, started time.Time, why string) (in
 		}
 		if !sameCPUs(s.CPU, m.spec.CPUs) {
 			s.CPU = nil
-		}
-		for k := range s.Job {
-			m.measured[k] = true
-			delete(m.notMeasured, k)
 		}
 		m.account(s)
 		last = s.Time
@@ -431,7 +397,7 @@ func (m *Meter) Summary() sample.Summary {
 		CPUs:        sample.FormatCPUList(m.spec.CPUs),
 		Topology:    m.spec.Topology,
 		Ended:       m.ended,
-		Totals:      maps.Clone(m.totals),
+		Totals:      m.store.totalsMap(),
 		NotMeasured: maps.Clone(m.notMeasured),
 		Gaps:        slices.Clone(m.gaps),
 	}
@@ -441,7 +407,7 @@ func (m *Meter) Summary() sample.Summary {
 	}
 	if m.perCPU {
 		for i, cpu := range m.spec.CPUs {
-			s.PerCPU = append(s.PerCPU, sample.CPUValues{CPU: cpu, Values: maps.Clone(m.cpuTotals[i])})
+			s.PerCPU = append(s.PerCPU, sample.CPUValues{CPU: cpu, Values: m.store.cpuTotalsMap(i)})
 		}
 	}
 	return s

@@ -267,7 +267,7 @@ func TestStoreBudget(t *testing.T) {
 			CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1}}, {CPU: 1, Values: map[string]float64{"task-clock": 2}}}}
 		sumUser += float64(i % 7)
 		sumTC += 3
-		st.add(s)
+		st.add(s, st.index(s.Job, nil, nil))
 	}
 	if got := len(st.samples) * st.bytesPer(); got > 64<<10 {
 		t.Errorf("samples use ~%d bytes, over the 64 KiB budget", got)
@@ -288,6 +288,21 @@ func TestStoreBudget(t *testing.T) {
 	}
 	if !last.Time.Equal(start.Add(100_000 * time.Second)) {
 		t.Errorf("last sample at %v, want the job's last read", last.Time)
+	}
+	// The totals are of every sample, whatever was merged: counters summed, the gauge's
+	// last value, the peak's highest; per CPU, only what was measured.
+	wantTotals := map[string]float64{sample.CPUUserSeconds: sumUser, sample.MemBytes: 100_000, sample.MemPeakBytes: 100_000}
+	if diff := cmp.Diff(wantTotals, st.totalsMap()); diff != "" {
+		t.Errorf("totals (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"task-clock": 200_000}, st.cpuTotalsMap(1)); diff != "" {
+		t.Errorf("CPU 1 totals (-want +got):\n%s", diff)
+	}
+	st2 := newStore(0, []int{0}, []string{"task-clock", "cycles"}, sample.KindOf)
+	s := sample.Sample{Seconds: 1, CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 5}}}}
+	st2.add(s, nil)
+	if diff := cmp.Diff(map[string]float64{"task-clock": 5}, st2.cpuTotalsMap(0)); diff != "" {
+		t.Errorf("an event never measured has no total, not 0 (-want +got):\n%s", diff)
 	}
 }
 

@@ -14,16 +14,28 @@ const DefaultSampleBytes = 4 << 20
 // measured in that interval) instead of maps, about 8 bytes per value. When the samples
 // would exceed the budget, neighbouring samples are merged pairwise (counters add up,
 // gauges keep the later value, peaks the higher), so a long job keeps its whole life at
-// a coarser time resolution instead of losing its beginning.
+// a coarser time resolution instead of losing its beginning. It also keeps the job's
+// totals by metric and per CPU. A metric has its slot from the first read that measured
+// it: its index (names, idx) is also the set of the metrics measured so far.
 type store struct {
 	budget  int // bytes
 	names   []string
-	index   map[string]int
+	idx     map[string]int
+	kinds   []sample.Kind // by names
 	cpus    []int
 	perf    []string // per-CPU metric names (perf events), fixed at construction
+	perfIdx map[string]int
 	kindOf  func(string) sample.Kind
 	samples []packed
 	halved  int // how many times the resolution was halved
+	// totals are the job's values over its samples by names (counters summed, gauges
+	// the last, peaks the highest; tHas: which have one); cpuTotals the per-CPU
+	// counters by perf, extraCPU those of other names (none, normally).
+	totals    []float64
+	tHas      []bool
+	cpuTotals [][]float64
+	cpuHas    [][]bool
+	extraCPU  []map[string]float64
 }
 
 type packed struct {
@@ -35,20 +47,57 @@ type packed struct {
 	low     []string
 }
 
+// slotValue is one job value of a sample by its slot.
+type slotValue struct {
+	i int
+	v float64
+}
+
 func newStore(budget int, cpus []int, perf []string, kindOf func(string) sample.Kind) *store {
 	if budget <= 0 {
 		budget = DefaultSampleBytes
 	}
-	return &store{budget: budget, index: map[string]int{}, cpus: cpus, perf: perf, kindOf: kindOf}
+	st := &store{budget: budget, idx: map[string]int{}, cpus: cpus, perf: perf, perfIdx: map[string]int{}, kindOf: kindOf,
+		cpuTotals: make([][]float64, len(cpus)), cpuHas: make([][]bool, len(cpus)), extraCPU: make([]map[string]float64, len(cpus))}
+	for i, n := range perf {
+		st.perfIdx[n] = i
+	}
+	for i := range st.cpuTotals {
+		st.cpuTotals[i] = make([]float64, len(perf))
+		st.cpuHas[i] = make([]bool, len(perf))
+	}
+	return st
 }
 
-func (st *store) id(name string) int {
-	if i, ok := st.index[name]; ok {
-		return i
+func (st *store) id(name string) (int, bool) {
+	if i, ok := st.idx[name]; ok {
+		return i, false
 	}
-	st.index[name] = len(st.names)
+	st.idx[name] = len(st.names)
 	st.names = append(st.names, name)
-	return len(st.names) - 1
+	st.kinds = append(st.kinds, st.kindOf(name))
+	st.totals = append(st.totals, 0)
+	st.tHas = append(st.tHas, false)
+	return len(st.names) - 1, true
+}
+
+// measured says whether a metric was measured by any read so far.
+func (st *store) measured(name string) bool {
+	_, ok := st.idx[name]
+	return ok
+}
+
+// index gives the job values of a read their slots (appended to kv), calling first
+// with the name of each metric measured for the first time.
+func (st *store) index(job map[string]float64, kv []slotValue, first func(name string)) []slotValue {
+	for k, v := range job {
+		i, isNew := st.id(k)
+		if isNew && first != nil {
+			first(k)
+		}
+		kv = append(kv, slotValue{i, v})
+	}
+	return kv
 }
 
 // bytesPer estimates one packed sample's size.
@@ -56,29 +105,54 @@ func (st *store) bytesPer() int {
 	return 96 + 8*len(st.names) + len(st.cpus)*(24+8*len(st.perf))
 }
 
-func (st *store) add(s sample.Sample) {
+// add keeps a sample whose job values index gave kv, and adds it to the totals.
+func (st *store) add(s sample.Sample, kv []slotValue) {
 	p := packed{time: s.Time, reason: s.Reason, seconds: s.Seconds, low: s.LowCoverage}
-	for k := range s.Job {
-		st.id(k)
-	}
 	p.job = make([]float64, len(st.names))
 	for i := range p.job {
 		p.job[i] = math.NaN()
 	}
-	for k, v := range s.Job {
-		p.job[st.index[k]] = v
+	for _, x := range kv {
+		p.job[x.i] = x.v
+		switch st.kinds[x.i] {
+		case sample.Counter:
+			st.totals[x.i] += x.v
+		case sample.Gauge:
+			st.totals[x.i] = x.v
+		case sample.Peak:
+			if !st.tHas[x.i] || x.v > st.totals[x.i] {
+				st.totals[x.i] = x.v
+			}
+		}
+		st.tHas[x.i] = true
 	}
 	if len(s.CPU) > 0 {
 		p.cpu = make([][]float64, len(s.CPU))
 		flat := make([]float64, len(s.CPU)*len(st.perf))
 		for i, c := range s.CPU {
 			row := flat[i*len(st.perf) : (i+1)*len(st.perf)]
-			for j, name := range st.perf {
-				v, ok := c.Values[name]
-				if !ok {
-					v = math.NaN()
+			for j := range row {
+				row[j] = math.NaN()
+			}
+			var tot []float64
+			if i < len(st.cpuTotals) {
+				tot = st.cpuTotals[i]
+			}
+			for k, v := range c.Values {
+				j, ok := st.perfIdx[k]
+				switch {
+				case ok:
+					row[j] = v
+					if tot != nil {
+						tot[j] += v
+						st.cpuHas[i][j] = true
+					}
+				case tot != nil:
+					if st.extraCPU[i] == nil {
+						st.extraCPU[i] = map[string]float64{}
+					}
+					st.extraCPU[i][k] += v
 				}
-				row[j] = v
 			}
 			p.cpu[i] = row
 		}
@@ -87,6 +161,30 @@ func (st *store) add(s sample.Sample) {
 	if len(st.samples) > 2 && len(st.samples)*st.bytesPer() > st.budget {
 		st.halve()
 	}
+}
+
+// totalsMap returns the job's totals by name; cpuTotalsMap CPU i's.
+func (st *store) totalsMap() map[string]float64 {
+	out := make(map[string]float64, len(st.names))
+	for i, n := range st.names {
+		if st.tHas[i] {
+			out[n] = st.totals[i]
+		}
+	}
+	return out
+}
+
+func (st *store) cpuTotalsMap(i int) map[string]float64 {
+	out := make(map[string]float64, len(st.perf))
+	for k, v := range st.extraCPU[i] {
+		out[k] = v
+	}
+	for j, n := range st.perf {
+		if st.cpuHas[i][j] {
+			out[n] += st.cpuTotals[i][j]
+		}
+	}
+	return out
 }
 
 // halve merges samples pairwise; an odd last sample stays as it is.
@@ -109,8 +207,8 @@ func (st *store) halve() {
 func (st *store) merge(a, b packed) packed {
 	m := packed{time: b.time, reason: b.reason, seconds: a.seconds + b.seconds, low: append(a.low, b.low...)}
 	m.job = make([]float64, len(st.names))
-	for i, name := range st.names {
-		m.job[i] = combine(st.kindOf(name), at(a.job, i), at(b.job, i))
+	for i := range st.names {
+		m.job[i] = combine(st.kinds[i], at(a.job, i), at(b.job, i))
 	}
 	if a.cpu != nil || b.cpu != nil {
 		m.cpu = make([][]float64, len(st.cpus))
