@@ -14,6 +14,22 @@ import (
 // not encode itself (a string that needs escaping, a value JSON cannot hold) goes
 // through encoding/json, which then also reports the error.
 func appendSampleJSON(b []byte, s sample.Sample) ([]byte, error) {
+	return appendSampleJSONKeys(b, s, nil)
+}
+
+// jsonKeys are the sorted keys of the last sample's maps: the next sample of a job has
+// the same, and is encoded without sorting them again.
+type jsonKeys struct {
+	job, cpu []string
+}
+
+// appendSampleJSONKeys is appendSampleJSON with the keys of the last sample (nil: none
+// kept).
+func appendSampleJSONKeys(b []byte, s sample.Sample, keys *jsonKeys) ([]byte, error) {
+	var jobKeys, cpuKeys *[]string
+	if keys != nil {
+		jobKeys, cpuKeys = &keys.job, &keys.cpu
+	}
 	start := len(b)
 	t, err := s.Time.MarshalJSON()
 	if err != nil {
@@ -27,7 +43,7 @@ func appendSampleJSON(b []byte, s sample.Sample) ([]byte, error) {
 	b = append(b, `,"seconds":`...)
 	b, ok = appendJSONFloat(b, s.Seconds, ok)
 	b = append(b, `,"job":`...)
-	b, ok = appendJSONMap(b, s.Job, ok)
+	b, ok = appendJSONMap(b, s.Job, ok, jobKeys)
 	if len(s.CPU) > 0 {
 		b = append(b, `,"cpu":[`...)
 		for i, c := range s.CPU {
@@ -37,7 +53,7 @@ func appendSampleJSON(b []byte, s sample.Sample) ([]byte, error) {
 			b = append(b, `{"cpu":`...)
 			b = strconv.AppendInt(b, int64(c.CPU), 10)
 			b = append(b, `,"values":`...)
-			b, ok = appendJSONMap(b, c.Values, ok)
+			b, ok = appendJSONMap(b, c.Values, ok, cpuKeys)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -81,6 +97,11 @@ func appendJSONFloat(b []byte, f float64, ok bool) ([]byte, bool) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return append(b, '0'), false
 	}
+	if f == math.Trunc(f) && f > -1e15 && f < 1e15 && (f != 0 || !math.Signbit(f)) {
+		// An integral value (most counters) is its digits, as encoding/json writes it
+		// ('f' format below 1e21), without the shortest-float search.
+		return strconv.AppendInt(b, int64(f), 10), ok
+	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
@@ -96,16 +117,42 @@ func appendJSONFloat(b []byte, f float64, ok bool) ([]byte, bool) {
 	return b, ok
 }
 
-// appendJSONMap appends m with its keys sorted, as encoding/json does (nil: null).
-func appendJSONMap(b []byte, m map[string]float64, ok bool) ([]byte, bool) {
+// appendJSONMap appends m with its keys sorted, as encoding/json does (nil: null). cache,
+// if not nil, holds the sorted keys of the last map: when m has the same, they are not
+// sorted again; else they are, and kept there.
+func appendJSONMap(b []byte, m map[string]float64, ok bool, cache *[]string) ([]byte, bool) {
 	if m == nil {
 		return append(b, "null"...), ok
+	}
+	if cache != nil && len(*cache) == len(m) {
+		start, okBefore, same := len(b), ok, true
+		b = append(b, '{')
+		for i, k := range *cache {
+			v, in := m[k]
+			if !in {
+				same = false
+				break
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b, ok = appendJSONString(b, k, ok)
+			b = append(b, ':')
+			b, ok = appendJSONFloat(b, v, ok)
+		}
+		if same { // as many keys, all of them in m: the same keys
+			return append(b, '}'), ok
+		}
+		b, ok = b[:start], okBefore
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	if cache != nil {
+		*cache = keys
+	}
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {

@@ -25,6 +25,8 @@ func TestAppendSampleJSON(t *testing.T) {
 		}},
 		{"exponents", sample.Sample{Time: t0.In(time.FixedZone("x", 3600)), Reason: sample.End,
 			Job: map[string]float64{"a": 1e-7, "b": 2.5e-9, "c": 1e21, "d": -3e-300, "e": 999999999999999999999, "f": 1e20, "g": 5e-324}}},
+		{"integral", sample.Sample{Time: t0, Reason: sample.Cycle,
+			Job: map[string]float64{"a": 0, "b": math.Copysign(0, -1), "c": 123, "d": -5, "e": 1<<53 + 2, "f": 999999999999999, "g": 1e15, "h": -1e15, "i": 1e16, "j": 0.5}}},
 		{"low coverage", sample.Sample{Time: t0, Reason: sample.Step, Job: map[string]float64{}, LowCoverage: []string{"cycles@0", "instructions@1"}}},
 		{"escaped strings", sample.Sample{Time: t0, Reason: "a<b", Job: map[string]float64{"x&y": 1, "é": 2, "q\"": 3}}},
 	} {
@@ -41,6 +43,25 @@ func TestAppendSampleJSON(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+	// Keys kept from the last sample: the same keys, other keys, more and fewer keys,
+	// nil and empty maps, each as encoding/json writes it.
+	var keys jsonKeys
+	for i, m := range []map[string]float64{
+		{"b": 1, "a": 2}, {"a": 3, "b": 4}, {"a": 1, "c": 2}, {"a": 1, "c": 2, "d": 0.5}, {"d": 1}, nil, {}, {"z": 1, "y": 2},
+	} {
+		s := sample.Sample{Time: t0, Reason: sample.Cycle, Job: m, CPU: []sample.CPUValues{{CPU: 0, Values: m}, {CPU: 1, Values: map[string]float64{"q": float64(i)}}}}
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendSampleJSONKeys(nil, s, &keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("with kept keys, map %d (-want +got):\n%s", i, diff)
+		}
 	}
 	// What JSON cannot hold is the same error.
 	bad := sample.Sample{Time: t0, Job: map[string]float64{"x": math.NaN()}}

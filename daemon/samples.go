@@ -48,6 +48,7 @@ type sampleFiles struct {
 type openSamples struct {
 	mu    sync.Mutex
 	files map[uint32]*openSample
+	keys  jsonKeys // the last sample's keys, sorted
 }
 
 type openSample struct {
@@ -146,7 +147,15 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 	if f.dir == "" {
 		return nil
 	}
-	line, err := appendSampleJSON(make([]byte, 0, 1024), s)
+	var line []byte
+	var err error
+	if f.open != nil {
+		f.open.mu.Lock()
+		line, err = appendSampleJSONKeys(make([]byte, 0, 1024), s, &f.open.keys)
+		f.open.mu.Unlock()
+	} else {
+		line, err = appendSampleJSON(make([]byte, 0, 1024), s)
+	}
 	if err != nil {
 		return err
 	}
