@@ -27,10 +27,21 @@ import (
 // in the cpuacct, memory, pids and cpuset hierarchies) with one sleeping process in its
 // step, which is then moved into the perf cgroup persyst makes for the job (as the plugin
 // does). The daemon's properties engine evaluates every sample and samples are kept on
-// disk, as in production; the jobs are past their start-up, so every sample is judged. ns/job (wall) and cpu-ns/job (user and system CPU of the
-// process) are per job per cycle; B/op and allocs/op are per cycle of all 32 jobs. Everything created
-// is removed at cleanup.
+// disk, as in production; the jobs are past their start-up, so every sample is judged.
+// ns/job (wall) and cpu-ns/job (user and system CPU of the process) are per job per
+// cycle; B/op and allocs/op are per cycle of all 32 jobs. Everything created is removed
+// at cleanup.
+//
+// warm runs the cycles back to back. cold pauses 200 ms between them, as the daemon
+// sleeps between its cycles: caches and branch predictors have gone cold by the next,
+// which costs a cycle about twice the CPU of a warm one (the daemon's real cost is
+// bench/daemon_load.sh's).
 func BenchmarkCycle32Jobs(b *testing.B) {
+	b.Run("warm", func(b *testing.B) { benchmarkCycle(b, 0) })
+	b.Run("cold", func(b *testing.B) { benchmarkCycle(b, 200*time.Millisecond) })
+}
+
+func benchmarkCycle(b *testing.B, pause time.Duration) {
 	const jobs = 32
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: creates cgroups and moves processes into them")
@@ -148,6 +159,11 @@ func BenchmarkCycle32Jobs(b *testing.B) {
 	for range b.N {
 		now = now.Add(time.Second)
 		m.cycle()
+		if pause > 0 {
+			b.StopTimer()
+			time.Sleep(pause)
+			b.StartTimer()
+		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/jobs, "ns/job")
