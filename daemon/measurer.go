@@ -695,7 +695,7 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 // cycle reads all running jobs; jobs whose cgroups were not known yet are retried.
 func (m *Measurer) cycle() {
 	defer func(start time.Time) { m.cfg.Metrics.Cycle(time.Since(start)) }(time.Now())
-	jobs := m.reg.Jobs()
+	jobs := m.reg.RunningJobs()
 	byID := make(map[uint32]*Job, len(jobs))
 	for _, j := range jobs {
 		byID[j.JobID] = j

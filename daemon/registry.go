@@ -515,6 +515,20 @@ func (r *Registry) Jobs() []*Job {
 	return out
 }
 
+// RunningJobs returns copies of the jobs in state Running (the measurement cycle's:
+// ended jobs, which the registry keeps for a while, are not copied at every cycle).
+func (r *Registry) RunningJobs() []*Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*Job
+	for _, j := range r.jobs {
+		if j.State == Running {
+			out = append(out, copyJob(j))
+		}
+	}
+	return out
+}
+
 func copyJob(j *Job) *Job {
 	c := *j
 	c.Steps = make([]*Step, len(j.Steps))

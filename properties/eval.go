@@ -313,8 +313,9 @@ type Accumulator struct {
 	// devSeconds is the job's device-time per domain (Σ interval × devices): the base of
 	// time shares, so a refined property's share is of the whole job, not only of the
 	// intervals its parent let it be evaluated in.
-	devSeconds map[Domain]float64
-	maxRecords int // of the last interval (MaxRecords)
+	devSeconds  map[Domain]float64
+	maxRecords  int // of the last interval (MaxRecords)
+	lastRecords int // records of the last interval
 	// pool holds the device slots of the last interval, filled again for the next (they
 	// live only while their interval is evaluated); devs are that interval's devices.
 	// coreOf maps a CPU to its core (the topology does not change), labels names the
@@ -585,12 +586,13 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 			a.devSeconds[dom] += s.Seconds * float64(n)
 		}
 	}
-	var out []Record
+	out := make([]Record, 0, a.lastRecords) // about as many as the last interval had
 	a.maxRecords = 0
 	for _, root := range a.e.roots {
 		out = a.eval(root, devs.of(root.pe.p.Domain), devs, s, out)
 		a.maxRecords += maxRecords(root, devs)
 	}
+	a.lastRecords = len(out)
 	return out
 }
 

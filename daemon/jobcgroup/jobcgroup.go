@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/persyst/persyst/hostfs"
 )
 
@@ -139,7 +141,8 @@ func FindIn(h hostfs.FS, mounts []Mount, node string, uid, job uint32) map[strin
 	for _, m := range mounts {
 		for _, rel := range candidates(m, node, uid, job) {
 			dir := filepath.Join(m.Path, rel)
-			if st, err := os.Stat(h.Path(dir)); err == nil && st.IsDir() {
+			var st unix.Stat_t // not os.Stat: the daemon looks at every job's cgroups every 10 s
+			if err := unix.Stat(h.Path(dir), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				out[m.Key] = dir
 				break
 			}

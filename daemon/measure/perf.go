@@ -21,6 +21,7 @@ type perfSource struct {
 	// static are the events not measured for the whole job, and why.
 	static map[string]string
 	prev   perfcg.Counts
+	spare  perfcg.Counts // arrays the next read goes into (perfcg.Group.ReadInto)
 	have   bool
 	// open is how many counters are open (read without the meter's lock, by Counters).
 	open atomic.Int64
@@ -101,7 +102,8 @@ func (p *perfSource) Read(r *Read) error {
 	if p.g == nil {
 		return nil
 	}
-	cur, err := p.g.Read()
+	cur := p.spare
+	err := p.g.ReadInto(&cur)
 	if err != nil {
 		for _, n := range p.names {
 			r.NotMeasured(n, "perf read failed: "+err.Error())
@@ -109,7 +111,7 @@ func (p *perfSource) Read(r *Read) error {
 		return fmt.Errorf("%s: %w", r.Spec.Name, err)
 	}
 	if !p.have {
-		p.prev, p.have = cur, true
+		p.prev, p.spare, p.have = cur, perfcg.Counts{}, true
 		return nil
 	}
 	s := r.Sample
@@ -144,7 +146,7 @@ func (p *perfSource) Read(r *Read) error {
 			s.Job[name] = sum
 		}
 	}
-	p.prev = cur
+	p.prev, p.spare = cur, p.prev // the older arrays are read into next
 	return nil
 }
 

@@ -410,19 +410,39 @@ func (g *Group) Unavailable() map[string]error {
 
 // Read reads all counters (cumulative since Open).
 func (g *Group) Read() (Counts, error) {
+	var c Counts
+	err := g.ReadInto(&c)
+	return c, err
+}
+
+// ReadInto is Read into c, reusing its arrays when they have the group's shape (a caller
+// that reads every cycle keeps two Counts and alternates). On error c holds nothing.
+func (g *Group) ReadInto(c *Counts) error {
 	if g.closed {
-		return Counts{}, fmt.Errorf("perf read %s: group closed", g.cgroupDir)
+		*c = Counts{}
+		return fmt.Errorf("perf read %s: group closed", g.cgroupDir)
 	}
-	c := Counts{CPUs: g.cpus, Events: g.events, PerCPU: make([][]Count, len(g.cpus))}
-	flat := make([]Count, len(g.cpus)*len(g.events))
-	for i := range g.cpus {
-		c.PerCPU[i] = flat[i*len(g.events) : (i+1)*len(g.events) : (i+1)*len(g.events)]
-		for j := range g.events {
-			if err := g.errs[i][j]; err != nil {
-				c.PerCPU[i][j] = Count{Err: err}
-			}
+	if len(c.PerCPU) != len(g.cpus) || len(g.cpus) > 0 && len(c.PerCPU[0]) != len(g.events) {
+		c.PerCPU = make([][]Count, len(g.cpus))
+		flat := make([]Count, len(g.cpus)*len(g.events))
+		for i := range g.cpus {
+			c.PerCPU[i] = flat[i*len(g.events) : (i+1)*len(g.events) : (i+1)*len(g.events)]
 		}
 	}
+	c.CPUs, c.Events = g.cpus, g.events
+	for i := range g.cpus {
+		for j := range g.events {
+			c.PerCPU[i][j] = Count{Err: g.errs[i][j]}
+		}
+	}
+	if err := g.read(c); err != nil {
+		*c = Counts{}
+		return err
+	}
+	return nil
+}
+
+func (g *Group) read(c *Counts) error {
 	for _, u := range g.units {
 		want := 24
 		if u.grouped {
@@ -430,13 +450,13 @@ func (g *Group) Read() (Counts, error) {
 		}
 		n, err := unix.Read(u.fd, g.buf[:want])
 		if err != nil {
-			return Counts{}, fmt.Errorf("perf read %s: %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Name, g.cpus[u.cpu], err)
+			return fmt.Errorf("perf read %s: %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Name, g.cpus[u.cpu], err)
 		}
 		row := c.PerCPU[u.cpu]
 		if !u.grouped {
 			v, en, run, err := decodeSingle(g.buf[:n])
 			if err != nil {
-				return Counts{}, fmt.Errorf("perf read %s: %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Name, g.cpus[u.cpu], err)
+				return fmt.Errorf("perf read %s: %s on CPU %d: %w", g.cgroupDir, g.events[u.members[0].event].Name, g.cpus[u.cpu], err)
 			}
 			row[u.members[0].event] = makeCount(v, en, run, g.LowCoverage)
 			continue
@@ -444,13 +464,13 @@ func (g *Group) Read() (Counts, error) {
 		en, run, vals, err := decodeGroup(g.buf[:n], g.vals)
 		g.vals = vals
 		if err != nil {
-			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
+			return fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
 		}
 		if err := fillGroup(row, u.members, en, run, vals, g.LowCoverage); err != nil {
-			return Counts{}, fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
+			return fmt.Errorf("perf read %s: group %s on CPU %d: %w", g.cgroupDir, g.groupName(u), g.cpus[u.cpu], err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // fillGroup stores a decoded group read into row, matching values to members by id.
