@@ -35,6 +35,9 @@ type Peers struct {
 	views map[uint32]*jobView
 	ended map[uint32]time.Time // jobs ended here: their parts are kept for a while
 	conns map[string]*grpc.ClientConn
+	// alone are the running jobs Slurm runs on this node only (Alone): no other node
+	// asks for their part, so none is kept.
+	alone map[uint32]bool
 }
 
 // PeersConfig configures Peers.
@@ -101,7 +104,18 @@ func NewPeers(cfg PeersConfig) (*Peers, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Peers{cfg: cfg, views: map[uint32]*jobView{}, ended: map[uint32]time.Time{}, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Peers{cfg: cfg, views: map[uint32]*jobView{}, ended: map[uint32]time.Time{}, conns: map[string]*grpc.ClientConn{},
+		alone: map[uint32]bool{}}, nil
+}
+
+// Alone says that Slurm runs job on this node only: its records still go to the tree, but
+// no part of it is kept for other nodes (its digest is this node's). Forget ends it.
+func (p *Peers) Alone(job uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.alone) < MaxJobs {
+		p.alone[job] = true
+	}
 }
 
 // Send adds this node's records of one interval of a job to its part.
@@ -114,6 +128,9 @@ func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []propertie
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.alone[job] {
+		return
+	}
 	p.sweepLocked()
 	v := p.views[job]
 	if v == nil {
@@ -145,6 +162,7 @@ func (p *Peers) Forget(job uint32) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.alone, job)
 	if _, ok := p.views[job]; ok {
 		p.ended[job] = p.cfg.Now()
 	}

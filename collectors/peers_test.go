@@ -104,3 +104,51 @@ func TestPeersGatherAJob(t *testing.T) {
 		t.Errorf("part of an unknown job: %+v", p)
 	}
 }
+
+// TestPeersAlone: a job Slurm runs on one node only keeps no part there (no other node
+// will ask for it), while its records still go to the collector tree; once it ended,
+// the same job id is kept again.
+func TestPeersAlone(t *testing.T) {
+	eng, err := properties.Load(properties.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPeers(PeersConfig{Node: "n1", Engine: eng, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tree := &countingTree{}
+	p.UseTree(tree)
+	recs := []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 50}}
+	t0 := time.Unix(1_800_000_000, 0)
+	p.Alone(7)
+	p.Send(7, t0, 60, recs, 1)
+	p.Send(8, t0, 60, recs, 1)
+	if got := p.Part(7); len(got.Nodes) != 0 {
+		t.Errorf("part of a job alone on its node: %+v, want none", got)
+	}
+	if got := p.Part(8); len(got.Nodes) != 1 {
+		t.Errorf("part of a job not known to be alone: %+v, want this node's", got)
+	}
+	if tree.sent != 2 {
+		t.Errorf("the tree got %d cycles, want 2 (a job alone on its node still goes there)", tree.sent)
+	}
+	p.Forget(7)
+	p.Send(7, t0.Add(time.Minute), 60, recs, 1)
+	if got := p.Part(7); len(got.Nodes) != 1 {
+		t.Errorf("part of a later job with the id: %+v, want this node's", got)
+	}
+}
+
+// countingTree counts the cycles Peers hands to the tree.
+type countingTree struct{ sent int }
+
+func (c *countingTree) Send(uint32, time.Time, float64, []properties.Record, int) { c.sent++ }
+func (c *countingTree) JobWide(context.Context, uint32) (*digest.Report, error) {
+	return nil, fmt.Errorf("no tree")
+}
+func (c *countingTree) Forget(uint32)              {}
+func (c *countingTree) Aggregation(uint32) string  { return "" }
+func (c *countingTree) Pending() int               { return 0 }
+func (c *countingTree) Keep(uint32, digest.Report) {}
