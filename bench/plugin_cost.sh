@@ -15,9 +15,13 @@
 #    pass, which varies by up to ~2 s). 1-node and 2-node jobs.
 # 3. Throughput: a job array of ARRAY tasks of `sleep 1`, its makespan (submission to the
 #    last task gone from squeue) with and without the plugin, ARRAY_ROUNDS (default 3)
-#    times each, alternating which goes first; and, with the
-#    plugin, how long each batch step's end waited for the daemon (the plugin logs it at
-#    slurmd's debug level: connect, send, the digest written, the answer).
+#    times each, alternating which goes first; each task's life on its node (slurmctld's
+#    log, ms resolution: its allocation to its completion, which the plugin's waits at
+#    the job's and its steps' starts and at the batch step's end lengthen; the scheduler's
+#    passes, which make the makespan vary by up to 20 % between runs of the same side,
+#    do not enter it); and, with the plugin, how long each batch step's end waited for
+#    the daemon (the plugin logs it at slurmd's debug level: connect, send, the digest
+#    written, the answer).
 #
 # plugstack.conf is re-read at every job launch, so the script swaps it between runs
 # (A = plugin and daemons, B = an empty plugstack.conf).
@@ -132,17 +136,36 @@ array_run() { # submit the array, wait until every task is gone from squeue; pri
 	id=${id%%;*}
 	while [ -n "$(squeue -h -r -j "$id" -o %i 2>/dev/null | head -1)" ]; do sleep 0.2; done
 	end=$(date +%s.%N)
-	echo "$end - $start" | bc
+	echo "$(echo "$end - $start" | bc) $id"
+}
+# task_lives ARRAYID: each task's allocation to completion in seconds, from slurmctld's log
+# ("sched: Allocate JobId=A_T(J)" or the backfill's "Started JobId=A_T(J)", then
+# "_job_complete: JobId=A_T(J) done"), one per line.
+task_lives() {
+	grep -E "(sched: Allocate|_start_job: Started|_job_complete:) JobId=$1_[0-9]+\(" "$PERSYST_CLUSTER_DIR/log/slurmctld.log" |
+		awk -v a="$1" '
+		function secs(ts,   d, t) { # [YYYY-MM-DDTHH:MM:SS.mmm] → seconds (day of month × 86400 + time)
+			split(substr(ts, 2, 23), d, "T"); split(d[2], t, ":")
+			return substr(d[1], 9, 2) * 86400 + t[1] * 3600 + t[2] * 60 + t[3]
+		}
+		{
+			match($0, "JobId=" a "_[0-9]+"); task = substr($0, RSTART, RLENGTH)
+			if ($0 ~ /_job_complete:/) { if ($0 ~ / done$/) done[task] = secs($1) }
+			else if (!(task in alloc)) alloc[task] = secs($1)
+		}
+		END { for (t in alloc) if (t in done) printf "%.3f\n", done[t] - alloc[t] }'
 }
 declare -A mark
 for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do mark[$f]=$(wc -l <"$f"); done
-aw=() bw=()
+aw=() bw=() alives=() blives=()
 for i in $(seq 1 "$ARRAY_ROUNDS"); do
 	for side in $([ $((i % 2)) = 0 ] && echo "A B" || echo "B A"); do
 		if [ "$side" = A ]; then
-			echo "$with" >"$conf"; aw+=("$(array_run)")
+			echo "$with" >"$conf"; read -r t aid < <(array_run); aw+=("$t")
+			mapfile -t -O "${#alives[@]}" alives < <(task_lives "$aid")
 		else
-			: >"$conf"; bw+=("$(array_run)")
+			: >"$conf"; read -r t bid < <(array_run); bw+=("$t")
+			mapfile -t -O "${#blives[@]}" blives < <(task_lives "$bid")
 		fi
 	done
 done
@@ -154,6 +177,12 @@ med() { sort -n | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+
 ma=$(printf '%s\n' "${aw[@]}" | med)
 mb=$(printf '%s\n' "${bw[@]}" | med)
 awk -v a="$ma" -v b="$mb" 'BEGIN {printf "  with/without:   %+.1f %% (medians)\n", (a/b-1)*100}'
+echo "== each array task's life on its node (allocation → completion, slurmctld's log)"
+printf '  with plugin:    '; printf '%s\n' "${alives[@]}" | stats
+printf '  without plugin: '; printf '%s\n' "${blives[@]}" | stats
+la=$(printf '%s\n' "${alives[@]}" | awk '{s+=$1} END {print s/NR}')
+lb=$(printf '%s\n' "${blives[@]}" | awk '{s+=$1} END {print s/NR}')
+awk -v a="$la" -v b="$lb" 'BEGIN {printf "  means %.3f s and %.3f s: with/without %+.1f %% (the share of the node time the plugin adds to the array)\n", a, b, (a/b-1)*100}'
 echo "== plugin time per event during the arrays (with plugin)"
 logs=()
 for f in "$PERSYST_CLUSTER_DIR"/log/slurmd-*.log; do
