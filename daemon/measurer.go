@@ -748,9 +748,15 @@ func (m *Measurer) cycle() {
 			m.mu.Unlock()
 			if find {
 				if mounts == nil {
-					var err error
-					if mounts, err = jobcgroup.Mounts(m.host); err != nil {
+					if all, err := jobcgroup.Mounts(m.host); err != nil {
 						m.log.Debug().Err(err).Msg("cgroup mounts not read")
+					} else {
+						// Only where Slurm's layout is can a job's cgroups be: looked
+						// at once for all the jobs of the cycle.
+						mounts = jobcgroup.WithSlurm(m.host, all, m.node)
+						if mounts == nil {
+							mounts = []jobcgroup.Mount{} // read: not again this cycle
+						}
 					}
 				}
 				found, present := m.jobCgroupsFound(j, mounts)

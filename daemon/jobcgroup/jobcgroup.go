@@ -151,6 +151,27 @@ func FindIn(h hostfs.FS, mounts []Mount, node string, uid, job uint32) map[strin
 	return out
 }
 
+// WithSlurm returns the mounts where Slurm's cgroup layout exists now (its slurm_<node>,
+// slurm or slurmstepd.scope directory): only there can a job's cgroup be. A daemon that
+// looks for many jobs' cgroups filters the mounts once, then calls FindIn with these.
+func WithSlurm(h hostfs.FS, mounts []Mount, node string) []Mount {
+	var out []Mount
+	for _, m := range mounts {
+		roots := []string{"slurm_" + node, "slurm"}
+		if m.IsV2 {
+			roots = []string{"system.slice/" + node + "_slurmstepd.scope", "system.slice/slurmstepd.scope", node + "_slurmstepd.scope", "slurmstepd.scope"}
+		}
+		for _, r := range roots {
+			var st unix.Stat_t
+			if err := unix.Stat(h.Path(m.Path, r), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func candidates(m Mount, node string, uid, job uint32) []string {
 	j := "job_" + strconv.FormatUint(uint64(job), 10)
 	if m.IsV2 {

@@ -341,6 +341,18 @@ func TestFind(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Find(%q, %d, %d) mismatch (-want +got):\n%s", tc.node, tc.uid, tc.job, diff)
 			}
+			// Looking only where Slurm's layout is finds the same.
+			mounts, err := Mounts(fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slurm := WithSlurm(fs, mounts, tc.node)
+			if diff := cmp.Diff(tc.want, FindIn(fs, slurm, tc.node, tc.uid, tc.job)); diff != "" {
+				t.Errorf("FindIn over WithSlurm's %d of %d mounts (-want +got):\n%s", len(slurm), len(mounts), diff)
+			}
+			if len(tc.want) == 0 && len(tc.dirs) == 0 && len(slurm) != 0 {
+				t.Errorf("WithSlurm kept %d mounts of a root without Slurm's layout", len(slurm))
+			}
 		})
 	}
 }
