@@ -80,10 +80,11 @@ SOCK=$tmp/persyst.sock
 
 cleanup() {
 	set +e
-	stop_monitor persyst
-	stop_monitor pcp
-	stop_monitor collectl
-	stop_monitor node_exporter
+	local m
+	for m in "${MONITORS[@]}"; do
+		# Not defined yet when the packages' installation failed.
+		if declare -F "stop_$m" >/dev/null; then "stop_$m"; fi
+	done
 	kill_sleeps
 	local left
 	# shellcheck disable=SC2046
@@ -115,7 +116,8 @@ install_peers() {
 	local shim=$tmp/shim policy_made=
 	mkdir -p "$shim"
 	# pcp's postinst runs `systemctl start` when systemctl exists, and fails without
-	# systemd as PID 1: give it a systemctl that does nothing.
+	# systemd as PID 1: give it a systemctl that does nothing. apt runs dpkg with its own
+	# PATH (DPkg::Path), so the shim goes there too.
 	if [ "$(cat /proc/1/comm)" != systemd ]; then
 		printf '#!/bin/sh\necho "systemctl (peers.sh: no systemd as PID 1): ignored: $*" >&2\n' >"$shim/systemctl"
 		chmod +x "$shim/systemctl"
@@ -127,11 +129,16 @@ install_peers() {
 	fi
 	local rc=0
 	{
-		apt-get update -qq &&
-			PATH=$shim:$PATH DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-				-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${need[@]}" &&
+		apt-get update -qq
+		# A package left half-configured by an earlier try is configured again too.
+		PATH=$shim:$PATH DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			-o "DPkg::Path=$shim:/usr/sbin:/usr/bin:/sbin:/bin" \
+			-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${need[@]}" ||
 			PATH=$shim:$PATH DEBIAN_FRONTEND=noninteractive dpkg --configure --pending
 	} >"$tmp/apt.log" 2>&1 || rc=$?
+	for p in "${need[@]}"; do
+		dpkg-query -W -f '${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || rc=1
+	done
 	[ -z "$policy_made" ] || rm -f /usr/sbin/policy-rc.d
 	for pf in "${pidfiles[@]}"; do
 		[ -e "$pf" ] || continue

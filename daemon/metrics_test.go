@@ -154,8 +154,8 @@ func BenchmarkScrape32Jobs(b *testing.B) {
 
 // BenchmarkDigestAccounting: what keeping the summary in Slurm's accounting adds to a
 // job's digest, which the job's completion waits for. The writer stands in for scontrol
-// update and sleeps 8 ms (its median on the test cluster); it runs while the digest is
-// written, so it adds at most its own time.
+// update and sleeps 8 ms (its median on the test cluster); it runs in the background,
+// so the digest does not wait for it.
 func BenchmarkDigestAccounting(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
