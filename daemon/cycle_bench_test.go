@@ -135,7 +135,7 @@ func benchmarkCycle(b *testing.B, pause time.Duration) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if join := m.Prepare(j); join != "" {
+		if join := prepareNow(m, j); join != "" {
 			dirs = append(dirs, m.host.Path(join))
 			if err := os.WriteFile(filepath.Join(m.host.Path(join), "cgroup.procs"), pid, 0); err != nil {
 				b.Fatal(err)

@@ -97,6 +97,11 @@ func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode) error {
 		return nil
 	}
 	m.mu.Lock()
+	if jm := m.jobs[j.JobID]; jm != nil {
+		m.mu.Unlock()
+		m.waitStart(jm) // a job that ended moments after it started
+		m.mu.Lock()
+	}
 	jm := m.jobs[j.JobID]
 	// A digest is made once; an interactive job's report is made again at each step's
 	// end and at the job's end (it goes into no file).

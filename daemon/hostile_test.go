@@ -85,7 +85,7 @@ func TestDigestFromHostileTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Prepare(j)
+	prepareNow(m, j)
 	setCPU(3_000_000)
 	if err := m.Digest(context.Background(), j); err != nil {
 		t.Fatal(err)

@@ -57,8 +57,10 @@ type jobMeter struct {
 	job      *pipeline.Job
 	owned    string // persyst's own perf cgroup of the job ("" if none)
 	starting bool   // its meter is being opened (outside the lock)
-	ended    bool
-	summary  sample.Summary // final, once ended
+	// startDone is closed when the opening under way ends (waitStart).
+	startDone chan struct{}
+	ended     bool
+	summary   sample.Summary // final, once ended
 	// oomKills is the most OOM kills counted in the job's v1 memory cgroups, its steps'
 	// and tasks' (stepOOMKills, at each step's end).
 	oomKills int
@@ -105,6 +107,8 @@ type Measurer struct {
 
 	mu   sync.Mutex
 	jobs map[uint32]*jobMeter
+	// starts counts the meters being opened in the background (Prepare).
+	starts sync.WaitGroup
 }
 
 // NewMeasurer probes what this node can measure (perf events, cgroup hierarchies) and
@@ -226,8 +230,10 @@ func (m *Measurer) usesOwned(cg map[string]string) bool {
 
 // Prepare is called for a job or step start of a measured job: it creates persyst's perf
 // cgroup for the job when one is needed and returns it, so the plugin can move the
-// step's tasks into it; then it starts measuring the job if its cgroups are known. No
-// lock is held while files are read or created.
+// step's tasks into it; the job's meter is opened in the background if its cgroups are
+// known (Slurm waits for the answer; opening the counters takes ~5-30 ms, and counting
+// from a few milliseconds later loses nothing: a job's start-up is never judged).
+// No lock is held while files are read or created.
 func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
@@ -252,11 +258,37 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 			m.mu.Unlock()
 		}
 	}
-	m.start(j, jm)
+	if m.claimStart(jm) {
+		m.starts.Add(1)
+		go func() {
+			defer m.starts.Done()
+			m.finishStart(j, jm)
+		}()
+	}
 	m.prefetch(j, jm)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return jm.owned
+}
+
+// startWait bounds how long the end of a job or step waits for its meter's opening.
+const startWait = 10 * time.Second
+
+// waitStart waits until an opening of jm's meter under way has ended (at most startWait):
+// a step or job that ends moments after it started still gets its final read.
+func (m *Measurer) waitStart(jm *jobMeter) {
+	m.mu.Lock()
+	done := jm.startDone
+	m.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // prefetch looks the job up in the job map once its batch step has started, in the
@@ -295,18 +327,35 @@ func (m *Measurer) prefetch(j *Job, jm *jobMeter) {
 // start opens the job's meter once its cgroups are known (once: a start under way or
 // done is not repeated).
 func (m *Measurer) start(j *Job, jm *jobMeter) {
+	if m.claimStart(jm) {
+		m.finishStart(j, jm)
+	}
+}
+
+// claimStart says whether the caller is to open jm's meter (none is open or being
+// opened, and the job has not ended); then it marks the opening under way.
+func (m *Measurer) claimStart(jm *jobMeter) bool {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if jm.job != nil || jm.ended || jm.starting {
-		m.mu.Unlock()
-		return
+		return false
 	}
 	jm.starting = true
+	jm.startDone = make(chan struct{})
+	return true
+}
+
+// finishStart opens jm's meter (claimStart) and ends the opening.
+func (m *Measurer) finishStart(j *Job, jm *jobMeter) {
+	m.mu.Lock()
 	owned := jm.owned
 	m.mu.Unlock()
 	job := m.open(j, owned)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	jm.starting = false
+	close(jm.startDone)
+	jm.startDone = nil
 	if job == nil {
 		return
 	}
@@ -528,6 +577,11 @@ func (m *Measurer) statCgroups(cg map[string]string, owned string) map[string]st
 // daemon measured of it, for a late digest.
 func (m *Measurer) End(id uint32) {
 	m.mu.Lock()
+	if jm := m.jobs[id]; jm != nil {
+		m.mu.Unlock()
+		m.waitStart(jm)
+		m.mu.Lock()
+	}
 	jm := m.jobs[id]
 	if jm != nil && jm.ended {
 		m.mu.Unlock()
@@ -604,6 +658,11 @@ func (m *Measurer) recorded(id uint32) *pipeline.Job {
 // exist then, while at job end Slurm may already have removed them.
 func (m *Measurer) StepEnded(id uint32) {
 	m.mu.Lock()
+	if jm := m.jobs[id]; jm != nil {
+		m.mu.Unlock()
+		m.waitStart(jm)
+		m.mu.Lock()
+	}
 	jm := m.jobs[id]
 	var job *pipeline.Job
 	if jm != nil && !jm.ended {

@@ -77,7 +77,7 @@ func TestMeasurerRefind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Prepare(j)
+	prepareNow(m, j)
 	t.Cleanup(func() { m.End(id) })
 	m.cycle()
 	if m.jobs[id].job == nil {
@@ -116,7 +116,7 @@ func TestMeasurerRefind(t *testing.T) {
 			perDir["memory"] = meter.OpenFiles() - files0
 			return state{Keys: []string{"cpuacct", "memory"}, Files: perDir["memory"]}
 		}},
-		{"pids cgroup made with a step start", func(t *testing.T) { mk("pids")(t); m.Prepare(j) }, 1, time.Second, func() state {
+		{"pids cgroup made with a step start", func(t *testing.T) { mk("pids")(t); prepareNow(m, j) }, 1, time.Second, func() state {
 			perDir["pids"] = meter.OpenFiles() - files0 - perDir["memory"]
 			return state{Keys: []string{"cpuacct", "memory", "pids"}, Files: perDir["memory"] + perDir["pids"]}
 		}},

@@ -55,7 +55,7 @@ func TestMeasurerCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if join := m.Prepare(j); join != "" {
+	if join := prepareNow(m, j); join != "" {
 		t.Errorf("Prepare joined %q although persyst's cgroup cannot be created", join)
 	}
 
@@ -268,7 +268,7 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.Prepare(j)
+			prepareNow(m, j)
 			m.mu.Lock()
 			done := m.jobs[7].factsDone
 			m.mu.Unlock()
@@ -318,5 +318,42 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 				t.Errorf("summary merged with the AdminComment (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// prepareNow is Measurer.Prepare, and then the meter's opening in the background is
+// waited for (tests with a fake clock read at times they set).
+func prepareNow(m *Measurer, j *Job) string {
+	join := m.Prepare(j)
+	m.starts.Wait()
+	return join
+}
+
+// TestStartInBackground: Prepare answers without waiting for the job's meter to open
+// (Slurm waits for the answer), and a job that ends at once, while its meter may still be
+// being opened, still gets its final read: its steps' and its own end wait for the
+// opening (without, they find no meter and the job has no summary).
+func TestStartInBackground(t *testing.T) {
+	for i := range 20 {
+		root, _ := fakeNode(t, 7)
+		now := time.Date(2026, 11, 21, 12, 0, 7, 0, time.UTC)
+		reg := newReg(t, RegistryConfig{})
+		m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
+			func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: now}
+		j, err := reg.Apply(wire.StepStart, ev, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Prepare(j) // returns before the meter is open
+		m.StepEnded(7)
+		m.End(7)
+		if s := m.Summary(7); s == nil || !s.Ended || s.Started.IsZero() {
+			t.Fatalf("try %d: summary of a job that ended while its meter opened: %+v, want its measurement, ended", i, s)
+		}
+		m.starts.Wait()
 	}
 }

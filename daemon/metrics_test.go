@@ -80,7 +80,7 @@ func metricsNode(tb testing.TB, n int) (*Measurer, *Registry, http.Handler, *tim
 		if err != nil {
 			tb.Fatal(err)
 		}
-		m.Prepare(j)
+		prepareNow(m, j)
 	}
 	m.cycle() // baselines
 	now = now.Add(10 * time.Second)
@@ -217,8 +217,8 @@ func TestAccountingOncePerJob(t *testing.T) {
 		}
 		return j
 	}
-	m.Prepare(apply(wire.StepStart, 1, "batch"))
-	m.Prepare(apply(wire.StepStart, 2, "0"))
+	prepareNow(m, apply(wire.StepStart, 1, "batch"))
+	prepareNow(m, apply(wire.StepStart, 2, "0"))
 	m.cycle()
 	now = now.Add(10 * time.Second)
 	m.cycle()

@@ -123,8 +123,12 @@ const (
 var ErrFull = errors.New("too many running jobs on this node")
 
 // Registry holds the jobs of one node. It is safe for concurrent use. Every change of a
-// job is written to its file (atomically, by rename, fsynced) before Apply returns, so a
-// restarted daemon knows every job whose events it acknowledged.
+// job is written to its file (atomically, by rename) before Apply returns, so a
+// restarted daemon knows every job whose events it acknowledged. The files are not
+// fsynced: a daemon that dies leaves them in the page cache, and only a node crash loses
+// them, which ends the node's jobs too (Slurm's NODE_FAIL; the registry reconciles with
+// Slurm). Slurm waits for every event: an fsync of a state directory on disk cost it
+// milliseconds each.
 type Registry struct {
 	mu        sync.Mutex
 	node      string
@@ -476,9 +480,6 @@ func (r *Registry) save(j *Job) error {
 	if _, err := f.Write(b); err != nil {
 		return fail("write", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fail("sync", err)
-	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("close state %s: %w", tmp, err)
@@ -486,10 +487,6 @@ func (r *Registry) save(j *Job) error {
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("rename state to %s: %w", path, err)
-	}
-	if d, err := os.Open(r.dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ func (n *restartNode) startJob() *Measurer {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	m.Prepare(j)
+	prepareNow(m, j)
 	return m
 }
 
@@ -103,7 +103,7 @@ func TestMeasurerRestart(t *testing.T) {
 
 	reg, m := n.daemon()
 	j := reg.Job(7)
-	m.Prepare(j)
+	prepareNow(m, j)
 	n.cycles(m, 2) // 12:01:00, :01:10
 	if err := m.Digest(context.Background(), j); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestLateDigestBatchUnseen(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first.Prepare(j)
+			prepareNow(first, j)
 			n.cycles(first, 2)
 			n.now = n.now.Add(40 * time.Second)
 			n.facts[7] = &jobmap.Job{JobID: 7, State: "COMPLETED", Nodes: []string{"node1", "node2"}, BatchHost: tc.batchHost,
