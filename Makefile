@@ -121,7 +121,7 @@ bench: deps build
 	bench/peers.sh
 	$(GO) test -run XXX -bench BenchmarkRead -benchtime 2000x ./daemon/measure/
 	$(GO) test -run XXX -bench 'BenchmarkScrape32Jobs|BenchmarkDigestAccounting' ./daemon/
-	$(GO) test -run XXX -bench BenchmarkCycle32Jobs -benchtime 500x ./daemon/
+	$(GO) test -run XXX -bench BenchmarkCycle32Jobs -benchtime 300x ./daemon/
 	$(GO) test -run XXX -bench 'CycleIngest' -benchtime 5x ./collectors/
 	$(GO) test -run XXX -bench 'Render64x48x24h' -benchtime 3x ./htmlreport/
 

@@ -390,6 +390,14 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 			spec.CPUs = cpus
 		}
 	}
+	if len(spec.CPUs) > 0 {
+		spec.Topology = m.host.Topology(spec.CPUs)
+		if m.now().Sub(j.Started) < cpusetWait && !cpusetSettled(j.Cores, spec.Topology) {
+			// Slurm creates a job's cpuset with its parent's CPUs and then narrows it to
+			// the job's: read in between, a 1-CPU job would be measured on the whole node.
+			return nil
+		}
+	}
 	// What an earlier daemon measured of the job (it stopped while the job ran).
 	prevHdr, prev, err := m.samples.load(j.JobID, j.Recorded)
 	if err != nil {
@@ -495,8 +503,24 @@ func (m *Measurer) startKept(j *Job, spec measure.Spec, opts pipeline.Options, h
 	return job
 }
 
-// cpusetWait is how long a job's meter waits for Slurm's cpuset cgroup of the job.
+// cpusetWait is how long a job's meter waits for Slurm's cpuset cgroup of the job, and
+// for it to hold the job's cores only (cpusetSettled).
 const cpusetWait = 10 * time.Second
+
+// cpusetSettled says whether a job's cpuset (its CPUs' topology) is the job's: no more
+// physical cores than the job was allocated on the node (cores, Slurm's list of the job's
+// cores; unknown: settled). Slurm counts cores, the cpuset lists their hardware threads.
+func cpusetSettled(cores string, topo []sample.CPUTopo) bool {
+	alloc, err := sample.ParseCPUList(cores)
+	if cores == "" || err != nil || len(alloc) == 0 {
+		return true
+	}
+	seen := make(map[sample.Core]struct{}, len(topo))
+	for _, t := range topo {
+		seen[sample.Core{Socket: t.Socket, Core: t.Core}] = struct{}{}
+	}
+	return len(seen) <= len(alloc)
+}
 
 // refindEvery is how often a running job's cgroups are looked for when no event says that
 // they changed (a cgroup made by a plugin without an event).

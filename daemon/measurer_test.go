@@ -357,3 +357,60 @@ func TestStartInBackground(t *testing.T) {
 		m.starts.Wait()
 	}
 }
+
+// TestMeasurerWaitsForJobCPUset: Slurm creates a job's cpuset with its parent's CPUs and
+// narrows it to the job's cores a moment later; a meter opened in between would measure a
+// 1-CPU job on the whole node (and call the other CPUs idle). The meter opens once the
+// cpuset holds no more cores than the job's (Slurm's job_cores), or after cpusetWait.
+func TestMeasurerWaitsForJobCPUset(t *testing.T) {
+	for _, tc := range []struct {
+		name, cores     string
+		early, narrowed string        // the cpuset at the start, and later ("": unchanged)
+		later           time.Duration // when the next cycle runs
+		wantEarly       bool          // measured before the cpuset is narrowed
+		want            []int
+	}{
+		{"narrowed after the start", "2", "0-3", "2", time.Second, false, []int{2}},
+		{"whole node", "0-3", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
+		{"cores not known", "", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
+		{"never narrowed: measured after cpusetWait", "2", "0-3", "", cpusetWait, false, []int{0, 1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, _ := fakeNode(t, 7)
+			cpuset := filepath.Join(root, "sys/fs/cgroup/system.slice/node1_slurmstepd.scope/job_7/cpuset.cpus.effective")
+			set := func(cpus string) {
+				if err := os.WriteFile(cpuset, []byte(cpus+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set(tc.early)
+			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+			reg := newReg(t, RegistryConfig{})
+			m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
+				func() time.Time { return now })
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", JobCores: tc.cores, Time: now}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prepareNow(m, j)
+			t.Cleanup(func() { m.End(7) })
+			if got := m.jobs[7].job != nil; got != tc.wantEarly {
+				t.Fatalf("measured at the start, cpuset %s, job cores %q: %v, want %v", tc.early, tc.cores, got, tc.wantEarly)
+			}
+			if tc.narrowed != "" {
+				set(tc.narrowed)
+			}
+			now = now.Add(tc.later)
+			m.cycle()
+			if m.jobs[7].job == nil {
+				t.Fatal("not measured after the cycle")
+			}
+			if diff := cmp.Diff(tc.want, m.jobs[7].job.Meter().Spec().CPUs); diff != "" {
+				t.Errorf("CPUs measured (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
