@@ -142,28 +142,80 @@ func (m *Measurer) WatchOOM(ctx context.Context) {
 	}
 }
 
-// oomKilled counts a kill for the job whose memory cgroup holds the killed task's.
+// oomKilled counts a kill for the job whose memory cgroup holds the killed task's; a
+// kill in no measured job's cgroups is kept a while (unclaimed) for a job whose meter is
+// being opened.
 func (m *Measurer) oomKilled(k kmsg.OOMKill) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, jm := range m.jobs {
-		if jm.ended || jm.job == nil {
+		if jm.ended || jm.job == nil || !m.holdsTask(jm, k.TaskCgroup) {
 			continue
 		}
-		for key, dir := range jm.job.Meter().Spec().StatCgroups {
-			if key != "unified" && !strings.Contains(","+key+",", ",memory,") {
-				continue
-			}
-			rel := strings.TrimPrefix(dir, m.mounts[key])
-			if rel == "" || !strings.HasPrefix(rel, "/") {
-				continue
-			}
-			if k.TaskCgroup == rel || strings.HasPrefix(k.TaskCgroup, rel+"/") {
-				jm.oomKilled++
-				m.log.Info().Uint32("job", id).Int("pid", k.PID).Str("task", properties.CleanText(k.Task, 32)).Str("cgroup", k.TaskCgroup).
-					Msg("a process of the job was killed for lack of memory")
-				return
-			}
+		jm.oomKilled++
+		m.logKill(id, k)
+		return
+	}
+	now := m.now()
+	keep := m.unclaimed[:0]
+	for _, u := range m.unclaimed {
+		if now.Sub(u.at) < unclaimedFor {
+			keep = append(keep, u)
 		}
 	}
+	if len(keep) >= maxUnclaimed {
+		keep = append(keep[:0], keep[1:]...)
+	}
+	m.unclaimed = append(keep, unclaimedKill{at: now, kill: k})
+}
+
+// unclaimedKill is an OOM kill in no measured job's cgroups, logged at a time.
+type unclaimedKill struct {
+	at   time.Time
+	kill kmsg.OOMKill
+}
+
+// maxUnclaimed bounds the OOM kills kept for jobs not measured yet; unclaimedFor is how
+// long one is kept (a job's meter opens within cpusetWait of its start).
+const (
+	maxUnclaimed = 64
+	unclaimedFor = cpusetWait + 5*time.Second
+)
+
+// claimKills counts for jm, whose meter has just opened, the kills logged in its cgroups
+// before. m.mu is held.
+func (m *Measurer) claimKills(jm *jobMeter) {
+	keep := m.unclaimed[:0]
+	for _, u := range m.unclaimed {
+		if m.now().Sub(u.at) < unclaimedFor && m.holdsTask(jm, u.kill.TaskCgroup) {
+			jm.oomKilled++
+			m.logKill(jm.id, u.kill)
+			continue
+		}
+		keep = append(keep, u)
+	}
+	m.unclaimed = keep
+}
+
+// holdsTask says whether the cgroup of a task (relative to its hierarchy's root, as the
+// kernel logs it) lies in one of jm's memory cgroups.
+func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
+	for key, dir := range jm.job.Meter().Spec().StatCgroups {
+		if key != "unified" && !strings.Contains(","+key+",", ",memory,") {
+			continue
+		}
+		rel := strings.TrimPrefix(dir, m.mounts[key])
+		if rel == "" || !strings.HasPrefix(rel, "/") {
+			continue
+		}
+		if task == rel || strings.HasPrefix(task, rel+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Measurer) logKill(id uint32, k kmsg.OOMKill) {
+	m.log.Info().Uint32("job", id).Int("pid", k.PID).Str("task", properties.CleanText(k.Task, 32)).Str("cgroup", k.TaskCgroup).
+		Msg("a process of the job was killed for lack of memory")
 }

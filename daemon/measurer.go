@@ -109,6 +109,9 @@ type Measurer struct {
 	jobs map[uint32]*jobMeter
 	// starts counts the meters being opened in the background (Prepare).
 	starts sync.WaitGroup
+	// unclaimed are OOM kills the kernel logged in no measured job's cgroups, kept for
+	// a job whose meter is still being opened (a program killed as it starts).
+	unclaimed []unclaimedKill
 }
 
 // NewMeasurer probes what this node can measure (perf events, cgroup hierarchies) and
@@ -364,6 +367,7 @@ func (m *Measurer) finishStart(j *Job, jm *jobMeter) {
 		return
 	}
 	jm.job = job
+	m.claimKills(jm)
 }
 
 // open builds the job's spec from its cgroups and starts its pipeline; nil when its

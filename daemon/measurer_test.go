@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
@@ -413,4 +414,63 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOOMKillBeforeMeter: a program killed for lack of memory as it starts can be killed
+// before its job's meter opens (in the background); the kernel's record of the kill is
+// counted for the job once the meter opens, if it is recent and in the job's cgroups.
+func TestOOMKillBeforeMeter(t *testing.T) {
+	const job7 = "/system.slice/node1_slurmstepd.scope/job_7"
+	for _, tc := range []struct {
+		name  string
+		kills []kmsg.OOMKill
+		age   time.Duration // of the kills when the meter opens
+		want  int
+	}{
+		{"in the job's task cgroup", []kmsg.OOMKill{{TaskCgroup: job7 + "/step_batch/user/task_0", PID: 10}}, time.Second, 1},
+		{"two, in the job's cgroup", []kmsg.OOMKill{{TaskCgroup: job7, PID: 10}, {TaskCgroup: job7 + "/step_0", PID: 11}}, time.Second, 2},
+		{"another job's", []kmsg.OOMKill{{TaskCgroup: job7 + "0/step_batch", PID: 10}}, time.Second, 0},
+		{"too old", []kmsg.OOMKill{{TaskCgroup: job7 + "/step_batch", PID: 10}}, unclaimedFor, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, _ := fakeNode(t, 7)
+			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+			reg := newReg(t, RegistryConfig{})
+			m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
+				func() time.Time { return now })
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range tc.kills {
+				m.oomKilled(k)
+			}
+			now = now.Add(tc.age)
+			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: now}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prepareNow(m, j)
+			t.Cleanup(func() { m.End(7) })
+			if m.jobs[7].job == nil {
+				t.Fatal("not measured")
+			}
+			if got := m.jobs[7].oomKilled; got != tc.want {
+				t.Errorf("OOM kills counted: %d, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		root, _ := fakeNode(t, 7)
+		m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, newReg(t, RegistryConfig{}), "node1",
+			zerolog.Nop(), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 * maxUnclaimed {
+			m.oomKilled(kmsg.OOMKill{TaskCgroup: "/elsewhere", PID: i})
+		}
+		if len(m.unclaimed) != maxUnclaimed || m.unclaimed[len(m.unclaimed)-1].kill.PID != 10*maxUnclaimed-1 {
+			t.Errorf("%d kills kept, the last %+v; want the %d newest", len(m.unclaimed), m.unclaimed[len(m.unclaimed)-1], maxUnclaimed)
+		}
+	})
 }
