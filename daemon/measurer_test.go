@@ -330,6 +330,27 @@ func prepareNow(m *Measurer, j *Job) string {
 	return join
 }
 
+// testMeasurer is a measurer of the fake node at root (a 1 s cycle) on the clock now.
+func testMeasurer(t *testing.T, root string, now func() time.Time) (*Measurer, *Registry) {
+	t.Helper()
+	reg := newReg(t, RegistryConfig{})
+	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// batchStart is the start of job id's batch step on its cores (Slurm's list) at now.
+func batchStart(t *testing.T, reg *Registry, id uint32, cores string, now time.Time) *Job {
+	t.Helper()
+	j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: id, UID: 1000, Persyst: wire.On, StepID: "batch", JobCores: cores, Time: now}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // TestStartInBackground: Prepare answers without waiting for the job's meter to open
 // (Slurm waits for the answer), and a job that ends at once, while its meter may still be
 // being opened, still gets its final read: its steps' and its own end wait for the
@@ -338,18 +359,8 @@ func TestStartInBackground(t *testing.T) {
 	for i := range 20 {
 		root, _ := fakeNode(t, 7)
 		now := time.Date(2026, 11, 21, 12, 0, 7, 0, time.UTC)
-		reg := newReg(t, RegistryConfig{})
-		m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
-			func() time.Time { return now })
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev := &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: now}
-		j, err := reg.Apply(wire.StepStart, ev, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Prepare(j) // returns before the meter is open
+		m, reg := testMeasurer(t, root, func() time.Time { return now })
+		m.Prepare(batchStart(t, reg, 7, "", now)) // returns before the meter is open
 		m.StepEnded(7)
 		m.End(7)
 		if s := m.Summary(7); s == nil || !s.Ended || s.Started.IsZero() {
@@ -386,17 +397,8 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			}
 			set(tc.early)
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-			reg := newReg(t, RegistryConfig{})
-			m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
-				func() time.Time { return now })
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", JobCores: tc.cores, Time: now}, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prepareNow(m, j)
+			m, reg := testMeasurer(t, root, func() time.Time { return now })
+			prepareNow(m, batchStart(t, reg, 7, tc.cores, now))
 			t.Cleanup(func() { m.End(7) })
 			if got := m.jobs[7].job != nil; got != tc.wantEarly {
 				t.Fatalf("measured at the start, cpuset %s, job cores %q: %v, want %v", tc.early, tc.cores, got, tc.wantEarly)
@@ -435,21 +437,12 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := fakeNode(t, 7)
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-			reg := newReg(t, RegistryConfig{})
-			m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, reg, "node1", zerolog.Nop(),
-				func() time.Time { return now })
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, reg := testMeasurer(t, root, func() time.Time { return now })
 			for _, k := range tc.kills {
 				m.oomKilled(k)
 			}
 			now = now.Add(tc.age)
-			j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, StepID: "batch", Time: now}, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prepareNow(m, j)
+			prepareNow(m, batchStart(t, reg, 7, "", now))
 			t.Cleanup(func() { m.End(7) })
 			if m.jobs[7].job == nil {
 				t.Fatal("not measured")
@@ -461,11 +454,7 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 	}
 	t.Run("bounded", func(t *testing.T) {
 		root, _ := fakeNode(t, 7)
-		m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: time.Second, StateDir: t.TempDir()}, newReg(t, RegistryConfig{}), "node1",
-			zerolog.Nop(), time.Now)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, _ := testMeasurer(t, root, time.Now)
 		for i := range 10 * maxUnclaimed {
 			m.oomKilled(kmsg.OOMKill{TaskCgroup: "/elsewhere", PID: i})
 		}
