@@ -32,6 +32,7 @@ func (m *Measurer) ending(j *Job, jm *jobMeter, facts *jobmap.Job, memRequested 
 	}
 	sum := jm.job.Summary()
 	e.MemPeak = sum.Totals[sample.MemPeakBytes]
+	m.catchUpOOM()
 	m.mu.Lock()
 	e.OOMKills = max(int(sum.Totals[sample.OOMKills]), jm.oomKills, jm.oomKilled)
 	m.mu.Unlock()
@@ -136,9 +137,28 @@ func (m *Measurer) WatchOOM(ctx context.Context) {
 	if m.cfg.Disabled {
 		return
 	}
-	err := kmsg.Watch(ctx, m.host.Path("dev/kmsg"), m.oomKilled)
+	l, err := kmsg.Open(m.host.Path("dev/kmsg"), m.oomKilled)
+	if err == nil {
+		m.mu.Lock()
+		m.kmsg = l
+		m.mu.Unlock()
+		err = l.Follow(ctx)
+	}
 	if err != nil && ctx.Err() == nil {
 		m.log.Info().Err(err).Msg("the kernel log cannot be followed: OOM kills are counted from the jobs' cgroups only (not those of steps that ended)")
+	}
+}
+
+// catchUpOOM counts the OOM kills logged so far that WatchOOM has not read yet (a kill is
+// logged before its process dies, so before the step's end). m.mu is not held.
+func (m *Measurer) catchUpOOM() {
+	m.mu.Lock()
+	l := m.kmsg
+	m.mu.Unlock()
+	if l != nil {
+		if err := l.CatchUp(); err != nil {
+			m.log.Debug().Err(err).Msg("kernel log not read")
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
@@ -109,6 +110,7 @@ type Measurer struct {
 	jobs map[uint32]*jobMeter
 	// starts counts the meters being opened in the background (Prepare).
 	starts sync.WaitGroup
+	kmsg   *kmsg.Log // the kernel's log followed for OOM kills (WatchOOM; nil: not)
 	// unclaimed are OOM kills the kernel logged in no measured job's cgroups, kept for
 	// a job whose meter is still being opened (a program killed as it starts).
 	unclaimed []unclaimedKill

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -24,11 +25,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestWatchRealOOMKill: a process over its memory cgroup's limit is killed by the
-// kernel, and Watch reports the kill with the process's cgroup (a child of the limited
-// one, as Slurm's task cgroups are). Needs root and a cgroup v1 memory hierarchy (CI
-// has both).
-func TestWatchRealOOMKill(t *testing.T) {
+// TestRealOOMKill: a process over its memory cgroup's limit is killed by the kernel, and
+// the log reports the kill with the process's cgroup (a child of the limited one, as
+// Slurm's task cgroups are): CatchUp as soon as the process is gone (the kernel logs a
+// kill before the process dies; a job's end must not depend on when Follow reads), and
+// Follow as it is logged. Needs root and a cgroup v1 memory hierarchy (CI has both).
+func TestRealOOMKill(t *testing.T) {
 	mem := "/sys/fs/cgroup/memory"
 	if _, err := os.Stat(filepath.Join(mem, "memory.limit_in_bytes")); err != nil || os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
@@ -46,29 +48,68 @@ func TestWatchRealOOMKill(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(job, "memory.limit_in_bytes"), []byte("32M"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// A shell that joins the task cgroup, then this test binary touching 128 MiB.
+	kill := func() {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", "echo $$ > "+filepath.Join(task, "cgroup.procs")+" && exec "+os.Args[0]+" -test.run=^$")
+		cmd.Env = append(os.Environ(), allocEnv+"=134217728")
+		if err := cmd.Run(); err == nil {
+			t.Fatal("the allocating process was not killed")
+		}
+	}
+	ours := func(k OOMKill) bool { return k.TaskCgroup == "/"+name+"/task_0" && k.OOMCgroup == "/"+name }
+	var mu sync.Mutex
+	var seen []OOMKill
+	kills := make(chan OOMKill, 16)
+	l, err := Open("/dev/kmsg", func(k OOMKill) {
+		mu.Lock()
+		seen = append(seen, k)
+		mu.Unlock()
+		kills <- k
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kill()
+	if err := l.CatchUp(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := 0
+	for _, k := range seen {
+		if ours(k) {
+			n++
+		}
+	}
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("kills of %s reported by CatchUp once the process was gone: %d, want 1 (all: %+v)", name, n, seen)
+	}
+	for len(kills) > 0 {
+		<-kills
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	kills := make(chan OOMKill, 4)
-	watching := make(chan error, 1)
-	go func() { watching <- Watch(ctx, "/dev/kmsg", func(k OOMKill) { kills <- k }) }()
-	time.Sleep(200 * time.Millisecond) // Watch starts at the log's end
-	// A shell that joins the task cgroup, then this test binary touching 128 MiB.
-	cmd := exec.Command("/bin/sh", "-c", "echo $$ > "+filepath.Join(task, "cgroup.procs")+" && exec "+os.Args[0]+" -test.run=^$")
-	cmd.Env = append(os.Environ(), allocEnv+"=134217728")
-	if err := cmd.Run(); err == nil {
-		t.Fatal("the allocating process was not killed")
-	}
+	following := make(chan error, 1)
+	go func() { following <- l.Follow(ctx) }()
+	kill()
 	for {
 		select {
 		case k := <-kills:
-			if k.TaskCgroup == "/"+name+"/task_0" && k.OOMCgroup == "/"+name {
+			if ours(k) {
+				cancel()
+				if err := <-following; err != nil {
+					t.Errorf("Follow after its context ended: %v", err)
+				}
 				return
 			}
 			t.Logf("another kill: %+v", k)
-		case err := <-watching:
-			t.Fatalf("Watch stopped: %v", err)
+		case err := <-following:
+			t.Fatalf("Follow stopped: %v", err)
 		case <-ctx.Done():
-			t.Fatal("no OOM kill reported")
+			t.Fatal("no OOM kill reported by Follow")
 		}
 	}
 }

@@ -24,6 +24,10 @@ func TestParseOOM(t *testing.T) {
 		{"the kill's second line", "3,1022,17749083613,-;Memory cgroup out of memory: Killed process 17450 (persyst-workloa)\n", OOMKill{}, false},
 		{"no task cgroup", "3,1,1,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=x,pid=1\n", OOMKill{}, false},
 		{"garbage", "hello", OOMKill{}, false},
+		{"no header", "oom-kill:task_memcg=/slurm_node1/uid_1/job_2/step_batch/task_0,pid=1", OOMKill{}, false},
+		{"written by root into /dev/kmsg (facility user)",
+			"11,1023,17749083700,-;oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/slurm_node1/uid_1/job_2/step_batch/task_0,task=x,pid=1\n",
+			OOMKill{}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
