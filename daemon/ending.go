@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/hostfs"
@@ -169,7 +170,7 @@ func (m *Measurer) oomKilled(k kmsg.OOMKill) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, jm := range m.jobs {
-		if jm.ended || jm.job == nil || !m.holdsTask(jm, k.TaskCgroup) {
+		if jm.ended || !m.holdsTask(jm, k.TaskCgroup) {
 			continue
 		}
 		jm.oomKilled++
@@ -218,8 +219,16 @@ func (m *Measurer) claimKills(jm *jobMeter) {
 }
 
 // holdsTask says whether the cgroup of a task (relative to its hierarchy's root, as the
-// kernel logs it) lies in one of jm's memory cgroups.
+// kernel logs it) lies in jm's cgroup of Slurm's layout (whether the meter has found it
+// yet or not: a program can be killed as it starts), or in one of the memory cgroups its
+// meter reads.
 func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
+	if jm.uid != nil && jobcgroup.Holds(task, m.node, *jm.uid, jm.id) {
+		return true
+	}
+	if jm.job == nil {
+		return false
+	}
 	for key, dir := range jm.job.Meter().Spec().StatCgroups {
 		if key != "unified" && !strings.Contains(","+key+",", ",memory,") {
 			continue

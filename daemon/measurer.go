@@ -55,6 +55,7 @@ type MeasureConfig struct {
 // jobMeter is one job's measurement on this node.
 type jobMeter struct {
 	id       uint32
+	uid      *uint32 // the job's user (Prepare; nil: not known)
 	job      *pipeline.Job
 	owned    string // persyst's own perf cgroup of the job ("" if none)
 	starting bool   // its meter is being opened (outside the lock)
@@ -251,6 +252,8 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 		m.jobs[j.JobID] = jm
 	}
 	jm.refind = true // a step's cgroups appear with it
+	uid := j.UID
+	jm.uid = &uid
 	needOwned := jm.owned == "" && m.usesOwned(j.Cgroups)
 	m.mu.Unlock()
 	if needOwned {

@@ -463,3 +463,34 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 		}
 	})
 }
+
+// TestOOMKillInSlurmLayout: a kill in the job's cgroup of Slurm's layout counts for the
+// job even when its meter does not read that cgroup yet (Slurm creates a job's memory
+// cgroup after its other cgroups; the meter finds it at its next cycle, after a program
+// killed as it started).
+func TestOOMKillInSlurmLayout(t *testing.T) {
+	for _, tc := range []struct {
+		task string
+		want int
+	}{
+		{"/slurm_node1/uid_1000/job_7/step_batch/task_0", 1},
+		{"/slurm_node1/uid_1000/job_7", 1},
+		{"/slurm/uid_1000/job_7/step_0/task_1", 1},
+		{"/slurm_node1/uid_1001/job_7/step_batch/task_0", 0}, // another user's job 7
+		{"/slurm_node2/uid_1000/job_7/step_batch/task_0", 0}, // another node's
+		{"/slurm_node1/uid_1000/job_70/step_batch/task_0", 0},
+		{"/system.slice/node1_slurmstepd.scope/job_7/step_0/user/task_0", 1},
+	} {
+		t.Run(tc.task, func(t *testing.T) {
+			root, _ := fakeNode(t, 7)
+			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+			m, reg := testMeasurer(t, root, func() time.Time { return now })
+			prepareNow(m, batchStart(t, reg, 7, "", now))
+			t.Cleanup(func() { m.End(7) })
+			m.oomKilled(kmsg.OOMKill{TaskCgroup: tc.task, PID: 10})
+			if got := m.jobs[7].oomKilled; got != tc.want {
+				t.Errorf("OOM kills counted: %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

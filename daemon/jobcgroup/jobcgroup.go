@@ -172,6 +172,21 @@ func WithSlurm(h hostfs.FS, mounts []Mount, node string) []Mount {
 	return out
 }
 
+// Holds says whether the cgroup path rel, relative to its hierarchy's root (as the
+// kernel's log names a task's cgroup), lies in job's cgroup of Slurm's layout on node, on
+// cgroup v1 or v2, whether or not the cgroup still exists.
+func Holds(rel, node string, uid, job uint32) bool {
+	for _, v2 := range []bool{false, true} {
+		for _, c := range candidates(Mount{IsV2: v2}, node, uid, job) {
+			c = "/" + c
+			if rel == c || strings.HasPrefix(rel, c+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func candidates(m Mount, node string, uid, job uint32) []string {
 	j := "job_" + strconv.FormatUint(uint64(job), 10)
 	if m.IsV2 {

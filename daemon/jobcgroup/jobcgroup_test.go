@@ -426,3 +426,29 @@ func TestFSErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHolds: the kernel's name of a task's cgroup lies in a job's cgroup of Slurm's
+// layout (v1 with or without the node's name, v2 under slurmstepd.scope) or not.
+func TestHolds(t *testing.T) {
+	for _, tc := range []struct {
+		rel  string
+		want bool
+	}{
+		{"/slurm_n1/uid_5/job_9/step_batch/task_0", true},
+		{"/slurm_n1/uid_5/job_9", true},
+		{"/slurm/uid_5/job_9/step_extern", true},
+		{"/system.slice/n1_slurmstepd.scope/job_9/step_0/user/task_0", true},
+		{"/system.slice/slurmstepd.scope/job_9", true},
+		{"/n1_slurmstepd.scope/job_9/step_0", true},
+		{"/slurm_n1/uid_5/job_90/step_batch", false},
+		{"/slurm_n1/uid_6/job_9/step_batch", false},
+		{"/slurm_n2/uid_5/job_9/step_batch", false},
+		{"/system.slice/n2_slurmstepd.scope/job_9", false},
+		{"/user.slice/job_9", false},
+		{"slurm_n1/uid_5/job_9", false},
+	} {
+		if got := Holds(tc.rel, "n1", 5, 9); got != tc.want {
+			t.Errorf("Holds(%q, n1, uid 5, job 9) = %v, want %v", tc.rel, got, tc.want)
+		}
+	}
+}
