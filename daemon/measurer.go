@@ -379,6 +379,9 @@ func (m *Measurer) finishStart(j *Job, jm *jobMeter) {
 // cgroups are not there yet (the next event or cycle tries again) or it cannot be
 // measured.
 func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
+	if cur := m.reg.Job(j.JobID); cur != nil && cur.Recorded.Equal(j.Recorded) {
+		j = cur // the latest record: a step's start brings the job's cores
+	}
 	cg := m.jobCgroups(j)
 	if len(cg) == 0 {
 		return nil
@@ -401,7 +404,7 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 	}
 	if len(spec.CPUs) > 0 {
 		spec.Topology = m.host.Topology(spec.CPUs)
-		if m.now().Sub(j.Started) < cpusetWait && !cpusetSettled(j.Cores, spec.Topology) {
+		if m.now().Sub(j.Started) < cpusetWait && !cpusetSettled(j, spec.Topology) {
 			// Slurm creates a job's cpuset with its parent's CPUs and then narrows it to
 			// the job's: read in between, a 1-CPU job would be measured on the whole node.
 			return nil
@@ -517,11 +520,16 @@ func (m *Measurer) startKept(j *Job, spec measure.Spec, opts pipeline.Options, h
 const cpusetWait = 10 * time.Second
 
 // cpusetSettled says whether a job's cpuset (its CPUs' topology) is the job's: no more
-// physical cores than the job was allocated on the node (cores, Slurm's list of the job's
-// cores; unknown: settled). Slurm counts cores, the cpuset lists their hardware threads.
-func cpusetSettled(cores string, topo []sample.CPUTopo) bool {
-	alloc, err := sample.ParseCPUList(cores)
-	if cores == "" || err != nil || len(alloc) == 0 {
+// physical cores than the job was allocated on the node (Slurm's list of the job's cores,
+// which its steps' events bring: before the first step, not settled; a step without it,
+// from a plugin that does not say, settled). Slurm counts cores, the cpuset lists their
+// hardware threads.
+func cpusetSettled(j *Job, topo []sample.CPUTopo) bool {
+	if j.Cores == "" {
+		return len(j.Steps) > 0
+	}
+	alloc, err := sample.ParseCPUList(j.Cores)
+	if err != nil || len(alloc) == 0 {
 		return true
 	}
 	seen := make(map[sample.Core]struct{}, len(topo))

@@ -383,6 +383,7 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 		want            []int
 	}{
 		{"narrowed after the start", "2", "0-3", "2", time.Second, false, []int{2}},
+		{"prolog: cores known at the first step", "prolog", "0-3", "2", time.Second, false, []int{2}},
 		{"whole node", "0-3", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
 		{"cores not known", "", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
 		{"never narrowed: measured after cpusetWait", "2", "0-3", "", cpusetWait, false, []int{0, 1, 2, 3}},
@@ -398,13 +399,25 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			set(tc.early)
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 			m, reg := testMeasurer(t, root, func() time.Time { return now })
-			prepareNow(m, batchStart(t, reg, 7, tc.cores, now))
+			if tc.cores == "prolog" {
+				// The job's start (prolog) says nothing of its cores; its first step does.
+				j, err := reg.Apply(wire.JobStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, Time: now}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				prepareNow(m, j)
+			} else {
+				prepareNow(m, batchStart(t, reg, 7, tc.cores, now))
+			}
 			t.Cleanup(func() { m.End(7) })
 			if got := m.jobs[7].job != nil; got != tc.wantEarly {
 				t.Fatalf("measured at the start, cpuset %s, job cores %q: %v, want %v", tc.early, tc.cores, got, tc.wantEarly)
 			}
 			if tc.narrowed != "" {
 				set(tc.narrowed)
+			}
+			if tc.cores == "prolog" {
+				batchStart(t, reg, 7, "2", now.Add(tc.later/2))
 			}
 			now = now.Add(tc.later)
 			m.cycle()
