@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +67,64 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "integration tests must run in CI but cannot: %s\n", r)
 		os.Exit(1)
 	}
+	if msg := staleBuild(); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
+}
+
+// staleBuild says what is wrong when the binaries the tests run from build/ are older
+// than their sources (go test does not rebuild them, make test does): a pass would be the
+// old code's. "" when they are current, not built, or PERSYST_BIN names others.
+func staleBuild() string {
+	if os.Getenv("PERSYST_BIN") != "" {
+		return ""
+	}
+	goSrc := func(name string) bool { return strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") }
+	cSrc := func(name string) bool { return strings.HasSuffix(name, ".c") || strings.HasSuffix(name, ".h") }
+	for _, b := range []struct {
+		bin, dir string
+		src      func(string) bool
+	}{
+		{"build/persyst", "", goSrc},
+		{"build/persyst-workload", "", goSrc},
+		{"build/spank_persyst.so", "spank", cSrc},
+	} {
+		st, err := os.Stat(filepath.Join(repoRoot, b.bin))
+		if err != nil {
+			continue
+		}
+		if newer := newerSource(filepath.Join(repoRoot, b.dir), b.src, st.ModTime()); newer != "" {
+			return fmt.Sprintf("integration tests: %s is newer than %s (make build, or make test, which builds it)", newer, b.bin)
+		}
+	}
+	return ""
+}
+
+// newerSource returns a source file under root changed after t ("" if none).
+func newerSource(root string, src func(string) bool, t time.Time) string {
+	var newer string
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if newer != "" {
+			return filepath.SkipAll
+		}
+		if err != nil {
+			return nil
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "build" || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if st, err := d.Info(); src(name) && err == nil && st.ModTime().After(t) {
+			newer = path
+		}
+		return nil
+	})
+	return newer
 }
 
 // forgeEvent is run as a child process under an unprivileged uid: it tries to send a
