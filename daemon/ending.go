@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,7 +84,7 @@ func (m *Measurer) stepOOMKills(jm *jobMeter) int {
 	}
 	dir := ""
 	for k, d := range jm.job.Meter().Spec().StatCgroups {
-		if k != "unified" && strings.Contains(","+k+",", ",memory,") {
+		if k != "unified" && memoryKey(k) {
 			dir = d
 		}
 	}
@@ -178,16 +179,16 @@ func (m *Measurer) oomKilled(k kmsg.OOMKill) {
 		return
 	}
 	now := m.now()
-	keep := m.unclaimed[:0]
-	for _, u := range m.unclaimed {
-		if now.Sub(u.at) < unclaimedFor {
-			keep = append(keep, u)
-		}
+	m.pruneUnclaimed(now)
+	if len(m.unclaimed) >= maxUnclaimed {
+		m.unclaimed = slices.Delete(m.unclaimed, 0, 1)
 	}
-	if len(keep) >= maxUnclaimed {
-		keep = append(keep[:0], keep[1:]...)
-	}
-	m.unclaimed = append(keep, unclaimedKill{at: now, kill: k})
+	m.unclaimed = append(m.unclaimed, unclaimedKill{at: now, kill: k})
+}
+
+// pruneUnclaimed drops the kills kept for longer than unclaimedFor. m.mu is held.
+func (m *Measurer) pruneUnclaimed(now time.Time) {
+	m.unclaimed = slices.DeleteFunc(m.unclaimed, func(u unclaimedKill) bool { return now.Sub(u.at) >= unclaimedFor })
 }
 
 // unclaimedKill is an OOM kill in no measured job's cgroups, logged at a time.
@@ -206,16 +207,15 @@ const (
 // claimKills counts for jm, whose meter has just opened, the kills logged in its cgroups
 // before. m.mu is held.
 func (m *Measurer) claimKills(jm *jobMeter) {
-	keep := m.unclaimed[:0]
-	for _, u := range m.unclaimed {
-		if m.now().Sub(u.at) < unclaimedFor && m.holdsTask(jm, u.kill.TaskCgroup) {
-			jm.oomKilled++
-			m.logKill(jm.id, u.kill)
-			continue
+	m.pruneUnclaimed(m.now())
+	m.unclaimed = slices.DeleteFunc(m.unclaimed, func(u unclaimedKill) bool {
+		if !m.holdsTask(jm, u.kill.TaskCgroup) {
+			return false
 		}
-		keep = append(keep, u)
-	}
-	m.unclaimed = keep
+		jm.oomKilled++
+		m.logKill(jm.id, u.kill)
+		return true
+	})
 }
 
 // holdsTask says whether the cgroup of a task (relative to its hierarchy's root, as the
@@ -230,7 +230,7 @@ func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
 		return false
 	}
 	for key, dir := range jm.job.Meter().Spec().StatCgroups {
-		if key != "unified" && !strings.Contains(","+key+",", ",memory,") {
+		if key != "unified" && !memoryKey(key) {
 			continue
 		}
 		rel := strings.TrimPrefix(dir, m.mounts[key])
@@ -243,6 +243,9 @@ func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
 	}
 	return false
 }
+
+// memoryKey says whether a v1 hierarchy's key names the memory controller.
+func memoryKey(key string) bool { return strings.Contains(","+key+",", ",memory,") }
 
 func (m *Measurer) logKill(id uint32, k kmsg.OOMKill) {
 	m.log.Info().Uint32("job", id).Int("pid", k.PID).Str("task", properties.CleanText(k.Task, 32)).Str("cgroup", k.TaskCgroup).

@@ -381,12 +381,13 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 		later           time.Duration // when the next cycle runs
 		wantEarly       bool          // measured before the cpuset is narrowed
 		want            []int
+		prolog          bool // the job's start (prolog) comes first, without its cores ("2" at its first step)
 	}{
-		{"narrowed after the start", "2", "0-3", "2", time.Second, false, []int{2}},
-		{"prolog: cores known at the first step", "prolog", "0-3", "2", time.Second, false, []int{2}},
-		{"whole node", "0-3", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
-		{"cores not known", "", "0-3", "", time.Second, true, []int{0, 1, 2, 3}},
-		{"never narrowed: measured after cpusetWait", "2", "0-3", "", cpusetWait, false, []int{0, 1, 2, 3}},
+		{"narrowed after the start", "2", "0-3", "2", time.Second, false, []int{2}, false},
+		{"prolog: cores known at the first step", "", "0-3", "2", time.Second, false, []int{2}, true},
+		{"whole node", "0-3", "0-3", "", time.Second, true, []int{0, 1, 2, 3}, false},
+		{"cores not known", "", "0-3", "", time.Second, true, []int{0, 1, 2, 3}, false},
+		{"never narrowed: measured after cpusetWait", "2", "0-3", "", cpusetWait, false, []int{0, 1, 2, 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := fakeNode(t, 7)
@@ -399,7 +400,7 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			set(tc.early)
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 			m, reg := testMeasurer(t, root, func() time.Time { return now })
-			if tc.cores == "prolog" {
+			if tc.prolog {
 				// The job's start (prolog) says nothing of its cores; its first step does.
 				j, err := reg.Apply(wire.JobStart, &wire.Event{JobID: 7, UID: 1000, Persyst: wire.On, Time: now}, now)
 				if err != nil {
@@ -416,7 +417,7 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			if tc.narrowed != "" {
 				set(tc.narrowed)
 			}
-			if tc.cores == "prolog" {
+			if tc.prolog {
 				batchStart(t, reg, 7, "2", now.Add(tc.later/2))
 			}
 			now = now.Add(tc.later)

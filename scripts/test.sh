@@ -41,7 +41,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# once more, and a second one is reported as what it is. A failing input always
 	# fails the tests.
 	fuzz_one() {
-		for try in 1 2; do
+		for _ in 1 2; do
 			if go test -run XXX -fuzz "^$2\$" -fuzztime "${PERSYST_FUZZTIME:-3s}" "$1" >build/fuzz.log 2>&1; then
 				echo "ok  $1 $2"
 				return
