@@ -393,8 +393,16 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, owned)}
 	for k, dir := range cg {
-		if cpus, ok, err := m.host.CgroupCPUs(dir); err == nil && ok && strings.Contains(","+k+",", ",cpuset,") {
+		if !strings.Contains(","+k+",", ",cpuset,") {
+			continue
+		}
+		cpus, ok, err := m.host.CgroupCPUs(dir)
+		if err == nil && ok {
 			spec.CPUs = cpus
+		} else if m.now().Sub(j.Started) < cpusetWait {
+			// A new v1 cpuset lists no CPUs until Slurm writes them: measured now, the
+			// job would be taken to run on every CPU of the node.
+			return nil
 		}
 	}
 	if d, ok := cg["unified"]; ok && len(spec.CPUs) == 0 {

@@ -508,3 +508,44 @@ func TestOOMKillInSlurmLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasurerWaitsForEmptyCPUset: a new v1 cpuset cgroup lists no CPUs until Slurm
+// writes the job's; a meter opened then would measure the job on every CPU of the node.
+func TestMeasurerWaitsForEmptyCPUset(t *testing.T) {
+	root, _ := fakeNode(t, 7)
+	mi := filepath.Join(root, "proc/self/mountinfo")
+	f, err := os.OpenFile(mi, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("31 23 0:27 / /sys/fs/cgroup/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	job := filepath.Join(root, "sys/fs/cgroup/cpuset/slurm_node1/uid_1000/job_7")
+	if err := os.MkdirAll(job, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	set := func(cpus string) {
+		if err := os.WriteFile(filepath.Join(job, "cpuset.cpus"), []byte(cpus), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("\n")
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	m, reg := testMeasurer(t, root, func() time.Time { return now })
+	prepareNow(m, batchStart(t, reg, 7, "", now))
+	t.Cleanup(func() { m.End(7) })
+	if m.jobs[7].job != nil {
+		t.Fatalf("measured on %v while the job's cpuset listed no CPUs", m.jobs[7].job.Meter().Spec().CPUs)
+	}
+	set("1\n")
+	now = now.Add(time.Second)
+	m.cycle()
+	if m.jobs[7].job == nil {
+		t.Fatal("not measured once the cpuset listed the job's CPUs")
+	}
+	if diff := cmp.Diff([]int{1}, m.jobs[7].job.Meter().Spec().CPUs); diff != "" {
+		t.Errorf("CPUs measured (-want +got):\n%s", diff)
+	}
+}
