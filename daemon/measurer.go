@@ -424,6 +424,14 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 		m.log.Warn().Err(err).Uint32("job", j.JobID).Msg("samples of an earlier daemon not restored")
 		m.samples.remove(j.JobID)
 	}
+	// The job's processes count from their birth, so that what a task does before the
+	// meter's first read (which comes a moment after the start, in the background) is
+	// the job's however the timing falls. After a restart, the processes there are
+	// counted from now: what they did before is in the earlier daemon's samples.
+	spec.ProcsSince = j.Started
+	if prevHdr != nil {
+		spec.ProcsSince = m.now()
+	}
 	if prevHdr != nil && len(spec.CPUs) == 0 {
 		if cpus, err := sample.ParseCPUList(prevHdr.CPUs); err == nil && len(cpus) > 0 {
 			spec.CPUs, spec.Topology = cpus, prevHdr.Topology

@@ -53,6 +53,9 @@ type Env struct {
 	Enable map[string]bool
 	Log    zerolog.Logger
 	Now    func() time.Time
+	// Uptime is the time since boot on the clock of processes' start times
+	// (CLOCK_BOOTTIME); nil: the kernel's.
+	Uptime func() (time.Duration, error)
 	// SampleBytes is the memory budget of one job's samples (0: DefaultSampleBytes).
 	// Beyond it neighbouring samples are merged pairwise: the whole job is kept at a
 	// coarser time resolution (Summary.Halved says how often).
@@ -77,6 +80,11 @@ type Spec struct {
 	StatCgroups map[string]string
 	// ProcCgroup is the directory whose subtree lists the job's processes.
 	ProcCgroup string
+	// ProcsSince is when the job began: its processes born since count all they did,
+	// also before the read that first sees them; those born before (running when a
+	// restarted daemon took the job over) count from that read. Zero: every process
+	// counts from its birth (procio.TrackerOptions).
+	ProcsSince time.Time
 	// ExtraPIDs, if set, adds processes that may have left ProcCgroup but belong to the
 	// job (`persyst run`: its child, a zombie until reaped).
 	ExtraPIDs func() []int

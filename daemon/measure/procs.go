@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/procio"
 	"github.com/persyst/persyst/sample"
@@ -22,8 +25,38 @@ type procSource struct {
 	have    bool
 }
 
-func newProc(env *Env, _ *Spec) (Source, error) {
-	return &procSource{tracker: procio.NewTracker(env.Host)}, nil
+func newProc(env *Env, spec *Spec) (Source, error) {
+	return &procSource{tracker: procio.NewTracker(env.Host, procio.TrackerOptions{Since: env.bootTicks(spec.ProcsSince)})}, nil
+}
+
+// bootTicks returns t as a process start time (procio.Ticks); 0 for the zero time, or if
+// the boot clock cannot be read (then every process counts from its birth).
+func (env *Env) bootTicks(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	up := env.Uptime
+	if up == nil {
+		up = kernelUptime
+	}
+	now := time.Now
+	if env.Now != nil {
+		now = env.Now
+	}
+	d, err := up()
+	if err != nil {
+		return 0
+	}
+	return procio.Ticks(d - now().Sub(t))
+}
+
+// kernelUptime reads CLOCK_BOOTTIME.
+func kernelUptime() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, fmt.Errorf("boot clock: %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
 }
 
 // listPIDs lists the job's processes (Read.PIDs).
@@ -61,6 +94,9 @@ func (p *procSource) Read(r *Read) error {
 	err = errors.Join(listErr, err)
 	s := r.Sample
 	s.Job[sample.Processes] = float64(n)
+	// The first read is the baseline of the job's sample, but the processes born since
+	// the job began count from zero (prev starts at zero): what they did before this
+	// read is in the next sample.
 	if p.have {
 		d := total.Sub(p.prev)
 		s.Job[sample.ReadChars] = float64(d.RChar)
@@ -71,7 +107,10 @@ func (p *procSource) Read(r *Read) error {
 		s.Job[sample.StorageWriteBytes] = float64(d.WriteBytes)
 		s.Job[sample.CancelledWrites] = float64(d.CancelledWriteBytes)
 	}
-	p.prev, p.have = total, true
+	if p.have {
+		p.prev = total
+	}
+	p.have = true
 	if err != nil {
 		return fmt.Errorf("%s: process I/O: %w", r.Spec.Name, err)
 	}

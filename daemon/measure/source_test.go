@@ -1,6 +1,10 @@
 package measure
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +87,69 @@ func TestSourceOff(t *testing.T) {
 		if v, ok := sum.Totals[n]; ok {
 			t.Errorf("total of %s = %v with its source off", n, v)
 		}
+	}
+}
+
+// TestProcsSince: a process born since the job began counts what it did before the
+// meter's first read (a task's first write, made before the read came); one running
+// before the job began (Spec.ProcsSince) counts from that read. Fixture /proc, fake clocks.
+func TestProcsSince(t *testing.T) {
+	f := newFakeJob(t)
+	f.set(t, 0, 0, 0, 0)
+	proc := func(pid int, start uint64, wchar uint64) {
+		t.Helper()
+		dir := filepath.Join(f.root, "proc", strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := fmt.Sprintf("%d (p) S 1 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, start)
+		io := fmt.Sprintf("rchar: 0\nwchar: %d\nsyscr: 0\nsyscw: %d\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n", wchar, wchar)
+		for name, s := range map[string]string{"stat": stat, "io": io} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The clocks: at now, the node has been up 1000 s; the job began 2 s before now,
+	// at 998 s after boot (tick 99800).
+	now := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	began := now.Add(-2 * time.Second)
+	tests := []struct {
+		name  string
+		since time.Time
+		want  float64 // write_chars after the second read
+	}{
+		{"the job's processes count from birth", began, 5 + 100 + 10},
+		{"restored: all count from the first read", now, 100 + 10},
+		{"no start given: all count from birth", time.Time{}, 5 + 100 + 1000 + 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			proc(10, 99800, 5)    // the task, born as the job began, wrote 5 before the first read
+			proc(11, 99799, 1000) // running 10 ms before the job began
+			f.write(t, "cgroup.procs", "10\n11\n")
+			clock := now
+			env := &Env{
+				Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
+				Enable: map[string]bool{"cgroup": false, "schedstat": false}, Log: zerolog.Nop(),
+				Now:    func() time.Time { return clock },
+				Uptime: func() (time.Duration, error) { return 1000*time.Second + clock.Sub(now), nil },
+			}
+			m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, ProcCgroup: f.dir, ProcsSince: tc.since})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			clock = clock.Add(time.Second)
+			proc(10, 99800, 105)
+			proc(11, 99799, 1010)
+			s, err := m.Read(sample.Cycle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Job[sample.WriteChars]; got != tc.want {
+				t.Errorf("write_chars = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

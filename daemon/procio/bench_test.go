@@ -13,7 +13,7 @@ func BenchmarkUpdate(b *testing.B) {
 	for _, n := range []int{1, 16, 128} {
 		b.Run("procs="+strconv.Itoa(n), func(b *testing.B) {
 			pids := startSleepers(b, n)
-			tr := NewTracker(hostfs.New("/"))
+			tr := NewTracker(hostfs.New("/"), TrackerOptions{})
 			if _, got, err := tr.Update(pids); err != nil || got != n {
 				b.Fatalf("first Update: %d processes, %v", got, err)
 			}

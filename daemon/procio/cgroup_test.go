@@ -179,7 +179,7 @@ func TestListProcsRealCgroup(t *testing.T) {
 	}
 
 	// The Tracker reads them (as root, any user's processes).
-	if _, n, err := NewTracker(hostfs.New("/")).Update(got); err != nil || n != 2 {
+	if _, n, err := NewTracker(hostfs.New("/"), TrackerOptions{}).Update(got); err != nil || n != 2 {
 		t.Errorf("Update: %d processes, %v; want 2, nil", n, err)
 	}
 

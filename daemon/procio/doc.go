@@ -34,8 +34,14 @@
 // never decreases. Processes are identified by (pid, starttime from /proc/PID/stat), so a
 // reused pid is a new process.
 //
-//   - A process seen for the first time contributes its whole counters: its I/O since it
-//     was born (including what it inherited from children it already reaped).
+//   - A process seen for the first time contributes its whole counters, its I/O since it
+//     was born (including what it inherited from children it already reaped), if it was
+//     born at or after TrackerOptions.Since, when the measured work began: it is wholly
+//     the work's, and what it did before the first read counts however late that read
+//     came (a task's first write, made before it execs the job's program, is counted
+//     whether or not a read came in between). A process born before Since (running
+//     before the work began: after a daemon restart, every process of the job) counts
+//     from the first read that sees it.
 //   - A process seen before contributes the difference since its last read (per field;
 //     were a counter ever to go down, nothing is subtracted and the old high-water mark
 //     stays the reference).
@@ -73,6 +79,11 @@
 //     not absorb it; the cap bounds the error to that ancestor's difference.
 //   - A process first seen after it reaped children that were tracked before (it moved
 //     into the set) counts those children twice.
+//   - Since is compared with starttime, which has a resolution of one clock tick (10 ms):
+//     a process born up to 10 ms before Since may count from its birth. Whatever else
+//     the set lists counts as the work's: on cgroup v2, Slurm's slurmstepd sits in the
+//     job's cgroup (step_*/slurm) and counts like a task (it is born after the job's
+//     start when a prolog event started it).
 //
 // # Not measured is not zero
 //

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
@@ -225,7 +226,7 @@ func helperSleep() {
 // prints the error and the number of processes read.
 func helperEACCES() {
 	pid := envInt("PERSYST_PROCIO_PID")
-	_, n, err := NewTracker(hostfs.New("/")).Update([]int{pid})
+	_, n, err := NewTracker(hostfs.New("/"), TrackerOptions{}).Update([]int{pid})
 	fmt.Printf("%d %v %v\n", n, errors.Is(err, unix.EACCES), err)
 }
 
@@ -410,7 +411,7 @@ func TestRealKernel(t *testing.T) {
 	if len(all) != 1+kids {
 		t.Fatalf("parent said %q", line)
 	}
-	tr := NewTracker(fsys)
+	tr := NewTracker(fsys, TrackerOptions{})
 	update := func(stage string, pids []int, wantN int, want wantIO) {
 		t.Helper()
 		got, n, err := tr.Update(pids)
@@ -524,5 +525,38 @@ func TestRealKernelPermission(t *testing.T) {
 	want := fmt.Sprintf("0 true procio: /proc/%d/io: permission denied\n", os.Getpid())
 	if string(got) != want {
 		t.Errorf("helper said %q, want %q", got, want)
+	}
+}
+
+// TestKernelStartTicks checks the clock Ticks assumes: a process started between two
+// readings of CLOCK_BOOTTIME has a starttime between their Ticks.
+func TestKernelStartTicks(t *testing.T) {
+	up := func() time.Duration {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ts.Nano())
+	}
+	for range 20 {
+		before := up()
+		cmd := exec.Command("sleep", "5")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		after := up()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		cmd.Process.Kill()
+		cmd.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := parseStatBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo, hi := Ticks(before), Ticks(after); st.StartTime < lo || st.StartTime > hi {
+			t.Fatalf("a process started %v..%v after boot has starttime %d, want %d..%d", before, after, st.StartTime, lo, hi)
+		}
 	}
 }

@@ -137,7 +137,7 @@ func TestListerKernel(t *testing.T) {
 // them when it exits or at Close.
 func TestTrackerKeptKernel(t *testing.T) {
 	before := openFDs(t)
-	tr := NewTracker(hostfs.New("/"))
+	tr := NewTracker(hostfs.New("/"), TrackerOptions{})
 	var cmds []*exec.Cmd
 	for range 2 {
 		c := exec.Command("/bin/sleep", "1000")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/persyst/persyst/hostfs"
 )
@@ -151,6 +152,21 @@ func parseIOBytes(b []byte) (IO, error) {
 		return IO{}, fmt.Errorf("missing keys: %s", missing)
 	}
 	return v, nil
+}
+
+// UserHZ is the unit of the times in /proc/PID/stat (USER_HZ: 100 on every architecture
+// Go runs Linux on).
+const UserHZ = 100
+
+// Ticks returns a time since boot (on CLOCK_BOOTTIME, the clock of a process's
+// task->start_boottime, which /proc/PID/stat prints as starttime) in USER_HZ clock ticks,
+// rounded down like starttime: a process born at or after that moment has a starttime of
+// at least Ticks. 0 for a time at or before boot.
+func Ticks(sinceBoot time.Duration) uint64 {
+	if sinceBoot <= 0 {
+		return 0
+	}
+	return uint64(sinceBoot / (time.Second / UserHZ))
 }
 
 // procStat is what we use of /proc/PID/stat.

@@ -10,6 +10,7 @@ import (
 // including what exited processes did (see the package documentation for the rules).
 // It is not safe for concurrent use.
 type Tracker struct {
+	since uint64 // TrackerOptions.Since
 	rd    pidReader
 	procs map[int]*proc // tracked processes by pid
 	total IO
@@ -40,9 +41,21 @@ type goneProc struct {
 	last      IO // what its reaper absorbed and we counted already
 }
 
+// TrackerOptions say which processes count from their birth.
+type TrackerOptions struct {
+	// Since is when the measured work began, in clock ticks after boot (the unit of
+	// /proc/PID/stat's starttime; see Ticks). A process born at or after it belongs to
+	// the work wholly and counts everything it did, also before the Update that first
+	// sees it. One born before it (already running when the work began: a process
+	// restored after a daemon restart, one moved into the set from outside) counts what
+	// it does after that first Update. 0: every process counts from its birth.
+	Since uint64
+}
+
 // NewTracker returns a Tracker reading <root>/proc.
-func NewTracker(h hostfs.FS) *Tracker {
+func NewTracker(h hostfs.FS, o TrackerOptions) *Tracker {
 	return &Tracker{
+		since:   o.Since,
 		rd:      newPidReader(h.Root()),
 		procs:   map[int]*proc{},
 		goneIdx: map[int]int{},
@@ -131,6 +144,9 @@ func (t *Tracker) visit(pid int) {
 	}
 	if p == nil {
 		p = &proc{start: st.StartTime, delta: cur, last: cur}
+		if st.StartTime < t.since {
+			p.delta = IO{} // older than the work: what it did before is not the work's
+		}
 		t.procs[pid] = p
 	} else {
 		p.delta = cur.Sub(p.last)

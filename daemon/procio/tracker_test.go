@@ -75,10 +75,10 @@ type trackStep struct {
 	err  string
 }
 
-func runTracker(t *testing.T, steps []trackStep) {
+func runTracker(t *testing.T, since uint64, steps []trackStep) {
 	t.Helper()
 	f := newFakeProc(t)
-	tr := NewTracker(hostfs.New(f.root))
+	tr := NewTracker(hostfs.New(f.root), TrackerOptions{Since: since})
 	var prev IO
 	for i, s := range steps {
 		if s.do != nil {
@@ -106,27 +106,47 @@ const outside = 999 // a parent outside the tracked set
 func TestTracker(t *testing.T) {
 	tests := []struct {
 		name  string
+		since uint64 // TrackerOptions.Since
 		steps []trackStep
 	}{
-		{"first seen counts whole", []trackStep{
+		{"first seen counts whole", 0, []trackStep{
 			{"new", func(f *fakeProc) { f.set(10, outside, 100, IO{1, 2, 3, 4, 5, 6, 7}) }, []int{10}, IO{1, 2, 3, 4, 5, 6, 7}, 1, ""},
 		}},
-		{"delta", []trackStep{
+		{"born at Since counts whole", 100, []trackStep{
+			{"new", func(f *fakeProc) { f.set(10, outside, 100, IO{1, 2, 3, 4, 5, 6, 7}) }, []int{10}, IO{1, 2, 3, 4, 5, 6, 7}, 1, ""},
+		}},
+		{"born before Since counts from the first read", 100, []trackStep{
+			{"new", func(f *fakeProc) { f.set(10, outside, 99, wc(100)) }, []int{10}, IO{}, 1, ""},
+			{"more", func(f *fakeProc) { f.set(10, outside, 99, wc(150)) }, []int{10}, wc(50), 1, ""},
+		}},
+		{"born before Since and first seen later", 100, []trackStep{
+			{"task", func(f *fakeProc) { f.set(10, outside, 120, wc(7)) }, []int{10}, wc(7), 1, ""},
+			{"moved in", func(f *fakeProc) { f.set(11, outside, 50, wc(1000)) }, []int{10, 11}, wc(7), 2, ""},
+			{"both write", func(f *fakeProc) {
+				f.set(10, outside, 120, wc(8))
+				f.set(11, outside, 50, wc(1010))
+			}, []int{10, 11}, wc(18), 2, ""},
+		}},
+		{"pid reused by a process born after Since", 100, []trackStep{
+			{"old", func(f *fakeProc) { f.set(10, outside, 40, wc(100)) }, []int{10}, IO{}, 1, ""},
+			{"new", func(f *fakeProc) { f.set(10, outside, 140, wc(30)) }, []int{10}, wc(30), 1, ""},
+		}},
+		{"delta", 0, []trackStep{
 			{"new", func(f *fakeProc) { f.set(10, outside, 100, wc(100)) }, []int{10}, wc(100), 1, ""},
 			{"more", func(f *fakeProc) { f.set(10, outside, 100, wc(150)) }, []int{10}, wc(150), 1, ""},
 			{"same", nil, []int{10}, wc(150), 1, ""},
 		}},
-		{"listed twice", []trackStep{
+		{"listed twice", 0, []trackStep{
 			{"new", func(f *fakeProc) { f.set(10, outside, 100, wc(100)) }, []int{10, 10}, wc(100), 1, ""},
 		}},
-		{"unknown pid is nothing", []trackStep{
+		{"unknown pid is nothing", 0, []trackStep{
 			{"absent", nil, []int{10}, IO{}, 0, ""},
 		}},
-		{"pid reuse is a new process", []trackStep{
+		{"pid reuse is a new process", 0, []trackStep{
 			{"old", func(f *fakeProc) { f.set(10, outside, 5, wc(100)) }, []int{10}, wc(100), 1, ""},
 			{"new", func(f *fakeProc) { f.set(10, outside, 9, wc(30)) }, []int{10}, wc(130), 1, ""},
 		}},
-		{"gone child absorbed by present parent", []trackStep{
+		{"gone child absorbed by present parent", 0, []trackStep{
 			{"both", func(f *fakeProc) {
 				f.set(1, outside, 1, wc(10))
 				f.set(2, 1, 2, wc(100))
@@ -137,7 +157,7 @@ func TestTracker(t *testing.T) {
 				f.reap(2)
 			}, []int{1, 2}, wc(135), 1, ""},
 		}},
-		{"gone child and gone parent absorbed by grandparent", []trackStep{
+		{"gone child and gone parent absorbed by grandparent", 0, []trackStep{
 			{"three", func(f *fakeProc) {
 				f.set(1, outside, 1, wc(1))
 				f.set(2, 1, 2, wc(10))
@@ -151,7 +171,7 @@ func TestTracker(t *testing.T) {
 				f.reap(3)
 			}, []int{1}, wc(183), 1, ""},
 		}},
-		{"parent that did not absorb: capped at its delta", []trackStep{
+		{"parent that did not absorb: capped at its delta", 0, []trackStep{
 			{"both", func(f *fakeProc) {
 				f.set(1, outside, 1, IO{WChar: 10, SyscW: 1})
 				f.set(2, 1, 2, IO{WChar: 100, SyscW: 1})
@@ -164,7 +184,7 @@ func TestTracker(t *testing.T) {
 				f.reap(2)
 			}, []int{1}, IO{WChar: 110, SyscW: 6}, 1, ""},
 		}},
-		{"zombie read after leaving the list", []trackStep{
+		{"zombie read after leaving the list", 0, []trackStep{
 			{"both", func(f *fakeProc) {
 				f.set(1, outside, 1, wc(0))
 				f.set(2, 1, 2, wc(100))
@@ -177,21 +197,21 @@ func TestTracker(t *testing.T) {
 			}, []int{1}, wc(130), 1, ""},
 			{"after", nil, []int{1}, wc(130), 1, ""},
 		}},
-		{"moved away but alive: still tracked", []trackStep{
+		{"moved away but alive: still tracked", 0, []trackStep{
 			{"in", func(f *fakeProc) { f.set(10, outside, 1, wc(5)) }, []int{10}, wc(5), 1, ""},
 			{"out", func(f *fakeProc) { f.set(10, outside, 1, wc(50)) }, nil, wc(50), 1, ""},
 			{"gone", func(f *fakeProc) { f.reap(10) }, nil, wc(50), 0, ""},
 		}},
-		{"counter going down keeps the high-water mark", []trackStep{
+		{"counter going down keeps the high-water mark", 0, []trackStep{
 			{"100", func(f *fakeProc) { f.set(10, outside, 1, wc(100)) }, []int{10}, wc(100), 1, ""},
 			{"90", func(f *fakeProc) { f.set(10, outside, 1, wc(90)) }, []int{10}, wc(100), 1, ""},
 			{"120", func(f *fakeProc) { f.set(10, outside, 1, wc(120)) }, []int{10}, wc(120), 1, ""},
 		}},
-		{"empty file means gone", []trackStep{
+		{"empty file means gone", 0, []trackStep{
 			{"new", func(f *fakeProc) { f.set(10, outside, 1, wc(100)) }, []int{10}, wc(100), 1, ""},
 			{"empty", func(f *fakeProc) { f.write(10, "io", "") }, []int{10}, wc(100), 0, ""},
 		}},
-		{"reused pid of a gone parent is not the reaper", []trackStep{
+		{"reused pid of a gone parent is not the reaper", 0, []trackStep{
 			{"both", func(f *fakeProc) {
 				f.set(2, outside, 40, wc(10))
 				f.set(3, 2, 50, wc(100))
@@ -203,7 +223,7 @@ func TestTracker(t *testing.T) {
 				f.reap(3)
 			}, []int{2}, wc(610), 1, ""},
 		}},
-		{"malformed file is an error; the rest is counted", []trackStep{
+		{"malformed file is an error; the rest is counted", 0, []trackStep{
 			{"bad", func(f *fakeProc) {
 				f.set(10, outside, 1, wc(100))
 				f.set(11, outside, 1, wc(7))
@@ -211,7 +231,7 @@ func TestTracker(t *testing.T) {
 			}, []int{10, 11}, wc(100), 1, `procio: /proc/11/io: line 1: want "key: value", got "garbage"`},
 			{"fixed", func(f *fakeProc) { f.set(11, outside, 1, wc(7)) }, []int{10, 11}, wc(107), 2, ""},
 		}},
-		{"unreadable file is an error; stays tracked", []trackStep{
+		{"unreadable file is an error; stays tracked", 0, []trackStep{
 			{"ok", func(f *fakeProc) { f.set(12, outside, 1, wc(10)) }, []int{12}, wc(10), 1, ""},
 			{"dir", func(f *fakeProc) {
 				f.reap(12)
@@ -225,7 +245,7 @@ func TestTracker(t *testing.T) {
 				f.set(12, outside, 1, wc(30))
 			}, []int{12}, wc(30), 1, ""},
 		}},
-		{"subtraction waits for an unreadable parent", []trackStep{
+		{"subtraction waits for an unreadable parent", 0, []trackStep{
 			{"both", func(f *fakeProc) {
 				f.set(1, outside, 1, wc(10))
 				f.set(2, 1, 2, wc(100))
@@ -236,7 +256,7 @@ func TestTracker(t *testing.T) {
 			}, []int{1}, wc(110), 0, `procio: /proc/1/stat: line 1: want "pid (comm) state ...", got "garbage"`},
 			{"parent back", func(f *fakeProc) { f.set(1, outside, 1, wc(10+5+120)) }, []int{1}, wc(135), 1, ""},
 		}},
-		{"gone parent carries its pending subtraction", []trackStep{
+		{"gone parent carries its pending subtraction", 0, []trackStep{
 			{"three", func(f *fakeProc) {
 				f.set(1, outside, 1, wc(1))
 				f.set(2, 1, 2, wc(10))
@@ -253,7 +273,7 @@ func TestTracker(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runTracker(t, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runTracker(t, tt.since, tt.steps) })
 	}
 }
 

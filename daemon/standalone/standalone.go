@@ -190,6 +190,9 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		spec.PerfPID = pid
 	}
 	spec.ExtraPIDs = func() []int { return r.extraPIDs(privileged) }
+	// The stopped child, born before now, counts from the first read; what CMD starts
+	// counts from its birth.
+	spec.ProcsSince = opts.Now()
 	job, err := pipeline.Start(env, spec, pipeline.Options{Engine: opts.Engine})
 	// Let CMD go whether or not measuring could start.
 	_ = unix.Kill(pid, unix.SIGCONT)
