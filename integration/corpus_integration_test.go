@@ -24,6 +24,7 @@ import (
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/sample"
 )
 
 type corpusCase struct {
@@ -93,6 +94,7 @@ func TestCorpus(t *testing.T) {
 			table = append(table, row)
 			if got != tc.first {
 				t.Errorf("first finding %q, want %q (findings %v)", got, tc.first, all)
+				corpusEvidence(t, tc.name, filepath.Join(dir, "result.json"), res)
 			}
 			if tc.first == "" && len(d.Findings) > 0 || tc.first == "startup" && len(d.Findings) > 0 {
 				t.Errorf("a negative control has findings %v", all)
@@ -117,6 +119,25 @@ func corpusFirst(name string, d *digest.Report) (first, row string, all []string
 		all = append(all, f.Key)
 	}
 	return first, fmt.Sprintf("| %s | %s | %s |", name, what, sev), all
+}
+
+// corpusEvidence keeps a failed case's result under build/test-artifacts and logs what
+// it measured: how the command ended, its samples' memory and CPU, what was not measured.
+func corpusEvidence(t *testing.T, name, result string, res standalone.Result) {
+	t.Helper()
+	arts := filepath.Join(repoRoot, "build", "test-artifacts")
+	if b, err := os.ReadFile(result); err == nil && os.MkdirAll(arts, 0o755) == nil {
+		keep := filepath.Join(arts, "corpus-"+strings.NewReplacer(" ", "_", "/", "_").Replace(name)+".json")
+		if err := os.WriteFile(keep, b, 0o644); err == nil {
+			t.Logf("result kept in %s", keep)
+		}
+	}
+	t.Logf("exit status %d, signal %q, %.2f s, %d samples, not measured: %v",
+		res.ExitStatus, res.Signal, res.Summary.Seconds, len(res.Samples), res.Summary.NotMeasured)
+	for _, s := range res.Samples {
+		t.Logf("  %s %-7s %.2fs anon %.0f mem %.0f peak %.0f user %.2f", s.Time.Format("15:04:05.000"), s.Reason, s.Seconds,
+			s.Job[sample.MemAnonBytes], s.Job[sample.MemBytes], s.Job[sample.MemPeakBytes], s.Job[sample.CPUUserSeconds])
+	}
 }
 
 // corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
