@@ -278,14 +278,17 @@ func (s *Uplink) keepOnce(ctx context.Context, addr string, k keptReport) error 
 	return nil
 }
 
-// Run sends queued cycles until ctx is done; while the collector is down it retries
-// every retry interval. Final reports go to the keeper meanwhile.
+// Run sends queued cycles until ctx is done; while cycles are left unsent (a collector
+// down) it retries every retry interval. Final reports go to the keeper meanwhile. With
+// nothing left to send it sleeps until a cycle is queued: an idle node's daemon is not
+// woken for nothing.
 func (s *Uplink) Run(ctx context.Context, retry time.Duration) {
 	if retry <= 0 {
 		retry = time.Second
 	}
 	go s.sendKept(ctx)
-	t := time.NewTicker(retry)
+	t := time.NewTimer(retry)
+	t.Stop()
 	defer t.Stop()
 	defer func() {
 		s.mu.Lock()
@@ -302,6 +305,12 @@ func (s *Uplink) Run(ctx context.Context, retry time.Duration) {
 		case <-t.C:
 		}
 		s.flush(ctx)
+		s.mu.Lock()
+		left := len(s.pending) > 0
+		s.mu.Unlock()
+		if left {
+			t.Reset(retry)
+		}
 	}
 }
 
