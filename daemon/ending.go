@@ -84,7 +84,7 @@ func (m *Measurer) stepOOMKills(jm *jobMeter) int {
 	}
 	dir := ""
 	for k, d := range jm.job.Meter().Spec().StatCgroups {
-		if k != "unified" && memoryKey(k) {
+		if k != "unified" && keyHas(k, "memory") {
 			dir = d
 		}
 	}
@@ -230,7 +230,7 @@ func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
 		return false
 	}
 	for key, dir := range jm.job.Meter().Spec().StatCgroups {
-		if key != "unified" && !memoryKey(key) {
+		if key != "unified" && !keyHas(key, "memory") {
 			continue
 		}
 		rel := strings.TrimPrefix(dir, m.mounts[key])
@@ -243,9 +243,6 @@ func (m *Measurer) holdsTask(jm *jobMeter, task string) bool {
 	}
 	return false
 }
-
-// memoryKey says whether a v1 hierarchy's key names the memory controller.
-func memoryKey(key string) bool { return strings.Contains(","+key+",", ",memory,") }
 
 func (m *Measurer) logKill(id uint32, k kmsg.OOMKill) {
 	m.log.Info().Uint32("job", id).Int("pid", k.PID).Str("task", properties.CleanText(k.Task, 32)).Str("cgroup", k.TaskCgroup).

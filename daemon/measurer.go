@@ -227,7 +227,7 @@ func (m *Measurer) usesOwned(cg map[string]string) bool {
 		return false
 	}
 	for k := range cg {
-		if strings.Contains(","+k+",", ",perf_event,") {
+		if keyHas(k, "perf_event") {
 			return false
 		}
 	}
@@ -393,7 +393,7 @@ func (m *Measurer) open(j *Job, owned string) *pipeline.Job {
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(j.JobID), 10), StatCgroups: m.statCgroups(cg, owned)}
 	for k, dir := range cg {
-		if !strings.Contains(","+k+",", ",cpuset,") {
+		if !keyHas(k, "cpuset") {
 			continue
 		}
 		cpus, ok, err := m.host.CgroupCPUs(dir)
@@ -559,14 +559,18 @@ func cpusetSettled(j *Job, topo []sample.CPUTopo) bool {
 // they changed (a cgroup made by a plugin without an event).
 const refindEvery = 10 * time.Second
 
+// hasKey says whether one of a job's cgroup hierarchies (cg's keys) has the controller ctrl.
 func hasKey(cg map[string]string, ctrl string) bool {
 	for k := range cg {
-		if strings.Contains(","+k+",", ","+ctrl+",") {
+		if keyHas(k, ctrl) {
 			return true
 		}
 	}
 	return false
 }
+
+// keyHas says whether a v1 hierarchy's key ("cpu,cpuacct") names the controller ctrl.
+func keyHas(key, ctrl string) bool { return strings.Contains(","+key+",", ","+ctrl+",") }
 
 // jobCgroups returns the job's Slurm cgroup directories: those found in Slurm's layout
 // on every hierarchy (slurmstepd itself joins only some, e.g. only freezer on v1), and

@@ -74,6 +74,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// artifacts returns build/test-artifacts, created if need be: what a test leaves there
+// (screenshots, a failed case's result) outlives the run (make fresh-check keeps it).
+func artifacts() (string, error) {
+	dir := filepath.Join(repoRoot, "build", "test-artifacts")
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
 // staleBuild says what is wrong when the binaries the tests run from build/ are older
 // than their sources (go test does not rebuild them, make test does): a pass would be the
 // old code's. "" when they are current, not built, or PERSYST_BIN names others.

@@ -125,8 +125,8 @@ func corpusFirst(name string, d *digest.Report) (first, row string, all []string
 // it measured: how the command ended, its samples' memory and CPU, what was not measured.
 func corpusEvidence(t *testing.T, name, result string, res standalone.Result) {
 	t.Helper()
-	arts := filepath.Join(repoRoot, "build", "test-artifacts")
-	if b, err := os.ReadFile(result); err == nil && os.MkdirAll(arts, 0o755) == nil {
+	arts, err := artifacts()
+	if b, rerr := os.ReadFile(result); err == nil && rerr == nil {
 		keep := filepath.Join(arts, "corpus-"+strings.NewReplacer(" ", "_", "/", "_").Replace(name)+".json")
 		if err := os.WriteFile(keep, b, 0o644); err == nil {
 			t.Logf("result kept in %s", keep)

@@ -28,8 +28,8 @@ func chromium(t *testing.T, url, name string) string {
 	if err != nil {
 		t.Fatal("chromium not installed (Debian package chromium; run scripts/deps.sh)")
 	}
-	arts := filepath.Join(repoRoot, "build", "test-artifacts")
-	if err := os.MkdirAll(arts, 0o755); err != nil {
+	arts, err := artifacts()
+	if err != nil {
 		t.Fatal(err)
 	}
 	profile := t.TempDir()

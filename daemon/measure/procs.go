@@ -106,8 +106,6 @@ func (p *procSource) Read(r *Read) error {
 		s.Job[sample.StorageReadBytes] = float64(d.ReadBytes)
 		s.Job[sample.StorageWriteBytes] = float64(d.WriteBytes)
 		s.Job[sample.CancelledWrites] = float64(d.CancelledWriteBytes)
-	}
-	if p.have {
 		p.prev = total
 	}
 	p.have = true
