@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/sample"
+	"github.com/persyst/persyst/standalone"
 )
 
 type corpusCase struct {

@@ -24,8 +24,8 @@ import (
 	"github.com/persyst/persyst/properties"
 
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/sample"
+	"github.com/persyst/persyst/standalone"
 )
 
 const (
@@ -486,7 +486,7 @@ func TestSlurmMeasures(t *testing.T) {
 		// the read before it exits. The shell (a tracked process) inherits them when it
 		// reaps the workload; the shell itself is reaped by slurmstepd, outside the job.
 		// Without the pause, I/O since the last cycle before the job's last process exits
-		// would be lost (see daemon/procio).
+		// would be lost (see daemon/measure/procio).
 		script := fmt.Sprintf("#!/bin/sh\n%s\nsleep 2\n", strings.Join(w.argv(load, filepath.Join(c.work, strconv.Itoa(i))), " "))
 		if err := os.MkdirAll(filepath.Join(c.work, strconv.Itoa(i)), 0o777); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,7 @@
 // names, what each needs from the kernel (Kind), their perf_event_attr type and config,
 // the groups they are scheduled in, and the raw floating-point and memory events of the
 // processors that have a table (RawEvents). It is data only: the reader that opens and
-// reads them is daemon/perfcg; the property engine uses the names.
+// reads them is daemon/measure/perfcg; the property engine uses the names.
 package perfevents
 
 import (

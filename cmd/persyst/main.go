@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/standalone"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").

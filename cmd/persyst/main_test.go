@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/persyst/persyst/daemon/standalone"
+	"github.com/persyst/persyst/standalone"
 )
 
 // TestMain lets this test binary stand in for persyst where `persyst run` re-executes

@@ -12,9 +12,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/config"
-	"github.com/persyst/persyst/daemon/standalone"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/standalone"
 )
 
 type runOptions struct {

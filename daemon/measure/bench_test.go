@@ -36,10 +36,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/cgstats"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"

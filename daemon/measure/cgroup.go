@@ -3,7 +3,7 @@ package measure
 import (
 	"fmt"
 
-	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -28,9 +28,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/daemon/cgstats"
-	"github.com/persyst/persyst/daemon/perfcg"
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/daemon/measure/perfcg"
+	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"

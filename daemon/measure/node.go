@@ -1,7 +1,7 @@
 package measure
 
 import (
-	"github.com/persyst/persyst/daemon/netstat"
+	"github.com/persyst/persyst/daemon/measure/netstat"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/persyst/persyst/daemon/perfcg"
+	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
 )

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/sample"
 )
 

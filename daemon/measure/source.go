@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/persyst/persyst/daemon/procio"
+	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/daemon/cgstats"
+	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )

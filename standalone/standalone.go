@@ -46,8 +46,8 @@ import (
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/daemon/pipeline"
-	"github.com/persyst/persyst/daemon/procio"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
