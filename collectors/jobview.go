@@ -11,6 +11,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
+	"github.com/persyst/persyst/sample"
 )
 
 // jobView is what a collector holding a job's nodes knows of the whole job: every
@@ -329,7 +330,9 @@ func (v *jobView) report(job uint32, e *properties.Engine) digest.Report {
 		}
 	}
 	sort.Strings(nodes)
-	return digest.Build(digest.Facts{JobID: job, Nodes: nodes, NNodes: len(nodes),
-		Start: time.Unix(v.first, 0).UTC(), End: time.Unix(v.last, 0).UTC(), Seconds: float64(v.last - v.first), Samples: len(v.samples)},
-		v.results(e), e.MinSeconds())
+	return digest.Assemble(digest.Input{
+		Facts:    digest.Facts{JobID: job, Nodes: nodes, NNodes: len(nodes)},
+		Measured: sample.Summary{Started: time.Unix(v.first, 0).UTC(), Last: time.Unix(v.last, 0).UTC(), Seconds: float64(v.last - v.first), Samples: len(v.samples)},
+		Results:  v.results(e), MinSeconds: e.MinSeconds(),
+	})
 }

@@ -364,10 +364,12 @@ func (m *Measurer) jobReport(ctx context.Context, j *Job, jm *jobMeter, facts *j
 		}
 	}
 	df.Missing = missingNodes(df.Nodes, facts, int(j.NNodes), why, reasons)
+	in := digest.Input{Facts: df, Measured: jm.job.Summary(), Results: results, MinSeconds: m.dig.Engine.MinSeconds()}
 	if mode != interactive || (facts != nil && !facts.Running()) {
-		df.EndState, df.Events = digest.EndEvents(m.ending(j, jm, facts, memRequested, df.JobStart, df.JobEnd))
+		e := m.ending(j, jm, facts, memRequested, df.JobStart, df.JobEnd)
+		in.Ending = &e
 	}
-	return jm.job.Report(df, results)
+	return digest.Assemble(in)
 }
 
 // Report returns a job's report: kept in memory, else from the state directory.

@@ -50,33 +50,39 @@ var (
 	fine   = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
 )
 
-func covering(f Facts, secs float64, samples int) Facts {
+func covering(f Facts, secs float64, samples int) Input {
 	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	f.Start, f.End, f.Seconds, f.Samples = start, start.Add(time.Duration(secs*float64(time.Second))), secs, samples
-	return f
+	return Input{Facts: f, Measured: sample.Summary{Started: start, Last: start.Add(time.Duration(secs * float64(time.Second))), Seconds: secs, Samples: samples}}
 }
 
 // whole states a job's life the measurement covers (within a cycle at each end).
-func whole(f Facts) Facts {
-	f.JobStart, f.JobEnd, f.Tolerance = f.Start.Add(-time.Second), f.End.Add(time.Second), 3*time.Second
-	return f
+func whole(in Input) Input {
+	in.Facts.JobStart, in.Facts.JobEnd, in.Facts.Tolerance = in.Measured.Started.Add(-time.Second), in.Measured.Last.Add(time.Second), 3*time.Second
+	return in
 }
 
 // partial: a 3-node job of which the digest covers one node, measured from 10 s after
 // the job's start, with a daemon restart, made after the job ended.
-func partial(f Facts) Facts {
-	f = whole(f)
-	f.JobStart = f.Start.Add(-10 * time.Second)
-	f.Gaps = []sample.Gap{{From: f.Start.Add(5 * time.Second), To: f.Start.Add(13 * time.Second), Why: "the persyst daemon was not running"}}
-	f.Missing = []MissingNode{{Node: "node2", Why: "no collector tree is configured"}, {Node: "node3", Why: "no collector tree is configured"}}
-	f.Late = true
-	return f
+func partial(in Input) Input {
+	in = whole(in)
+	start := in.Measured.Started
+	in.Facts.JobStart = start.Add(-10 * time.Second)
+	in.Measured.Gaps = []sample.Gap{{From: start.Add(5 * time.Second), To: start.Add(13 * time.Second), Why: "the persyst daemon was not running"}}
+	in.Facts.Missing = []MissingNode{{Node: "node2", Why: "no collector tree is configured"}, {Node: "node3", Why: "no collector tree is configured"}}
+	in.Facts.Late = true
+	return in
 }
 
 // ended adds how the job ended.
-func ended(f Facts, e Ending) Facts {
-	f.EndState, f.Events = EndEvents(e)
-	return f
+func ended(in Input, e Ending) Input {
+	in.Ending = &e
+	return in
+}
+
+// assemble makes the report of in with results, judged from minSeconds on.
+func assemble(in Input, results []properties.Result, minSeconds float64) Report {
+	in.Results, in.MinSeconds = results, minSeconds
+	return Assemble(in)
 }
 
 func TestTextGolden(t *testing.T) {
@@ -88,7 +94,7 @@ func TestTextGolden(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		facts   Facts
+		facts   Input
 		results []properties.Result
 		min     float64
 	}{
@@ -116,7 +122,7 @@ func TestTextGolden(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Text(Build(tc.facts, tc.results, tc.min), TextOptions{})
+			got := Text(assemble(tc.facts, tc.results, tc.min), TextOptions{})
 			lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
 			if len(lines) > 30 {
 				t.Errorf("%d lines, want at most 30", len(lines))
@@ -152,7 +158,7 @@ func TestTextGolden(t *testing.T) {
 func TestTextCleansText(t *testing.T) {
 	f := smallWrites
 	f.Name, f.Recommendation, f.Deciles = "Small\x1b[2J writes", "buffer\u202eoutput\x07", nil
-	r := Build(covering(Facts{JobID: 9, Command: "prog \x1b]0;owned\x07", Nodes: []string{"n1\x1b[1m", "n2"}, NNodes: 3, CPUs: 2}, 600, 10),
+	r := assemble(covering(Facts{JobID: 9, Command: "prog \x1b]0;owned\x07", Nodes: []string{"n1\x1b[1m", "n2"}, NNodes: 3, CPUs: 2}, 600, 10),
 		[]properties.Result{f}, 300)
 	r.NotAssessed = []NotAssessed{{Reason: "no\x1bPMU", Properties: []string{"cpi\r"}}}
 	for _, o := range []TextOptions{{}, {Width: 40}} {
@@ -177,7 +183,7 @@ func TestTextUnicode(t *testing.T) {
 		many = append(many, x)
 	}
 	cmd := "./simulate --titre=" + strings.Repeat("é", 100)
-	got := Text(Build(covering(Facts{Command: cmd, Nodes: []string{"vm"}, CPUs: 2}, 600, 10), many, 300), TextOptions{})
+	got := Text(assemble(covering(Facts{Command: cmd, Nodes: []string{"vm"}, CPUs: 2}, 600, 10), many, 300), TextOptions{})
 	for i, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
 		if !utf8.ValidString(l) {
 			t.Errorf("line %d is not valid UTF-8: %q", i+1, l)
@@ -201,16 +207,16 @@ func TestTextStartupOnly(t *testing.T) {
 	startup.Assessed, startup.NotAssessed, startup.Finding = false, properties.StartupOnly, false
 	for _, tc := range []struct {
 		name   string
-		events []Event
+		ending *Ending
 		want   string
 	}{
 		{"nothing happened", nil, "too short to judge"},
-		{"killed at its start", []Event{{Key: "oom_kill", Text: "Out of memory: 1 process was killed."}}, "Nothing else to judge"},
+		{"killed at its start", &Ending{OOMKills: 1}, "Nothing else to judge"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := covering(Facts{JobID: 3, Nodes: []string{"node1"}, CPUs: 1}, 0.4, 1)
-			f.Events = tc.events
-			r := Build(f, []properties.Result{startup}, 300)
+			f.Ending = tc.ending
+			r := assemble(f, []properties.Result{startup}, 300)
 			got := Text(r, TextOptions{})
 			if !r.StartupOnly || !strings.Contains(got, tc.want) || strings.Contains(got, "no issues found") {
 				t.Errorf("startup_only %v, text:\n%s\nwant %q, never \"no issues found\"", r.StartupOnly, got, tc.want)

@@ -274,7 +274,9 @@ wait:
 		}
 		res.Summary = job.Summary()
 		res.Samples = job.Meter().Samples()
-		rep := job.Report(digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)}, job.Results(0))
+		results := job.Results(0)
+		rep := digest.Assemble(digest.Input{Facts: digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)},
+			Measured: job.Summary(), Results: results, MinSeconds: opts.Engine.MinSeconds()})
 		res.Digest = &rep
 	}
 	out := opts.Stderr

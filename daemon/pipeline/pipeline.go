@@ -3,12 +3,13 @@
 //
 //	measure.Meter ──samples──▶ properties.Accumulator ──records──▶ Options.Records (the agent tree)
 //	      │                              │
-//	      └── summary ──────────────────▶ Results ──▶ Report (digest)
+//	      └── summary ──────────────────▶ Results ──▶ digest.Assemble (the report)
 //
 // A Job reads its meter at each cycle boundary (Loop, NextTick) and at its steps' and
 // its own end; every read with an interval is evaluated at once, so each interval's
 // property records exist while the job runs. At the end, Results completes the
-// job-level properties over the whole job, and Report builds the digest report.
+// job-level properties over the whole job; with the job's Summary they are what
+// digest.Assemble makes the report of.
 package pipeline
 
 import (
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -234,19 +234,6 @@ func (j *Job) Results(memRequested float64) []properties.Result {
 	acc := j.accumulator()
 	acc.SetMemRequested(memRequested)
 	return acc.Finish(samples, sum)
-}
-
-// Report builds the job's digest report from results (Results, possibly merged with the
-// job-wide ones of other nodes): f says which job and nodes; the time covered is the
-// meter's.
-func (j *Job) Report(f digest.Facts, results []properties.Result) digest.Report {
-	sum := j.Summary()
-	f.Start, f.End, f.Seconds, f.Samples, f.Gaps = sum.Started, sum.Last, sum.Seconds, sum.Samples, append(f.Gaps, sum.Gaps...)
-	var minSeconds float64
-	if j.opts.Engine != nil {
-		minSeconds = j.opts.Engine.MinSeconds()
-	}
-	return digest.Build(f, results, minSeconds)
 }
 
 // Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.
