@@ -200,7 +200,7 @@ func TestReconcile(t *testing.T) {
 // TestBadCgroup: a job's cgroup directory from an event is taken only inside its
 // hierarchy and in the job's own cgroup.
 func TestBadCgroup(t *testing.T) {
-	m := &Measurer{mounts: map[string]string{"freezer": "/sys/fs/cgroup/freezer", "unified": "/sys/fs/cgroup/unified"}}
+	m := slurmCgroups{mounts: map[string]string{"freezer": "/sys/fs/cgroup/freezer", "unified": "/sys/fs/cgroup/unified"}}
 	for _, tc := range []struct {
 		key, dir, why string
 	}{

@@ -114,8 +114,8 @@ func benchmarkCycle(b *testing.B, pause time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if m.perfParent != "" {
-		dirs = append([]string{m.host.Path(m.perfParent)}, dirs...) // removed last
+	if m.owned.parent != "" {
+		dirs = append([]string{m.host.Path(m.owned.parent)}, dirs...) // removed last
 	}
 	for i := range jobs {
 		id := uint32(950001 + i)

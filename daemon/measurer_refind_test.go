@@ -68,8 +68,8 @@ func TestMeasurerRefind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.perfParent != "" {
-		t.Cleanup(func() { rmdir(t, m.host.Path(m.perfParent)) })
+	if m.owned.parent != "" {
+		t.Cleanup(func() { rmdir(t, m.host.Path(m.owned.parent)) })
 	}
 	// Started a while ago: the meter does not wait for a cpuset cgroup (cpusetWait).
 	started := now.Add(-time.Minute)
@@ -80,10 +80,10 @@ func TestMeasurerRefind(t *testing.T) {
 	prepareNow(m, j)
 	t.Cleanup(func() { m.End(id) })
 	m.cycle()
-	if m.jobs[id].job == nil {
+	if measured(m, id) == nil {
 		t.Fatal("job not measured")
 	}
-	meter := m.jobs[id].job.Meter()
+	meter := measured(m, id).Meter()
 
 	// Slurm's hierarchies the meter reads (persyst's own v2 cgroup left out), and how
 	// many statistics files it keeps open per hierarchy.

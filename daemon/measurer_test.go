@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/kmsg"
+	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
@@ -270,9 +271,9 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			prepareNow(m, j)
-			m.mu.Lock()
-			done := m.jobs[7].factsDone
-			m.mu.Unlock()
+			m.dig.mu.Lock()
+			done := m.dig.jobs[7].looked
+			m.dig.mu.Unlock()
 			if done == nil {
 				t.Fatal("no lookup started at the batch step's start")
 			}
@@ -320,6 +321,14 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// measured returns job id's pipeline (nil: its meter is not open).
+func measured(m *Measurer, id uint32) *pipeline.Job {
+	if jm := m.meters.get(id); jm != nil {
+		return jm.pipeline()
+	}
+	return nil
 }
 
 // prepareNow is Measurer.Prepare, and then the meter's opening in the background is
@@ -411,7 +420,7 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 				prepareNow(m, batchStart(t, reg, 7, tc.cores, now))
 			}
 			t.Cleanup(func() { m.End(7) })
-			if got := m.jobs[7].job != nil; got != tc.wantEarly {
+			if got := measured(m, 7) != nil; got != tc.wantEarly {
 				t.Fatalf("measured at the start, cpuset %s, job cores %q: %v, want %v", tc.early, tc.cores, got, tc.wantEarly)
 			}
 			if tc.narrowed != "" {
@@ -422,10 +431,10 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			}
 			now = now.Add(tc.later)
 			m.cycle()
-			if m.jobs[7].job == nil {
+			if measured(m, 7) == nil {
 				t.Fatal("not measured after the cycle")
 			}
-			if diff := cmp.Diff(tc.want, m.jobs[7].job.Meter().Spec().CPUs); diff != "" {
+			if diff := cmp.Diff(tc.want, measured(m, 7).Meter().Spec().CPUs); diff != "" {
 				t.Errorf("CPUs measured (-want +got):\n%s", diff)
 			}
 		})
@@ -453,15 +462,15 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 			m, reg := testMeasurer(t, root, func() time.Time { return now })
 			for _, k := range tc.kills {
-				m.oomKilled(k)
+				m.oom.killed(k)
 			}
 			now = now.Add(tc.age)
 			prepareNow(m, batchStart(t, reg, 7, "", now))
 			t.Cleanup(func() { m.End(7) })
-			if m.jobs[7].job == nil {
+			if measured(m, 7) == nil {
 				t.Fatal("not measured")
 			}
-			if got := m.jobs[7].oomKilled; got != tc.want {
+			if got := m.oom.kills(7); got != tc.want {
 				t.Errorf("OOM kills counted: %d, want %d", got, tc.want)
 			}
 		})
@@ -470,10 +479,10 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 		root, _ := fakeNode(t, 7)
 		m, _ := testMeasurer(t, root, time.Now)
 		for i := range 10 * maxUnclaimed {
-			m.oomKilled(kmsg.OOMKill{TaskCgroup: "/elsewhere", PID: i})
+			m.oom.killed(kmsg.OOMKill{TaskCgroup: "/elsewhere", PID: i})
 		}
-		if len(m.unclaimed) != maxUnclaimed || m.unclaimed[len(m.unclaimed)-1].kill.PID != 10*maxUnclaimed-1 {
-			t.Errorf("%d kills kept, the last %+v; want the %d newest", len(m.unclaimed), m.unclaimed[len(m.unclaimed)-1], maxUnclaimed)
+		if len(m.oom.unclaimed) != maxUnclaimed || m.oom.unclaimed[len(m.oom.unclaimed)-1].kill.PID != 10*maxUnclaimed-1 {
+			t.Errorf("%d kills kept, the last %+v; want the %d newest", len(m.oom.unclaimed), m.oom.unclaimed[len(m.oom.unclaimed)-1], maxUnclaimed)
 		}
 	})
 }
@@ -501,8 +510,8 @@ func TestOOMKillInSlurmLayout(t *testing.T) {
 			m, reg := testMeasurer(t, root, func() time.Time { return now })
 			prepareNow(m, batchStart(t, reg, 7, "", now))
 			t.Cleanup(func() { m.End(7) })
-			m.oomKilled(kmsg.OOMKill{TaskCgroup: tc.task, PID: 10})
-			if got := m.jobs[7].oomKilled; got != tc.want {
+			m.oom.killed(kmsg.OOMKill{TaskCgroup: tc.task, PID: 10})
+			if got := m.oom.kills(7); got != tc.want {
 				t.Errorf("OOM kills counted: %d, want %d", got, tc.want)
 			}
 		})
@@ -536,16 +545,16 @@ func TestMeasurerWaitsForEmptyCPUset(t *testing.T) {
 	m, reg := testMeasurer(t, root, func() time.Time { return now })
 	prepareNow(m, batchStart(t, reg, 7, "", now))
 	t.Cleanup(func() { m.End(7) })
-	if m.jobs[7].job != nil {
-		t.Fatalf("measured on %v while the job's cpuset listed no CPUs", m.jobs[7].job.Meter().Spec().CPUs)
+	if measured(m, 7) != nil {
+		t.Fatalf("measured on %v while the job's cpuset listed no CPUs", measured(m, 7).Meter().Spec().CPUs)
 	}
 	set("1\n")
 	now = now.Add(time.Second)
 	m.cycle()
-	if m.jobs[7].job == nil {
+	if measured(m, 7) == nil {
 		t.Fatal("not measured once the cpuset listed the job's CPUs")
 	}
-	if diff := cmp.Diff([]int{1}, m.jobs[7].job.Meter().Spec().CPUs); diff != "" {
+	if diff := cmp.Diff([]int{1}, measured(m, 7).Meter().Spec().CPUs); diff != "" {
 		t.Errorf("CPUs measured (-want +got):\n%s", diff)
 	}
 }

@@ -37,31 +37,23 @@ func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
 		if q, ok := uplink.(interface{ Pending() int }); ok && uplink != nil {
 			emit("persyst_daemon_ship_queue", float64(q.Pending()))
 		}
-		m.mu.Lock()
-		type running struct {
-			id   uint32
-			meas *jobMeter
-		}
-		var run []running
-		for id, jm := range m.jobs {
-			if !jm.ended && jm.job != nil {
-				run = append(run, running{id, jm})
-			}
-		}
-		m.mu.Unlock()
 		counters := 0
-		for _, r := range run {
-			meter := r.meas.job.Meter()
+		for _, jm := range m.meters.sorted() {
+			st, job := jm.now()
+			if st == ended || job == nil {
+				continue
+			}
+			meter := job.Meter()
 			counters += meter.Counters()
-			user, ok := users[r.id]
+			user, ok := users[jm.id]
 			if !ok {
 				continue // not running in the registry (ending)
 			}
-			l, ok := r.meas.job.Latest()
+			l, ok := job.Latest()
 			if !ok {
 				continue
 			}
-			lab := []string{strconv.FormatUint(uint64(r.id), 10), user, m.node}
+			lab := []string{strconv.FormatUint(uint64(jm.id), 10), user, m.node}
 			jobGauges(l.Sample, len(meter.Spec().CPUs), func(name string, v float64) { emit(name, v, lab...) })
 			emit("persyst_job_top_severity", l.Top.Severity, append(lab, l.Top.Key)...)
 		}

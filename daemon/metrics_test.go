@@ -169,15 +169,15 @@ func BenchmarkDigestAccounting(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			m, reg, _, _ := metricsNode(b, 1)
-			m.dig.Accounting = tc.write
-			m.dig.Facts = fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out"}}
-			m.dig.Append = func(context.Context, digest.Target, []byte) error { return nil }
+			m.dig.cfg.Accounting = tc.write
+			m.dig.cfg.Facts = fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out"}}
+			m.dig.cfg.Append = func(context.Context, digest.Target, []byte) error { return nil }
 			j := reg.Job(1)
 			b.ResetTimer()
 			for b.Loop() {
-				m.mu.Lock()
-				m.jobs[1].digested = false
-				m.mu.Unlock()
+				m.dig.mu.Lock()
+				m.dig.jobs[1].made = false
+				m.dig.mu.Unlock()
 				if err := m.Digest(context.Background(), j); err != nil {
 					b.Fatal(err)
 				}

@@ -141,7 +141,7 @@ func (r *reconciler) round(ctx context.Context) {
 			// This is the batch host (the batch script's start may have come while the
 			// daemon was down): the digest the job's end would have made.
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if err := r.meas.LateDigest(dctx, ended); err != nil {
+			if err := r.meas.LateDigest(dctx, ended, facts); err != nil {
 				r.log.Info().Err(err).Uint32("job", j.JobID).Msg("late digest not written")
 			}
 			cancel()

@@ -155,7 +155,7 @@ func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 		go func() {
 			defer s.wg.Done()
 			defer release()
-			s.handle(c, cred, r)
+			s.handle(ctx, c, cred, r)
 		}()
 	}
 }
@@ -204,103 +204,131 @@ func (s *Server) readable(r role, uid, id uint32) error {
 	return nil
 }
 
-func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
+// exchange is one request on the socket: who sent it, in which role, and where to answer.
+type exchange struct {
+	c    *net.UnixConn
+	cred *unix.Ucred
+	role role
+	log  zerolog.Logger
+}
+
+// handle answers one request: a read of the node's jobs (list, samples, report), which
+// everyone may ask for their own jobs, or a job's lifecycle event, which only a sender
+// (slurmstepd) may send.
+func (s *Server) handle(ctx context.Context, c *net.UnixConn, cred *unix.Ucred, r role) {
 	defer c.Close()
 	// Network deadlines use the real time; the injected clock only stamps records.
 	_ = c.SetReadDeadline(time.Now().Add(s.timeout))
-	log := s.log.With().Int32("peer_pid", cred.Pid).Uint32("peer_uid", cred.Uid).Logger()
+	x := exchange{c: c, cred: cred, role: r, log: s.log.With().Int32("peer_pid", cred.Pid).Uint32("peer_uid", cred.Uid).Logger()}
 	line, err := wire.ReadLine(bufio.NewReader(c))
 	if err != nil {
-		s.badRequest(c, cred, r, log, "read request: "+err.Error())
+		s.badRequest(x, "read request: "+err.Error())
 		return
 	}
 	req, err := wire.DecodeRequest(line)
 	if err != nil {
-		s.badRequest(c, cred, r, log, err.Error())
+		s.badRequest(x, err.Error())
 		return
 	}
-	if r != sender && req.Kind != wire.List && req.Kind != wire.Samples && req.Kind != wire.Report {
-		s.refused.add(cred.Uid, cred.Pid, "job event from an ordinary user")
-		s.metrics.Event(string(req.Kind), "refused", 0)
-		s.reply(c, &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not send job events to the persyst daemon", cred.Uid)}, log)
-		return
+	var rep *wire.Reply
+	after := func() {}
+	switch req.Kind {
+	case wire.List:
+		rep = s.list(x)
+	case wire.Report:
+		rep = s.report(x, req.JobID)
+	case wire.Samples:
+		rep = s.samples(x, req.JobID)
+	default:
+		rep, after = s.event(ctx, x, req)
 	}
-	if req.Kind == wire.List {
-		views := make([]JobStatus, 0)
-		for _, j := range s.reg.Jobs() {
-			if r == guest && j.UID != cred.Uid {
-				continue
-			}
-			v := JobStatus{Job: j}
-			if s.meas != nil {
-				v.Measurement = s.meas.Summary(j.JobID)
-			}
-			views = append(views, v)
+	s.reply(c, rep, x.log)
+	after()
+}
+
+// list answers with the node's jobs the peer may see, with their measurement so far.
+func (s *Server) list(x exchange) *wire.Reply {
+	views := make([]JobStatus, 0)
+	for _, j := range s.reg.Jobs() {
+		if x.role == guest && j.UID != x.cred.Uid {
+			continue
 		}
-		jobs, err := json.Marshal(views)
-		if err != nil {
-			s.reply(c, &wire.Reply{Error: err.Error()}, log)
-			return
-		}
-		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Jobs: jobs}, log)
-		return
-	}
-	if req.Kind == wire.Report || req.Kind == wire.Samples {
-		if err := s.readable(r, cred.Uid, req.JobID); err != nil {
-			s.reply(c, &wire.Reply{Error: err.Error()}, log)
-			return
-		}
-	}
-	if req.Kind == wire.Report {
-		if s.meas == nil {
-			s.reply(c, &wire.Reply{Error: "this daemon does not measure jobs"}, log)
-			return
-		}
-		r, err := s.meas.Report(req.JobID)
-		if err != nil {
-			s.reply(c, &wire.Reply{Error: err.Error()}, log)
-			return
-		}
-		b, err := json.Marshal(r)
-		if err != nil {
-			s.reply(c, &wire.Reply{Error: err.Error()}, log)
-			return
-		}
-		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Report: b}, log)
-		return
-	}
-	if req.Kind == wire.Samples {
-		var samples []sample.Sample
+		v := JobStatus{Job: j}
 		if s.meas != nil {
-			samples = s.meas.Samples(req.JobID)
+			v.Measurement = s.meas.Summary(j.JobID)
 		}
-		if samples == nil {
-			s.reply(c, &wire.Reply{Error: fmt.Sprintf("job %d: no samples on this node", req.JobID)}, log)
-			return
-		}
-		b, err := json.Marshal(samples)
-		if err != nil {
-			s.reply(c, &wire.Reply{Error: err.Error()}, log)
-			return
-		}
-		s.reply(c, &wire.Reply{OK: true, Node: s.reg.node, Samples: b}, log)
-		return
+		views = append(views, v)
+	}
+	b, err := json.Marshal(views)
+	if err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	return &wire.Reply{OK: true, Node: s.reg.node, Jobs: b}
+}
+
+// report answers with a job's report, if the peer may read it.
+func (s *Server) report(x exchange, id uint32) *wire.Reply {
+	if err := s.readable(x.role, x.cred.Uid, id); err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	if s.meas == nil {
+		return &wire.Reply{Error: "this daemon does not measure jobs"}
+	}
+	rep, err := s.meas.Report(id)
+	if err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	return &wire.Reply{OK: true, Node: s.reg.node, Report: b}
+}
+
+// samples answers with this node's samples of a job, if the peer may read them.
+func (s *Server) samples(x exchange, id uint32) *wire.Reply {
+	if err := s.readable(x.role, x.cred.Uid, id); err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	var samples []sample.Sample
+	if s.meas != nil {
+		samples = s.meas.Samples(id)
+	}
+	if samples == nil {
+		return &wire.Reply{Error: fmt.Sprintf("job %d: no samples on this node", id)}
+	}
+	b, err := json.Marshal(samples)
+	if err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	return &wire.Reply{OK: true, Node: s.reg.node, Samples: b}
+}
+
+// event applies a job's lifecycle event from a sender to the registry, and the
+// measurement follows it; after, once the sender has its answer, logs the event and
+// counts it with the time it took.
+func (s *Server) event(ctx context.Context, x exchange, req *wire.Request) (rep *wire.Reply, after func()) {
+	after = func() {}
+	if x.role != sender {
+		s.refused.add(x.cred.Uid, x.cred.Pid, "job event from an ordinary user")
+		s.metrics.Event(string(req.Kind), "refused", 0)
+		return &wire.Reply{Error: fmt.Sprintf("permission denied: uid %d may not send job events to the persyst daemon", x.cred.Uid)}, after
 	}
 	e := req.Event
 	if req.Kind == wire.StepStart && len(e.Cgroups) == 0 && s.host != nil {
 		// The plugin sends no cgroups: slurmstepd, at the other end, is in the job's.
 		// The kernel names the sender (SO_PEERCRED); its pid is in the daemon's namespace.
-		cg, cerr := jobcgroup.OfProcess(*s.host, int(cred.Pid), e.JobID)
-		if cerr != nil {
-			log.Info().Err(cerr).Uint32("job", e.JobID).Msg("cgroups of the step's sender not read")
+		cg, err := jobcgroup.OfProcess(*s.host, int(x.cred.Pid), e.JobID)
+		if err != nil {
+			x.log.Info().Err(err).Uint32("job", e.JobID).Msg("cgroups of the step's sender not read")
 		} else if len(cg) > 0 && len(cg) <= 32 {
 			e.Cgroups = cg
 		}
 	}
 	j, err := s.reg.Apply(req.Kind, e, s.clock())
-	ev := log.Info()
+	ev := x.log.Info()
 	if err != nil {
-		ev = log.Error().Err(err)
+		ev = x.log.Error().Err(err)
 	}
 	ev = ev.Str("event", string(req.Kind)).Uint32("job", e.JobID).Str("persyst", e.Persyst)
 	if e.StepID != "" {
@@ -312,61 +340,68 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, r role) {
 	if err != nil && j == nil {
 		ev.Msg("lifecycle event")
 		s.metrics.Event(string(req.Kind), "refused", 0)
-		s.reply(c, &wire.Reply{Error: err.Error()}, log)
-		return
+		return &wire.Reply{Error: err.Error()}, after
 	}
 	handled := time.Now()
-	defer func() {
-		took := time.Since(handled)
-		s.metrics.Event(string(req.Kind), map[bool]string{true: "ok", false: "error"}[err == nil], took)
-		ev.Dur("took", took).Msg("lifecycle event")
-	}()
-	rep := &wire.Reply{OK: err == nil}
+	rep = &wire.Reply{OK: err == nil}
 	if err != nil {
 		rep.Error = err.Error()
 	}
 	// Measurement follows the registry even when saving the job failed: the event was
 	// applied in memory.
 	if s.meas != nil {
-		switch req.Kind {
-		case wire.JobStart:
-			s.meas.Prepare(j)
-		case wire.StepStart:
-			rep.Cgroup = s.meas.Prepare(j)
-		case wire.StepEnd:
-			s.meas.StepEnded(j.JobID)
-			if e.StepID != "batch" && e.StepID != "extern" {
-				if err := s.meas.InteractiveDigest(context.Background(), j); err != nil {
-					log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
-				}
-			}
-			if e.StepID == "batch" {
-				// The plugin waits (bounded) for this reply at the batch step's end, so
-				// the digest is in the output file before the job is complete. A digest
-				// that could not be written is the daemon's to log, not an error of the
-				// event: the plugin must not take it for a daemon that is down.
-				_ = s.meas.Digest(context.Background(), j)
-			}
-		case wire.JobEnd:
-			s.meas.End(j.JobID)
-			if err := s.meas.InteractiveDigest(context.Background(), j); err != nil {
+		rep.Cgroup = s.measure(ctx, x.log, req.Kind, e.StepID, j)
+	}
+	return rep, func() {
+		took := time.Since(handled)
+		s.metrics.Event(string(req.Kind), map[bool]string{true: "ok", false: "error"}[err == nil], took)
+		ev.Dur("took", took).Msg("lifecycle event")
+	}
+}
+
+// measure has the measurer follow a job's event (of kind, for step), and returns the
+// cgroup the step's tasks are to join ("": none). A batch job's digest and an
+// interactive job's report are made here: the plugin waits (bounded) for the answer at
+// the batch step's end, so the digest is in the output file before the job is complete.
+// They are made to the end even while the daemon stops (each has its own deadline).
+func (s *Server) measure(ctx context.Context, log zerolog.Logger, kind wire.Kind, step string, j *Job) string {
+	ctx = context.WithoutCancel(ctx)
+	switch kind {
+	case wire.JobStart:
+		s.meas.Prepare(j)
+	case wire.StepStart:
+		return s.meas.Prepare(j)
+	case wire.StepEnd:
+		s.meas.StepEnded(j.JobID)
+		if step != "batch" && step != "extern" {
+			if err := s.meas.InteractiveDigest(ctx, j); err != nil {
 				log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
 			}
-			s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
 		}
+		if step == "batch" {
+			// A digest that could not be written is the daemon's to log, not an error of
+			// the event: the plugin must not take it for a daemon that is down.
+			_ = s.meas.Digest(ctx, j)
+		}
+	case wire.JobEnd:
+		s.meas.End(j.JobID)
+		if err := s.meas.InteractiveDigest(ctx, j); err != nil {
+			log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
+		}
+		s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
 	}
-	s.reply(c, rep, log)
+	return ""
 }
 
 // badRequest answers a request that could not be read: logged for senders, counted (and
 // logged rate-limited) for everyone else.
-func (s *Server) badRequest(c *net.UnixConn, cred *unix.Ucred, r role, log zerolog.Logger, why string) {
-	if r == sender {
-		log.Warn().Str("why", why).Msg("bad request rejected")
+func (s *Server) badRequest(x exchange, why string) {
+	if x.role == sender {
+		x.log.Warn().Str("why", why).Msg("bad request rejected")
 	} else {
-		s.refused.add(cred.Uid, cred.Pid, "bad request: "+why)
+		s.refused.add(x.cred.Uid, x.cred.Pid, "bad request: "+why)
 	}
-	s.reply(c, &wire.Reply{Error: why}, log)
+	s.reply(x.c, &wire.Reply{Error: why}, x.log)
 }
 
 // JobStatus is a job as `persyst jobs` shows it: the registry's record and the

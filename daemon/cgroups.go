@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
+)
+
+// slurmCgroups finds a job's cgroups: in Slurm's layout on every hierarchy (slurmstepd
+// itself joins only some, e.g. only freezer on v1), and those the plugin reported.
+type slurmCgroups struct {
+	host hostfs.FS
+	node string
+	log  zerolog.Logger
+	// mounts are the cgroup hierarchies by key: a job's cgroup directory from an event
+	// must lie under its hierarchy's mount.
+	mounts   map[string]string
+	cpusetV1 bool // a v1 cpuset hierarchy is mounted
+}
+
+func newSlurmCgroups(host hostfs.FS, node string, mounts []jobcgroup.Mount, log zerolog.Logger) slurmCgroups {
+	s := slurmCgroups{host: host, node: node, log: log, mounts: map[string]string{}}
+	for _, mt := range mounts {
+		s.cpusetV1 = s.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
+		s.mounts[mt.Key] = mt.Path
+	}
+	return s
+}
+
+// find returns the job's cgroup directories by hierarchy key, and whether Slurm's layout
+// holds them now, on the hierarchies mounts (nil: read the mount table).
+func (s slurmCgroups) find(j *Job, mounts []jobcgroup.Mount) (map[string]string, bool) {
+	cg := map[string]string{}
+	var found map[string]string
+	var err error
+	if mounts == nil {
+		found, err = jobcgroup.Find(s.host, s.node, j.UID, j.JobID)
+	} else {
+		found = jobcgroup.FindIn(s.host, mounts, s.node, j.UID, j.JobID)
+	}
+	if err == nil {
+		maps.Copy(cg, found)
+	}
+	for k, dir := range j.Cgroups {
+		if why := s.badCgroup(k, dir, j.JobID); why != "" {
+			s.log.Warn().Uint32("job", j.JobID).Str("hierarchy", k).Str("cgroup", dir).Str("why", why).Msg("cgroup from an event ignored")
+			continue
+		}
+		cg[k] = dir
+	}
+	return cg, len(found) > 0
+}
+
+// badCgroup says why a job's cgroup directory from an event is not taken ("" : it is): it
+// must be a clean absolute path under the mount of its hierarchy, in the job's own
+// cgroup (a path component job_<id>, as Slurm names them).
+func (s slurmCgroups) badCgroup(key, dir string, id uint32) string {
+	mnt, ok := s.mounts[key]
+	switch {
+	case !filepath.IsAbs(dir) || filepath.Clean(dir) != dir:
+		return "not a clean absolute path"
+	case !ok:
+		return "no such cgroup hierarchy on this node"
+	case !strings.HasPrefix(dir, mnt+"/"):
+		return "not under its hierarchy's mount " + mnt
+	case !slices.Contains(strings.Split(dir, "/"), "job_"+strconv.FormatUint(uint64(id), 10)):
+		return "not the job's own cgroup"
+	}
+	return ""
+}
+
+// cpus reads what the cpuset files of a job's cpuset and unified cgroups list.
+func (s slurmCgroups) cpus(cg map[string]string) map[string]listedCPUs {
+	out := map[string]listedCPUs{}
+	for k, dir := range cg {
+		if k == "unified" || keyHas(k, "cpuset") {
+			cpus, ok, err := s.host.CgroupCPUs(dir)
+			out[k] = listedCPUs{CPUs: cpus, Listed: ok, Err: err}
+		}
+	}
+	return out
+}
+
+// ownedCgroups are persyst's own perf cgroups of jobs, made where Slurm's own cannot be
+// used for perf events (cgroup v1 without a perf_event hierarchy): <mount>/<parent>/job_<id>.
+type ownedCgroups struct {
+	host  hostfs.FS
+	mount jobcgroup.Mount // the hierarchy they are made on
+	// parent is where they are made ("": nowhere, why says why).
+	parent, why string
+	log         zerolog.Logger
+}
+
+// newOwnedCgroups makes persyst's parent cgroup on the node's perf hierarchy.
+func newOwnedCgroups(host hostfs.FS, mounts []jobcgroup.Mount, parent string, log zerolog.Logger) ownedCgroups {
+	o := ownedCgroups{host: host, log: log}
+	mnt, ok := jobcgroup.PerfHierarchy(mounts)
+	if !ok {
+		o.why = "no cgroup v2 or perf_event v1 hierarchy is mounted"
+		log.Warn().Msg("perf events not measured: " + o.why)
+		return o
+	}
+	o.mount = mnt
+	dir := filepath.Join(mnt.Path, parent)
+	if err := jobcgroup.Create(host, dir); err != nil {
+		o.why = err.Error()
+		log.Warn().Err(err).Msg("perf events not measured: cannot create persyst's cgroup")
+		return o
+	}
+	o.parent = dir
+	return o
+}
+
+// dir is persyst's perf cgroup of job id.
+func (o ownedCgroups) dir(id uint32) string {
+	return filepath.Join(o.parent, "job_"+strconv.FormatUint(uint64(id), 10))
+}
+
+// needed says whether a job with Slurm's cgroups cg needs one of persyst's: Slurm on
+// cgroup v2 has a job directory perf can count in directly.
+func (o ownedCgroups) needed(cg map[string]string) bool {
+	return o.parent != "" && cg["unified"] == "" && !hasKey(cg, "perf_event")
+}
+
+// create makes job id's cgroup and returns it.
+func (o ownedCgroups) create(id uint32) (string, error) {
+	dir := o.dir(id)
+	if err := jobcgroup.Create(o.host, dir); err != nil {
+		return "", fmt.Errorf("perf cgroup of job %d: %w", id, err)
+	}
+	return dir, nil
+}
+
+// remove removes job id's cgroup (dir; "": the one an earlier daemon may have made).
+func (o ownedCgroups) remove(id uint32, dir string) {
+	if dir == "" && o.parent != "" {
+		if st, err := os.Stat(o.host.Path(o.dir(id))); err == nil && st.IsDir() {
+			dir = o.dir(id)
+		}
+	}
+	if dir == "" {
+		return
+	}
+	if err := jobcgroup.Remove(o.host, o.mount.Path, dir, 2*time.Second); err != nil {
+		o.log.Warn().Err(err).Uint32("job", id).Msg("persyst cgroup not removed")
+	}
+}
+
+// sweep removes the cgroups an earlier daemon left for jobs that are not running. The
+// directories are listed before the running jobs are read, so that a job that starts
+// meanwhile keeps its own.
+func (o ownedCgroups) sweep(running func() map[uint32]bool) {
+	ents, err := os.ReadDir(o.host.Path(o.parent))
+	if err != nil {
+		return
+	}
+	run := running()
+	for _, e := range ents {
+		id, err := strconv.ParseUint(strings.TrimPrefix(e.Name(), "job_"), 10, 32)
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "job_") || err != nil || run[uint32(id)] {
+			continue
+		}
+		dir := filepath.Join(o.parent, e.Name())
+		if err := jobcgroup.Remove(o.host, o.mount.Path, dir, time.Second); err != nil {
+			o.log.Warn().Err(err).Msg("stale persyst cgroup not removed")
+		} else {
+			o.log.Info().Str("cgroup", dir).Msg("removed stale persyst cgroup")
+		}
+	}
+}
