@@ -1,7 +1,7 @@
 // Package daemon is the persyst node daemon: it receives job lifecycle events from the
 // SPANK plugin over a unix socket (root and the Slurm user only, checked with
-// SO_PEERCRED), keeps a registry of the node's jobs that survives restarts, and (in later
-// stages) measures each job and writes its digest.
+// SO_PEERCRED), keeps a registry of the node's jobs that survives restarts, measures each
+// job in its cgroups, and writes its digest at its end.
 package daemon
 
 import (
@@ -62,24 +62,12 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
-	adminGID := -1
-	if cfg.AdminGroup != "" {
-		gid, err := config.LookupGID(cfg.AdminGroup)
-		if err != nil {
-			return fmt.Errorf("AdminGroup %q: %w", cfg.AdminGroup, err)
-		}
-		adminGID = int(gid)
+	allowed, adminGID, err := identities(cfg)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o755); err != nil {
 		return fmt.Errorf("socket dir %s: %w", filepath.Dir(cfg.Socket), err)
-	}
-	var allowed []uint32
-	if cfg.SlurmUser != "" && cfg.SlurmUser != "root" {
-		uid, err := config.LookupUID(cfg.SlurmUser)
-		if err != nil {
-			return fmt.Errorf("SlurmUser %q: %w", cfg.SlurmUser, err)
-		}
-		allowed = append(allowed, uid)
 	}
 	reg, err := OpenRegistry(RegistryConfig{
 		Node:      cfg.Node,
@@ -117,11 +105,45 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	log.Info().Str("socket", cfg.Socket).Str("state_dir", cfg.StateDir).Msg("persyst daemon ready")
 	sdnotify.Ready(log)
-	go sdnotify.Watchdog(wctx, log)
-	go meas.WatchOOM(wctx)
-	// Jobs a previous daemon left running are checked with Slurm first (those that
-	// ended meanwhile get their digest late), and those still running measured again.
-	go rec.run(wctx, func() {
+	measured := follow(wctx, reg, meas, rec, log)
+	err = srv.Serve(ctx, ln)
+	wcancel()
+	<-measured
+	sdnotify.Stopping()
+	log.Info().Msg("persyst daemon stopped")
+	return err
+}
+
+// identities are who may send events besides root (the Slurm user) and the group whose
+// members read every job (-1: none), from cfg's names.
+func identities(cfg Config) (allowed []uint32, adminGID int, err error) {
+	adminGID = -1
+	if cfg.AdminGroup != "" {
+		gid, err := config.LookupGID(cfg.AdminGroup)
+		if err != nil {
+			return nil, 0, fmt.Errorf("AdminGroup %q: %w", cfg.AdminGroup, err)
+		}
+		adminGID = int(gid)
+	}
+	if cfg.SlurmUser != "" && cfg.SlurmUser != "root" {
+		uid, err := config.LookupUID(cfg.SlurmUser)
+		if err != nil {
+			return nil, 0, fmt.Errorf("SlurmUser %q: %w", cfg.SlurmUser, err)
+		}
+		allowed = append(allowed, uid)
+	}
+	return allowed, adminGID, nil
+}
+
+// follow starts what follows the node's jobs until ctx is done: systemd's watchdog, the
+// kernel's log of OOM kills, the reconciler (jobs a previous daemon left running are
+// checked with Slurm first, those that ended meanwhile get their digest late, and those
+// still running are measured again) and the measurement cycle, whose end the returned
+// channel tells.
+func follow(ctx context.Context, reg *Registry, meas *Measurer, rec *reconciler, log zerolog.Logger) <-chan struct{} {
+	go sdnotify.Watchdog(ctx, log)
+	go meas.WatchOOM(ctx)
+	go rec.run(ctx, func() {
 		for _, j := range reg.Jobs() {
 			if j.State == Running {
 				meas.Prepare(j)
@@ -131,16 +153,11 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	measured := make(chan struct{})
 	go func() {
 		defer close(measured)
-		if err := meas.Run(wctx, pipeline.RealWait); err != nil {
+		if err := meas.Run(ctx, pipeline.RealWait); err != nil {
 			log.Error().Err(err).Msg("measurement stopped")
 		}
 	}()
-	err = srv.Serve(ctx, ln)
-	wcancel()
-	<-measured
-	sdnotify.Stopping()
-	log.Info().Msg("persyst daemon stopped")
-	return err
+	return measured
 }
 
 // newUserCache resolves uids to names once each.

@@ -177,45 +177,8 @@ func (s *schedstatSource) Read(r *Read) error {
 			files += len(s.kept[pid].threads)
 			continue
 		}
-		dir := r.env.Host.Path("proc", strconv.Itoa(pid), "task")
-		s.tids = s.tids[:0]
-		var terr error
-		s.dents, terr = hostfs.Subdirs(dir, s.dents, func(name string) { s.tids = append(s.tids, name) })
-		if terr != nil {
-			continue // the process exited
-		}
-		var read []int // threads read whole
-		for _, name := range s.tids {
-			tid, cerr := strconv.Atoi(name)
-			if cerr != nil {
-				continue
-			}
-			p := dir + "/" + name + "/schedstat"
-			var rerr error
-			s.buf, rerr = hostfs.ReadInto(p, s.buf)
-			b := s.buf
-			if errors.Is(rerr, fs.ErrNotExist) {
-				if _, serr := os.Stat(dir + "/" + name); serr == nil {
-					missing++ // the thread is there, its schedstat is not
-				}
-				continue
-			}
-			files++
-			if rerr != nil {
-				errs = append(errs, rerr)
-				continue
-			}
-			c, perr := parseSchedstat(string(b))
-			if perr != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", p, perr))
-				continue
-			}
-			seen[tid] = c
-			read = append(read, tid)
-		}
-		if len(read) == len(s.tids) && len(read) > 0 {
-			s.keepProc(dir, pid, read)
-		}
+		f, m, perrs := s.readProc(r.env.Host.Path("proc", strconv.Itoa(pid), "task"), pid, seen)
+		files, missing, errs = files+f, missing+m, append(errs, perrs...)
 	}
 	for pid := range s.kept {
 		if !live[pid] {
@@ -228,6 +191,61 @@ func (s *schedstatSource) Read(r *Read) error {
 		r.NotMeasured(SchedTimeslices, why)
 		return nil
 	}
+	s.add(r, seen)
+	if len(errs) > 0 {
+		return fmt.Errorf("%s: schedstat: %w", r.Spec.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// readProc reads the schedstat of every thread of process pid (its task directory dir)
+// into seen, and keeps the files open when all were read; it returns the files read,
+// those missing (the thread is there, its schedstat is not) and what failed.
+func (s *schedstatSource) readProc(dir string, pid int, seen map[int]schedCount) (files, missing int, errs []error) {
+	s.tids = s.tids[:0]
+	var terr error
+	s.dents, terr = hostfs.Subdirs(dir, s.dents, func(name string) { s.tids = append(s.tids, name) })
+	if terr != nil {
+		return 0, 0, nil // the process exited
+	}
+	var read []int // threads read whole
+	for _, name := range s.tids {
+		tid, cerr := strconv.Atoi(name)
+		if cerr != nil {
+			continue
+		}
+		p := dir + "/" + name + "/schedstat"
+		var rerr error
+		s.buf, rerr = hostfs.ReadInto(p, s.buf)
+		b := s.buf
+		if errors.Is(rerr, fs.ErrNotExist) {
+			if _, serr := os.Stat(dir + "/" + name); serr == nil {
+				missing++ // the thread is there, its schedstat is not
+			}
+			continue
+		}
+		files++
+		if rerr != nil {
+			errs = append(errs, rerr)
+			continue
+		}
+		c, perr := parseSchedstat(string(b))
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, perr))
+			continue
+		}
+		seen[tid] = c
+		read = append(read, tid)
+	}
+	if len(read) == len(s.tids) && len(read) > 0 {
+		s.keepProc(dir, pid, read)
+	}
+	return files, missing, errs
+}
+
+// add sets the interval's wait and timeslices from the threads seen at this read: their
+// counts, with those of the threads that exited since (or whose tid was reused).
+func (s *schedstatSource) add(r *Read, seen map[int]schedCount) {
 	for tid, c := range s.last {
 		n, ok := seen[tid]
 		if !ok || n.wait < c.wait || n.slices < c.slices { // exited (or the tid was reused)
@@ -245,10 +263,6 @@ func (s *schedstatSource) Read(r *Read) error {
 		r.Sample.Job[SchedTimeslices] = float64(total.slices - min(total.slices, s.prev.slices))
 	}
 	s.last, s.prev, s.have = seen, total, true
-	if len(errs) > 0 {
-		return fmt.Errorf("%s: schedstat: %w", r.Spec.Name, errors.Join(errs...))
-	}
-	return nil
 }
 
 func (s *schedstatSource) Close() error {

@@ -233,9 +233,8 @@ type target struct {
 }
 
 func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
-	cgroupDir := t.name
 	g := &Group{
-		cgroupDir:   cgroupDir,
+		cgroupDir:   t.name,
 		cpus:        append([]int(nil), cpus...),
 		events:      append([]perfevents.Event(nil), events...),
 		LowCoverage: DefaultLowCoverage,
@@ -243,70 +242,12 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 	}
 	maxGroup := 1
 	for i, cpu := range cpus {
-		g.errs[i] = make([]error, len(events))
-		leaders := map[string]int{} // group name → index into g.units
-		for j, e := range events {
-			if e.Kind == perfevents.Tracepoint && e.Config == 0 {
-				g.errs[i][j] = fmt.Errorf("%s: %w: tracepoint id not resolved", e.Name, ErrNotAvailable)
-				continue
-			}
-			grp := e.Group
-			implicit := grp == "" && !t.inherit && (e.Kind == perfevents.Software || e.Kind == perfevents.Tracepoint)
-			if implicit {
-				grp = softwareGroup
-			}
-			if grp == "" {
-				fd, err := openEvent(e, t, cpu, -1, singleFormat, false)
-				if err != nil {
-					g.errs[i][j] = notAvailable(e, cpu, err)
-					continue
-				}
-				g.fds = append(g.fds, fd)
-				g.units = append(g.units, unit{fd: fd, cpu: i, members: []member{{event: j}}})
-				continue
-			}
-			u, isMember := leaders[grp]
-			if isMember && g.units[u].fd < 0 {
-				// The leader failed: the whole group is unavailable for the same reason.
-				g.errs[i][j] = g.errs[i][g.units[u].members[0].event]
-				continue
-			}
-			leaderFD := -1
-			if isMember {
-				leaderFD = g.units[u].fd
-			}
-			fd, err := openEvent(e, t, cpu, leaderFD, groupFormat, !isMember)
-			if err != nil {
-				g.errs[i][j] = notAvailable(e, cpu, err)
-				if !isMember && !implicit { // a failed event leads no implicit group: the next one does
-					leaders[grp] = len(g.units)
-					g.units = append(g.units, unit{fd: -1, cpu: i, grouped: true, members: []member{{event: j}}})
-				}
-				continue
-			}
-			g.fds = append(g.fds, fd)
-			id, err := eventID(fd)
-			if err != nil {
-				g.Close()
-				return nil, fmt.Errorf("perf open %s: %s on CPU %d: PERF_EVENT_IOC_ID: %w", cgroupDir, e.Name, cpu, err)
-			}
-			if !isMember {
-				leaders[grp] = len(g.units)
-				g.units = append(g.units, unit{fd: fd, cpu: i, grouped: true, members: []member{{event: j, id: id}}})
-			} else {
-				g.units[u].members = append(g.units[u].members, member{event: j, id: id})
-				maxGroup = max(maxGroup, len(g.units[u].members))
-			}
+		n, err := g.openCPU(t, i, cpu)
+		if err != nil {
+			g.Close()
+			return nil, err
 		}
-		// Start the groups now that all members are in.
-		for _, u := range g.units {
-			if u.grouped && u.cpu == i && u.fd >= 0 {
-				if err := unix.IoctlSetInt(u.fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-					g.Close()
-					return nil, fmt.Errorf("perf open %s: enable group on CPU %d: %w", cgroupDir, cpu, err)
-				}
-			}
-		}
+		maxGroup = max(maxGroup, n)
 	}
 	// Drop placeholder units of failed leaders.
 	kept := g.units[:0]
@@ -319,6 +260,76 @@ func open(t target, cpus []int, events []perfevents.Event) (*Group, error) {
 	g.buf = make([]byte, 24+16*maxGroup)
 	g.vals = make([]idValue, 0, maxGroup)
 	return g, nil
+}
+
+// openCPU opens g's events on CPU cpu (the i-th of g.cpus), each alone or in its group,
+// and starts the groups; it returns the size of the largest group. An event that cannot
+// be opened is recorded in g.errs; the error is one that leaves g unusable.
+func (g *Group) openCPU(t target, i, cpu int) (int, error) {
+	maxGroup := 1
+	g.errs[i] = make([]error, len(g.events))
+	leaders := map[string]int{} // group name → index into g.units
+	for j, e := range g.events {
+		if e.Kind == perfevents.Tracepoint && e.Config == 0 {
+			g.errs[i][j] = fmt.Errorf("%s: %w: tracepoint id not resolved", e.Name, ErrNotAvailable)
+			continue
+		}
+		grp := e.Group
+		implicit := grp == "" && !t.inherit && (e.Kind == perfevents.Software || e.Kind == perfevents.Tracepoint)
+		if implicit {
+			grp = softwareGroup
+		}
+		if grp == "" {
+			fd, err := openEvent(e, t, cpu, -1, singleFormat, false)
+			if err != nil {
+				g.errs[i][j] = notAvailable(e, cpu, err)
+				continue
+			}
+			g.fds = append(g.fds, fd)
+			g.units = append(g.units, unit{fd: fd, cpu: i, members: []member{{event: j}}})
+			continue
+		}
+		u, isMember := leaders[grp]
+		if isMember && g.units[u].fd < 0 {
+			// The leader failed: the whole group is unavailable for the same reason.
+			g.errs[i][j] = g.errs[i][g.units[u].members[0].event]
+			continue
+		}
+		leaderFD := -1
+		if isMember {
+			leaderFD = g.units[u].fd
+		}
+		fd, err := openEvent(e, t, cpu, leaderFD, groupFormat, !isMember)
+		if err != nil {
+			g.errs[i][j] = notAvailable(e, cpu, err)
+			if !isMember && !implicit { // a failed event leads no implicit group: the next one does
+				leaders[grp] = len(g.units)
+				g.units = append(g.units, unit{fd: -1, cpu: i, grouped: true, members: []member{{event: j}}})
+			}
+			continue
+		}
+		g.fds = append(g.fds, fd)
+		id, err := eventID(fd)
+		if err != nil {
+			return 0, fmt.Errorf("perf open %s: %s on CPU %d: PERF_EVENT_IOC_ID: %w", g.cgroupDir, e.Name, cpu, err)
+		}
+		if !isMember {
+			leaders[grp] = len(g.units)
+			g.units = append(g.units, unit{fd: fd, cpu: i, grouped: true, members: []member{{event: j, id: id}}})
+		} else {
+			g.units[u].members = append(g.units[u].members, member{event: j, id: id})
+			maxGroup = max(maxGroup, len(g.units[u].members))
+		}
+	}
+	// Start the groups now that all members are in.
+	for _, u := range g.units {
+		if u.grouped && u.cpu == i && u.fd >= 0 {
+			if err := unix.IoctlSetInt(u.fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+				return 0, fmt.Errorf("perf open %s: enable group on CPU %d: %w", g.cgroupDir, cpu, err)
+			}
+		}
+	}
+	return maxGroup, nil
 }
 
 func openEvent(e perfevents.Event, t target, cpu, groupFD int, format uint64, disabled bool) (int, error) {
