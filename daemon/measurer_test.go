@@ -558,3 +558,81 @@ func TestMeasurerWaitsForEmptyCPUset(t *testing.T) {
 		t.Errorf("CPUs measured (-want +got):\n%s", diff)
 	}
 }
+
+// TestOneLookupPerDigest: a digest asks the job map about its job once. A batch job is
+// asked about at its batch step's start, in the background (so that the digest Slurm
+// waits for asks nothing), and once after the step's end (TestDigestPrefetchesFacts); a
+// job found ended without its end event, once, when the reconciler finds it ended (the
+// late digest takes that answer); a job without a batch script, once per report (each
+// step's end and the job's end).
+func TestOneLookupPerDigest(t *testing.T) {
+	setup := func(t *testing.T, state string) (*Measurer, *Registry, *countingFacts, *time.Time, *int) {
+		root, _ := fakeNode(t, 7)
+		start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+		now := start
+		reg := newReg(t, RegistryConfig{})
+		engine, err := properties.Load(properties.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		facts := &countingFacts{job: jobmap.Job{JobID: 7, WorkDir: "/w", Stdout: "out", State: state, BatchHost: "node1", Nodes: []string{"node1"}}}
+		written := 0
+		dig := DigestConfig{Engine: engine, Facts: facts,
+			Append: func(context.Context, digest.Target, []byte) error { written++; return nil }}
+		m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir(), Digest: dig}, reg, "node1", zerolog.Nop(), func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, reg, facts, &now, &written
+	}
+	apply := func(t *testing.T, reg *Registry, k wire.Kind, e *wire.Event, now time.Time) *Job {
+		t.Helper()
+		e.JobID, e.UID, e.Persyst, e.Time = 7, 1000, wire.On, now
+		j, err := reg.Apply(k, e, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	t.Run("ended unseen: the reconciler's lookup", func(t *testing.T) {
+		m, reg, facts, now, written := setup(t, "COMPLETED")
+		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "batch"}, *now))
+		m.dig.mu.Lock()
+		looked := m.dig.jobs[7].looked
+		m.dig.mu.Unlock()
+		<-looked // the batch step's start
+		*now = now.Add(10 * time.Minute)
+		before := facts.lookups
+		newReconciler(reg, m, facts, "node1", zerolog.Nop(), func() time.Time { return *now }).round(context.Background())
+		if j := reg.Job(7); j.Ended == nil {
+			t.Fatal("the job was not found ended")
+		}
+		if got := facts.lookups - before; got != 1 || *written != 1 {
+			t.Errorf("%d lookups, %d digests written; want 1 lookup for one late digest", got, *written)
+		}
+	})
+	t.Run("no batch script: one lookup per report", func(t *testing.T) {
+		m, reg, facts, now, _ := setup(t, "RUNNING")
+		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "0"}, *now))
+		for i, step := range []string{"0", "1"} {
+			if i > 0 {
+				prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: step}, *now))
+			}
+			*now = now.Add(time.Minute)
+			j := apply(t, reg, wire.StepEnd, &wire.Event{StepID: step}, *now)
+			m.StepEnded(7)
+			if err := m.InteractiveDigest(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		facts.set(func(f *jobmap.Job) { f.State = "COMPLETED" })
+		j := apply(t, reg, wire.JobEnd, &wire.Event{}, *now)
+		m.End(7)
+		if err := m.InteractiveDigest(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		if facts.lookups != 3 {
+			t.Errorf("%d lookups for 3 reports (two steps' ends, the job's end), want 3", facts.lookups)
+		}
+	})
+}
