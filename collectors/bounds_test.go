@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,26 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
+
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
-	"github.com/persyst/persyst/properties"
 )
 
 func newBoundCollector(t testing.TB, now *time.Time) *Collector {
 	t.Helper()
-	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
+	eng := propertiestest.Engine(t)
 	c, err := New(Config{Name: "c1", Store: st, Engine: eng, Log: zerolog.Nop(), Now: func() time.Time { return *now }})
 	if err != nil {
 		t.Fatal(err)

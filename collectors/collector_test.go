@@ -6,10 +6,13 @@ import (
 	"math"
 	"math/rand"
 	"net"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
@@ -27,10 +30,7 @@ import (
 func startCollector(t *testing.T) (pb.CollectorClient, *store.Store) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
 	c, err := New(Config{Name: "c1", Store: st, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -131,15 +131,8 @@ func TestCollectorRejectsBadPushes(t *testing.T) {
 // the nodes (one busy, one idle), which no single node can see.
 func TestJobWideReport(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng, err := properties.Load(properties.Settings{MinSeconds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
+	eng := propertiestest.Engine(t, properties.Settings{MinSeconds: 1})
 	c, _ := New(Config{Name: "c1", Store: st, Engine: eng, Log: zerolog.Nop()})
 	for i := int64(0); i < 6; i++ {
 		ts := 1_800_000_000 + 60*i

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"math"
 	"net"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
@@ -29,10 +32,7 @@ import (
 func serveCollector(t *testing.T, name string) (string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), name+".db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
 	c, _ := New(Config{Name: name, Store: st, Log: zerolog.Nop()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,16 +154,10 @@ func TestFrontendRoutesAndReroutes(t *testing.T) {
 func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := propertiestest.Engine(t)
 	var addrs []string
 	for _, name := range []string{"col1", "col2"} {
-		st, err := store.Open(ctx, filepath.Join(t.TempDir(), name+".db"), store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := storetest.Open(t, store.Options{})
 		c, _ := New(Config{Name: name, Store: st, Engine: eng, Log: zerolog.Nop()})
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		sctx, scancel := context.WithCancel(ctx)
@@ -303,11 +297,7 @@ func TestFrontendTopology(t *testing.T) {
 // when its batch host sends it; anything else is refused.
 func TestKeepReport(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "front.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, store.Options{})
 	facts := map[string]*jobmap.Job{
 		"7": {JobID: 7, User: "alice", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]", BatchHost: "n2", State: "COMPLETED"},
 		"8": {JobID: 8, User: "bob", Nodes: []string{"n3"}, NodeList: "n3", State: "RUNNING"}, // srun: first node

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
@@ -23,10 +25,7 @@ import (
 func TestPeersGatherAJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	eng, err := properties.Load(properties.Settings{MinSeconds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := propertiestest.Engine(t, properties.Settings{MinSeconds: 1})
 	nodes := []string{"n1", "n2", "n3"}
 	addrs := map[string]string{}
 	peers := map[string]*Peers{}
@@ -109,10 +108,7 @@ func TestPeersGatherAJob(t *testing.T) {
 // will ask for it), while its records still go to the collector tree; once it ended,
 // the same job id is kept again.
 func TestPeersAlone(t *testing.T) {
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := propertiestest.Engine(t)
 	p, err := NewPeers(PeersConfig{Node: "n1", Engine: eng, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

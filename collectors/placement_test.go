@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -118,11 +119,7 @@ func TestPlacements(t *testing.T) {
 func TestCollectorPlacement(t *testing.T) {
 	slurm := &slurmAnswers{jobs: map[uint32][]string{7: {"node1"}}}
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, store.Options{})
 	c, err := New(Config{Name: "c1", Store: st, Log: zerolog.Nop(), Placement: slurm.look})
 	if err != nil {
 		t.Fatal(err)

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
@@ -45,10 +48,7 @@ type testTree struct {
 
 func newTestTree(t *testing.T, ctx context.Context, collectors, syncs, nodes []string) *testTree {
 	t.Helper()
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := propertiestest.Engine(t)
 	tt := &testTree{t: t, ctx: ctx, eng: eng, cols: map[string]string{}, colObjs: map[string]*Collector{}, colStop: map[string]func(){},
 		syncs: map[string]string{}, syncSt: map[string]*store.Store{}, syncStop: map[string]func(){},
 	}
@@ -112,11 +112,7 @@ func listen(t *testing.T) net.Listener {
 
 func openStore(t *testing.T, ctx context.Context, name string) *store.Store {
 	t.Helper()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), name+".db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, store.Options{})
 	return st
 }
 
@@ -482,15 +478,8 @@ func TestForwardToACollectorIsDropped(t *testing.T) {
 // merging is refused, not merged alone over the stored merge of the other parts.
 func TestSyncRefusesPartsOfForgottenCycles(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "s.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
+	eng := propertiestest.Engine(t)
 	s, err := NewSync(SyncConfig{Name: "s1", Store: st, Engine: eng, Log: zerolog.Nop(), Keep: 2})
 	if err != nil {
 		t.Fatal(err)

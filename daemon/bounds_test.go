@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
@@ -114,7 +116,7 @@ func TestRegistryStateDirJunk(t *testing.T) {
 	if _, err := r.Apply(wire.JobStart, &e, at(0)); err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "4.json.tmp"), "{half")
+	testenv.Write(t, filepath.Join(dir, "4.json.tmp"), "{half")
 	if err := os.Mkdir(filepath.Join(dir, "7.json"), 0o700); err != nil {
 		t.Fatal(err)
 	}

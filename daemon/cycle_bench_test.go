@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/wire"
-	"github.com/persyst/persyst/properties"
 )
 
 // BenchmarkCycle32Jobs: one measurement cycle of the node daemon (Measurer.cycle) with 32
@@ -43,14 +46,12 @@ func BenchmarkCycle32Jobs(b *testing.B) {
 
 func benchmarkCycle(b *testing.B, pause time.Duration) {
 	const jobs = 32
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: creates cgroups and moves processes into them")
-	}
+	testenv.Root(b, "creates cgroups and moves processes into them")
 	const cg = "/sys/fs/cgroup"
 	ctrls := []string{"cpuacct", "memory", "pids", "cpuset"}
 	for _, c := range ctrls {
 		if _, err := os.Stat(filepath.Join(cg, c)); err != nil {
-			b.Skipf("no cgroup v1 %s hierarchy (the benchmark fakes Slurm's cgroup/v1 layout): %v", c, err)
+			testenv.Unavailable(b, fmt.Sprintf("no cgroup v1 %s hierarchy (the benchmark fakes Slurm's cgroup/v1 layout): %v", c, err))
 		}
 	}
 	node := fmt.Sprintf("cyclebench%d", os.Getpid())
@@ -100,10 +101,7 @@ func benchmarkCycle(b *testing.B, pause time.Duration) {
 		}
 		return d
 	}
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	engine := propertiestest.Engine(b)
 	reg := newReg(b, RegistryConfig{Node: node})
 	// A clock that advances one cycle per cycle run: the jobs get past their start-up
 	// (which is not judged) and every later sample is evaluated, as in a long job.

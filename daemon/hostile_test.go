@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
@@ -65,10 +67,7 @@ func TestDigestFromHostileTree(t *testing.T) {
 
 	root, setCPU := fakeNode(t, 8)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engine := propertiestest.Engine(t)
 	var texts []string
 	dig := DigestConfig{Engine: engine, Facts: fakeFacts{8: {JobID: 8, WorkDir: "/home/u", Stdout: "slurm-8.out"}},
 		Append: func(_ context.Context, _ digest.Target, text []byte) error {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
@@ -22,13 +24,11 @@ import (
 // refindEvery, one made with a step start at the next cycle; a cgroup removed at a step
 // end, or without an event, is dropped and its kept statistics files are closed.
 func TestMeasurerRefind(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups")
-	}
+	testenv.Root(t, "creates cgroups")
 	const cg = "/sys/fs/cgroup"
 	for _, c := range []string{"cpuacct", "memory", "pids"} {
 		if _, err := os.Stat(filepath.Join(cg, c)); err != nil {
-			t.Skipf("no cgroup v1 %s hierarchy: %v", c, err)
+			testenv.Unavailable(t, fmt.Sprintf("no cgroup v1 %s hierarchy: %v", c, err))
 		}
 	}
 	node := fmt.Sprintf("refind%d", os.Getpid())

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
@@ -19,7 +21,6 @@ import (
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
-	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -33,10 +34,7 @@ func TestMeasurerCycle(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 7, 500_000_000, time.UTC)
 	clock := func() time.Time { return now }
 	reg := newReg(t, RegistryConfig{})
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engine := propertiestest.Engine(t)
 	var appended []digest.Target
 	var texts []string
 	dig := DigestConfig{
@@ -242,10 +240,7 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 			start := time.Now()
 			now := start
 			reg := newReg(t, RegistryConfig{})
-			engine, err := properties.Load(properties.Settings{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			engine := propertiestest.Engine(t)
 			facts := &countingFacts{job: jobmap.Job{JobID: 7, WorkDir: "/w", Stdout: "start.out", TimeLimit: tt.limit, AdminComment: "site:early"}}
 			var paths []string
 			var existing []string
@@ -571,10 +566,7 @@ func TestOneLookupPerDigest(t *testing.T) {
 		start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 		now := start
 		reg := newReg(t, RegistryConfig{})
-		engine, err := properties.Load(properties.Settings{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		engine := propertiestest.Engine(t)
 		facts := &countingFacts{job: jobmap.Job{JobID: 7, WorkDir: "/w", Stdout: "out", State: state, BatchHost: "node1", Nodes: []string{"node1"}}}
 		written := 0
 		dig := DigestConfig{Engine: engine, Facts: facts,

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
-	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 	"github.com/rs/zerolog"
 )
@@ -64,10 +65,7 @@ func metricsNode(tb testing.TB, n int) (*Measurer, *Registry, http.Handler, *tim
 	root, setCPU := fakeNodeJobs(tb, ids...)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	reg := newReg(tb, RegistryConfig{UserName: func(uid uint32) string { return "u" + strconv.Itoa(int(uid)) }})
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	engine := propertiestest.Engine(tb)
 	prom := exporter.NewRegistry(exporter.RoleDaemon, "test")
 	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: tb.TempDir(), Digest: DigestConfig{Engine: engine},
 		Metrics: exporter.NewDaemon(prom)}, reg, "node1", zerolog.Nop(), func() time.Time { return now })
@@ -192,10 +190,7 @@ func TestAccountingOncePerJob(t *testing.T) {
 	root, _ := fakeNodeJobs(t, 1, 2)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	reg := newReg(t, RegistryConfig{})
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engine := propertiestest.Engine(t)
 	var mu sync.Mutex
 	var written []string
 	m, err := NewMeasurer(MeasureConfig{Root: root, Cycle: 10 * time.Second, StateDir: t.TempDir(), Digest: DigestConfig{Engine: engine,

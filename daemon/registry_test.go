@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rs/zerolog"
@@ -415,7 +417,7 @@ func TestRegistryUnreadableState(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A good file beside the bad one still loads.
-			write(t, filepath.Join(dir, "5.json"), `{"version":1,"node":"node1","job":{"job_id":5}}`)
+			testenv.Write(t, filepath.Join(dir, "5.json"), `{"version":1,"node":"node1","job":{"job_id":5}}`)
 			r := newReg(t, RegistryConfig{Dir: dir})
 			if diff := cmp.Diff([]uint32{5}, ids(r.Jobs())); diff != "" {
 				t.Errorf("registry over an unreadable state mismatch (-want +got):\n%s", diff)
@@ -497,19 +499,19 @@ func TestOpenRegistryErrors(t *testing.T) {
 	}{
 		{
 			name:    "other node's state",
-			setup:   func(t *testing.T, path string) { write(t, path, state("node2")) },
+			setup:   func(t *testing.T, path string) { testenv.Write(t, path, state("node2")) },
 			node:    "node1",
 			wantErr: []string{path0, `"node2"`, `"node1"`},
 		},
 		{
 			name:    "state without a node is adopted",
-			setup:   func(t *testing.T, path string) { write(t, path, state("")) },
+			setup:   func(t *testing.T, path string) { testenv.Write(t, path, state("")) },
 			node:    "node1",
 			wantIDs: []uint32{1},
 		},
 		{
 			name:    "own state",
-			setup:   func(t *testing.T, path string) { write(t, path, state("node1")) },
+			setup:   func(t *testing.T, path string) { testenv.Write(t, path, state("node1")) },
 			node:    "node1",
 			wantIDs: []uint32{1},
 		},
@@ -519,7 +521,7 @@ func TestOpenRegistryErrors(t *testing.T) {
 				if err := os.Remove(filepath.Dir(path)); err != nil {
 					t.Fatal(err)
 				}
-				write(t, filepath.Dir(path), "not a directory")
+				testenv.Write(t, filepath.Dir(path), "not a directory")
 			},
 			node:    "node1",
 			wantErr: []string{"state dir"},
@@ -559,13 +561,6 @@ func TestOpenRegistryErrors(t *testing.T) {
 // path0 stands for the state path in expected error substrings.
 const path0 = "<path>"
 
-func write(t *testing.T, path, s string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestApplySaveError(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	r := newReg(t, RegistryConfig{Dir: dir})
@@ -573,7 +568,7 @@ func TestApplySaveError(t *testing.T) {
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	write(t, dir, "x")
+	testenv.Write(t, dir, "x")
 	path := filepath.Join(dir, "1.json")
 	e := ev(1, "", at(0))
 	j, err := r.Apply(wire.JobStart, &e, at(0))

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
-	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -43,10 +44,7 @@ func (n *restartNode) daemon() (*Registry, *Measurer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engine := propertiestest.Engine(t)
 	dig := DigestConfig{Engine: engine, Facts: n.facts, Append: func(_ context.Context, _ digest.Target, text []byte) error {
 		n.appended = append(n.appended, string(text))
 		return nil

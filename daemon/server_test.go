@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rs/zerolog"
@@ -513,9 +515,7 @@ func runClientAs(t *testing.T, cred *syscall.Credential, sock string, job uint32
 }
 
 func TestServerPeerCredentials(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a client under uid 65534")
-	}
+	testenv.Root(t, "runs a client under uid 65534")
 	const nobody = 65534
 	tests := []struct {
 		name    string
@@ -574,7 +574,7 @@ func TestListen(t *testing.T) {
 		{name: "fresh path"},
 		{
 			name:    "regular file in the way",
-			setup:   func(t *testing.T, path string) { write(t, path, "precious") },
+			setup:   func(t *testing.T, path string) { testenv.Write(t, path, "precious") },
 			wantErr: "exists and is not a socket",
 		},
 		{
@@ -750,9 +750,7 @@ func TestServerFixedClock(t *testing.T) {
 // TestServerGuests: an ordinary user reads their own jobs only; members of the admin
 // group (primary or supplementary) read every job.
 func TestServerGuests(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run clients under other uids")
-	}
+	testenv.Root(t, "runs clients under other uids")
 	const nobody, other, adminGID = 65534, 4000, 4242
 	s := startServer(t, ServerConfig{AdminGID: adminGID}, time.Now)
 	for id, uid := range map[uint32]uint32{10: nobody, 11: other} {
@@ -801,9 +799,7 @@ func TestServerGuests(t *testing.T) {
 // several connections, root's events all go through, the flood is held to its rate, and
 // the log stays short (the first refusal of the user; the rest summed up each minute).
 func TestServerGuestFlood(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a client under uid 65534")
-	}
+	testenv.Root(t, "runs a client under uid 65534")
 	var logged syncBuffer
 	reg := newReg(t, RegistryConfig{Node: "node1", Dir: t.TempDir()})
 	sock := filepath.Join(socketDir(t), "persyst.sock")

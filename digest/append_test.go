@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -56,18 +58,6 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// needRoot skips without root (switching users needs it), except in CI.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("the digest tests switch to uid 65534 and need root; CI runs them as root")
-	}
-	t.Skip("needs root to write as uid 65534")
 }
 
 // scratch is a root-owned 0777 directory under /tmp (no sticky bit, so that
@@ -125,7 +115,7 @@ func nobodyTarget(path string) Target {
 const digestText = "persyst: 2 findings\n  - low IPC\n"
 
 func TestAppend(t *testing.T) {
-	needRoot(t)
+	testenv.Root(t, "writes as uid 65534")
 	type check func(t *testing.T)
 	// unchanged checks that path still has content, mode and owner uid.
 	unchanged := func(path, want string, mode os.FileMode, uid uint32) check {
@@ -362,7 +352,7 @@ func TestAppend(t *testing.T) {
 // gid and groups and no capability, which the user cannot trace; the daemon's other
 // threads keep root's rights.
 func TestAppendCredentials(t *testing.T) {
-	needRoot(t)
+	testenv.Root(t, "writes as uid 65534")
 	dir := scratch(t)
 	out := filepath.Join(dir, "job.out")
 	file(t, out, "x\n", 0o644, nobody, nobody)
@@ -425,7 +415,7 @@ func TestAppendCredentials(t *testing.T) {
 }
 
 func TestAppendTimeout(t *testing.T) {
-	needRoot(t)
+	testenv.Root(t, "writes as uid 65534")
 	dir := scratch(t)
 	out := filepath.Join(dir, "job.out")
 	file(t, out, "x\n", 0o644, nobody, nobody)
@@ -475,7 +465,7 @@ func TestAppendInput(t *testing.T) {
 
 // TestAppendMax: MaxText bytes go through in one piece.
 func TestAppendMax(t *testing.T) {
-	needRoot(t)
+	testenv.Root(t, "writes as uid 65534")
 	dir := scratch(t)
 	out := filepath.Join(dir, "job.out")
 	file(t, out, "x\n", 0o644, nobody, nobody)
@@ -506,7 +496,7 @@ func TestQuotePath(t *testing.T) {
 // user swaps the file between the lstat and the open: the open neither blocks on a FIFO
 // nor follows a symlink, and the descriptor is checked.
 func TestOpenChecked(t *testing.T) {
-	needRoot(t) // the owner check compares with the euid: files here are root's
+	testenv.Root(t, "writes as uid 65534") // the owner check compares with the euid: files here are root's
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {

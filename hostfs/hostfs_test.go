@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/sample"
@@ -100,22 +102,6 @@ func TestParseMemInfo(t *testing.T) {
 	}
 }
 
-// writeFiles creates files (path → content) under a new temporary root.
-func writeFiles(t *testing.T, files map[string]string) FS {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		p = filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return New(root)
-}
-
 func TestTopologyAndPackages(t *testing.T) {
 	files := map[string]string{}
 	for cpu, ids := range map[int][2]string{0: {"0", "0"}, 1: {"1", "0"}, 2: {"0", "0"}, 3: {"0", "1"}} {
@@ -123,7 +109,7 @@ func TestTopologyAndPackages(t *testing.T) {
 		files[d+"core_id"] = ids[0] + "\n"
 		files[d+"physical_package_id"] = ids[1] + "\n"
 	}
-	f := writeFiles(t, files)
+	f := New(testenv.Files(t, files))
 	topo := f.Topology([]int{0, 1, 2, 3, 9})
 	want := []sample.CPUTopo{{CPU: 0}, {CPU: 1, Core: 1}, {CPU: 2}, {CPU: 3, Socket: 1}, {CPU: 9, Core: 9}}
 	if diff := cmp.Diff(want, topo); diff != "" {
@@ -135,14 +121,14 @@ func TestTopologyAndPackages(t *testing.T) {
 }
 
 func TestCPUs(t *testing.T) {
-	f := writeFiles(t, map[string]string{
+	f := New(testenv.Files(t, map[string]string{
 		"sys/devices/system/cpu/online":     "0-3\n",
 		"cg/a/cpuset.effective_cpus":        "\n",
 		"cg/a/cpuset.cpus":                  "1,3\n",
 		"cg/b/cpuset.cpus.effective":        "2\n",
 		"cg/bad/cpuset.cpus":                "2-1\n",
 		"sys/devices/system/cpu/cpu0/dummy": "",
-	})
+	}))
 	if got, err := f.OnlineCPUs(); err != nil || !cmp.Equal(got, []int{0, 1, 2, 3}) {
 		t.Errorf("OnlineCPUs = %v, %v", got, err)
 	}

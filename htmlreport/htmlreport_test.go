@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/properties/propertiestest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
@@ -173,10 +175,7 @@ func TestNoPerCPUValues(t *testing.T) {
 // TestLanesFromTheEngine: the stretches a finding held are where the real engine finds
 // it severe (one node idles in the second half of the job).
 func TestLanesFromTheEngine(t *testing.T) {
-	engine, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engine := propertiestest.Engine(t)
 	in := job(2, 2, 8)
 	lanes := Lanes(engine, in.Report, in.Nodes)
 	if len(lanes) != 1 || lanes[0].Key != "idle_cores" || len(lanes[0].Spans) == 0 {

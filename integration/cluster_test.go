@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/wire"
 )
@@ -63,7 +65,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("PERSYST_IT_INTRUDER"); spec != "" {
 		os.Exit(intrude(spec))
 	}
-	if r := skipReason(); r != "" && os.Getenv("CI") != "" {
+	if r := skipReason(); r != "" && testenv.InCI() {
 		fmt.Fprintf(os.Stderr, "integration tests must run in CI but cannot: %s\n", r)
 		os.Exit(1)
 	}

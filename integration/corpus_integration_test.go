@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/sample"
@@ -39,7 +41,7 @@ type corpusCase struct {
 }
 
 func TestCorpus(t *testing.T) {
-	requireRoot(t)
+	testenv.Root(t, "persyst run creates cgroups")
 	persyst, load := binaries(t)
 	corpus := filepath.Join(repoRoot, "build/persyst-corpus")
 	if _, err := os.Stat(corpus); err != nil {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/properties"
 
 	"github.com/persyst/persyst/daemon"
@@ -210,16 +212,6 @@ func hardwareNotAvailable(t *testing.T, s *sample.Summary) {
 	}
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("must run as root in CI")
-		}
-		t.Skip("not root: persyst run creates cgroups")
-	}
-}
-
 // persystBin is the persyst the tests run: PERSYST_BIN (the installed package's, in the
 // pristine root: scripts/test.sh), else the one make build built.
 func persystBin() string {
@@ -234,10 +226,7 @@ func binaries(t *testing.T) (persyst, load string) {
 	persyst, load = persystBin(), filepath.Join(repoRoot, "build/persyst-workload")
 	for _, b := range []string{persyst, load} {
 		if _, err := os.Stat(b); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s not built", b)
-			}
-			t.Skipf("%s not built (make build)", b)
+			testenv.Unavailable(t, b+" not built (make build)")
 		}
 	}
 	return persyst, load
@@ -284,7 +273,7 @@ func noCgroupsLeft(t *testing.T, pid int) {
 }
 
 func TestRunMeasures(t *testing.T) {
-	requireRoot(t)
+	testenv.Root(t, "persyst run creates cgroups")
 	_, load := binaries(t)
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o1777); err != nil {
@@ -307,7 +296,7 @@ func TestRunMeasures(t *testing.T) {
 }
 
 func TestRunExitAndSignals(t *testing.T) {
-	requireRoot(t)
+	testenv.Root(t, "persyst run creates cgroups")
 	persyst, _ := binaries(t)
 	t.Run("exit status", func(t *testing.T) {
 		res, code, _ := persystRun(t, nil, "--", "sh", "-c", "exit 7")
@@ -384,7 +373,7 @@ func TestRunExitAndSignals(t *testing.T) {
 // TestRunUnprivileged: as an ordinary user persyst run says what it cannot do and
 // measures what it can, instead of failing.
 func TestRunUnprivileged(t *testing.T) {
-	requireRoot(t)
+	testenv.Root(t, "persyst run creates cgroups")
 	_, load := binaries(t)
 	dir, err := os.MkdirTemp("", "persyst-run-")
 	if err != nil {

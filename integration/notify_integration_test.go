@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 func TestServicesNotifySystemd(t *testing.T) {
@@ -65,7 +67,7 @@ func TestServicesNotifySystemd(t *testing.T) {
 	} {
 		t.Run(tc.role, func(t *testing.T) {
 			if tc.role == "daemon" {
-				requireRoot(t)
+				testenv.Root(t, "persyst run creates cgroups")
 			}
 			addr := freePort()
 			if tc.role == "daemon" {

@@ -3,11 +3,12 @@ package web
 import (
 	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
@@ -26,11 +27,7 @@ func site(t *testing.T) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	clock := now
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "front.db"), store.Options{Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, store.Options{Now: func() time.Time { return clock }})
 	add := func(id uint32, user string, nnodes, cpus int, age time.Duration, findings ...properties.Result) {
 		clock = now.Add(-age)
 		nodes := []string{"node1", "node2"}[:nnodes]

@@ -12,21 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func fixedNow() time.Time { return t0 }
-
-// openTest opens a fresh store in a temporary directory.
-func openTest(t testing.TB) *Store {
-	t.Helper()
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "persyst.db"), Options{Now: fixedNow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // schemaOf returns the schema's SQL, by object name.
 func schemaOf(t *testing.T, db *sql.DB) map[string]string {
 	t.Helper()
@@ -65,7 +50,11 @@ func TestConstants(t *testing.T) {
 }
 
 func TestOpenFresh(t *testing.T) {
-	s := openTest(t)
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "persyst.db"), Options{Now: FixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	ctx := context.Background()
 	v, err := s.Version(ctx)
 	if err != nil || v != SchemaVersion {
@@ -104,17 +93,17 @@ func TestOpenFresh(t *testing.T) {
 func TestReopenIsNoop(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "p.db")
-	s, err := Open(ctx, path, Options{Now: fixedNow})
+	s, err := Open(ctx, path, Options{Now: FixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCycle(ctx, 7, t0, []CycleResult{result("a", 1, 2, 3)}); err != nil {
+	if err := s.PutCycle(ctx, 7, T0, []CycleResult{Result("a", 1, 2, 3)}); err != nil {
 		t.Fatal(err)
 	}
 	before := schemaOf(t, s.w)
 	s.Close()
 
-	later := func() time.Time { return t0.Add(time.Hour) }
+	later := func() time.Time { return T0.Add(time.Hour) }
 	s, err = Open(ctx, path, Options{Now: later})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +114,7 @@ func TestReopenIsNoop(t *testing.T) {
 	}
 	var n int
 	var applied int64
-	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != 1 || applied != t0.Unix() {
+	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != 1 || applied != T0.Unix() {
 		t.Errorf("schema_version after re-open: %d rows applied at %d, %v", n, applied, err)
 	}
 	cs, err := s.Cycles(ctx, 7, "a")

@@ -65,7 +65,7 @@ func newSynthJob(sh shape) *synthJob {
 
 // cycle returns the records of cycle c (valid until the next call).
 func (j *synthJob) cycle(c int) (time.Time, []properties.Record) {
-	ts := t0.Add(time.Duration(c) * time.Minute)
+	ts := T0.Add(time.Duration(c) * time.Minute)
 	j.recs = j.recs[:0]
 	for p, key := range j.keys {
 		scale := math.Exp(float64(p%7)) * 10
@@ -138,7 +138,7 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 	tb.Helper()
 	ctx := context.Background()
 	open := func(name string) *Store {
-		s, err := Open(ctx, filepath.Join(dir, name), Options{Now: fixedNow})
+		s, err := Open(ctx, filepath.Join(dir, name), Options{Now: FixedNow})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 	}
 	const job = 4242
 	if err := stored.PutJob(ctx, Job{ID: job, Cluster: "synth", User: "alice", Nodes: fmt.Sprintf("node[00-%02d]", sh.nodes-1),
-		NNodes: sh.nodes, CPUs: sh.nodes * sh.cpus, Start: t0, End: t0.Add(time.Duration(sh.cycles) * time.Minute)}); err != nil {
+		NNodes: sh.nodes, CPUs: sh.nodes * sh.cpus, Start: T0, End: T0.Add(time.Duration(sh.cycles) * time.Minute)}); err != nil {
 		tb.Fatal(err)
 	}
 
@@ -320,14 +320,18 @@ func BenchmarkSummarize(b *testing.B) {
 // BenchmarkPutCycle: storing one cycle of 20 properties (one transaction),
 // a new timestamp each time.
 func BenchmarkPutCycle(b *testing.B) {
-	s := openTest(b)
+	s, err := Open(context.Background(), filepath.Join(b.TempDir(), "persyst.db"), Options{Now: FixedNow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
 	ctx := context.Background()
 	_, recs := newSynthJob(fullShape).cycle(0)
 	results, err := Summarize(recs, quantile.DefaultQ)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := t0
+	ts := T0
 	for b.Loop() {
 		ts = ts.Add(time.Minute)
 		if err := s.PutCycle(ctx, 1, ts, results); err != nil {

@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -18,46 +21,32 @@ import (
 	"github.com/persyst/persyst/quantile"
 )
 
-// result is an exact CycleResult of values, with severities 0, 0.3, 0, 0.3, ...
-func result(key string, values ...float64) CycleResult {
-	sum, err := quantile.Summarize(values, quantile.DefaultQ)
-	if err != nil {
-		panic(err)
-	}
-	r := CycleResult{Key: key, Summary: sum, Devices: int64(len(values))}
-	for i := range values {
-		r.Severity.Add(0.3 * float64(i%2))
-	}
-	r.TimeShare = timeShare(r.Severity, r.Devices)
-	return r
-}
-
 func TestCycleRoundTrip(t *testing.T) {
-	s := openTest(t)
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
 	ctx := context.Background()
 	empty, _ := quantile.Summarize(nil, 4)
 	empty.NonFinite = 3
 	pct, _ := quantile.Summarize([]float64{1e-300, -2.5, 1e300, 0, 1.0 / 3, math.Pi, 7}, 100)
-	inf := result("inf", 1, 2)
+	inf := store.Result("inf", 1, 2)
 	inf.Summary.Sum, inf.Summary.Mean = math.Inf(1), math.Inf(1)
 	inf.Summary.Quantiles[10] = math.Inf(1)
 	inf.Summary.Quantiles[0] = math.Inf(-1)
-	bad := result("bad", 1, 2, 3)
+	bad := store.Result("bad", 1, 2, 3)
 	bad.Severity.Invalid = 2
 	bad.Severity.Counts[4] = 5
 	bad.Devices = 64
 	bad.TimeShare = 0.125
 
-	cycle1 := []CycleResult{
-		result("cpu_user_pct", 0.1, 0.9, 0.5, 0.25, 0.75, 0.3),
+	cycle1 := []store.CycleResult{
+		store.Result("cpu_user_pct", 0.1, 0.9, 0.5, 0.25, 0.75, 0.3),
 		{Key: "empty", Summary: empty},
 		{Key: "percentiles", Summary: pct, Devices: 7},
 		inf,
 		bad,
 	}
-	cycle2 := []CycleResult{result("cpu_user_pct", 1, 2, 3)}
-	ts1 := t0.Add(500 * time.Millisecond) // stored as whole seconds
-	ts2 := t0.Add(time.Minute).In(time.FixedZone("CET", 3600))
+	cycle2 := []store.CycleResult{store.Result("cpu_user_pct", 1, 2, 3)}
+	ts1 := store.T0.Add(500 * time.Millisecond) // stored as whole seconds
+	ts2 := store.T0.Add(time.Minute).In(time.FixedZone("CET", 3600))
 	if err := s.PutCycle(ctx, 42, ts1, cycle1); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +58,7 @@ func TestCycleRoundTrip(t *testing.T) {
 	}
 
 	opts := cmp.Options{cmpopts.EquateNaNs()}
-	want := []StoredCycle{{Time: t0, CycleResult: cycle1[0]}, {Time: t0.Add(time.Minute), CycleResult: cycle2[0]}}
+	want := []store.StoredCycle{{Time: store.T0, CycleResult: cycle1[0]}, {Time: store.T0.Add(time.Minute), CycleResult: cycle2[0]}}
 	got, err := s.Cycles(ctx, 42, "cpu_user_pct")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +71,7 @@ func TestCycleRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := cmp.Diff([]StoredCycle{{Time: t0, CycleResult: r}}, got, opts); d != "" {
+		if d := cmp.Diff([]store.StoredCycle{{Time: store.T0, CycleResult: r}}, got, opts); d != "" {
 			t.Errorf("Cycles %s (-want +got):\n%s", r.Key, d)
 		}
 	}
@@ -93,24 +82,24 @@ func TestCycleRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Samples != 2 || !j.Updated.Equal(t0) {
+	if j.Samples != 2 || !j.Updated.Equal(store.T0) {
 		t.Errorf("job row %+v", j)
 	}
 	// The quantiles column is JSON that SQLite's json functions read.
 	var median float64
 	var nulls int
-	if err := s.r.QueryRow(`SELECT json_extract(quantiles, '$[5]') FROM cycles WHERE job_id = 42 AND key = 'cpu_user_pct' AND ts = ?`, t0.Unix()).Scan(&median); err != nil || median != cycle1[0].Summary.Quantiles[5] {
+	if err := s.Reader().QueryRow(`SELECT json_extract(quantiles, '$[5]') FROM cycles WHERE job_id = 42 AND key = 'cpu_user_pct' AND ts = ?`, store.T0.Unix()).Scan(&median); err != nil || median != cycle1[0].Summary.Quantiles[5] {
 		t.Errorf("json median %v, %v; want %v", median, err, cycle1[0].Summary.Quantiles[5])
 	}
-	if err := s.r.QueryRow(`SELECT count(*) FROM cycles, json_each(quantiles) WHERE cycles.key = 'empty' AND json_each.type = 'null'`).Scan(&nulls); err != nil || nulls != 5 {
+	if err := s.Reader().QueryRow(`SELECT count(*) FROM cycles, json_each(quantiles) WHERE cycles.key = 'empty' AND json_each.type = 'null'`).Scan(&nulls); err != nil || nulls != 5 {
 		t.Errorf("empty summary: %d null quantiles, %v", nulls, err)
 	}
 }
 
 func TestPutCycleRefuses(t *testing.T) {
-	s := openTest(t)
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
 	ctx := context.Background()
-	ok := result("a", 1)
+	ok := store.Result("a", 1)
 	noQ := ok
 	noQ.Summary.Quantiles = []float64{1}
 	share := ok
@@ -119,35 +108,35 @@ func TestPutCycleRefuses(t *testing.T) {
 	neg.Severity.Counts[2] = -1
 	for name, c := range map[string]struct {
 		job uint32
-		rs  []CycleResult
+		rs  []store.CycleResult
 	}{
-		"job 0":      {0, []CycleResult{ok}},
-		"no key":     {1, []CycleResult{{Summary: ok.Summary}}},
-		"q 0":        {1, []CycleResult{noQ}},
-		"time share": {1, []CycleResult{share}},
-		"negative":   {1, []CycleResult{neg}},
-		"twice":      {1, []CycleResult{ok, ok}},
+		"job 0":      {0, []store.CycleResult{ok}},
+		"no key":     {1, []store.CycleResult{{Summary: ok.Summary}}},
+		"q 0":        {1, []store.CycleResult{noQ}},
+		"time share": {1, []store.CycleResult{share}},
+		"negative":   {1, []store.CycleResult{neg}},
+		"twice":      {1, []store.CycleResult{ok, ok}},
 	} {
-		if err := s.PutCycle(ctx, c.job, t0, c.rs); err == nil {
+		if err := s.PutCycle(ctx, c.job, store.T0, c.rs); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := s.Job(ctx, 1); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Job(ctx, 1); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a refused cycle created the job: %v", err)
 	}
 }
 
 func TestPutCycleUpsert(t *testing.T) {
-	s := openTest(t)
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
 	ctx := context.Background()
-	rs := []CycleResult{result("a", 1, 2, 3), result("b", 4, 5)}
+	rs := []store.CycleResult{store.Result("a", 1, 2, 3), store.Result("b", 4, 5)}
 	for range 3 {
-		if err := s.PutCycle(ctx, 9, t0, rs); err != nil {
+		if err := s.PutCycle(ctx, 9, store.T0, rs); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var rows int
-	if err := s.r.QueryRow(`SELECT count(*) FROM cycles`).Scan(&rows); err != nil || rows != 2 {
+	if err := s.Reader().QueryRow(`SELECT count(*) FROM cycles`).Scan(&rows); err != nil || rows != 2 {
 		t.Errorf("%d rows after 3 identical puts, %v", rows, err)
 	}
 	if j, _ := s.Job(ctx, 9); j.Samples != 1 {
@@ -155,17 +144,17 @@ func TestPutCycleUpsert(t *testing.T) {
 	}
 	// A resent cycle with new values replaces the old row; a new key at the
 	// same ts adds one and is not a new sample.
-	rs2 := []CycleResult{result("a", 10, 20), result("c", 1)}
-	if err := s.PutCycle(ctx, 9, t0, rs2); err != nil {
+	rs2 := []store.CycleResult{store.Result("a", 10, 20), store.Result("c", 1)}
+	if err := s.PutCycle(ctx, 9, store.T0, rs2); err != nil {
 		t.Fatal(err)
 	}
 	opts := cmpopts.EquateNaNs()
-	for key, want := range map[string]CycleResult{"a": rs2[0], "b": rs[1], "c": rs2[1]} {
+	for key, want := range map[string]store.CycleResult{"a": rs2[0], "b": rs[1], "c": rs2[1]} {
 		got, err := s.Cycles(ctx, 9, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := cmp.Diff([]StoredCycle{{Time: t0, CycleResult: want}}, got, opts); d != "" {
+		if d := cmp.Diff([]store.StoredCycle{{Time: store.T0, CycleResult: want}}, got, opts); d != "" {
 			t.Errorf("%s (-want +got):\n%s", key, d)
 		}
 	}
@@ -194,9 +183,9 @@ func testReport(job uint32) digest.Report {
 }
 
 func TestReportRoundTrip(t *testing.T) {
-	s := openTest(t)
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
 	ctx := context.Background()
-	if _, err := s.Report(ctx, 5); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Report(ctx, 5); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing report: %v", err)
 	}
 	r := testReport(5)
@@ -212,7 +201,7 @@ func TestReportRoundTrip(t *testing.T) {
 		t.Errorf("Report (-want +got):\n%s", d)
 	}
 	// The report fills the job facts the row lacks and keeps those it has.
-	if err := s.PutJob(ctx, Job{ID: 6, User: "alice", CPUs: 8}); err != nil {
+	if err := s.PutJob(ctx, store.Job{ID: 6, User: "alice", CPUs: 8}); err != nil {
 		t.Fatal(err)
 	}
 	r6 := testReport(6)
@@ -230,8 +219,8 @@ func TestReportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Job{ID: 6, User: "alice", Nodes: "node1,node2", NNodes: 2, CPUs: 8,
-		Start: time.Unix(r6.Start.Unix(), 0).UTC(), End: r6.End.UTC(), Updated: t0}
+	want := &store.Job{ID: 6, User: "alice", Nodes: "node1,node2", NNodes: 2, CPUs: 8,
+		Start: time.Unix(r6.Start.Unix(), 0).UTC(), End: r6.End.UTC(), Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("job row (-want +got):\n%s", d)
 	}
@@ -245,7 +234,7 @@ func TestReportRoundTrip(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := s.w.Exec(`UPDATE reports SET schema = ? WHERE job_id = 5`, digest.SchemaVersion+1); err != nil {
+	if _, err := s.Writer().Exec(`UPDATE reports SET schema = ? WHERE job_id = 5`, digest.SchemaVersion+1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Report(ctx, 5); err == nil {
@@ -254,96 +243,96 @@ func TestReportRoundTrip(t *testing.T) {
 }
 
 func TestPutJobAndReuse(t *testing.T) {
-	s := openTest(t)
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
 	ctx := context.Background()
-	start := t0.Add(-time.Hour)
-	if err := s.PutJob(ctx, Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start}); err != nil {
+	start := store.T0.Add(-time.Hour)
+	if err := s.PutJob(ctx, store.Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCycle(ctx, 3, t0, []CycleResult{result("a", 1)}); err != nil {
+	if err := s.PutCycle(ctx, 3, store.T0, []store.CycleResult{store.Result("a", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutReport(ctx, testReport(3)); err != nil {
 		t.Fatal(err)
 	}
 	// The end, later: other facts stay.
-	if err := s.PutJob(ctx, Job{ID: 3, End: t0, Samples: 1000}); err != nil {
+	if err := s.PutJob(ctx, store.Job{ID: 3, End: store.T0, Samples: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	j, err := s.Job(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start, End: t0, Samples: 1, Updated: t0}
+	want := &store.Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start, End: store.T0, Samples: 1, Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("job (-want +got):\n%s", d)
 	}
 	// The same id with another start: a new job; the old one's data goes.
-	if err := s.PutJob(ctx, Job{ID: 3, User: "carol", Start: t0.Add(time.Hour)}); err != nil {
+	if err := s.PutJob(ctx, store.Job{ID: 3, User: "carol", Start: store.T0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	j, _ = s.Job(ctx, 3)
-	want = &Job{ID: 3, User: "carol", Start: t0.Add(time.Hour), Updated: t0}
+	want = &store.Job{ID: 3, User: "carol", Start: store.T0.Add(time.Hour), Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("reused id (-want +got):\n%s", d)
 	}
 	if cs, _ := s.Cycles(ctx, 3, "a"); len(cs) != 0 {
 		t.Errorf("the earlier job's cycles survived: %v", cs)
 	}
-	if _, err := s.Report(ctx, 3); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Report(ctx, 3); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the earlier job's report survived: %v", err)
 	}
-	if _, err := s.Job(ctx, 4); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Job(ctx, 4); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown job: %v", err)
 	}
 }
 
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	now := t0
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "p.db"), Options{Now: func() time.Time { return now }})
+	now := store.T0
+	s, err := store.Open(ctx, filepath.Join(t.TempDir(), "p.db"), store.Options{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	put := func(job uint32, end time.Time) {
 		t.Helper()
-		if err := s.PutCycle(ctx, job, t0, []CycleResult{result("a", 1, 2), result("b", 3)}); err != nil {
+		if err := s.PutCycle(ctx, job, store.T0, []store.CycleResult{store.Result("a", 1, 2), store.Result("b", 3)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.PutReport(ctx, testReport(job)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutJob(ctx, Job{ID: job, End: end}); err != nil {
+		if err := s.PutJob(ctx, store.Job{ID: job, End: end}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put(1, t0.Add(-48*time.Hour))
-	put(2, t0.Add(-25*time.Hour))
-	put(3, t0.Add(-1*time.Hour))
+	put(1, store.T0.Add(-48*time.Hour))
+	put(2, store.T0.Add(-25*time.Hour))
+	put(3, store.T0.Add(-1*time.Hour))
 	// Jobs 4 and 5 have no end: 4 was last written 30 h ago, 5 now.
-	now = t0.Add(-30 * time.Hour)
-	if err := s.PutCycle(ctx, 4, t0, []CycleResult{result("a", 1)}); err != nil {
+	now = store.T0.Add(-30 * time.Hour)
+	if err := s.PutCycle(ctx, 4, store.T0, []store.CycleResult{store.Result("a", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	now = t0
-	if err := s.PutCycle(ctx, 5, t0, []CycleResult{result("a", 1)}); err != nil {
+	now = store.T0
+	if err := s.PutCycle(ctx, 5, store.T0, []store.CycleResult{store.Result("a", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	// Job 6's report came after the job map's end: the row keeps the job map's.
-	if err := s.PutJob(ctx, Job{ID: 6, End: t0.Add(-72 * time.Hour)}); err != nil {
+	if err := s.PutJob(ctx, store.Job{ID: 6, End: store.T0.Add(-72 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutReport(ctx, testReport(6)); err != nil {
 		t.Fatal(err)
 	}
 
-	n, err := s.Prune(ctx, t0.Add(-24*time.Hour))
+	n, err := s.Prune(ctx, store.T0.Add(-24*time.Hour))
 	if err != nil || n != 4 {
 		t.Fatalf("pruned %d, %v; want 4 (jobs 1, 2, 4, 6)", n, err)
 	}
 	count := func(table string) (jobs []uint32) {
-		rows, err := s.r.Query(`SELECT DISTINCT job_id FROM ` + table + ` ORDER BY job_id`)
+		rows, err := s.Reader().Query(`SELECT DISTINCT job_id FROM ` + table + ` ORDER BY job_id`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +349,7 @@ func TestPrune(t *testing.T) {
 			t.Errorf("%s after prune (-want +got):\n%s", table, d)
 		}
 	}
-	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour)); n != 0 || err != nil {
+	if n, err := s.Prune(ctx, store.T0.Add(-24*time.Hour)); n != 0 || err != nil {
 		t.Errorf("second prune: %d, %v", n, err)
 	}
 }
@@ -372,21 +361,21 @@ func TestPrune(t *testing.T) {
 func TestConcurrentWriters(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "p.db")
-	a, err := Open(ctx, path, Options{})
+	a, err := store.Open(ctx, path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Open(ctx, path, Options{})
+	b, err := store.Open(ctx, path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 
 	const cycles, props = 40, 20
-	rs := make([]CycleResult, props)
+	rs := make([]store.CycleResult, props)
 	for i := range rs {
-		rs[i] = result(fmt.Sprintf("prop%02d", i), float64(i), float64(i)*2, 3)
+		rs[i] = store.Result(fmt.Sprintf("prop%02d", i), float64(i), float64(i)*2, 3)
 	}
 	errs := make(chan error, 8)
 	stop := make(chan struct{})
@@ -407,10 +396,10 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 	})
 	var writers sync.WaitGroup
-	for job, s := range map[uint32]*Store{1: a, 2: a, 3: b, 4: b} {
+	for job, s := range map[uint32]*store.Store{1: a, 2: a, 3: b, 4: b} {
 		writers.Go(func() {
 			for c := range cycles {
-				if err := s.PutCycle(ctx, job, t0.Add(time.Duration(c)*time.Minute), rs); err != nil {
+				if err := s.PutCycle(ctx, job, store.T0.Add(time.Duration(c)*time.Minute), rs); err != nil {
 					errs <- fmt.Errorf("job %d cycle %d: %w", job, c, err)
 					return
 				}

@@ -35,7 +35,7 @@ func TestSummarize(t *testing.T) {
 	//   ipc (core domain) with 21 values: deciles fall on ranks exactly
 	var recs []properties.Record
 	rec := func(key, dev string, v, sev float64) {
-		recs = append(recs, properties.Record{Time: t0, Key: key, Device: dev, Value: v, Severity: sev})
+		recs = append(recs, properties.Record{Time: T0, Key: key, Device: dev, Value: v, Severity: sev})
 	}
 	sevs := []float64{0, 0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 1}
 	for i := range 8 {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,18 +32,8 @@ import (
 // faked here.
 func munged(t testing.TB) Munger {
 	t.Helper()
-	if _, err := exec.LookPath("munged"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("munged is not installed (scripts/deps.sh installs munge)")
-		}
-		t.Skip("munged is not installed")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("the tree's authentication tests run munged and switch users: they need root, CI runs them as root")
-		}
-		t.Skip("needs root")
-	}
+	testenv.Program(t, "munged", "munge")
+	testenv.Root(t, "the tree's authentication tests run munged and switch users")
 	// The socket's directory must be reachable by uid 65534 (the intruder's munge).
 	dir, err := os.MkdirTemp("/tmp", "persyst-munge-")
 	if err != nil {

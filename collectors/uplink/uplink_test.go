@@ -3,10 +3,13 @@ package uplink
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/properties/propertiestest"
+
+	"github.com/persyst/persyst/collectors/store/storetest"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -45,11 +48,7 @@ func recs(ts time.Time, v float64) []properties.Record {
 // cycle arrives. At most one cycle is lost.
 func TestUplinkSurvivesADeadCollector(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, store.Options{})
 	addr, stop := runCollector(t, "127.0.0.1:0", st)
 	sh, err := New(Config{Addr: addr, Node: "node1", Timeout: 300 * time.Millisecond, Retries: 1}, zerolog.Nop())
 	if err != nil {
@@ -108,15 +107,8 @@ func TestUplinkSurvivesADeadCollector(t *testing.T) {
 // between them) and merges it over its own results.
 func TestJobWideFetch(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng, err := properties.Load(properties.Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Options{})
+	eng := propertiestest.Engine(t)
 	c, _ := collectors.New(collectors.Config{Name: "c1", Store: st, Engine: eng, Log: zerolog.Nop()})
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	cctx, cancel := context.WithCancel(ctx)

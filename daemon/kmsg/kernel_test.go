@@ -2,6 +2,7 @@ package kmsg
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // allocEnv makes the test binary touch that many bytes and exit (TestMain).
@@ -33,10 +36,7 @@ func TestMain(m *testing.M) {
 func TestRealOOMKill(t *testing.T) {
 	mem := "/sys/fs/cgroup/memory"
 	if _, err := os.Stat(filepath.Join(mem, "memory.limit_in_bytes")); err != nil || os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("needs root and a cgroup v1 memory hierarchy at %s (CI has both): %v", mem, err)
-		}
-		t.Skip("needs root and a cgroup v1 memory hierarchy")
+		testenv.Unavailable(t, fmt.Sprintf("needs root and a cgroup v1 memory hierarchy at %s: %v", mem, err))
 	}
 	name := "persyst-kmsg-test-" + strconv.Itoa(os.Getpid())
 	job := filepath.Join(mem, name)

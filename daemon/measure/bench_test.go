@@ -33,6 +33,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
@@ -64,12 +66,10 @@ type benchJob struct {
 // perf events in cgroup mode. It skips (saying why) without root or cgroup2.
 func benchSetup(b *testing.B) *benchJob {
 	b.Helper()
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: creates cgroups, moves a process into them and opens perf events in cgroup mode")
-	}
+	testenv.Root(b, "creates cgroups, moves a process into them and opens perf events in cgroup mode")
 	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
-		b.Skipf("cannot read the mount table: %v", err)
+		testenv.Unavailable(b, fmt.Sprintf("cannot read the mount table: %v", err))
 	}
 	name := fmt.Sprintf("persyst-bench-%d", os.Getpid())
 	j := &benchJob{stat: map[string]string{}}
@@ -88,7 +88,7 @@ func benchSetup(b *testing.B) *benchJob {
 		break
 	}
 	if j.v2 == "" {
-		b.Skip("no cgroup2 hierarchy mounted (perf events in cgroup mode need one here)")
+		testenv.Unavailable(b, "no cgroup2 hierarchy mounted (perf events in cgroup mode need one here)")
 	}
 	// Hybrid host: memory, pids and CPU time also (or only) in v1.
 	for _, m := range mounts {
@@ -134,10 +134,10 @@ func benchSetup(b *testing.B) *benchJob {
 	j.tracing = fs.Path("sys/kernel/tracing")
 	j.probed, err = perfcg.Probe(fs, j.v2, zerolog.Nop())
 	if err != nil {
-		b.Skipf("perf events in cgroup mode: %v", err)
+		testenv.Unavailable(b, fmt.Sprintf("perf events in cgroup mode: %v", err))
 	}
 	if st, _ := j.probed.Lookup("task-clock"); !st.Available {
-		b.Skipf("perf events in cgroup mode not available: %v", st.Err)
+		testenv.Unavailable(b, fmt.Sprintf("perf events in cgroup mode not available: %v", st.Err))
 	}
 	return j
 }

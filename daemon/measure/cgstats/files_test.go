@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
@@ -37,7 +39,7 @@ func TestFilesAbsent(t *testing.T) {
 		want result
 	}{
 		{"memory.peak absent", nil, result{}},
-		{"memory.peak appears: not looked for", func(t *testing.T) { write(t, root, v2Dir+"/memory.peak", "73400320\n") }, result{}},
+		{"memory.peak appears: not looked for", func(t *testing.T) { testenv.Write(t, filepath.Join(root, v2Dir+"/memory.peak"), "73400320\n") }, result{}},
 		{"after Recheck", func(*testing.T) { f.Recheck() }, result{Peak: true}},
 		{"memory.peak removed: read by path, absent", func(t *testing.T) {
 			if err := os.Remove(peak); err != nil {
@@ -53,7 +55,7 @@ func TestFilesAbsent(t *testing.T) {
 			if err := os.Rename(filepath.Join(root, v2Dir+".away"), filepath.Join(root, v2Dir)); err != nil {
 				t.Fatal(err)
 			}
-			write(t, root, v2Dir+"/memory.peak", "1\n")
+			testenv.Write(t, filepath.Join(root, v2Dir+"/memory.peak"), "1\n")
 		}, result{Peak: true}},
 	} {
 		if step.do != nil {
@@ -78,9 +80,7 @@ func TestFilesAbsent(t *testing.T) {
 // cgroup made again at the same path is read from its new files, a directory no longer
 // asked for is closed, and Close leaves no descriptor behind.
 func TestFilesKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
+	testenv.Root(t, "creates cgroups")
 	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestFilesKernel(t *testing.T) {
 		}
 	}
 	if dir == "" {
-		t.Skip("no cgroup v1 pids hierarchy mounted")
+		testenv.Unavailable(t, "no cgroup v1 pids hierarchy mounted")
 	}
 	mk := func(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
 )
@@ -69,12 +71,7 @@ func helper() {
 // TestRealKernel measures a real workload in real cgroups: v1 memory+cpuacct and a v2
 // cgroup, whichever are mounted.
 func TestRealKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("needs root to create cgroups: CI runs as root and must measure this, not skip it")
-		}
-		t.Skip("needs root to create cgroups (run as root to test against the kernel)")
-	}
+	testenv.Root(t, "creates cgroups to measure a workload in")
 	fsys := hostfs.New("/")
 	mounts, err := jobcgroup.Mounts(fsys)
 	if err != nil {
@@ -106,10 +103,7 @@ func TestRealKernel(t *testing.T) {
 		paths[m.Key] = dir
 	}
 	if len(paths) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no memory, cpuacct or cgroup2 hierarchy mounted: CI must measure this, not skip it")
-		}
-		t.Skip("no memory, cpuacct or cgroup2 hierarchy mounted")
+		testenv.Unavailable(t, "no memory, cpuacct or cgroup2 hierarchy mounted")
 	}
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

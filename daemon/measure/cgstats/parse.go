@@ -5,9 +5,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 // Parsers are pure: they take the file's content and return values or an error naming the
@@ -20,7 +21,7 @@ func parseSingle(b []byte) (v uint64, ok bool, err error) {
 	if string(s) == "max" {
 		return 0, false, nil
 	}
-	v, ok = atou(s)
+	v, ok = hostfs.ParseUint(s)
 	if !ok {
 		return 0, false, fmt.Errorf("line 1: want a number, got %q", s)
 	}
@@ -56,15 +57,15 @@ func parseFlatKeyed(b []byte, keys ...string) (flatVals, error) {
 	for line := 1; len(b) > 0; line++ {
 		var l []byte
 		l, b, _ = bytes.Cut(b, []byte{'\n'})
-		k, rest := field(l)
+		k, rest := hostfs.Field(l)
 		if len(k) == 0 {
 			continue
 		}
-		v, rest := field(rest)
+		v, rest := hostfs.Field(rest)
 		if len(v) == 0 || len(bytes.TrimSpace(rest)) > 0 {
 			return flatVals{}, fmt.Errorf("line %d: want \"key value\", got %q", line, l)
 		}
-		n, ok := atou(v)
+		n, ok := hostfs.ParseUint(v)
 		if !ok {
 			return flatVals{}, fmt.Errorf("line %d: key %s: want a number, got %q", line, k, v)
 		}
@@ -77,42 +78,6 @@ func parseFlatKeyed(b []byte, keys ...string) (flatVals, error) {
 	return out, nil
 }
 
-// field returns the first space-separated field of b and what follows it.
-func field(b []byte) (f, rest []byte) {
-	i := 0
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	j := i
-	for j < len(b) && !isSpace(b[j]) {
-		j++
-	}
-	return b[i:j], b[j:]
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
-}
-
-// atou parses a decimal uint64 (digits only, no sign).
-func atou(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
-}
-
 // atof parses a decimal fraction "I" or "I.F" (PSI averages: "%lu.%02lu") exactly as
 // strconv.ParseFloat would, without allocating: (I·10^len(F) + F) / 10^len(F) is one
 // correctly rounded division of exact integers.
@@ -121,14 +86,14 @@ func atof(b []byte) (float64, bool) {
 	if dot && (len(fp) == 0 || len(fp) > 6) || len(ip) > 9 {
 		return 0, false
 	}
-	i, ok := atou(ip)
+	i, ok := hostfs.ParseUint(ip)
 	if !ok {
 		return 0, false
 	}
 	if !dot {
 		return float64(i), true
 	}
-	f, ok := atou(fp)
+	f, ok := hostfs.ParseUint(fp)
 	if !ok {
 		return 0, false
 	}
@@ -233,7 +198,7 @@ func parsePSI(b []byte) (psi, error) {
 	for line := 1; len(b) > 0; line++ {
 		var l []byte
 		l, b, _ = bytes.Cut(b, []byte{'\n'})
-		kind, rest := field(l)
+		kind, rest := hostfs.Field(l)
 		if len(kind) == 0 {
 			continue
 		}
@@ -249,7 +214,7 @@ func parsePSI(b []byte) (psi, error) {
 		var haveAvg, haveTotal bool
 		for {
 			var kv []byte
-			kv, rest = field(rest)
+			kv, rest = hostfs.Field(rest)
 			if len(kv) == 0 {
 				break
 			}
@@ -265,7 +230,7 @@ func parsePSI(b []byte) (psi, error) {
 				}
 				dst.Avg10, haveAvg = v, true
 			case "total":
-				v, ok := atou(vs)
+				v, ok := hostfs.ParseUint(vs)
 				if !ok {
 					return psi{}, fmt.Errorf("line %d: total: want a number, got %q", line, vs)
 				}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
@@ -123,7 +125,7 @@ func TestReadFixtures(t *testing.T) {
 			name: "v1 blkio files empty (kernel does not account)", tree: "v1",
 			mutate: func(t *testing.T, root string, _ map[string]string) {
 				for _, f := range []string{"io_service_bytes_recursive", "io_serviced_recursive"} {
-					write(t, root, v1Dir("blkio")+"/blkio.throttle."+f, "")
+					testenv.Write(t, filepath.Join(root, v1Dir("blkio")+"/blkio.throttle."+f), "")
 				}
 			},
 			want: func() Stats {
@@ -194,7 +196,7 @@ func TestReadFixtures(t *testing.T) {
 		{
 			name: "v1 malformed cpu.stat", tree: "v1",
 			mutate: func(t *testing.T, root string, _ map[string]string) {
-				write(t, root, v1Dir("cpu")+"/cpu.stat", "nr_periods 1\nnr_throttled x\n")
+				testenv.Write(t, filepath.Join(root, v1Dir("cpu")+"/cpu.stat"), "nr_periods 1\nnr_throttled x\n")
 			},
 			want: func() Stats {
 				s := unset(v1Want(), CPUPeriods|CPUThrottled|CPUThrottledTime)
@@ -206,7 +208,7 @@ func TestReadFixtures(t *testing.T) {
 		{
 			name: "v1 malformed blkio line", tree: "v1",
 			mutate: func(t *testing.T, root string, _ map[string]string) {
-				write(t, root, v1Dir("blkio")+"/blkio.throttle.io_serviced_recursive", "8:0 Read 1\n8:0 Write\nTotal 1\n")
+				testenv.Write(t, filepath.Join(root, v1Dir("blkio")+"/blkio.throttle.io_serviced_recursive"), "8:0 Read 1\n8:0 Write\nTotal 1\n")
 			},
 			want: func() Stats {
 				s := unset(v1Want(), IOReadOps|IOWriteOps)
@@ -226,7 +228,7 @@ func TestReadFixtures(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				write(t, root, v2Dir+"/cpu.stat", "usage_usec 1750000\nuser_usec 1500000\nsystem_usec 250000\nnice_usec 0\n")
+				testenv.Write(t, filepath.Join(root, v2Dir+"/cpu.stat"), "usage_usec 1750000\nuser_usec 1500000\nsystem_usec 250000\nnice_usec 0\n")
 			},
 			want: func() Stats {
 				s := unset(v2Want(), CPUPeriods|CPUThrottled|CPUThrottledTime|MemCurrent|MemPeak|MemOOM|MemOOMKill|PgFault|PgMajFault|MemAnon|PidsCurrent|ioAll)
@@ -249,7 +251,7 @@ func TestReadFixtures(t *testing.T) {
 				if err := os.Remove(filepath.Join(root, v2Dir, "memory.peak")); err != nil {
 					t.Fatal(err)
 				}
-				write(t, root, v2Dir+"/cpu.pressure", "some avg10=2.45 avg60=5.26 avg300=15.97 total=570929\n")
+				testenv.Write(t, filepath.Join(root, v2Dir+"/cpu.pressure"), "some avg10=2.45 avg60=5.26 avg300=15.97 total=570929\n")
 			},
 			want: func() Stats {
 				s := unset(v2Want(), MemPeak|PSICPUFull)
@@ -263,7 +265,7 @@ func TestReadFixtures(t *testing.T) {
 		{
 			name: "v2 malformed io.stat keeps the rest", tree: "v2",
 			mutate: func(t *testing.T, root string, _ map[string]string) {
-				write(t, root, v2Dir+"/io.stat", "8:16 rbytes=8192 wbytes=0\n8:0 rbytes=oops\n")
+				testenv.Write(t, filepath.Join(root, v2Dir+"/io.stat"), "8:16 rbytes=8192 wbytes=0\n8:0 rbytes=oops\n")
 			},
 			want: func() Stats {
 				s := unset(v2Want(), ioAll)
@@ -317,7 +319,7 @@ func TestReadHybrid(t *testing.T) {
 	}
 	// v2 with different CPU numbers, to see who wins.
 	unified := "/sys/fs/cgroup/unified/system.slice/slurmstepd.scope/job_42"
-	write(t, root, unified+"/cpu.stat", "usage_usec 3\nuser_usec 2\nsystem_usec 1\n")
+	testenv.Write(t, filepath.Join(root, unified+"/cpu.stat"), "usage_usec 3\nuser_usec 2\nsystem_usec 1\n")
 	paths := map[string]string{"cpuacct": v1Dir("cpuacct"), "memory": v1Dir("memory"), "unified": unified}
 	for _, tt := range []struct {
 		opts     Options
@@ -334,12 +336,5 @@ func TestReadHybrid(t *testing.T) {
 		if got.CPUUserNs != tt.user || got.Measured != tt.measured || got.OOM != 2 || got.MemPeak != 73400320 {
 			t.Errorf("%+v: got user %d, measured %v, oom %d, peak %d", tt.opts, got.CPUUserNs, got.Measured, got.OOM, got.MemPeak)
 		}
-	}
-}
-
-func write(t *testing.T, root, file, content string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(root, file), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

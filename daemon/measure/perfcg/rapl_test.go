@@ -2,9 +2,10 @@ package perfcg
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/persyst/persyst/internal/testenv"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/hostfs"
@@ -57,9 +58,7 @@ func TestEnergyThisMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("system-wide energy counters need root")
-	}
+	testenv.Root(t, "opens system-wide energy counters")
 	e, err := OpenEnergy(evs, hostfs.New("/").PackageCPUs([]int{0}))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/hostfs"
 )
 
@@ -37,14 +39,14 @@ func BenchmarkListProcs(b *testing.B) {
 	for s := range 3 {
 		for k := range 4 {
 			d := root + job + "/step_" + strconv.Itoa(s) + "/user/task_" + strconv.Itoa(k)
-			writeFile(b, d+"/cgroup.procs", strconv.Itoa(pid)+"\n"+strconv.Itoa(pid+1)+"\n")
-			writeFile(b, d+"/memory.current", "0\n")
+			testenv.Write(b, d+"/cgroup.procs", strconv.Itoa(pid)+"\n"+strconv.Itoa(pid+1)+"\n")
+			testenv.Write(b, d+"/memory.current", "0\n")
 			pid += 2
 		}
-		writeFile(b, root+job+"/step_"+strconv.Itoa(s)+"/cgroup.procs", "")
-		writeFile(b, root+job+"/step_"+strconv.Itoa(s)+"/user/cgroup.procs", "")
+		testenv.Write(b, root+job+"/step_"+strconv.Itoa(s)+"/cgroup.procs", "")
+		testenv.Write(b, root+job+"/step_"+strconv.Itoa(s)+"/user/cgroup.procs", "")
 	}
-	writeFile(b, root+job+"/cgroup.procs", "")
+	testenv.Write(b, root+job+"/cgroup.procs", "")
 	fsys := hostfs.New(root)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -95,11 +95,11 @@ func parseProcs(b []byte, dst []int) ([]int, error) {
 	for line := 1; len(b) > 0; line++ {
 		var f []byte
 		f, b = nextLine(b)
-		f = trimSpace(f)
+		f = hostfs.TrimSpace(f)
 		if len(f) == 0 {
 			continue
 		}
-		n, ok := atou(f)
+		n, ok := hostfs.ParseUint(f)
 		if !ok || n == 0 || n > 1<<31-1 {
 			return dst, fmt.Errorf("line %d: want a pid, got %q", line, f)
 		}

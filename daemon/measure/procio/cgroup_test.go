@@ -10,21 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
 )
-
-func writeFile(t testing.TB, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestListProcsFake(t *testing.T) {
 	root := t.TempDir()
@@ -45,7 +37,7 @@ func TestListProcsFake(t *testing.T) {
 		"step_extern/user/task_special/cgroup.procs": "",
 	}
 	for name, content := range files {
-		writeFile(t, filepath.Join(root, job, name), content)
+		testenv.Write(t, filepath.Join(root, job, name), content)
 	}
 	got, err := ListProcs(hostfs.New(root), job)
 	if err != nil {
@@ -56,7 +48,7 @@ func TestListProcsFake(t *testing.T) {
 	}
 
 	t.Run("malformed", func(t *testing.T) {
-		writeFile(t, filepath.Join(root, job, "step_0/user/task_1/cgroup.procs"), "11\nx\n")
+		testenv.Write(t, filepath.Join(root, job, "step_0/user/task_1/cgroup.procs"), "11\nx\n")
 		got, err := ListProcs(hostfs.New(root), job)
 		want := `procio: ` + job + `/step_0/user/task_1/cgroup.procs: line 2: want a pid, got "x"`
 		if diff := cmp.Diff(want, errString(err)); diff != "" {
@@ -121,9 +113,7 @@ func startSleepers(tb testing.TB, n int) []int {
 // TestListProcsRealCgroup moves helper processes into a cgroup v2 directory and a child
 // of it and lists them.
 func TestListProcsRealCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		unavailable(t, "needs root to create cgroups")
-	}
+	testenv.Root(t, "creates cgroups")
 	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +126,7 @@ func TestListProcsRealCgroup(t *testing.T) {
 		}
 	}
 	if mount == "" {
-		unavailable(t, "no cgroup2 mount")
+		testenv.Unavailable(t, "no cgroup2 mount")
 	}
 	dir := filepath.Join(mount, "persyst-procio-test-"+strconv.Itoa(os.Getpid()))
 	sub := filepath.Join(dir, "step_0")

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/persyst/persyst/hostfs"
 	"golang.org/x/sys/unix"
 )
@@ -44,16 +46,6 @@ func TestMain(m *testing.M) {
 		os.Exit(3)
 	}
 	os.Exit(0)
-}
-
-// unavailable skips a kernel test that cannot run here, or fails it under CI, which must
-// measure, not skip.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + " (CI is set: this test must run)")
-	}
-	t.Skip(why)
 }
 
 const (
@@ -284,7 +276,7 @@ func selfIO() IO {
 // ignores SIGCHLD (the kernel reaps the child) gets nothing.
 func TestKernelReapAccounting(t *testing.T) {
 	if err := CheckAccounting(hostfs.New("/")); err != nil {
-		unavailable(t, err.Error())
+		testenv.Unavailable(t, err.Error())
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -351,7 +343,7 @@ func abs(x int64) int64 {
 func TestRealKernel(t *testing.T) {
 	fsys := hostfs.New("/")
 	if err := CheckAccounting(fsys); err != nil {
-		unavailable(t, err.Error())
+		testenv.Unavailable(t, err.Error())
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -487,11 +479,9 @@ func TestRealKernel(t *testing.T) {
 // TestRealKernelPermission reads a root process as an unprivileged user: the error names
 // the io file and wraps EACCES.
 func TestRealKernelPermission(t *testing.T) {
-	if os.Geteuid() != 0 {
-		unavailable(t, "needs root to run a helper as another user")
-	}
+	testenv.Root(t, "runs a helper as another user")
 	if err := CheckAccounting(hostfs.New("/")); err != nil {
-		unavailable(t, err.Error())
+		testenv.Unavailable(t, err.Error())
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
@@ -31,9 +33,7 @@ func openFDs(t *testing.T) int {
 // process moving in and into a child cgroup is listed, a removed child's descriptors are
 // closed, a removed top is "gone", and Close leaves no descriptor behind.
 func TestListerKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups")
-	}
+	testenv.Root(t, "creates cgroups")
 	h := hostfs.New("/")
 	mounts, err := jobcgroup.Mounts(h)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestListerKernel(t *testing.T) {
 		}
 	}
 	if mnt == "" {
-		t.Skip("no cgroup2 hierarchy mounted")
+		testenv.Unavailable(t, "no cgroup2 hierarchy mounted")
 	}
 	top := filepath.Join(mnt, "persyst-lister-"+strconv.Itoa(os.Getpid()))
 	child := filepath.Join(top, "step_0")

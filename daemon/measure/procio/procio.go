@@ -102,14 +102,14 @@ func parseIOBytes(b []byte) (IO, error) {
 		} else {
 			l, b = b, nil
 		}
-		if len(trimSpace(l)) == 0 {
+		if len(hostfs.TrimSpace(l)) == 0 {
 			continue
 		}
 		c := bytes.IndexByte(l, ':')
 		if c < 0 {
 			return IO{}, fmt.Errorf("line %d: want \"key: value\", got %q", line, l)
 		}
-		key, val := trimSpace(l[:c]), trimSpace(l[c+1:])
+		key, val := hostfs.TrimSpace(l[:c]), hostfs.TrimSpace(l[c+1:])
 		var dst *uint64
 		var bit uint
 		switch string(key) {
@@ -133,7 +133,7 @@ func parseIOBytes(b []byte) (IO, error) {
 		if seen&bit != 0 {
 			return IO{}, fmt.Errorf("line %d: duplicate key %s", line, key)
 		}
-		n, ok := atou(val)
+		n, ok := hostfs.ParseUint(val)
 		if !ok {
 			return IO{}, fmt.Errorf("line %d: %s: want a number, got %q", line, key, val)
 		}
@@ -200,15 +200,15 @@ func parseStatBytes(b []byte) (procStat, error) {
 	if open < 0 || end < open {
 		return procStat{}, fmt.Errorf("line 1: want \"pid (comm) state ...\", got %q", clip(b))
 	}
-	if _, ok := atou(trimSpace(b[:open])); !ok {
-		return procStat{}, fmt.Errorf("line 1: pid: want a number, got %q", trimSpace(b[:open]))
+	if _, ok := hostfs.ParseUint(hostfs.TrimSpace(b[:open])); !ok {
+		return procStat{}, fmt.Errorf("line 1: pid: want a number, got %q", hostfs.TrimSpace(b[:open]))
 	}
 	var st procStat
 	rest := b[end+1:]
 	i := 0
 	for ; i <= statStartTime; i++ {
 		var f []byte
-		f, rest = nextField(rest)
+		f, rest = hostfs.Field(rest)
 		if f == nil {
 			break
 		}
@@ -219,13 +219,13 @@ func parseStatBytes(b []byte) (procStat, error) {
 			}
 			st.State = f[0]
 		case statPPID:
-			n, ok := atou(f)
+			n, ok := hostfs.ParseUint(f)
 			if !ok || n > 1<<31-1 {
 				return procStat{}, fmt.Errorf("line 1: ppid: want a number, got %q", f)
 			}
 			st.PPID = int(n)
 		case statStartTime:
-			n, ok := atou(f)
+			n, ok := hostfs.ParseUint(f)
 			if !ok {
 				return procStat{}, fmt.Errorf("line 1: starttime: want a number, got %q", f)
 			}
@@ -238,56 +238,9 @@ func parseStatBytes(b []byte) (procStat, error) {
 	return st, nil
 }
 
-// nextField returns the next space-separated field of b and the rest; nil at the end.
-func nextField(b []byte) (field, rest []byte) {
-	i := 0
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	j := i
-	for j < len(b) && !isSpace(b[j]) {
-		j++
-	}
-	if i == j {
-		return nil, nil
-	}
-	return b[i:j], b[j:]
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
-	}
-	for len(b) > 0 && isSpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// atou parses a decimal uint64 without allocating.
-func atou(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
-}
-
 // clip shortens b for an error message.
 func clip(b []byte) []byte {
-	b = trimSpace(b)
+	b = hostfs.TrimSpace(b)
 	if len(b) > 64 {
 		return append(b[:61:61], "..."...)
 	}
