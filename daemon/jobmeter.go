@@ -232,29 +232,17 @@ func (s *meterSet) settled(id uint32) *jobMeter {
 	return jm
 }
 
-// forJob returns job id's meter for a start: a new one when there is none or the one
-// there ended (Slurm reused the job id).
-func (s *meterSet) forJob(id uint32) *jobMeter {
+// meter returns job id's meter, made (waiting) when there is none, or, for a start
+// (renew), when the one there ended: Slurm reused the job id.
+func (s *meterSet) meter(id uint32, renew bool) *jobMeter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	jm := s.jobs[id]
-	if jm == nil {
-		jm = &jobMeter{id: id}
-		s.jobs[id] = jm
-		return jm
+	if jm != nil && renew {
+		if st, _ := jm.now(); st == ended {
+			jm = nil
+		}
 	}
-	if st, _ := jm.now(); st == ended {
-		jm = &jobMeter{id: id}
-		s.jobs[id] = jm
-	}
-	return jm
-}
-
-// forEnd returns job id's meter for its end, made (waiting) when there is none.
-func (s *meterSet) forEnd(id uint32) *jobMeter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	jm := s.jobs[id]
 	if jm == nil {
 		jm = &jobMeter{id: id}
 		s.jobs[id] = jm

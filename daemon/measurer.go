@@ -137,7 +137,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
 	}
-	jm := m.meters.forJob(j.JobID)
+	jm := m.meters.meter(j.JobID, true)
 	jm.lookAgain() // a step's cgroups appear with it
 	m.oom.watch(j.JobID, j.UID)
 	if jm.ownedCgroup() == "" && m.owned.needed(j.Cgroups) {
@@ -208,7 +208,7 @@ func (m *Measurer) StepEnded(id uint32) {
 // this daemon never measured (it ended while the daemon was down) gets what an earlier
 // daemon measured of it, for a late digest.
 func (m *Measurer) End(id uint32) {
-	jm := m.meters.forEnd(id)
+	jm := m.meters.meter(id, false)
 	jm.waitOpened()
 	job, first := jm.end(func() *pipeline.Job {
 		if m.cfg.Disabled {

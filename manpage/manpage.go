@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -99,4 +101,38 @@ func text(s string) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// WriteFiles writes the pages into dir, as <Name>.1, with version and date.
+func WriteFiles(dir, version string, date time.Time, pages []Page) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range pages {
+		p.Version, p.Date = version, date
+		f, err := os.Create(filepath.Join(dir, p.Name+".1"))
+		if err != nil {
+			return err
+		}
+		if err := Write(f, p); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BuildDate is the date pages carry: SOURCE_DATE_EPOCH's for reproducible builds, else
+// now.
+func BuildDate() time.Time {
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		var sec int64
+		if _, err := fmt.Sscan(s, &sec); err == nil {
+			return time.Unix(sec, 0)
+		}
+	}
+	return time.Now()
 }

@@ -98,11 +98,39 @@ type Result struct {
 
 // Run runs argv measured and returns the exit code persyst should exit with.
 func Run(ctx context.Context, opts Options, argv []string) (int, error) {
+	opts, path, code, err := prepare(opts, argv)
+	if err != nil {
+		return code, err
+	}
+	r := &runner{opts: opts, argv: argv, host: hostfs.New(opts.Root)}
+	defer r.cleanup()
+	cpus, err := r.cpus()
+	if err != nil {
+		return 1, err
+	}
+	env, spec := r.setup(cpus)
+	cmd, fwd, err := r.start(path)
+	if err != nil {
+		return 126, err
+	}
+	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Stop(fwd)
+	job := r.measure(ctx, cmd, env, spec, fwd)
+	res, err := r.result(cmd, job, len(cpus))
+	if err != nil {
+		return 1, err
+	}
+	return res.ExitStatus, r.print(res)
+}
+
+// prepare fills in opts' defaults and finds the command; code is the exit code of an
+// error (as shells say it: 126 for a file that is there but cannot be run, 127 for none).
+func prepare(opts Options, argv []string) (_ Options, path string, code int, err error) {
 	if len(argv) == 0 {
-		return 2, ErrNoCommand
+		return opts, "", 2, ErrNoCommand
 	}
 	if opts.Engine == nil {
-		return 2, errors.New("persyst run: no property engine for the digest")
+		return opts, "", 2, errors.New("persyst run: no property engine for the digest")
 	}
 	if opts.Root == "" {
 		opts.Root = "/"
@@ -116,25 +144,24 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err = exec.LookPath(argv[0])
 	if err != nil {
-		// As shells say it: 126 for a file that is there but cannot be run, 127 for none.
-		code := 127
+		code = 127
 		if errors.Is(err, fs.ErrPermission) {
 			code = 126
 		}
-		return code, fmt.Errorf("%s: %w", argv[0], err)
+		return opts, "", code, fmt.Errorf("%s: %w", argv[0], err)
 	}
-	r := &runner{opts: opts, argv: argv, host: hostfs.New(opts.Root)}
-	defer r.cleanup()
-	cpus, err := r.cpus()
-	if err != nil {
-		return 1, err
-	}
-	spec := measure.Spec{Name: "command " + filepath.Base(argv[0]), CPUs: cpus, Topology: r.host.Topology(cpus)}
-	envOpts := measure.EnvOptions{Host: r.host, Log: opts.Log, Now: opts.Now}
-	privileged := !opts.Unprivileged && r.makeCgroups()
-	if privileged {
+	return opts, path, 0, nil
+}
+
+// setup makes the command's cgroups where it may (privileged: cgroup mode) and returns
+// the measuring environment and the spec of the command's meter on cpus.
+func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
+	spec := measure.Spec{Name: "command " + filepath.Base(r.argv[0]), CPUs: cpus, Topology: r.host.Topology(cpus)}
+	envOpts := measure.EnvOptions{Host: r.host, Log: r.opts.Log, Now: r.opts.Now}
+	r.privileged = !r.opts.Unprivileged && r.makeCgroups()
+	if r.privileged {
 		r.mode = "cgroup"
 		spec.StatCgroups = r.stat
 		spec.ProcCgroup = r.procDir
@@ -150,26 +177,29 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 			"perf events count user space only, per CPU, for the command's processes (inherit mode); CPU time, peak memory and page faults come from wait4's rusage at the end")
 	}
 	// No probe: opening the events tells which exist (EnvOptions).
-	env := measure.NewEnv(envOpts)
+	return measure.NewEnv(envOpts), spec
+}
+
+// start starts the command through a re-executed persyst that stops itself once its own
+// start is done (Child), and moves it into the command's cgroups. From then on persyst
+// ignores SIGINT and SIGQUIT (the terminal sends them to CMD), and fwd brings the
+// signals to pass on to CMD; the caller resets both.
+func (r *runner) start(path string) (_ *exec.Cmd, fwd chan os.Signal, _ error) {
 	// Without privileges, /proc/PID/io of the exited child is root's (the kernel makes an
 	// exited process's /proc files root-owned): its last writes are found instead in our
 	// own counters, to which the kernel adds a reaped child's totals.
-	selfBefore, selfErr := procio.ReadSelf(r.host)
-	// The child stops itself (SIGSTOP) once its own start is done; SIGCONT lets it exec CMD.
-	cmd := exec.Command(opts.Self, append([]string{ChildCommand, "--", path}, argv[1:]...)...)
-	cmd.Args[0] = argv[0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
+	r.selfBefore, r.selfErr = procio.ReadSelf(r.host)
+	cmd := exec.Command(r.opts.Self, append([]string{ChildCommand, "--", path}, r.argv[1:]...)...)
+	cmd.Args[0] = r.argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.opts.Stdin, r.opts.Stdout, r.opts.Stderr
 	cmd.Env = os.Environ()
 	if err := cmd.Start(); err != nil {
-		return 126, fmt.Errorf("start %s: %w", argv[0], err)
+		return nil, nil, fmt.Errorf("start %s: %w", r.argv[0], err)
 	}
-	// persyst ignores SIGINT and SIGQUIT while CMD runs (the terminal sends them to CMD);
-	// only after the start, so that CMD does not inherit the ignored dispositions.
+	// Only after the start, so that CMD does not inherit the ignored dispositions.
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
-	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
-	fwd := make(chan os.Signal, 4)
+	fwd = make(chan os.Signal, 4)
 	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(fwd)
 	pid := cmd.Process.Pid
 	r.child = pid
 	// Wait until the child stopped itself (or died): its own start is then done, and
@@ -183,24 +213,31 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	}
 	for _, f := range r.procsFiles {
 		if err := writeNoFollow(f, strconv.Itoa(pid)); err != nil {
-			fmt.Fprintf(opts.Stderr, "persyst: could not move %s into %s: %v (measured without it)\n", argv[0], filepath.Dir(f), err)
+			fmt.Fprintf(r.opts.Stderr, "persyst: could not move %s into %s: %v (measured without it)\n", r.argv[0], filepath.Dir(f), err)
 		}
 	}
-	if !privileged {
+	return cmd, fwd, nil
+}
+
+// measure opens the command's meter, lets it go on to exec CMD, and reads it at every
+// cycle boundary until CMD exits (forwarding the signals fwd brings), then once more; nil
+// when it could not be measured.
+func (r *runner) measure(ctx context.Context, cmd *exec.Cmd, env *measure.Env, spec measure.Spec, fwd <-chan os.Signal) *pipeline.Job {
+	pid := r.child
+	if !r.privileged {
 		spec.PerfPID = pid
 	}
-	spec.ExtraPIDs = func() []int { return r.extraPIDs(privileged) }
+	spec.ExtraPIDs = func() []int { return r.extraPIDs(r.privileged) }
 	// The stopped child, born before now, counts from the first read; what CMD starts
 	// counts from its birth.
-	spec.ProcsSince = opts.Now()
-	job, err := pipeline.Start(env, spec, pipeline.Options{Engine: opts.Engine})
+	spec.ProcsSince = r.opts.Now()
+	job, err := pipeline.Start(env, spec, pipeline.Options{Engine: r.opts.Engine})
 	// Let CMD go whether or not measuring could start.
 	_ = unix.Kill(pid, unix.SIGCONT)
 	if err != nil {
-		fmt.Fprintf(opts.Stderr, "persyst: %s is not measured: %v\n", argv[0], err)
+		fmt.Fprintf(r.opts.Stderr, "persyst: %s is not measured: %v\n", r.argv[0], err)
+		job = nil
 	}
-
-	// Cycle reads until CMD exits.
 	exited := make(chan unix.Siginfo, 1)
 	go func() {
 		var info unix.Siginfo
@@ -222,9 +259,9 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = pipeline.Loop(cctx, opts.Now, opts.Interval, pipeline.RealWait, func() {
+			_ = pipeline.Loop(cctx, r.opts.Now, r.opts.Interval, pipeline.RealWait, func() {
 				if _, err := job.Read(sample.Cycle); err != nil {
-					opts.Log.Debug().Err(err).Msg("cycle read incomplete")
+					r.opts.Log.Debug().Err(err).Msg("cycle read incomplete")
 				}
 			})
 		}()
@@ -242,11 +279,17 @@ wait:
 	wg.Wait()
 	if job != nil {
 		if _, err := job.End(); err != nil {
-			opts.Log.Debug().Err(err).Msg("final read incomplete")
+			r.opts.Log.Debug().Err(err).Msg("final read incomplete")
 		}
 	}
+	return job
+}
+
+// result reaps the command and makes the result: its exit status, what was measured of
+// it (on ncpus CPUs), and its digest.
+func (r *runner) result(cmd *exec.Cmd, job *pipeline.Job, ncpus int) (Result, error) {
 	werr := cmd.Wait()
-	res := Result{Command: argv, Mode: r.mode, Limits: r.limits, Cgroups: r.dirs}
+	res := Result{Command: r.argv, Mode: r.mode, Limits: r.limits, Cgroups: r.dirs}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
@@ -257,45 +300,50 @@ wait:
 	default:
 		var ee *exec.ExitError
 		if werr != nil && !errors.As(werr, &ee) {
-			return 1, fmt.Errorf("wait %s: %w", argv[0], werr)
+			return res, fmt.Errorf("wait %s: %w", r.argv[0], werr)
 		}
 	}
-	if job != nil {
-		if !privileged {
-			ru := rusage(cmd.ProcessState)
-			var reaped procio.IO
-			if after, err := procio.ReadSelf(r.host); err == nil && selfErr == nil {
-				reaped = after.Sub(selfBefore)
-			}
-			job.Amend(func(s *sample.Summary) {
-				addRusage(s, ru)
-				addReaped(s, reaped)
-			})
+	if job == nil {
+		return res, nil
+	}
+	if !r.privileged {
+		ru := rusage(cmd.ProcessState)
+		var reaped procio.IO
+		if after, err := procio.ReadSelf(r.host); err == nil && r.selfErr == nil {
+			reaped = after.Sub(r.selfBefore)
 		}
-		res.Summary = job.Summary()
-		res.Samples = job.Meter().Samples()
-		results := job.Results(0)
-		rep := digest.Assemble(digest.Input{Facts: digest.Facts{Command: strings.Join(trim(argv), " "), Nodes: []string{opts.Node}, CPUs: len(cpus)},
-			Measured: job.Summary(), Results: results, MinSeconds: opts.Engine.MinSeconds()})
-		res.Digest = &rep
+		job.Amend(func(s *sample.Summary) {
+			addRusage(s, ru)
+			addReaped(s, reaped)
+		})
 	}
-	out := opts.Stderr
-	if opts.Result != nil {
-		out = opts.Result
+	res.Summary = job.Summary()
+	res.Samples = job.Meter().Samples()
+	results := job.Results(0)
+	rep := digest.Assemble(digest.Input{Facts: digest.Facts{Command: strings.Join(trim(r.argv), " "), Nodes: []string{r.opts.Node}, CPUs: ncpus},
+		Measured: job.Summary(), Results: results, MinSeconds: r.opts.Engine.MinSeconds()})
+	res.Digest = &rep
+	return res, nil
+}
+
+// print writes the result: as JSON, or the text digest and what could not be measured.
+func (r *runner) print(res Result) error {
+	out := r.opts.Stderr
+	if r.opts.Result != nil {
+		out = r.opts.Result
 	}
-	if opts.JSON {
+	if r.opts.JSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return res.ExitStatus, err
-		}
-	} else if res.Digest != nil {
+		return enc.Encode(res)
+	}
+	if res.Digest != nil {
 		fmt.Fprint(out, digest.Text(*res.Digest, digest.TextOptions{}))
 		for _, l := range r.limits {
 			fmt.Fprintln(out, "persyst: note: "+l)
 		}
 	}
-	return res.ExitStatus, nil
+	return nil
 }
 
 // runner holds what Run created.
@@ -305,6 +353,11 @@ type runner struct {
 	host  hostfs.FS
 	mode  string
 	child int
+	// privileged: the command runs in cgroups of its own (cgroup mode).
+	privileged bool
+	// selfBefore is persyst's own I/O before the command started (selfErr: not read).
+	selfBefore procio.IO
+	selfErr    error
 
 	stat       map[string]string // hierarchy key → cgroup dir
 	dirs       []string          // created, as seen in the mount namespace

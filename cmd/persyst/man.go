@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/persyst/persyst/manpage"
 )
@@ -50,63 +46,40 @@ func runMan(ctx context.Context, io stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
-	date := time.Now()
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" { // reproducible builds
-		var sec int64
-		if _, err := fmt.Sscan(s, &sec); err == nil {
-			date = time.Unix(sec, 0)
-		}
-	}
+	return manpage.WriteFiles(*dir, version, manpage.BuildDate(), manPages(ctx))
+}
+
+// manPages are persyst's page and a page per command (but version), from what each
+// command says of itself.
+func manPages(ctx context.Context) []manpage.Page {
 	var see []string
 	for _, c := range commands {
 		if c.name != "version" {
 			see = append(see, "persyst-"+c.name+"(1)")
 		}
 	}
-	write := func(p manpage.Page) error {
-		p.Version, p.Date = version, date
-		f, err := os.Create(filepath.Join(*dir, p.Name+".1"))
-		if err != nil {
-			return err
-		}
-		if err := manpage.Write(f, p); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	if err := write(manpage.Page{Name: "persyst", Summary: "an always-on job performance monitor for Slurm clusters",
-		Synopsis: "persyst COMMAND [flags]", Description: strings.TrimSuffix(usage(), "\n"), SeeAlso: see}); err != nil {
-		return err
-	}
+	pages := []manpage.Page{{Name: "persyst", Summary: "an always-on job performance monitor for Slurm clusters",
+		Synopsis: "persyst COMMAND [flags]", Description: strings.TrimSuffix(usage(), "\n"), SeeAlso: see}}
 	for _, c := range commands {
 		if c.name == "version" {
 			continue
 		}
+		summary, _, _ := strings.Cut(c.synopsis, ": persyst ")
+		p := manpage.Page{Name: "persyst-" + c.name, Summary: summary, SeeAlso: []string{"persyst(1)"}}
 		if d, ok := flagless[c.name]; ok {
-			summary, _, _ := strings.Cut(c.synopsis, ": persyst ")
-			if err := write(manpage.Page{Name: "persyst-" + c.name, Summary: summary, Synopsis: d.synopsis, Description: d.text,
-				SeeAlso: []string{"persyst(1)"}}); err != nil {
-				return err
-			}
+			p.Synopsis, p.Description = d.synopsis, d.text
+			pages = append(pages, p)
 			continue
 		}
-		fs := commandFlags(ctx, c.name)
-		synopsis := "persyst " + c.name + " [flags]"
-		if fs != nil {
-			synopsis = fs.Name() + " [flags]"
+		p.Flags = commandFlags(ctx, c.name)
+		p.Synopsis = "persyst " + c.name + " [flags]"
+		if fs := p.Flags; fs != nil {
+			p.Synopsis = fs.Name() + " [flags]"
 			if strings.Contains(fs.Name(), "[flags]") {
-				synopsis = fs.Name()
+				p.Synopsis = fs.Name()
 			}
 		}
-		summary, _, _ := strings.Cut(c.synopsis, ": persyst ")
-		if err := write(manpage.Page{Name: "persyst-" + c.name, Summary: summary, Synopsis: synopsis, Flags: fs,
-			SeeAlso: []string{"persyst(1)"}}); err != nil {
-			return err
-		}
+		pages = append(pages, p)
 	}
-	return nil
+	return pages
 }
