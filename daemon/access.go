@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"fmt"
 	"os/user"
 	"sort"
@@ -235,30 +234,18 @@ func (g *ReportGate) SamplesJSON(uid, job uint32) ([]byte, error) {
 	if s == nil {
 		return nil, fmt.Errorf("the persyst daemon is starting; try again")
 	}
-	return s.forUser(uid, job, func() ([]byte, error) {
-		samples := s.meas.Samples(job)
-		if samples == nil {
-			return nil, fmt.Errorf("job %d: no samples on this node", job)
-		}
-		return json.Marshal(samples)
-	})
+	return s.forUser(uid, job, s.samplesJSON)
 }
 
 // reportFor is ReportJSON.
 func (s *Server) reportFor(uid, job uint32) ([]byte, error) {
-	return s.forUser(uid, job, func() ([]byte, error) {
-		rep, err := s.meas.Report(job)
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(rep)
-	})
+	return s.forUser(uid, job, s.reportJSON)
 }
 
 // forUser runs give for the user uid if they may read the job's data: the caller's role
 // from its uid and its groups (the user database's: a remote caller has no socket
 // credentials).
-func (s *Server) forUser(uid, job uint32, give func() ([]byte, error)) ([]byte, error) {
+func (s *Server) forUser(uid, job uint32, give func(uint32) ([]byte, error)) ([]byte, error) {
 	cred := &unix.Ucred{Uid: uid, Gid: ^uint32(0)}
 	var groups []uint32
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
@@ -288,5 +275,5 @@ func (s *Server) forUser(uid, job uint32, give func() ([]byte, error)) ([]byte, 
 	if s.meas == nil {
 		return nil, fmt.Errorf("this daemon does not measure jobs")
 	}
-	return give()
+	return give(job)
 }

@@ -268,17 +268,7 @@ func (s *Server) list(x exchange) *wire.Reply {
 
 // report answers with a job's report, if the peer may read it.
 func (s *Server) report(x exchange, id uint32) *wire.Reply {
-	if err := s.readable(x.role, x.cred.Uid, id); err != nil {
-		return &wire.Reply{Error: err.Error()}
-	}
-	if s.meas == nil {
-		return &wire.Reply{Error: "this daemon does not measure jobs"}
-	}
-	rep, err := s.meas.Report(id)
-	if err != nil {
-		return &wire.Reply{Error: err.Error()}
-	}
-	b, err := json.Marshal(rep)
+	b, err := s.give(x, id, s.reportJSON)
 	if err != nil {
 		return &wire.Reply{Error: err.Error()}
 	}
@@ -287,21 +277,43 @@ func (s *Server) report(x exchange, id uint32) *wire.Reply {
 
 // samples answers with this node's samples of a job, if the peer may read them.
 func (s *Server) samples(x exchange, id uint32) *wire.Reply {
-	if err := s.readable(x.role, x.cred.Uid, id); err != nil {
+	b, err := s.give(x, id, s.samplesJSON)
+	if err != nil {
 		return &wire.Reply{Error: err.Error()}
 	}
+	return &wire.Reply{OK: true, Node: s.reg.node, Samples: b}
+}
+
+// give returns what json gives of job id, if the peer may read the job's data.
+func (s *Server) give(x exchange, id uint32, json func(uint32) ([]byte, error)) ([]byte, error) {
+	if err := s.readable(x.role, x.cred.Uid, id); err != nil {
+		return nil, err
+	}
+	return json(id)
+}
+
+// reportJSON is job id's report, as JSON.
+func (s *Server) reportJSON(id uint32) ([]byte, error) {
+	if s.meas == nil {
+		return nil, errors.New("this daemon does not measure jobs")
+	}
+	rep, err := s.meas.Report(id)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(rep)
+}
+
+// samplesJSON is this node's samples of job id, as JSON.
+func (s *Server) samplesJSON(id uint32) ([]byte, error) {
 	var samples []sample.Sample
 	if s.meas != nil {
 		samples = s.meas.Samples(id)
 	}
 	if samples == nil {
-		return &wire.Reply{Error: fmt.Sprintf("job %d: no samples on this node", id)}
+		return nil, fmt.Errorf("job %d: no samples on this node", id)
 	}
-	b, err := json.Marshal(samples)
-	if err != nil {
-		return &wire.Reply{Error: err.Error()}
-	}
-	return &wire.Reply{OK: true, Node: s.reg.node, Samples: b}
+	return json.Marshal(samples)
 }
 
 // event applies a job's lifecycle event from a sender to the registry, and the
