@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
-	"github.com/persyst/persyst/collectors/store/storetest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -21,8 +17,10 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/quantile"
 )
 

@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 )
 
 // TestPeersGatherAJob: without a collector tree, the batch host of a 3-node job gathers

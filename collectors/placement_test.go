@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/collectors/store/storetest"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/rs/zerolog"
 )

@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
-	"github.com/persyst/persyst/collectors/store/storetest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -20,8 +16,10 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/quantile"
 )
 

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/jobmap"
 )
 

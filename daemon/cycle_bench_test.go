@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/internal/testenv"
+	"github.com/persyst/persyst/properties/propertiestest"
 )
 
 // BenchmarkCycle32Jobs: one measurement cycle of the node daemon (Measurer.cycle) with 32

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 )
 
 // hostileAgent is an aggregation point that lies: a real gRPC server answering a job's

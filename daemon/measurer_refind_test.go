@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // TestMeasurerRefind runs measurement cycles over a job's real cgroup v1 directories that

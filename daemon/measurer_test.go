@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/sample"
 )
 

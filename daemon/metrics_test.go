@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/sample"
 	"github.com/rs/zerolog"
 )

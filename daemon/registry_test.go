@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 var t0 = time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)

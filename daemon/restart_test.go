@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/sample"
 )
 

@@ -20,10 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // jobUser is the unprivileged user jobs run as (root submits with --uid).

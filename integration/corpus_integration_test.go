@@ -21,10 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/sample"
 	"github.com/persyst/persyst/standalone"
 )

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/collectors/store"
-	"github.com/persyst/persyst/collectors/store/storetest"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // munged starts a real munged with its own key and socket in a temporary directory and

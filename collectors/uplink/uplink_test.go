@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/properties/propertiestest"
-
-	"github.com/persyst/persyst/collectors/store/storetest"
-
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,7 +14,9 @@ import (
 	"github.com/persyst/persyst/collectors"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/properties/propertiestest"
 )
 
 // runCollector serves a real collector at addr ("127.0.0.1:0" picks a port) until stop.

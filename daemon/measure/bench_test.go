@@ -33,8 +33,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
@@ -43,6 +41,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
 )

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // TestFilesAbsent: a file found absent in a cgroup directory that exists is not looked

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 const helperEnv = "PERSYST_CGSTATS_HELPER"

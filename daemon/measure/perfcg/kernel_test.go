@@ -18,14 +18,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/perfevents"
 )
 

@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // The fixture is the power PMU's sysfs layout as Linux presents it on a two-socket Intel

@@ -4,9 +4,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // BenchmarkUpdate reads N sleeping processes per Update (after a first Update, so the

@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/persyst/persyst/internal/testenv"
-
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
