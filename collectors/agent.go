@@ -111,7 +111,7 @@ func (a *agent) serveMetrics(ctx context.Context, o AgentOptions, addr string) e
 		return nil
 	}
 	// Metrics never keep an agent from its work: an address in use is retried.
-	_ = exporter.Keep(ctx, exporter.ServeOptions{Addr: addr, Allow: o.Config.MetricsAllow, Registry: a.metrics, Log: o.Log}, 0)
+	_ = exporter.Keep(ctx, exporter.ServeOptions{Addr: addr, Allow: o.Config.MetricsAllow, WebConfig: o.Config.MetricsWebConfig, Registry: a.metrics, Log: o.Log}, 0)
 	return nil
 }
 

@@ -97,6 +97,13 @@ type Config struct {
 	DaemonMetricsAddr, CollectorMetricsAddr, SyncMetricsAddr, FrontendMetricsAddr string
 	// MetricsAllow are the networks that may scrape them (nil: loopback only).
 	MetricsAllow []netip.Prefix
+	// MetricsWebConfig is the web configuration file (TLS, client certificates, basic
+	// auth: the format every Prometheus exporter takes) of every agent's /metrics ("":
+	// plain HTTP, no authentication).
+	MetricsWebConfig string
+	// MetricsJobLabels is what labels the daemon's per-job gauges carry: "user,jobid",
+	// "jobid" (the default: no user names) or "none" (no per-job gauges).
+	MetricsJobLabels string
 	// Tree is the explicit agent tree (balance.ParseTreeSpec): the file's
 	// "Frontend=", "Sync=" and "Collector=NAME Nodes=..." lines, at their line
 	// numbers (other lines blank), so the tree's errors name the file's lines. ""
@@ -118,7 +125,8 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 // Defaults is the configuration without a file.
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
-		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831}
+		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
+		MetricsJobLabels: "jobid"}
 }
 
 type field struct {
@@ -216,6 +224,24 @@ var fields = []field{
 		}
 		c.MetricsAllow = nets
 		return nil
+	}},
+	{"MetricsWebConfig", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("want an absolute path, got %q", v)
+		}
+		c.MetricsWebConfig = v
+		return nil
+	}},
+	{"MetricsJobLabels", func(c *Config, v string) error {
+		switch v = strings.ReplaceAll(strings.ToLower(v), " ", ""); v {
+		case "jobid,user":
+			v = "user,jobid"
+			fallthrough
+		case "user,jobid", "jobid", "none":
+			c.MetricsJobLabels = v
+			return nil
+		}
+		return fmt.Errorf("want user,jobid, jobid or none, got %q", v)
 	}},
 	{"NodePort", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)

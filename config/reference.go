@@ -39,6 +39,8 @@ var keyDocs = []keyDoc{
 	{"SyncMetricsAddr", "where a sync agent serves Prometheus metrics", "off"},
 	{"FrontendMetricsAddr", "where the frontend serves Prometheus metrics", "off"},
 	{"MetricsAllow", "networks (CIDR) or addresses, comma-separated, that may scrape the metrics; others get 403", "loopback only"},
+	{"MetricsWebConfig", "the metrics' web configuration file (absolute path): TLS, client certificates, basic auth with bcrypt hashes, in the format every Prometheus exporter takes (docs/prometheus.md); a scrape without its credentials gets 401", "none: plain HTTP"},
+	{"MetricsJobLabels", "what the daemon's per-job gauges name: `user,jobid`, `jobid`, or `none` (no per-job gauges; docs/prometheus.md says what a scraper learns)", "jobid"},
 	{"Frontend=, Sync=, Collector=NAME Nodes=... lines", "the agent tree (docs/tree.md)", "none"},
 }
 

@@ -48,6 +48,11 @@ type MetricsConfig struct {
 	Addr    string
 	Allow   []netip.Prefix
 	Version string
+	// WebConfig is the web configuration file of /metrics (exporter.ServeOptions).
+	WebConfig string
+	// JobLabels is what the per-job gauges name: "user,jobid", "jobid" ("": the same) or
+	// "none" (no per-job gauges).
+	JobLabels string
 }
 
 // Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
@@ -87,7 +92,8 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err != nil {
 		return err
 	}
-	exporter.NewSnapshot(promReg, snapshotNames, meas.snapshot(reg, cfg.Measure.Uplink))
+	names, omit := snapshotMetrics(cfg.Metrics.JobLabels)
+	exporter.NewSnapshot(promReg, names, meas.snapshot(reg, cfg.Measure.Uplink, len(names) > nodeMetrics), omit...)
 	ln, err := Listen(cfg.Socket)
 	if err != nil {
 		return err
@@ -96,7 +102,8 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	defer wcancel()
 	if cfg.Metrics.Addr != "" {
 		// Metrics never keep the daemon from following jobs: an address in use is retried.
-		_ = exporter.Keep(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, Registry: promReg, Log: log}, 0)
+		_ = exporter.Keep(wctx, exporter.ServeOptions{Addr: cfg.Metrics.Addr, Allow: cfg.Metrics.Allow, WebConfig: cfg.Metrics.WebConfig,
+			Registry: promReg, Log: log}, 0)
 	}
 	srv := NewServer(ServerConfig{AllowedUIDs: allowed, AdminGID: adminGID, Metrics: cfg.Measure.Metrics, Host: &meas.host}, reg, meas, log, clock)
 	rec := newReconciler(reg, meas, cfg.Measure.Digest.Facts, cfg.Node, log, clock)

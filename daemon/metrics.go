@@ -7,7 +7,8 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// snapshotNames are the metrics the daemon gives at each scrape (snapshot).
+// snapshotNames are the metrics the daemon gives at each scrape (snapshot): the node's,
+// then the per-job gauges.
 var snapshotNames = []string{
 	"persyst_daemon_jobs", "persyst_daemon_perf_counters", "persyst_daemon_ship_queue",
 	"persyst_job_cpus", "persyst_job_cpus_busy", "persyst_job_idle_ratio", "persyst_job_memory_bytes",
@@ -15,9 +16,25 @@ var snapshotNames = []string{
 	"persyst_job_top_severity",
 }
 
+// nodeMetrics counts the node's metrics at the head of snapshotNames.
+const nodeMetrics = 3
+
+// snapshotMetrics are the metrics a scrape gives and the labels left out of them, for
+// the site's MetricsJobLabels: "user,jobid" names jobs and their users, "jobid" (and "")
+// jobs only, "none" gives no per-job gauges.
+func snapshotMetrics(jobLabels string) (names, omit []string) {
+	switch jobLabels {
+	case "user,jobid":
+		return snapshotNames, nil
+	case "none":
+		return snapshotNames[:nodeMetrics], nil
+	}
+	return snapshotNames, []string{"user"}
+}
+
 // snapshot gives the registry's jobs by state and, for every running job measured on this
 // node, its latest interval. A value the node does not measure has no series.
-func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
+func (m *Measurer) snapshot(reg *Registry, uplink Uplink, perJob bool) exporter.Snapshot {
 	return func(emit exporter.Emit) {
 		jobs := reg.Jobs()
 		states := map[JobState]int{Running: 0, Ended: 0}
@@ -46,8 +63,8 @@ func (m *Measurer) snapshot(reg *Registry, uplink Uplink) exporter.Snapshot {
 			meter := job.Meter()
 			counters += meter.Counters()
 			user, ok := users[jm.id]
-			if !ok {
-				continue // not running in the registry (ending)
+			if !ok || !perJob {
+				continue // not running in the registry (ending), or no per-job gauges
 			}
 			l, ok := job.Latest()
 			if !ok {

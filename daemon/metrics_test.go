@@ -54,8 +54,8 @@ func TestJobGauges(t *testing.T) {
 
 // metricsNode is a measurer on a fake node (fakeNodeJobs) with n running jobs, ids
 // 1..n, each read twice (a baseline and one interval of 10 s with 5 s of CPU), and the
-// daemon's /metrics handler.
-func metricsNode(tb testing.TB, n int) (*Measurer, *Registry, http.Handler, *time.Time) {
+// daemon's /metrics handler with the site's MetricsJobLabels.
+func metricsNode(tb testing.TB, n int, jobLabels string) (*Measurer, *Registry, http.Handler, *time.Time) {
 	tb.Helper()
 	ids := make([]int, n)
 	for i := range ids {
@@ -71,7 +71,8 @@ func metricsNode(tb testing.TB, n int) (*Measurer, *Registry, http.Handler, *tim
 	if err != nil {
 		tb.Fatal(err)
 	}
-	exporter.NewSnapshot(prom, snapshotNames, m.snapshot(reg, nil))
+	names, omit := snapshotMetrics(jobLabels)
+	exporter.NewSnapshot(prom, names, m.snapshot(reg, nil, len(names) > nodeMetrics), omit...)
 	for _, id := range ids {
 		j, err := reg.Apply(wire.StepStart, &wire.Event{JobID: uint32(id), UID: 1000 + uint32(id), Persyst: wire.On, StepID: "batch", Time: now}, now)
 		if err != nil {
@@ -103,7 +104,7 @@ func scrape(tb testing.TB, h http.Handler) string {
 // TestJobMetricsFollowRunningJobs: a running job's series carry its latest interval; once
 // it ended they are gone, and the cycle was timed.
 func TestJobMetricsFollowRunningJobs(t *testing.T) {
-	m, reg, h, now := metricsNode(t, 2)
+	m, reg, h, now := metricsNode(t, 2, "user,jobid")
 	body := scrape(t, h)
 	for _, want := range []string{
 		`persyst_job_cpus{jobid="1",node="node1",user="u1001"} 2`,
@@ -136,10 +137,41 @@ func TestJobMetricsFollowRunningJobs(t *testing.T) {
 	}
 }
 
+// TestJobMetricLabels: what a scraper learns of the node's jobs is the site's choice
+// (MetricsJobLabels): job ids and users, job ids only (the default), or nothing per job.
+func TestJobMetricLabels(t *testing.T) {
+	for _, tc := range []struct {
+		labels     string
+		want, none []string
+	}{
+		{"user,jobid", []string{`persyst_job_cpus{jobid="1",node="node1",user="u1001"} 2`,
+			`persyst_job_top_severity{jobid="1",node="node1",property="cpu_user_pct",user="u1001"}`}, nil},
+		{"jobid", []string{`persyst_job_cpus{jobid="1",node="node1"} 2`, `persyst_job_top_severity{jobid="1",node="node1",property="cpu_user_pct"}`},
+			[]string{"user="}},
+		{"", []string{`persyst_job_cpus{jobid="1",node="node1"} 2`}, []string{"user="}},
+		{"none", []string{`persyst_daemon_jobs{state="running"} 1`}, []string{"persyst_job_", "jobid="}},
+	} {
+		t.Run(tc.labels, func(t *testing.T) {
+			_, _, h, _ := metricsNode(t, 1, tc.labels)
+			body := scrape(t, h)
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("scrape lacks %q:\n%s", w, body)
+				}
+			}
+			for _, n := range tc.none {
+				if strings.Contains(body, n) {
+					t.Errorf("scrape has %q:\n%s", n, body)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkScrape32Jobs: one /metrics scrape of a node daemon with 32 running jobs (the
 // measurer's snapshot, the self metrics, Go's and the process's), and its size.
 func BenchmarkScrape32Jobs(b *testing.B) {
-	_, _, h, _ := metricsNode(b, 32)
+	_, _, h, _ := metricsNode(b, 32, "user,jobid")
 	size := len(scrape(b, h))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -165,7 +197,7 @@ func BenchmarkDigestAccounting(b *testing.B) {
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			m, reg, _, _ := metricsNode(b, 1)
+			m, reg, _, _ := metricsNode(b, 1, "user,jobid")
 			m.dig.cfg.Accounting = tc.write
 			m.dig.cfg.Facts = fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out"}}
 			m.dig.cfg.Append = func(context.Context, digest.Target, []byte) error { return nil }

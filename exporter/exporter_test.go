@@ -3,19 +3,27 @@ package exporter
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/internal/docsection"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/prometheus.md's metric table")
@@ -243,4 +251,134 @@ func TestKeepRetriesABusyAddress(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Error("the new metrics were not served once the address was free")
+}
+
+// TestServeWebConfig: with a web configuration file (the exporter toolkit's format),
+// /metrics takes only the scrapers it names: basic auth with a bcrypt hash (401 without
+// or with the wrong password), or a client certificate of its CA (no TLS session without
+// one). A bad file serves nothing and says which file.
+func TestServeWebConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := tlstest.New("metrics CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.Issue(dir, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue(dir, "prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := tlstest.New("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Issue(dir, "stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	basic := filepath.Join(dir, "basic.yml")
+	testenv.Write(t, basic, "basic_auth_users:\n  prometheus: "+string(hash)+"\n")
+	mtls := filepath.Join(dir, "mtls.yml")
+	testenv.Write(t, mtls, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: %s\n",
+		server.Cert, server.Key, server.CA))
+	serve := func(t *testing.T, config string) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		addr, err := Serve(ctx, ServeOptions{Addr: "127.0.0.1:0", WebConfig: config, Registry: NewRegistry("daemon", "v"), Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return addr.String()
+	}
+	get := func(c *http.Client, url, user, pass string) (int, error) {
+		r, _ := http.NewRequest("GET", url, nil)
+		if user != "" {
+			r.SetBasicAuth(user, pass)
+		}
+		resp, err := c.Do(r)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	t.Run("basic auth", func(t *testing.T) {
+		url := "http://" + serve(t, basic) + "/metrics"
+		for _, tc := range []struct {
+			user, pass string
+			want       int
+		}{{"", "", 401}, {"prometheus", "wrong", 401}, {"root", "s3cret", 401}, {"prometheus", "s3cret", 200}} {
+			if got, err := get(http.DefaultClient, url, tc.user, tc.pass); err != nil || got != tc.want {
+				t.Errorf("as %q with %q: %d, %v; want %d", tc.user, tc.pass, got, err, tc.want)
+			}
+		}
+	})
+	t.Run("client certificates", func(t *testing.T) {
+		url := "https://" + serve(t, mtls) + "/metrics"
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(server.CA)
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			t.Fatalf("CA: %v", err)
+		}
+		with := func(f *tlstest.Files) *http.Client {
+			cfg := &tls.Config{RootCAs: pool}
+			if f != nil {
+				c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Certificates = []tls.Certificate{c}
+			}
+			return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+		}
+		if got, err := get(with(&client), url, "", ""); err != nil || got != 200 {
+			t.Errorf("with the CA's client certificate: %d, %v; want 200", got, err)
+		}
+		for name, f := range map[string]*tlstest.Files{"no certificate": nil, "another CA's": &stranger} {
+			if got, err := get(with(f), url, "", ""); err == nil {
+				t.Errorf("%s: %d, want no TLS session", name, got)
+			}
+		}
+		if got, err := get(http.DefaultClient, "http://"+strings.TrimPrefix(url, "https://"), "", ""); err == nil && got == 200 {
+			t.Errorf("plain HTTP on the TLS port: %d", got)
+		}
+	})
+	t.Run("bad file", func(t *testing.T) {
+		bad := filepath.Join(dir, "bad.yml")
+		testenv.Write(t, bad, "basic_auth_users: [\n")
+		var logs bytes.Buffer
+		_, err := Serve(context.Background(), ServeOptions{Addr: "127.0.0.1:0", WebConfig: bad, Registry: NewRegistry("x", "y"), Log: zerolog.Nop()})
+		if err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("Serve with a bad web config: %v, want an error naming %s", err, bad)
+		}
+		if err := Keep(context.Background(), ServeOptions{Addr: "127.0.0.1:0", WebConfig: bad, Registry: NewRegistry("x", "y"), Log: zerolog.New(&logs)}, time.Millisecond); err == nil ||
+			strings.Contains(logs.String(), "retried") || !strings.Contains(logs.String(), "metrics not served") {
+			t.Errorf("Keep with a bad web config: %v, log %s; want it not served, not retried", err, logs.String())
+		}
+	})
+}
+
+// TestErrorLogBounded: a client that fails a thousand TLS handshakes makes one log line a
+// minute, with the count.
+func TestErrorLogBounded(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	l := ErrorLog(zerolog.New(&logs), func() time.Time { return now }, "web")
+	for range 1000 {
+		l.Printf("http: TLS handshake error from 10.0.0.1:1: tls: client didn't provide a certificate")
+	}
+	now = now.Add(time.Minute)
+	l.Printf("http: TLS handshake error from 10.0.0.1:2: EOF")
+	if n := strings.Count(logs.String(), "connections failed"); n != 2 || !strings.Contains(logs.String(), `"connections":1000`) {
+		t.Errorf("%d lines, want 2, the second counting 1000:\n%s", n, logs.String())
+	}
 }

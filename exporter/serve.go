@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	toolkit "github.com/prometheus/exporter-toolkit/web"
 	"github.com/rs/zerolog"
 )
 
@@ -28,6 +33,11 @@ type ServeOptions struct {
 	Log      zerolog.Logger
 	// Now is the clock of the refusal log's rate limit (nil: time.Now).
 	Now func() time.Time
+	// WebConfig is a web configuration file in the format every Prometheus exporter takes
+	// (github.com/prometheus/exporter-toolkit: TLS, client certificates, basic auth with
+	// bcrypt hashes); "": plain HTTP, no authentication. It is read again at every
+	// connection and request, so that a changed file applies at once.
+	WebConfig string
 }
 
 // Serve binds opts.Addr and serves /metrics from opts.Registry until ctx is done. It
@@ -35,6 +45,9 @@ type ServeOptions struct {
 func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("exporter: no registry")
+	}
+	if err := CheckWebConfig(opts.WebConfig); err != nil {
+		return nil, err
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
@@ -48,7 +61,7 @@ func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    8 << 10,
-		ErrorLog:          nil,
+		ErrorLog:          ErrorLog(opts.Log, opts.Now, "metrics"),
 	}
 	go func() {
 		<-ctx.Done()
@@ -57,21 +70,41 @@ func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// The toolkit serves plain HTTP without a web configuration file.
+		flags := &toolkit.FlagConfig{WebConfigFile: &opts.WebConfig}
+		if err := toolkit.Serve(ln, srv, flags, slog.New(zerolog.NewSlogHandler(opts.Log.Level(zerolog.WarnLevel)))); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			opts.Log.Error().Err(err).Str("listen", opts.Addr).Msg("metrics service stopped")
 		}
 	}()
-	opts.Log.Info().Str("listen", ln.Addr().String()).Msg("serving Prometheus metrics on /metrics")
+	opts.Log.Info().Str("listen", ln.Addr().String()).Bool("web_config", opts.WebConfig != "").Msg("serving Prometheus metrics on /metrics")
 	return ln.Addr(), nil
+}
+
+// CheckWebConfig says what is wrong with a web configuration file (ServeOptions.WebConfig;
+// "": none, nothing), naming the file.
+func CheckWebConfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := toolkit.Validate(path); err != nil {
+		return fmt.Errorf("metrics web configuration %s: %w", path, err)
+	}
+	return nil
 }
 
 // Keep serves like Serve, but an address that cannot be bound does not stop the agent: the
 // error is logged and the bind retried every retry (default 10 s) until it succeeds or ctx
 // is done. It returns nil when the first bind succeeded, else the first error (the agent
-// goes on without metrics for now).
+// goes on without metrics for now). A bad web configuration file is not retried: the
+// metrics are not served until the agent is started again with a good one.
 func Keep(ctx context.Context, opts ServeOptions, retry time.Duration) error {
 	if retry <= 0 {
 		retry = 10 * time.Second
+	}
+	if err := CheckWebConfig(opts.WebConfig); err != nil {
+		// Never served without the authentication the site configured; the agent goes on.
+		opts.Log.Error().Err(err).Msg("metrics not served")
+		return err
 	}
 	_, err := Serve(ctx, opts)
 	if err == nil {
@@ -169,4 +202,42 @@ func (l *refusals) note(remote string) {
 	}
 	l.log.Warn().Str("client", host).Int("refused", l.n).Msg("metrics: scrape refused: client not in MetricsAllow")
 	l.last, l.n = t, 0
+}
+
+// ErrorLog is an http.Server's error log that a client cannot grow: what the server says
+// of failed connections (a TLS handshake without a client certificate, a malformed
+// request) is logged at most once a minute, with how many there were since the last
+// line.
+func ErrorLog(log zerolog.Logger, now func() time.Time, what string) *stdlog.Logger {
+	if now == nil {
+		now = time.Now
+	}
+	return stdlog.New(&errorLines{log: log, now: now, what: what}, "", 0)
+}
+
+// errorLines counts an http.Server's error lines and logs one a minute.
+type errorLines struct {
+	log  zerolog.Logger
+	now  func() time.Time
+	what string
+	mu   sync.Mutex
+	last time.Time
+	n    int
+}
+
+func (e *errorLines) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	t := e.now()
+	if !e.last.IsZero() && t.Sub(e.last) < time.Minute {
+		return len(p), nil
+	}
+	msg := strings.TrimSpace(string(p))
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	e.log.Warn().Str("last", msg).Int("connections", e.n).Msg(e.what + ": connections failed")
+	e.last, e.n = t, 0
+	return len(p), nil
 }

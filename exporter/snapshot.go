@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,14 +18,18 @@ type Snapshot func(emit Emit)
 type snapshot struct {
 	descs map[string]*prometheus.Desc
 	kinds map[string]prometheus.ValueType
-	f     Snapshot
+	// keep are the indices of the labels each metric keeps (nil: all).
+	keep map[string][]int
+	f    Snapshot
 }
 
 // NewSnapshot registers on r a collector that calls f at every scrape for the values of
 // the metrics names (gauges or counters of the catalog). A value of a metric not in
-// names, or with the wrong number of labels, is reported as an error of the scrape.
-func NewSnapshot(r prometheus.Registerer, names []string, f Snapshot) {
-	s := &snapshot{descs: map[string]*prometheus.Desc{}, kinds: map[string]prometheus.ValueType{}, f: f}
+// names, or with the wrong number of labels, is reported as an error of the scrape. The
+// labels omit name are left out of every metric that has them (f still gives their
+// values): what a site does not want scrapers to learn.
+func NewSnapshot(r prometheus.Registerer, names []string, f Snapshot, omit ...string) {
+	s := &snapshot{descs: map[string]*prometheus.Desc{}, kinds: map[string]prometheus.ValueType{}, keep: map[string][]int{}, f: f}
 	for _, n := range names {
 		var d Def
 		for _, c := range catalog {
@@ -40,7 +45,18 @@ func NewSnapshot(r prometheus.Registerer, names []string, f Snapshot) {
 		default:
 			panic(fmt.Sprintf("exporter: %q is not a gauge or counter of the catalog", n))
 		}
-		s.descs[n] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
+		labels := d.Labels
+		if slices.ContainsFunc(d.Labels, func(l string) bool { return slices.Contains(omit, l) }) {
+			labels = nil
+			for i, l := range d.Labels {
+				if !slices.Contains(omit, l) {
+					labels = append(labels, l)
+					s.keep[n] = append(s.keep[n], i)
+				}
+			}
+			s.keep[n] = append([]int{}, s.keep[n]...) // not nil: some are left out
+		}
+		s.descs[n] = prometheus.NewDesc(d.Name, d.Help, labels, nil)
 	}
 	r.MustRegister(s)
 }
@@ -57,6 +73,15 @@ func (s *snapshot) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			ch <- prometheus.NewInvalidMetric(prometheus.NewDesc("persyst_invalid", "", nil, nil), fmt.Errorf("metric %q not declared", name))
 			return
+		}
+		if keep, ok := s.keep[name]; ok && len(labels) > 0 {
+			kept := make([]string, 0, len(keep))
+			for _, i := range keep {
+				if i < len(labels) {
+					kept = append(kept, labels[i])
+				}
+			}
+			labels = kept
 		}
 		m, err := prometheus.NewConstMetric(d, s.kinds[name], v, labels...)
 		if err != nil {

@@ -1,5 +1,6 @@
-// Package tlstest makes a certificate authority and agents' certificates for tests of the
-// tree's mutual TLS (certificates naming agents in a URI SAN persyst://ROLE/NAME).
+// Package tlstest makes a certificate authority and agents' certificates for tests of
+// mutual TLS: the tree's (certificates naming agents in a URI SAN persyst://ROLE/NAME),
+// the metrics' and the web view's (servers on loopback).
 package tlstest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -97,7 +99,9 @@ func (c *CA) Issue(dir, name string, uris ...string) (Files, error) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		KeyUsage:    x509.KeyUsageDigitalSignature}
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		// A server on loopback (a test's) is this host.
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
 	for _, u := range uris {
 		pu, err := url.Parse(u)
 		if err != nil {
