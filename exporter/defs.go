@@ -40,7 +40,8 @@ type Def struct {
 // Durations of handling one thing (an event, a cycle, a write): 100 µs to 10 s.
 var durationBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
 
-// jobLabels are the labels of every job metric.
+// jobLabels are the labels of every job metric (user only where the site says so:
+// persyst.conf's MetricsJobLabels).
 var jobLabels = []string{"jobid", "user", "node"}
 
 // catalog is every metric persyst exports (besides Go's and the process's own go_* and
@@ -163,6 +164,9 @@ func Reference() string {
 		labels := "none"
 		if len(d.Labels) > 0 {
 			labels = "`" + strings.Join(d.Labels, "`, `") + "`"
+			if strings.HasPrefix(d.Name, "persyst_job_") {
+				labels = strings.Replace(labels, "`user`", "`user`¹", 1)
+			}
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", d.Name, d.Kind, labels, d.Role, d.Help)
 	}

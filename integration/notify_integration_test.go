@@ -154,3 +154,80 @@ func dial(network, addr string) error {
 	}
 	return err
 }
+
+// TestWebSocketActivation: persyst web as the package deploys it (persyst-web.socket,
+// then persyst-web.service with --listen systemd): systemd makes the socket (here the
+// test, with the unit's mode and group) and passes it as fd 3 (LISTEN_FDS, LISTEN_PID);
+// the view says READY once it serves there, and serves the proxy's user alone.
+func TestWebSocketActivation(t *testing.T) {
+	testenv.Root(t, "plays systemd: makes the socket for group www-data, runs clients as other users")
+	dir, err := os.MkdirTemp("/tmp", "persyst-websock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "web.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sock, 0, 33); err != nil { // SocketGroup=www-data
+		t.Fatal(err)
+	}
+	f, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	notify := filepath.Join(dir, "web.notify")
+	nl, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	// LISTEN_PID is the service's own pid, which systemd sets after the fork.
+	cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, persystBin(), "web", "--db", filepath.Join(dir, "front.db"),
+		"--listen", "systemd", "--user-header", "X-Remote-User", "--proxy-user", "www-data", "--config", "/dev/null")
+	cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "NOTIFY_SOCKET="+notify, "WATCHDOG_USEC=1000000")
+	cmd.ExtraFiles = []*os.File{f}
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	buf := make([]byte, 512)
+	nl.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		n, err := nl.Read(buf)
+		if err != nil {
+			t.Fatalf("no READY=1 from persyst web: %v\n%s", err, logs.String())
+		}
+		if strings.Contains(string(buf[:n]), "READY=1") {
+			break
+		}
+	}
+	for _, tc := range []struct {
+		who  string
+		args []string
+		want string
+	}{
+		{"www-data, the proxy", []string{"--reuid=33", "--regid=33", "--clear-groups"}, "200"},
+		{"a user in group www-data", []string{"--reuid=4242", "--regid=33", "--clear-groups"}, "403"},
+		{"nobody", []string{"--reuid=65534", "--regid=65534", "--clear-groups"}, "000"},
+	} {
+		if got := curlSocket(t, sock, tc.args, "someone"); got != tc.want {
+			t.Errorf("%s, naming a user, on systemd's socket: HTTP %s, want %s\n%s", tc.who, got, tc.want, logs.String())
+		}
+	}
+}

@@ -31,6 +31,7 @@ func TestPackage(t *testing.T) {
 	for _, u := range units {
 		want = append(want, "/usr/lib/systemd/system/"+u+".service", "/usr/share/man/man1/"+u+".1.gz")
 	}
+	want = append(want, "/usr/lib/systemd/system/persyst-web.socket")
 	root := t.TempDir()
 	t.Run("deb", func(t *testing.T) {
 		if out, err := exec.Command("dpkg-deb", "-x", debs[0], root).CombinedOutput(); err != nil {
@@ -78,6 +79,7 @@ func TestPackage(t *testing.T) {
 		for _, u := range units {
 			args = append(args, filepath.Join(root, "usr/lib/systemd/system", u+".service"))
 		}
+		args = append(args, filepath.Join(root, "usr/lib/systemd/system/persyst-web.socket"))
 		out, err := exec.Command("systemd-analyze", args...).CombinedOutput()
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify: %v\n%s", err, out)

@@ -12,12 +12,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // chromium renders url headless: its DOM after load, and a screenshot kept as an
@@ -100,59 +103,110 @@ func testPictures(t *testing.T, c *cluster, id uint32) {
 		t.Error("no findings timeline or per-node table")
 	}
 
-	// The web view over the frontend's database, which kept every job's final report.
+	// The web view over the frontend's database, which kept every job's final report,
+	// deployed as docs/admin.md says: on its unix socket, which only the proxy's user
+	// (www-data) may use, behind nginx. nginx's first server stands for an admin's login
+	// (it names root), its second authenticates users itself (basic auth) and names them.
 	db := filepath.Join(c.dir, "run", "frontend.db")
-	all := startWeb(t, c, db, "--all")
-	dom = chromium(t, "http://"+all+"/", "web-jobs")
+	sock := startWeb(t, c, db, "--user-header", "X-Remote-User", "--proxy-user", "www-data")
+	owner, err := user.LookupId(strconv.Itoa(jobUser)) // whom the cluster runs jobs as
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, login := startNginx(t, sock, map[string]string{owner.Username: "owner-pw", "root": "root-pw", "someone-else": "else-pw"})
+	dom = chromium(t, "http://"+admin+"/", "web-jobs")
 	listed := map[string]string{}
 	for _, m := range rowsRE.FindAllStringSubmatch(dom, -1) {
 		listed[m[1]] = m[2]
 	}
 	if listed[job] == "" {
-		t.Errorf("the web view does not list job %s with its user: %v", job, listed)
+		t.Fatalf("the web view does not list job %s with its user: %v", job, listed)
 	}
-	dom = chromium(t, "http://"+all+"/job/"+job, "web-job-"+job)
+	dom = chromium(t, "http://"+admin+"/job/"+job, "web-job-"+job)
 	if f := findRE.FindAllStringSubmatch(dom, -1); len(f) == 0 {
 		t.Errorf("the web view's page of job %s has no findings", job)
 	}
-	dom = chromium(t, "http://"+all+"/site", "web-site")
+	dom = chromium(t, "http://"+admin+"/site", "web-site")
 	if !strings.Contains(dom, `data-key="inter_node_imbalance"`) {
 		t.Errorf("the site page does not count the imbalance finding")
 	}
 
-	// Behind a proxy: the job's user sees it, another user does not, root sees all.
-	proxied := startWeb(t, c, db, "--user-header", "X-Remote-User")
-	owner := listed[job]
+	// Through the proxy's login: the job's user sees it, another user does not, root sees
+	// all; a header a client sends is replaced by the proxy's.
+	if listed[job] != owner.Username {
+		t.Errorf("job %s listed as %s's, want %s's", job, listed[job], owner.Username)
+	}
 	for _, tc := range []struct {
-		user, path string
-		code       int
-		has        bool
+		user, pass, forged, path string
+		code                     int
+		has                      bool
 	}{
-		{owner, "/", 200, true},
-		{"someone-else", "/", 200, false},
-		{"root", "/", 200, true},
-		{owner, "/job/" + job, 200, true},
-		{"someone-else", "/job/" + job, 404, false},
-		{"", "/", 401, false},
+		{owner.Username, "owner-pw", "", "/", 200, true},
+		{owner.Username, "owner-pw", "", "/job/" + job, 200, true},
+		{"root", "root-pw", "", "/", 200, true},
+		{"someone-else", "else-pw", "", "/", 200, false},
+		{"someone-else", "else-pw", "root", "/", 200, false},
+		{"someone-else", "else-pw", owner.Username, "/job/" + job, 404, false},
+		{"root", "root-pw", "", "/job/" + job, 200, true},
+		{"", "", "root", "/", 401, false},
+		{"someone-else", "wrong", "root", "/", 401, false},
 	} {
-		code, body := getAs(t, "http://"+proxied+tc.path, tc.user)
-		if code != tc.code || strings.Contains(body, `data-job="`+job+`"`) != (tc.has && tc.path == "/") {
-			t.Errorf("%s as %q: %d, job listed %v; want %d, %v", tc.path, tc.user, code, strings.Contains(body, `data-job="`+job+`"`), tc.code, tc.has)
+		code, body := getThrough(t, "http://"+login+tc.path, tc.user, tc.pass, tc.forged)
+		listedHere := strings.Contains(body, `data-job="`+job+`"`)
+		if code != tc.code || (tc.path == "/" && listedHere != tc.has) {
+			t.Errorf("%s as %q (forged header %q): %d, job listed %v; want %d, %v", tc.path, tc.user, tc.forged, code, listedHere, tc.code, tc.has)
 		}
+	}
+
+	// A local user on the web host, forging the header on the view's socket itself: no
+	// page, whether the socket's mode keeps them out (nobody) or only the view's check of
+	// who connects does (a user in the proxy's group, not its user). The proxy's user and
+	// root are served.
+	for _, tc := range []struct {
+		who  string
+		args []string
+		page bool
+	}{
+		{"nobody", []string{"--reuid=65534", "--regid=65534", "--clear-groups"}, false},
+		{"a user in group www-data", []string{"--reuid=4242", "--regid=33", "--clear-groups"}, false},
+		{"www-data, the proxy", []string{"--reuid=33", "--regid=33", "--clear-groups"}, true},
+		{"root", []string{"--reuid=0", "--regid=0", "--keep-groups"}, true},
+	} {
+		code := curlSocket(t, sock, tc.args, "root")
+		if (code == "200") != tc.page {
+			t.Errorf("%s on the socket, naming root: HTTP %s; want a page: %v", tc.who, code, tc.page)
+		}
+	}
+	// --all is root's alone, on the socket only.
+	all := startWeb(t, c, db, "--all")
+	for who, args := range map[string][]string{"www-data": {"--reuid=33", "--regid=33", "--clear-groups"}, "root": {"--reuid=0", "--regid=0", "--keep-groups"}} {
+		if code := curlSocket(t, all, args, ""); (code == "200") != (who == "root") {
+			t.Errorf("--all, %s on the socket: HTTP %s", who, code)
+		}
+	}
+	refused, err := exec.Command(persystBin(), "web", "--db", db, "--listen", "127.0.0.1:0", "--user-header", "X-Remote-User",
+		"--config", filepath.Join(c.dir, "etc", "persyst.conf")).CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "every local user can connect") {
+		t.Errorf("persyst web on TCP with --user-header alone: %v\n%s", err, refused)
 	}
 }
 
-// startWeb starts persyst web over db with args on a free loopback port until the test
-// ends, and returns its address.
+// startWeb starts persyst web over db with args on a unix socket of its own (group
+// www-data, as the package's socket unit makes it) until the test ends, and returns the
+// socket's path.
 func startWeb(t *testing.T, c *cluster, db string, args ...string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	dir, err := os.MkdirTemp("/tmp", "persyst-web-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(persystBin(), append([]string{"web", "--db", db, "--listen", addr, "--config", filepath.Join(c.dir, "etc", "persyst.conf")}, args...)...)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "web.sock")
+	cmd := exec.Command(persystBin(), append([]string{"web", "--db", db, "--listen", "unix:" + sock, "--socket-group", "www-data",
+		"--config", filepath.Join(c.dir, "etc", "persyst.conf")}, args...)...)
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -163,21 +217,121 @@ func startWeb(t *testing.T, c *cluster, db string, args ...string) string {
 		_ = cmd.Wait()
 	})
 	waitFor(t, 15*time.Second, "persyst web "+strings.Join(args, " "), func() (bool, string) {
-		conn, err := net.Dial("tcp", addr)
+		conn, err := net.Dial("unix", sock)
 		if err != nil {
 			return false, fmt.Sprintf("%v\n%s", err, logs.String())
 		}
 		conn.Close()
 		return true, ""
 	})
-	return addr
+	return sock
 }
 
-func getAs(t *testing.T, url, user string) (int, string) {
+// startNginx runs Debian's nginx as the site's reverse proxy in front of the web view's
+// socket, as docs/admin.md deploys it (its workers as www-data), until the test ends. It
+// returns two loopback addresses: one whose login is root's (an admin's), and one that
+// authenticates users (basic auth with users' passwords) and names them.
+func startNginx(t *testing.T, sock string, users map[string]string) (admin, login string) {
+	t.Helper()
+	bin := testenv.Program(t, "nginx", "nginx")
+	dir, err := os.MkdirTemp("/tmp", "persyst-nginx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pw strings.Builder
+	for u, p := range users {
+		fmt.Fprintf(&pw, "%s:{PLAIN}%s\n", u, p)
+	}
+	testenv.Write(t, filepath.Join(dir, "htpasswd"), pw.String())
+	admin, login = freePort(t), freePort(t)
+	conf := fmt.Sprintf(`daemon off;
+user www-data;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fcgi;
+    uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
+    server {
+        listen %[2]s;
+        location / {
+            proxy_set_header X-Remote-User root;
+            proxy_pass http://unix:%[4]s:/;
+        }
+    }
+    server {
+        listen %[3]s;
+        location / {
+            auth_basic "persyst";
+            auth_basic_user_file %[1]s/htpasswd;
+            proxy_set_header X-Remote-User $remote_user;
+            proxy_pass http://unix:%[4]s:/;
+        }
+    }
+}
+`, dir, admin, login, sock)
+	testenv.Write(t, filepath.Join(dir, "nginx.conf"), conf)
+	cmd := exec.Command(bin, "-c", filepath.Join(dir, "nginx.conf"), "-p", dir)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	waitFor(t, 15*time.Second, "nginx", func() (bool, string) {
+		conn, err := net.Dial("tcp", login)
+		if err != nil {
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			return false, fmt.Sprintf("%v\n%s\n%s", err, logs.String(), b)
+		}
+		conn.Close()
+		return true, ""
+	})
+	return admin, login
+}
+
+// freePort is a loopback address no one listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// curlSocket asks the web view's socket for / as the process setpriv's args make, naming
+// user in the header ("": none); it returns the HTTP status ("000": no connection).
+func curlSocket(t *testing.T, sock string, args []string, user string) string {
+	t.Helper()
+	cmdArgs := append(append([]string{}, args...), "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", sock)
+	if user != "" {
+		cmdArgs = append(cmdArgs, "-H", "X-Remote-User: "+user)
+	}
+	out, _ := exec.Command("setpriv", append(cmdArgs, "http://persyst/")...).Output()
+	return strings.TrimSpace(string(out))
+}
+
+// getThrough asks url through the proxy as user (basic auth; "": none), sending a forged
+// X-Remote-User header ("": none).
+func getThrough(t *testing.T, url, user, pass, forged string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if user != "" {
-		req.Header.Set("X-Remote-User", user)
+		req.SetBasicAuth(user, pass)
+	}
+	if forged != "" {
+		req.Header.Set("X-Remote-User", forged)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -5,8 +5,11 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // The test cluster's metrics ports (scripts/cluster.sh writes them into persyst.conf).
@@ -34,11 +41,13 @@ func TestSiteTools(t *testing.T) {
 		t.Skip("integration test skipped: " + r)
 	}
 	mail := newMailbox(t)
+	metrics := newMetricsAuth(t)
+	// The site names jobs' users to its Prometheus (the default names job ids only).
 	c := startCluster(t, 2, "ACCOUNTING=1", "PERSYST_COLLECTORS=1", "PERSYST_SYNCS=1", "PERSYST_MAILPROG="+mail.slurmMail,
-		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg)
+		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg+"\nMetricsWebConfig="+metrics.webConfig+"\nMetricsJobLabels=user,jobid")
 	_, load := binaries(t)
 	t.Run("Prometheus scrapes every agent; a running job's series come and go", func(t *testing.T) {
-		testPrometheus(t, c, load)
+		testPrometheus(t, c, load, metrics)
 	})
 	t.Run("end-of-job mails end with the digest", func(t *testing.T) {
 		testMail(t, c, load, mail)
@@ -263,7 +272,70 @@ func testAccounting(t *testing.T, c *cluster, load string) {
 	}
 }
 
-func testPrometheus(t *testing.T, c *cluster, load string) {
+// metricsAuth is the cluster's metrics web configuration (the exporter toolkit's format):
+// TLS with a certificate of a CA of the test's, and a basic-auth user with a bcrypt hash;
+// and what Prometheus scrapes with.
+type metricsAuth struct {
+	webConfig, ca, user, password string
+}
+
+func newMetricsAuth(t *testing.T) metricsAuth {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "persyst-metrics-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tlstest.New("persyst metrics CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ca.Issue(dir, "agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metricsAuth{webConfig: filepath.Join(dir, "metrics-web.yml"), ca: f.CA, user: "prometheus", password: "scrape-s3cret"}
+	hash, err := bcrypt.GenerateFromPassword([]byte(m.password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Write(t, m.webConfig, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  %s: %s\n", f.Cert, f.Key, m.user, hash))
+	return m
+}
+
+// scrape is Prometheus's scrape configuration for the agents: TLS (the certificate names
+// localhost, not the agents' addresses) and the basic-auth user.
+func (m metricsAuth) scrape() string {
+	return fmt.Sprintf("    scheme: https\n    tls_config:\n      ca_file: %s\n      server_name: localhost\n    basic_auth:\n      username: %s\n      password: %s\n",
+		m.ca, m.user, m.password)
+}
+
+// get scrapes url over TLS with the password given or not: the status.
+func (m metricsAuth) get(t *testing.T, url string, withPassword bool) int {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(m.ca)
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("CA %s: %v", m.ca, err)
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	req, _ := http.NewRequest("GET", url, nil)
+	if withPassword {
+		req.SetBasicAuth(m.user, m.password)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func testPrometheus(t *testing.T, c *cluster, load string, auth metricsAuth) {
 	net3 := c.netPrefix(t)
 	targets := map[string][]string{
 		"daemon":    {fmt.Sprintf("%s.11:%d", net3, daemonMetricsPort), fmt.Sprintf("%s.12:%d", net3, daemonMetricsPort)},
@@ -271,7 +343,17 @@ func testPrometheus(t *testing.T, c *cluster, load string) {
 		"sync":      {fmt.Sprintf("%s.91:%d", net3, syncMetricsPort)},
 		"frontend":  {fmt.Sprintf("%s.99:%d", net3, frontendMetricsPort)},
 	}
-	p := startPrometheus(t, targets)
+	// Without the password a scrape gets 401; with it, the metrics.
+	for _, ts := range targets {
+		url := "https://" + ts[0] + "/metrics"
+		if got := auth.get(t, url, false); got != 401 {
+			t.Errorf("%s without the password: %d, want 401", url, got)
+		}
+		if got := auth.get(t, url, true); got != 200 {
+			t.Errorf("%s with the password: %d, want 200", url, got)
+		}
+	}
+	p := startPrometheus(t, targets, auth.scrape())
 
 	// Every agent is up within a few scrapes.
 	waitFor(t, 30*time.Second, "every agent scraped", func() (bool, string) {
@@ -342,8 +424,9 @@ type prometheus struct {
 }
 
 // startPrometheus starts Debian's Prometheus on loopback, scraping targets (job name ->
-// host:port) every second; it is stopped when the test ends.
-func startPrometheus(t *testing.T, targets map[string][]string) *prometheus {
+// host:port) every second with the scrape configuration's lines scrape (TLS,
+// authentication); it is stopped when the test ends.
+func startPrometheus(t *testing.T, targets map[string][]string, scrape string) *prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -353,7 +436,7 @@ func startPrometheus(t *testing.T, targets map[string][]string) *prometheus {
 	var cfg strings.Builder
 	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n")
 	for name, ts := range targets {
-		fmt.Fprintf(&cfg, "  - job_name: persyst-%s\n    static_configs:\n      - targets: [%s]\n", name, strings.Join(ts, ", "))
+		fmt.Fprintf(&cfg, "  - job_name: persyst-%s\n%s    static_configs:\n      - targets: [%s]\n", name, scrape, strings.Join(ts, ", "))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)

@@ -8,5 +8,6 @@ if [ -d /run/systemd/system ]; then
 	for u in persyst-daemon persyst-collector persyst-sync persyst-frontend persyst-web; do
 		systemctl disable --now "$u.service" >/dev/null 2>&1 || true
 	done
+	systemctl disable --now persyst-web.socket >/dev/null 2>&1 || true
 fi
 exit 0

@@ -35,6 +35,9 @@ PKGS=(
 	# the pictures' tests: headless Chromium renders the HTML report and the web view (and
 	# a font to draw their text in the screenshots)
 	chromium fonts-dejavu-core
+	# the web view deployed as docs/admin.md says: nginx as the site's reverse proxy, and
+	# curl as a local user forging a request on the view's socket
+	nginx curl
 	# make package's tests: the units checked with systemd-analyze verify, the .rpm's files
 	# listed with rpm
 	systemd rpm

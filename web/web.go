@@ -6,20 +6,22 @@
 //
 // # Who sees what
 //
-// The view serves on the address it is given (loopback by default). It knows users only
-// from a reverse proxy that authenticated them: with UserHeader set, a request must come
-// from one of Proxies (loopback by default) and name its user in that header; IsAdmin's
-// users see every job, everyone else only their own (another user's job is "not found",
-// not "forbidden": the view does not say which jobs exist). Without UserHeader there are
-// no users: the view starts only when told to show every job to whoever reaches it (All),
-// for an admin's own tunnel. The view only reads the database.
+// The view knows users only from a reverse proxy that authenticated them: with
+// UserHeader set, a request must come from the proxy and name its user in that header;
+// IsAdmin's users see every job, everyone else only their own (another user's job is "not
+// found", not "forbidden": the view does not say which jobs exist). The proxy is known by
+// what the kernel or a certificate says, never by an address alone (listen.go): on the
+// view's unix socket (the default) the connecting process must be the proxy's user
+// (ProxyUIDs) or root; on a TCP address the proxy proves itself with a client certificate
+// or a password, and must connect from Proxies. Without UserHeader there are no users:
+// the view then shows every job (All), to root alone, on a unix socket only. The view only
+// reads the database.
 package web
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -43,9 +45,12 @@ type Options struct {
 	// UserHeader is the request header in which the reverse proxy names the user ("":
 	// no users; All must be set).
 	UserHeader string
-	// Proxies may send UserHeader (nil: loopback).
+	// ProxyUIDs are the users whose processes are the proxy on the view's unix socket
+	// (root always may connect).
+	ProxyUIDs []uint32
+	// Proxies are the networks the proxy connects from on a TCP address (nil: loopback).
 	Proxies []netip.Prefix
-	// All shows every job to whoever reaches the view (no UserHeader).
+	// All shows every job, to root on the view's unix socket (no UserHeader).
 	All bool
 	// IsAdmin says whether a user sees every job.
 	IsAdmin func(user string) bool
@@ -68,7 +73,7 @@ func Handler(o Options) (http.Handler, error) {
 	case o.Store == nil:
 		return nil, errors.New("web: no database")
 	case o.UserHeader == "" && !o.All:
-		return nil, errors.New("say who may see what: --user-header NAME (behind a reverse proxy that authenticates users and names them in that header) or --all (every job to whoever reaches the address)")
+		return nil, errors.New("say who may see what: --user-header NAME (behind a reverse proxy that authenticates users and names them in that header) or --all (every job, to root on the view's unix socket)")
 	case o.UserHeader != "" && o.All:
 		return nil, errors.New("--user-header and --all exclude each other")
 	}
@@ -101,22 +106,36 @@ func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		v := viewer{Admin: true}
-		if s.o.UserHeader != "" {
-			ap, err := netip.ParseAddrPort(r.RemoteAddr)
-			if err != nil || !contains(s.o.Proxies, ap.Addr().Unmap()) {
-				http.Error(w, "forbidden: not through the site's proxy", http.StatusForbidden)
-				return
-			}
-			u := r.Header.Get(s.o.UserHeader)
-			if !userRE.MatchString(u) {
-				http.Error(w, "unauthorized: no user named by the proxy", http.StatusUnauthorized)
-				return
-			}
-			v = viewer{User: u, Admin: s.o.IsAdmin(u)}
+		v, code, why := s.who(r)
+		if code != 0 {
+			http.Error(w, why, code)
+			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, v)))
 	})
+}
+
+// who is who asks, or the status and why they are refused.
+func (s *server) who(r *http.Request) (viewer, int, string) {
+	p, onSocket := peerOf(r)
+	switch {
+	case s.o.All && (!onSocket || p.uid != 0):
+		return viewer{}, http.StatusForbidden, "forbidden: every job is shown to root on the view's unix socket only"
+	case s.o.All:
+		return viewer{Admin: true}, 0, ""
+	case onSocket && !s.mayProxy(p):
+		return viewer{}, http.StatusForbidden, "forbidden: only the site's proxy may connect here"
+	case !onSocket:
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil || !contains(s.o.Proxies, ap.Addr().Unmap()) {
+			return viewer{}, http.StatusForbidden, "forbidden: not through the site's proxy"
+		}
+	}
+	u := r.Header.Get(s.o.UserHeader)
+	if !userRE.MatchString(u) {
+		return viewer{}, http.StatusUnauthorized, "unauthorized: no user named by the proxy"
+	}
+	return viewer{User: u, Admin: s.o.IsAdmin(u)}, 0, ""
 }
 
 func contains(nets []netip.Prefix, a netip.Addr) bool {
@@ -367,26 +386,4 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 func (s *server) fail(w http.ResponseWriter, err error) {
 	s.o.Log.Warn().Err(err).Msg("web: request failed")
 	http.Error(w, "the database could not be read", http.StatusInternalServerError)
-}
-
-// Serve binds addr and serves h until ctx is done; it returns once bound.
-func Serve(ctx context.Context, addr string, h http.Handler, log zerolog.Logger) (net.Addr, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("web: listen %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10}
-	context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("web view stopped")
-		}
-	}()
-	return ln.Addr(), nil
 }

@@ -2,18 +2,24 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -53,7 +59,7 @@ func site(t *testing.T) *store.Store {
 var jobRE = regexp.MustCompile(`data-job="(\d+)"`)
 
 // get asks for path from remote as user ("" : no header) and returns the status and the
-// jobs listed.
+// jobs listed. A remote "unix:UID" is a process of that user on the view's unix socket.
 func get(t *testing.T, o Options, remote, user, path string) (int, string, []string) {
 	t.Helper()
 	o.Now = func() time.Time { return now }
@@ -64,6 +70,14 @@ func get(t *testing.T, o Options, remote, user, path string) (int, string, []str
 	}
 	r := httptest.NewRequest("GET", path, nil)
 	r.RemoteAddr = remote
+	if uid, ok := strings.CutPrefix(remote, "unix:"); ok {
+		n, err := strconv.ParseUint(uid, 10, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.RemoteAddr = "@"
+		r = r.WithContext(context.WithValue(r.Context(), peerKey{}, peer{unix: true, uid: uint32(n)}))
+	}
 	if user != "" {
 		r.Header.Set("X-Remote-User", user)
 	}
@@ -78,7 +92,7 @@ func get(t *testing.T, o Options, remote, user, path string) (int, string, []str
 
 func TestWhoSeesWhat(t *testing.T) {
 	st := site(t)
-	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" }}
+	o := Options{Store: st, UserHeader: "X-Remote-User", ProxyUIDs: []uint32{33}, IsAdmin: func(u string) bool { return u == "root" }}
 	const proxy = "127.0.0.1:40000"
 	cases := []struct {
 		name, remote, user, path string
@@ -96,6 +110,10 @@ func TestWhoSeesWhat(t *testing.T) {
 		{"another user's job is not found", proxy, "alice", "/job/3", 404, nil},
 		{"a job that does not exist", proxy, "root", "/job/99", 404, nil},
 		{"not through the proxy", "10.1.2.3:5000", "root", "/", 403, nil},
+		{"the proxy on the unix socket", "unix:33", "alice", "/", 200, []string{"1", "2"}},
+		{"root on the unix socket", "unix:0", "root", "/", 200, []string{"1", "2", "3", "4"}},
+		{"a local user on the unix socket, naming root", "unix:65534", "root", "/", 403, nil},
+		{"a local user on the unix socket, naming themselves", "unix:1000", "alice", "/job/1", 403, nil},
 		{"no user named", proxy, "", "/", 401, nil},
 		{"a user name that is no name", proxy, "alice bob", "/", 401, nil},
 		{"a bad filter", proxy, "root", "/?since=yesterday", 400, nil},
@@ -130,7 +148,7 @@ func sorted(xs []string) []string {
 // TestSite: this week's findings, by the core-hours they held for.
 func TestSite(t *testing.T) {
 	st := site(t)
-	code, body, _ := get(t, Options{Store: st, All: true}, "127.0.0.1:1", "", "/site")
+	code, body, _ := get(t, Options{Store: st, All: true}, "unix:0", "", "/site")
 	if code != 200 {
 		t.Fatalf("%d\n%s", code, body)
 	}
@@ -153,6 +171,64 @@ func TestSite(t *testing.T) {
 	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
 	if strings.Contains(body, "bob") || !strings.Contains(body, "in alice's jobs") {
 		t.Errorf("alice's site page shows others' jobs:\n%s", body)
+	}
+}
+
+// TestAllIsRootsOnTheSocket: every job is shown to root on the view's unix socket, and
+// to no one else: not the proxy's user, not a TCP client.
+func TestAllIsRootsOnTheSocket(t *testing.T) {
+	o := Options{Store: site(t), All: true, ProxyUIDs: []uint32{33}}
+	for remote, want := range map[string]int{"unix:0": 200, "unix:33": 403, "unix:1000": 403, "127.0.0.1:1": 403} {
+		if code, body, _ := get(t, o, remote, "root", "/"); code != want {
+			t.Errorf("from %s: %d, want %d\n%s", remote, code, want, body)
+		}
+	}
+}
+
+// TestCheck: a view that names users from a header serves on TCP only where the proxy
+// proves itself; every job to whoever connects is refused on TCP. The messages say what
+// to use instead.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte("proxy-secret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	basic, plainTLS, clientCerts := filepath.Join(dir, "basic.yml"), filepath.Join(dir, "tls.yml"), filepath.Join(dir, "mtls.yml")
+	testenv.Write(t, basic, "basic_auth_users:\n  nginx: "+string(hash)+"\n")
+	ca, err := tlstest.New("web CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ca.Issue(dir, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Write(t, plainTLS, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n", f.Cert, f.Key))
+	testenv.Write(t, clientCerts, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: %s\n", f.Cert, f.Key, f.CA))
+	header := Options{UserHeader: "X-Remote-User"}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		l    ListenOptions
+		want string // in the error; "": none
+	}{
+		{"header on the unix socket", header, ListenOptions{Addr: "unix:/run/persyst-web/web.sock"}, ""},
+		{"header on systemd's socket", header, ListenOptions{Addr: "systemd"}, ""},
+		{"header on TCP, nothing more", header, ListenOptions{Addr: "127.0.0.1:8080"}, "every local user can connect"},
+		{"header on TCP, TLS without client certificates", header, ListenOptions{Addr: "127.0.0.1:8080", WebConfig: plainTLS}, "does not prove itself"},
+		{"header on TCP, client certificates", header, ListenOptions{Addr: "127.0.0.1:8080", WebConfig: clientCerts}, ""},
+		{"header on TCP, basic auth", header, ListenOptions{Addr: "127.0.0.1:8080", WebConfig: basic}, ""},
+		{"header on TCP, a web config that is not there", header, ListenOptions{Addr: "127.0.0.1:8080", WebConfig: filepath.Join(dir, "none.yml")}, "none.yml"},
+		{"all on TCP", Options{All: true}, ListenOptions{Addr: "127.0.0.1:8080", WebConfig: basic}, "only on a unix socket"},
+		{"all on the unix socket", Options{All: true}, ListenOptions{Addr: "unix:/run/x.sock"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(tc.o, tc.l)
+			if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("Check: %v, want %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/persyst/persyst/collectors/store"
@@ -16,17 +17,20 @@ import (
 )
 
 type webOptions struct {
-	db, listen, userHeader, proxies, admins, config string
-	all                                             bool
+	db, listen, userHeader, proxyUsers, socketGroup, webConfig, proxies, admins, config string
+	all                                                                                 bool
 }
 
 func (o *webOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.db, "db", "/var/lib/persyst-frontend/frontend.db", "the database to show (the frontend's keeps every job's final report)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on")
+	fs.StringVar(&o.listen, "listen", "unix:/run/persyst-web/web.sock", "where to serve: unix:PATH (only --proxy-user's processes and root are served there), systemd (the socket of persyst-web.socket), or HOST:PORT (needs --web-config-file)")
 	fs.StringVar(&o.userHeader, "user-header", "", "request header in which the site's reverse proxy names the authenticated user (e.g. X-Remote-User)")
-	fs.StringVar(&o.proxies, "proxy", "127.0.0.1/32,::1/128", "networks the reverse proxy connects from (only they may set --user-header)")
+	fs.StringVar(&o.proxyUsers, "proxy-user", "www-data", "the reverse proxy's users (comma-separated names or uids): on the unix socket only their processes (and root) may name a user")
+	fs.StringVar(&o.socketGroup, "socket-group", "", "group of the unix socket made for --listen unix:PATH, mode 0660 (default: the first proxy user's group)")
+	fs.StringVar(&o.webConfig, "web-config-file", "", "for a TCP --listen: the web configuration file with which the proxy proves itself (client certificates or basic auth; the exporter toolkit's format, as persyst.conf's MetricsWebConfig)")
+	fs.StringVar(&o.proxies, "proxy", "127.0.0.1/32,::1/128", "for a TCP --listen: networks the reverse proxy connects from")
 	fs.StringVar(&o.admins, "admins", "", "users who see every job (comma-separated), besides root and persyst.conf's AdminGroup")
-	fs.BoolVar(&o.all, "all", false, "without --user-header: show every job to whoever reaches --listen")
+	fs.BoolVar(&o.all, "all", false, "without --user-header: show every job, to root on the unix socket only")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (AdminGroup)")
 }
 
@@ -40,13 +44,13 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	var proxies []netip.Prefix
-	for _, p := range strings.Split(o.proxies, ",") {
-		n, err := netip.ParsePrefix(strings.TrimSpace(p))
-		if err != nil {
-			return usagef("--proxy %q: want networks such as 127.0.0.1/32", p)
-		}
-		proxies = append(proxies, n)
+	proxies, err := webProxies(o.proxies)
+	if err != nil {
+		return err
+	}
+	uids, group, err := proxyUsers(o.proxyUsers, o.socketGroup)
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(io.err, "info", "web", shortHostname())
 	if err != nil {
@@ -57,20 +61,61 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 		return err
 	}
 	defer st.Close()
-	h, err := web.Handler(web.Options{Store: st, Source: o.db, UserHeader: o.userHeader, Proxies: proxies, All: o.all,
-		IsAdmin: isAdmin(strings.Split(o.admins, ","), conf.AdminGroup), Log: log, Version: version})
+	wo := web.Options{Store: st, Source: o.db, UserHeader: o.userHeader, ProxyUIDs: uids, Proxies: proxies, All: o.all,
+		IsAdmin: isAdmin(strings.Split(o.admins, ","), conf.AdminGroup), Log: log, Version: version}
+	where := web.ListenOptions{Addr: o.listen, Group: group, WebConfig: o.webConfig}
+	h, err := web.Handler(wo)
+	if err == nil {
+		err = web.Check(wo, where)
+	}
 	if err != nil {
 		return usagef("web: %v", err)
 	}
-	addr, err := web.Serve(ctx, o.listen, h, log)
+	ln, err := web.Listen(ctx, where)
 	if err != nil {
 		return err
 	}
-	log.Info().Str("listen", addr.String()).Str("db", o.db).Msg("persyst web ready")
-	fmt.Fprintf(io.err, "persyst web: http://%s/\n", addr)
+	web.Serve(ctx, ln, h, log)
+	log.Info().Str("listen", o.listen).Str("address", ln.Addr().String()).Str("db", o.db).Msg("persyst web ready")
+	fmt.Fprintf(io.err, "persyst web: serving on %s\n", ln.Addr())
 	sdnotify.Serving(ctx, log)
 	<-ctx.Done()
 	return nil
+}
+
+// webProxies parses --proxy.
+func webProxies(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, p := range strings.Split(list, ",") {
+		n, err := netip.ParsePrefix(strings.TrimSpace(p))
+		if err != nil {
+			return nil, usagef("--proxy %q: want networks such as 127.0.0.1/32", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// proxyUsers resolves --proxy-user to uids, and the unix socket's group: --socket-group,
+// else the first proxy user's primary group.
+func proxyUsers(list, group string) ([]uint32, string, error) {
+	var uids []uint32
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		uid, err := config.LookupUID(name)
+		if err != nil {
+			return nil, "", usagef("--proxy-user %q: %v: name the reverse proxy's user", name, err)
+		}
+		uids = append(uids, uid)
+		if group == "" {
+			if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+				group = u.Gid
+			}
+		}
+	}
+	return uids, group, nil
 }
 
 // isAdmin says whether a user sees every job: root, one of admins, or a member of group.
