@@ -77,6 +77,9 @@ func Serve(ctx context.Context, opts ServeOptions) (net.Addr, error) {
 		}
 	}()
 	opts.Log.Info().Str("listen", ln.Addr().String()).Bool("web_config", opts.WebConfig != "").Msg("serving Prometheus metrics on /metrics")
+	if opts.WebConfig == "" {
+		opts.Log.Warn().Str("listen", ln.Addr().String()).Msg("metrics served without authentication: every process that reaches the address and MetricsAllow may scrape them (set MetricsWebConfig: docs/prometheus.md)")
+	}
 	return ln.Addr(), nil
 }
 
