@@ -27,7 +27,8 @@ func TestPackage(t *testing.T) {
 	units := []string{"persyst-daemon", "persyst-collector", "persyst-sync", "persyst-frontend", "persyst-web"}
 	want := []string{"/usr/bin/persyst", "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so", "/etc/slurm/persyst.conf",
 		"/etc/slurm/plugstack.conf.d/persyst.conf", "/etc/default/persyst", "/usr/lib/sysusers.d/persyst.conf",
-		"/usr/lib/tmpfiles.d/persyst.conf", "/usr/share/man/man1/persyst.1.gz", "/usr/share/doc/persyst/admin.md", "/usr/lib/persyst/slurm-mail"}
+		"/usr/lib/tmpfiles.d/persyst.conf", "/usr/share/man/man1/persyst.1.gz", "/usr/share/doc/persyst/admin.md", "/usr/lib/persyst/slurm-mail",
+		"/usr/share/doc/persyst/LICENSE"}
 	for _, u := range units {
 		want = append(want, "/usr/lib/systemd/system/"+u+".service", "/usr/share/man/man1/"+u+".1.gz")
 	}
@@ -111,6 +112,9 @@ func TestPackage(t *testing.T) {
 			if !files[f] {
 				t.Errorf("the .rpm lacks %s", f)
 			}
+		}
+		if lic, err := exec.Command("rpm", "-qp", "--qf", "%{LICENSE}", rpms[0]).Output(); err != nil || string(lic) != "Apache-2.0" {
+			t.Errorf("the .rpm's license: %q, %v; want Apache-2.0", lic, err)
 		}
 		cfg, err := exec.Command("rpm", "-qp", "--qf", `[%{FILENAMES} %{FILEFLAGS:fflags}\n]`, rpms[0]).Output()
 		if err != nil {
