@@ -182,8 +182,11 @@ down() {
 	kill_pidfile "$DIR/run/mariadb.pid"
 	kill_pidfile "$DIR/run/munged.pid"
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
-	for n in $(node_names); do
-		ip link del "ps-$n" 2>/dev/null || true
+	# Every veth of the cluster (nodes' and agents'): the kernel would delete them with
+	# their namespaces, but in the background, after the next up may have begun.
+	local l
+	for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^ps-' || true); do
+		ip link del "$l" 2>/dev/null || true
 	done
 	# Empty job cgroups left by a crashed slurmd (cgroup/v1 names them slurm_<node>) and the
 	# daemons' own per-job perf cgroups (persyst_<node>).
@@ -448,9 +451,12 @@ setup_network() {
 	fi
 }
 
-# add_ns NS VETH ADDR: a network namespace on the bridge with address ADDR.
+# add_ns NS VETH ADDR: a network namespace on the bridge with address ADDR. The kernel
+# destroys a deleted namespace, and the veth pair in it, in the background: a previous
+# cluster's veth of the same name may still be there, and is deleted first.
 add_ns() {
 	local ns=$1 veth=$2 addr=$3
+	ip link del "$veth" 2>/dev/null || true
 	ip netns add "$ns"
 	ip link add "$veth" type veth peer name eth0 netns "$ns"
 	ip link set "$veth" master "$BRIDGE" up
