@@ -286,6 +286,19 @@ func nonRoot(t *testing.T, c *cluster) {
 	}
 }
 
+// withoutStepRetries is a job's output without srun's lines about a step it had to retry.
+func withoutStepRetries(out string) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if strings.HasPrefix(l, "srun: Job ") && strings.Contains(l, "step creation temporarily disabled, retrying") ||
+			strings.HasPrefix(l, "srun: Step created for job ") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "")
+}
+
 func daemonDown(t *testing.T, c *cluster, earlier uint32) {
 	// The batch host's daemon is down: the batch step's events fail there.
 	down, up := c.nodes[0], c.nodes[1]
@@ -296,9 +309,12 @@ func daemonDown(t *testing.T, c *cluster, earlier uint32) {
 	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
 		t.Fatalf("job %d ended %s with %s's daemon down", id, st, down)
 	}
-	// persyst's own faults are for the logs: the job's output holds the job's own.
+	// persyst's own faults are for the logs: the job's output holds the job's own, and
+	// Slurm's (srun retries a step whose nodes still finish the last one: "step creation
+	// temporarily disabled", then "Step created"; a race of slurmctld's with or without
+	// persyst).
 	out = strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10))
-	if b, err := os.ReadFile(out); err != nil || string(b) != "done\n" {
+	if b, err := os.ReadFile(out); err != nil || withoutStepRetries(string(b)) != "done\n" {
 		t.Errorf("%s: the output of a job whose batch host's daemon was down: err=%v\n%s(want only the job's own \"done\")", out, err, b)
 	}
 	t.Logf("2-node job with one daemon down took %v from submission to end", time.Since(start).Round(time.Millisecond))
