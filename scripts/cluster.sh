@@ -295,7 +295,6 @@ TaskPlugin=task/cgroup
 PrologFlags=Alloc,Contain
 JobAcctGatherType=jobacct_gather/cgroup
 AccountingStorageType=$acct
-JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
@@ -377,8 +376,34 @@ EOF
 	fi
 }
 
-# The plugins slurmrestd is started with (restd_start).
-RESTD_OPENAPI=openapi/v0.0.38 RESTD_AUTH_LOCAL=rest_auth/local RESTD_AUTH_JWT=rest_auth/jwt
+# slurm_version: the installed Slurm's major.minor (slurmctld -V: "slurm-wlm 24.11.5";
+# 22.05 when it cannot say, e.g. before Slurm is installed).
+slurm_version() {
+	local v
+	v=$(slurmctld -V 2>/dev/null | awk '{print $2}')
+	[[ "$v" =~ ^([0-9]+)\.([0-9]+) ]] && { echo "${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"; return; }
+	echo 22.05
+}
+
+# slurm_at_least X.Y: the installed Slurm is release X.Y or later.
+slurm_at_least() {
+	local have want=$1
+	have=$(slurm_version)
+	[ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" = "$want" ]
+}
+
+# The plugins slurmrestd is started with (restd_start): 22.05 serves OpenAPI v0.0.38 from
+# its own plugin; from 23.11 one content plugin serves the data parsers, of which persyst
+# speaks v0.0.42 (24.11 to 26.05; docs/admin.md).
+RESTD_AUTH_LOCAL=rest_auth/local RESTD_AUTH_JWT=rest_auth/jwt
+restd_plugins() {
+	if slurm_at_least 23.11; then
+		RESTD_OPENAPI=openapi/slurmctld RESTD_PARSER=data_parser/v0.0.42
+	else
+		RESTD_OPENAPI=openapi/v0.0.38 RESTD_PARSER=
+	fi
+}
+restd_plugins
 
 # check_installed ETC: every program the cluster runs and every Slurm plugin its
 # configuration in ETC names is installed, and persyst is built; else name what is missing.
@@ -408,7 +433,7 @@ check_installed() {
 	need_slurm_plugins "$plugdir" "$etc/slurm.conf" "$etc/cgroup.conf"
 	[ "$ACCOUNTING" = 1 ] && need_slurm_plugins "$plugdir" "$etc/slurmdbd.conf"
 	if [ "$RESTD" = 1 ]; then
-		printf 'slurmrestd=%s\n' "$RESTD_OPENAPI" "$RESTD_AUTH_LOCAL" "$RESTD_AUTH_JWT" >"$etc/slurmrestd.plugins"
+		printf 'slurmrestd=%s\n' "$RESTD_OPENAPI" $RESTD_PARSER "$RESTD_AUTH_LOCAL" "$RESTD_AUTH_JWT" >"$etc/slurmrestd.plugins"
 		need_slurm_plugins "$plugdir" "$etc/slurmrestd.plugins"
 	fi
 	local built=()
@@ -597,12 +622,12 @@ restd_start() {
 	chmod 0755 "$DIR/restd"
 	start_bg "$DIR/run/slurmrestd.pid" slurmrestd "$DIR/log/slurmrestd.log" \
 		setpriv --reuid "$RESTD_USER" --regid "$RESTD_USER" --clear-groups \
-		slurmrestd -f "$SLURM_CONF" -s "$RESTD_OPENAPI" -a "$RESTD_AUTH_LOCAL" "unix:$DIR/restd/slurmrestd.sock"
+		slurmrestd -f "$SLURM_CONF" -s "$RESTD_OPENAPI" ${RESTD_PARSER:+-d "$RESTD_PARSER"} -a "$RESTD_AUTH_LOCAL" "unix:$DIR/restd/slurmrestd.sock"
 	# SLURM_JWT=daemon: slurmrestd then talks to slurmctld with the caller's token (without
 	# it, the munge plugin refuses every token: "Rejecting thread config token").
 	start_bg "$DIR/run/slurmrestd-jwt.pid" slurmrestd "$DIR/log/slurmrestd-jwt.log" \
 		setpriv --reuid "$RESTD_USER" --regid "$RESTD_USER" --clear-groups env SLURM_JWT=daemon \
-		slurmrestd -f "$SLURM_CONF" -s "$RESTD_OPENAPI" -a "$RESTD_AUTH_JWT" "127.0.0.1:$RESTD_JWT_PORT"
+		slurmrestd -f "$SLURM_CONF" -s "$RESTD_OPENAPI" ${RESTD_PARSER:+-d "$RESTD_PARSER"} -a "$RESTD_AUTH_JWT" "127.0.0.1:$RESTD_JWT_PORT"
 	local unix tcp f
 	unix=$(head -n1 "$DIR/run/slurmrestd.pid") tcp=$(head -n1 "$DIR/run/slurmrestd-jwt.pid")
 	for _ in $(seq 1 100); do

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# fresh-check.sh — prove the README's set-up on a pristine Debian 12 root, so that a package
-# missing from scripts/deps.sh fails here even on a machine where it was installed by hand.
+# fresh-check.sh — prove the README's set-up on a pristine Debian root, so that a package
+# missing from scripts/deps.sh fails here even on a machine where it was installed by hand,
+# and run every test against that Debian release's own Slurm.
 #
 #   scripts/fresh-check.sh [TARGET]   (make fresh-check; make test runs it)
+#   SUITE=trixie scripts/fresh-check.sh
 #
-# 1. A minimal Debian 12 root (mmdebstrap --variant=minbase, plus make: the README's only
-#    prerequisites are Go and make) from this machine's apt sources. It is cached as a
+# SUITE is the Debian release (default bookworm: Slurm 22.05; trixie: 24.11; forky: 26.05).
+#
+# 1. A minimal Debian root (mmdebstrap --variant=minbase, plus make: the README's only
+#    prerequisites are Go and make) from this machine's apt sources, their suite names
+#    made SUITE's (bookworm-security becomes trixie-security, and so on). It is cached as a
 #    tarball (PERSYST_FRESH_CACHE, default /var/cache/persyst/fresh-check) and rebuilt when
 #    older than PERSYST_FRESH_MAX_DAYS (7); each run unpacks a new copy, so nothing from an
 #    earlier run is installed in it.
@@ -22,7 +27,11 @@
 # between runs; they make a run faster, and cannot stand in for an install step.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SUITE=bookworm
+SUITE=${SUITE:-bookworm}
+case "$SUITE" in
+bookworm | trixie | forky) ;;
+*) echo "fresh-check: SUITE=$SUITE: want bookworm, trixie or forky" >&2; exit 2 ;;
+esac
 # shellcheck source=need.sh
 . "$ROOT/scripts/need.sh"
 log() { echo "fresh-check: $*" >&2; }
@@ -102,7 +111,7 @@ CACHE=${PERSYST_FRESH_CACHE:-/var/cache/persyst/fresh-check}
 MAX_DAYS=${PERSYST_FRESH_MAX_DAYS:-7}
 # Under a directory starting with "_": the go command skips it, so a root kept after a
 # failure (it holds Go sources of Debian's packages) never enters `go vet ./...`.
-WORK=${PERSYST_FRESH_DIR:-$ROOT/build/_fresh}
+WORK=${PERSYST_FRESH_DIR:-$ROOT/build/_fresh-$SUITE}
 [ "$(id -u)" = 0 ] || die "must run as root (it builds a Debian root and starts a Slurm cluster in it)"
 need_cmd mmdebstrap mmdebstrap
 need_cmd unshare util-linux
@@ -113,15 +122,19 @@ GOROOT_HOST=$(go env GOROOT)
 t0=$SECONDS
 
 # The host's apt sources and its Acquire settings (proxies, snapshot validity): a fresh
-# machine at this site reaches the archive the same way.
+# machine at this site reaches the archive the same way. Only Debian's own sources, their
+# suite names made SUITE's.
 apt_sources() {
-	local f
-	[ -s /etc/apt/sources.list ] && grep -v '^[[:space:]]*#' /etc/apt/sources.list | grep . || true
-	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		cat "$f"
-		echo
-	done
+	local f host
+	host=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+	{
+		[ -s /etc/apt/sources.list ] && grep -v '^[[:space:]]*#' /etc/apt/sources.list | grep . || true
+		for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+			[ -f "$f" ] || continue
+			cat "$f"
+			echo
+		done
+	} | sed -E "s/\b$host(-updates|-security|-backports)?\b/$SUITE\1/g"
 }
 
 # 1. The pristine root's tarball.
@@ -181,6 +194,6 @@ if [ -d "$WORK/root/src/persyst/build/test-artifacts" ]; then
 	cp -r "$WORK/root/src/persyst/build/test-artifacts" "$ROOT/build/test-artifacts"
 	log "test artifacts in $ROOT/build/test-artifacts"
 fi
-[ "$rc" = 0 ] || die "failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
-log "passed in $((SECONDS - t0)) s"
+[ "$rc" = 0 ] || die "$SUITE: failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
+log "$SUITE: passed in $((SECONDS - t0)) s"
 rm -rf "$WORK"
