@@ -14,7 +14,7 @@ PKG_VERSION = $(shell scripts/pkgversion.sh '$(VERSION)')
 LDFLAGS := -X main.version=$(VERSION)
 GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
-.PHONY: package generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit fresh-check bench clean
+.PHONY: package generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit integration fresh-check bench clean
 
 all: build
 
@@ -58,6 +58,7 @@ package: build
 # the installed slurmrestd's /openapi/v3; `make fetch-spec` refreshes it from the test cluster).
 generate:
 	cd jobmap/v0038 && $(GO) tool oapi-codegen -config oapi-codegen.yaml openapi.json
+	cd jobmap/v0042 && $(GO) tool oapi-codegen -config oapi-codegen.yaml openapi.json
 	scripts/deps.sh --protoc
 	mkdir -p $(BUILD)
 	$(GO) build -o $(BUILD)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
@@ -112,6 +113,11 @@ fresh-check: deps
 
 test-unit:
 	$(GO) test ./...
+
+# Integration tests on this machine's Slurm, RUN a test name pattern, e.g. in the pristine
+# root of another Debian release: SUITE=trixie scripts/fresh-check.sh 'integration RUN=TestJobmap'
+integration: build
+	CI=1 PERSYST_INTEGRATION=1 $(GO) test -count=1 -v -timeout 20m -run '$(RUN)' ./integration/
 
 bench: deps build
 	bench/plugin_cost.sh

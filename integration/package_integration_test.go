@@ -174,7 +174,11 @@ func cpioFile(a []byte, name string) ([]byte, bool) {
 		if 110+nameLen > len(a) {
 			return nil, false
 		}
+		// rpm2cpio of RPM 4.18 (Debian 12) names /etc/..., of 4.20 (Debian 13) ./etc/...
 		n := strings.TrimSuffix(string(a[110:110+nameLen]), "\x00")
+		if strings.HasPrefix(n, "./") {
+			n = n[1:]
+		}
 		data := pad(110 + nameLen)
 		if data+size > len(a) {
 			return nil, false

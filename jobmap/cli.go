@@ -15,6 +15,7 @@ import (
 
 	v0038 "github.com/persyst/persyst/jobmap/v0038"
 	"github.com/persyst/persyst/sample"
+	"github.com/rs/zerolog"
 )
 
 // Runner runs a command and returns its standard output; tests inject recorded output.
@@ -31,30 +32,108 @@ func ExecRunner(ctx context.Context, name string, args ...string) ([]byte, error
 	return out.Bytes(), nil
 }
 
-// CLISource reads jobs with Slurm's commands, in order of preference:
-// `scontrol --json show job` (the same data parser as slurmrestd; Slurm 23.02 and later),
-// `squeue --json` (same schema; Slurm 21.08 and later, the structured form on 22.05), and
-// `scontrol show job -o -d` (any Slurm). What a command cannot do is learned once.
+// CLISource reads jobs with Slurm's commands, by the release they are of (`scontrol
+// --version`, asked once): from 24.11 `scontrol --json=v0.0.42 show job [ID]` (the data
+// parser persyst speaks, asked for by name: the default one changes with each release
+// and with slurm.conf's DataParserParameters); on 22.05 `squeue --json` (the v0.0.38
+// schema); else, or when the JSON cannot be read, `scontrol show job -o -d [ID]` (any
+// Slurm). What a command cannot do is learned, and logged, once: a lookup runs one
+// command, or two when the first cannot be read.
 type CLISource struct {
 	run     Runner
 	timeout time.Duration
+	log     zerolog.Logger
 	mu      sync.Mutex
 	noJSON  map[string]bool // commands found without JSON output
+	rel     *slurmRelease   // the commands' Slurm release (nil: not asked yet)
 }
 
 // NewCLISource returns a CLI source; run nil means ExecRunner.
-func NewCLISource(run Runner, timeout time.Duration) *CLISource {
+func NewCLISource(run Runner, timeout time.Duration, log zerolog.Logger) *CLISource {
 	if run == nil {
 		run = ExecRunner
 	}
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &CLISource{run: run, timeout: timeout, noJSON: map[string]bool{}}
+	return &CLISource{run: run, timeout: timeout, log: log, noJSON: map[string]bool{}}
 }
 
 // Name says where the jobs come from.
 func (s *CLISource) Name() string { return "scontrol/squeue" }
+
+// release is the Slurm release of the commands (zero: not known), asked once.
+func (s *CLISource) release(ctx context.Context) slurmRelease {
+	s.mu.Lock()
+	if s.rel != nil {
+		defer s.mu.Unlock()
+		return *s.rel
+	}
+	s.mu.Unlock()
+	var rel slurmRelease
+	out, err := s.run(ctx, "scontrol", "--version")
+	if err == nil {
+		// "slurm 22.05.8", "slurm-wlm 24.11.5"
+		if f := strings.Fields(string(out)); len(f) == 2 {
+			v := strings.SplitN(f[1], ".", 3)
+			if len(v) >= 2 {
+				rel.major, _ = strconv.Atoi(v[0])
+				rel.minor, _ = strconv.Atoi(v[1])
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return rel // asked again next time
+	}
+	s.mu.Lock()
+	s.rel = &rel
+	s.mu.Unlock()
+	s.log.Info().Str("source", s.Name()).Str("slurm", fmt.Sprintf("%d.%02d", rel.major, rel.minor)).Str("format", s.format(rel)).
+		Msg("jobmap: Slurm's commands")
+	return rel
+}
+
+// format names what the commands are read as, for Slurm release rel.
+func (s *CLISource) format(rel slurmRelease) string {
+	switch {
+	case rel.atLeast(24, 11) && !s.skip(v0042Key):
+		return "scontrol --json=" + APIv0042
+	case rel.major == 0 || !rel.atLeast(23, 2):
+		return "squeue --json (" + APIv0038 + "), else scontrol show job -o -d"
+	}
+	return "scontrol show job -o -d"
+}
+
+// v0042Key is the JSON form of Slurm 24.11 and later in noJSON.
+const v0042Key = "scontrol-v0.0.42"
+
+// jobsV0042 runs `scontrol --json=v0.0.42 show job [id]`; ok is false when the output
+// cannot be read (then it says so once, and the text form is used from then on).
+func (s *CLISource) jobsV0042(ctx context.Context, hosts func(string) string, id ...string) ([]*Job, bool, error) {
+	args := append([]string{"--json=" + APIv0042, "show", "job"}, id...)
+	out, err := s.run(ctx, "scontrol", args...)
+	if err != nil && len(id) == 1 && strings.Contains(strings.ToLower(err.Error()), "invalid job id") {
+		return nil, true, fmt.Errorf("job %s: %w", id[0], ErrNoJob)
+	}
+	if err == nil {
+		jobs, perr := parseV0042JSON(out, hosts)
+		if perr == nil {
+			return jobs, true, nil
+		}
+		err = perr
+	}
+	if ctx.Err() != nil {
+		return nil, true, err
+	}
+	s.mu.Lock()
+	first := !s.noJSON[v0042Key]
+	s.noJSON[v0042Key] = true
+	s.mu.Unlock()
+	if first {
+		s.log.Warn().Err(err).Msg("jobmap: scontrol --json=" + APIv0042 + " cannot be read; using scontrol show job -o -d from now on")
+	}
+	return nil, false, nil
+}
 
 var jsonForms = []struct {
 	key, name string
@@ -69,10 +148,16 @@ func (s *CLISource) Jobs(ctx context.Context) ([]*Job, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	hosts := s.hostnames(ctx)
+	rel := s.release(ctx)
+	if rel.atLeast(24, 11) && !s.skip(v0042Key) {
+		if jobs, ok, err := s.jobsV0042(ctx, hosts); ok {
+			return jobs, err
+		}
+	}
 	var errs []error
 	for _, f := range jsonForms {
-		if s.skip(f.key) {
-			continue
+		if s.skip(f.key) || (rel.major != 0 && rel.atLeast(23, 2)) {
+			continue // their JSON is not v0.0.38's from 23.02 on
 		}
 		out, err := s.run(ctx, f.name, f.args...)
 		if err == nil {
@@ -95,11 +180,15 @@ func (s *CLISource) Jobs(ctx context.Context) ([]*Job, error) {
 	return parseScontrol(out, hosts)
 }
 
-// Job returns one job; ErrNoJob if Slurm does not know it.
+// Job returns one job; ErrNoJob if Slurm does not know it. From Slurm 23.02 on it asks
+// for the one job, not for all of them.
 func (s *CLISource) Job(ctx context.Context, id string) (*Job, error) {
 	job, task, isTask, err := parseJobID(id)
 	if err != nil {
 		return nil, err
+	}
+	if rel := s.release(ctx); rel.major != 0 && rel.atLeast(23, 2) {
+		return s.oneJob(ctx, id)
 	}
 	jobs, err := s.Jobs(ctx)
 	if err != nil {
@@ -111,6 +200,36 @@ func (s *CLISource) Job(ctx context.Context, id string) (*Job, error) {
 		}
 	}
 	return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
+}
+
+// oneJob asks Slurm (23.02 and later) for job id alone.
+func (s *CLISource) oneJob(ctx context.Context, id string) (*Job, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	hosts := s.hostnames(ctx)
+	var jobs []*Job
+	var err error
+	ok := false
+	if s.release(ctx).atLeast(24, 11) && !s.skip(v0042Key) {
+		jobs, ok, err = s.jobsV0042(ctx, hosts, id)
+	}
+	if !ok {
+		var out []byte
+		if out, err = s.run(ctx, "scontrol", "show", "job", "-o", "-d", id); err != nil {
+			if strings.Contains(strings.ToLower(err.Error()), "invalid job id") {
+				return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
+			}
+			return nil, err
+		}
+		jobs, err = parseScontrol(out, hosts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
+	}
+	return jobs[0], nil
 }
 
 func (s *CLISource) skip(key string) bool {

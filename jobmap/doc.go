@@ -3,14 +3,16 @@
 // the exact files Slurm writes its stdout and stderr to, for the digest; Map.Job).
 //
 // Sources, in order:
-//   - slurmrestd, through a client generated with oapi-codegen from the spec the installed
-//     slurmrestd serves at /openapi/v3 (jobmap/v0038: openapi.json as served, overlay.yaml
-//     correcting where 22.05's responses differ from its own spec; `make generate`).
-//     rest_auth/local on a unix socket, or JWT (X-SLURM-USER-NAME/-TOKEN) over TCP.
-//     APIVersion names the data parser in one place; v0.0.40+ goes beside v0038.
+//   - slurmrestd, through clients generated with oapi-codegen: jobmap/v0042 (Slurm 24.11
+//     to 26.05; the spec 24.11's slurmrestd --generate-openapi-spec writes) and
+//     jobmap/v0038 (22.05; the spec it serves at /openapi/v3, with overlay.yaml correcting
+//     where its responses differ from its spec); `make generate`. The server's
+//     /openapi/v3 says which it serves, asked once (RestSource.API). rest_auth/local on a
+//     unix socket, or JWT (X-SLURM-USER-NAME/-TOKEN) over TCP.
 //   - Slurm's commands when slurmrestd is not configured or fails (logged once, and once
-//     when it answers again): `scontrol --json show job` (23.02+), `squeue --json` (the
-//     same v0.0.38 schema, parsed with the generated types), `scontrol show job -o -d`.
+//     when it answers again), by the release `scontrol --version` names:
+//     `scontrol --json=v0.0.42 show job` from 24.11, `squeue --json` on 22.05, `scontrol
+//     show job -o -d` otherwise or when the JSON cannot be read (v0042.go, cli.go).
 //
 // A job Slurm no longer knows is ErrNoJob: a normal result, not a failure.
 //

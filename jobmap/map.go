@@ -28,6 +28,7 @@ type Map struct {
 	log               zerolog.Logger
 	mu                sync.Mutex
 	usingFallback     bool
+	named             bool // the primary source's name was logged (with its data parser)
 }
 
 // NewMap returns a map over primary (may be nil: no slurmrestd configured) and fallback.
@@ -84,6 +85,10 @@ func try[T any](m *Map, ctx context.Context, f func(Source) (T, error)) (T, erro
 		v, err := f(m.primary)
 		if err == nil || errors.Is(err, ErrNoJob) {
 			m.mu.Lock()
+			if !m.named {
+				m.named = true
+				m.log.Info().Str("source", m.primary.Name()).Msg("jobmap: reading jobs from slurmrestd")
+			}
 			if m.usingFallback {
 				m.log.Info().Str("source", m.primary.Name()).Msg("jobmap: slurmrestd answers again")
 				m.usingFallback = false
@@ -128,5 +133,5 @@ func FromConfig(c config.Config, log zerolog.Logger) (*Map, error) {
 		}
 		primary = rs
 	}
-	return NewMap(primary, NewCLISource(nil, 0), log), nil
+	return NewMap(primary, NewCLISource(nil, 0, log), log), nil
 }

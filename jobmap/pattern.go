@@ -331,3 +331,37 @@ func singleTaskIO(p string) (int64, bool) {
 	id := int64(int32(uint32(v))) // (int) of an unsigned long
 	return id, id >= 0
 }
+
+// finishBatchPattern finishes a path Slurm 24.11 to 25.05 gives for a job's output
+// (slurm_get_job_stdout: %A %a %b %j %u %x, widths and %% expanded already) as the batch
+// step expands the rest: %J %N %n %s %t, with their widths. Any other '%' is kept as it
+// is: after Slurm's expansion it is literal text ("%%j" became "%j", a job name holding
+// "%j" was put in).
+func finishBatchPattern(p string, j *PatternJob) string {
+	if strings.IndexByte(p, '%') < 0 || strings.IndexByte(p, '\\') >= 0 {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p) + 16)
+	for i := 0; i < len(p); i++ {
+		if p[i] != '%' {
+			b.WriteByte(p[i])
+			continue
+		}
+		k, width := i+1, 0
+		for k < len(p) && hlIsDigit(p[k]) {
+			if width <= patMaxWidth {
+				width = width*10 + int(p[k]-'0')
+			}
+			k++
+		}
+		if k < len(p) && strings.IndexByte("JNnst", p[k]) >= 0 {
+			s, _ := patternField(p[k], min(width, patMaxWidth), j)
+			b.WriteString(s)
+			i = k
+			continue
+		}
+		b.WriteByte('%')
+	}
+	return b.String()
+}

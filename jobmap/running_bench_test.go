@@ -88,7 +88,7 @@ func BenchmarkRunning(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := NewMap(rs, NewCLISource(nil, 0), zerolog.Nop())
+			m := NewMap(rs, NewCLISource(nil, 0, zerolog.Nop()), zerolog.Nop())
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			b.ResetTimer()

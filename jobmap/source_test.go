@@ -127,6 +127,9 @@ func newRestdFixture(t *testing.T) *restdFixture {
 		}
 		w.Write(jobs)
 	})
+	mux.HandleFunc("/openapi/v3", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, filepath.Join("v0038", "openapi.json")) // as 22.05 serves it
+	})
 	mux.HandleFunc("/slurm/v0.0.38/nodes", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.nodeGets++
@@ -231,6 +234,10 @@ func TestRestSourceJWT(t *testing.T) {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.Header.Clone()
+		if r.URL.Path == "/openapi/v3" {
+			fmt.Fprint(w, `{"paths":{"/slurm/v0.0.38/job/{job_id}":{}}}`)
+			return
+		}
 		fmt.Fprint(w, `{"errors":[],"jobs":[]}`)
 	})}
 	go srv.Serve(ln)
@@ -281,7 +288,7 @@ func (r *recorded) run(_ context.Context, name string, args ...string) ([]byte, 
 
 func TestCLISourceRecorded(t *testing.T) {
 	r := &recorded{}
-	s := NewCLISource(r.run, 0)
+	s := NewCLISource(r.run, 0, zerolog.Nop())
 	for i := 0; i < 2; i++ {
 		jobs, err := s.Jobs(context.Background())
 		if err != nil {
@@ -290,7 +297,8 @@ func TestCLISourceRecorded(t *testing.T) {
 		checkRecorded(t, jobs, true)
 	}
 	// scontrol without --json is learned once, not tried on every call.
-	if diff := cmp.Diff(map[string]int{"scontrol --json show job": 1, "squeue --json": 2, "sinfo -N -h -o %N %n": 2}, r.calls); diff != "" {
+	// The commands' release is asked once (not recorded: an older Slurm's commands).
+	if diff := cmp.Diff(map[string]int{"scontrol --version": 1, "scontrol --json show job": 1, "squeue --json": 2, "sinfo -N -h -o %N %n": 2}, r.calls); diff != "" {
 		t.Errorf("commands run mismatch (-want +got):\n%s", diff)
 	}
 	if _, err := s.Job(context.Background(), "7_5"); err != nil {
@@ -304,7 +312,7 @@ func TestCLISourceRecorded(t *testing.T) {
 // TestCLISourceScontrolText: without any JSON output, `scontrol show job -o -d` gives the
 // same facts, and the CPU ids that only -d reports.
 func TestCLISourceScontrolText(t *testing.T) {
-	s := NewCLISource((&recorded{noJSON: true}).run, 0)
+	s := NewCLISource((&recorded{noJSON: true}).run, 0, zerolog.Nop())
 	jobs, err := s.Jobs(context.Background())
 	if err != nil {
 		t.Fatalf("Jobs: %v", err)
@@ -372,7 +380,7 @@ func (f *failing) Job(context.Context, string) (*Job, error) {
 func TestMapFallbackLogsOnce(t *testing.T) {
 	var logs bytes.Buffer
 	primary := &failing{}
-	m := NewMap(primary, NewCLISource((&recorded{}).run, 0), zerolog.New(&logs))
+	m := NewMap(primary, NewCLISource((&recorded{}).run, 0, zerolog.Nop()), zerolog.New(&logs))
 	for i := 0; i < 3; i++ {
 		jobs, err := m.Running(context.Background())
 		if err != nil {
@@ -405,7 +413,7 @@ func TestNodeAddrs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []*Map{NewMap(rest, NewCLISource((&recorded{}).run, 0), zerolog.Nop()), NewMap(nil, NewCLISource((&recorded{}).run, 0), zerolog.Nop())} {
+	for _, m := range []*Map{NewMap(rest, NewCLISource((&recorded{}).run, 0, zerolog.Nop()), zerolog.Nop()), NewMap(nil, NewCLISource((&recorded{}).run, 0, zerolog.Nop()), zerolog.Nop())} {
 		got, err := m.NodeAddrs(context.Background())
 		if err != nil {
 			t.Fatal(err)

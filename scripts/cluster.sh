@@ -251,11 +251,11 @@ tls_issue() {
 # persyst.conf (and slurmdbd.conf with ACCOUNTING=1) for N nodes, written into ETC (they
 # name paths under $DIR).
 write_configs() {
-	local n=$1 etc=$2 host mem acct=accounting_storage/none
+	local n=$1 etc=$2 host mem acct=
 	host=$(hostname -s)
 	# Slurm's commands and slurmctld authenticate to slurmdbd with the munge socket named
 	# by AccountingStoragePass (AuthInfo is not used for it).
-	[ "$ACCOUNTING" = 1 ] && acct="accounting_storage/slurmdbd
+	[ "$ACCOUNTING" = 1 ] && acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$NET.1
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$DIR/munge/munge.sock"
@@ -294,7 +294,7 @@ ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 PrologFlags=Alloc,Contain
 JobAcctGatherType=jobacct_gather/cgroup
-AccountingStorageType=$acct
+$acct
 MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
@@ -675,8 +675,14 @@ mariadb_start() {
 	for _ in $(seq 1 200); do
 		alive "$pid" || die "mariadbd exited"
 		if mariadb-admin --no-defaults --socket="$MARIADB_SOCK" -uroot ping >/dev/null 2>&1; then
-			mariadb --no-defaults --socket="$MARIADB_SOCK" -uroot -e 'DROP DATABASE IF EXISTS slurm_acct_db' ||
-				die "could not drop slurm_acct_db"
+			# Dropped, and made again empty: slurmdbd then connects to a database that
+			# exists. Debian 13's libmariadb (MariaDB Connector/C of 11.8) breaks a
+			# connection that first failed on a missing database, and slurmdbd 24.11 that
+			# makes its database then dies ("Number of columns in result (=1) set exceeds
+			# maximum allowed number of columns (=0)"; docs/admin.md).
+			mariadb --no-defaults --socket="$MARIADB_SOCK" -uroot \
+				-e 'DROP DATABASE IF EXISTS slurm_acct_db; CREATE DATABASE slurm_acct_db' ||
+				die "could not make slurm_acct_db afresh"
 			return 0
 		fi
 		sleep 0.05
