@@ -116,7 +116,7 @@ test-unit:
 
 # Integration tests on this machine's Slurm, RUN a test name pattern, e.g. in the pristine
 # root of another Debian release: SUITE=trixie scripts/fresh-check.sh 'integration RUN=TestJobmap'
-integration: build
+integration: deps build
 	CI=1 PERSYST_INTEGRATION=1 $(GO) test -count=1 -v -timeout 20m -run '$(RUN)' ./integration/
 
 bench: deps build
