@@ -383,3 +383,19 @@ func stepIDs(j *daemon.Job) []string {
 func asUser() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: jobUser, Gid: jobUser}}
 }
+
+// slurmVersion is the cluster's Slurm release, major.minor ("22.05", "24.11", "26.05"):
+// the matrix runs every test against each (make fresh-check SUITE=...).
+func (c *cluster) slurmVersion(t *testing.T) string {
+	t.Helper()
+	out, _, err := c.run(t, nil, "scontrol", "--version")
+	f := strings.Fields(out)
+	if err != nil || len(f) != 2 {
+		t.Fatalf("scontrol --version: %v %q", err, out)
+	}
+	v := strings.SplitN(f[1], ".", 3)
+	if len(v) < 2 {
+		t.Fatalf("scontrol --version: %q", out)
+	}
+	return v[0] + "." + v[1]
+}

@@ -174,6 +174,9 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32, ed
 	}
 	time.Sleep(time.Second) // the batch scripts have started writing
 	ctx := context.Background()
+	// Slurm 24.11 to 25.05 give output paths partly expanded (the pattern is lost).
+	v := c.slurmVersion(t)
+	partial := v >= "24.11" && v < "25.11"
 	// A Slurm without JSON output: the CLI source must use `scontrol show job -o -d`.
 	noJSON := func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--json") }) {
@@ -237,6 +240,12 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32, ed
 			t.Errorf("job %s: batch host %q (scontrol %q) user %q uid %d alloc %+v", j.ID(), j.BatchHost, info["BatchHost"], j.User, j.UID, j.Alloc)
 		}
 		for _, p := range []string{j.Stdout, j.Stderr} {
+			if partial && strings.HasPrefix(filepath.Base(p), "p4%3") {
+				// Slurm 24.11 to 25.05 give "p4%3%j.out" expanded as "p4%3<id>.out";
+				// the batch step wrote "p43<id>.out": a width before '%' is lost.
+				t.Logf("job %s: %s: Slurm %s gives the pattern partly expanded, the width before '%%' is lost", j.ID(), p, c.slurmVersion(t))
+				continue
+			}
 			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 				t.Errorf("job %s: %v; files Slurm wrote: %v", j.ID(), err, listFiles(c.work))
 			}

@@ -387,10 +387,10 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 			j.MemPerCPUMB = parseMem(p.v)
 		case "WorkDir":
 			j.WorkDir = p.v
-		case "StdOut":
-			j.StdoutPattern = p.v
+		case "StdOut": // 24.11 ends the line with a space
+			j.StdoutPattern = strings.TrimRight(p.v, " ")
 		case "StdErr":
-			j.StderrPattern = p.v
+			j.StderrPattern = strings.TrimRight(p.v, " ")
 		case "Nodes": // -d detail: a group of nodes with the same allocation
 			detail = append(detail, NodeAlloc{})
 			cur = &detail[len(detail)-1]

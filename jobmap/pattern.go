@@ -334,9 +334,12 @@ func singleTaskIO(p string) (int64, bool) {
 
 // finishBatchPattern finishes a path Slurm 24.11 to 25.05 gives for a job's output
 // (slurm_get_job_stdout: %A %a %b %j %u %x, widths and %% expanded already) as the batch
-// step expands the rest: %J %N %n %s %t, with their widths. Any other '%' is kept as it
-// is: after Slurm's expansion it is literal text ("%%j" became "%j", a job name holding
-// "%j" was put in).
+// step expands the rest: %J %N %n %s %t, with their widths; and a width before another
+// letter as the batch step mangles it ("%12Q" is "2Q": expandBatchPattern). Any other
+// '%' is kept as it is: after Slurm's expansion it is literal text ("%%j" became "%j",
+// "%%%j" became "%" and the job id, a job name holding "%j" was put in). What cannot be
+// told apart: a width right before '%' ("%3%j" is "3" and the job id to the batch step,
+// and "%3" and the job id here), and a width and letter that came from a job name.
 func finishBatchPattern(p string, j *PatternJob) string {
 	if strings.IndexByte(p, '%') < 0 || strings.IndexByte(p, '\\') >= 0 {
 		return p
@@ -355,13 +358,19 @@ func finishBatchPattern(p string, j *PatternJob) string {
 			}
 			k++
 		}
-		if k < len(p) && strings.IndexByte("JNnst", p[k]) >= 0 {
+		switch {
+		case k < len(p) && strings.IndexByte("JNnst", p[k]) >= 0:
 			s, _ := patternField(p[k], min(width, patMaxWidth), j)
 			b.WriteString(s)
 			i = k
-			continue
+		case k > i+1 && k < len(p) && (p[k] >= 'a' && p[k] <= 'z' || p[k] >= 'A' && p[k] <= 'Z'):
+			// Slurm's own expansion left "%<width><letter>": the batch step keeps the
+			// width's last digit and the letter.
+			b.WriteByte(p[k-1])
+			i = k - 1
+		default:
+			b.WriteByte('%')
 		}
-		b.WriteByte('%')
 	}
 	return b.String()
 }

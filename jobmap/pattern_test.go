@@ -260,3 +260,27 @@ func TestOutputPathMatchesResolvePath(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishBatchPattern: what Slurm 24.11's slurmrestd and scontrol give for a job's
+// output (%A %a %b %j %u %x, %% and widths expanded) is finished as the batch step
+// expands the rest; want is the file Slurm 24.11 wrote (TestJobmap's patterns, job 11 on
+// node2 as user nobody, names recorded from a trixie cluster).
+func TestFinishBatchPattern(t *testing.T) {
+	j := PatternJob{JobID: 11, User: "nobody", Name: "wrap", BatchHost: "node2", StepID: "batch"}
+	for _, tc := range []struct{ given, want string }{
+		{"three-%J.out", "three-11.out"},
+		{"logs/wrap-11-%N.out", "logs/wrap-11-node2.out"},
+		{"err-11-%-%n-%t.txt", "err-11-%-0-0.txt"},
+		{"0007_6-nobody.%s.out", "0007_6-nobody.batch.out"},
+		{"p3-%Q-%12Q.out", "p3-%Q-2Q.out"}, // the batch step's quirk after a width
+		{"p5-%j-%11.out", "p5-%j-%11.out"}, // "%%j-%%%j": %-signs Slurm kept
+		{"p6-a%jb.out", "p6-a%jb.out"},     // a job name holding %j
+		{"%5J", "00011"},
+		{"plain.out", "plain.out"},
+		{`a\%N`, `a\%N`}, // escaped: Slurm expands nothing
+	} {
+		if got := finishBatchPattern(tc.given, &j); got != tc.want {
+			t.Errorf("finishBatchPattern(%q) = %q, want %q", tc.given, got, tc.want)
+		}
+	}
+}

@@ -221,6 +221,7 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 	var jobs []*Job
 	var body []byte
 	var errs, cerr error
+	var resp *http.Response
 	if api == APIv0042 {
 		rep, err := s.c42.SlurmV0042GetJobWithResponse(ctx, id, nil)
 		if err != nil {
@@ -230,8 +231,9 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 		}
 		body = rep.Body
+		resp = rep.HTTPResponse
 		if rep.JSON200 == nil {
-			return nil, s.jobError(id, endpoint, rep.HTTPResponse, body, nil)
+			return nil, s.jobError(id, endpoint, resp, body, nil)
 		}
 		if errs = v0042Errors(rep.JSON200.Errors); errs == nil {
 			jobs, cerr = convertV0042(rep.JSON200.Jobs, releaseOf(rep.JSON200.Meta), s.hostnames(ctx))
@@ -245,15 +247,16 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 		}
 		body = rep.Body
+		resp = rep.HTTPResponse
 		if rep.JSON200 == nil {
-			return nil, s.jobError(id, endpoint, rep.HTTPResponse, body, nil)
+			return nil, s.jobError(id, endpoint, resp, body, nil)
 		}
 		if errs = slurmErrors(rep.JSON200.Errors); errs == nil {
 			jobs, cerr = convertAll(rep.JSON200.Jobs, s.hostnames(ctx))
 		}
 	}
 	if errs != nil {
-		return nil, s.jobError(id, endpoint, nil, body, errs)
+		return nil, s.jobError(id, endpoint, resp, body, errs)
 	}
 	if cerr != nil {
 		return nil, cerr
@@ -265,11 +268,16 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 }
 
 // jobError is the error of a job's lookup that gave no job: ErrNoJob when the server
-// says it does not know the job.
+// says it does not know the job, never when it refused the caller (24.11 answers a bad
+// token with HTTP 511, "Protocol authentication error" and "Unable to query JobId=N").
 func (s *RestSource) jobError(id, endpoint string, r *http.Response, body []byte, slurm error) error {
+	refused := r != nil && (r.StatusCode == http.StatusUnauthorized || r.StatusCode == http.StatusForbidden ||
+		r.StatusCode == http.StatusNetworkAuthenticationRequired) || strings.Contains(strings.ToLower(string(body)), "authentication")
 	switch {
-	case isInvalidJob(body):
+	case isInvalidJob(body) && !refused:
 		return fmt.Errorf("job %s: %w", id, ErrNoJob)
+	case slurm != nil && r != nil:
+		return fmt.Errorf("slurmrestd %s: %s: HTTP %s: %w", s.url, endpoint, r.Status, slurm)
 	case slurm != nil:
 		return fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, slurm)
 	}

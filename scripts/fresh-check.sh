@@ -94,8 +94,10 @@ __mounted) # in a private mount namespace: mount what the root needs, set up, th
 	mount --bind "$cache/gocache" "$r/root/.cache/go-build"
 	mount --bind "$cache/apt" "$r/var/cache/apt/archives"
 	t=$SECONDS
-	in_root "$r" /src/persyst/scripts/fresh-check.sh __setup
-	log "set-up in the root done in $((SECONDS - t)) s"
+	if [ "${PERSYST_FRESH_REUSE:-0}" != 1 ]; then
+		in_root "$r" /src/persyst/scripts/fresh-check.sh __setup
+		log "set-up in the root done in $((SECONDS - t)) s"
+	fi
 	echo "== fresh-check: make $target (in a network namespace of its own)"
 	exec unshare --net "$0" __tests "$r" "$target"
 	;;
@@ -152,10 +154,18 @@ if [ ! -s "$base" ] || [ -n "$(find "$base" -mtime +"$MAX_DAYS" 2>/dev/null)" ];
 	mv "$CACHE/new.tar" "$base"
 fi
 
-# 2. A fresh copy of it, with the checkout in /src/persyst.
-rm -rf "$WORK"
-mkdir -p "$WORK/root"
-tar -xf "$base" -C "$WORK/root"
+# 2. A fresh copy of it, with the checkout in /src/persyst. PERSYST_FRESH_REUSE=1 (for a
+# developer iterating, never for make test) takes the root a failed run kept, with what its
+# set-up installed, and copies only the checkout again.
+if [ "${PERSYST_FRESH_REUSE:-0}" = 1 ] && [ -d "$WORK/root/src/persyst" ]; then
+	log "reusing the root in $WORK/root (PERSYST_FRESH_REUSE=1): not a pristine check"
+else
+	PERSYST_FRESH_REUSE=0
+	rm -rf "$WORK"
+	mkdir -p "$WORK/root"
+	tar -xf "$base" -C "$WORK/root"
+fi
+export PERSYST_FRESH_REUSE
 mkdir -p "$WORK/root/src/persyst" "$WORK/root/usr/local/go"
 (
 	cd "$ROOT"
@@ -196,4 +206,4 @@ if [ -d "$WORK/root/src/persyst/build/test-artifacts" ]; then
 fi
 [ "$rc" = 0 ] || die "$SUITE: failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
 log "$SUITE: passed in $((SECONDS - t0)) s"
-rm -rf "$WORK"
+[ "$PERSYST_FRESH_REUSE" = 1 ] || rm -rf "$WORK"
