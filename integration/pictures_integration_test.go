@@ -86,8 +86,9 @@ func testPictures(t *testing.T, c *cluster, id uint32) {
 	if m := heatRE.FindStringSubmatch(dom); m == nil || m[1] != strconv.Itoa(cpus) || m[2] != strconv.Itoa(cpus) {
 		t.Errorf("heat map %v, want the job's %d CPUs in %d rows", m, cpus, cpus)
 	}
-	if f := findRE.FindAllStringSubmatch(dom, -1); len(f) == 0 || f[0][1] != "inter_node_imbalance" {
-		t.Errorf("findings %v, want inter_node_imbalance first", f)
+	if f := findRE.FindAllStringSubmatch(dom, -1); len(f) == 0 || !(f[0][1] == "inter_node_imbalance" ||
+		len(f) > 1 && f[1][1] == "inter_node_imbalance" && (f[0][1] == "cpu_pressure" || f[0][1] == "cpu_starved")) {
+		t.Errorf("findings %v, want inter_node_imbalance first, or second after the wait for the shared core (TestTree)", f)
 	}
 	charts := map[string]bool{}
 	for _, m := range chartsRE.FindAllStringSubmatch(dom, -1) {

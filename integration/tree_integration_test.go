@@ -39,6 +39,9 @@ func TestTree(t *testing.T) {
 		return c.sbatch(t, nil, append([]string{"-o", filepath.Join(c.work, "tree-%j.out")}, args...)...)
 	}
 	// Node 4 of a 4-node job idles while the others spin: only the job-wide view shows it.
+	// The four nodes share this machine's two cores, and Slurm gives each node's part core
+	// 0: the three spinners also wait for a CPU, a finding of their own, and which of the
+	// two leads is a matter of a few percent (22.05 and 24.11 ordered them differently).
 	imbalanced := "#!/bin/sh\nsrun -N4 -n4 sh -c 'if [ \"$SLURM_NODEID\" = 3 ]; then sleep 5; else " + load + " spin -seconds 5; fi'\n"
 
 	var fourNode uint32
@@ -52,8 +55,8 @@ func TestTree(t *testing.T) {
 		if !strings.Contains(text, "on 4 nodes") {
 			t.Errorf("the digest does not cover the 4 nodes:\n%s", text)
 		}
-		if !strings.Contains(text, "1. Load imbalance between nodes") {
-			t.Errorf("no inter-node imbalance finding first:\n%s", text)
+		if !imbalanceLeads(text) {
+			t.Errorf("no inter-node imbalance among the leading findings:\n%s", text)
 		}
 		// The job was split over the collectors (no exact placement) and merged at the
 		// sync agent, which kept the merged cycles and the job's report.
@@ -133,7 +136,7 @@ func TestTree(t *testing.T) {
 			t.Fatalf("job %d ended %s", id, st)
 		}
 		text := out(id)
-		if !strings.Contains(text, "on 4 nodes") || !strings.Contains(text, "1. Load imbalance between nodes") {
+		if !strings.Contains(text, "on 4 nodes") || !imbalanceLeads(text) {
 			t.Errorf("after the sync agent died the digest does not cover the 4 nodes:\n%s", text)
 		}
 		front := c.readLog(t, "frontend")
@@ -291,4 +294,11 @@ func (c *cluster) jobReport(t *testing.T, id uint32) *digest.Report {
 		t.Fatalf("report of job %d: %v", id, err)
 	}
 	return r
+}
+
+// imbalanceLeads says whether a digest's first or second finding is the load imbalance
+// between nodes (the other: the spinners' wait for the shared core, see TestTree).
+func imbalanceLeads(text string) bool {
+	return strings.Contains(text, "1. Load imbalance between nodes") ||
+		strings.Contains(text, "2. Load imbalance between nodes") && strings.Contains(text, "1. Waiting for a CPU")
 }
