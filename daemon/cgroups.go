@@ -63,7 +63,8 @@ func (s slurmCgroups) find(j *Job, mounts []jobcgroup.Mount) (map[string]string,
 
 // badCgroup says why a job's cgroup directory from an event is not taken ("" : it is): it
 // must be a clean absolute path under the mount of its hierarchy, in the job's own
-// cgroup (a path component job_<id>, as Slurm names them).
+// cgroup (a path component job_<id>, or a SLUID below a slurmstepd scope, as Slurm
+// names them).
 func (s slurmCgroups) badCgroup(key, dir string, id uint32) string {
 	mnt, ok := s.mounts[key]
 	switch {
@@ -73,10 +74,17 @@ func (s slurmCgroups) badCgroup(key, dir string, id uint32) string {
 		return "no such cgroup hierarchy on this node"
 	case !strings.HasPrefix(dir, mnt+"/"):
 		return "not under its hierarchy's mount " + mnt
-	case !slices.Contains(strings.Split(dir, "/"), "job_"+strconv.FormatUint(uint64(id), 10)):
+	case !isJobDir(dir, id):
 		return "not the job's own cgroup"
 	}
 	return ""
+}
+
+// isJobDir says whether dir is in job id's own cgroup: below its job_<id> directory, or on
+// cgroup v2 its SLUID directory (Slurm 26.05).
+func isJobDir(dir string, id uint32) bool {
+	_, ok := jobcgroup.JobDir(dir, id)
+	return ok
 }
 
 // cpus reads what the cpuset files of a job's cpuset and unified cgroups list.

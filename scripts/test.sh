@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — every test of persyst: static checks here, then the unit tests, fuzzing and the
-# integration tests against a real Slurm cluster in a pristine Debian root
-# (scripts/fresh-check.sh; needs root). `make test` runs it after installing dependencies and
+# integration tests against a real Slurm cluster in a pristine root of each Debian release
+# (scripts/fresh-check.sh, SUITE=bookworm, trixie, forky; needs root). `make test` runs it after installing dependencies and
 # building; `make test-here` (PERSYST_FRESH=0) runs the integration tests on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +77,12 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	echo "== integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
 	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
 else
-	echo "== every test in a pristine Debian root (scripts/fresh-check.sh)"
-	scripts/fresh-check.sh test-here
+	# Every Debian release's own Slurm (PERSYST_SUITES; docs/development.md): bookworm's
+	# 22.05, trixie's 24.11, forky's 26.05.
+	for suite in ${PERSYST_SUITES:-bookworm trixie forky}; do
+		echo "== every test in a pristine Debian $suite root (scripts/fresh-check.sh)"
+		t=$SECONDS
+		SUITE=$suite scripts/fresh-check.sh test-here
+		echo "== $suite: every test passed in $((SECONDS - t)) s"
+	done
 fi

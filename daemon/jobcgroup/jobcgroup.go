@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,7 +140,7 @@ func Find(h hostfs.FS, node string, uid, job uint32) (map[string]string, error) 
 func FindIn(h hostfs.FS, mounts []Mount, node string, uid, job uint32) map[string]string {
 	out := map[string]string{}
 	for _, m := range mounts {
-		for _, rel := range candidates(m, node, uid, job) {
+		for _, rel := range candidates(h, m, node, uid, job) {
 			dir := filepath.Join(m.Path, rel)
 			var st unix.Stat_t // not os.Stat: the daemon looks at every job's cgroups every 10 s
 			if err := unix.Stat(h.Path(dir), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -152,18 +153,19 @@ func FindIn(h hostfs.FS, mounts []Mount, node string, uid, job uint32) map[strin
 }
 
 // WithSlurm returns the mounts where Slurm's cgroup layout exists now (its slurm_<node>,
-// slurm or slurmstepd.scope directory): only there can a job's cgroup be. A daemon that
+// slurm or slurmstepd scope directory): only there can a job's cgroup be. A daemon that
 // looks for many jobs' cgroups filters the mounts once, then calls FindIn with these.
 func WithSlurm(h hostfs.FS, mounts []Mount, node string) []Mount {
 	var out []Mount
 	for _, m := range mounts {
-		roots := []string{"slurm_" + node, "slurm"}
 		if m.IsV2 {
-			roots = []string{"system.slice/" + node + "_slurmstepd.scope", "system.slice/slurmstepd.scope", node + "_slurmstepd.scope", "slurmstepd.scope"}
+			if len(Scopes(h, m, node)) > 0 {
+				out = append(out, m)
+			}
+			continue
 		}
-		for _, r := range roots {
-			var st unix.Stat_t
-			if err := unix.Stat(h.Path(m.Path, r), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		for _, r := range []string{"slurm_" + node, "slurm"} {
+			if isDir(h, m.Path, r) {
 				out = append(out, m)
 				break
 			}
@@ -172,30 +174,112 @@ func WithSlurm(h hostfs.FS, mounts []Mount, node string) []Mount {
 	return out
 }
 
+// Scopes returns the directories, relative to the cgroup v2 mount m, of the scopes
+// Slurm's cgroup/v2 puts its step daemons in on node: <prefix>/<slice>/slurmstepd.scope,
+// or <node>_slurmstepd.scope where several slurmd share a host. The slice is any
+// (CgroupSlice, from Slurm 25.11; system.slice before), and the prefix the parent of PID
+// 1's cgroup (Slurm 23.02 and later, for a node in a container; "" on a host).
+func Scopes(h hostfs.FS, m Mount, node string) []string {
+	prefix := initPrefix(h)
+	var slices []string
+	if ents, err := os.ReadDir(h.Path(m.Path, prefix)); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && strings.HasSuffix(e.Name(), ".slice") {
+				slices = append(slices, filepath.Join(prefix, e.Name()))
+			}
+		}
+	}
+	slices = append(slices, prefix) // a scope right under the root
+	var out []string
+	for _, sl := range slices {
+		for _, sc := range []string{node + "_slurmstepd.scope", "slurmstepd.scope"} {
+			if isDir(h, m.Path, filepath.Join(sl, sc)) {
+				out = append(out, filepath.Join(sl, sc))
+			}
+		}
+	}
+	return out
+}
+
+// initPrefix is the parent of PID 1's cgroup v2 path (<root>/proc/1/cgroup), as Slurm's
+// cgroup/v2 takes it: "" when PID 1 is at the root or in a child of it (a host:
+// /init.scope).
+func initPrefix(h hostfs.FS) string {
+	b, err := hostfs.ReadRegular(h.Path("proc/1/cgroup"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			if d := filepath.Dir(p); d != "/" && d != "." {
+				return strings.TrimPrefix(d, "/")
+			}
+		}
+	}
+	return ""
+}
+
+func isDir(h hostfs.FS, elem ...string) bool {
+	var st unix.Stat_t
+	return unix.Stat(h.Path(elem...), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
 // Holds says whether the cgroup path rel, relative to its hierarchy's root (as the
 // kernel's log names a task's cgroup), lies in job's cgroup of Slurm's layout on node, on
-// cgroup v1 or v2, whether or not the cgroup still exists.
+// cgroup v1 or v2 (below a slurmstepd scope in any slice), whether or not the cgroup still
+// exists. A job whose v2 directory is named by its SLUID (Slurm 26.05) is not found by
+// its id: the caller matches the directory its meter reads.
 func Holds(rel, node string, uid, job uint32) bool {
-	for _, v2 := range []bool{false, true} {
-		for _, c := range candidates(Mount{IsV2: v2}, node, uid, job) {
-			c = "/" + c
-			if rel == c || strings.HasPrefix(rel, c+"/") {
-				return true
-			}
+	for _, c := range candidates(hostfs.FS{}, Mount{}, node, uid, job) {
+		c = "/" + c
+		if rel == c || strings.HasPrefix(rel, c+"/") {
+			return true
+		}
+	}
+	parts := strings.Split(rel, "/")
+	want := "job_" + strconv.FormatUint(uint64(job), 10)
+	for i := 0; i+1 < len(parts); i++ {
+		if isScope(parts[i], node) && parts[i+1] == want {
+			return true
 		}
 	}
 	return false
 }
 
-func candidates(m Mount, node string, uid, job uint32) []string {
+// isScope says whether a cgroup directory's name is a slurmstepd scope of node.
+func isScope(name, node string) bool {
+	return name == "slurmstepd.scope" || name == node+"_slurmstepd.scope"
+}
+
+// sluidRE is a Slurm unique job id (Slurm 25.11 and later): 's' and 13 characters of
+// Crockford's base 32, the name of a job's cgroup/v2 directory from 26.05 on (unless
+// cgroup.conf's CgroupJobIdPaths=yes, 26.05.2 and later).
+var sluidRE = regexp.MustCompile(`^s[0-9A-HJKMNP-TV-Z]{13}$`)
+
+// JobDir cuts a cgroup path after job's directory: its "job_<id>" component, or on
+// cgroup v2 the component right below a slurmstepd scope when it is a SLUID (the path
+// of one of the job's processes, which the kernel gives: Slurm names the job there).
+func JobDir(path string, job uint32) (string, bool) {
+	if dir, ok := cutAfter(path, "job_"+strconv.FormatUint(uint64(job), 10)); ok {
+		return dir, true
+	}
+	parts := strings.Split(path, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if strings.HasSuffix(parts[i], "slurmstepd.scope") && sluidRE.MatchString(parts[i+1]) {
+			return strings.Join(parts[:i+2], "/"), true
+		}
+	}
+	return "", false
+}
+
+func candidates(h hostfs.FS, m Mount, node string, uid, job uint32) []string {
 	j := "job_" + strconv.FormatUint(uint64(job), 10)
 	if m.IsV2 {
-		return []string{
-			filepath.Join("system.slice", node+"_slurmstepd.scope", j),
-			filepath.Join("system.slice", "slurmstepd.scope", j),
-			filepath.Join(node+"_slurmstepd.scope", j),
-			filepath.Join("slurmstepd.scope", j),
+		var out []string
+		for _, sc := range Scopes(h, m, node) {
+			out = append(out, filepath.Join(sc, j))
 		}
+		return out
 	}
 	u := "uid_" + strconv.FormatUint(uint64(uid), 10)
 	return []string{

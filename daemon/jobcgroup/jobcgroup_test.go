@@ -238,6 +238,7 @@ func TestFind(t *testing.T) {
 		fixture string
 		dirs    []string
 		files   []string
+		init    string // <root>/proc/1/cgroup, when not empty
 		node    string
 		uid     uint32
 		job     uint32
@@ -308,6 +309,40 @@ func TestFind(t *testing.T) {
 			want: map[string]string{"unified": "/sys/fs/cgroup/node2_slurmstepd.scope/job_5"},
 		},
 		{
+			name:    "v2 CgroupSlice of Slurm 25.11",
+			fixture: "mountinfo-v2",
+			dirs:    []string{"sys/fs/cgroup/slurm.slice/slurmstepd.scope/job_42/step_0"},
+			node:    "node1", uid: 1000, job: 42,
+			want: map[string]string{"unified": "/sys/fs/cgroup/slurm.slice/slurmstepd.scope/job_42"},
+		},
+		{
+			name:    "v2 node in a container: below PID 1's parent",
+			fixture: "mountinfo-v2",
+			init:    "0::/docker/c0ffee/init.scope\n",
+			dirs: []string{
+				"sys/fs/cgroup/docker/c0ffee/system.slice/slurmstepd.scope/job_42",
+				// Not under the prefix: another container's slurmd.
+				"sys/fs/cgroup/system.slice/slurmstepd.scope/job_42",
+			},
+			node: "node1", uid: 1000, job: 42,
+			want: map[string]string{"unified": "/sys/fs/cgroup/docker/c0ffee/system.slice/slurmstepd.scope/job_42"},
+		},
+		{
+			name:    "v2 host's PID 1 in init.scope",
+			fixture: "mountinfo-v2",
+			init:    "0::/init.scope\n",
+			dirs:    []string{"sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"},
+			node:    "node1", uid: 1000, job: 42,
+			want: map[string]string{"unified": "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"},
+		},
+		{
+			name:    "v2 a scope that is no slice's",
+			fixture: "mountinfo-v2",
+			dirs:    []string{"sys/fs/cgroup/user.scope/slurmstepd.scope/job_42"},
+			node:    "node1", uid: 1000, job: 42,
+			want: map[string]string{},
+		},
+		{
 			name:    "v2 other node's scope",
 			fixture: "mountinfo-v2",
 			dirs:    []string{"sys/fs/cgroup/system.slice/node2_slurmstepd.scope/job_42"},
@@ -331,6 +366,14 @@ func TestFind(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := fakeRoot(t, tc.fixture, "", tc.dirs, tc.files)
+			if tc.init != "" {
+				if err := os.MkdirAll(fs.Path("proc/1"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(fs.Path("proc/1/cgroup"), []byte(tc.init), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			got, err := Find(fs, tc.node, tc.uid, tc.job)
 			if err != nil {
 				t.Fatalf("Find: %v", err)
@@ -440,6 +483,10 @@ func TestHolds(t *testing.T) {
 		{"/system.slice/n1_slurmstepd.scope/job_9/step_0/user/task_0", true},
 		{"/system.slice/slurmstepd.scope/job_9", true},
 		{"/n1_slurmstepd.scope/job_9/step_0", true},
+		{"/slurm.slice/slurmstepd.scope/job_9/step_0", true},
+		{"/kubepods/pod1/system.slice/n1_slurmstepd.scope/job_9", true},
+		{"/slurm.slice/slurmstepd.scope/job_90", false},
+		{"/slurm.slice/slurmstepd.scope/system/job_9", false},
 		{"/slurm_n1/uid_5/job_90/step_batch", false},
 		{"/slurm_n1/uid_6/job_9/step_batch", false},
 		{"/slurm_n2/uid_5/job_9/step_batch", false},

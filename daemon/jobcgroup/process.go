@@ -14,8 +14,8 @@ import (
 // table (<root>/proc/PID/mountinfo), so the paths are those the process sees.
 // slurmstepd puts itself into its job's cgroups before it sends a step's start, so the
 // daemon learns them from the sender's pid (SO_PEERCRED), without trusting the job's
-// environment or the message. Only directories at or below a "job_<job>" component are
-// returned.
+// environment or the message. Only the job's directories are returned (JobDir: its
+// "job_<job>" component, or on cgroup v2 the SLUID directory Slurm 26.05 names it by).
 func OfProcess(h hostfs.FS, pid int, job uint32) (map[string]string, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: not a process", pid)
@@ -45,14 +45,13 @@ func OfProcess(h hostfs.FS, pid int, job uint32) (map[string]string, error) {
 	for _, m := range mounts {
 		byKey[m.Key] = m
 	}
-	want := "job_" + strconv.FormatUint(uint64(job), 10)
 	out := map[string]string{}
 	for key, path := range memb {
 		m, ok := byKey[key]
 		if !ok {
 			continue
 		}
-		if dir, ok := cutAfter(path, want); ok {
+		if dir, ok := JobDir(path, job); ok {
 			out[key] = filepath.Join(m.Path, dir)
 		}
 	}

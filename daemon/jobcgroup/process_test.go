@@ -53,6 +53,27 @@ func TestOfProcess(t *testing.T) {
 			},
 		},
 		{
+			name:    "v2 SLUID of Slurm 26.05",
+			fixture: "mountinfo-v2",
+			cgroup:  "0::/system.slice/slurmstepd.scope/s0KF3ZQ8Y4M7TD/step_batch/user/task_0\n",
+			job:     42,
+			want:    map[string]string{"unified": "/sys/fs/cgroup/system.slice/slurmstepd.scope/s0KF3ZQ8Y4M7TD"},
+		},
+		{
+			name:    "v2 slurmstepd's own cgroup is no job's",
+			fixture: "mountinfo-v2",
+			cgroup:  "0::/system.slice/slurmstepd.scope/system\n",
+			job:     42,
+			want:    map[string]string{},
+		},
+		{
+			name:    "v2 not a SLUID (I, L, O, U are not Crockford's)",
+			fixture: "mountinfo-v2",
+			cgroup:  "0::/system.slice/slurmstepd.scope/s0KF3ZQ8Y4M7TI/step_0\n",
+			job:     42,
+			want:    map[string]string{},
+		},
+		{
 			name:    "other job",
 			fixture: "mountinfo-v2",
 			cgroup:  "0::/system.slice/slurmstepd.scope/job_420/step_0\n",
