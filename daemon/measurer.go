@@ -61,6 +61,7 @@ type Measurer struct {
 	open   *opener
 	oom    *oomTracker
 	dig    *digester
+	unann  *unannounced
 	// starts counts the meters being opened in the background (Prepare).
 	starts sync.WaitGroup
 }
@@ -103,6 +104,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m.env = measure.NewEnv(opts)
 	m.slurm = newSlurmCgroups(m.host, node, mounts, log)
 	m.oom = newOOMTracker(node, m.slurm.mounts, log, now)
+	m.unann = newUnannounced(node, reg, cfg.Metrics, log)
 	m.dig = &digester{cfg: cfg.Digest.withDefaults(), node: node, cycle: cfg.Cycle, uplink: cfg.Uplink, oom: m.oom,
 		reports: newReportStore(cfg.StateDir), metrics: cfg.Metrics, log: log, now: now, jobs: map[uint32]*jobDigest{}}
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
@@ -331,7 +333,12 @@ func (m *Measurer) cycle() {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")
 		}
 	}
+	m.unann.look(now, jobcgroup.List(m.host, look(), m.node))
 }
+
+// Unannounced says what the daemon saw of jobs Slurm ran on this node that persyst's
+// plugin did not announce.
+func (m *Measurer) Unannounced() UnannouncedJobs { return m.unann.report() }
 
 // lookOnce returns the hierarchies a cycle looks for jobs' cgroups on: read at most once
 // a cycle, when a job's cgroups are looked for, and only those where Slurm's layout is.

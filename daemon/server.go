@@ -263,7 +263,14 @@ func (s *Server) list(x exchange) *wire.Reply {
 	if err != nil {
 		return &wire.Reply{Error: err.Error()}
 	}
-	return &wire.Reply{OK: true, Node: s.reg.node, Jobs: b}
+	rep := &wire.Reply{OK: true, Node: s.reg.node, Jobs: b}
+	if s.meas != nil && x.role != guest {
+		// Other users' job ids: for those who read every job.
+		if rep.Unannounced, err = json.Marshal(s.meas.Unannounced()); err != nil {
+			return &wire.Reply{Error: err.Error()}
+		}
+	}
+	return rep
 }
 
 // report answers with a job's report, if the peer may read it.

@@ -27,6 +27,7 @@ type Daemon struct {
 	digests           *prometheus.CounterVec
 	accountingWrites  *prometheus.CounterVec
 	accountingSeconds prometheus.Histogram
+	unannounced       prometheus.Counter
 }
 
 // NewDaemon registers the node daemon's metrics on r.
@@ -38,6 +39,7 @@ func NewDaemon(r prometheus.Registerer) *Daemon {
 		digests:           counterVec(r, "persyst_daemon_digests_total"),
 		accountingWrites:  counterVec(r, "persyst_daemon_accounting_writes_total"),
 		accountingSeconds: histogram(r, "persyst_daemon_accounting_write_duration_seconds"),
+		unannounced:       counter(r, "persyst_daemon_unannounced_jobs_total"),
 	}
 }
 
@@ -80,6 +82,13 @@ func (m *Daemon) Accounting(result string, d time.Duration) {
 	m.accountingWrites.WithLabelValues(result).Inc()
 	if d > 0 {
 		m.accountingSeconds.Observe(d.Seconds())
+	}
+}
+
+// Unannounced counts a job Slurm ran that the SPANK plugin never announced.
+func (m *Daemon) Unannounced() {
+	if m != nil {
+		m.unannounced.Inc()
 	}
 }
 

@@ -103,6 +103,9 @@ type Reply struct {
 	// Node and Jobs answer a List request.
 	Node string          `json:"node,omitempty"`
 	Jobs json.RawMessage `json:"jobs,omitempty"`
+	// Unannounced answers a List request of root or an admin: the jobs Slurm ran on the
+	// node that the plugin never announced (daemon.UnannouncedJobs).
+	Unannounced json.RawMessage `json:"unannounced,omitempty"`
 	// Cgroup answers a step_start: the cgroup directory (absolute, in the node's mount
 	// namespace) that the plugin moves the step's tasks into before they exec, so that
 	// perf events count them; empty when Slurm's own job cgroup serves.

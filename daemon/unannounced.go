@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/exporter"
+)
+
+const (
+	// unannouncedGrace is how long a job's cgroup may exist before the daemon expects to
+	// have heard of the job: its prolog event comes within seconds, even after a slow
+	// site prolog.
+	unannouncedGrace = 30 * time.Second
+	// unannouncedWarnEvery bounds the daemon's warnings: one at the first unannounced job,
+	// then at most one in this time, with how many there were.
+	unannouncedWarnEvery = 10 * time.Minute
+	// unannouncedRecent is how many of the latest unannounced job ids are kept.
+	unannouncedRecent = 16
+)
+
+// UnannouncedJobs says what the daemon saw of jobs Slurm ran on this node without
+// persyst's plugin telling it of them.
+type UnannouncedJobs struct {
+	// Total counts them since the daemon started.
+	Total int `json:"total"`
+	// Recent are the latest of their ids, oldest first (0 for a job known only by its
+	// SLUID).
+	Recent []uint32 `json:"recent,omitempty"`
+	// Last is when the latest was found.
+	Last *time.Time `json:"last,omitempty"`
+}
+
+// unannounced finds jobs Slurm runs on this node that the daemon never heard of: their
+// cgroup directories exist for a while, yet no event of the job came. That is what a node
+// looks like whose slurmd did not load persyst's plugin (built for another Slurm release,
+// missing from plugstack.conf, a wrong argument): Slurm logs it once at start, and every
+// job goes unmeasured without a word. Jobs whose directories were there at the daemon's
+// first look are not counted: they may have started while it was down.
+type unannounced struct {
+	node    string
+	reg     *Registry
+	log     zerolog.Logger
+	metrics *exporter.Daemon
+
+	mu       sync.Mutex
+	primed   bool
+	first    map[string]time.Time // unknown job directories, by name: when first seen
+	counted  map[string]bool      // directories counted (or there at the first look)
+	seen     UnannouncedJobs
+	lastWarn time.Time
+	unwarned int // counted since the last warning
+}
+
+func newUnannounced(node string, reg *Registry, metrics *exporter.Daemon, log zerolog.Logger) *unannounced {
+	return &unannounced{node: node, reg: reg, log: log, metrics: metrics, first: map[string]time.Time{}, counted: map[string]bool{}}
+}
+
+// look takes the job directories Slurm has on the node now (jobcgroup.List) at time now.
+// The maps hold only directories that exist: they are bounded by the node's jobs.
+func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) {
+	known := u.knownSLUIDs(dirs)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	present := make(map[string]bool, len(dirs))
+	for _, d := range dirs {
+		present[d.Name] = true
+		switch {
+		case !u.primed:
+			u.counted[d.Name] = true
+		case u.counted[d.Name]:
+		case u.isKnown(d, known):
+			delete(u.first, d.Name)
+		default:
+			t, ok := u.first[d.Name]
+			if !ok {
+				u.first[d.Name] = now
+			} else if now.Sub(t) >= unannouncedGrace {
+				delete(u.first, d.Name)
+				u.counted[d.Name] = true
+				u.count(now, d)
+			}
+		}
+	}
+	u.primed = true
+	for name := range u.first {
+		if !present[name] {
+			delete(u.first, name)
+		}
+	}
+	for name := range u.counted {
+		if !present[name] {
+			delete(u.counted, name)
+		}
+	}
+}
+
+// knownSLUIDs are the names of the registry's job cgroups that are not job_<id>, when a
+// directory needs them (Slurm 26.05 names a job's v2 directory by its SLUID).
+func (u *unannounced) knownSLUIDs(dirs []jobcgroup.Dir) map[string]bool {
+	need := false
+	for _, d := range dirs {
+		need = need || d.JobID == 0
+	}
+	if !need {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, j := range u.reg.Jobs() {
+		for _, dir := range j.Cgroups {
+			out[filepath.Base(dir)] = true
+		}
+	}
+	return out
+}
+
+func (u *unannounced) isKnown(d jobcgroup.Dir, sluids map[string]bool) bool {
+	if d.JobID != 0 {
+		return u.reg.Job(d.JobID) != nil
+	}
+	return sluids[d.Name]
+}
+
+// count records one unannounced job and warns, within unannouncedWarnEvery.
+func (u *unannounced) count(now time.Time, d jobcgroup.Dir) {
+	u.seen.Total++
+	u.seen.Recent = append(u.seen.Recent, d.JobID)
+	if len(u.seen.Recent) > unannouncedRecent {
+		u.seen.Recent = u.seen.Recent[1:]
+	}
+	t := now
+	u.seen.Last = &t
+	u.metrics.Unannounced()
+	u.unwarned++
+	if !u.lastWarn.IsZero() && now.Sub(u.lastWarn) < unannouncedWarnEvery {
+		return
+	}
+	ev := u.log.Warn().Str("cgroup", d.Path).Int("jobs_since_warning", u.unwarned).Int("total", u.seen.Total)
+	if d.JobID != 0 {
+		ev = ev.Uint32("job", d.JobID)
+	}
+	ev.Msg("Slurm runs jobs on this node that persyst never heard of: slurmd has not loaded persyst's SPANK plugin " +
+		"(not in plugstack.conf, or built for another Slurm release: slurmd's log says \"Incompatible Slurm plugin\"); " +
+		"these jobs are not measured. Run `persyst check` on this node")
+	u.lastWarn, u.unwarned = now, 0
+}
+
+// report is what was seen so far.
+func (u *unannounced) report() UnannouncedJobs {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := u.seen
+	out.Recent = append([]uint32(nil), u.seen.Recent...)
+	return out
+}
