@@ -17,14 +17,35 @@ import (
 
 // ListJobs asks the daemon at socket for its registry.
 func ListJobs(ctx context.Context, socket string) (node string, jobs []JobStatus, err error) {
+	l, err := List(ctx, socket)
+	return l.Node, l.Jobs, err
+}
+
+// NodeList is a daemon's answer to a list: its node, the jobs the caller may see and, for
+// root and admins, the jobs Slurm ran that the plugin never announced.
+type NodeList struct {
+	Node        string
+	Jobs        []JobStatus
+	Unannounced *UnannouncedJobs // nil: not given to this caller
+}
+
+// List asks the daemon at socket for its node's jobs.
+func List(ctx context.Context, socket string) (NodeList, error) {
 	rep, err := wire.Call(ctx, socket, &wire.Request{Kind: wire.List})
 	if err != nil {
-		return "", nil, err
+		return NodeList{}, err
 	}
-	if err := json.Unmarshal(rep.Jobs, &jobs); err != nil {
-		return "", nil, fmt.Errorf("reply from %s: jobs: %w", socket, err)
+	l := NodeList{Node: rep.Node}
+	if err := json.Unmarshal(rep.Jobs, &l.Jobs); err != nil {
+		return NodeList{}, fmt.Errorf("reply from %s: jobs: %w", socket, err)
 	}
-	return rep.Node, jobs, nil
+	if len(rep.Unannounced) > 0 {
+		l.Unannounced = new(UnannouncedJobs)
+		if err := json.Unmarshal(rep.Unannounced, l.Unannounced); err != nil {
+			return NodeList{}, fmt.Errorf("reply from %s: unannounced: %w", socket, err)
+		}
+	}
+	return l, nil
 }
 
 // JobSamples asks the daemon at socket for a job's samples.

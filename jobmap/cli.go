@@ -15,6 +15,7 @@ import (
 
 	v0038 "github.com/persyst/persyst/jobmap/v0038"
 	"github.com/persyst/persyst/sample"
+	"github.com/persyst/persyst/slurmver"
 	"github.com/rs/zerolog"
 )
 
@@ -44,8 +45,8 @@ type CLISource struct {
 	timeout time.Duration
 	log     zerolog.Logger
 	mu      sync.Mutex
-	noJSON  map[string]bool // commands found without JSON output
-	rel     *slurmRelease   // the commands' Slurm release (nil: not asked yet)
+	noJSON  map[string]bool   // commands found without JSON output
+	rel     *slurmver.Release // the commands' Slurm release (nil: not asked yet)
 }
 
 // NewCLISource returns a CLI source; run nil means ExecRunner.
@@ -63,42 +64,38 @@ func NewCLISource(run Runner, timeout time.Duration, log zerolog.Logger) *CLISou
 func (s *CLISource) Name() string { return "scontrol/squeue" }
 
 // release is the Slurm release of the commands (zero: not known), asked once.
-func (s *CLISource) release(ctx context.Context) slurmRelease {
+func (s *CLISource) release(ctx context.Context) slurmver.Release {
 	s.mu.Lock()
 	if s.rel != nil {
 		defer s.mu.Unlock()
 		return *s.rel
 	}
 	s.mu.Unlock()
-	var rel slurmRelease
+	var rel slurmver.Release
 	out, err := s.run(ctx, "scontrol", "--version")
 	if err == nil {
-		// "slurm 22.05.8", "slurm-wlm 24.11.5"
-		if f := strings.Fields(string(out)); len(f) == 2 {
-			v := strings.SplitN(f[1], ".", 3)
-			if len(v) >= 2 {
-				rel.major, _ = strconv.Atoi(v[0])
-				rel.minor, _ = strconv.Atoi(v[1])
-			}
-		}
+		rel, err = slurmver.Parse(string(out)) // "slurm 22.05.8", "slurm-wlm 24.11.5"
 	}
 	if ctx.Err() != nil {
 		return rel // asked again next time
 	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("jobmap: Slurm's release not known: its commands are read as Slurm 22.05's")
+	}
 	s.mu.Lock()
 	s.rel = &rel
 	s.mu.Unlock()
-	s.log.Info().Str("source", s.Name()).Str("slurm", fmt.Sprintf("%d.%02d", rel.major, rel.minor)).Str("format", s.format(rel)).
+	s.log.Info().Str("source", s.Name()).Str("slurm", rel.String()).Str("format", s.format(rel)).
 		Msg("jobmap: Slurm's commands")
 	return rel
 }
 
 // format names what the commands are read as, for Slurm release rel.
-func (s *CLISource) format(rel slurmRelease) string {
+func (s *CLISource) format(rel slurmver.Release) string {
 	switch {
-	case rel.atLeast(24, 11) && !s.skip(v0042Key):
+	case rel.AtLeast(24, 11) && !s.skip(v0042Key):
 		return "scontrol --json=" + APIv0042
-	case rel.major == 0 || !rel.atLeast(23, 2):
+	case !rel.Known() || !rel.AtLeast(23, 2):
 		return "squeue --json (" + APIv0038 + "), else scontrol show job -o -d"
 	}
 	return "scontrol show job -o -d"
@@ -149,14 +146,14 @@ func (s *CLISource) Jobs(ctx context.Context) ([]*Job, error) {
 	defer cancel()
 	hosts := s.hostnames(ctx)
 	rel := s.release(ctx)
-	if rel.atLeast(24, 11) && !s.skip(v0042Key) {
+	if rel.AtLeast(24, 11) && !s.skip(v0042Key) {
 		if jobs, ok, err := s.jobsV0042(ctx, hosts); ok {
 			return jobs, err
 		}
 	}
 	var errs []error
 	for _, f := range jsonForms {
-		if s.skip(f.key) || (rel.major != 0 && rel.atLeast(23, 2)) {
+		if s.skip(f.key) || (rel.Known() && rel.AtLeast(23, 2)) {
 			continue // their JSON is not v0.0.38's from 23.02 on
 		}
 		out, err := s.run(ctx, f.name, f.args...)
@@ -187,7 +184,7 @@ func (s *CLISource) Job(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rel := s.release(ctx); rel.major != 0 && rel.atLeast(23, 2) {
+	if rel := s.release(ctx); rel.Known() && rel.AtLeast(23, 2) {
 		return s.oneJob(ctx, id)
 	}
 	jobs, err := s.Jobs(ctx)
@@ -210,7 +207,7 @@ func (s *CLISource) oneJob(ctx context.Context, id string) (*Job, error) {
 	var jobs []*Job
 	var err error
 	ok := false
-	if s.release(ctx).atLeast(24, 11) && !s.skip(v0042Key) {
+	if s.release(ctx).AtLeast(24, 11) && !s.skip(v0042Key) {
 		jobs, ok, err = s.jobsV0042(ctx, hosts, id)
 	}
 	if !ok {

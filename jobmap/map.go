@@ -117,7 +117,20 @@ func try[T any](m *Map, ctx context.Context, f func(Source) (T, error)) (T, erro
 // FromConfig builds the map persyst.conf describes: slurmrestd first when SlurmRestd is
 // set, Slurm's commands always as the fallback.
 func FromConfig(c config.Config, log zerolog.Logger) (*Map, error) {
-	var primary Source
+	srcs, err := SourcesFromConfig(c, log)
+	if err != nil {
+		return nil, err
+	}
+	if len(srcs) == 1 {
+		return NewMap(nil, srcs[0], log), nil
+	}
+	return NewMap(srcs[0], srcs[1], log), nil
+}
+
+// SourcesFromConfig returns the sources persyst.conf gives, the first asked first:
+// slurmrestd (SlurmRestd=) if set, then Slurm's commands.
+func SourcesFromConfig(c config.Config, log zerolog.Logger) ([]Source, error) {
+	var out []Source
 	if c.SlurmRestd != "" {
 		rc := RestConfig{URL: c.SlurmRestd, User: c.SlurmRestdUser, Timeout: c.SlurmRestdTimeout}
 		if c.SlurmRestdTokenFile != "" {
@@ -131,7 +144,7 @@ func FromConfig(c config.Config, log zerolog.Logger) (*Map, error) {
 		if err != nil {
 			return nil, err
 		}
-		primary = rs
+		out = append(out, rs)
 	}
-	return NewMap(primary, NewCLISource(nil, 0, log), log), nil
+	return append(out, NewCLISource(nil, 0, log)), nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v0042 "github.com/persyst/persyst/jobmap/v0042"
+	"github.com/persyst/persyst/slurmver"
 )
 
 // The data parser v0.0.42 (Slurm 24.11 to 26.05: slurmrestd, and `scontrol --json=v0.0.42
@@ -17,27 +18,20 @@ import (
 // state and flags, the allocation every core of a node with its status, and the output
 // paths expanded by Slurm itself (partly before 25.11, wholly from 25.11 on).
 
-// slurmRelease is a Slurm release (major.minor), from a response's meta.
-type slurmRelease struct{ major, minor int }
-
-func (r slurmRelease) atLeast(major, minor int) bool {
-	return r.major > major || (r.major == major && r.minor >= minor)
-}
-
 // releaseOf reads the Slurm release a v0.0.42 response names (zero: not said).
-func releaseOf(m *v0042.V0042OpenapiMeta) slurmRelease {
+func releaseOf(m *v0042.V0042OpenapiMeta) slurmver.Release {
 	if m == nil || m.Slurm == nil || m.Slurm.Version == nil {
-		return slurmRelease{}
+		return slurmver.Release{}
 	}
 	v := m.Slurm.Version
 	major, _ := strconv.Atoi(str(v.Major))
 	minor, _ := strconv.Atoi(str(v.Minor))
-	return slurmRelease{major, minor}
+	return slurmver.Release{Major: major, Minor: minor}
 }
 
 // fromV0042 converts one job of the v0.0.42 data parser served by Slurm release rel;
 // hostname maps a node name to its host name (for %N before Slurm 25.11).
-func fromV0042(p *v0042.V0042JobInfo, rel slurmRelease, hostname func(string) string) (*Job, error) {
+func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string) string) (*Job, error) {
 	if p.JobId == nil || *p.JobId <= 0 {
 		return nil, errors.New("job without job_id")
 	}
@@ -155,14 +149,14 @@ func allocV0042(r *v0042.V0042JobRes, nodes []string) []NodeAlloc {
 // what the batch step expands besides (%J %N %n %s %t) is finished here. The pattern as
 // the user gave it is lost then: a width right before a '%' ("%3%j") is the one case
 // that cannot be told apart.
-func (j *Job) slurmOutput(stdout, stderr string, rel slurmRelease, hostname func(string) string) error {
+func (j *Job) slurmOutput(stdout, stderr string, rel slurmver.Release, hostname func(string) string) error {
 	pj := PatternJob{JobID: j.JobID, ArrayJobID: j.ArrayJobID, ArrayTaskID: j.ArrayTaskID, IsArray: j.IsArray,
 		StepID: "batch", User: j.User, Name: j.Name, BatchHost: j.BatchHost}
-	if hostname != nil && j.BatchHost != "" && !rel.atLeast(25, 11) {
+	if hostname != nil && j.BatchHost != "" && !rel.AtLeast(25, 11) {
 		pj.BatchHost = hostname(j.BatchHost)
 	}
 	finish := func(p string) string {
-		if !rel.atLeast(25, 11) {
+		if !rel.AtLeast(25, 11) {
 			p = finishBatchPattern(p, &pj)
 		}
 		return ResolvePath(j.WorkDir, p)
@@ -233,7 +227,7 @@ func parseV0042JSON(b []byte, hosts func(string) string) ([]*Job, error) {
 	return convertV0042(doc.Jobs, releaseOf(doc.Meta), hosts)
 }
 
-func convertV0042(src []v0042.V0042JobInfo, rel slurmRelease, hosts func(string) string) ([]*Job, error) {
+func convertV0042(src []v0042.V0042JobInfo, rel slurmver.Release, hosts func(string) string) ([]*Job, error) {
 	out := make([]*Job, 0, len(src))
 	var errs []error
 	for i := range src {

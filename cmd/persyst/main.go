@@ -45,6 +45,7 @@ var commands = []command{
 	{"sync", "a sync agent, merging jobs split over collectors: persyst sync --listen ADDR --db PATH", runSync},
 	{"frontend", "balances jobs over collectors and pushes routes: persyst frontend --collectors c1=ADDR,... --nodes HOSTLIST", runFrontend},
 	{"jobs", "show a node daemon's jobs", runJobs},
+	{"check", "does persyst work on this node? each link from Slurm to the digest, and what to fix", runCheck},
 	{"web", "a read-only web view of the jobs and the site's findings: persyst web --db PATH --user-header X-Remote-User", runWeb},
 	{"mail", "Slurm's MailProg: appends the digest to end-of-job mails, then runs the mail program: persyst mail -s SUBJECT USER", runMail},
 	{"jobmap", "show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)", runJobmap},

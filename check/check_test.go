@@ -1,0 +1,219 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
+	"github.com/persyst/persyst/slurmver"
+)
+
+func TestParseStack(t *testing.T) {
+	in := `# plugstack.conf
+optional /usr/lib/x/spank_persyst.so default=on socket=/run/p.sock # a comment
+required	spank_other.so
+include plugstack.conf.d/*.conf
+
+optional
+`
+	got, err := parseStack(strings.NewReader(in), "/etc/slurm/plugstack.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stackFile{
+		lines: []stackLine{
+			{File: "/etc/slurm/plugstack.conf", Line: 2, Path: "/usr/lib/x/spank_persyst.so", Args: []string{"default=on", "socket=/run/p.sock"}},
+			{File: "/etc/slurm/plugstack.conf", Line: 3, Required: true, Path: "spank_other.so", Args: []string{}},
+			{File: "/etc/slurm/plugstack.conf", Line: 4, Include: true, Path: "plugstack.conf.d/*.conf", Args: []string{}},
+		},
+		errs: []string{"/etc/slurm/plugstack.conf:6: optional without a path: slurmd ignores the line"},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(stackFile{})); diff != "" {
+		t.Errorf("parseStack (-want +got):\n%s", diff)
+	}
+	// An unknown type stops the file, as in slurmd.
+	got, _ = parseStack(strings.NewReader("requred a.so\noptional b.so\n"), "p")
+	if len(got.lines) != 0 || len(got.errs) != 1 || !strings.Contains(got.errs[0], `p:1: "requred"`) {
+		t.Errorf("a bad type: %+v", got)
+	}
+}
+
+// TestLoadStack: includes are followed from the including file's directory, relative
+// plugin paths looked for in PluginDir, include loops bounded.
+func TestLoadStack(t *testing.T) {
+	root := testenv.Files(t, map[string]string{
+		"etc/slurm/plugstack.conf":             "include plugstack.conf.d/*.conf\noptional /abs/missing.so\n",
+		"etc/slurm/plugstack.conf.d/a.conf":    "optional spank_persyst.so default=off\n",
+		"etc/slurm/plugstack.conf.d/b.conf":    "include /etc/slurm/loop.conf\n",
+		"etc/slurm/loop.conf":                  "include /etc/slurm/loop.conf\n",
+		"usr/lib64/slurm/spank_persyst.so":     "",
+		"usr/lib/slurm-wlm/spank_persyst.so":   "",
+		"etc/slurm/plugstack.conf.d/README.md": "not included",
+	})
+	h := hostfs.New(root)
+	plugins, problems, err := loadStack(h, "/etc/slurm/plugstack.conf", "/usr/lib64/slurm:/usr/lib/slurm-wlm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []stackLine{
+		{File: "/etc/slurm/plugstack.conf.d/a.conf", Line: 1, Path: "spank_persyst.so", Args: []string{"default=off"}, Resolved: "/usr/lib64/slurm/spank_persyst.so"},
+		{File: "/etc/slurm/plugstack.conf", Line: 2, Path: "/abs/missing.so", Args: []string{}},
+	}
+	if diff := cmp.Diff(want, plugins); diff != "" {
+		t.Errorf("loadStack (-want +got):\n%s", diff)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "nest deeper") {
+		t.Errorf("problems = %q, want the include loop", problems)
+	}
+	// No plugstack.conf: an empty stack, as for slurmd.
+	if p, _, err := loadStack(h, "/etc/none.conf", ""); err != nil || len(p) != 0 {
+		t.Errorf("a missing file: %v, %v", p, err)
+	}
+}
+
+// buildPlugin compiles a shared object with Slurm's plugin symbols (as SPANK_PLUGIN
+// defines them) at path; name "" leaves plugin_name out.
+func buildPlugin(t *testing.T, path, name, typ string, version uint32) {
+	t.Helper()
+	cc := testenv.Program(t, "cc", "gcc")
+	src := fmt.Sprintf("const char plugin_type[] = %q;\nconst unsigned int plugin_version = %#x;\nint spank_init(void) { return 0; }\n", typ, version)
+	if name != "" {
+		src += fmt.Sprintf("const char plugin_name[] = %q;\n", name)
+	}
+	c := filepath.Join(t.TempDir(), "p.c")
+	testenv.Write(t, c, src)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", path, c).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+}
+
+func TestReadPlugin(t *testing.T) {
+	dir := t.TempDir()
+	good, noName := filepath.Join(dir, "good.so"), filepath.Join(dir, "noname.so")
+	buildPlugin(t, good, "persyst", "spank", 0x180b05)
+	buildPlugin(t, noName, "", "spank", 0x180b05)
+	got, err := readPlugin(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pluginInfo{Name: "persyst", Type: "spank", Version: slurmver.Release{Major: 24, Minor: 11, Micro: 5}}, got); diff != "" {
+		t.Errorf("readPlugin (-want +got):\n%s", diff)
+	}
+	if _, err := readPlugin(noName); err == nil || !strings.Contains(err.Error(), "not a Slurm plugin") {
+		t.Errorf("readPlugin of a library without plugin_name: %v", err)
+	}
+	notELF := filepath.Join(dir, "text.so")
+	testenv.Write(t, notELF, "not ELF")
+	if _, err := readPlugin(notELF); err == nil {
+		t.Error("readPlugin of a text file: no error")
+	}
+}
+
+// slurmCommands answers Slurm's and MUNGE's commands as a node with release rel would
+// (a table, not Slurm: the integration tests run the real one); a missing answer is the
+// command failing.
+func slurmCommands(answers map[string]string) func(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return func(_ context.Context, name string, args ...string) ([]byte, error) {
+		cmd := strings.Join(append([]string{name}, args...), " ")
+		if out, ok := answers[cmd]; ok {
+			return []byte(out), nil
+		}
+		return nil, errors.New(cmd + ": exit status 1")
+	}
+}
+
+// TestRun: what a node's Slurm, plugstack.conf and plugin file give, by check.
+func TestRun(t *testing.T) {
+	testenv.Root(t, "the plugin file must be root's (a test root made by another user is not)")
+	const plugdir = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+	line := "optional " + plugdir + "/spank_persyst.so default=on\n"
+	tests := []struct {
+		name    string
+		files   map[string]string
+		built   uint32 // the plugin's plugin_version (0: no plugin file)
+		answers map[string]string
+		want    []string // "STATUS check: substring" of results that must be there
+	}{
+		{
+			name:  "works",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			want:  []string{"ok slurm: Slurm 24.11.2 (slurmd -V)", "ok plugstack: /etc/slurm/plugstack.conf:1 loads", `ok plugin: SPANK plugin "persyst" built for Slurm 24.11`},
+		},
+		{
+			name:  "built for another release",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x160508,
+			want:  []string{"FAIL plugin: spank_persyst.so was built for Slurm 22.05; slurmd is 24.11 and skips it", "FAIL plugin: → install persyst's package built for Slurm 24.11"},
+		},
+		{
+			name: "the package's file is not included",
+			files: map[string]string{"etc/slurm/plugstack.conf": "# empty\n",
+				"etc/slurm/plugstack.conf.d/persyst.conf": line},
+			built: 0x180b05,
+			want:  []string{"FAIL plugstack: loads no persyst plugin", `FAIL plugstack: → persyst's package put its line in /etc/slurm/plugstack.conf.d/: add "include /etc/slurm/plugstack.conf.d/*.conf"`},
+		},
+		{
+			name:  "required, bad argument",
+			files: map[string]string{"etc/slurm/plugstack.conf": "required spank_persyst.so default=maybe\n"},
+			built: 0x180b05,
+			want:  []string{"warn plugstack: /etc/slurm/plugstack.conf:1: required", "FAIL plugstack: /etc/slurm/plugstack.conf:1: ", "FAIL plugstack: the plugin turns itself off"},
+		},
+		{
+			name:  "no plugin file",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			want:  []string{"FAIL plugin: " + plugdir + "/spank_persyst.so: no such plugin file"},
+		},
+		{
+			name:    "PlugStackConfig and PluginDir from slurmctld",
+			files:   map[string]string{"opt/slurm/stack.conf": "optional spank_persyst.so\n"},
+			built:   0x180b05,
+			answers: map[string]string{"scontrol show config": "Configuration data as of now\nPlugStackConfig         = /opt/slurm/stack.conf\nPluginDir               = " + plugdir + "\n"},
+			want:    []string{"ok plugstack: /opt/slurm/stack.conf:1 loads spank_persyst.so"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := testenv.Files(t, tc.files)
+			if tc.built != 0 {
+				buildPlugin(t, filepath.Join(root, plugdir, "spank_persyst.so"), "persyst", "spank", tc.built)
+			}
+			answers := map[string]string{"slurmd -V": "slurm 24.11.2\n"}
+			for k, v := range tc.answers {
+				answers[k] = v
+			}
+			rs := Run(context.Background(), Options{Host: hostfs.New(root), Node: "n1", Socket: filepath.Join(root, "none.sock"),
+				Config: config.Defaults(), Run: slurmCommands(answers)})
+			var got []string
+			for _, r := range rs {
+				got = append(got, fmt.Sprintf("%s %s: %s", r.Status, r.Check, r.Detail))
+				if r.Fix != "" {
+					got = append(got, fmt.Sprintf("%s %s: → %s", r.Status, r.Check, r.Fix))
+				}
+			}
+			for _, w := range tc.want {
+				head, sub, _ := strings.Cut(w, ": ")
+				if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, head+": ") && strings.Contains(g, sub) }) {
+					t.Errorf("no %s result with %q in:\n%s", head, sub, strings.Join(got, "\n"))
+				}
+			}
+			if !Failed(rs) {
+				t.Error("no daemon answers, yet the check did not fail")
+			}
+		})
+	}
+}
