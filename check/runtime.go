@@ -40,7 +40,7 @@ func checkDaemon(ctx context.Context, n *Node) []Result {
 			running++
 		}
 	}
-	out := []Result{ok(fmt.Sprintf("the daemon of node %s answers at %s: %d jobs, %d running", l.Node, sock, len(l.Jobs), running))}
+	out := []Result{ok(fmt.Sprintf("the daemon of node %s answers at %s: %s, %d running", l.Node, sock, plural(len(l.Jobs), "job"), running))}
 	if n.o.Node != "" && l.Node != n.o.Node {
 		out = append(out, warn(fmt.Sprintf("the daemon says it is node %s, this is %s", l.Node, n.o.Node),
 			"start the daemon with --node set to the node's Slurm name"))
@@ -49,8 +49,8 @@ func checkDaemon(ctx context.Context, n *Node) []Result {
 	case u == nil:
 		out = append(out, info("only root and persyst's admins see whether Slurm ran jobs the plugin did not announce: run persyst check as root"))
 	case u.Total > 0:
-		out = append(out, fail(fmt.Sprintf("%d jobs Slurm ran here since the daemon started were never announced by the plugin (latest: %s): they were not measured",
-			u.Total, jobList(u.Recent)), "slurmd did not load persyst's plugin: see the lines above and slurmd's log, then restart slurmd"))
+		out = append(out, fail(fmt.Sprintf("%s Slurm ran here since the daemon started never announced by the plugin (latest: %s): not measured",
+			plural(u.Total, "job"), jobList(u.Recent)), "slurmd did not load persyst's plugin: see the lines above and slurmd's log, then restart slurmd"))
 	default:
 		out = append(out, ok("every job Slurm ran here since the daemon started was announced by the plugin"))
 	}
@@ -63,7 +63,7 @@ func jobList(ids []uint32) string {
 		if ids[i] == 0 {
 			s = append(s, "a job named by its SLUID")
 		} else {
-			s = append(s, fmt.Sprint(ids[i]))
+			s = append(s, "job "+fmt.Sprint(ids[i]))
 		}
 	}
 	return strings.Join(s, ", ")
@@ -96,7 +96,7 @@ func checkCgroups(_ context.Context, n *Node) []Result {
 	if len(slurm) == 0 {
 		out = append(out, info(kind+"; no Slurm job cgroup yet (none until slurmd ran a job)"))
 	} else {
-		out = append(out, ok(fmt.Sprintf("%s; %d of Slurm's job cgroups now", kind, len(jobcgroup.List(n.h, slurm, n.o.Node)))))
+		out = append(out, ok(fmt.Sprintf("%s; Slurm's job cgroups there (%s now)", kind, plural(len(jobcgroup.List(n.h, slurm, n.o.Node)), "job"))))
 	}
 	if v2 != nil && len(mounts) == 1 {
 		out = append(out, v2Controllers(n, *v2)...)
@@ -146,7 +146,7 @@ func checkJobMap(ctx context.Context, n *Node) []Result {
 		cancel()
 		switch {
 		case err == nil:
-			out = append(out, ok(fmt.Sprintf("job map: %s answers (%d jobs)", s.Name(), len(jobs))))
+			out = append(out, ok(fmt.Sprintf("job map: %s answers (%s)", s.Name(), plural(len(jobs), "job"))))
 		case i+1 < len(n.o.Sources):
 			out = append(out, warn(fmt.Sprintf("job map: %s: %v", s.Name(), short(err)),
 				"persyst falls back on Slurm's commands; check SlurmRestd in persyst.conf"))
@@ -198,4 +198,12 @@ func checkTree(ctx context.Context, n *Node) []Result {
 		return []Result{fail("TreeAuth=munge: munged does not answer: "+short(err), fix)}
 	}
 	return []Result{ok("TreeAuth=munge: munged answers")}
+}
+
+// plural is "1 job", "2 jobs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
