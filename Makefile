@@ -44,13 +44,19 @@ $(SPANK): $(SPANK_C) spank/persyst.h spank/exports.map
 # The .deb and .rpm (build/package/): the binaries, the plugin in the distribution's Slurm
 # plugin directory, a systemd unit per role, configuration files an upgrade keeps, a
 # manual page per command (written from the commands' flags) and the docs.
+# The plugin is built for one Slurm series (the headers here): the package's version says
+# which (+slurm24.11), and it depends on that series' Slurm and conflicts with the next,
+# so that a Slurm upgrade cannot leave a plugin slurmd skips (docs/admin.md).
 package: build
 	rm -rf $(BUILD)/package && mkdir -p $(BUILD)/package/man
+	series=$$(scripts/slurmseries.sh) && next=$$(scripts/slurmseries.sh next) || exit 1; \
+	echo "$$series $$next" >$(BUILD)/package/slurm-series
 	$(BIN) man --dir $(BUILD)/package/man
 	gzip -9n $(BUILD)/package/man/*.1
 	sed 's|/usr/lib/x86_64-linux-gnu/slurm-wlm/|/usr/lib64/slurm/|' packaging/plugstack.conf.d-persyst.conf >$(BUILD)/package/plugstack-rpm.conf
 	for p in deb rpm; do \
-		PERSYST_VERSION='$(PKG_VERSION)' $(GO) tool nfpm package --config packaging/nfpm.yaml --packager $$p --target $(BUILD)/package/ || exit 1; \
+		read series next <$(BUILD)/package/slurm-series; \
+		PERSYST_VERSION='$(PKG_VERSION)'+slurm$$series SLURM_SERIES=$$series SLURM_NEXT=$$next $(GO) tool nfpm package --config packaging/nfpm.yaml --packager $$p --target $(BUILD)/package/ || exit 1; \
 	done
 	@ls -l $(BUILD)/package/*.deb $(BUILD)/package/*.rpm
 

@@ -8,10 +8,12 @@ package integration
 // integration test runs the installed files (PERSYST_INSTALLED=1).
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,6 +67,21 @@ func TestPackage(t *testing.T) {
 		if pv := strings.TrimSpace(string(conf)); !strings.HasPrefix(string(v), "persyst ") || pv == "" {
 			t.Errorf("persyst version %q, package version %q", v, pv)
 		}
+		// The package is for the Slurm series its plugin was built with (this Slurm's): it
+		// says so, needs that series and conflicts with the next.
+		series, next := slurmSeries(t)
+		if pv := strings.TrimSpace(string(conf)); !strings.HasSuffix(pv, "+slurm"+series) {
+			t.Errorf("package version %q does not end in +slurm%s", pv, series)
+		}
+		for field, want := range map[string]string{
+			"Depends":   "slurm-client (>= " + series + "~) | slurm-smd-client (>= " + series + "~)",
+			"Conflicts": "slurm-client (>= " + next + "~), slurm-smd-client (>= " + next + "~)",
+		} {
+			got, err := exec.Command("dpkg-deb", "-f", debs[0], field).Output()
+			if err != nil || !strings.Contains(string(got), want) {
+				t.Errorf("the .deb's %s: %q (%v), want %q", field, got, err, want)
+			}
+		}
 		// The plugstack snippet names the plugin where the package puts it.
 		snip, _ := os.ReadFile(filepath.Join(root, "etc/slurm/plugstack.conf.d/persyst.conf"))
 		if !strings.Contains(string(snip), "optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so") {
@@ -111,6 +128,13 @@ func TestPackage(t *testing.T) {
 			}
 			if !files[f] {
 				t.Errorf("the .rpm lacks %s", f)
+			}
+		}
+		series, next := slurmSeries(t)
+		for _, q := range []struct{ flag, want string }{{"--requires", "slurm >= " + series}, {"--conflicts", "slurm >= " + next}} {
+			got, err := exec.Command("rpm", "-qp", q.flag, rpms[0]).Output()
+			if err != nil || !slices.Contains(strings.Split(string(got), "\n"), q.want) {
+				t.Errorf("rpm %s: %q (%v), want %q", q.flag, got, err, q.want)
 			}
 		}
 		if lic, err := exec.Command("rpm", "-qp", "--qf", "%{LICENSE}", rpms[0]).Output(); err != nil || string(lic) != "Apache-2.0" {
@@ -192,4 +216,11 @@ func cpioFile(a []byte, name string) ([]byte, bool) {
 		a = a[pad(data+size):]
 	}
 	return nil, false
+}
+
+// slurmSeries is the series of the Slurm installed here ("24.11") and the next ("24.12").
+func slurmSeries(t *testing.T) (string, string) {
+	t.Helper()
+	rel := slurmRelease(t)
+	return rel.Series(), fmt.Sprintf("%d.%02d", rel.Major, rel.Minor+1)
 }
