@@ -174,7 +174,7 @@ func (s *CLISource) Jobs(ctx context.Context) ([]*Job, error) {
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
 	}
-	return parseScontrol(out, hosts)
+	return parseScontrol(out, s.release(ctx), hosts)
 }
 
 // Job returns one job; ErrNoJob if Slurm does not know it. From Slurm 23.02 on it asks
@@ -218,7 +218,7 @@ func (s *CLISource) oneJob(ctx context.Context, id string) (*Job, error) {
 			}
 			return nil, err
 		}
-		jobs, err = parseScontrol(out, hosts)
+		jobs, err = parseScontrol(out, s.release(ctx), hosts)
 	}
 	if err != nil {
 		return nil, err
@@ -296,15 +296,16 @@ func parseV0038JSON(b []byte, hosts func(string) string) ([]*Job, error) {
 // contain spaces (job names, paths), so a value runs until the next " Key=".
 var scontrolKey = regexp.MustCompile(`(?:^| )([A-Za-z][A-Za-z_:/]*)=`)
 
-// parseScontrol parses `scontrol show job -o -d` output: one job per line.
-func parseScontrol(b []byte, hosts func(string) string) ([]*Job, error) {
+// parseScontrol parses `scontrol show job -o -d` output of Slurm release rel (zero: not
+// known, read as 22.05's): one job per line.
+func parseScontrol(b []byte, rel slurmver.Release, hosts func(string) string) ([]*Job, error) {
 	var out []*Job
 	var errs []error
 	for n, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "No jobs in the system") {
 			continue
 		}
-		j, err := parseScontrolLine(line, hosts)
+		j, err := parseScontrolLine(line, rel, hosts)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("scontrol output line %d: %w", n+1, err))
 			continue
@@ -329,7 +330,7 @@ func splitScontrol(line string) []kv {
 	return out
 }
 
-func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
+func parseScontrolLine(line string, rel slurmver.Release, hosts func(string) string) (*Job, error) {
 	j := &Job{}
 	pendingTasks := false // a pending array record of several tasks ("1-100")
 	var cur *NodeAlloc    // the current "Nodes=... CPU_IDs=... Mem=..." detail group
@@ -437,7 +438,12 @@ func parseScontrolLine(line string, hosts func(string) string) (*Job, error) {
 	if pendingTasks {
 		return j, nil // Stdout/Stderr unknown until the tasks exist
 	}
-	// scontrol prints StdOut/StdErr partly expanded (it expands %A %a %j %u %x and leaves
+	// From Slurm 24.11 scontrol prints StdOut/StdErr as the data parser v0.0.42 does
+	// (slurm_get_job_stdout): what the batch step would still expand is finished the same way.
+	if rel.AtLeast(24, 11) {
+		return j, j.slurmOutput(j.StdoutPattern, j.StderrPattern, rel, hosts)
+	}
+	// Before, scontrol prints them partly expanded (it expands %A %a %j %u %x and leaves
 	// %N %n %s %t %J, widths and %%), so the raw pattern is lost. Expanding what it
 	// prints again is exact for ordinary patterns, and wrong for odd ones: "%%" next to
 	// a letter, a width before "%", a job name containing '%' (measured on Slurm 22.05:

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/persyst/persyst/slurmver"
 )
 
 // FuzzExpandPattern: any output pattern either expands or is refused as a bad pattern;
@@ -40,7 +42,7 @@ func FuzzParseScontrolLine(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		j, err := parseScontrolLine(line, func(s string) string { return s })
+		j, err := parseScontrolLine(line, slurmver.Release{}, func(s string) string { return s })
 		if err == nil && j == nil {
 			t.Fatalf("no job and no error for %q", line)
 		}

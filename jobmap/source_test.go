@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/persyst/persyst/slurmver"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 )
@@ -341,7 +343,7 @@ func TestParseScontrolLine(t *testing.T) {
 	line := "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=a b=c UserId=alice(1000) GroupId=users(100) JobState=RUNNING " +
 		"Partition=p TimeLimit=1-02:03:04 MinMemoryNode=2G NodeList=n[1-2] BatchHost=n1 Nodes=n1 CPU_IDs=0-3 Mem=100 GRES= Nodes=n2 CPU_IDs=4,6 Mem=50 GRES= " +
 		"WorkDir=/home/alice/my dir StdOut=/home/alice/my dir/out-%N.txt StdErr=/home/alice/my dir/err.txt"
-	j, err := parseScontrolLine(line, func(n string) string { return n + ".cluster" })
+	j, err := parseScontrolLine(line, slurmver.Release{}, func(n string) string { return n + ".cluster" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,8 +360,34 @@ func TestParseScontrolLine(t *testing.T) {
 		t.Errorf("job mismatch (-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"", "JobName=x", "JobId=abc", "JobId=0", "JobId=1 NodeList=n[3-1]"} {
-		if _, err := parseScontrolLine(bad, nil); err == nil {
+		if _, err := parseScontrolLine(bad, slurmver.Release{}, nil); err == nil {
 			t.Errorf("parseScontrolLine(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestParseScontrolOutputByRelease: scontrol's StdOut is read as the release prints it.
+// Before 24.11 it left "%%" as it was, so "%%j" is a literal "%j" once expanded again;
+// from 24.11 it expands "%%" to "%" itself, so a "%j" it prints is the job's literal text;
+// from 25.11 it expands every pattern (and %N is the node's name, not its host's).
+func TestParseScontrolOutputByRelease(t *testing.T) {
+	line := "JobId=12 JobName=x UserId=alice(1000) GroupId=users(100) JobState=RUNNING NodeList=n1 BatchHost=n1 " +
+		"WorkDir=/w StdOut=/w/100%j-%N-%2t.out StdErr=/w/100%j-%N-%2t.out"
+	host := func(n string) string { return n + ".cluster" }
+	for _, tc := range []struct {
+		rel  slurmver.Release
+		want string
+	}{
+		{slurmver.Release{Major: 22, Minor: 5}, "/w/10012-n1.cluster-00.out"},
+		{slurmver.Release{Major: 24, Minor: 11}, "/w/100%j-n1.cluster-00.out"},
+		{slurmver.Release{Major: 26, Minor: 5}, "/w/100%j-%N-%2t.out"},
+	} {
+		j, err := parseScontrolLine(line, tc.rel, host)
+		if err != nil {
+			t.Fatalf("Slurm %v: %v", tc.rel, err)
+		}
+		if j.Stdout != tc.want || j.Stderr != tc.want {
+			t.Errorf("Slurm %v: stdout %q, stderr %q; want %q", tc.rel, j.Stdout, j.Stderr, tc.want)
 		}
 	}
 }
