@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/slurmver"
+
 	"github.com/persyst/persyst/digest"
 )
 
@@ -51,11 +53,22 @@ func Write(ctx context.Context, run Runner, job string, id uint32, existing stri
 	return writeDatabase(ctx, run, job, id, tok)
 }
 
+// lowercases says whether sacctmgr lowercases the AdminComment it sets (before Slurm
+// 23.02; strip_quotes' lower argument), or may: when its release is not known.
+func lowercases(ctx context.Context, run Runner) bool {
+	out, err := run(ctx, "sacctmgr", "--version")
+	if err != nil {
+		return true
+	}
+	rel, err := slurmver.Parse(string(out))
+	return err != nil || !rel.AtLeast(23, 2)
+}
+
 // writeDatabase writes the token into the job's record in the database (Write), once the
 // record says the job has ended: slurmctld's end record sets the AdminComment it holds,
-// and a value written before would be replaced. sacctmgr 22.05 lowercases what it sets
-// (the token is lowercase); a site's text with capitals is never rewritten that way: then
-// nothing is written.
+// and a value written before would be replaced. sacctmgr before Slurm 23.02 lowercases
+// what it sets (the token is lowercase); a site's text with capitals is never rewritten
+// that way: then nothing is written.
 func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok string) (string, error) {
 	raw := strconv.FormatUint(uint64(id), 10)
 	for {
@@ -81,7 +94,7 @@ func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok s
 				return "present", err
 			case errors.Is(err, ErrNoRoom):
 				return "no_room", err
-			case merged != strings.ToLower(merged):
+			case merged != strings.ToLower(merged) && lowercases(ctx, run):
 				return "error", fmt.Errorf("job %s: AdminComment in the database: sacctmgr would lowercase the site's text %q: not written", job, clipText(existing, 80))
 			}
 			out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+raw, "cluster="+recs[0][1], "set", "AdminComment="+merged)
