@@ -217,3 +217,31 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// TestDocsListEveryCheck: docs/admin.md's table of persyst check names every check, and
+// no other.
+func TestDocsListEveryCheck(t *testing.T) {
+	b, err := os.ReadFile("../docs/admin.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "| check | what it looks at |")
+	if !ok {
+		t.Fatal("docs/admin.md has no table of the checks")
+	}
+	sec, _, _ = strings.Cut(sec, "\n\n")
+	var documented []string
+	for _, l := range strings.Split(sec, "\n") {
+		if name, ok := strings.CutPrefix(l, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			documented = append(documented, name)
+		}
+	}
+	var names []string
+	for _, c := range checks {
+		names = append(names, c.name)
+	}
+	if diff := cmp.Diff(names, documented); diff != "" {
+		t.Errorf("docs/admin.md's checks (-code +docs):\n%s", diff)
+	}
+}
