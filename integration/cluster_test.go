@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/slurmver"
+
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/internal/testenv"
@@ -389,13 +391,12 @@ func asUser() *syscall.SysProcAttr {
 func (c *cluster) slurmVersion(t *testing.T) string {
 	t.Helper()
 	out, _, err := c.run(t, nil, "scontrol", "--version")
-	f := strings.Fields(out)
-	if err != nil || len(f) != 2 {
+	if err != nil {
 		t.Fatalf("scontrol --version: %v %q", err, out)
 	}
-	v := strings.SplitN(f[1], ".", 3)
-	if len(v) < 2 {
-		t.Fatalf("scontrol --version: %q", out)
+	rel, err := slurmver.Parse(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v[0] + "." + v[1]
+	return rel.Series()
 }
