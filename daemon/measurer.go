@@ -104,7 +104,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m.env = measure.NewEnv(opts)
 	m.slurm = newSlurmCgroups(m.host, node, mounts, log)
 	m.oom = newOOMTracker(node, m.slurm.mounts, log, now)
-	m.unann = newUnannounced(node, reg, cfg.Metrics, log)
+	m.unann = newUnannounced(m.host, node, reg, cfg.Metrics, log, now)
 	m.dig = &digester{cfg: cfg.Digest.withDefaults(), node: node, cycle: cfg.Cycle, uplink: cfg.Uplink, oom: m.oom,
 		reports: newReportStore(cfg.StateDir), metrics: cfg.Metrics, log: log, now: now, jobs: map[uint32]*jobDigest{}}
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
@@ -287,6 +287,7 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 		<-ctx.Done()
 		return nil
 	}
+	go m.unann.watch(ctx, func() []jobcgroup.Mount { return m.lookOnce()() })
 	return pipeline.Loop(ctx, m.now, m.cfg.Cycle, wait, m.cycle)
 }
 
@@ -333,7 +334,7 @@ func (m *Measurer) cycle() {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")
 		}
 	}
-	m.unann.look(now, jobcgroup.List(m.host, look(), m.node))
+	m.unann.lookIn(look())
 }
 
 // Unannounced says what the daemon saw of jobs Slurm ran on this node that persyst's

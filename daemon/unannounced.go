@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/persyst/persyst/hostfs"
 
 	"github.com/rs/zerolog"
 
@@ -12,10 +15,12 @@ import (
 )
 
 const (
-	// unannouncedGrace is how long a job's cgroup may exist before the daemon expects to
-	// have heard of the job: its prolog event comes within seconds, even after a slow
-	// site prolog.
-	unannouncedGrace = 30 * time.Second
+	// unannouncedGrace is how long a job's step may have its cgroup before the daemon
+	// expects to have heard of the job: slurmstepd sends the step's start before it starts
+	// the step's tasks, waiting at most the plugin's timeout (5 s by default). The extern
+	// step is not waited for: it may start before a long prolog, and the prolog's event
+	// with it.
+	unannouncedGrace = 10 * time.Second
 	// unannouncedWarnEvery bounds the daemon's warnings: one at the first unannounced job,
 	// then at most one in this time, with how many there were.
 	unannouncedWarnEvery = 10 * time.Minute
@@ -35,17 +40,21 @@ type UnannouncedJobs struct {
 	Last *time.Time `json:"last,omitempty"`
 }
 
-// unannounced finds jobs Slurm runs on this node that the daemon never heard of: their
-// cgroup directories exist for a while, yet no event of the job came. That is what a node
+// unannounced finds jobs Slurm runs on this node that the daemon never heard of: a step of
+// theirs has had its cgroup for a while, yet no event of the job came. That is what a node
 // looks like whose slurmd did not load persyst's plugin (built for another Slurm release,
 // missing from plugstack.conf, a wrong argument): Slurm logs it once at start, and every
 // job goes unmeasured without a word. Jobs whose directories were there at the daemon's
 // first look are not counted: they may have started while it was down.
 type unannounced struct {
+	host    hostfs.FS
 	node    string
 	reg     *Registry
 	log     zerolog.Logger
 	metrics *exporter.Daemon
+	now     func() time.Time
+	// again asks for a look before the next cycle (after that long): watch.
+	again chan time.Duration
 
 	mu       sync.Mutex
 	primed   bool
@@ -56,13 +65,45 @@ type unannounced struct {
 	unwarned int // counted since the last warning
 }
 
-func newUnannounced(node string, reg *Registry, metrics *exporter.Daemon, log zerolog.Logger) *unannounced {
-	return &unannounced{node: node, reg: reg, log: log, metrics: metrics, first: map[string]time.Time{}, counted: map[string]bool{}}
+func newUnannounced(host hostfs.FS, node string, reg *Registry, metrics *exporter.Daemon, log zerolog.Logger, now func() time.Time) *unannounced {
+	return &unannounced{host: host, node: node, reg: reg, log: log, metrics: metrics, now: now, again: make(chan time.Duration, 1),
+		first: map[string]time.Time{}, counted: map[string]bool{}}
 }
 
-// look takes the job directories Slurm has on the node now (jobcgroup.List) at time now.
-// The maps hold only directories that exist: they are bounded by the node's jobs.
-func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) {
+// lookIn lists Slurm's job cgroups on the node in mounts (those with Slurm's layout) and
+// looks at them; a job that may be unannounced is looked at again when its grace time is
+// over (watch), not a cycle later.
+func (u *unannounced) lookIn(mounts []jobcgroup.Mount) {
+	if again := u.look(u.now(), jobcgroup.List(u.host, mounts, u.node)); again > 0 {
+		select {
+		case u.again <- again:
+		default: // one is asked for already
+		}
+	}
+}
+
+// watch looks again when lookIn asked for it, until ctx is done: a node whose slurmd did
+// not load the plugin is reported within the cycle of its first job and the grace time.
+func (u *unannounced) watch(ctx context.Context, mounts func() []jobcgroup.Mount) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-u.again:
+			t.Reset(d)
+		case <-t.C:
+			u.lookIn(mounts())
+		}
+	}
+}
+
+// look takes the job directories Slurm has on the node now (jobcgroup.List) at time now,
+// and returns when to look again for a job that may be unannounced (0: at the next
+// cycle). The maps hold only directories that exist: they are bounded by the node's jobs.
+func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) (again time.Duration) {
 	known := u.knownSLUIDs(dirs)
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -73,17 +114,23 @@ func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) {
 		case !u.primed:
 			u.counted[d.Name] = true
 		case u.counted[d.Name]:
-		case u.isKnown(d, known):
+		case !d.Steps || u.isKnown(d, known):
 			delete(u.first, d.Name)
 		default:
 			t, ok := u.first[d.Name]
 			if !ok {
+				t = now
 				u.first[d.Name] = now
-			} else if now.Sub(t) >= unannouncedGrace {
-				delete(u.first, d.Name)
-				u.counted[d.Name] = true
-				u.count(now, d)
 			}
+			if wait := unannouncedGrace - now.Sub(t); wait > 0 {
+				if again == 0 || wait < again {
+					again = wait
+				}
+				continue
+			}
+			delete(u.first, d.Name)
+			u.counted[d.Name] = true
+			u.count(now, d)
 		}
 	}
 	u.primed = true
@@ -97,6 +144,7 @@ func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) {
 			delete(u.counted, name)
 		}
 	}
+	return again
 }
 
 // knownSLUIDs are the names of the registry's job cgroups that are not job_<id>, when a

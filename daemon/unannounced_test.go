@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/hostfs"
+
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
@@ -15,10 +18,11 @@ import (
 	"github.com/persyst/persyst/exporter"
 )
 
-// TestUnannounced: a job whose cgroup exists for the grace time without any event of it
-// is counted once and warned of (then at most every unannouncedWarnEvery); jobs the
-// registry knows, by id or by their SLUID directory, jobs gone within the grace time and
-// jobs there at the first look are not.
+// TestUnannounced: a job that has had a step's cgroup for the grace time without any
+// event of it is counted once and warned of (then at most every unannouncedWarnEvery);
+// jobs the registry knows, by id or by their SLUID directory, jobs with only the extern
+// step (a prolog may be running), jobs gone within the grace time and jobs there at the
+// first look are not. look says when to look again for a job that waits.
 func TestUnannounced(t *testing.T) {
 	reg := newReg(t, RegistryConfig{Dir: t.TempDir()})
 	applyAll(t, reg, []applied{
@@ -30,31 +34,36 @@ func TestUnannounced(t *testing.T) {
 	prom := exporter.NewRegistry(exporter.RoleDaemon, "test")
 	metrics := exporter.NewDaemon(prom)
 	var logs bytes.Buffer
-	u := newUnannounced("node1", reg, metrics, zerolog.New(&logs))
+	u := newUnannounced(hostfs.FS{}, "node1", reg, metrics, zerolog.New(&logs), time.Now)
 	dir := func(name string, id uint32) jobcgroup.Dir {
-		return jobcgroup.Dir{Name: name, Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/" + name, JobID: id}
+		return jobcgroup.Dir{Name: name, Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/" + name, JobID: id, Steps: true}
 	}
 	old, known, sluid := dir("job_1", 1), dir("job_5", 5), dir("s0KF3ZQ8Y4M7TD", 0)
 	lost, brief, other := dir("job_7", 7), dir("job_8", 8), dir("s0KF3ZQ8Y4M7TE", 0)
+	prolog := dir("job_11", 11)
+	prolog.Steps = false
 	late := dir("job_9", 9)
-	for _, step := range []struct {
-		at   time.Duration
-		dirs []jobcgroup.Dir
+	for i, step := range []struct {
+		at    time.Duration
+		dirs  []jobcgroup.Dir
+		again time.Duration
 	}{
-		{0, []jobcgroup.Dir{old}},
-		{10 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other}},
-		{20 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, other}},
-		{39 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other}}, // brief is back: seen anew
-		{40 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other}},
-		{50 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other}},
-		{60 * time.Second, []jobcgroup.Dir{late}},
-		{100 * time.Second, []jobcgroup.Dir{late}},
-		{200 * time.Second, []jobcgroup.Dir{late}},
+		{0, []jobcgroup.Dir{old}, 0},
+		{10 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other, prolog}, 10 * time.Second},
+		{14 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, other, prolog}, 6 * time.Second},
+		{17 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other, prolog}, 3 * time.Second}, // brief is back: seen anew
+		{20 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, brief, other, prolog}, 7 * time.Second},
+		{27 * time.Second, []jobcgroup.Dir{old, known, sluid, lost, prolog}, 0},
+		{60 * time.Second, []jobcgroup.Dir{late, prolog}, 10 * time.Second},
+		{100 * time.Second, []jobcgroup.Dir{late, prolog}, 0},
+		{200 * time.Second, []jobcgroup.Dir{late, prolog}, 0},
 	} {
-		u.look(at(step.at), step.dirs)
+		if again := u.look(at(step.at), step.dirs); again != step.again {
+			t.Errorf("look #%d at %v: again in %v, want %v", i, step.at, again, step.again)
+		}
 	}
 	want := UnannouncedJobs{Total: 3, Recent: []uint32{7, 0, 9}, Last: tp(at(100 * time.Second))}
-	if diff := cmp.Diff(want, u.report(), cmpopts.SortSlices(func(a, b uint32) bool { return a < b })); diff != "" {
+	if diff := cmp.Diff(want, u.report()); diff != "" {
 		t.Errorf("unannounced jobs (-want +got):\n%s", diff)
 	}
 	body := scrape(t, exporter.Handler(exporter.ServeOptions{Registry: prom, Log: zerolog.Nop()}))
@@ -81,5 +90,36 @@ func TestUnannounced(t *testing.T) {
 	u.look(at(13*time.Minute), nil)
 	if len(u.first)+len(u.counted) != 0 {
 		t.Errorf("after every directory is gone, %d first-seen and %d counted are kept", len(u.first), len(u.counted))
+	}
+}
+
+// TestUnannouncedLooksAgain: a job that may be unannounced is looked at again when its
+// grace time is over, not at the next cycle; the second look counts it.
+func TestUnannouncedLooksAgain(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/system.slice/slurmstepd.scope/job_3/step_batch"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	now := at(0)
+	u := newUnannounced(hostfs.New(root), "node1", newReg(t, RegistryConfig{Dir: t.TempDir()}), nil, zerolog.Nop(), func() time.Time { return now })
+	mounts := []jobcgroup.Mount{{Key: "unified", Path: "/sys/fs/cgroup", IsV2: true}}
+	u.lookIn(nil) // the first look: nothing was there
+	now = at(time.Second)
+	u.lookIn(mounts)
+	select {
+	case d := <-u.again:
+		if d != unannouncedGrace {
+			t.Errorf("asked to look again in %v, want %v", d, unannouncedGrace)
+		}
+	default:
+		t.Fatal("a job that may be unannounced: no look asked for")
+	}
+	now = at(time.Second + unannouncedGrace)
+	u.lookIn(mounts)
+	if got := u.report(); got.Total != 1 || got.Recent[0] != 3 {
+		t.Errorf("after the grace time: %+v, want job 3", got)
+	}
+	if len(u.again) != 0 {
+		t.Error("asked to look again with no job waiting")
 	}
 }

@@ -63,7 +63,7 @@ var catalog = []Def{
 	{Name: "persyst_daemon_digests_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"result"},
 		Help: "Digests for job output files, by result: written, or why not (no_output, not_regular, symlink, not_owner, unlinked, not_found, permission, timeout, off, no_job_facts, error)."},
 	{Name: "persyst_daemon_unannounced_jobs_total", Kind: Counter, Role: RoleDaemon,
-		Help: "Jobs Slurm ran on the node (their cgroups existed for 30 s) that persyst's SPANK plugin never announced to the daemon: more than 0 means slurmd did not load the plugin (run persyst check)."},
+		Help: "Jobs Slurm ran on the node (a step's cgroup existed for 10 s) that persyst's SPANK plugin never announced to the daemon: more than 0 means slurmd did not load the plugin (run persyst check)."},
 	{Name: "persyst_daemon_ship_queue", Kind: Gauge, Role: RoleDaemon,
 		Help: "Cycles of property records waiting to be shipped to the agent tree."},
 	{Name: "persyst_daemon_accounting_writes_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"result"},

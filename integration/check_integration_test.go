@@ -30,9 +30,10 @@ func TestPluginNotLoaded(t *testing.T) {
 	t.Run("another release's plugin", func(t *testing.T) {
 		c := startCluster(t, 1, "PERSYST_SPANK="+stub)
 		node := c.nodes[0]
-		id := c.sbatch(t, nil, "-o", "/dev/null", "--wrap", "sleep 50")
-		// The grace time is 30 s from the first cycle that sees the job's cgroup.
-		deadline := time.Now().Add(75 * time.Second)
+		id := c.sbatch(t, nil, "-o", "/dev/null", "--wrap", "sleep 40")
+		// Reported within a cycle (1 s here) and the grace time (10 s) of the batch step's
+		// start, which comes a second or two after submission.
+		deadline := time.Now().Add(20 * time.Second)
 		var got *daemon.UnannouncedJobs
 		for time.Now().Before(deadline) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -136,7 +137,7 @@ func (c *cluster) check(t *testing.T, node string) (string, int) {
 	}
 	pid := strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	out, errOut, err := c.run(t, nil, "nsenter", "-t", pid, "-m", "-u", "-n",
-		filepath.Join(repoRoot, "build/persyst"), "check", "--config", filepath.Join(c.dir, "etc/persyst.conf"))
+		persystBin(), "check", "--config", filepath.Join(c.dir, "etc/persyst.conf"))
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

@@ -870,7 +870,7 @@ up() {
 	wait_idle "$n"
 	mv "$DIR/env.tmp" "$DIR/env"
 	trap - EXIT INT TERM
-	log "up: $n node(s) idle; source $DIR/env"
+	log "up: Slurm $(slurmctld -V 2>/dev/null | awk '{print $2}'), $n node(s) idle; source $DIR/env"
 }
 
 status() {

@@ -20,6 +20,9 @@ type Dir struct {
 	Path string
 	// JobID is the job's id, 0 where the name is a SLUID.
 	JobID uint32
+	// Steps says whether a step other than the extern step has its cgroup there (in any
+	// hierarchy): slurmstepd runs one only once the job's prolog is over.
+	Steps bool
 }
 
 // List returns the job directories Slurm has on node now in the mounts (WithSlurm's), one
@@ -48,7 +51,15 @@ func List(h hostfs.FS, mounts []Mount, node string) []Dir {
 			} else if !sluidRE.MatchString(d.Name) {
 				continue // slurmstepd's own "system" cgroup, anything else
 			}
-			if _, ok := byName[d.Name]; !ok {
+			prev, seen := byName[d.Name]
+			if seen && prev.Steps {
+				continue
+			}
+			d.Steps = hasSteps(h, d.Path)
+			if !seen || d.Steps {
+				if seen {
+					d.Path = prev.Path
+				}
 				byName[d.Name] = d
 			}
 		}
@@ -64,6 +75,21 @@ func List(h hostfs.FS, mounts []Mount, node string) []Dir {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// hasSteps says whether the job directory holds a step's cgroup other than the extern
+// step's (step_batch, step_0, step_interactive, ...).
+func hasSteps(h hostfs.FS, dir string) bool {
+	ents, err := os.ReadDir(h.Path(dir))
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "step_") && e.Name() != "step_extern" {
+			return true
+		}
+	}
+	return false
 }
 
 // jobParents are the directories, relative to m, whose children are node's job cgroups.

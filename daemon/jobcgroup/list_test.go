@@ -21,7 +21,7 @@ func TestList(t *testing.T) {
 			dirs: []string{
 				"sys/fs/cgroup/freezer/slurm_node1/uid_1000/job_42/step_batch",
 				"sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42",
-				"sys/fs/cgroup/memory/slurm_node1/uid_1001/job_7",
+				"sys/fs/cgroup/memory/slurm_node1/uid_1001/job_7/step_extern",
 				"sys/fs/cgroup/freezer/slurm_node1/uid_1001/job_x",           // not a job id
 				"sys/fs/cgroup/freezer/slurm_node1/uid_1001/job_0",           // nor this
 				"sys/fs/cgroup/freezer/slurm_node1/uid_1001/job_99999999999", // out of range
@@ -30,7 +30,9 @@ func TestList(t *testing.T) {
 			},
 			node: "node1",
 			want: []Dir{
-				{Name: "job_42", Path: "/sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42", JobID: 42},
+				// Its steps are in another hierarchy than the first that has it.
+				{Name: "job_42", Path: "/sys/fs/cgroup/memory/slurm_node1/uid_1000/job_42", JobID: 42, Steps: true},
+				// Only the extern step: the prolog may still run.
 				{Name: "job_7", Path: "/sys/fs/cgroup/memory/slurm_node1/uid_1001/job_7", JobID: 7},
 			},
 		},
@@ -39,7 +41,7 @@ func TestList(t *testing.T) {
 			fixture: "mountinfo-v1-hybrid",
 			dirs:    []string{"sys/fs/cgroup/pids/slurm/uid_7/job_9/step_0"},
 			node:    "n",
-			want:    []Dir{{Name: "job_9", Path: "/sys/fs/cgroup/pids/slurm/uid_7/job_9", JobID: 9}},
+			want:    []Dir{{Name: "job_9", Path: "/sys/fs/cgroup/pids/slurm/uid_7/job_9", JobID: 9, Steps: true}},
 		},
 		{
 			name:    "v2 ids and SLUIDs, not slurmstepd's own",
@@ -51,8 +53,8 @@ func TestList(t *testing.T) {
 			},
 			node: "node1",
 			want: []Dir{
-				{Name: "job_5", Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_5", JobID: 5},
-				{Name: "s0KF3ZQ8Y4M7TD", Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/s0KF3ZQ8Y4M7TD"},
+				{Name: "job_5", Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_5", JobID: 5, Steps: true},
+				{Name: "s0KF3ZQ8Y4M7TD", Path: "/sys/fs/cgroup/system.slice/slurmstepd.scope/s0KF3ZQ8Y4M7TD", Steps: true},
 			},
 		},
 		{
