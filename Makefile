@@ -14,7 +14,7 @@ PKG_VERSION = $(shell scripts/pkgversion.sh '$(VERSION)')
 LDFLAGS := -X main.version=$(VERSION)
 GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
-.PHONY: package generate fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit integration fresh-check bench clean
+.PHONY: package generate record-slurm fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit integration fresh-check bench clean
 
 all: build
 
@@ -72,6 +72,10 @@ generate:
 	protoc --plugin=protoc-gen-go=$(BUILD)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BUILD)/protoc-gen-go-grpc \
 		-I collectors/pb --go_out=collectors/pb --go_opt=paths=source_relative \
 		--go-grpc_out=collectors/pb --go-grpc_opt=paths=source_relative collectors/pb/collector.proto
+
+# Record this machine's Slurm's answers for the job map's tests (scripts/record-slurm.sh).
+record-slurm: deps build
+	scripts/record-slurm.sh
 
 fetch-spec:
 	. build/cluster/env && curl -sf --unix-socket "$${PERSYST_SLURMRESTD#unix:}" http://slurmrestd/openapi/v3 > jobmap/v0038/openapi.json

@@ -2,14 +2,13 @@ package digest
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/internal/testenv"
 
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -135,19 +134,7 @@ func TestTextGolden(t *testing.T) {
 					t.Errorf("line %d has an escape sequence", i+1)
 				}
 			}
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("digest text (-want +got):\n%s", diff)
-			}
+			testenv.Golden(t, filepath.Join("testdata", tc.name+".golden"), got, *update, "go test ./digest -run TestText -update")
 		})
 	}
 }

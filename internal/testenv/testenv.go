@@ -9,9 +9,11 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -67,4 +69,39 @@ func Write(tb testing.TB, p, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// Golden compares got with the golden file at path, or with update (the test's -update
+// flag) writes got there first; regenerate says how to run that.
+func Golden(tb testing.TB, path, got string, update bool, regenerate string) {
+	tb.Helper()
+	if update {
+		Write(tb, path, got)
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("%v (run %s to create it)", err, regenerate)
+	}
+	if string(want) != got {
+		tb.Errorf("%s differs from what the code gives now (-want +got):\n%s\nIf the change is right: %s", path, lineDiff(string(want), got), regenerate)
+	}
+}
+
+// lineDiff shows the lines of want and got that differ, with their numbers.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "%d:\n-%s\n+%s\n", i+1, wl, gl)
+		}
+	}
+	return b.String()
 }
