@@ -119,7 +119,8 @@ func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok s
 func ended(state string) bool {
 	st, _, _ := strings.Cut(strings.TrimSpace(state), " ")
 	switch st {
-	case "", "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED":
+	case "", "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED",
+		"EXPEDITING", "SIGNALING", "STAGE_OUT":
 		return false
 	}
 	return true

@@ -116,3 +116,14 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+// TestEnded: sacct's states of a job that has not ended, Slurm 25.11's EXPEDITING among
+// them, and those that have.
+func TestEnded(t *testing.T) {
+	for st, want := range map[string]bool{"RUNNING": false, "EXPEDITING": false, "REQUEUE_HOLD": false, "SIGNALING": false,
+		"COMPLETED": true, "CANCELLED by 0": true, "TIMEOUT": true, "OUT_OF_MEMORY": true} {
+		if got := ended(st); got != want {
+			t.Errorf("ended(%q) = %v, want %v", st, got, want)
+		}
+	}
+}

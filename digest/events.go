@@ -28,9 +28,10 @@ type Ending struct {
 	LastCPUShare float64
 }
 
-// active are Slurm states of a job that has not ended.
+// active are Slurm states of a job that has not ended (EXPEDITING: a job requeued to run
+// again at once, Slurm 25.11).
 var active = map[string]bool{"": true, "RUNNING": true, "COMPLETING": true, "PENDING": true, "CONFIGURING": true,
-	"SUSPENDED": true, "REQUEUED": true, "RESIZING": true, "SIGNALING": true, "STAGE_OUT": true}
+	"SUSPENDED": true, "REQUEUED": true, "RESIZING": true, "SIGNALING": true, "STAGE_OUT": true, "EXPEDITING": true}
 
 // EndEvents says how a job ended and what of that leads its digest: an OOM kill always
 // (first), then a failure, a cancellation, the time limit or a node failure. A job that

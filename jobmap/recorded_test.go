@@ -172,3 +172,22 @@ func findJob(jobs []*Job, id uint32) *Job {
 	}
 	return &Job{}
 }
+
+// TestStateOf: a v0.0.40+ state list is named as Slurm's job_state_string names it: the
+// first flag of its order that is set, else the base state.
+func TestStateOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"RUNNING"}, "RUNNING"},
+		{[]string{"COMPLETED", "COMPLETING"}, "COMPLETING"},
+		{[]string{"PENDING", "EXPEDITING", "REQUEUED"}, "EXPEDITING"}, // Slurm 25.11's flag
+		{[]string{"PENDING", "REQUEUED", "SIGNALING"}, "REQUEUED"},
+		{nil, ""},
+	} {
+		if got := stateOf(tc.in); got != tc.want {
+			t.Errorf("stateOf(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

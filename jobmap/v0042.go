@@ -179,7 +179,7 @@ func (j *Job) slurmOutput(stdout, stderr string, rel slurmver.Release, hostname 
 // that says where the job is in its end or start first (COMPLETING, CONFIGURING,
 // REQUEUED, ...), else its base state.
 func stateOf(states []string) string {
-	for _, f := range []string{"COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+	for _, f := range []string{"COMPLETING", "STAGE_OUT", "CONFIGURING", "EXPEDITING", "RESIZING", "REQUEUED", "REQUEUE_FED",
 		"REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING"} {
 		if slices.Contains(states, f) {
 			return f
