@@ -146,6 +146,7 @@ func TestRun(t *testing.T) {
 		files   map[string]string
 		built   uint32 // the plugin's plugin_version (0: no plugin file)
 		answers map[string]string
+		conf    func(c *config.Config)
 		want    []string // "STATUS check: substring" of results that must be there
 	}{
 		{
@@ -185,6 +186,24 @@ func TestRun(t *testing.T) {
 			answers: map[string]string{"scontrol show config": "Configuration data as of now\nPlugStackConfig         = /opt/slurm/stack.conf\nPluginDir               = " + plugdir + "\n"},
 			want:    []string{"ok plugstack: /opt/slurm/stack.conf:1 loads spank_persyst.so"},
 		},
+		{
+			name:    "a tree on munge where Slurm runs auth/slurm",
+			files:   map[string]string{"etc/slurm/plugstack.conf": line},
+			built:   0x180b05,
+			answers: map[string]string{"scontrol show config": "AuthType                = auth/slurm\n"},
+			conf:    func(c *config.Config) { c.Collector = "col1:16830" },
+			want: []string{"FAIL tree: TreeAuth=munge: munged does not answer",
+				"FAIL tree: → Slurm authenticates with auth/slurm here, without munged: set TreeAuth=tls with TLSCert, TLSKey and TLSCA"},
+		},
+		{
+			name:  "a tree on TLS without its files",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			conf: func(c *config.Config) {
+				c.Collector, c.TLSCert, c.TLSKey, c.TLSCA = "col1:16830", "/etc/persyst/%n.pem", "/etc/persyst/%n.key", "/etc/persyst/ca.pem"
+			},
+			want: []string{"FAIL tree: TreeAuth=tls: stat", "FAIL tree: /etc/persyst/n1.pem"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,8 +215,12 @@ func TestRun(t *testing.T) {
 			for k, v := range tc.answers {
 				answers[k] = v
 			}
+			conf := config.Defaults()
+			if tc.conf != nil {
+				tc.conf(&conf)
+			}
 			rs := Run(context.Background(), Options{Host: hostfs.New(root), Node: "n1", Socket: filepath.Join(root, "none.sock"),
-				Config: config.Defaults(), Run: slurmCommands(answers)})
+				Config: conf, Run: slurmCommands(answers)})
 			var got []string
 			for _, r := range rs {
 				got = append(got, fmt.Sprintf("%s %s: %s", r.Status, r.Check, r.Detail))
