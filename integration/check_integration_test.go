@@ -136,7 +136,9 @@ func (c *cluster) check(t *testing.T, node string) (string, int) {
 		t.Fatal(err)
 	}
 	pid := strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
-	out, errOut, err := c.run(t, nil, "nsenter", "-t", pid, "-m", "-u", "-n",
+	// -r: the root of slurmd (a pristine root's chroot, where the package is installed),
+	// which entering its mount namespace alone would leave for the namespace's.
+	out, errOut, err := c.run(t, nil, "nsenter", "-t", pid, "-m", "-u", "-n", "-r",
 		persystBin(), "check", "--config", filepath.Join(c.dir, "etc/persyst.conf"))
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

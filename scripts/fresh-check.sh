@@ -34,6 +34,8 @@ bookworm | trixie | forky) ;;
 esac
 # shellcheck source=need.sh
 . "$ROOT/scripts/need.sh"
+# shellcheck source=debroot.sh
+. "$ROOT/scripts/debroot.sh"
 log() { echo "fresh-check: $*" >&2; }
 die() { echo "fresh-check: error: $*" >&2; exit 1; }
 
@@ -124,36 +126,10 @@ need_report fresh-check
 GOROOT_HOST=$(go env GOROOT)
 t0=$SECONDS
 
-# The host's apt sources and its Acquire settings (proxies, snapshot validity): a fresh
-# machine at this site reaches the archive the same way. Only Debian's own sources, their
-# suite names made SUITE's.
-apt_sources() {
-	local f host
-	host=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-	{
-		[ -s /etc/apt/sources.list ] && grep -v '^[[:space:]]*#' /etc/apt/sources.list | grep . || true
-		for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-			[ -f "$f" ] || continue
-			cat "$f"
-			echo
-		done
-	} | sed -E "s/\b$host(-updates|-security|-backports)?\b/$SUITE\1/g"
-}
-
 # 1. The pristine root's tarball.
 mkdir -p "$CACHE"/{apt,gomod,gocache}
 base="$CACHE/$SUITE-minbase.tar"
-if [ ! -s "$base" ] || [ -n "$(find "$base" -mtime +"$MAX_DAYS" 2>/dev/null)" ]; then
-	log "building a minimal Debian $SUITE root (mmdebstrap)"
-	aptopts=()
-	for f in /etc/apt/apt.conf.d/*; do
-		[ -f "$f" ] && grep -q '^[[:space:]]*Acquire' "$f" && aptopts+=(--aptopt="$f")
-	done
-	rm -f "$CACHE/new.tar"
-	apt_sources | mmdebstrap --quiet --variant=minbase --include=make "${aptopts[@]}" \
-		"$SUITE" "$CACHE/new.tar" - || die "mmdebstrap failed"
-	mv "$CACHE/new.tar" "$base"
-fi
+debroot_tarball "$SUITE" "$base" "$MAX_DAYS" --variant=minbase --include=make || die "mmdebstrap failed"
 
 # 2. A fresh copy of it, with the checkout in /src/persyst. PERSYST_FRESH_REUSE=1 (for a
 # developer iterating, never for make test) takes the root a failed run kept, with what its
@@ -204,6 +180,13 @@ if [ -d "$WORK/root/src/persyst/build/test-artifacts" ]; then
 	rm -rf "$ROOT/build/test-artifacts"
 	cp -r "$WORK/root/src/persyst/build/test-artifacts" "$ROOT/build/test-artifacts"
 	log "test artifacts in $ROOT/build/test-artifacts"
+fi
+# The packages built there for SUITE's Slurm (the virtual node installs them: vm.sh).
+if [ "$rc" = 0 ] && compgen -G "$WORK/root/src/persyst/build/package/persyst_*.deb" >/dev/null; then
+	rm -rf "$ROOT/build/package-$SUITE"
+	mkdir -p "$ROOT/build/package-$SUITE"
+	cp "$WORK/root/src/persyst/build/package/"persyst_*.deb "$ROOT/build/package-$SUITE/"
+	log "$SUITE's package in $ROOT/build/package-$SUITE"
 fi
 [ "$rc" = 0 ] || die "$SUITE: failed inside the fresh root after $((SECONDS - t0)) s (output above); the root is kept in $WORK/root"
 log "$SUITE: passed in $((SECONDS - t0)) s"

@@ -256,6 +256,10 @@ func isScope(name, node string) bool {
 // cgroup.conf's CgroupJobIdPaths=yes, 26.05.2 and later).
 var sluidRE = regexp.MustCompile(`^s[0-9A-HJKMNP-TV-Z]{13}$`)
 
+// IsSLUID says whether a cgroup directory's name is a SLUID (Slurm 26.05's cgroup/v2
+// names a job's directory so, unless CgroupJobIdPaths=yes), not job_<id>.
+func IsSLUID(name string) bool { return sluidRE.MatchString(name) }
+
 // JobDir cuts a cgroup path after job's directory: its "job_<id>" component, or on
 // cgroup v2 the component right below a slurmstepd scope when it is a SLUID (the path
 // of one of the job's processes, which the kernel gives: Slurm names the job there).
