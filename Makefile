@@ -14,7 +14,7 @@ PKG_VERSION = $(shell scripts/pkgversion.sh '$(VERSION)')
 LDFLAGS := -X main.version=$(VERSION)
 GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
-.PHONY: package generate record-slurm fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-unit integration fresh-check bench clean
+.PHONY: package generate record-slurm fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-vm test-unit integration fresh-check bench clean
 
 all: build
 
@@ -120,6 +120,12 @@ test-here: deps build
 # The README's set-up and every test in a pristine Debian 12 root (scripts/fresh-check.sh).
 fresh-check: deps
 	scripts/fresh-check.sh
+
+# persyst on a node as production runs it: a virtual machine with systemd and cgroup v2,
+# Debian SUITE's Slurm (trixie: 24.11, forky: 26.05) and persyst's .deb (scripts/vm.sh).
+SUITE ?= trixie
+test-vm: deps
+	SUITE=$(SUITE) scripts/vm.sh
 
 test-unit:
 	$(GO) test ./...

@@ -93,5 +93,15 @@ else
 		PERSYST_FUZZ=$fuzz SUITE=$suite scripts/fresh-check.sh test-here
 		echo "== $suite: every test passed in $((SECONDS - t)) s"
 		fuzz=0
+		# The node as production runs it (systemd, cgroup v2), with the package just built
+		# for this release's Slurm: trixie's and forky's (scripts/vm.sh).
+		case "$suite" in
+		trixie | forky)
+			echo "== the $suite node as a virtual machine (scripts/vm.sh)"
+			t=$SECONDS
+			PERSYST_VM_DEB=$(ls -t build/package-"$suite"/persyst_*.deb | head -1) SUITE=$suite scripts/vm.sh
+			echo "== $suite's virtual node: every test passed in $((SECONDS - t)) s"
+			;;
+		esac
 	done
 fi

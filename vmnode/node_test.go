@@ -1,0 +1,639 @@
+//go:build vmnode
+
+package vmnode
+
+// The tests on the virtual node (scripts/vm.sh): run there as root, once, in order, after
+// the node booted with Slurm's daemons up and persyst's package installed (not started:
+// the package starts nothing, docs/admin.md). Jobs run as vmuser, the digests land in
+// its home as they would in a user's.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/slurmver"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	socket   = "/run/persyst/persyst.sock"
+	user     = "vmuser"
+	home     = "/home/vmuser"
+	workload = "/usr/local/bin/persyst-workload"
+	// The units the package ships that these tests start, with the most exposure
+	// `systemd-analyze security` may give each (its figure when this test was written;
+	// more fails, so that a unit's hardening is never lost unnoticed).
+	unitDaemon    = "persyst-daemon.service"
+	unitCollector = "persyst-collector.service"
+	unitFrontend  = "persyst-frontend.service"
+)
+
+var maxExposure = map[string]float64{
+	unitDaemon:    5.6, // 7.5 before RestrictNamespaces= and SystemCallFilter=
+	unitCollector: 1.3,
+	unitFrontend:  1.3,
+}
+
+func TestNode(t *testing.T) {
+	rel := slurmRelease(t)
+	t.Logf("Slurm %s", rel)
+	t.Run("systemd runs the node on cgroup v2", testNodeFacts)
+	t.Run("the package's units start under systemd", testUnits)
+	t.Run("each unit's exposure (systemd-analyze security)", testSecurity)
+	t.Run("one busy thread on 2 CPUs: CPUs left idle", testIdle)
+	t.Run("tiny writes", testTinyWrites)
+	t.Run("a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM)
+	t.Run("a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved)
+	t.Run("the daemon restarted by systemd mid-job keeps the job's coverage", testRestart)
+	t.Run("systemctl stop of the daemon neither fails nor delays a job", testStop)
+	t.Run("READY and the watchdog honoured", testWatchdog)
+	if rel.AtLeast(26, 5) {
+		t.Run("Slurm 26.05's SLUID directories, found without configuration", testSLUID)
+		t.Run("CgroupJobIdPaths=yes and a CgroupSlice of the site's", testJobIDPaths)
+	}
+	t.Run("every job Slurm ran was announced by the plugin", testAnnounced)
+	t.Run("persyst check finds every link working", testCheck)
+}
+
+func slurmRelease(t *testing.T) slurmver.Release {
+	out := run(t, "sinfo", "--version")
+	rel, err := slurmver.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+func testNodeFacts(t *testing.T) {
+	comm := strings.TrimSpace(read(t, "/proc/1/comm"))
+	if comm != "systemd" {
+		t.Errorf("PID 1 is %q, want systemd", comm)
+	}
+	if fs := strings.TrimSpace(run(t, "stat", "-f", "-c", "%T", "/sys/fs/cgroup")); fs != "cgroup2fs" {
+		t.Errorf("/sys/fs/cgroup is %s, want cgroup2fs", fs)
+	}
+	ctl := strings.Fields(read(t, "/sys/fs/cgroup/cgroup.controllers"))
+	for _, c := range []string{"cpu", "cpuset", "memory", "io", "pids"} {
+		if !contains(ctl, c) {
+			t.Errorf("cgroup v2 controllers %v lack %s", ctl, c)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^CgroupPlugin\s*=\s*cgroup/v2`).MatchString(run(t, "scontrol", "show", "config")) {
+		t.Errorf("Slurm's CgroupPlugin is not cgroup/v2")
+	}
+	for _, u := range []string{"munge", "slurmctld", "slurmd"} {
+		if s := state(t, u+".service"); s != "active" {
+			t.Errorf("%s is %s", u, s)
+		}
+	}
+}
+
+// testUnits starts the node daemon, a collector and the frontend by their units, as an
+// admin would after installing the package: the roles' arguments in /etc/default/persyst,
+// the tree's collector in persyst.conf.
+func testUnits(t *testing.T) {
+	// A 2 s cycle: the test jobs last seconds (the default, 60 s, suits real jobs).
+	write(t, "/etc/default/persyst", `PERSYST_DAEMON_ARGS="--cycle 2s"
+PERSYST_COLLECTOR_ARGS="--listen 127.0.0.1:16830"
+PERSYST_FRONTEND_ARGS="--collectors vmnode=127.0.0.1:16830 --nodes vmnode --node-addr 127.0.0.1:16831"
+`)
+	conf := read(t, "/etc/slurm/persyst.conf")
+	write(t, "/etc/slurm/persyst.conf", conf+"\nCollector=127.0.0.1:16830\n")
+	for _, u := range []string{unitCollector, unitDaemon, unitFrontend} {
+		// systemctl start returns once a Type=notify unit said READY: its listeners are
+		// bound by then.
+		run(t, "systemctl", "enable", "--now", u)
+		if s := state(t, u); s != "active" {
+			t.Fatalf("%s is %s after systemctl start:\n%s", u, s, journal(u))
+		}
+		p := show(t, u)
+		if p["Type"] != "notify" {
+			t.Errorf("%s: Type=%s, want notify", u, p["Type"])
+		}
+	}
+	if c, err := net.DialTimeout("unix", socket, time.Second); err != nil {
+		t.Errorf("the daemon is active but its socket does not answer: %v", err)
+	} else {
+		c.Close()
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:16830", time.Second); err != nil {
+		t.Errorf("the collector is active but does not listen: %v", err)
+	} else {
+		c.Close()
+	}
+	// Slurm must load the plugin the package put in its plugin directory: a job is
+	// announced (testAnnounced checks every job at the end).
+	id := sbatch(t, "--wrap", "true")
+	waitDone(t, id)
+}
+
+func testSecurity(t *testing.T) {
+	for _, u := range []string{unitDaemon, unitCollector, unitFrontend} {
+		out, _ := exec.Command("systemd-analyze", "security", "--no-pager", u).CombinedOutput()
+		e, word, err := Exposure(string(out), u)
+		if err != nil {
+			t.Errorf("%v:\n%s", err, out)
+			continue
+		}
+		t.Logf("%s: exposure %.1f %s; what it could still shut:\n%s", u, e, word, Exposed(string(out)))
+		if e > maxExposure[u] {
+			t.Errorf("%s: exposure %.1f, more than the %.1f it had:\n%s", u, e, maxExposure[u], out)
+		}
+	}
+}
+
+func testIdle(t *testing.T) {
+	id := sbatch(t, "-c", "2", "--wrap", workload+" spin -seconds 8 -threads 1")
+	st := waitDone(t, id)
+	r, text := digestOf(t, id)
+	wantFirst(t, r, "idle_cores")
+	if st != "COMPLETED" || !strings.Contains(text, "Allocated CPUs left idle") {
+		t.Errorf("job %d %s; its output:\n%s", id, st, text)
+	}
+}
+
+func testTinyWrites(t *testing.T) {
+	id := sbatch(t, "--wrap", workload+" write -file "+home+"/tiny.dat -bytes 67108864 -size 64 -min-seconds 6")
+	waitDone(t, id)
+	r, text := digestOf(t, id)
+	if !hasFinding(r, "io_write_request_size") || !strings.Contains(text, "write larger blocks") {
+		t.Errorf("job %d: findings %v, want io_write_request_size; its output:\n%s", id, keys(r), text)
+	}
+}
+
+func testOOM(t *testing.T) {
+	id := sbatch(t, "--mem=128M", "--wrap", "sleep 3; "+workload+" alloc -mib 400 -steps 8 -step-seconds 0.5 -hold 2; echo after")
+	st := waitDone(t, id)
+	r, text := digestOf(t, id)
+	if st != "OUT_OF_MEMORY" {
+		t.Errorf("job %d ended %s in Slurm, want OUT_OF_MEMORY", id, st)
+	}
+	if r.EndState == nil || r.EndState.State != "OUT_OF_MEMORY" || len(r.Events) == 0 || r.Events[0].Key != "oom_kill" {
+		t.Errorf("job %d: end state %+v, events %+v; want OUT_OF_MEMORY and oom_kill first", id, r.EndState, r.Events)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(text), " "), "of the 128.0 MiB requested") {
+		t.Errorf("job %d's digest does not name its request:\n%s", id, text)
+	}
+	// The kill is counted in the job's own memory.events (cgroup v2), which the test
+	// reads too while the cgroup is gone: the digest's event is the proof.
+}
+
+// testStarved runs a neighbour outside Slurm (a service in system.slice, as a site's
+// agent or another tenant's process would be) with two busy threads while a job with
+// work for its 2 CPUs runs: the job waits for CPU, which its own cpu.pressure shows.
+func testStarved(t *testing.T) {
+	run(t, "systemd-run", "--unit", "vmnode-neighbour", "--collect", workload, "spin", "-threads", "2", "-seconds", "60")
+	defer exec.Command("systemctl", "stop", "vmnode-neighbour").Run()
+	id := sbatch(t, "-c", "2", "--wrap", workload+" spin -seconds 10 -threads 2")
+	waitDone(t, id)
+	r, text := digestOf(t, id)
+	logCPU(t, r)
+	wantFirst(t, r, "cpu_starved")
+	if hasFinding(r, "idle_cores") {
+		t.Errorf("job %d: findings %v: its CPUs were busy, not idle; its output:\n%s", id, keys(r), text)
+	}
+}
+
+// testRestart: a restarted daemon takes the job back from its state directory. What it
+// did not measure is the restart itself, stated as such in the digest; the rest of the
+// job is measured.
+func testRestart(t *testing.T) {
+	id := sbatch(t, "--wrap", workload+" spin -seconds 20 -threads 1")
+	waitSamples(t, id, 3)
+	before := show(t, unitDaemon)["MainPID"]
+	t0 := time.Now()
+	run(t, "systemctl", "restart", unitDaemon)
+	t1 := time.Now()
+	t.Logf("systemctl restart took %s", t1.Sub(t0).Round(time.Millisecond))
+	if after := show(t, unitDaemon)["MainPID"]; after == before {
+		t.Fatalf("the daemon's MainPID is still %s after systemctl restart", after)
+	}
+	waitDone(t, id)
+	r, text := digestOf(t, id)
+	c := r.Coverage
+	if c == nil {
+		t.Fatalf("job %d: no coverage in the digest", id)
+	}
+	t.Logf("job %d: measured %.0f s of %.0f s, gaps %+v", id, c.Measured, c.Elapsed, c.Gaps)
+	if len(c.Missing) > 0 || c.Late {
+		t.Errorf("job %d: nodes missing %+v, late %v", id, c.Missing, c.Late)
+	}
+	// The gap runs from the old daemon's last sample (a cycle, 2 s, before it stopped)
+	// to the new one's first: it restores its jobs and opens their meters again, which
+	// takes seconds under software emulation (8 s seen).
+	var gaps float64
+	for _, g := range c.Gaps {
+		gaps += g.To.Sub(g.From).Seconds()
+		if g.From.Before(t0.Add(-3*time.Second)) || g.To.After(t1.Add(15*time.Second)) || !strings.Contains(g.Why, "daemon was not running") {
+			t.Errorf("job %d: gap %s to %s (%s) is not the restart's, %s to %s", id,
+				g.From.Format(time.TimeOnly), g.To.Format(time.TimeOnly), g.Why, t0.Format(time.TimeOnly), t1.Format(time.TimeOnly))
+		}
+	}
+	if c.Measured < c.Elapsed-gaps-2 {
+		t.Errorf("job %d: measured %.0f s of %.0f s, with %.0f s in gaps: the rest was not measured", id, c.Measured, c.Elapsed, gaps)
+	}
+	if len(c.Gaps) > 0 && !strings.Contains(strings.Join(strings.Fields(text), " "), "(the persyst daemon was not running)") {
+		t.Errorf("job %d's digest does not state the restart's gap:\n%s", id, text)
+	}
+}
+
+func testStop(t *testing.T) {
+	id := sbatch(t, "--wrap", "sleep 8; echo done")
+	waitRunning(t, id)
+	time.Sleep(2 * time.Second)
+	t0 := time.Now()
+	run(t, "systemctl", "stop", unitDaemon)
+	t.Logf("systemctl stop took %s", time.Since(t0).Round(time.Millisecond))
+	// A job that starts while the daemon is down runs at once.
+	t1 := time.Now()
+	id2 := sbatch(t, "--wrap", "echo done")
+	if st := waitDone(t, id2); st != "COMPLETED" {
+		t.Errorf("job %d started while the daemon was stopped ended %s", id2, st)
+	}
+	if d := time.Since(t1); d > 20*time.Second {
+		t.Errorf("job %d took %s with the daemon stopped", id2, d)
+	}
+	if st := waitDone(t, id); st != "COMPLETED" {
+		t.Errorf("job %d ended %s with the daemon stopped mid-job", id, st)
+	}
+	if el := elapsed(t, id); el > 15*time.Second {
+		t.Errorf("job %d (sleep 8) took %s with the daemon stopped mid-job", id, el)
+	}
+	for _, j := range []uint32{id, id2} {
+		if out := read(t, outFile(j)); out != "done\n" {
+			t.Errorf("job %d's output is not only its own: %q", j, out)
+		}
+	}
+	run(t, "systemctl", "start", unitDaemon)
+}
+
+// testWatchdog: the units ran longer than their WatchdogSec, pinging systemd, and were
+// never restarted by it.
+func testWatchdog(t *testing.T) {
+	for _, u := range []string{unitDaemon, unitCollector, unitFrontend} {
+		p := show(t, u)
+		span, err := Span(p["WatchdogUSec"])
+		if err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+		wd := uint64(span / time.Microsecond)
+		active := parseMono(p["ActiveEnterTimestampMonotonic"])
+		ping := parseMono(p["WatchdogTimestampMonotonic"])
+		up := monotonicNow(t) - active
+		t.Logf("%s: watchdog %s, active %s, last ping %s ago, restarts %s", u,
+			time.Duration(wd)*time.Microsecond, time.Duration(up)*time.Microsecond,
+			time.Duration(monotonicNow(t)-ping)*time.Microsecond, p["NRestarts"])
+		if wd == 0 {
+			t.Errorf("%s has no watchdog (WatchdogUSec=%q)", u, p["WatchdogUSec"])
+			continue
+		}
+		if p["NRestarts"] != "0" {
+			t.Errorf("%s was restarted %s times by systemd:\n%s", u, p["NRestarts"], journal(u))
+		}
+		if u != unitDaemon && up < wd {
+			t.Errorf("%s has been active %s only, less than its watchdog's %s", u, time.Duration(up)*time.Microsecond, time.Duration(wd)*time.Microsecond)
+		}
+		if ping == 0 || monotonicNow(t)-ping > wd {
+			t.Errorf("%s: no watchdog ping within %s (last at %d)", u, time.Duration(wd)*time.Microsecond, ping)
+		}
+	}
+}
+
+func testSLUID(t *testing.T) {
+	id := sbatch(t, "--wrap", workload+" spin -seconds 8 -threads 1")
+	j := waitSamples(t, id, 2)
+	t.Logf("job %d's cgroups: %v", id, j.Cgroups)
+	if !anyDir(j.Cgroups, jobcgroup.IsSLUID) {
+		t.Errorf("job %d's cgroups %v are not under a SLUID directory", id, j.Cgroups)
+	}
+	waitDone(t, id)
+	r, _ := digestOf(t, id)
+	if r.Samples < 2 {
+		t.Errorf("job %d: %d samples", id, r.Samples)
+	}
+}
+
+// testJobIDPaths configures the node as cgroup.conf(5) says a site moves Slurm to a slice
+// of its own: CgroupSlice= there and Slice= in slurmd's unit, the stepd scope stopped,
+// slurmd restarted. persyst must find the jobs there, with no configuration of its own.
+func testJobIDPaths(t *testing.T) {
+	conf := read(t, "/etc/slurm/cgroup.conf")
+	write(t, "/etc/slurm/cgroup.conf", conf+"CgroupJobIdPaths=yes\nCgroupSlice=slurmjobs.slice\n")
+	if err := os.MkdirAll("/etc/systemd/system/slurmd.service.d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, "/etc/systemd/system/slurmd.service.d/slice.conf", "[Service]\nSlice=slurmjobs.slice\n")
+	run(t, "systemctl", "daemon-reload")
+	run(t, "systemctl", "stop", "slurmd")
+	run(t, "systemctl", "stop", "*slurmstepd.scope")
+	if out, err := exec.Command("systemctl", "start", "slurmd").CombinedOutput(); err != nil {
+		t.Fatalf("systemctl start slurmd: %v\n%s\n%s\n%s", err, out, journal("slurmd"), tail("/var/log/slurm/slurmd.log", 30))
+	}
+	waitIdle(t)
+	id := sbatch(t, "--wrap", workload+" spin -seconds 8 -threads 1")
+	j := waitSamples(t, id, 2)
+	t.Logf("job %d's cgroups: %v", id, j.Cgroups)
+	want := regexp.MustCompile(`/slurmjobs\.slice/(vmnode_)?slurmstepd\.scope/job_` + strconv.FormatUint(uint64(id), 10) + `(/|$)`)
+	if !matchPath(j.Cgroups, want) {
+		t.Errorf("job %d's cgroups %v: none under %s", id, j.Cgroups, want)
+	}
+	waitDone(t, id)
+	r, _ := digestOf(t, id)
+	if r.Samples < 2 {
+		t.Errorf("job %d: %d samples", id, r.Samples)
+	}
+}
+
+func testAnnounced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := daemon.List(ctx, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Node != "vmnode" {
+		t.Errorf("the daemon says it is node %q, want vmnode", l.Node)
+	}
+	if u := l.Unannounced; u == nil || u.Total != 0 {
+		t.Errorf("jobs never announced by the plugin: %+v", u)
+	}
+}
+
+func testCheck(t *testing.T) {
+	out, err := exec.Command("persyst", "check").CombinedOutput()
+	t.Logf("persyst check:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "persyst works on this node") {
+		t.Errorf("persyst check: %v", err)
+	}
+}
+
+// --- helpers ---
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func state(t *testing.T, unit string) string {
+	out, _ := exec.Command("systemctl", "is-active", unit).Output()
+	return strings.TrimSpace(string(out))
+}
+
+func show(t *testing.T, unit string) map[string]string {
+	t.Helper()
+	return Show(run(t, "systemctl", "show", unit))
+}
+
+func journal(unit string) string {
+	out, _ := exec.Command("journalctl", "--no-pager", "-n", "40", "-u", unit).CombinedOutput()
+	return string(out)
+}
+
+// tail is a file's last n lines (for a failure's message).
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return path + ":\n" + strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+func outFile(id uint32) string { return filepath.Join(home, fmt.Sprintf("job-%d.out", id)) }
+
+// sbatch submits a job as vmuser, its output in vmuser's home, and returns its id.
+func sbatch(t *testing.T, args ...string) uint32 {
+	t.Helper()
+	a := append([]string{"-u", user, "--", "sbatch", "--parsable", "-D", home, "-o", home + "/job-%j.out"}, args...)
+	out := strings.TrimSpace(run(t, "runuser", a...))
+	id, err := strconv.ParseUint(strings.Split(out, ";")[0], 10, 32)
+	if err != nil {
+		t.Fatalf("sbatch said %q", out)
+	}
+	return uint32(id)
+}
+
+var jobState = regexp.MustCompile(`\bJobState=(\S+)`)
+
+func jobField(t *testing.T, id uint32, re *regexp.Regexp) string {
+	t.Helper()
+	out := run(t, "scontrol", "show", "job", "-o", strconv.FormatUint(uint64(id), 10))
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("scontrol show job %d: no %s in %q", id, re, out)
+	}
+	return m[1]
+}
+
+// waitDone waits for job id to end in Slurm and returns its state.
+func waitDone(t *testing.T, id uint32) string {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	for time.Now().Before(deadline) {
+		switch st := jobField(t, id, jobState); st {
+		case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED":
+			time.Sleep(500 * time.Millisecond)
+		default:
+			return st
+		}
+	}
+	t.Fatalf("job %d did not end in 4 minutes", id)
+	return ""
+}
+
+func waitRunning(t *testing.T, id uint32) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if jobField(t, id, jobState) == "RUNNING" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("job %d did not start in 2 minutes", id)
+}
+
+// waitIdle waits until the node takes jobs again (after slurmd's restart).
+func waitIdle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		out, _ := exec.Command("sinfo", "-h", "-n", "vmnode", "-o", "%t").Output()
+		if s := strings.TrimSpace(string(out)); s == "idle" || s == "mix" {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("vmnode is not idle 2 minutes after slurmd's restart")
+}
+
+var elapsedRE = regexp.MustCompile(`\bRunTime=(\d+):(\d+):(\d+)`)
+
+func elapsed(t *testing.T, id uint32) time.Duration {
+	t.Helper()
+	out := run(t, "scontrol", "show", "job", "-o", strconv.FormatUint(uint64(id), 10))
+	m := elapsedRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("scontrol show job %d: no RunTime in %q", id, out)
+	}
+	h, _ := strconv.Atoi(m[1])
+	mi, _ := strconv.Atoi(m[2])
+	s, _ := strconv.Atoi(m[3])
+	return time.Duration(h*3600+mi*60+s) * time.Second
+}
+
+// waitSamples waits until the daemon measured job id k times, and returns its record.
+func waitSamples(t *testing.T, id uint32, k int) daemon.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, jobs, err := daemon.ListJobs(ctx, socket)
+		cancel()
+		if err == nil {
+			for _, j := range jobs {
+				if j.JobID == id && j.Measurement != nil && j.Measurement.Samples >= k {
+					return j
+				}
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("job %d never had %d samples", id, k)
+	return daemon.JobStatus{}
+}
+
+// digestOf waits for job id's digest in its output file, and returns the daemon's report
+// of it and the output.
+func digestOf(t *testing.T, id uint32) (*digest.Report, string) {
+	t.Helper()
+	mark := "persyst: job " + strconv.FormatUint(uint64(id), 10)
+	deadline := time.Now().Add(time.Minute)
+	var text string
+	for {
+		b, err := os.ReadFile(outFile(id))
+		text = string(b)
+		if err == nil && strings.Contains(text, mark) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no digest in job %d's output after a minute:\n%s", id, text)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := daemon.JobReport(ctx, socket, id)
+	if err != nil {
+		t.Fatalf("job %d's report: %v", id, err)
+	}
+	t.Logf("job %d's digest:\n%s", id, text)
+	return r, text
+}
+
+// logCPU logs what the CPU properties of a job's report say, and what they are made of.
+func logCPU(t *testing.T, r *digest.Report) {
+	t.Helper()
+	for _, p := range r.Properties {
+		switch p.Key {
+		case "cpu_pressure", "idle_cores", "cpu_starved", "oversubscription":
+			t.Logf("job %d: %s median %.2f, share %.2f, finding %v %s", r.JobID, p.Key, p.Median(), p.TimeShare, p.Finding, p.Suppressed)
+		}
+	}
+}
+
+func keys(r *digest.Report) []string {
+	var k []string
+	for _, f := range r.Findings {
+		k = append(k, f.Key)
+	}
+	return k
+}
+
+func hasFinding(r *digest.Report, key string) bool { return contains(keys(r), key) }
+
+func wantFirst(t *testing.T, r *digest.Report, key string) {
+	t.Helper()
+	if k := keys(r); len(k) == 0 || k[0] != key {
+		t.Errorf("job %d: findings %v, want %s first", r.JobID, k, key)
+	}
+}
+
+func anyDir(cgroups map[string]string, ok func(string) bool) bool {
+	for _, p := range cgroups {
+		for _, part := range strings.Split(p, "/") {
+			if ok(part) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func matchPath(cgroups map[string]string, re *regexp.Regexp) bool {
+	for _, p := range cgroups {
+		if re.MatchString(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseMono reads a monotonic timestamp in µs from systemctl show (0 when unset).
+func parseMono(s string) uint64 {
+	v, _ := strconv.ParseUint(s, 10, 64)
+	return v
+}
+
+// monotonicNow is CLOCK_MONOTONIC in µs, systemd's monotonic timestamps' clock.
+func monotonicNow(t *testing.T) uint64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatalf("clock_gettime: %v", err)
+	}
+	return uint64(ts.Sec)*1e6 + uint64(ts.Nsec)/1e3
+}

@@ -1,0 +1,74 @@
+package vmnode
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestExposure(t *testing.T) {
+	const out = `  NAME                                                        DESCRIPTION                                                             EXPOSURE
+✗ PrivateNetwork=                                             Service has access to the host's network                                     0.5
+✓ NoNewPrivileges=                                            Service processes cannot acquire new privileges
+
+→ Overall exposure level for persyst-daemon.service: 5.4 MEDIUM 😐
+`
+	for _, tc := range []struct {
+		name, out, unit string
+		want            float64
+		word            string
+		err             bool
+	}{
+		{"the unit's line", out, "persyst-daemon.service", 5.4, "MEDIUM", false},
+		{"another unit's line is not this one's", out, "persyst-collector.service", 0, "", true},
+		{"a whole number", "→ Overall exposure level for a.service: 9 UNSAFE 😨\n", "a.service", 9, "UNSAFE", false},
+		{"no verdict", "Failed to get unit\n", "a.service", 0, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, word, err := Exposure(tc.out, tc.unit)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want error %v", err, tc.err)
+			}
+			if got != tc.want || word != tc.word {
+				t.Errorf("got %v %q, want %v %q", got, word, tc.want, tc.word)
+			}
+		})
+	}
+}
+
+func TestExposed(t *testing.T) {
+	out := "  NAME   DESCRIPTION   EXPOSURE\n✗ PrivateNetwork=   Service has access to the host's network   0.5\n✓ NoNewPrivileges=   Service processes cannot acquire new privileges\n"
+	if got, want := Exposed(out), "✗ PrivateNetwork= Service has access to the host's network 0.5\n"; got != want {
+		t.Errorf("Exposed = %q, want %q", got, want)
+	}
+}
+
+func TestShow(t *testing.T) {
+	got := Show("Type=notify\nNRestarts=0\nExecStart={ path=/usr/bin/persyst ; argv[]=a=b }\nbad line\nNRestarts=2\n")
+	want := map[string]string{"Type": "notify", "NRestarts": "2", "ExecStart": "{ path=/usr/bin/persyst ; argv[]=a=b }"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Show (-want +got):\n%s", d)
+	}
+}
+
+func TestSpan(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"30s", 30 * time.Second, false},
+		{"1min 30s", 90 * time.Second, false},
+		{"500ms", 500 * time.Millisecond, false},
+		{"30000000", 30 * time.Second, false},
+		{"infinity", 0, false},
+		{"", 0, false},
+		{"2 fortnights", 0, true},
+	} {
+		got, err := Span(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("Span(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
