@@ -194,26 +194,63 @@ mkfs.ext4 -q -F -L vmnode -d "$r" "$WORK/disk.img"
 rm -rf "$r"
 log "disk image ready after $((SECONDS - t0)) s"
 
-# 3. Boot it.
+# 3. Boot it. A boot that never reaches the tests within PERSYST_VM_BOOT_TIMEOUT seconds
+# (default 300; software emulation has crashed a guest's kernel as it booted) is tried
+# once more on a fresh copy of the disk; the tests themselves run once.
 accel=(-accel tcg,thread=single -cpu max)
 [ "${PERSYST_VM_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
-: >"$WORK/tests.log"
-tail -n +1 -F "$WORK/tests.log" 2>/dev/null &
-tailpid=$!
-trap 'kill $tailpid 2>/dev/null || true' EXIT
+cp --sparse=always "$WORK/disk.img" "$WORK/disk0.img"
+tailpid=
+qpid=
+trap 'kill $tailpid $qpid 2>/dev/null || true' EXIT
+# boot: run the machine until it powers off; 0 when the tests ran (whatever their verdict),
+# 3 when it never reached them.
+boot() {
+	local rc=0 started= why=
+	cp --sparse=always "$WORK/disk0.img" "$WORK/disk.img"
+	: >"$WORK/tests.log"
+	tail -n +1 -F "$WORK/tests.log" 2>/dev/null &
+	tailpid=$!
+	timeout --kill-after=10 "$TIMEOUT" qemu-system-x86_64 -machine q35 "${accel[@]}" -smp 2 -m 2048 \
+		-nic none -no-reboot -display none -monitor none \
+		-kernel "$WORK/vmlinuz" -initrd "$WORK/initrd.img" \
+		-append "root=/dev/vda rw console=ttyS0 panic=-1 systemd.unified_cgroup_hierarchy=1 quiet" \
+		-drive "file=$WORK/disk.img,format=raw,if=virtio" \
+		-serial "file:$WORK/console.log" -serial "file:$WORK/tests.log" &
+	qpid=$!
+	local tq=$SECONDS
+	while kill -0 "$qpid" 2>/dev/null; do
+		if [ -z "$started" ] && grep -aq '^vmnode: ' "$WORK/tests.log"; then
+			started=1
+			log "the node reached its tests $((SECONDS - tq)) s after qemu started"
+		fi
+		if [ -z "$started" ] && [ $((SECONDS - tq)) -gt "${PERSYST_VM_BOOT_TIMEOUT:-300}" ]; then
+			why="stopped: no test began within ${PERSYST_VM_BOOT_TIMEOUT:-300} s"
+			kill "$qpid" 2>/dev/null || true
+		fi
+		sleep 1
+	done
+	wait "$qpid" || rc=$?
+	qpid=
+	sleep 1
+	kill "$tailpid" 2>/dev/null || true
+	if [ -z "$started" ] && ! grep -aq '^vmnode: ' "$WORK/tests.log"; then
+		tail -30 "$WORK/console.log"
+		log "$SUITE: the node did not reach its tests (${why:-qemu exited $rc}; console above)"
+		return 3
+	fi
+	[ "$rc" = 124 ] && { tail -30 "$WORK/console.log"; die "$SUITE: the node did not power off within $TIMEOUT s (console above)"; }
+	[ "$rc" = 0 ] || { tail -30 "$WORK/console.log"; die "$SUITE: qemu exited $rc (console above)"; }
+	return 0
+}
 tb=$SECONDS
-rc=0
-timeout --kill-after=10 "$TIMEOUT" qemu-system-x86_64 -machine q35 "${accel[@]}" -smp 2 -m 2048 \
-	-nic none -no-reboot -display none -monitor none \
-	-kernel "$WORK/vmlinuz" -initrd "$WORK/initrd.img" \
-	-append "root=/dev/vda rw console=ttyS0 panic=-1 systemd.unified_cgroup_hierarchy=1 quiet" \
-	-drive "file=$WORK/disk.img,format=raw,if=virtio" \
-	-serial "file:$WORK/console.log" -serial "file:$WORK/tests.log" || rc=$?
-sleep 1
-kill $tailpid 2>/dev/null || true
-[ "$rc" = 124 ] && { tail -30 "$WORK/console.log"; die "$SUITE: the node did not power off within $TIMEOUT s (console above)"; }
-[ "$rc" = 0 ] || { tail -30 "$WORK/console.log"; die "$SUITE: qemu exited $rc (console above)"; }
+if ! boot; then
+	log "$SUITE: booting the node once more"
+	tb=$SECONDS
+	boot || die "$SUITE: the node did not reach its tests twice"
+fi
 verdict=$(tr -d '\r' <"$WORK/tests.log" | grep -a '^vmnode: tests exited' | tail -1 || true)
 [ -n "$verdict" ] || { tail -30 "$WORK/console.log"; die "$SUITE: the tests did not finish (console above)"; }
 [ "$verdict" = "vmnode: tests exited 0" ] || die "$SUITE: the node's tests failed ($verdict; output above)"
+rm -f "$WORK/disk0.img"
 log "$SUITE: every test on the node passed; boot to power-off $((SECONDS - tb)) s, all $((SECONDS - t0)) s"
