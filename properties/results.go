@@ -251,7 +251,8 @@ func (a *Accumulator) evalJob(n *enode, sl *slots, w float64) {
 
 // memGrowth fits a line to the job's memory (anonymous memory where measured, else
 // memory in use) over the cycle samples, up to the last one
-// still holding at least half the peak (the job's teardown frees everything), and
+// still holding at least half the peak (the job's teardown frees everything; a last
+// sample caught in the middle of it, below the peak just before, is left out too), and
 // returns the growth along the line as a share of the peak, when the line explains the
 // series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is false when
 // there is no memory series at all.
@@ -285,6 +286,12 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 	}
 	last := len(ms) - 1
 	for last >= 0 && ms[last] < peak/2 {
+		last--
+	}
+	// The teardown can also fall into the last cycle with more than half the peak still
+	// held (its processes exiting mid-sample): a last point below the one before it, when
+	// that one is the peak, is the job ending, not its memory's trend.
+	if last >= 1 && ms[last] < ms[last-1] && ms[last-1] == peak {
 		last--
 	}
 	ts, ms = ts[:last+1], ms[:last+1]
