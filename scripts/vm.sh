@@ -86,8 +86,9 @@ cp "$r"/boot/initrd.img-* "$WORK/initrd.img"
 	CGO_ENABLED=0 go build -trimpath -o "$r/usr/local/bin/persyst-workload" ./cmd/persyst-workload
 )
 cp "$deb" "$r/root/persyst.deb"
-# PERSYST_VM_RUN: only the tests it names (go test -run), while iterating.
-echo "${PERSYST_VM_RUN:-.}" >"$r/root/vmnode.run"
+# The node's tests (TestNode; the package's other tests read the checkout and run on the
+# host), or PERSYST_VM_RUN's (go test -run) while iterating.
+echo "${PERSYST_VM_RUN:-^TestNode\$}" >"$r/root/vmnode.run"
 
 # The node's name resolves to an address of its own (it has no network device: a dummy one).
 echo vmnode >"$r/etc/hostname"
