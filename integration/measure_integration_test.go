@@ -473,8 +473,12 @@ func TestSlurmMeasures(t *testing.T) {
 		// the read before it exits. The shell (a tracked process) inherits them when it
 		// reaps the workload; the shell itself is reaped by slurmstepd, outside the job.
 		// Without the pause, I/O since the last cycle before the job's last process exits
-		// would be lost (see daemon/measure/procio).
-		script := fmt.Sprintf("#!/bin/sh\n%s\nsleep 2\n", strings.Join(w.argv(load, filepath.Join(c.work, strconv.Itoa(i))), " "))
+		// would be lost (see daemon/measure/procio). It starts with a pause of 1 s too: the
+		// daemon answers the batch step's start before it opens the job's counters (a
+		// job's first milliseconds are never judged), and a workload as short as the
+		// 10000 opens (about 30 ms) would otherwise race the opening (it lost 40 % of its
+		// opens once, on a busy machine).
+		script := fmt.Sprintf("#!/bin/sh\nsleep 1\n%s\nsleep 2\n", strings.Join(w.argv(load, filepath.Join(c.work, strconv.Itoa(i))), " "))
 		if err := os.MkdirAll(filepath.Join(c.work, strconv.Itoa(i)), 0o777); err != nil {
 			t.Fatal(err)
 		}
