@@ -62,6 +62,15 @@ func TestCorpus(t *testing.T) {
 		{name: "one thread on two CPUs", argv: []string{"@C", "spin", "3", "1"}, first: "idle_cores"},
 		{name: "tiny reads", cpus: "0", argv: []string{"@C", "read", "@D/r", "1048576", "64", "3"}, first: "io_read_request_size"},
 		{name: "tiny writes", cpus: "0", argv: []string{"@C", "write", "@D/w", "67108864", "64", "3"}, first: "io_write_request_size"},
+		// Small requests cost the job: unbuffered lines (a write(2) per line: kernel time),
+		// a flush to storage after every 4 KiB (each write waits for the device).
+		{name: "unbuffered lines", cpus: "0", argv: []string{"sh", "-c", `perl -e '$|=1; my $e=time+3; while (time<$e) { print "x" x 25, "\n" for 1..1000 }' > @D/lines`}, first: "io_write_request_size"},
+		{name: "sync after every write", cpus: "0", argv: []string{"@C", "syncwrite", "3", "@D/sync"}, first: "io_write_request_size"},
+		// Small requests that cost nothing: programs through pipes (4 KiB pipe transfers),
+		// and a stdio writer's 4 KiB writes of 64 MiB.
+		{name: "pipeline through pipes", cpus: "0", argv: []string{"sh", "-c", "seq 3000000 | shuf | sort -n > @D/sorted"}},
+		{name: "stdio writer", cpus: "0", argv: []string{"sh", "-c", "@W write -file @D/stdio -bytes 67108864 -size 4096 && @C spin 2 1"}},
+		{name: "one CPU that only waits", cpus: "0", argv: []string{"sleep", "3"}, first: "idle_cpu"},
 		{name: "open storm (openat)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f"}, first: "file_open_rate"},
 		{name: "open storm (open)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f", "legacy"}, first: "file_open_rate"},
 		{name: "fork/exec storm", argv: []string{"@C", "forkexec", "3", "/bin/true"}, first: "process_creation_rate"},
@@ -238,6 +247,7 @@ func TestCorpusSlurm(t *testing.T) {
 		{"true", "true", nil, "startup", ""},
 		{"balanced compute", "@C spin 3 2", []string{"-c", "2"}, "", ""},
 		{"sleep only", "sleep 3", []string{"-c", "2"}, "idle_cores", ""},
+		{"one CPU that only waits", "sleep 3", []string{"-c", "1"}, "idle_cpu", ""},
 		{"tiny reads", "@C read @D/r 1048576 64 3", nil, "io_read_request_size", ""},
 		{"fork/exec storm", "@C forkexec 3 /bin/true", nil, "process_creation_rate", ""},
 		{"oversubscription", "@C spin 3 8", []string{"-c", "2"}, "oversubscription", ""},

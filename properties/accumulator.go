@@ -406,8 +406,14 @@ func (a *Accumulator) eval(n *enode, on []device, all *devSet, s sample.Sample, 
 func (a *Accumulator) record(pe *propEval, sl *slots, w, wall float64) (cond bool, v, sev float64, valid bool) {
 	p, x := pe.p, &a.accs[pe.i]
 	x.reached = true
-	for _, i := range pe.value {
+	var zeroed []string // optional names not measured here (for expr's VM)
+	for k, i := range pe.value {
 		if !sl.has[i] {
+			if pe.optional[k] {
+				sl.v[i] = 0 // has stays false: other properties still see it missing
+				zeroed = append(zeroed, a.e.tab.list[i])
+				continue
+			}
 			if x.notAssessed == "" {
 				x.notAssessed, x.notAssessedName = "not measured", a.e.tab.list[i]
 			}
@@ -424,7 +430,11 @@ func (a *Accumulator) record(pe *propEval, sl *slots, w, wall float64) (cond boo
 	if pe.fast != nil {
 		v = pe.fast(sl.v)
 	} else {
-		out, err := expr.Run(p.value, sl.env(&a.e.tab))
+		env := sl.env(&a.e.tab)
+		for _, n := range zeroed {
+			env[n] = 0.0
+		}
+		out, err := expr.Run(p.value, env)
 		if err != nil {
 			return false, 0, 0, false
 		}

@@ -17,6 +17,7 @@
 //	report = finding                # finding (may appear in the digest) or info
 //	robust = long                   # long: only for jobs of at least DigestMinSeconds
 //	rank = 1                        # weight when ordering findings (a general symptom < 1)
+//	optional = psi_io_some_seconds  # names that count as 0 where not measured
 //	recommendation = Write in large blocks ...
 //
 // Expressions are evaluated with github.com/expr-lang/expr over the metrics of
@@ -38,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,7 +102,11 @@ type Property struct {
 	// Folds are the properties this one explains when it is a finding (its symptoms:
 	// CPUs left idle make the load between CPUs unequal): they are not reported beside
 	// it (Fold).
-	Folds          []string
+	Folds []string
+	// Optional are names of the value that count as 0 where they were not measured (a
+	// branch of the value that needs them falls silent); any other name that was not
+	// measured leaves the property not assessed.
+	Optional       []string
 	Recommendation string
 	Line           int // where it is defined
 
@@ -279,6 +285,13 @@ func (p *Property) set(k, v string) error {
 			}
 			p.Folds = append(p.Folds, strings.TrimSpace(k))
 		}
+	case "optional":
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k == "" || strings.ContainsAny(k, " \t") {
+				return fmt.Errorf("want names separated by commas, got %q", v)
+			}
+			p.Optional = append(p.Optional, k)
+		}
 	case "rank":
 		p.Rank, err = strconv.ParseFloat(v, 64)
 		if err == nil && !(p.Rank > 0 && p.Rank <= 1) {
@@ -313,6 +326,11 @@ func (p *Property) compile() error {
 	}
 	p.needs = needs
 	p.valueNames = append([]string(nil), needs...)
+	for _, o := range p.Optional {
+		if !slices.Contains(needs, o) {
+			return fmt.Errorf("optional: %s is not a name the value uses", o)
+		}
+	}
 	if p.Threshold != "" {
 		var tn []string
 		if p.threshold, tn, err = compileThreshold(p.Threshold); err != nil {

@@ -4,6 +4,7 @@ package properties
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,8 @@ type propEval struct {
 	key    string // p.Key()
 	fast   numFn  // nil: expr's VM runs p.value
 	value  []int  // slots of the names the value uses
+	// optional[k] says that value[k] counts as 0 where it was not measured.
+	optional []bool
 	thr    float64
 	hasThr bool
 	thrWhy string
@@ -133,6 +136,7 @@ func (e *Engine) prepare() {
 				pe.thrWhy = e.thrWhy[p]
 				for _, name := range p.valueNames {
 					pe.value = append(pe.value, e.tab.add(name))
+					pe.optional = append(pe.optional, slices.Contains(p.Optional, name))
 				}
 				if f, ok := compileFast(p.value.Node(), &e.tab); ok {
 					pe.fast = f

@@ -132,7 +132,7 @@ static int rw(int writing, const char *file, long long total, long size, double 
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: persyst-corpus spin|mutex|read|write|open|stat|forkexec|mapread ARGS...\n");
+		fprintf(stderr, "usage: persyst-corpus spin|mutex|read|write|syncwrite|open|stat|forkexec|mapread ARGS...\n");
 		return 2;
 	}
 	const char *w = argv[1];
@@ -159,6 +159,19 @@ int main(int argc, char **argv)
 					return die(argv[3]);
 				close(fd);
 			}
+		return 0;
+	}
+	if (!strcmp(w, "syncwrite") && argc == 4) {
+		/* 4 KiB written and flushed to storage (fdatasync) at a time, like a log that
+		 * syncs every record. */
+		char block[4096] = {1};
+		int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0)
+			return die(argv[3]);
+		for (double end = now() + atof(argv[2]); now() < end;)
+			if (write(fd, block, sizeof block) != sizeof block || fdatasync(fd) != 0)
+				return die(argv[3]);
+		close(fd);
 		return 0;
 	}
 	if (!strcmp(w, "stat") && argc == 3) {
