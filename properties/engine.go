@@ -56,16 +56,16 @@ type Engine struct {
 
 // propEval is a strategy property as the engine evaluates it.
 type propEval struct {
-	p      *Property
-	i      int    // in Accumulator.accs
-	key    string // p.Key()
-	fast   numFn  // nil: expr's VM runs p.value
-	value  []int  // slots of the names the value uses
+	p     *Property
+	i     int    // in Accumulator.accs
+	key   string // p.Key()
+	fast  numFn  // nil: expr's VM runs p.value
+	value []int  // slots of the names the value uses
 	// optional[k] says that value[k] counts as 0 where it was not measured.
 	optional []bool
-	thr    float64
-	hasThr bool
-	thrWhy string
+	thr      float64
+	hasThr   bool
+	thrWhy   string
 }
 
 // enode is a node of the strategy as the engine evaluates it.
