@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/sample"
 )
@@ -165,5 +166,76 @@ recommendation = fix it
 	}
 	if got["fast"] != 20.5 || got["slow"] != 21 {
 		t.Errorf("records %v, want fast 20.5 and slow 21", got)
+	}
+}
+
+// TestOptionalNames: a name listed in `optional =` counts as 0 where it was not measured
+// (the branch that needs it falls silent), in the closures and in expr's VM alike, while
+// it stays missing for other properties; a missing name that is not optional leaves the
+// property not assessed.
+func TestOptionalNames(t *testing.T) {
+	src := `
+[gate]
+name = Gate
+domain = node
+value = max(write_chars / seconds, psi_io_some_seconds > 0 ? 1000 : 0)
+optional = psi_io_some_seconds
+threshold = 10
+severity = formula1
+report = info
+
+[gate_vm]
+name = Gate in the VM
+domain = node
+value = ceil(max(write_chars / seconds, psi_io_some_seconds > 0 ? 1000 : 0))
+optional = psi_io_some_seconds
+threshold = 10
+severity = formula1
+report = info
+
+[strict]
+name = Strict
+domain = node
+value = psi_io_some_seconds
+threshold = 10
+severity = formula1
+report = info
+`
+	cat, err := ParseCatalog(strings.NewReader(src), "t.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ParseStrategy(strings.NewReader("gate\ngate_vm\nstrict\n"), "t.strategy", cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(Config{Catalog: cat, Strategy: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		job  map[string]float64
+		want map[string]float64 // records by key
+	}{
+		{"PSI not measured", map[string]float64{sample.WriteChars: 40}, map[string]float64{"gate": 20, "gate_vm": 20}},
+		{"PSI measured", map[string]float64{sample.WriteChars: 40, sample.PSIIOSomeSeconds: 0.5},
+			map[string]float64{"gate": 1000, "gate_vm": 1000, "strict": 0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+			recs := acc.Add(sample.Sample{Time: time.Unix(1005, 0), Seconds: 2, Job: tc.job})
+			got := map[string]float64{}
+			for _, r := range recs {
+				got[r.Key] = r.Value
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := ParseCatalog(strings.NewReader("[p]\nname = P\ndomain = node\nvalue = seconds\noptional = write_chars\nseverity = none\n"), "o.conf"); err == nil ||
+		!strings.Contains(err.Error(), "optional: write_chars is not a name the value uses") {
+		t.Errorf("an optional name the value does not use: %v", err)
 	}
 }
