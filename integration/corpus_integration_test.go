@@ -37,6 +37,10 @@ type corpusCase struct {
 	// quota: the run's cpu cgroup gets a CPU quota of half a CPU as soon as it exists (a
 	// site's cgroup policy), while the workload keeps two CPUs busy.
 	quota bool
+	// memLimit: the run's memory cgroup is limited to this many bytes as soon as it
+	// exists (as Slurm's --mem would); event is then the event that must lead the digest.
+	memLimit int64
+	event    string
 }
 
 func TestCorpus(t *testing.T) {
@@ -80,6 +84,9 @@ func TestCorpus(t *testing.T) {
 		{name: "major faults after cache drop", cpus: "0", pre: "@C write @D/m 268435456 1048576 && sync", argv: []string{"@C", "mapread", "3", "@D/m", "256"}, first: "major_fault_rate"},
 		{name: "kernel time", cpus: "0", argv: []string{"@C", "stat", "3"}, first: "cpu_system_pct"},
 		{name: "CPU quota throttling", argv: []string{"@C", "spin", "3", "2"}, quota: true, first: "cpu_throttled"},
+		// A kill for lack of memory leads the digest, before any finding, as in a job's.
+		{name: "killed for lack of memory", cpus: "0", argv: []string{"sh", "-c", "@W alloc -mib 512 -steps 4 -step-seconds 0.5 -hold 1; sleep 2"},
+			memLimit: 200 << 20, event: "oom_kill"},
 	}
 	var table []string
 	for _, tc := range cases {
@@ -95,13 +102,22 @@ func TestCorpus(t *testing.T) {
 				argv[i] = strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(a)
 			}
 			quiet(t)
-			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, tc.quota)
+			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, tc.quota, tc.memLimit)
 			d := res.Digest
 			if d == nil {
 				t.Fatal("no digest")
 			}
 			got, row, all := corpusFirst(tc.name, d)
 			table = append(table, row)
+			if tc.event != "" {
+				if len(d.Events) == 0 || d.Events[0].Key != tc.event {
+					t.Errorf("events %+v, want %s first", d.Events, tc.event)
+				}
+				if text := digest.Text(*d, digest.TextOptions{}); !strings.Contains(text, "\n! Out of memory") {
+					t.Errorf("the digest does not lead with the kill:\n%s", text)
+				}
+				return
+			}
 			if got != tc.first {
 				t.Errorf("first finding %q, want %q (findings %v)", got, tc.first, all)
 				corpusEvidence(t, tc.name, filepath.Join(dir, "result.json"), res)
@@ -152,7 +168,7 @@ func corpusEvidence(t *testing.T, name, result string, res standalone.Result) {
 
 // corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
 // mounted, its result written to a file of its own.
-func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, quota bool) standalone.Result {
+func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, quota bool, memLimit int64) standalone.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -168,18 +184,24 @@ func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if quota {
-		// unshare, sh and taskset exec: the command's pid is persyst's.
-		f := fmt.Sprintf("/sys/fs/cgroup/cpu/persyst_run/run-%d/cpu.cfs_quota_us", cmd.Process.Pid)
+	// unshare, sh and taskset exec: the command's pid is persyst's.
+	limit := func(file, value string) {
+		f := fmt.Sprintf("/sys/fs/cgroup/%s", strings.Replace(file, "@", fmt.Sprintf("persyst_run/run-%d", cmd.Process.Pid), 1))
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if err := os.WriteFile(f, []byte("50000"), 0); err == nil {
+			if err := os.WriteFile(f, []byte(value), 0); err == nil {
 				break
 			} else if time.Now().After(deadline) {
-				t.Fatalf("CPU quota: %v", err)
+				t.Fatalf("%s: %v", f, err)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	if quota {
+		limit("cpu/@/cpu.cfs_quota_us", "50000")
+	}
+	if memLimit > 0 {
+		limit("memory/@/memory.limit_in_bytes", strconv.FormatInt(memLimit, 10))
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("persyst run %v: %v\n%s", argv, err, out.String())

@@ -321,9 +321,20 @@ func (r *runner) result(cmd *exec.Cmd, job *pipeline.Job, ncpus int) (Result, er
 	res.Samples = job.Meter().Samples()
 	results := job.Results(0)
 	rep := digest.Assemble(digest.Input{Facts: digest.Facts{Command: strings.Join(trim(r.argv), " "), Nodes: []string{r.opts.Node}, CPUs: ncpus},
-		Measured: job.Summary(), Results: results, MinSeconds: r.opts.Engine.MinSeconds()})
+		Measured: res.Summary, Results: results, MinSeconds: r.opts.Engine.MinSeconds(), Ending: ending(res.Summary, ws)})
 	res.Digest = &rep
 	return res, nil
+}
+
+// ending is how the command ended, where that leads its digest: an OOM kill leads it,
+// as it leads a Slurm job's (nil: no kill; the exit status is the command's own).
+func ending(s sample.Summary, ws syscall.WaitStatus) *digest.Ending {
+	kills := int(s.Totals[sample.OOMKills])
+	if kills <= 0 {
+		return nil
+	}
+	status := int(ws)
+	return &digest.Ending{Exit: &status, OOMKills: kills, MemPeak: s.Totals[sample.MemPeakBytes]}
 }
 
 // print writes the result: as JSON, or the text digest and what could not be measured.
