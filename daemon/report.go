@@ -119,6 +119,9 @@ func (d *digester) jobWide(ctx context.Context, j *Job, facts *jobmap.Job) (*dig
 // request (bytes), the time limit, and how busy the job was at its end.
 func ending(j *Job, facts *jobmap.Job, memRequested float64, elapsed time.Duration, kills int, pj *pipeline.Job) digest.Ending {
 	e := digest.Ending{MemRequested: memRequested, Elapsed: elapsed, LastCPUShare: -1}
+	if j.NNodes > 1 {
+		e.Node = j.Node
+	}
 	if facts != nil {
 		e.State, e.TimeLimit, e.MemDefault = facts.State, facts.TimeLimit, facts.MemDefault
 	}
@@ -127,6 +130,9 @@ func ending(j *Job, facts *jobmap.Job, memRequested float64, elapsed time.Durati
 	}
 	sum := pj.Summary()
 	e.MemPeak = sum.Totals[sample.MemPeakBytes]
+	for _, x := range pj.Meter().Samples() {
+		e.AnonPeak = max(e.AnonPeak, x.Job[sample.MemAnonBytes])
+	}
 	e.OOMKills = max(int(sum.Totals[sample.OOMKills]), kills)
 	e.LastCPUShare = lastCPUShare(pj.Meter().Samples(), len(pj.Meter().Spec().CPUs))
 	return e

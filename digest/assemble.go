@@ -67,6 +67,7 @@ func Assemble(in Input) Report {
 	r.Coverage = coverage(f, m)
 	if in.Ending != nil {
 		r.EndState, r.Events = EndEvents(*in.Ending)
+		r.Notes = EndNotes(*in.Ending)
 	}
 	r.Short = minSeconds > 0 && (m.Seconds < minSeconds || m.Samples < 4)
 	if r.Findings == nil {

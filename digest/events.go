@@ -22,6 +22,13 @@ type Ending struct {
 	// site's default.
 	MemPeak, MemRequested float64
 	MemDefault            bool
+	// Node names the node MemPeak, AnonPeak and MemRequested are of, for a job of several
+	// nodes ("": the job's one node).
+	Node string
+	// AnonPeak is the highest memory in use without the page cache seen at a read (a
+	// lower bound of the true peak: the cache is given back before a kill, this memory
+	// is not); 0: not known.
+	AnonPeak float64
 	// TimeLimit is the job's limit (0: none), Elapsed how long it ran.
 	TimeLimit, Elapsed time.Duration
 	// LastCPUShare is the share of the job's CPUs busy in its last minutes (<0: unknown).
@@ -96,6 +103,35 @@ func EndEvents(e Ending) (*EndState, []Event) {
 		ev = append(ev, Event{Key: "preempted", Text: "The job was preempted by another job."})
 	}
 	return st, ev
+}
+
+// nearLimit is how close to the memory Slurm enforces a job may come before its digest
+// says so: within 10 %.
+const nearLimit = 0.9
+
+// EndNotes are the notes of a job's end: its memory came within 10 % of what Slurm
+// enforces (the request, or the site's default) without a kill. The memory counted is
+// the job's own (anonymous) memory, not the page cache, which the kernel gives back
+// before it kills anything.
+func EndNotes(e Ending) []Event {
+	if e.OOMKills > 0 || e.MemRequested <= 0 || e.AnonPeak < nearLimit*e.MemRequested {
+		return nil
+	}
+	given := "requested"
+	if e.MemDefault {
+		given = "given by default (the job requested none)"
+	}
+	pct := min(100*e.AnonPeak/e.MemRequested, 100)
+	where := ""
+	if e.Node != "" {
+		where = " on " + e.Node
+	}
+	text := fmt.Sprintf("Memory came close to the limit: the job used %s%s, %.0f%% of the %s %s; a little more data and it is killed.",
+		humanBytes(e.AnonPeak), where, math.Floor(pct), humanBytes(e.MemRequested), given)
+	// A quarter above the peak, in whole MiB.
+	want := int(math.Ceil(1.25 * e.AnonPeak / (1 << 20)))
+	return []Event{{Key: "memory_near_limit", Text: text,
+		Recommendation: fmt.Sprintf("For runs like this one, request about a quarter more than it used (e.g. --mem=%dM).", want)}}
 }
 
 func oomEvent(e Ending) Event {

@@ -69,3 +69,44 @@ func TestEndEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestEndNotes: a job whose own memory came within 10 % of what Slurm enforces, without a
+// kill, gets a note that says by how much and what to request; the page cache (MemPeak
+// without AnonPeak) never makes one.
+func TestEndNotes(t *testing.T) {
+	mib := float64(1 << 20)
+	tests := []struct {
+		name  string
+		e     Ending
+		words []string // nil: no note
+	}{
+		{"91 % of the request", Ending{AnonPeak: 182 * mib, MemPeak: 190 * mib, MemRequested: 200 * mib},
+			[]string{"used 182.0 MiB, 91% of the 200.0 MiB requested", "--mem=228M"}},
+		{"exactly 90 %, on one node of several", Ending{AnonPeak: 180 * mib, MemRequested: 200 * mib, Node: "node2"}, []string{"used 180.0 MiB on node2, 90% of the 200.0 MiB"}},
+		{"the site's default", Ending{AnonPeak: 1900 * mib, MemRequested: 2000 * mib, MemDefault: true},
+			[]string{"given by default (the job requested none)"}},
+		{"89 %", Ending{AnonPeak: 178 * mib, MemRequested: 200 * mib}, nil},
+		{"the page cache at the limit", Ending{AnonPeak: 20 * mib, MemPeak: 200 * mib, MemRequested: 200 * mib}, nil},
+		{"killed: the kill says it", Ending{AnonPeak: 199 * mib, MemRequested: 200 * mib, OOMKills: 1}, nil},
+		{"no request known", Ending{AnonPeak: 199 * mib}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := EndNotes(tc.e)
+			if tc.words == nil {
+				if len(ns) != 0 {
+					t.Fatalf("notes %+v, want none", ns)
+				}
+				return
+			}
+			if len(ns) != 1 || ns[0].Key != "memory_near_limit" {
+				t.Fatalf("notes %+v, want one memory_near_limit", ns)
+			}
+			for _, w := range tc.words {
+				if text := ns[0].Text + " " + ns[0].Recommendation; !strings.Contains(text, w) {
+					t.Errorf("note lacks %q: %s", w, text)
+				}
+			}
+		})
+	}
+}

@@ -47,6 +47,9 @@ type Report struct {
 	// cancellation, the time limit).
 	EndState *EndState `json:"end_state,omitempty"`
 	Events   []Event   `json:"events,omitempty"`
+	// Notes are what the job's user should know that is no finding (memory close to
+	// what Slurm enforces), stated after the findings.
+	Notes []Event `json:"notes,omitempty"`
 }
 
 // EndState is how a job ended: Slurm's state name (COMPLETED, FAILED, CANCELLED, TIMEOUT,

@@ -47,14 +47,19 @@ func Text(r Report, o TextOptions) string {
 			wrap(&b, fmt.Sprintf("persyst: %s: too short to judge (%s): it ended within its start-up, the first second, which is never judged.", what, facts), o.Width, "  ")
 			return b.String()
 		}
-		if len(covered) == 0 {
+		if len(covered) == 0 && len(r.Notes) == 0 {
 			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
 		}
-		// "No issues" is said of what was measured only, and what was not follows.
-		wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", what, facts), o.Width, "  ")
+		if len(covered) == 0 {
+			b.WriteString(clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n")
+		} else {
+			// "No issues" is said of what was measured only, and what was not follows.
+			wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", what, facts), o.Width, "  ")
+		}
 		for _, l := range covered {
 			wrap(&b, "  "+l, o.Width, "  ")
 		}
+		notes(&b, r.Notes, "  ", o.Width)
 		return limitLines(b.String(), 30)
 	}
 	rule := func(title string) {
@@ -112,6 +117,7 @@ func Text(r Report, o TextOptions) string {
 		}
 		wrap(&b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
 	}
+	notes(&b, r.Notes, "", o.Width)
 	if r.Short {
 		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), o.Width, "")
 	}
@@ -128,6 +134,17 @@ func Text(r Report, o TextOptions) string {
 	}
 	b.WriteString(strings.Repeat("-", o.Width) + "\n")
 	return limitLines(b.String(), 30)
+}
+
+// notes writes a report's notes, after its findings: never above one.
+func notes(b *strings.Builder, ns []Event, indent string, width int) {
+	for _, n := range ns {
+		text := "Note: " + n.Text
+		if n.Recommendation != "" {
+			text += " " + n.Recommendation
+		}
+		wrap(b, indent+text, width, indent+"  ")
+	}
 }
 
 // CoverageLines says what of the job a report does not cover: nodes, time, and a report

@@ -117,6 +117,10 @@ func TestTextGolden(t *testing.T) {
 			Ending{Exit: status(0, 9), OOMKills: 1, MemPeak: 100 << 20, MemRequested: 100 << 20}), []properties.Result{fine, idle}, 300},
 		{"failed_no_findings", ended(whole(covering(Facts{JobID: 13, Nodes: []string{"node1"}, CPUs: 1}, 600, 10)),
 			Ending{Exit: status(42, 0)}), []properties.Result{fine}, 300},
+		{"memory_near_limit", ended(whole(covering(Facts{JobID: 14, Nodes: []string{"node1"}, CPUs: 2}, 600, 10)),
+			Ending{Exit: status(0, 0), AnonPeak: 182 << 20, MemPeak: 190 << 20, MemRequested: 200 << 20}), []properties.Result{fine, idle}, 300},
+		{"memory_near_limit_no_findings", ended(whole(covering(Facts{JobID: 15, Nodes: []string{"node1"}, CPUs: 2}, 600, 10)),
+			Ending{Exit: status(0, 0), AnonPeak: 182 << 20, MemRequested: 200 << 20}), []properties.Result{fine}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -35,7 +35,8 @@ func jobWith(nodes, cpus, n int, noisy bool) SamplesInput {
 		Findings: []properties.Result{{Key: "idle_cores", ID: "idle_cores", Name: "Allocated CPUs left idle", Unit: "share", Assessed: true,
 			Deciles: []float64{0, .1, .2, .3, .4, .5, .6, .7, .8, .9, 1}, Threshold: ptr(0.25), TimeShare: 0.5, MeanSeverity: 0.4, MaxSeverity: 1,
 			Finding: true, Recommendation: "Request fewer CPUs <or> start more threads."}},
-		Events: []digest.Event{{Key: "failed", Text: "The job failed: its batch script ended with exit code 3."}}}
+		Events: []digest.Event{{Key: "failed", Text: "The job failed: its batch script ended with exit code 3."}},
+		Notes:  []digest.Event{{Key: "memory_near_limit", Text: "Memory came close to the limit."}}}
 	in := SamplesInput{Report: r, MemRequest: 1 << 30}
 	for k := range nodes {
 		ns := NodeSamples{Node: fmt.Sprintf("node%d", k+1)}

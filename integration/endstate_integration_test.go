@@ -31,6 +31,7 @@ func TestEndStates(t *testing.T) {
 		state string                        // Slurm's final state, and the digest's
 		event string                        // the first event's key
 		words string                        // in the digest's text
+		note  string                        // the note's key (a job that ended well)
 	}{
 		{name: "time limit", args: []string{"-t", "1", "--wrap", "sleep 300"}, state: "TIMEOUT", event: "timeout",
 			words: "reached its time limit (1m 00s)"},
@@ -51,6 +52,9 @@ func TestEndStates(t *testing.T) {
 		// the job's unjudged start-up.
 		{name: "out of memory at start", args: []string{"--mem=128M", "--wrap", load + " alloc -mib 400 -steps 1 -hold 2; echo after"},
 			state: "OUT_OF_MEMORY", event: "oom_kill", words: "killed for lack of memory"},
+		// Close to the limit without a kill: a note after the findings, no event.
+		{name: "memory near the limit", args: []string{"--mem=200M", "--wrap", load + " alloc -mib 185 -steps 2 -step-seconds 0.5 -hold 4"},
+			state: "COMPLETED", note: "memory_near_limit", words: "Note: Memory came close to the limit: the job used"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +71,20 @@ func TestEndStates(t *testing.T) {
 				t.Fatal(err)
 			}
 			text := strings.Join(strings.Fields(string(b)), " ")
+			if tc.note != "" {
+				host := c.jobInfo(t, id)["BatchHost"]
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				r, err := daemon.JobReport(ctx, c.socket(host), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(r.Events) != 0 || len(r.Notes) != 1 || r.Notes[0].Key != tc.note || !strings.Contains(text, tc.words) {
+					t.Errorf("job %d: events %+v, notes %+v, want the note %s and no event; output:\n%s", id, r.Events, r.Notes, tc.note, b)
+				}
+				t.Logf("digest of job %d (%s):\n%s", id, tc.state, b)
+				return
+			}
 			if !strings.Contains(text, "! ") || !strings.Contains(text, tc.words) {
 				t.Errorf("digest of job %d does not say %q first:\n%s", id, tc.words, b)
 			}
