@@ -45,6 +45,17 @@ type jobMeter struct {
 	seen     cgroupsSeen
 	lookedAt time.Time
 	refind   bool
+	// frozen: Slurm had the job's cgroups frozen (suspended) at the last look.
+	frozen bool
+}
+
+// setFrozen records whether the job's cgroups are frozen now, and says whether that
+// changed since the last look.
+func (jm *jobMeter) setFrozen(f bool) (changed bool) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	changed, jm.frozen = jm.frozen != f, f
+	return changed
 }
 
 // claimOpen says whether the caller is to open the meter (it is waiting); then the

@@ -65,6 +65,7 @@ func Assemble(in Input) Report {
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task
 	}
 	r.Coverage = coverage(f, m)
+	r.Suspended = m.Suspended
 	if in.Ending != nil {
 		r.EndState, r.Events = EndEvents(*in.Ending)
 		r.Notes = EndNotes(*in.Ending)

@@ -40,6 +40,9 @@ type Report struct {
 	Omitted     int                 `json:"omitted_findings,omitempty"`
 	Properties  []properties.Result `json:"properties"`
 	NotAssessed []NotAssessed       `json:"not_assessed,omitempty"`
+	// Suspended are the stretches Slurm held the job suspended: measured, not judged,
+	// and stated with the facts.
+	Suspended []sample.Gap `json:"suspended,omitempty"`
 	// Coverage says what of the job the digest covers (absent for `persyst run`).
 	Coverage *Coverage `json:"coverage,omitempty"`
 	// EndState is how the job (its batch script) ended, when that is known; Events are

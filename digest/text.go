@@ -35,6 +35,8 @@ func Text(r Report, o TextOptions) string {
 	}
 	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
 	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
+	// Slurm's own doing comes with the facts: never a finding against the job.
+	slurm := suspendedLines(r.Suspended)
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
 			facts += "; short job"
@@ -47,7 +49,7 @@ func Text(r Report, o TextOptions) string {
 			wrap(&b, fmt.Sprintf("persyst: %s: too short to judge (%s): it ended within its start-up, the first second, which is never judged.", what, facts), o.Width, "  ")
 			return b.String()
 		}
-		if len(covered) == 0 && len(r.Notes) == 0 {
+		if len(covered) == 0 && len(r.Notes) == 0 && len(slurm) == 0 {
 			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
 		}
 		if len(covered) == 0 {
@@ -56,7 +58,7 @@ func Text(r Report, o TextOptions) string {
 			// "No issues" is said of what was measured only, and what was not follows.
 			wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", what, facts), o.Width, "  ")
 		}
-		for _, l := range covered {
+		for _, l := range append(slurm, covered...) {
 			wrap(&b, "  "+l, o.Width, "  ")
 		}
 		notes(&b, r.Notes, "  ", o.Width)
@@ -80,11 +82,11 @@ func Text(r Report, o TextOptions) string {
 		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
 	}
 	switch {
-	case len(covered) == 0 && len(r.Events) == 0:
+	case len(covered) == 0 && len(slurm) == 0 && len(r.Events) == 0:
 		wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
 	default:
 		wrap(&b, facts+nodes+".", o.Width, "")
-		for _, l := range covered {
+		for _, l := range append(slurm, covered...) {
 			wrap(&b, l, o.Width, "  ")
 		}
 		// What happened to the job comes before any finding.
@@ -134,6 +136,30 @@ func Text(r Report, o TextOptions) string {
 	}
 	b.WriteString(strings.Repeat("-", o.Width) + "\n")
 	return limitLines(b.String(), 30)
+}
+
+// suspendedLines states the stretches Slurm held the job suspended: Slurm's doing, not
+// the job's, and not judged.
+func suspendedLines(ss []sample.Gap) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	total := 0.0
+	var parts []string
+	for i, g := range ss {
+		total += g.Seconds()
+		if i < 3 {
+			parts = append(parts, g.From.Format("15:04:05")+"-"+g.To.Format("15:04:05"))
+		}
+	}
+	if len(ss) > 3 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(ss)-3))
+	}
+	times := ""
+	if len(ss) > 1 {
+		times = fmt.Sprintf(" %d times,", len(ss))
+	}
+	return []string{fmt.Sprintf("Suspended by Slurm%s for %s (%s); not judged.", times, Duration(total), strings.Join(parts, ", "))}
 }
 
 // notes writes a report's notes, after its findings: never above one.

@@ -78,6 +78,15 @@ func ended(in Input, e Ending) Input {
 	return in
 }
 
+// suspended: Slurm held the job suspended n times for 15 s, a minute apart.
+func suspended(in Input, n int) Input {
+	for i := range n {
+		from := in.Measured.Started.Add(time.Duration(60*i+30) * time.Second)
+		in.Measured.Suspended = append(in.Measured.Suspended, sample.Gap{From: from, To: from.Add(15 * time.Second), Why: "suspended by Slurm"})
+	}
+	return in
+}
+
 // assemble makes the report of in with results, judged from minSeconds on.
 func assemble(in Input, results []properties.Result, minSeconds float64) Report {
 	in.Results, in.MinSeconds = results, minSeconds
@@ -121,6 +130,8 @@ func TestTextGolden(t *testing.T) {
 			Ending{Exit: status(0, 0), AnonPeak: 182 << 20, MemPeak: 190 << 20, MemRequested: 200 << 20}), []properties.Result{fine, idle}, 300},
 		{"memory_near_limit_no_findings", ended(whole(covering(Facts{JobID: 15, Nodes: []string{"node1"}, CPUs: 2}, 600, 10)),
 			Ending{Exit: status(0, 0), AnonPeak: 182 << 20, MemRequested: 200 << 20}), []properties.Result{fine}, 300},
+		{"suspended_no_findings", suspended(whole(covering(Facts{JobID: 16, Nodes: []string{"node1"}, CPUs: 2}, 40, 40)), 1), []properties.Result{fine}, 300},
+		{"suspended_findings", suspended(whole(covering(Facts{JobID: 17, Nodes: []string{"node1"}, CPUs: 2}, 600, 600)), 5), []properties.Result{fine, smallWrites}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -46,8 +46,9 @@ type Accumulator struct {
 	samples int
 	seconds float64
 	seq     int // intervals evaluated (samples and the job-level evaluation)
-	// startup is the measured time of the job's start-up, not judged (Startup).
-	startup float64
+	// startup is the measured time of the job's start-up, not judged (Startup);
+	// suspended the time Slurm held the job suspended, not judged either.
+	startup, suspended float64
 	// devSeconds is the job's device-time per domain (Σ interval × devices): the base of
 	// time shares, so a refined property's share is of the whole job, not only of the
 	// intervals its parent let it be evaluated in.
@@ -310,6 +311,12 @@ func (a *Accumulator) Add(s sample.Sample) []Record {
 	}
 	if a.isStartup(s) {
 		a.startup += s.Seconds
+		return nil
+	}
+	if s.Suspended() {
+		// Slurm held the job suspended: nothing the job did, and nothing to judge; the
+		// time is not part of the job's judged time either.
+		a.suspended += s.Seconds
 		return nil
 	}
 	a.samples++

@@ -183,3 +183,50 @@ func TestStartupAndSubSecond(t *testing.T) {
 		})
 	}
 }
+
+// TestSuspendedNotJudged: intervals Slurm held the job suspended are neither judged nor
+// part of the time a finding's share is of: a job keeping both CPUs busy, suspended for
+// a third of its life, has no idle-CPU finding, and its judged time is the rest.
+func TestSuspendedNotJudged(t *testing.T) {
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		suspended  float64 // sample.SuspendedSeconds of the still intervals
+		want       []string
+		wantJudged float64
+	}{
+		{"suspended by Slurm", 1, nil, 10},
+		{"idle by itself", 0, []string{"idle_cores"}, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acc := e.NewAccumulator(JobInfo{NCPUs: 2})
+			t0 := time.Unix(1_800_000_000, 0)
+			for i := range 15 {
+				busy := 1.0
+				if i >= 5 && i < 10 {
+					busy = 0 // stopped
+				}
+				s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
+					Job: map[string]float64{sample.CPUUserSeconds: 2 * busy, sample.CPUSystemSeconds: 0},
+					CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": busy * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": busy * 1e9}}}}
+				if busy == 0 {
+					s.Job[sample.SuspendedSeconds] = tc.suspended
+				}
+				acc.Add(s)
+			}
+			var got []string
+			for _, r := range Findings(Fold(acc.Finish(nil, sample.Summary{Seconds: 15, Samples: 15}))) {
+				got = append(got, r.Key)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+			if judged, _ := acc.Judged(); judged != tc.wantJudged {
+				t.Errorf("judged %v s, want %v", judged, tc.wantJudged)
+			}
+		})
+	}
+}

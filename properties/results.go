@@ -96,7 +96,7 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 			r.Threshold = &t
 		}
 		switch {
-		case p.Domain != Job && a.samples == 0 && a.startup > 0:
+		case p.Domain != Job && a.samples == 0 && a.startup > 0 && a.suspended == 0:
 			r.NotAssessed = StartupOnly
 		case x == nil:
 			r.NotAssessed = "not evaluated: the strategy did not reach it (its parent's condition never held)"

@@ -46,6 +46,7 @@ const (
 	BlkReadOps        = "blk_read_ops"
 	BlkWriteOps       = "blk_write_ops"
 	SchedWaitSeconds  = "sched_wait_seconds"
+	SuspendedSeconds  = "suspended_seconds" // Slurm held the job suspended (frozen)
 	SchedTimeslices   = "sched_timeslices"
 	PSICPUSomeSeconds = "psi_cpu_some_seconds"
 	PSICPUFullSeconds = "psi_cpu_full_seconds"
@@ -108,6 +109,7 @@ var metrics = []Metric{
 	{BlkWriteOps, Counter, "count", "write requests to block devices"},
 	{SchedWaitSeconds, Counter, "seconds", "time the job's threads waited on a run queue for a CPU"},
 	{SchedTimeslices, Counter, "count", "times the job's threads were put on a CPU"},
+	{SuspendedSeconds, Counter, "seconds", "time Slurm held the job suspended (its step cgroups frozen); not judged"},
 	{PSICPUSomeSeconds, Counter, "seconds", "time some of the job's tasks waited for a CPU (pressure stall)"},
 	{PSICPUFullSeconds, Counter, "seconds", "time all of the job's tasks waited for a CPU"},
 	{PSIMemSomeSeconds, Counter, "seconds", "time some of the job's tasks stalled on memory"},

@@ -17,6 +17,10 @@ const (
 	// Startup: when the job's start-up is over (properties.Config.StartupSeconds); the
 	// interval up to it is not judged.
 	Startup Reason = "startup"
+	// Suspend and Resume: when the node daemon saw Slurm freeze the job's cgroups, and
+	// thaw them (the interval up to a Resume read was suspended).
+	Suspend Reason = "suspend"
+	Resume  Reason = "resume"
 )
 
 // CPUValues are one CPU's values in a Sample or Summary.
@@ -96,6 +100,34 @@ type Summary struct {
 	// Gaps are stretches between Started and Last that were not measured (the daemon
 	// restarted in between).
 	Gaps []Gap `json:"gaps,omitempty"`
+	// Suspended are the stretches Slurm held the job suspended (from the samples whose
+	// SuspendedSeconds cover them): measured, not judged.
+	Suspended []Gap `json:"suspended,omitempty"`
+}
+
+// Suspended says whether Slurm held the job suspended for most of the sample's
+// interval: such an interval is not judged.
+func (s Sample) Suspended() bool {
+	v, ok := s.Job[SuspendedSeconds]
+	return ok && s.Seconds > 0 && v >= 0.5*s.Seconds
+}
+
+// maxSuspended bounds the stretches of suspension a summary keeps; beyond it, the last
+// one grows to cover the rest (a job suspended and resumed every minute for days).
+const maxSuspended = 32
+
+// AddSuspended adds the suspended interval of s (Suspended) to stretches: it extends the
+// last stretch when s follows it, and appends one otherwise.
+func AddSuspended(stretches []Gap, s Sample) []Gap {
+	if !s.Suspended() {
+		return stretches
+	}
+	from := s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))
+	if n := len(stretches); n > 0 && (n >= maxSuspended || !from.After(stretches[n-1].To.Add(time.Millisecond))) {
+		stretches[n-1].To = s.Time
+		return stretches
+	}
+	return append(stretches, Gap{From: from, To: s.Time, Why: "suspended by Slurm"})
 }
 
 // SortedNames returns the keys of m, sorted (for stable output).

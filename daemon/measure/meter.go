@@ -122,6 +122,7 @@ type Meter struct {
 	notMeasured map[string]string
 	ended       bool
 	gaps        []sample.Gap // stretches not measured (Restore)
+	suspended   []sample.Gap // stretches Slurm held the job suspended (sample.AddSuspended)
 }
 
 // Open starts measuring: every enabled source is opened and the baseline is read.
@@ -321,6 +322,7 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 		m.ended = true
 	}
 	m.store.add(s, m.kv)
+	m.suspended = sample.AddSuspended(m.suspended, s)
 	return s, errors.Join(errs...)
 }
 
@@ -331,6 +333,7 @@ func (m *Meter) measuredFirst(name string) { delete(m.notMeasured, name) }
 func (m *Meter) account(s sample.Sample) {
 	m.kv = m.store.index(s.Job, m.kv[:0], m.measuredFirst)
 	m.store.add(s, m.kv)
+	m.suspended = sample.AddSuspended(m.suspended, s)
 }
 
 // Restore puts back what an earlier meter of the same job measured before this one
@@ -408,6 +411,7 @@ func (m *Meter) Summary() sample.Summary {
 		Totals:      m.store.totalsMap(),
 		NotMeasured: maps.Clone(m.notMeasured),
 		Gaps:        slices.Clone(m.gaps),
+		Suspended:   slices.Clone(m.suspended),
 	}
 	if n := len(m.store.samples); n > 0 {
 		s.Last = m.store.samples[n-1].time

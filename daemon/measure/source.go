@@ -55,6 +55,7 @@ var sources = []Registration{
 	infinibandRegistration,
 	energyRegistration,
 	schedstatRegistration,
+	suspendRegistration,
 }
 
 // Sources lists the registered sources.

@@ -1,0 +1,76 @@
+package integration
+
+// What Slurm does to a job is not the job's fault: on the real cluster, a job suspended
+// by `scontrol suspend` for a third of its life gets no finding from the suspension and
+// a line that names it.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+)
+
+func TestSchedulerEvents(t *testing.T) {
+	c := startCluster(t, 1)
+	_, load := binaries(t)
+	report := func(t *testing.T, id uint32) (*digest.Report, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := daemon.JobReport(ctx, c.socket(c.nodes[0]), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(c.work, "sched-"+strconv.FormatUint(uint64(id), 10)+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, string(b)
+	}
+	scontrol := func(t *testing.T, args ...string) {
+		t.Helper()
+		if o, e, err := c.run(t, nil, "scontrol", args...); err != nil {
+			t.Fatalf("scontrol %v: %v %s%s", args, err, o, e)
+		}
+	}
+
+	t.Run("suspended for a third of its life: stated, not judged", func(t *testing.T) {
+		// Two busy threads on two CPUs for 16 s of CPU time each, suspended for 10 s.
+		id := c.sbatch(t, nil, "-c", "2", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
+			load+" spin -seconds 16 -threads 2 -pin 0,1")
+		waitSamples(t, c, id, 4)
+		ids := strconv.FormatUint(uint64(id), 10)
+		scontrol(t, "suspend", ids)
+		time.Sleep(10 * time.Second)
+		scontrol(t, "resume", ids)
+		if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", id, st)
+		}
+		r, text := report(t, id)
+		t.Logf("digest of job %d:\n%s", id, text)
+		if len(r.Suspended) != 1 {
+			t.Fatalf("suspended stretches %+v, want one", r.Suspended)
+		}
+		// Slurm stops the tasks (SIGTSTP), and freezes their cgroups 2 s later (the
+		// suspend grace time); the daemon sees the freeze within a second.
+		if s := r.Suspended[0].Seconds(); s < 6 || s > 12 {
+			t.Errorf("suspended for %.1f s, want the 10 s less the grace time (6 to 12 s)", s)
+		}
+		for _, f := range r.Findings {
+			switch f.Key {
+			case "idle_cores", "idle_cpu", "intra_node_imbalance", "cpu_pressure", "cpu_starved":
+				t.Errorf("finding %s (%.0f %% of the job) from Slurm's suspension", f.Key, 100*f.TimeShare)
+			}
+		}
+		if flat := strings.Join(strings.Fields(text), " "); !strings.Contains(flat, "Suspended by Slurm for") || !strings.Contains(flat, "not judged") {
+			t.Errorf("the digest does not state the suspension:\n%s", text)
+		}
+	})
+}
