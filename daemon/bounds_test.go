@@ -80,7 +80,8 @@ func TestRegistryBounds(t *testing.T) {
 	}
 }
 
-// TestRegistryJobIDReuse: a job start for an id whose job has ended is a new job.
+// TestRegistryJobIDReuse: a job start for an id whose job has ended is a new job, and so
+// is a step start after the end (a requeued job runs again).
 func TestRegistryJobIDReuse(t *testing.T) {
 	r := newReg(t, RegistryConfig{})
 	applyAll(t, r, []applied{
@@ -92,6 +93,19 @@ func TestRegistryJobIDReuse(t *testing.T) {
 	j := r.Job(5)
 	if j.State != Running || j.Ended != nil || len(j.Steps) != 0 || j.UID != 2000 || !j.Started.Equal(at(time.Hour)) {
 		t.Errorf("reused job id: %+v, want a new running job of uid 2000 without steps", j)
+	}
+	// A requeued job's next run may begin with its batch step, without a prolog on this
+	// node: a new run too.
+	again := newReg(t, RegistryConfig{})
+	applyAll(t, again, []applied{
+		{wire.JobStart, ev(7, "", at(0)), at(0)},
+		{wire.StepStart, ev(7, "batch", at(time.Second)), at(time.Second)},
+		{wire.StepEnd, ev(7, "batch", at(10*time.Second)), at(10 * time.Second)},
+		{wire.JobEnd, ev(7, "", at(11*time.Second)), at(11 * time.Second)},
+		{wire.StepStart, ev(7, "batch", at(15*time.Second)), at(15 * time.Second)},
+	})
+	if j := again.Job(7); j.State != Running || j.Ended != nil || len(j.Steps) != 1 || !j.Started.Equal(at(15*time.Second)) {
+		t.Errorf("requeued job's next run: %+v, want a new running job from its batch step", j)
 	}
 	// A job's own start handled after its end (events that waited for a hung daemon are
 	// handled in any order) is not a new job.

@@ -260,6 +260,25 @@ func (d *digester) prefetched(ctx context.Context, j *Job, mode digestMode) *job
 	return &c
 }
 
+// newRun forgets what was known of job id's digest: Slurm runs the job again (it was
+// requeued), and the new run gets its own lookup and digest.
+func (d *digester) newRun(id uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.jobs, id)
+}
+
+// startFacts is what the job map said of job id when its batch step started (nil: not
+// looked up, or not yet).
+func (d *digester) startFacts(id uint32) *jobmap.Job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if jd := d.jobs[id]; jd != nil {
+		return jd.facts
+	}
+	return nil
+}
+
 // keep keeps job id's report, in memory and in the state directory.
 func (d *digester) keep(id uint32, rep digest.Report) {
 	d.mu.Lock()

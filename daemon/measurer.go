@@ -139,6 +139,12 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
 	}
+	if old := m.meters.get(j.JobID); old != nil {
+		if st, _ := old.now(); st == ended {
+			// Slurm runs the job again (requeued): this run gets a digest of its own.
+			m.dig.newRun(j.JobID)
+		}
+	}
 	jm := m.meters.meter(j.JobID, true)
 	jm.lookAgain() // a step's cgroups appear with it
 	m.oom.watch(j.JobID, j.UID)

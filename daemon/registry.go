@@ -262,11 +262,13 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	j, ok := r.jobs[e.JobID]
-	if ok && k == wire.JobStart && j.Ended != nil && j.JobEndSeen && e.Time.After(*j.Ended) {
-		// A job start, newer than the end of the job with this id here: Slurm reused the
-		// id (its job ids wrap, or restart from FirstJobId). A new job, with a new record.
-		// (A job start older than the end is that job's own, handled late: events that
-		// waited for a hung daemon are handled in any order.)
+	if ok && (k == wire.JobStart || k == wire.StepStart) && j.Ended != nil && j.JobEndSeen && e.Time.After(*j.Ended) {
+		// A job or step start, newer than the end of the job with this id here: Slurm runs
+		// the job again (it was requeued: a requeued job's next run may start with its
+		// batch step, without a prolog here), or reused the id (its job ids wrap, or
+		// restart from FirstJobId). A new run, with a new record. (A start older than the
+		// end is that job's own, handled late: events that waited for a hung daemon are
+		// handled in any order.)
 		ok = false
 	}
 	if !ok {

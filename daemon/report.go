@@ -46,8 +46,9 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 	f.Missing = missingNodes(f.Nodes, facts, int(j.NNodes), why, reasons)
 	in := digest.Input{Facts: f, Results: results, MinSeconds: d.cfg.Engine.MinSeconds()}
 	if mode != interactive || (facts != nil && !facts.Running()) {
-		e := ending(j, facts, req, f.JobEnd.Sub(f.JobStart), d.oom.kills(j.JobID), pj)
+		e := ending(j, facts, d.startFacts(j.JobID), req, f.JobEnd.Sub(f.JobStart), d.oom.kills(j.JobID), pj)
 		in.Ending = &e
+		in.Facts.Run = run(facts, e.Requeued)
 	}
 	in.Measured = pj.Summary()
 	return digest.Assemble(in)
@@ -117,13 +118,14 @@ func (d *digester) jobWide(ctx context.Context, j *Job, facts *jobmap.Job) (*dig
 // ending gathers what is known of how job j ended, for its digest's events: Slurm's
 // state, the batch script's exit status, the OOM kills, the memory peak against the
 // request (bytes), the time limit, and how busy the job was at its end.
-func ending(j *Job, facts *jobmap.Job, memRequested float64, elapsed time.Duration, kills int, pj *pipeline.Job) digest.Ending {
+func ending(j *Job, facts, atStart *jobmap.Job, memRequested float64, elapsed time.Duration, kills int, pj *pipeline.Job) digest.Ending {
 	e := digest.Ending{MemRequested: memRequested, Elapsed: elapsed, LastCPUShare: -1}
 	if j.NNodes > 1 {
 		e.Node = j.Node
 	}
 	if facts != nil {
 		e.State, e.TimeLimit, e.MemDefault = facts.State, facts.TimeLimit, facts.MemDefault
+		e.Requeued, e.Held, e.Preempted = requeue(facts, atStart, j.Started)
 	}
 	if s := j.step("batch"); s != nil {
 		e.Exit = s.ExitStatus
@@ -136,6 +138,32 @@ func ending(j *Job, facts *jobmap.Job, memRequested float64, elapsed time.Durati
 	e.OOMKills = max(int(sum.Totals[sample.OOMKills]), kills)
 	e.LastCPUShare = lastCPUShare(pj.Meter().Samples(), len(pj.Meter().Spec().CPUs))
 	return e
+}
+
+// requeue says whether Slurm requeued the job as its run that started at started ended
+// (facts: the job map now; atStart: at the run's start, nil if not looked up): Slurm's
+// flags say so where the source shows them beside COMPLETING, the job waits to run
+// again, or its restart count rose since the run started (Slurm raises it as it
+// requeues). held: it waits for a release; preempted: Slurm preempted this run.
+func requeue(facts, atStart *jobmap.Job, started time.Time) (requeued, held, preempted bool) {
+	requeued, held = facts.Requeued, facts.Held
+	if facts.State == "PENDING" || (atStart != nil && facts.Restarts > atStart.Restarts) {
+		requeued = true
+	}
+	preempted = !facts.Preempted.IsZero() && !facts.Preempted.Before(started.Add(-time.Second))
+	return requeued, held, preempted
+}
+
+// run is which run of the job this is (0: a job Slurm never requeued): Slurm's restart
+// count says how often it was requeued, raised already when this run was requeued.
+func run(facts *jobmap.Job, requeued bool) int {
+	switch {
+	case facts == nil || (facts.Restarts == 0 && !requeued):
+		return 0
+	case requeued:
+		return max(facts.Restarts, 1)
+	}
+	return facts.Restarts + 1
 }
 
 // lastCPUShare is the share of ncpus busy over the job's last samples (its last 5

@@ -42,6 +42,9 @@ type Facts struct {
 	// or end is a gap.
 	JobStart, JobEnd time.Time
 	Tolerance        time.Duration
+	// Run is which run of a job Slurm requeued this is (1, 2, ...; 0: a job never
+	// requeued): its report covers that run only.
+	Run int
 	// Missing are the job's nodes not covered.
 	Missing []MissingNode
 	Late    bool
@@ -64,6 +67,7 @@ func Assemble(in Input) Report {
 		task := f.ArrayTaskID
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task
 	}
+	r.Run = f.Run
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	if in.Ending != nil {

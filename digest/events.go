@@ -3,6 +3,7 @@ package digest
 import (
 	"fmt"
 	"math"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -29,6 +30,10 @@ type Ending struct {
 	// lower bound of the true peak: the cache is given back before a kill, this memory
 	// is not); 0: not known.
 	AnonPeak float64
+	// Requeued: Slurm requeued the job as this run ended (scontrol requeue, preemption
+	// with PreemptMode=REQUEUE, a node failure with requeue): it runs again. Held: it
+	// waits for a release. Preempted: Slurm preempted this run for another job.
+	Requeued, Held, Preempted bool
 	// TimeLimit is the job's limit (0: none), Elapsed how long it ran.
 	TimeLimit, Elapsed time.Duration
 	// LastCPUShare is the share of the job's CPUs busy in its last minutes (<0: unknown).
@@ -54,6 +59,12 @@ func EndEvents(e Ending) (*EndState, []Event) {
 		case ws.Exited():
 			st.ExitCode = ws.ExitStatus()
 		}
+	}
+	if e.Requeued {
+		return requeued(e)
+	}
+	if e.Preempted && (st.State == "" || active[st.State] || st.State == "CANCELLED") {
+		st.State = "PREEMPTED"
 	}
 	timedOut := e.TimeLimit > 0 && e.Elapsed >= e.TimeLimit-time.Second
 	// COMPLETING while the batch script's end is still being reported: Slurm ended the
@@ -99,9 +110,42 @@ func EndEvents(e Ending) (*EndState, []Event) {
 	case "NODE_FAIL":
 		ev = append(ev, Event{Key: "node_fail", Text: "A node of the job failed; Slurm ended the job.",
 			Recommendation: "Resubmit the job; if it happens again, tell the site's admins."})
+	case "BOOT_FAIL":
+		ev = append(ev, Event{Key: "boot_fail", Text: "A node of the job failed to boot; Slurm ended the job before it could run.",
+			Recommendation: "Resubmit the job; if it happens again, tell the site's admins."})
 	case "PREEMPTED":
-		ev = append(ev, Event{Key: "preempted", Text: "The job was preempted by another job."})
+		ev = append(ev, Event{Key: "preempted", Text: fmt.Sprintf("Preempted after %s: Slurm ended the job to run another of higher priority.", Duration(e.Elapsed.Seconds())),
+			Recommendation: "Nothing in the job caused this. Resubmit it; save work regularly (checkpoints) so that a next job can go on, or use a partition or QOS that is not preempted."})
 	}
+	return st, ev
+}
+
+// requeued is the end of a run that Slurm requeued: named as such (never a
+// cancellation), after an OOM kill if there was one.
+func requeued(e Ending) (*EndState, []Event) {
+	st := &EndState{State: "REQUEUED"}
+	if e.Exit != nil {
+		ws := syscall.WaitStatus(*e.Exit)
+		if ws.Signaled() {
+			st.Signal = int(ws.Signal())
+		} else if ws.Exited() {
+			st.ExitCode = ws.ExitStatus()
+		}
+	}
+	var ev []Event
+	if e.OOMKills > 0 {
+		ev = append(ev, oomEvent(e))
+	}
+	text := fmt.Sprintf("Requeued after %s: Slurm will start the job again.", Duration(e.Elapsed.Seconds()))
+	if e.Preempted {
+		text = fmt.Sprintf("Preempted after %s by a job of higher priority and requeued: Slurm will start the job again.", Duration(e.Elapsed.Seconds()))
+	}
+	if e.Held {
+		st.State = "REQUEUE_HOLD"
+		text = strings.Replace(text, "Slurm will start the job again.", "it is held until released (scontrol release), then runs again.", 1)
+	}
+	ev = append(ev, Event{Key: "requeued", Text: text,
+		Recommendation: "Nothing in the job caused this. The next run starts from the beginning unless the job saves its work (checkpoints) and resumes from it."})
 	return st, ev
 }
 

@@ -45,6 +45,18 @@ func TestEndEvents(t *testing.T) {
 		{"a script that failed as Slurm ended it", Ending{State: "COMPLETING", Exit: status(0, 0)}, &EndState{State: "COMPLETED"}, nil, nil},
 		{"still running in Slurm's view", Ending{State: "RUNNING", Exit: status(3, 0)}, &EndState{State: "FAILED", ExitCode: 3}, []string{"failed"}, nil},
 		{"node failure", Ending{State: "NODE_FAIL"}, &EndState{State: "NODE_FAIL"}, []string{"node_fail"}, nil},
+		{"boot failure", Ending{State: "BOOT_FAIL"}, &EndState{State: "BOOT_FAIL"}, []string{"boot_fail"}, []string{"failed to boot"}},
+		// A requeue is Slurm's: never a cancellation, whatever signal ended the script.
+		{"requeued", Ending{State: "COMPLETING", Requeued: true, Exit: status(0, 15), Elapsed: 11 * time.Second},
+			&EndState{State: "REQUEUED", Signal: 15}, []string{"requeued"}, []string{"Requeued after 11 s", "start the job again"}},
+		{"preempted and requeued", Ending{State: "COMPLETING", Requeued: true, Preempted: true, Exit: status(0, 15), Elapsed: 90 * time.Second},
+			&EndState{State: "REQUEUED", Signal: 15}, []string{"requeued"}, []string{"Preempted after 1m 30s", "requeued"}},
+		{"requeued and held", Ending{State: "REQUEUE_HOLD", Requeued: true, Held: true, Exit: status(0, 9), Elapsed: time.Minute},
+			&EndState{State: "REQUEUE_HOLD", Signal: 9}, []string{"requeued"}, []string{"held until released"}},
+		{"requeued after an OOM kill", Ending{Requeued: true, OOMKills: 1, Exit: status(0, 9), Elapsed: time.Minute},
+			&EndState{State: "REQUEUED", Signal: 9}, []string{"oom_kill", "requeued"}, nil},
+		{"preempted (cancelled)", Ending{State: "COMPLETING", Preempted: true, Exit: status(0, 15), Elapsed: 30 * time.Second},
+			&EndState{State: "PREEMPTED", Signal: 15}, []string{"preempted"}, []string{"Preempted after 30 s", "higher priority"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

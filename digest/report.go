@@ -20,6 +20,8 @@ type Report struct {
 	ArrayJobID  uint32    `json:"array_job_id,omitempty"`
 	ArrayTaskID *uint32   `json:"array_task_id,omitempty"`
 	Command     string    `json:"command,omitempty"` // persyst run
+	// Run is which run of a job Slurm requeued the report covers (0: never requeued).
+	Run int `json:"run,omitempty"`
 	Nodes       []string  `json:"nodes"`             // nodes whose data the digest covers
 	NNodes      int       `json:"nnodes"`            // nodes of the job
 	CPUs        int       `json:"cpus"`              // CPUs on the nodes covered

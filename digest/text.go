@@ -30,6 +30,9 @@ func Text(r Report, o TextOptions) string {
 	}
 	var b strings.Builder
 	what := "job " + r.JobName()
+	if r.Run > 0 {
+		what += fmt.Sprintf(", run %d", r.Run)
+	}
 	if r.Command != "" {
 		what = r.Command
 	}

@@ -2,7 +2,8 @@ package integration
 
 // What Slurm does to a job is not the job's fault: on the real cluster, a job suspended
 // by `scontrol suspend` for a third of its life gets no finding from the suspension and
-// a line that names it.
+// a line that names it; a requeued job's digests say "requeued" and "run 2"; a job
+// preempted by one of a higher partition (PreemptMode=REQUEUE) says so.
 
 import (
 	"context"
@@ -71,6 +72,69 @@ func TestSchedulerEvents(t *testing.T) {
 		}
 		if flat := strings.Join(strings.Fields(text), " "); !strings.Contains(flat, "Suspended by Slurm for") || !strings.Contains(flat, "not judged") {
 			t.Errorf("the digest does not state the suspension:\n%s", text)
+		}
+	})
+
+	t.Run("requeued: named, and the next run says which it is", func(t *testing.T) {
+		id := c.sbatch(t, nil, "-c", "1", "--open-mode=append", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
+			load+" spin -seconds 6")
+		waitSamples(t, c, id, 3)
+		ids := strconv.FormatUint(uint64(id), 10)
+		scontrol(t, "requeue", ids)
+		// Slurm lets a requeued job start again only once its launch credential expired
+		// (2 minutes by default): it may start at once.
+		deadline := time.Now().Add(time.Minute)
+		for c.jobInfo(t, id)["JobState"] != "PENDING" && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		scontrol(t, "update", "JobId="+ids, "StartTime=now")
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s after its requeue", id, st)
+		}
+		r, text := report(t, id)
+		t.Logf("output of job %d (two runs):\n%s", id, text)
+		flat := strings.Join(strings.Fields(text), " ")
+		if strings.Count(flat, "persyst: job "+ids+", run ") != 2 {
+			t.Fatalf("want two digests in the output, each naming its run")
+		}
+		cut := strings.LastIndex(flat, "persyst: job "+ids+", run ")
+		first, second := flat[:cut], flat[cut:]
+		if !strings.Contains(first, "Requeued after") || strings.Contains(first, "cancelled") {
+			t.Errorf("the first run's digest does not say it was requeued: %s", first)
+		}
+		if !strings.Contains(second, "run 2") {
+			t.Errorf("the second run's digest does not say it is run 2: %s", second)
+		}
+		if r.Run != 2 {
+			t.Errorf("report: run %d, want 2", r.Run)
+		}
+		if r.Coverage == nil || r.Coverage.Elapsed > 30 {
+			t.Errorf("the second run's coverage %+v, want only itself (about 6 s)", r.Coverage)
+		}
+	})
+
+	t.Run("preempted by a job of a higher partition, requeued", func(t *testing.T) {
+		// The cluster's partition "urgent" preempts "debug" (PreemptMode=REQUEUE).
+		id := c.sbatch(t, nil, "--exclusive", "--open-mode=append", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
+			load+" spin -seconds 4 -threads 2")
+		waitSamples(t, c, id, 3)
+		urgent := c.sbatch(t, nil, "-p", "urgent", "--exclusive", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap", "sleep 1")
+		if st := c.waitDone(t, urgent, 2*time.Minute); st != "COMPLETED" {
+			t.Fatalf("urgent job %d ended %s", urgent, st)
+		}
+		ids := strconv.FormatUint(uint64(id), 10)
+		if st := c.jobInfo(t, id)["JobState"]; st == "PENDING" {
+			scontrol(t, "update", "JobId="+ids, "StartTime=now")
+		}
+		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s after its preemption", id, st)
+		}
+		_, text := report(t, id)
+		t.Logf("output of job %d (two runs):\n%s", id, text)
+		flat := strings.Join(strings.Fields(text), " ")
+		if !strings.Contains(flat, "Preempted after") || !strings.Contains(flat, "by a job of higher priority and requeued") || !strings.Contains(flat, ", run 2") {
+			t.Errorf("the digests do not name the preemption and the second run")
 		}
 	})
 }

@@ -363,6 +363,7 @@ func parseScontrolLine(line string, rel slurmver.Release, hosts func(string) str
 			_, j.GID = nameID(p.v)
 		case "JobState":
 			j.State = p.v
+			j.setRequeue(p.v)
 		case "Partition":
 			j.Partition = p.v
 		case "NodeList":
@@ -379,6 +380,11 @@ func parseScontrolLine(line string, rel slurmver.Release, hosts func(string) str
 			j.Start = parseSlurmTime(p.v)
 		case "EndTime":
 			j.End = parseSlurmTime(p.v)
+		case "Restarts":
+			n, _ := strconv.Atoi(strings.TrimSpace(p.v))
+			j.Restarts = max(n, 0)
+		case "PreemptTime":
+			j.Preempted = parseSlurmTime(p.v)
 		case "MinMemoryNode":
 			j.MemPerNodeMB = parseMem(p.v)
 		case "MinMemoryCPU":

@@ -54,6 +54,29 @@ type Job struct {
 	// AdminComment is the job's administrator comment (where persyst keeps its summary
 	// in Slurm accounting, beside a site's own text).
 	AdminComment string `json:"admin_comment,omitempty"`
+	// Restarts counts the times Slurm requeued the job (its restart_cnt: raised as a run
+	// is requeued, so a job running for the second time says 1). Preempted is when Slurm
+	// last preempted it (zero: never).
+	Restarts  int       `json:"restarts,omitempty"`
+	Preempted time.Time `json:"preempted,omitzero"`
+	// Requeued: Slurm's state says the job is being requeued or waits to run again after
+	// a requeue (its REQUEUED, REQUEUE_FED, REQUEUE_HOLD or SPECIAL_EXIT flag, where the
+	// source shows flags beside COMPLETING; PENDING after it ran); Held: held after it.
+	Requeued bool `json:"requeued,omitempty"`
+	Held     bool `json:"held,omitempty"`
+}
+
+// setRequeue sets Requeued and Held from the job's state names (its base state and
+// flags, as the source gives them).
+func (j *Job) setRequeue(states ...string) {
+	for _, s := range states {
+		switch s {
+		case "REQUEUE_HOLD", "SPECIAL_EXIT":
+			j.Requeued, j.Held = true, true
+		case "REQUEUED", "REQUEUE_FED":
+			j.Requeued = true
+		}
+	}
 }
 
 // NodeAlloc is a job's allocation on one node.
@@ -96,7 +119,12 @@ func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string
 		Submit:    unix(p.SubmitTime),
 		Start:     unix(p.StartTime),
 		End:       unix(p.EndTime),
+		Preempted: unix(p.PreemptTime),
 	}
+	if p.RestartCnt != nil {
+		j.Restarts = *p.RestartCnt
+	}
+	j.setRequeue(j.State)
 	if p.UserId != nil {
 		j.UID = uint32(*p.UserId)
 	}

@@ -2,10 +2,13 @@ package jobmap
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/persyst/persyst/jobmap/v0038"
+	v0038 "github.com/persyst/persyst/jobmap/v0038"
+	v0042 "github.com/persyst/persyst/jobmap/v0042"
+	"github.com/persyst/persyst/slurmver"
 )
 
 // TestMemDefault: memory the job was given without asking (the site's DefMemPerCPU) is
@@ -37,3 +40,50 @@ func TestMemDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestRequeueFacts: a requeued job's restart count, preemption time and requeue flags,
+// from each source's form: scontrol's text (COMPLETING hides the flag: the count tells),
+// the v0.0.42 data parser (state and flags) and v0.0.38.
+func TestRequeueFacts(t *testing.T) {
+	pre := time.Date(2026, 11, 26, 12, 0, 0, 0, time.Local)
+	type facts struct {
+		State          string
+		Restarts       int
+		Preempted      time.Time
+		Requeued, Held bool
+	}
+	got := func(j *Job, err error) facts {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return facts{j.State, j.Restarts, j.Preempted, j.Requeued, j.Held}
+	}
+	line := func(state, extra string) facts {
+		return got(parseScontrolLine("JobId=5 JobState="+state+" Restarts=1 "+extra, slurmver.Release{}, nil))
+	}
+	id, cnt := int32(5), int32(2)
+	v42 := func(states ...string) facts {
+		return got(fromV0042(&v0042.V0042JobInfo{JobId: &id, JobState: &states, RestartCnt: &cnt,
+			PreemptTime: &v0042.V0042Uint64NoValStruct{Set: ptrTo(true), Number: ptrTo(pre.Unix())}}, slurmver.Release{}, func(s string) string { return s }))
+	}
+	id38, cnt38, pt := 5, 1, pre.Unix()
+	for _, tc := range []struct {
+		name      string
+		got, want facts
+	}{
+		{"scontrol, completing", line("COMPLETING", "PreemptTime=None"), facts{"COMPLETING", 1, time.Time{}, false, false}},
+		{"scontrol, pending again", line("PENDING", "PreemptTime=2026-11-26T12:00:00"), facts{"PENDING", 1, pre.UTC(), false, false}},
+		{"scontrol, held", line("REQUEUE_HOLD", ""), facts{"REQUEUE_HOLD", 1, time.Time{}, true, true}},
+		{"v0.0.42, completing and requeued", v42("PENDING", "COMPLETING", "REQUEUED"), facts{"COMPLETING", 2, pre.UTC(), true, false}},
+		{"v0.0.38", got(fromV0038(&v0038.V0038JobResponseProperties{JobId: &id38, JobState: ptrTo("REQUEUED"), RestartCnt: &cnt38, PreemptTime: &pt},
+			func(s string) string { return s })), facts{"REQUEUED", 1, pre.UTC(), true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -47,9 +47,14 @@ func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string
 		Submit:       noValTime(p.SubmitTime),
 		Start:        noValTime(p.StartTime),
 		End:          noValTime(p.EndTime),
+		Preempted:    noValTime(p.PreemptTime),
+	}
+	if p.RestartCnt != nil {
+		j.Restarts = int(*p.RestartCnt)
 	}
 	if p.JobState != nil {
 		j.State = stateOf(*p.JobState)
+		j.setRequeue(*p.JobState...)
 	}
 	if p.UserId != nil {
 		j.UID = uint32(*p.UserId)

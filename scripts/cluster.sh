@@ -307,12 +307,17 @@ InactiveLimit=0
 SlurmdTimeout=60
 SlurmctldTimeout=60
 MessageTimeout=20
+# Jobs of the partition "urgent" preempt those of "debug" (requeued): the scheduler-event
+# tests. No other test submits there.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 EOF
 		local k
 		for k in $(seq 1 "$n"); do
 			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN"
 		done
-		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP"
+		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
+		echo "PartitionName=urgent Nodes=node[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
 		[ -z "$MAILPROG" ] || echo "MailProg=$MAILPROG"
 	} >"$etc/slurm.conf"
 
