@@ -17,18 +17,18 @@ type Report struct {
 	Schema int    `json:"schema"`
 	JobID  uint32 `json:"job_id,omitempty"`
 	// An array task's array job and task ids (JobName: "416_1").
-	ArrayJobID  uint32    `json:"array_job_id,omitempty"`
-	ArrayTaskID *uint32   `json:"array_task_id,omitempty"`
-	Command     string    `json:"command,omitempty"` // persyst run
+	ArrayJobID  uint32  `json:"array_job_id,omitempty"`
+	ArrayTaskID *uint32 `json:"array_task_id,omitempty"`
+	Command     string  `json:"command,omitempty"` // persyst run
 	// Run is which run of a job Slurm requeued the report covers (0: never requeued).
-	Run int `json:"run,omitempty"`
-	Nodes       []string  `json:"nodes"`             // nodes whose data the digest covers
-	NNodes      int       `json:"nnodes"`            // nodes of the job
-	CPUs        int       `json:"cpus"`              // CPUs on the nodes covered
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end"`
-	Seconds     float64   `json:"seconds"`
-	Samples     int       `json:"samples"`
+	Run     int       `json:"run,omitempty"`
+	Nodes   []string  `json:"nodes"`  // nodes whose data the digest covers
+	NNodes  int       `json:"nnodes"` // nodes of the job
+	CPUs    int       `json:"cpus"`   // CPUs on the nodes covered
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Seconds float64   `json:"seconds"`
+	Samples int       `json:"samples"`
 	// Short is set when the job was shorter than MinSeconds (or had fewer than 4
 	// samples): properties that need a longer job are left out.
 	Short      bool    `json:"short"`
