@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/digest"
@@ -38,6 +41,8 @@ type Peers struct {
 	// alone are the running jobs Slurm runs on this node only (Alone): no other node
 	// asks for their part, so none is kept.
 	alone map[uint32]bool
+	// why says why this node has no part of a job it knew (Explain; nil: not said).
+	why func(job uint32) (string, bool)
 }
 
 // PeersConfig configures Peers.
@@ -169,15 +174,29 @@ func (p *Peers) Forget(job uint32) {
 	p.sweepLocked()
 }
 
-// Part returns this node's part of a job (no nodes: none).
-func (p *Peers) Part(job uint32) *pb.JobPartial {
+// Explain sets what says why this node has no part of a job it knew (the node daemon's
+// view of its jobs): the words for the batch host's coverage line, and whether the part
+// was too short to judge (then it is no gap).
+func (p *Peers) Explain(why func(job uint32) (string, bool)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := p.views[job]
-	if v == nil {
-		return &pb.JobPartial{JobId: job, From: p.cfg.Node}
+	p.why = why
+}
+
+// Part returns this node's part of a job (no nodes: none, and why where it is known).
+func (p *Peers) Part(job uint32) *pb.JobPartial {
+	p.mu.Lock()
+	if v := p.views[job]; v != nil {
+		defer p.mu.Unlock()
+		return v.partial(job, p.cfg.Node)
 	}
-	return v.partial(job, p.cfg.Node)
+	why := p.why
+	p.mu.Unlock()
+	part := &pb.JobPartial{JobId: job, From: p.cfg.Node}
+	if why != nil { // outside the lock: it asks the node daemon
+		part.Unmeasured, part.Short = why(job)
+	}
+	return part
 }
 
 // JobWide gathers a multi-node job's parts from the other nodes' daemons and merges
@@ -202,8 +221,12 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 		return nil, fmt.Errorf("the nodes' addresses: %w", err)
 	}
 	own := p.Part(job)
-	parts := []*pb.JobPartial{own}
+	var parts []*pb.JobPartial
+	if len(own.Nodes) > 0 {
+		parts = append(parts, own)
+	}
 	var missing []digest.MissingNode
+	var short []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -226,9 +249,13 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 			switch {
 			case err != nil:
 				p.cfg.Log.Info().Err(err).Str("peer", n).Uint32("job", job).Msg("no part of the job from this node")
-				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon did not answer"})
+				missing = append(missing, digest.MissingNode{Node: n, Why: unanswered(err)})
+			case len(part.Nodes) == 0 && part.Short:
+				short = append(short, n) // nothing there to judge: no gap
+			case len(part.Nodes) == 0 && part.Unmeasured != "":
+				missing = append(missing, digest.MissingNode{Node: n, Why: properties.CleanText(part.Unmeasured, 120)})
 			case len(part.Nodes) == 0:
-				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon did not measure the job"})
+				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon did not see the job"})
 			case !slices.Equal(part.Nodes, []string{n}):
 				missing = append(missing, digest.MissingNode{Node: n, Why: "its persyst daemon answered for another node"})
 			default:
@@ -237,18 +264,37 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 		}()
 	}
 	wg.Wait()
-	if len(own.Nodes) == 0 {
-		return nil, errors.New("this node has no part of the job")
+	sort.Slice(missing, func(a, b int) bool { return missing[a].Node < missing[b].Node })
+	sort.Strings(short)
+	cov := &digest.Coverage{Missing: missing, Short: short}
+	if len(parts) == 0 {
+		// No node has a part to judge (this one's too ended within its start-up): the
+		// report has the coverage only; the batch host's digest is its own.
+		return &digest.Report{Schema: digest.SchemaVersion, JobID: job, Nodes: []string{}, Coverage: cov}, nil
 	}
-	sort.Slice(parts[1:], func(a, b int) bool { return parts[1+a].From < parts[1+b].From })
+	own0 := 0
+	if len(own.Nodes) > 0 {
+		own0 = 1 // this node's part first, the others by node
+	}
+	sort.Slice(parts[own0:], func(a, b int) bool { return parts[own0+a].From < parts[own0+b].From })
 	rep, err := MergePartials(p.cfg.Engine, job, parts)
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(missing, func(a, b int) bool { return missing[a].Node < missing[b].Node })
-	rep.Coverage = &digest.Coverage{Missing: missing}
+	rep.Coverage = cov
 	p.cfg.Log.Info().Uint32("job", job).Strs("nodes", rep.Nodes).Int("missing", len(missing)).Msg("job-wide results gathered from the job's nodes")
 	return &rep, nil
+}
+
+// unanswered says, in a coverage line's words, why a node daemon gave no answer.
+func unanswered(err error) string {
+	switch st, _ := status.FromError(err); {
+	case strings.Contains(err.Error(), "connection refused"):
+		return "its persyst daemon is not running"
+	case st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
+		return "its persyst daemon did not answer in time"
+	}
+	return "its persyst daemon did not answer"
 }
 
 // ask calls one node daemon for its part of a job.

@@ -76,7 +76,7 @@ func TestPeersGatherAJob(t *testing.T) {
 	if diff := cmp.Diff([]string{"n1", "n2"}, wide.Nodes); diff != "" {
 		t.Errorf("nodes covered (-want +got):\n%s", diff)
 	}
-	want := []digest.MissingNode{{Node: "n3", Why: "its persyst daemon did not answer"}}
+	want := []digest.MissingNode{{Node: "n3", Why: "its persyst daemon did not answer in time"}}
 	if wide.Coverage == nil || !cmp.Equal(want, wide.Coverage.Missing) {
 		t.Errorf("missing nodes %+v, want %+v", wide.Coverage, want)
 	}

@@ -92,6 +92,11 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	if err != nil {
 		return err
 	}
+	if e, ok := cfg.Measure.Uplink.(interface {
+		Explain(func(job uint32) (string, bool))
+	}); ok {
+		e.Explain(partWhy(reg, meas.meters, cfg.Measure.Digest.Engine))
+	}
 	names, omit := snapshotMetrics(cfg.Metrics.JobLabels)
 	exporter.NewSnapshot(promReg, names, meas.snapshot(reg, cfg.Measure.Uplink, len(names) > nodeMetrics), omit...)
 	ln, err := Listen(cfg.Socket)

@@ -33,17 +33,22 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 		// What comes from other agents is taken for its numbers only (properties.Adopt).
 		results = properties.MergeResults(results, d.cfg.Engine.Adopt(wide.Properties))
 		f.Nodes = nodeNames(wide.Nodes)
+		if !slices.Contains(f.Nodes, d.node) {
+			// This node's own measurement covers it, judged or too short to be.
+			f.Nodes = append([]string{d.node}, f.Nodes...)
+		}
 		f.CPUs = jobCPUs(facts, f.Nodes, d.node, ncpus)
 		why = "no data of it reached the batch host"
 		if wide.Coverage != nil {
 			for _, mn := range wide.Coverage.Missing {
 				reasons[mn.Node] = mn.Why
 			}
+			f.Short = nodeNames(wide.Coverage.Short)
 		}
 	} else {
 		why = whyNot
 	}
-	f.Missing = missingNodes(f.Nodes, facts, int(j.NNodes), why, reasons)
+	f.Missing = missingNodes(append(slices.Clone(f.Nodes), f.Short...), facts, int(j.NNodes), why, reasons)
 	in := digest.Input{Facts: f, Results: results, MinSeconds: d.cfg.Engine.MinSeconds()}
 	if mode != interactive || (facts != nil && !facts.Running()) {
 		e := ending(j, facts, d.startFacts(j.JobID), req, f.JobEnd.Sub(f.JobStart), d.oom.kills(j.JobID), pj)

@@ -45,8 +45,10 @@ type Facts struct {
 	// Run is which run of a job Slurm requeued this is (1, 2, ...; 0: a job never
 	// requeued): its report covers that run only.
 	Run int
-	// Missing are the job's nodes not covered.
+	// Missing are the job's nodes not covered; Short those whose part ended within its
+	// start-up (nothing to judge there: no gap).
 	Missing []MissingNode
+	Short   []string
 	Late    bool
 }
 
@@ -92,7 +94,7 @@ func coverage(f Facts, m sample.Summary) *Coverage {
 	if end.Before(m.Last) {
 		end = m.Last
 	}
-	c := &Coverage{Elapsed: end.Sub(f.JobStart).Seconds(), Missing: f.Missing, Late: f.Late}
+	c := &Coverage{Elapsed: end.Sub(f.JobStart).Seconds(), Missing: f.Missing, Short: f.Short, Late: f.Late}
 	switch {
 	case m.Samples == 0 || m.Started.IsZero():
 		c.Gaps = append(c.Gaps, sample.Gap{From: f.JobStart, To: end, Why: "nothing was measured"})

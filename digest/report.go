@@ -90,6 +90,9 @@ type Coverage struct {
 	Gaps     []sample.Gap `json:"gaps,omitempty"`
 	// Missing are the job's nodes the digest does not cover, with why.
 	Missing []MissingNode `json:"missing_nodes,omitempty"`
+	// Short are the job's nodes where its part ended within its start-up, which is never
+	// judged: nothing there was left out, so they are no gap.
+	Short []string `json:"short_nodes,omitempty"`
 	// Late is set when the digest was made after the job ended (the node's daemon
 	// missed the job's end, and found it ended later).
 	Late bool `json:"late,omitempty"`

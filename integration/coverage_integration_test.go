@@ -207,6 +207,16 @@ func TestCoverage(t *testing.T) {
 		}
 		t.Logf("digest of a 3-node job:\n%s", read(t, out("three-%j.out", id)))
 
+		// A part too short to judge (a one-second command on the second node) is no gap:
+		// the node's daemon says its part ended within its start-up.
+		id = c.sbatch(t, nil, "-N2", "-w", strings.Join(c.nodes[:2], ","), "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", "srun -N2 sleep 0.5")
+		c.waitDone(t, id, 2*time.Minute)
+		text = flat(read(t, out("three-%j.out", id)))
+		r = report(t, c.jobInfo(t, id)["BatchHost"], id)
+		if strings.Contains(text, "Covers") || r.Coverage == nil || len(r.Coverage.Missing) > 0 || len(r.Coverage.Short) != 1 {
+			t.Errorf("a 2-node job whose second node's part was too short to judge: coverage %+v, digest:\n%s", r.Coverage, text)
+		}
+
 		// One node's daemon down: the digest says what it covers.
 		down := c.nodes[1]
 		c.harness(t, "daemon-stop", down)
@@ -214,7 +224,7 @@ func TestCoverage(t *testing.T) {
 		id = c.sbatch(t, nil, "-N3", "-w", all, "-o", filepath.Join(c.work, "three-%j.out"), "--wrap", "srun -N3 sleep 3")
 		c.waitDone(t, id, 2*time.Minute)
 		text = flat(read(t, out("three-%j.out", id)))
-		if !strings.Contains(text, "Covers 2 of 3 nodes") || !strings.Contains(text, down+" (its persyst daemon did not answer)") {
+		if !strings.Contains(text, "Covers 2 of 3 nodes") || !strings.Contains(text, down+" (its persyst daemon is not running)") {
 			t.Errorf("digest of a 3-node job with %s's daemon down:\n%s", down, text)
 		}
 	})

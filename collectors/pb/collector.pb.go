@@ -889,15 +889,20 @@ func (x *NodeUse) GetSeconds() float64 {
 // A collector's part of a job split over several collectors (the PerSyst thesis, §5.3), for the
 // job's aggregation point to merge.
 type JobPartial struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
-	Nodes         []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	First         int64                  `protobuf:"varint,4,opt,name=first,proto3" json:"first,omitempty"`
-	Last          int64                  `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
-	Cycles        []int64                `protobuf:"varint,6,rep,packed,name=cycles,proto3" json:"cycles,omitempty"` // cycle timestamps seen
-	Keys          []*KeyPartial          `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
-	NodeUse       []*NodeUse             `protobuf:"bytes,8,rep,name=node_use,json=nodeUse,proto3" json:"node_use,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	From    string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Nodes   []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	First   int64                  `protobuf:"varint,4,opt,name=first,proto3" json:"first,omitempty"`
+	Last    int64                  `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	Cycles  []int64                `protobuf:"varint,6,rep,packed,name=cycles,proto3" json:"cycles,omitempty"` // cycle timestamps seen
+	Keys    []*KeyPartial          `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
+	NodeUse []*NodeUse             `protobuf:"bytes,8,rep,name=node_use,json=nodeUse,proto3" json:"node_use,omitempty"`
+	// Why a node that knew the job has no part of it (nodes empty): "" when it has one or
+	// never saw the job. short: the job's part there ended within its start-up, which is
+	// never judged: not a gap in the job's coverage.
+	Unmeasured    string `protobuf:"bytes,9,opt,name=unmeasured,proto3" json:"unmeasured,omitempty"`
+	Short         bool   `protobuf:"varint,10,opt,name=short,proto3" json:"short,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +991,20 @@ func (x *JobPartial) GetNodeUse() []*NodeUse {
 		return x.NodeUse
 	}
 	return nil
+}
+
+func (x *JobPartial) GetUnmeasured() string {
+	if x != nil {
+		return x.Unmeasured
+	}
+	return ""
+}
+
+func (x *JobPartial) GetShort() bool {
+	if x != nil {
+		return x.Short
+	}
+	return false
 }
 
 type Heartbeat struct {
@@ -1218,7 +1237,7 @@ const file_collector_proto_rawDesc = "" +
 	"\aNodeUse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
 	"\x10user_pct_seconds\x18\x02 \x01(\x01R\x0euserPctSeconds\x12\x18\n" +
-	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xeb\x01\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xa1\x02\n" +
 	"\n" +
 	"JobPartial\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
@@ -1228,7 +1247,12 @@ const file_collector_proto_rawDesc = "" +
 	"\x04last\x18\x05 \x01(\x03R\x04last\x12\x16\n" +
 	"\x06cycles\x18\x06 \x03(\x03R\x06cycles\x12*\n" +
 	"\x04keys\x18\a \x03(\v2\x16.persyst.v1.KeyPartialR\x04keys\x12.\n" +
-	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\"\x94\x01\n" +
+	"\bnode_use\x18\b \x03(\v2\x13.persyst.v1.NodeUseR\anodeUse\x12\x1e\n" +
+	"\n" +
+	"unmeasured\x18\t \x01(\tR\n" +
+	"unmeasured\x12\x14\n" +
+	"\x05short\x18\n" +
+	" \x01(\bR\x05short\"\x94\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +

@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"github.com/persyst/persyst/daemon/wire"
+	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
+)
+
+// partWhy says, for the batch host of a multi-node job, why this node has no part of it
+// (its records): in the words of the batch host's coverage line, and whether the part
+// was too short to judge, which is no gap in the job's coverage. "" when the job is not
+// known here.
+func partWhy(reg *Registry, meters *meterSet, engine *properties.Engine) func(job uint32) (string, bool) {
+	startup := 1.0
+	if engine != nil {
+		startup = engine.Startup().Seconds()
+	}
+	return func(id uint32) (string, bool) {
+		j := reg.Job(id)
+		if j == nil {
+			return "", false
+		}
+		if j.Persyst == wire.Off {
+			return "the job opted out there", false
+		}
+		var job interface{ Summary() sample.Summary }
+		if jm := meters.get(id); jm != nil {
+			if _, pj := jm.now(); pj != nil {
+				job = pj
+			}
+		}
+		switch {
+		case job != nil && judgedSeconds(job.Summary(), startup) <= 0:
+			return "its part ended within its start-up, which is never judged", true
+		case job != nil:
+			return "its persyst daemon measured the job but kept no part of it", false
+		case j.Ended != nil && j.Ended.Sub(j.Started).Seconds() <= 2*startup:
+			return "its part ended before it could be measured", true
+		case j.Ended != nil:
+			return "its persyst daemon could not measure the job (its log says why)", false
+		}
+		return "its persyst daemon has not measured the job yet", false
+	}
+}
+
+// judgedSeconds is the time of a measurement past the start-up and not suspended.
+func judgedSeconds(s sample.Summary, startup float64) float64 {
+	judged := s.Seconds - startup
+	for _, g := range s.Suspended {
+		judged -= g.Seconds()
+	}
+	return judged
+}
