@@ -4,6 +4,7 @@ package properties
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -213,6 +214,16 @@ func NewEngine(cfg Config) (*Engine, error) {
 		if !found {
 			return nil, fmt.Errorf("Threshold.%s: no such property", k)
 		}
+	}
+	if _, ok := cfg.Calibration[NameSyscallSeconds]; !ok {
+		// Not measured here (an agent of the tree, a test): today's servers' value.
+		c := maps.Clone(cfg.Calibration)
+		if c == nil {
+			c = map[string]float64{}
+		}
+		c[NameSyscallSeconds] = defaultSyscallSeconds
+		cfg.Calibration = c
+		e.cfg.Calibration = c
 	}
 	cal := calibrationTemplate()
 	for k, v := range cfg.Calibration {

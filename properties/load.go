@@ -15,6 +15,7 @@ import (
 
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/syscost"
 )
 
 // Settings are what persyst.conf says about properties.
@@ -138,6 +139,9 @@ func LoadForNode(h hostfs.FS, calDir string, s Settings) (*Engine, Calibration, 
 		return nil, Calibration{}, err
 	}
 	values := NodeFacts(h, cpus)
+	if d, err := syscost.Measure(); err == nil && d > 0 {
+		values[NameSyscallSeconds] = d.Seconds()
+	}
 	for k, v := range cal.Values {
 		values[k] = v
 	}

@@ -40,11 +40,19 @@ const (
 )
 
 // calibrationNames are values from `persyst calibrate` (or their defaults), usable in
-// thresholds and values.
+// thresholds and values. syscall_seconds is measured on the node when the daemon or
+// `persyst run` starts (NodeFacts' caller, LoadForNode).
 var calibrationNames = []string{
 	"stream_bw_node", "stream_bw_core", "peak_flops_core", "peak_flops_node",
-	"cores", "mem_total_bytes", "max_freq_hz", "min_freq_hz",
+	"cores", "mem_total_bytes", "max_freq_hz", "min_freq_hz", NameSyscallSeconds,
 }
+
+// NameSyscallSeconds is the time a small read or write call takes on the node
+// (internal/syscost); where it was not measured, defaultSyscallSeconds.
+const NameSyscallSeconds = "syscall_seconds"
+
+// defaultSyscallSeconds is a small call's cost on today's servers: 1 µs.
+const defaultSyscallSeconds = 1e-6
 
 func calibrationTemplate() map[string]float64 {
 	m := map[string]float64{}
