@@ -18,7 +18,6 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/exporter"
-	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sdnotify"
 	"github.com/rs/zerolog"
 )
@@ -162,9 +161,7 @@ func follow(ctx context.Context, reg *Registry, meas *Measurer, rec *reconciler,
 		if j.State != Running {
 			continue
 		}
-		// Slurm's layout, or the directories the job's events named (26.05's SLUID names,
-		// which the layout alone does not give).
-		if cg, present := meas.slurm.find(j, mounts()); present || anyDir(meas.host, cg) {
+		if _, present := meas.slurm.find(j, mounts()); present {
 			meas.Prepare(j)
 		}
 	}
@@ -202,14 +199,4 @@ func newUserCache() func(uint32) string {
 		cache[uid] = n
 		return n
 	}
-}
-
-// anyDir says whether one of a job's cgroup directories exists.
-func anyDir(h hostfs.FS, cg map[string]string) bool {
-	for _, dir := range cg {
-		if st, err := os.Stat(h.Path(dir)); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
 }
