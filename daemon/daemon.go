@@ -149,22 +149,12 @@ func identities(cfg Config) (allowed []uint32, adminGID int, err error) {
 
 // follow starts what follows the node's jobs until ctx is done: systemd's watchdog, the
 // kernel's log of OOM kills, the reconciler (jobs a previous daemon left running are
-// checked with Slurm, those that ended meanwhile get their digest late, and those still
-// running are measured again) and the measurement cycle, whose end the returned channel
-// tells. Jobs whose cgroups are still there are measured again at once, before the
-// reconciler's first round (one lookup per job): a restart's gap is the restart's.
+// checked with Slurm first, those that ended meanwhile get their digest late, and those
+// still running are measured again) and the measurement cycle, whose end the returned
+// channel tells.
 func follow(ctx context.Context, reg *Registry, meas *Measurer, rec *reconciler, log zerolog.Logger) <-chan struct{} {
 	go sdnotify.Watchdog(ctx, log)
 	go meas.WatchOOM(ctx)
-	mounts := meas.lookOnce()
-	for _, j := range reg.Jobs() {
-		if j.State != Running {
-			continue
-		}
-		if _, present := meas.slurm.find(j, mounts()); present {
-			meas.Prepare(j)
-		}
-	}
 	go rec.run(ctx, func() {
 		for _, j := range reg.Jobs() {
 			if j.State == Running {
