@@ -71,14 +71,14 @@ func TestEndStates(t *testing.T) {
 				t.Fatal(err)
 			}
 			text := strings.Join(strings.Fields(string(b)), " ")
+			host := c.jobInfo(t, id)["BatchHost"]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := daemon.JobReport(ctx, c.socket(host), id)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tc.note != "" {
-				host := c.jobInfo(t, id)["BatchHost"]
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				r, err := daemon.JobReport(ctx, c.socket(host), id)
-				if err != nil {
-					t.Fatal(err)
-				}
 				if len(r.Events) != 0 || len(r.Notes) != 1 || r.Notes[0].Key != tc.note || !strings.Contains(text, tc.words) {
 					t.Errorf("job %d: events %+v, notes %+v, want the note %s and no event; output:\n%s", id, r.Events, r.Notes, tc.note, b)
 				}
@@ -87,13 +87,6 @@ func TestEndStates(t *testing.T) {
 			}
 			if !strings.Contains(text, "! ") || !strings.Contains(text, tc.words) {
 				t.Errorf("digest of job %d does not say %q first:\n%s", id, tc.words, b)
-			}
-			host := c.jobInfo(t, id)["BatchHost"]
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			r, err := daemon.JobReport(ctx, c.socket(host), id)
-			if err != nil {
-				t.Fatal(err)
 			}
 			if r.EndState == nil || r.EndState.State != tc.state || len(r.Events) == 0 || r.Events[0].Key != tc.event {
 				t.Errorf("report of job %d: end %+v, events %+v; want %s first with %s", id, r.EndState, r.Events, tc.event, tc.state)
