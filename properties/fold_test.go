@@ -68,6 +68,8 @@ func TestOneCauseOnce(t *testing.T) {
 		{"waiting beside a neighbour", 0.6, 0, 0.4, 0.4, nil, []string{"idle_cores", "cpu_pressure"}},
 		{"balanced", 1, 1, 0, 0, nil, nil},
 		{"oversubscribed", 1, 1, 1, 6, nil, []string{"oversubscription"}},
+		// Eight busy threads on two CPUs that other work shared: still too many threads.
+		{"oversubscribed beside a neighbour", 0.8, 0.8, 1, 6.4, nil, []string{"oversubscription"}},
 		// Held to half a CPU by its quota, its threads wait for CPU: throttled, not starved.
 		{"throttled by its quota", 0.25, 0.25, 0.9, 1.5, map[string]float64{"cpu_periods": 10, "cpu_throttled_periods": 10}, []string{"cpu_throttled"}},
 		{"contended lock", 1, 0.95, 1, 12, map[string]float64{"syscalls:sys_enter_futex": 2e6, sample.CPUSystemSeconds: 1, sample.CPUUserSeconds: 0.95},
