@@ -186,3 +186,38 @@ func (o ownedCgroups) sweep(running func() map[uint32]bool) {
 		}
 	}
 }
+
+// lookOnce returns the hierarchies a cycle looks for jobs' cgroups on: read at most once
+// a cycle, when a job's cgroups are looked for, and only those where Slurm's layout is.
+func (s slurmCgroups) lookOnce() func() []jobcgroup.Mount {
+	var mounts []jobcgroup.Mount
+	return func() []jobcgroup.Mount {
+		if mounts != nil {
+			return mounts
+		}
+		all, err := jobcgroup.Mounts(s.host)
+		if err != nil {
+			s.log.Debug().Err(err).Msg("cgroup mounts not read")
+			return nil // read again by the next job's look
+		}
+		if mounts = jobcgroup.WithSlurm(s.host, all, s.node); mounts == nil {
+			mounts = []jobcgroup.Mount{} // read: not again this cycle
+		}
+		return mounts
+	}
+}
+
+// present says whether job j's cgroups are there: in Slurm's layout, or the directories
+// its events named (26.05's SLUID names, which the layout alone does not give).
+func (s slurmCgroups) present(j *Job, mounts []jobcgroup.Mount) bool {
+	cg, found := s.find(j, mounts)
+	if found {
+		return true
+	}
+	for _, dir := range cg {
+		if st, err := os.Stat(s.host.Path(dir)); err == nil && st.IsDir() {
+			return true
+		}
+	}
+	return false
+}

@@ -151,10 +151,18 @@ func identities(cfg Config) (allowed []uint32, adminGID int, err error) {
 // kernel's log of OOM kills, the reconciler (jobs a previous daemon left running are
 // checked with Slurm first, those that ended meanwhile get their digest late, and those
 // still running are measured again) and the measurement cycle, whose end the returned
-// channel tells.
+// channel tells. Jobs whose cgroups are still there are measured again at once, before
+// the reconciler's first round (one lookup per job, serial): a restart's gap is the
+// restart's.
 func follow(ctx context.Context, reg *Registry, meas *Measurer, rec *reconciler, log zerolog.Logger) <-chan struct{} {
 	go sdnotify.Watchdog(ctx, log)
 	go meas.WatchOOM(ctx)
+	mounts := meas.slurm.lookOnce()
+	for _, j := range reg.Jobs() {
+		if j.State == Running && j.Ended == nil {
+			meas.Restore(j, mounts)
+		}
+	}
 	go rec.run(ctx, func() {
 		for _, j := range reg.Jobs() {
 			if j.State == Running {

@@ -105,6 +105,8 @@ type jobDigest struct {
 	// closed once the lookup is over (facts nil: it failed). Nil: none started.
 	facts  *jobmap.Job
 	looked chan struct{}
+	// awaited: looked is closed by found (another part's lookup), not by prefetch.
+	awaited bool
 }
 
 // job returns job id's entry, made if there is none. d.mu is held.
@@ -225,6 +227,36 @@ func (d *digester) prefetch(j *Job) {
 	}()
 }
 
+// await says that the job map is being asked about job id by another part (the
+// reconciler, for a job a previous daemon left running): its digest waits for that answer
+// (found) as for a lookup at the batch step's start, instead of asking beside it.
+func (d *digester) await(id uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	jd := d.job(id)
+	if jd.looked == nil {
+		jd.looked = make(chan struct{})
+		jd.awaited = true
+	}
+}
+
+// found is another part's answer about job id (f nil: the job map could not tell), for
+// a digest that awaits it.
+func (d *digester) found(id uint32, f *jobmap.Job) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	jd := d.jobs[id]
+	if jd == nil || !jd.awaited {
+		return
+	}
+	jd.awaited = false
+	if f != nil {
+		c := *f
+		jd.facts = &c
+	}
+	close(jd.looked)
+}
+
 // prefetched returns the job's facts as looked up at its batch step's start (waiting,
 // within ctx, for a lookup under way), or nil when the digest must look the job up now:
 // none was made or it failed, a late or interactive digest, or an end Slurm may have
@@ -241,8 +273,18 @@ func (d *digester) prefetched(ctx context.Context, j *Job, mode digestMode) *job
 	if done == nil {
 		return nil
 	}
+	// Half of what is left at most: a lookup under way that does not answer in time
+	// leaves the digest time to ask itself.
+	wait := time.Hour
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl) / 2
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	select {
 	case <-done:
+	case <-timer.C:
+		return nil
 	case <-ctx.Done():
 		return nil
 	}

@@ -162,16 +162,21 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 			m.finishOpen(j, jm)
 		}()
 	}
-	m.dig.prefetch(j)
+	m.dig.prefetch(j) // nothing when the reconciler's answer is awaited (Restore)
 	return jm.ownedCgroup()
 }
 
-// startMeter opens the job's meter once its cgroups are known (once: an opening under
-// way or done is not repeated).
-func (m *Measurer) startMeter(j *Job, jm *jobMeter) {
-	if jm.claimOpen() {
-		m.finishOpen(j, jm)
+// Restore measures again, at once, a running job a previous daemon left whose cgroups
+// are still there (Slurm's layout, or the directories its events named: 26.05's SLUID
+// names). The job map is not asked here: the reconciler's first round asks about every
+// such job, and the digest awaits that answer instead of asking beside it.
+func (m *Measurer) Restore(j *Job, mounts func() []jobcgroup.Mount) bool {
+	if m.cfg.Disabled || j.State != Running || !m.slurm.present(j, mounts()) {
+		return false
 	}
+	m.dig.await(j.JobID)
+	m.Prepare(j)
+	return true
 }
 
 // finishOpen opens jm's meter (claimOpen) and ends the opening.
@@ -293,7 +298,7 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 		<-ctx.Done()
 		return nil
 	}
-	go m.unann.watch(ctx, func() []jobcgroup.Mount { return m.lookOnce()() })
+	go m.unann.watch(ctx, func() []jobcgroup.Mount { return m.slurm.lookOnce()() })
 	sw := suspendWatch{meters: m.meters, host: m.host, log: m.log}
 	go sw.run(ctx, min(suspendEvery, m.cfg.Cycle))
 	return pipeline.Loop(ctx, m.now, m.cfg.Cycle, wait, m.cycle)
@@ -318,14 +323,16 @@ func (m *Measurer) cycle() {
 		switch st, job := jm.now(); st {
 		case waiting:
 			if j := byID[jm.id]; j != nil && j.State == Running {
-				m.startMeter(j, jm) // its baseline is read now
+				if jm.claimOpen() { // once: an opening under way or done is not repeated
+					m.finishOpen(j, jm) // its baseline is read now
+				}
 			}
 		case measuring:
 			reads = append(reads, read{jm, job})
 		}
 	}
 	now := m.now()
-	look := m.lookOnce()
+	look := m.slurm.lookOnce()
 	for _, r := range reads {
 		// Slurm creates some of a job's cgroups after the job started (per step, or by
 		// plugins that run later) and removes some before it ends: the job's cgroups are
@@ -348,26 +355,6 @@ func (m *Measurer) cycle() {
 // Unannounced says what the daemon saw of jobs Slurm ran on this node that persyst's
 // plugin did not announce.
 func (m *Measurer) Unannounced() UnannouncedJobs { return m.unann.report() }
-
-// lookOnce returns the hierarchies a cycle looks for jobs' cgroups on: read at most once
-// a cycle, when a job's cgroups are looked for, and only those where Slurm's layout is.
-func (m *Measurer) lookOnce() func() []jobcgroup.Mount {
-	var mounts []jobcgroup.Mount
-	return func() []jobcgroup.Mount {
-		if mounts != nil {
-			return mounts
-		}
-		all, err := jobcgroup.Mounts(m.host)
-		if err != nil {
-			m.log.Debug().Err(err).Msg("cgroup mounts not read")
-			return nil // read again by the next job's look
-		}
-		if mounts = jobcgroup.WithSlurm(m.host, all, m.node); mounts == nil {
-			mounts = []jobcgroup.Mount{} // read: not again this cycle
-		}
-		return mounts
-	}
-}
 
 // Digest evaluates a job's properties on this node, keeps the report, and (unless the
 // digest is off) appends the text digest to the job's output file as the job's user.

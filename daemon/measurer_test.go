@@ -602,6 +602,32 @@ func TestOneLookupPerDigest(t *testing.T) {
 			t.Errorf("%d lookups, %d digests written; want 1 lookup for one late digest", got, *written)
 		}
 	})
+	// A job a previous daemon left running is measured again at once (its cgroups are
+	// there), before the reconciler asks about it; the digest at its batch step's end
+	// takes the reconciler's answer instead of asking beside it (under a slow slurmctld,
+	// two lookups at once made the digest's miss its deadline and the digest was lost).
+	t.Run("restored after a restart: the reconciler's lookup", func(t *testing.T) {
+		m, reg, facts, now, written := setup(t, "RUNNING")
+		j := apply(t, reg, wire.StepStart, &wire.Event{StepID: "batch"}, *now)
+		if !m.Restore(j, m.slurm.lookOnce()) {
+			t.Fatal("a running job whose cgroups are there was not restored")
+		}
+		m.starts.Wait()
+		if st, _ := m.meters.get(7).now(); st != measuring || facts.lookups != 0 {
+			t.Fatalf("after Restore: meter %v, %d lookups; want measuring before any lookup", st, facts.lookups)
+		}
+		newReconciler(reg, m, facts, "node1", zerolog.Nop(), func() time.Time { return *now }).round(context.Background())
+		m.Prepare(j) // what the reconciler's first round is followed by
+		*now = now.Add(time.Minute)
+		status := 0
+		j = apply(t, reg, wire.StepEnd, &wire.Event{StepID: "batch", ExitStatus: &status}, *now)
+		if err := m.Digest(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		if facts.lookups != 1 || *written != 1 {
+			t.Errorf("%d lookups, %d digests written; want the reconciler's one lookup for one digest", facts.lookups, *written)
+		}
+	})
 	t.Run("no batch script: one lookup per report", func(t *testing.T) {
 		m, reg, facts, now, _ := setup(t, "RUNNING")
 		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "0"}, *now))

@@ -121,6 +121,9 @@ func (r *reconciler) round(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		why, facts := r.gone(cctx, j.JobID)
 		cancel()
+		if r.meas != nil {
+			r.meas.dig.found(j.JobID, facts) // a restored job's digest awaits this answer
+		}
 		if why == "" {
 			continue
 		}

@@ -465,14 +465,17 @@ func jobField(t *testing.T, id uint32, re *regexp.Regexp) string {
 	return m[1]
 }
 
-// waitDone waits for job id to end in Slurm and returns its state.
+// waitDone waits for job id to end in Slurm and returns its state. It asks every 2 s: an
+// scontrol under emulation costs a large share of a virtual CPU, and the jobs here are
+// judged on how much CPU they got (asked twice a second, a 1-thread job on 2 CPUs was
+// found starved of CPU by the test's own scontrol calls).
 func waitDone(t *testing.T, id uint32) string {
 	t.Helper()
 	deadline := time.Now().Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
 		switch st := jobField(t, id, jobState); st {
 		case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED":
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(2 * time.Second)
 		default:
 			return st
 		}
