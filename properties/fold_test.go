@@ -37,7 +37,7 @@ func TestOneCauseOnce(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
 				Job: map[string]float64{sample.CPUUserSeconds: busy0 + busy1, sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: psi,
-					"sched_wait_seconds": wait, "context-switches": 500, "syscalls:sys_enter_futex": 100, "sched:sched_process_exec": 0},
+					"sched_wait_seconds": wait, "sched_busy_thread_seconds": busy0 + busy1 + wait, "context-switches": 500, "syscalls:sys_enter_futex": 100, "sched:sched_process_exec": 0},
 				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": busy0 * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": busy1 * 1e9}}}}
 			for k, v := range extra {
 				s.Job[k] = v
@@ -66,6 +66,9 @@ func TestOneCauseOnce(t *testing.T) {
 		// PSI "some" counts the time any thread waited once; run-queue waits add up.
 		{"starved", 0.5, 0.5, 0.65, 1.0, nil, []string{"cpu_starved"}},
 		{"waiting beside a neighbour", 0.6, 0, 0.4, 0.4, nil, []string{"idle_cores", "cpu_pressure"}},
+		// One busy thread on an overloaded node: it and the brief wakers beside it (a
+		// runtime's, slurmstepd's) waited a CPU's worth in all, but one thread had work.
+		{"one busy thread on a loaded node", 0.8, 0, 0.45, 1.1, map[string]float64{"sched_busy_thread_seconds": 1.0}, []string{"idle_cores", "cpu_pressure"}},
 		{"balanced", 1, 1, 0, 0, nil, nil},
 		{"oversubscribed", 1, 1, 1, 6, nil, []string{"oversubscription"}},
 		// Eight busy threads on two CPUs that other work shared: still too many threads.

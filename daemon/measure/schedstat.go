@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,22 +23,30 @@ import (
 // A thread counts from the read that first sees it; what a thread did between the last
 // read and its exit is not seen (its counters go with it).
 var schedstatRegistration = Registration{Name: "schedstat", Default: true, New: newSchedstat,
-	Metrics: vocabulary(SchedWaitSeconds, SchedTimeslices)}
+	Metrics: vocabulary(SchedWaitSeconds, SchedTimeslices, SchedBusyThreadSeconds)}
 
 // Metrics of the schedstat source (in the shared vocabulary: the properties use the
 // run-queue wait to tell a starved job from one with idle CPUs).
 const (
-	SchedWaitSeconds = sample.SchedWaitSeconds
-	SchedTimeslices  = sample.SchedTimeslices
+	SchedWaitSeconds       = sample.SchedWaitSeconds
+	SchedTimeslices        = sample.SchedTimeslices
+	SchedBusyThreadSeconds = sample.SchedBusyThreadSeconds
 )
 
-type schedCount struct{ wait, slices uint64 }
+// busyShare is the share of an interval a thread must have run or waited to run to be a
+// busy thread (SchedBusyThreadSeconds): a thread with work, not one that wakes briefly
+// (a runtime's housekeeping, slurmstepd's own threads), whose short waits grow with the
+// load on the node but say nothing about how much work the job had.
+const busyShare = 0.5
+
+type schedCount struct{ run, wait, slices uint64 }
 
 type schedstatSource struct {
 	last map[int]schedCount // live threads as last read
 	gone schedCount         // what threads no longer seen had counted
 	prev schedCount         // the total at the previous read
 	have bool
+	at   time.Time // the previous read's time
 	// Buffers reused across reads (raw reads: no poller registration per file).
 	buf, dents []byte
 	tids       []string
@@ -192,6 +201,7 @@ func (s *schedstatSource) Read(r *Read) error {
 		return nil
 	}
 	s.add(r, seen)
+	s.at = r.Sample.Time
 	if len(errs) > 0 {
 		return fmt.Errorf("%s: schedstat: %w", r.Spec.Name, errors.Join(errs...))
 	}
@@ -261,8 +271,29 @@ func (s *schedstatSource) add(r *Read, seen map[int]schedCount) {
 	if s.have {
 		r.Sample.Job[SchedWaitSeconds] = float64(total.wait-min(total.wait, s.prev.wait)) / 1e9
 		r.Sample.Job[SchedTimeslices] = float64(total.slices - min(total.slices, s.prev.slices))
+		r.Sample.Job[SchedBusyThreadSeconds] = s.busy(seen, r.Sample.Time.Sub(s.at).Seconds())
 	}
 	s.last, s.prev, s.have = seen, total, true
+}
+
+// busy sums the run and run-queue time, over an interval of the given seconds, of the
+// threads that were runnable at least busyShare of it (a thread born in it: of its
+// counts since its start, against the whole interval).
+func (s *schedstatSource) busy(seen map[int]schedCount, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	var sum float64
+	for tid, c := range seen {
+		p, ok := s.last[tid]
+		if !ok || c.wait < p.wait || c.run < p.run {
+			p = schedCount{} // new (or the tid was reused): counted from its start
+		}
+		if d := float64(c.run-p.run+c.wait-p.wait) / 1e9; d >= busyShare*seconds {
+			sum += min(d, seconds)
+		}
+	}
+	return sum
 }
 
 func (s *schedstatSource) Close() error {
@@ -283,6 +314,10 @@ func parseSchedstat(s string) (schedCount, error) {
 	if len(f) < 3 {
 		return schedCount{}, fmt.Errorf("want 3 fields, got %q", strings.TrimSpace(s))
 	}
+	run, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return schedCount{}, fmt.Errorf("time on a CPU %q: %w", f[0], err)
+	}
 	wait, err := strconv.ParseUint(f[1], 10, 64)
 	if err != nil {
 		return schedCount{}, fmt.Errorf("run queue wait %q: %w", f[1], err)
@@ -291,5 +326,5 @@ func parseSchedstat(s string) (schedCount, error) {
 	if err != nil {
 		return schedCount{}, fmt.Errorf("timeslices %q: %w", f[2], err)
 	}
-	return schedCount{wait: wait, slices: slices}, nil
+	return schedCount{run: run, wait: wait, slices: slices}, nil
 }

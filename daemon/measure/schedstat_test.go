@@ -58,6 +58,23 @@ func TestSchedstat(t *testing.T) {
 	if got := s.Job[SchedTimeslices]; got != 11 {
 		t.Errorf("%s = %v, want 11", SchedTimeslices, got)
 	}
+	// No thread was runnable half of the minute: no busy thread.
+	if got := s.Job[SchedBusyThreadSeconds]; got != 0 {
+		t.Errorf("%s = %v, want 0", SchedBusyThreadSeconds, got)
+	}
+	// A thread that ran 40 s and waited 10 s of the next minute has work; one that woke
+	// briefly and waited 20 s in all (a loaded node) does not; a thread born in the
+	// minute that ran 25 s and waited 10 s does.
+	task("100", "40000009000 13000000000 90\n")
+	task("102", "1000000100 20500000000 900\n")
+	task("103", "25000000000 10000000000 30\n")
+	now = now.Add(time.Minute)
+	if s, err = m.Read(sample.Cycle); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Job[SchedBusyThreadSeconds]; got != 85 {
+		t.Errorf("%s = %v, want 85 (50 s of thread 100, 35 s of thread 103)", SchedBusyThreadSeconds, got)
+	}
 	task("102", "100 bad 1\n")
 	now = now.Add(time.Minute)
 	if _, err := m.Read(sample.Cycle); err == nil || !strings.Contains(err.Error(), "proc/100/task/102/schedstat") {
