@@ -137,14 +137,72 @@ func (d *digester) claim(id uint32, mode digestMode) bool {
 func (d *digester) make(ctx context.Context, j *Job, pj *pipeline.Job, mode digestMode, known *jobmap.Job) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
-	start := time.Now()
-	facts, fresh := d.facts(ctx, j, mode, known)
+	start, at := time.Now(), d.now()
+	facts, fresh, err := d.facts(ctx, j, mode, known)
 	if mode == interactive && facts != nil && facts.BatchHost != "" && facts.BatchHost != d.node {
 		return nil // a step of a batch job that runs elsewhere
 	}
+	if facts == nil && mode == atBatchEnd && err != nil && !errors.Is(err, jobmap.ErrNoJob) {
+		// The job map did not answer in time (a busy slurmctld): Slurm is not kept
+		// waiting, and the digest is finished in the background once it answers,
+		// covering the job up to now.
+		d.log.Info().Err(err).Uint32("job", j.JobID).Msg("job map did not answer at the batch step's end: digest finished when it does")
+		go d.later(j, pj, at, start)
+		return nil
+	}
+	return d.finish(ctx, j, pj, mode, facts, fresh, at, start)
+}
+
+// laterFor bounds how long a digest whose job map lookup failed at the batch step's end
+// is tried again (laterFirst, then twice as long each time).
+const (
+	laterFor   = 3 * time.Minute
+	laterFirst = 2 * time.Second
+)
+
+// later finishes job j's digest (its batch step ended at at) once the job map answers,
+// within laterFor; if it never does, the report is kept without being written, as when
+// the job map does not know the job.
+func (d *digester) later(j *Job, pj *pipeline.Job, at, start time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), laterFor)
+	defer cancel()
+	id := strconv.FormatUint(uint64(j.JobID), 10)
+	for wait := laterFirst; ; wait *= 2 {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		lctx, lcancel := context.WithTimeout(ctx, 4*d.cfg.Timeout)
+		f, err := d.cfg.Facts.Job(lctx, id)
+		lcancel()
+		if err == nil {
+			fctx, fcancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
+			defer fcancel()
+			_ = d.finish(fctx, j, pj, atBatchEnd, f, true, at, start)
+			return
+		}
+		d.log.Debug().Err(err).Uint32("job", j.JobID).Msg("job map asked again for a digest")
+		if errors.Is(err, jobmap.ErrNoJob) {
+			break
+		}
+	}
+	d.log.Warn().Uint32("job", j.JobID).Msg("job not found in the job map: digest kept, not written")
+	fctx, fcancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
+	defer fcancel()
+	_ = d.finish(fctx, j, pj, atBatchEnd, nil, true, at, start)
+}
+
+// finish makes job j's digest with the facts found (nil: none): its report covers the job
+// up to at; kept, handed to the tree and to accounting, and written into its output.
+func (d *digester) finish(ctx context.Context, j *Job, pj *pipeline.Job, mode digestMode, facts *jobmap.Job, fresh bool, at, start time.Time) error {
 	factsTook := time.Since(start)
 	phase := time.Now()
-	rep := d.report(ctx, j, pj, facts, mode)
+	rep := d.report(ctx, j, pj, facts, mode, at)
 	d.log.Debug().Uint32("job", j.JobID).Dur("facts", factsTook).Dur("report", time.Since(phase)).Msg("digest phases")
 	// A batch job's final report is its digest's; a job without a batch script's (srun,
 	// salloc) is its report at its end. It goes to the tree's keeper, and its summary
@@ -177,24 +235,24 @@ func (d *digester) make(ctx context.Context, j *Job, pj *pipeline.Job, mode dige
 // made at its batch step's start when that still holds, else a lookup now. fresh says
 // that they were read after the job's end (the AdminComment the summary is merged with
 // need not be read again).
-func (d *digester) facts(ctx context.Context, j *Job, mode digestMode, known *jobmap.Job) (*jobmap.Job, bool) {
+func (d *digester) facts(ctx context.Context, j *Job, mode digestMode, known *jobmap.Job) (*jobmap.Job, bool, error) {
 	switch {
 	case d.cfg.Facts == nil:
-		return nil, false
+		return nil, false, nil
 	case mode == late && known == nil:
-		return nil, true
+		return nil, true, nil
 	case mode == late:
 		c := *known
-		return &c, true
+		return &c, true, nil
 	}
 	if f := d.prefetched(ctx, j, mode); f != nil {
-		return f, false
+		return f, false, nil
 	}
 	f, err := d.cfg.Facts.Job(ctx, strconv.FormatUint(uint64(j.JobID), 10))
-	if err != nil {
+	if err != nil && (mode != atBatchEnd || errors.Is(err, jobmap.ErrNoJob)) {
 		d.log.Warn().Err(err).Uint32("job", j.JobID).Msg("job not found in the job map: digest kept, not written")
 	}
-	return f, true
+	return f, true, err
 }
 
 // prefetch looks the job up in the job map once its batch step has started, in the

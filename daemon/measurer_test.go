@@ -199,12 +199,17 @@ type countingFacts struct {
 	mu      sync.Mutex
 	job     jobmap.Job
 	lookups int
+	fail    int // the next lookups that time out (a slurmctld too busy to answer)
 }
 
 func (f *countingFacts) Job(_ context.Context, id string) (*jobmap.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lookups++
+	if f.fail > 0 {
+		f.fail--
+		return nil, fmt.Errorf("scontrol show job %s: %w", id, context.DeadlineExceeded)
+	}
 	j := f.job
 	return &j, nil
 }
@@ -626,6 +631,52 @@ func TestOneLookupPerDigest(t *testing.T) {
 		}
 		if facts.lookups != 1 || *written != 1 {
 			t.Errorf("%d lookups, %d digests written; want the reconciler's one lookup for one digest", facts.lookups, *written)
+		}
+	})
+	// The job map does not answer at the batch step's end (a slurmctld too busy): Slurm
+	// is not kept waiting, and the digest is written once it answers.
+	t.Run("no answer at the end: written when the job map answers", func(t *testing.T) {
+		m, reg, facts, now, _ := setup(t, "RUNNING")
+		var mu sync.Mutex
+		var paths []string
+		m.dig.cfg.Append = func(_ context.Context, tg digest.Target, _ []byte) error {
+			mu.Lock()
+			paths = append(paths, tg.Path)
+			mu.Unlock()
+			return nil
+		}
+		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "batch"}, *now))
+		m.dig.mu.Lock()
+		looked := m.dig.jobs[7].looked
+		m.dig.mu.Unlock()
+		<-looked
+		facts.set(func(f *jobmap.Job) { f.State = "COMPLETED" })
+		facts.mu.Lock()
+		facts.fail = 2 // the lookup at the end (exit 1: the state is read then), and the first retry
+		facts.mu.Unlock()
+		status := 256 // (the clock stays: the meter's start-up read may still read it)
+		j := apply(t, reg, wire.StepEnd, &wire.Event{StepID: "batch", ExitStatus: &status}, *now)
+		if err := m.Digest(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			n := len(paths)
+			mu.Unlock()
+			if n > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]string{"/w/out"}, paths); diff != "" {
+			t.Fatalf("digests written (-want +got):\n%s", diff)
+		}
+		rep, err := m.Report(7)
+		if err != nil || rep.EndState == nil || rep.EndState.State != "COMPLETED" {
+			t.Errorf("report after the job map answered: %+v, %v", rep, err)
 		}
 	})
 	t.Run("no batch script: one lookup per report", func(t *testing.T) {

@@ -21,11 +21,11 @@ import (
 
 // report evaluates the job's results on this node, merges the other nodes', and
 // assembles the report.
-func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *jobmap.Job, mode digestMode) digest.Report {
+func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *jobmap.Job, mode digestMode, at time.Time) digest.Report {
 	ncpus := len(pj.Meter().Spec().CPUs)
 	req, judged := memRequest(facts, ncpus)
 	results := pj.Results(judged)
-	f := reportFacts(j, facts, d.node, ncpus, mode, d.now(), 2*d.cycle+time.Second)
+	f := reportFacts(j, facts, d.node, ncpus, mode, at, 2*d.cycle+time.Second)
 	why := ""
 	reasons := map[string]string{}
 	wide, whyNot := d.jobWide(ctx, j, facts)
