@@ -73,6 +73,9 @@ func TestOneCauseOnce(t *testing.T) {
 		{"oversubscribed", 1, 1, 1, 6, nil, []string{"oversubscription"}},
 		// Eight busy threads on two CPUs that other work shared: still too many threads.
 		{"oversubscribed beside a neighbour", 0.8, 0.8, 1, 6.4, nil, []string{"oversubscription"}},
+		// Two busy threads on two CPUs beside a neighbour, with brief wakers whose waits
+		// add up to a CPU on the loaded node: starved, not oversubscribed.
+		{"starved with wakers", 0.5, 0.5, 0.75, 2.0, map[string]float64{"sched_busy_thread_seconds": 2.0}, []string{"cpu_starved"}},
 		// Held to half a CPU by its quota, its threads wait for CPU: throttled, not starved.
 		{"throttled by its quota", 0.25, 0.25, 0.9, 1.5, map[string]float64{"cpu_periods": 10, "cpu_throttled_periods": 10}, []string{"cpu_throttled"}},
 		{"contended lock", 1, 0.95, 1, 12, map[string]float64{"syscalls:sys_enter_futex": 2e6, sample.CPUSystemSeconds: 1, sample.CPUUserSeconds: 0.95},
