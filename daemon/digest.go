@@ -167,34 +167,26 @@ func (d *digester) later(j *Job, pj *pipeline.Job, at, start time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), laterFor)
 	defer cancel()
 	id := strconv.FormatUint(uint64(j.JobID), 10)
-	for wait := laterFirst; ; wait *= 2 {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			break
-		}
+	var f *jobmap.Job
+	for wait := laterFirst; f == nil && pipeline.RealWait(ctx, time.Now().Add(wait)) == nil; wait *= 2 {
 		lctx, lcancel := context.WithTimeout(ctx, 4*d.cfg.Timeout)
-		f, err := d.cfg.Facts.Job(lctx, id)
+		got, err := d.cfg.Facts.Job(lctx, id)
 		lcancel()
-		if err == nil {
-			fctx, fcancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
-			defer fcancel()
-			_ = d.finish(fctx, j, pj, atBatchEnd, f, true, at, start)
-			return
+		if err != nil {
+			d.log.Debug().Err(err).Uint32("job", j.JobID).Msg("job map asked again for a digest")
+			if errors.Is(err, jobmap.ErrNoJob) {
+				break
+			}
+			continue
 		}
-		d.log.Debug().Err(err).Uint32("job", j.JobID).Msg("job map asked again for a digest")
-		if errors.Is(err, jobmap.ErrNoJob) {
-			break
-		}
+		f = got
 	}
-	d.log.Warn().Uint32("job", j.JobID).Msg("job not found in the job map: digest kept, not written")
+	if f == nil {
+		d.log.Warn().Uint32("job", j.JobID).Msg("job not found in the job map: digest kept, not written")
+	}
 	fctx, fcancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
 	defer fcancel()
-	_ = d.finish(fctx, j, pj, atBatchEnd, nil, true, at, start)
+	_ = d.finish(fctx, j, pj, atBatchEnd, f, true, at, start)
 }
 
 // finish makes job j's digest with the facts found (nil: none): its report covers the job

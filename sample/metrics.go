@@ -28,35 +28,37 @@ func (k Kind) String() string {
 // per CPU and summed over the job's CPUs.
 const (
 	// cgroup statistics (job on this node).
-	CPUUserSeconds   = "cpu_user_seconds"
-	CPUSystemSeconds = "cpu_system_seconds"
-	CPUPeriods       = "cpu_periods"
-	CPUThrottled     = "cpu_throttled_periods"
-	CPUThrottledSecs = "cpu_throttled_seconds"
-	MemBytes         = "mem_bytes"
-	MemPeakBytes     = "mem_peak_bytes"
-	MemAnonBytes     = "mem_anon_bytes" // anonymous memory, without the page cache
-	OOMEvents        = "oom_events"
-	OOMKills         = "oom_kills"
-	PageFaults       = "page_faults"
-	MajorPageFaults  = "major_page_faults"
-	Tasks            = "tasks"
-	BlkReadBytes     = "blk_read_bytes"
-	BlkWriteBytes    = "blk_write_bytes"
-	BlkReadOps       = "blk_read_ops"
-	BlkWriteOps      = "blk_write_ops"
-	SchedWaitSeconds = "sched_wait_seconds"
-	SuspendedSeconds = "suspended_seconds" // Slurm held the job suspended (frozen)
-	SchedTimeslices  = "sched_timeslices"
+	CPUUserSeconds    = "cpu_user_seconds"
+	CPUSystemSeconds  = "cpu_system_seconds"
+	CPUPeriods        = "cpu_periods"
+	CPUThrottled      = "cpu_throttled_periods"
+	CPUThrottledSecs  = "cpu_throttled_seconds"
+	MemBytes          = "mem_bytes"
+	MemPeakBytes      = "mem_peak_bytes"
+	MemAnonBytes      = "mem_anon_bytes" // anonymous memory, without the page cache
+	OOMEvents         = "oom_events"
+	OOMKills          = "oom_kills"
+	PageFaults        = "page_faults"
+	MajorPageFaults   = "major_page_faults"
+	Tasks             = "tasks"
+	BlkReadBytes      = "blk_read_bytes"
+	BlkWriteBytes     = "blk_write_bytes"
+	BlkReadOps        = "blk_read_ops"
+	BlkWriteOps       = "blk_write_ops"
+	SchedWaitSeconds  = "sched_wait_seconds"
+	SuspendedSeconds  = "suspended_seconds" // Slurm held the job suspended (frozen)
+	SchedTimeslices   = "sched_timeslices"
+	PSICPUSomeSeconds = "psi_cpu_some_seconds"
+	PSICPUFullSeconds = "psi_cpu_full_seconds"
+	PSIMemSomeSeconds = "psi_memory_some_seconds"
+	PSIMemFullSeconds = "psi_memory_full_seconds"
+	PSIIOSomeSeconds  = "psi_io_some_seconds"
+	PSIIOFullSeconds  = "psi_io_full_seconds"
+
 	// SchedBusyThreadSeconds: run and run-queue time of the threads runnable at least
 	// half of an interval; over the interval's seconds, how many threads had work.
 	SchedBusyThreadSeconds = "sched_busy_thread_seconds"
-	PSICPUSomeSeconds      = "psi_cpu_some_seconds"
-	PSICPUFullSeconds      = "psi_cpu_full_seconds"
-	PSIMemSomeSeconds      = "psi_memory_some_seconds"
-	PSIMemFullSeconds      = "psi_memory_full_seconds"
-	PSIIOSomeSeconds       = "psi_io_some_seconds"
-	PSIIOFullSeconds       = "psi_io_full_seconds"
+
 	// process I/O (/proc/PID/io of the job's processes).
 	ReadChars         = "read_chars"  // bytes passed to read(2) and friends
 	WriteChars        = "write_chars" // bytes passed to write(2) and friends

@@ -41,6 +41,12 @@ const busyShare = 0.5
 
 type schedCount struct{ run, wait, slices uint64 }
 
+// before says whether c counts less than p in any field: not the same thread's later
+// counts (the tid was reused).
+func (c schedCount) before(p schedCount) bool {
+	return c.run < p.run || c.wait < p.wait || c.slices < p.slices
+}
+
 type schedstatSource struct {
 	last map[int]schedCount // live threads as last read
 	gone schedCount         // what threads no longer seen had counted
@@ -258,7 +264,7 @@ func (s *schedstatSource) readProc(dir string, pid int, seen map[int]schedCount)
 func (s *schedstatSource) add(r *Read, seen map[int]schedCount) {
 	for tid, c := range s.last {
 		n, ok := seen[tid]
-		if !ok || n.wait < c.wait || n.slices < c.slices { // exited (or the tid was reused)
+		if !ok || n.before(c) { // exited (or the tid was reused)
 			s.gone.wait += c.wait
 			s.gone.slices += c.slices
 		}
@@ -286,7 +292,7 @@ func (s *schedstatSource) busy(seen map[int]schedCount, seconds float64) float64
 	var sum float64
 	for tid, c := range seen {
 		p, ok := s.last[tid]
-		if !ok || c.wait < p.wait || c.run < p.run {
+		if !ok || c.before(p) {
 			p = schedCount{} // new (or the tid was reused): counted from its start
 		}
 		if d := float64(c.run-p.run+c.wait-p.wait) / 1e9; d >= busyShare*seconds {
