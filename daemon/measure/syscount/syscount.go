@@ -1,0 +1,411 @@
+// Package syscount counts system calls per job with eBPF instead of the syscall
+// tracepoints: a small program on the entry of each counted system call's kernel
+// function (fentry, a BPF trampoline) adds one to the calling job's counter in a per-CPU
+// map keyed by the job's cgroup id.
+//
+// Why: a perf event on any syscalls:sys_enter_* tracepoint switches every thread of the
+// machine to the kernel's slow system call path (the tracepoints are called from it), so
+// that every system call of every process pays, counted or not. An fentry program costs
+// only the calls of the functions it is attached to, and only a map lookup each.
+//
+// The programs are written with the assembler of github.com/cilium/ebpf (about fifty
+// instructions in all), so building persyst needs no C compiler for BPF. They need the
+// kernel's BTF (/sys/kernel/btf/vmlinux), BPF trampolines (Linux 5.5 and newer, x86-64
+// and arm64) and CAP_BPF and CAP_PERFMON (root); where any is missing New says why, and
+// the tracepoints count instead.
+//
+// Jobs are told apart by their cgroup on the cgroup v2 hierarchy (the unified one, where
+// persyst counts perf events in cgroup mode): the program asks for the calling thread's
+// ancestor at each level that a watched cgroup lives at (bpf_get_current_ancestor_cgroup_id)
+// and looks it up; at most MaxLevels levels.
+package syscount
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// MaxEvents is the most system calls one counter set counts (the map's value holds one
+// count per event).
+const MaxEvents = 8
+
+// MaxLevels is the most distinct cgroup depths watched cgroups may have.
+const MaxLevels = 4
+
+// MaxCgroups is the most cgroups watched at once.
+const MaxCgroups = 4096
+
+// Event is a system call counted: the perf(1) name of its tracepoint (what the counts
+// are reported as, so that everything downstream is the same whichever way they were
+// counted) and the system call's name.
+type Event struct {
+	Name    string // "syscalls:sys_enter_openat"
+	Syscall string // "openat"
+}
+
+// Values is one cgroup's counts on one CPU, by event index.
+type Values [MaxEvents]uint64
+
+// Counter is the loaded programs, their links and maps. It is safe for concurrent use.
+type Counter struct {
+	events []Event // counted, in value order
+	counts *ebpf.Map
+	levels *ebpf.Map
+	progs  []*ebpf.Program
+	links  []link.Link
+	ncpu   int
+	mode   Mode
+
+	mu     sync.Mutex
+	lv     []uint32 // levels in use, in the levels map's order
+	closed bool
+}
+
+// Options configure New.
+type Options struct {
+	// Events are the system calls to count. Those that cannot be counted here are left
+	// out and named in Missing.
+	Events []Event
+	// KernelBTF, if set, is the kernel's BTF (tests); else it is read from the kernel.
+	KernelBTF *btf.Spec
+	// NoFentry skips the fentry programs and counts on the raw tracepoint (tests, and
+	// the benchmark that compares the two).
+	NoFentry bool
+}
+
+// Missing maps the events that are not counted to why.
+type Missing map[string]string
+
+// Mode is how the calls are counted.
+type Mode string
+
+const (
+	// Fentry: a program on each system call's entry function; no other call pays.
+	Fentry Mode = "fentry"
+	// RawTracepoint: one program on the raw tracepoint raw_syscalls:sys_enter (BTF
+	// enabled), where fentry programs cannot be loaded: every system call of the machine
+	// takes the kernel's slow path, as with the perf tracepoints, but a counted call costs
+	// a map lookup instead of a perf event's record.
+	RawTracepoint Mode = "raw tracepoint"
+)
+
+// New loads and attaches the programs: one per event on its system call's entry
+// function, else one on the raw tracepoint. It fails only when nothing can be counted;
+// events that are not counted are in Missing.
+func New(o Options) (*Counter, Missing, error) {
+	if len(o.Events) > MaxEvents {
+		return nil, nil, fmt.Errorf("syscount: %d events, at most %d", len(o.Events), MaxEvents)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, nil, fmt.Errorf("syscount: possible CPUs: %w", err)
+	}
+	spec := o.KernelBTF
+	if spec == nil {
+		spec, err = btf.LoadKernelSpec()
+		if err != nil {
+			return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
+		}
+	}
+	c := &Counter{ncpu: ncpu}
+	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
+		ValueSize: 8 * MaxEvents, MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("syscount: per-CPU map: %w", err)
+	}
+	c.levels, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "persyst_levels", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: MaxLevels,
+	})
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("syscount: levels map: %w", err)
+	}
+	missing := Missing{}
+	var ferr error
+	if !o.NoFentry {
+		ferr = c.attachFentry(spec, o.Events, missing)
+	}
+	if o.NoFentry || ferr != nil {
+		clear(missing)
+		if rerr := c.attachRaw(spec, o.Events, missing); rerr != nil {
+			c.Close()
+			if ferr != nil {
+				return nil, missing, fmt.Errorf("syscount: fentry: %w; raw tracepoint: %w", ferr, rerr)
+			}
+			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
+		}
+	}
+	return c, missing, nil
+}
+
+// attachFentry loads a program on each event's system call function. An event whose
+// function is not in the kernel's BTF is missing; a program the kernel refuses fails
+// the whole mode (the kernel or its settings allow no fentry programs).
+func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) error {
+	for _, ev := range events {
+		fn, err := syscallFunc(spec, ev.Syscall)
+		if err != nil {
+			missing[ev.Name] = err.Error()
+			continue
+		}
+		slot := len(c.events)
+		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail()...)
+		if err := c.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
+			c.detach()
+			return fmt.Errorf("program on %s: %w", fn, err)
+		}
+		c.events = append(c.events, ev)
+	}
+	if len(c.events) == 0 {
+		return errors.New("no counted system call has a kernel function to attach to")
+	}
+	c.mode = Fentry
+	return nil
+}
+
+// attachRaw loads one program on the raw tracepoint sys_enter that counts the events by
+// system call number (ctx[1]).
+func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) error {
+	insns := asm.Instructions{asm.LoadMem(asm.R2, asm.R1, 8, asm.DWord)}
+	var counted []Event
+	for _, ev := range events {
+		nr, ok := syscallNumbers[ev.Syscall]
+		if !ok {
+			missing[ev.Name] = "no system call " + ev.Syscall + " on " + runtime.GOARCH
+			continue
+		}
+		insns = append(insns,
+			asm.Mov.Imm(asm.R6, int32(8*len(counted))),
+			asm.JEq.Imm(asm.R2, int32(nr), "count"))
+		counted = append(counted, ev)
+	}
+	if len(counted) == 0 {
+		return errors.New("none of the system calls exists on " + runtime.GOARCH)
+	}
+	insns = append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
+	tail := c.tail()
+	tail[0] = tail[0].WithSymbol("count")
+	insns = append(insns, tail...)
+	if err := c.attach(spec, "persyst_sysenter", ebpf.AttachTraceRawTp, "sys_enter", insns); err != nil {
+		return err
+	}
+	c.events, c.mode = counted, RawTracepoint
+	return nil
+}
+
+func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
+	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name: name, Type: ebpf.Tracing, AttachType: at, AttachTo: to, Instructions: insns, License: "GPL",
+	}, ebpf.ProgramOptions{KernelTypes: spec})
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: at})
+	if err != nil {
+		prog.Close()
+		return fmt.Errorf("attach: %w", err)
+	}
+	c.progs = append(c.progs, prog)
+	c.links = append(c.links, l)
+	return nil
+}
+
+// detach closes the links and programs attached so far.
+func (c *Counter) detach() {
+	for _, l := range c.links {
+		l.Close()
+	}
+	for _, p := range c.progs {
+		p.Close()
+	}
+	c.links, c.progs, c.events = nil, nil, nil
+}
+
+// flagNoPrealloc is BPF_F_NO_PREALLOC: entries are allocated when a cgroup is watched,
+// not MaxCgroups × CPUs of them at once.
+const flagNoPrealloc = 1
+
+func trim(s string) string {
+	if len(s) > 6 {
+		return s[:6]
+	}
+	return s
+}
+
+// syscallFunc is the kernel function behind system call name on this architecture
+// ("__x64_sys_openat"), which must be a function in the kernel's BTF.
+func syscallFunc(spec *btf.Spec, name string) (string, error) {
+	prefix, ok := archPrefix[runtime.GOARCH]
+	if !ok {
+		return "", fmt.Errorf("no system call prefix known for %s", runtime.GOARCH)
+	}
+	fn := prefix + name
+	var f *btf.Func
+	if err := spec.TypeByName(fn, &f); err != nil {
+		return "", fmt.Errorf("kernel function %s not in the kernel's BTF: %w", fn, err)
+	}
+	return fn, nil
+}
+
+// archPrefix is the prefix of system call entry functions (arch/*/include/asm/syscall_wrapper.h).
+var archPrefix = map[string]string{
+	"amd64": "__x64_sys_", "arm64": "__arm64_sys_", "riscv64": "__riscv_sys_",
+	"s390x": "__s390x_sys_",
+}
+
+// tail counts one call at byte offset r6 of the value: for each watched level, the
+// calling thread's ancestor cgroup at that level is looked up in counts, and the first
+// found is incremented. r6 survives the helper calls; the key is at fp-8, the levels
+// index at fp-16.
+func (c *Counter) tail() asm.Instructions {
+	levelsFD, countsFD := c.levels.FD(), c.counts.FD()
+	var insns asm.Instructions
+	for i := 0; i < MaxLevels; i++ {
+		insns = append(insns,
+			asm.StoreImm(asm.RFP, -16, int64(i), asm.Word),
+			asm.LoadMapPtr(asm.R1, levelsFD),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "exit"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+			asm.JEq.Imm(asm.R1, 0, "exit"),
+			asm.FnGetCurrentAncestorCgroupId.Call(),
+			asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
+			asm.LoadMapPtr(asm.R1, countsFD),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -8),
+			asm.FnMapLookupElem.Call(),
+			asm.JNE.Imm(asm.R0, 0, "hit"),
+		)
+	}
+	return append(insns,
+		asm.Ja.Label("exit"),
+		asm.Add.Reg(asm.R0, asm.R6).WithSymbol("hit"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
+		asm.Return(),
+	)
+}
+
+// Mode says how the calls are counted.
+func (c *Counter) Mode() Mode { return c.mode }
+
+// Events are the system calls counted, in the order of Values.
+func (c *Counter) Events() []Event { return slices.Clone(c.events) }
+
+// Watch starts counting the calls of the threads in cgroup id (and its descendants),
+// which lives level levels below the hierarchy's root. Counts start at 0.
+func (c *Counter) Watch(id uint64, level int) error {
+	if level <= 0 {
+		return fmt.Errorf("syscount: cgroup %d at level %d: only cgroups below the root", id, level)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("syscount: closed")
+	}
+	if !slices.Contains(c.lv, uint32(level)) {
+		if len(c.lv) == MaxLevels {
+			return fmt.Errorf("syscount: cgroups at more than %d depths", MaxLevels)
+		}
+		if err := c.levels.Put(uint32(len(c.lv)), uint32(level)); err != nil {
+			return fmt.Errorf("syscount: level %d: %w", level, err)
+		}
+		c.lv = append(c.lv, uint32(level))
+	}
+	zero := make([]Values, c.ncpu)
+	if err := c.counts.Update(id, zero, ebpf.UpdateNoExist); err != nil {
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("syscount: cgroup %d is watched already", id)
+		}
+		return fmt.Errorf("syscount: watch cgroup %d: %w", id, err)
+	}
+	return nil
+}
+
+// Read returns cgroup id's counts per possible CPU (index: the CPU's number), into buf
+// when it has room.
+func (c *Counter) Read(id uint64, buf []Values) ([]Values, error) {
+	if cap(buf) < c.ncpu {
+		buf = make([]Values, c.ncpu)
+	}
+	buf = buf[:c.ncpu]
+	if err := c.counts.Lookup(id, buf); err != nil {
+		return nil, fmt.Errorf("syscount: read cgroup %d: %w", id, err)
+	}
+	return buf, nil
+}
+
+// Unwatch stops counting cgroup id. Levels stay watched (a job of the same layout
+// follows).
+func (c *Counter) Unwatch(id uint64) error {
+	if err := c.counts.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("syscount: unwatch cgroup %d: %w", id, err)
+	}
+	return nil
+}
+
+// Close detaches the programs and frees the maps.
+func (c *Counter) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range c.links {
+		errs = append(errs, l.Close())
+	}
+	for _, p := range c.progs {
+		errs = append(errs, p.Close())
+	}
+	for _, m := range []*ebpf.Map{c.counts, c.levels} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CgroupID returns the id of the cgroup v2 directory dir: what the kernel's BPF helpers
+// call a cgroup's id (its kernfs node id, from name_to_handle_at(2)).
+func CgroupID(dir string) (uint64, error) {
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup id of %s: %w", dir, err)
+	}
+	b := h.Bytes()
+	if len(b) != 8 {
+		return 0, fmt.Errorf("cgroup id of %s: handle of %d bytes, want 8", dir, len(b))
+	}
+	return binary.NativeEndian.Uint64(b), nil
+}
+
+// Level is how deep the cgroup dir lies below the hierarchy mounted at mount (its root:
+// level 0).
+func Level(mount, dir string) (int, error) {
+	rel, err := filepath.Rel(mount, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return 0, fmt.Errorf("cgroup %s is not under %s", dir, mount)
+	}
+	if rel == "." {
+		return 0, nil
+	}
+	return strings.Count(rel, "/") + 1, nil
+}

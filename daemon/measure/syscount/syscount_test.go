@@ -1,0 +1,155 @@
+package syscount
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
+)
+
+const childEnv = "PERSYST_SYSCOUNT_CHILD" // the number of openat+close pairs to make
+
+func TestMain(m *testing.M) {
+	if n := os.Getenv(childEnv); n != "" {
+		os.Exit(child(n))
+	}
+	os.Exit(m.Run())
+}
+
+func child(arg string) int {
+	n, _ := strconv.Atoi(arg)
+	for range n {
+		fd, err := unix.Openat(unix.AT_FDCWD, "/dev/null", unix.O_RDONLY, 0)
+		if err != nil {
+			return 2
+		}
+		unix.Close(fd)
+	}
+	return 0
+}
+
+var testEvents = []Event{
+	{Name: "syscalls:sys_enter_openat", Syscall: "openat"},
+	{Name: "syscalls:sys_enter_close", Syscall: "close"},
+	{Name: "syscalls:sys_enter_futex", Syscall: "futex"},
+	{Name: "syscalls:sys_enter_nosuchcall", Syscall: "nosuchcall"},
+}
+
+// unifiedDir makes a fresh cgroup directory with a child on the cgroup v2 hierarchy and
+// returns both and the hierarchy's mount.
+func unifiedDir(t *testing.T) (mount, job, leaf string) {
+	t.Helper()
+	testenv.Root(t, "creates cgroups and loads BPF programs")
+	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if m.IsV2 {
+			mount = m.Path
+		}
+	}
+	if mount == "" {
+		testenv.Unavailable(t, "no cgroup v2 hierarchy mounted")
+	}
+	job = filepath.Join(mount, "persyst-syscount-test-"+strconv.Itoa(os.Getpid()))
+	leaf = filepath.Join(job, "step_0")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(leaf); os.Remove(job) })
+	return mount, job, leaf
+}
+
+// runIn runs this test binary making n openat+close pairs in cgroup dir.
+func runIn(t *testing.T, dir string, n int) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(n))
+	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+}
+
+func TestCountsPerCgroup(t *testing.T) {
+	mount, job, leaf := unifiedDir(t)
+	c, missing, err := New(Options{Events: testEvents})
+	if err != nil {
+		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
+	}
+	defer c.Close()
+	if _, ok := missing["syscalls:sys_enter_nosuchcall"]; !ok || len(missing) != 1 {
+		t.Errorf("missing = %v, want only nosuchcall", missing)
+	}
+	if diff := cmp.Diff(testEvents[:3], c.Events()); diff != "" {
+		t.Errorf("Events() -want +got:\n%s", diff)
+	}
+	id, err := CgroupID(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, err := Level(mount, job)
+	if err != nil || level != 1 {
+		t.Fatalf("Level(%s, %s) = %d, %v; want 1", mount, job, level, err)
+	}
+	if err := c.Watch(id, level); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	runIn(t, leaf, n)    // counted: a descendant of the watched cgroup
+	runIn(t, mount, 777) // not counted: outside it
+	vals, err := c.Read(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum Values
+	for _, v := range vals {
+		for i := range sum {
+			sum[i] += v[i]
+		}
+	}
+	// The child's runtime opens and closes a few files of its own as it starts.
+	for i, name := range []string{"openat", "close"} {
+		if sum[i] < n || sum[i] > n+200 {
+			t.Errorf("%s counted %d times, want %d to %d", name, sum[i], n, n+200)
+		}
+	}
+	if err := c.Unwatch(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(id, nil); err == nil {
+		t.Error("Read after Unwatch: no error")
+	}
+}
+
+func TestLevel(t *testing.T) {
+	for _, tc := range []struct {
+		mount, dir string
+		want       int
+		err        bool
+	}{
+		{"/sys/fs/cgroup", "/sys/fs/cgroup", 0, false},
+		{"/sys/fs/cgroup", "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_5", 3, false},
+		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/persyst_n1/job_5", 2, false},
+		{"/sys/fs/cgroup", "/sys/fs/other", 0, true},
+	} {
+		got, err := Level(tc.mount, tc.dir)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("Level(%q, %q) = %d, %v; want %d, error %v", tc.mount, tc.dir, got, err, tc.want, tc.err)
+		}
+	}
+}
