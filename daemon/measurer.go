@@ -100,6 +100,10 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		m.owned = newOwnedCgroups(m.host, mounts, cfg.CgroupParent, log)
 		// Every perf event of the node's catalog is tried once, in persyst's cgroup.
 		opts.Energy, opts.PerfWhy, opts.ProbeCgroup = true, m.owned.why, m.owned.parent
+		if m.owned.mount.IsV2 {
+			// System calls are counted with eBPF in the kernel this daemon runs on.
+			opts.SyscallMount = m.host.Path(m.owned.mount.Path)
+		}
 	}
 	m.env = measure.NewEnv(opts)
 	m.slurm = newSlurmCgroups(m.host, node, mounts, log)

@@ -86,6 +86,9 @@ var OpenTracepoints = []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_
 // variable or barrier, and wake each other.
 const FutexTracepoint = "syscalls:sys_enter_futex"
 
+// SyscallPrefix begins the name of every system call entry tracepoint.
+const SyscallPrefix = "syscalls:sys_enter_"
+
 // ProcessTracepoints count the job's new processes and threads (fork, clone) and the
 // programs it started (exec).
 var ProcessTracepoints = []string{"sched:sched_process_fork", "sched:sched_process_exec"}

@@ -109,6 +109,7 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 		return 1, err
 	}
 	env, spec := r.setup(cpus)
+	defer env.Close()
 	cmd, fwd, err := r.start(path)
 	if err != nil {
 		return 126, err
@@ -167,6 +168,9 @@ func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
 		spec.ProcCgroup = r.procDir
 		if r.perfDir != "" {
 			spec.PerfCgroup = r.host.Path(r.perfDir)
+			if r.perfMount != "" {
+				envOpts.SyscallMount = r.host.Path(r.perfMount)
+			}
 		} else {
 			envOpts.PerfWhy = "no cgroup v2 or perf_event v1 hierarchy to count in"
 		}
@@ -375,6 +379,7 @@ type runner struct {
 	mountOf    map[string]string // created dir → its mount point
 	procsFiles []string          // cgroup.procs to join (full paths)
 	perfDir    string
+	perfMount  string // the cgroup v2 mount perfDir lies on ("": a v1 hierarchy)
 	procDir    string
 	cgErr      string
 	limits     []string
@@ -426,6 +431,9 @@ func (r *runner) makeCgroups() bool {
 	if m, ok := jobcgroup.PerfHierarchy(mounts); ok {
 		if d, ok := r.stat[m.Key]; ok {
 			r.perfDir = d
+			if m.IsV2 {
+				r.perfMount = m.Path
+			}
 		}
 	}
 	r.procDir = r.perfDir

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +23,10 @@ type EnvOptions struct {
 	// costs the kernel an RCU grace period, about 30 ms).
 	PerfWhy     string
 	ProbeCgroup string
+	// SyscallMount, if set, is the cgroup v2 hierarchy (as Host's path) that jobs' perf
+	// cgroups lie on: their system calls are then counted with eBPF where the kernel
+	// allows it (Env.Syscalls).
+	SyscallMount string
 	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
 	Energy      bool
 	Enable      map[string]bool
@@ -85,7 +90,34 @@ func NewEnv(o EnvOptions) *Env {
 		}
 		env.Events = perfevents.WithIPC(env.Events)
 	}
+	switch {
+	case o.Host.Root() != "/":
+		// eBPF counts the calls of the kernel this process runs on: not a host under
+		// another root (tests' fake hosts).
+		env.SyscallsWhy = "the host is not this machine's root"
+	case o.SyscallMount != "" && o.PerfWhy == "":
+		env.openSyscalls(o.SyscallMount)
+	case o.PerfWhy != "":
+		env.SyscallsWhy = o.PerfWhy
+	default:
+		env.SyscallsWhy = "no cgroup v2 hierarchy to count in"
+	}
 	return env
+}
+
+// Close releases what the environment holds for the node: the eBPF programs and the
+// RAPL counters.
+func (env *Env) Close() error {
+	var errs []error
+	if env.Syscalls != nil {
+		errs = append(errs, env.Syscalls.Close())
+		env.Syscalls = nil
+	}
+	if env.Energy != nil {
+		errs = append(errs, env.Energy.Close())
+		env.Energy = nil
+	}
+	return errors.Join(errs...)
 }
 
 // openEnergy opens the node's RAPL energy counters, if the kernel has them.

@@ -31,6 +31,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/procio"
+	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
@@ -48,6 +49,12 @@ type Env struct {
 	// Energy reads the node's RAPL counters (nil: EnergyWhy says why not).
 	Energy    *perfcg.Energy
 	EnergyWhy string
+	// Syscalls counts the syscall tracepoints' system calls with eBPF, for jobs whose
+	// perf cgroup lies on the cgroup v2 hierarchy at SyscallsMount (nil: SyscallsWhy
+	// says why not, and the tracepoints count them as perf events).
+	Syscalls      *syscount.Counter
+	SyscallsMount string
+	SyscallsWhy   string
 	// Enable turns sources on or off by name (Registration.Name); the others keep their
 	// default.
 	Enable map[string]bool

@@ -49,6 +49,7 @@ type Registration struct {
 // sources is the registry, in reading order.
 var sources = []Registration{
 	perfRegistration,
+	syscallsRegistration,
 	cgroupRegistration,
 	procRegistration,
 	netRegistration,

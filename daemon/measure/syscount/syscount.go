@@ -65,13 +65,17 @@ type Counter struct {
 	counts *ebpf.Map
 	levels *ebpf.Map
 	progs  []*ebpf.Program
-	links  []link.Link
+	at     ebpf.AttachType
+	links  []link.Link // attached while a cgroup is watched (nil: none)
 	ncpu   int
 	mode   Mode
 
-	mu     sync.Mutex
-	lv     []uint32 // levels in use, in the levels map's order
-	closed bool
+	mu sync.Mutex
+	lv []uint32 // levels in use, in the levels map's order
+	// watched counts the watched cgroups: the programs are attached only while there
+	// are any, so that no system call pays for them on a node without measured jobs.
+	watched int
+	closed  bool
 }
 
 // Options configure New.
@@ -215,25 +219,46 @@ func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to str
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
+	// Attached once to see that the kernel allows it, then detached until a cgroup is
+	// watched.
 	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: at})
 	if err != nil {
 		prog.Close()
 		return fmt.Errorf("attach: %w", err)
 	}
+	l.Close()
 	c.progs = append(c.progs, prog)
-	c.links = append(c.links, l)
+	c.at = at
 	return nil
 }
 
-// detach closes the links and programs attached so far.
-func (c *Counter) detach() {
+// link attaches every program; on failure none stays attached.
+func (c *Counter) link() error {
+	for _, p := range c.progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: c.at})
+		if err != nil {
+			c.unlink()
+			return fmt.Errorf("syscount: attach: %w", err)
+		}
+		c.links = append(c.links, l)
+	}
+	return nil
+}
+
+// unlink detaches every program.
+func (c *Counter) unlink() {
 	for _, l := range c.links {
 		l.Close()
 	}
+	c.links = nil
+}
+
+// detach closes the programs loaded so far.
+func (c *Counter) detach() {
 	for _, p := range c.progs {
 		p.Close()
 	}
-	c.links, c.progs, c.events = nil, nil, nil
+	c.progs, c.events = nil, nil
 }
 
 // flagNoPrealloc is BPF_F_NO_PREALLOC: entries are allocated when a cgroup is watched,
@@ -338,6 +363,13 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		return fmt.Errorf("syscount: watch cgroup %d: %w", id, err)
 	}
+	if c.watched == 0 {
+		if err := c.link(); err != nil {
+			c.counts.Delete(id)
+			return err
+		}
+	}
+	c.watched++
 	return nil
 }
 
@@ -357,21 +389,34 @@ func (c *Counter) Read(id uint64, buf []Values) ([]Values, error) {
 // Unwatch stops counting cgroup id. Levels stay watched (a job of the same layout
 // follows).
 func (c *Counter) Unwatch(id uint64) error {
-	if err := c.counts.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.counts.Delete(id); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
 		return fmt.Errorf("syscount: unwatch cgroup %d: %w", id, err)
 	}
+	if c.watched--; c.watched == 0 {
+		c.unlink()
+	}
 	return nil
+}
+
+// Attached says whether the programs are attached now (a cgroup is watched).
+func (c *Counter) Attached() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.links) > 0
 }
 
 // Close detaches the programs and frees the maps.
 func (c *Counter) Close() error {
 	c.mu.Lock()
 	c.closed = true
+	c.unlink()
 	c.mu.Unlock()
 	var errs []error
-	for _, l := range c.links {
-		errs = append(errs, l.Close())
-	}
 	for _, p := range c.progs {
 		errs = append(errs, p.Close())
 	}

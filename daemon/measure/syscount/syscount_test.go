@@ -45,7 +45,7 @@ var testEvents = []Event{
 
 // unifiedDir makes a fresh cgroup directory with a child on the cgroup v2 hierarchy and
 // returns both and the hierarchy's mount.
-func unifiedDir(t *testing.T) (mount, job, leaf string) {
+func unifiedDir(t testing.TB) (mount, job, leaf string) {
 	t.Helper()
 	testenv.Root(t, "creates cgroups and loads BPF programs")
 	mounts, err := jobcgroup.Mounts(hostfs.New("/"))
@@ -106,8 +106,14 @@ func TestCountsPerCgroup(t *testing.T) {
 	if err != nil || level != 1 {
 		t.Fatalf("Level(%s, %s) = %d, %v; want 1", mount, job, level, err)
 	}
+	if c.Attached() {
+		t.Error("attached before a cgroup is watched")
+	}
 	if err := c.Watch(id, level); err != nil {
 		t.Fatal(err)
+	}
+	if !c.Attached() {
+		t.Error("not attached while a cgroup is watched")
 	}
 	const n = 5000
 	runIn(t, leaf, n)    // counted: a descendant of the watched cgroup
@@ -133,6 +139,9 @@ func TestCountsPerCgroup(t *testing.T) {
 	}
 	if _, err := c.Read(id, nil); err == nil {
 		t.Error("Read after Unwatch: no error")
+	}
+	if c.Attached() {
+		t.Error("still attached with no cgroup watched")
 	}
 }
 

@@ -1,0 +1,156 @@
+package measure
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/persyst/persyst/daemon/measure/syscount"
+	"github.com/persyst/persyst/perfevents"
+	"github.com/persyst/persyst/sample"
+)
+
+// System calls (file opens, closes, futex calls) counted per job with eBPF programs
+// (syscount) instead of the perf syscall tracepoints, which slow every system call of
+// the node. The counts keep the tracepoints' names. Where eBPF cannot count them the
+// perf source counts the tracepoints, as before; turned off
+// (MetricSource.syscalls=off), the tracepoints count.
+var syscallsRegistration = Registration{Name: "syscalls", Default: true, New: newSyscalls}
+
+// openSyscalls loads the eBPF programs that count the catalog's syscall tracepoints, for
+// jobs whose perf cgroups lie on the cgroup v2 hierarchy mounted at mount (its path as
+// the host's filesystem sees it). What they count is taken out of the perf events.
+func (env *Env) openSyscalls(mount string) {
+	if !env.enabled(syscallsRegistration) {
+		env.SyscallsWhy = "the syscalls source is turned off"
+		return
+	}
+	var events []syscount.Event
+	for _, e := range perfevents.TracepointEvents() {
+		if name, ok := strings.CutPrefix(e.Name, perfevents.SyscallPrefix); ok {
+			events = append(events, syscount.Event{Name: e.Name, Syscall: name})
+		}
+	}
+	c, missing, err := syscount.New(syscount.Options{Events: events})
+	if err != nil {
+		env.SyscallsWhy = err.Error()
+		env.Log.Info().Err(err).Msg("system calls counted with perf tracepoints: eBPF not available")
+		return
+	}
+	env.Syscalls, env.SyscallsMount = c, mount
+	counted := map[string]bool{}
+	var names []string
+	for _, e := range c.Events() {
+		counted[e.Name] = true
+		names = append(names, e.Syscall)
+		delete(env.Unavailable, e.Name)
+	}
+	kept := env.Events[:0]
+	for _, e := range env.Events {
+		if !counted[e.Name] {
+			kept = append(kept, e)
+		}
+	}
+	env.Events = kept
+	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).
+		Msg("system calls counted with eBPF")
+}
+
+type syscallsSource struct {
+	c     *syscount.Counter
+	id    uint64
+	names []string
+	cpus  []int
+	prev  []syscount.Values
+	cur   []syscount.Values
+	have  bool
+	// why, when set, says why the job's calls are not counted.
+	why string
+}
+
+func newSyscalls(env *Env, spec *Spec) (Source, error) {
+	if env.Syscalls == nil {
+		return &syscallsSource{}, nil // the perf tracepoints count, or nothing does
+	}
+	s := &syscallsSource{c: env.Syscalls, cpus: spec.CPUs}
+	for _, e := range env.Syscalls.Events() {
+		s.names = append(s.names, e.Name)
+	}
+	if err := s.watch(env, spec); err != nil {
+		s.why = "not measured: " + err.Error()
+		env.Log.Warn().Err(err).Str("job", spec.Name).Msg("system calls not counted")
+		s.c = nil
+	}
+	return s, nil
+}
+
+func (s *syscallsSource) watch(env *Env, spec *Spec) error {
+	if spec.PerfCgroup == "" {
+		why := spec.PerfWhy
+		if why == "" {
+			why = "no cgroup to count system calls in"
+		}
+		return fmt.Errorf("%s", why)
+	}
+	level, err := syscount.Level(env.SyscallsMount, spec.PerfCgroup)
+	if err != nil {
+		return err
+	}
+	if s.id, err = syscount.CgroupID(spec.PerfCgroup); err != nil {
+		return err
+	}
+	return s.c.Watch(s.id, level)
+}
+
+func (s *syscallsSource) CPUMetrics() ([]string, bool) { return s.names, s.c != nil }
+
+func (s *syscallsSource) Read(r *Read) error {
+	if s.why != "" {
+		for _, n := range s.names {
+			r.NotMeasured(n, s.why)
+		}
+	}
+	if s.c == nil {
+		return nil
+	}
+	cur, err := s.c.Read(s.id, s.cur)
+	if err != nil {
+		for _, n := range s.names {
+			r.NotMeasured(n, "not measured: "+err.Error())
+		}
+		return fmt.Errorf("%s: %w", r.Spec.Name, err)
+	}
+	if !s.have {
+		s.prev, s.cur, s.have = cur, make([]syscount.Values, len(cur)), true
+		return nil
+	}
+	smp := r.Sample
+	if smp.CPU == nil {
+		smp.CPU = make([]sample.CPUValues, len(s.cpus))
+		for i, cpu := range s.cpus {
+			smp.CPU[i] = sample.CPUValues{CPU: cpu, Values: make(map[string]float64, len(s.names))}
+		}
+	}
+	for k, name := range s.names {
+		var sum float64
+		for cpu := range cur {
+			sum += float64(sub(cur[cpu][k], s.prev[cpu][k]))
+		}
+		smp.Job[name] = sum
+		for i := range smp.CPU {
+			if cpu := smp.CPU[i].CPU; cpu < len(cur) {
+				smp.CPU[i].Values[name] = float64(sub(cur[cpu][k], s.prev[cpu][k]))
+			}
+		}
+	}
+	s.prev, s.cur = cur, s.prev
+	return nil
+}
+
+func (s *syscallsSource) Close() error {
+	if s.c == nil {
+		return nil
+	}
+	c := s.c
+	s.c = nil
+	return c.Unwatch(s.id)
+}
