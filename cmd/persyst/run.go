@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/standalone"
@@ -29,7 +30,7 @@ func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON (to stderr)")
 	fs.StringVar(&o.jsonFile, "json-file", "", "write the result as JSON into this file instead (never mixed with the command's stderr)")
 	fs.StringVar(&o.level, "log-level", "warn", "log level: debug, info, warn, error")
-	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (thresholds, strategy, calibration)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (thresholds, strategy, calibration, MetricSource.<name>)")
 }
 
 // runRun is `persyst run -- CMD`: its exit code is CMD's.
@@ -54,6 +55,9 @@ func runRun(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return exitCode(io, usageError{err})
 	}
+	if err := measure.CheckEnable(conf.Sources, o.config, conf.SourceLines); err != nil {
+		return exitCode(io, usageError{err})
+	}
 	var result *os.File
 	if o.jsonFile != "" {
 		// Made before the command runs, so that a bad path stops it first.
@@ -63,7 +67,7 @@ func runRun(ctx context.Context, io stdio, args []string) int {
 		defer result.Close()
 	}
 	opts := standalone.Options{
-		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json || result != nil,
+		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json || result != nil, Sources: conf.Sources,
 		Stdin: io.in, Stdout: io.out, Stderr: io.err,
 		Log: zerolog.New(zerolog.ConsoleWriter{Out: io.err, NoColor: true}).Level(lvl).With().Timestamp().Logger(),
 	}
