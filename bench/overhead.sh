@@ -3,7 +3,9 @@
 # memory-bound and a syscall-heavy program (persyst-workload cpu / membw / openclose, each
 # sized to about TARGET seconds) run directly and under `persyst run --interval 1s` and
 # `--interval 60s`. The syscall storm (openat and close of one file, over and over) is
-# where the syscall tracepoints persyst counts cost a program most.
+# where counting system calls costs a program most: each workload is also run with the
+# system calls counted the way persyst did before eBPF (the perf syscall tracepoints), and
+# the storm is run unmeasured beside a measured job (what a bystander pays).
 #
 #   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 5 minutes)
 #
@@ -115,23 +117,29 @@ row() {
 			100 * (m / mu - 1), 100 * (p - 1), 100 * ((m - f) / mu - 1), s }'
 }
 
+# The system calls counted the way persyst did before eBPF: with the perf syscall
+# tracepoints (MetricSource.syscalls=off).
+printf 'MetricSource.syscalls=off\n' >"$tmp/tracepoints.conf"
+samples() { grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$'; }
+
 # bench LABEL ARGS...: the interleaved rounds for one workload.
 bench() {
 	local label=$1 i k cfg t order
 	shift
-	local -a tu=() t1=() t60=() s1=() s60=()
-	local cfgs=(U 1s 60s)
+	local -a tu=() t1=() t60=() ttp=() s1=() s60=() stp=()
+	local cfgs=(U 1s 60s tp)
 	for cfg in U 1s 60s; do # warm-up, once each
 		case $cfg in U) wall "$@" ;; *) wall "$P" run --interval "$cfg" --json -- "$@" ;; esac >/dev/null
 	done
 	for i in $(seq 0 $((ROUNDS - 1))); do
 		order=()
-		for k in 0 1 2; do order+=("${cfgs[$(((i + k) % 3))]}"); done
+		for k in 0 1 2 3; do order+=("${cfgs[$(((i + k) % 4))]}"); done
 		for cfg in "${order[@]}"; do
 			case $cfg in
 			U) tu[i]=$(wall "$@") ;;
-			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$')") ;;
-			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$')") ;;
+			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(samples)") ;;
+			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(samples)") ;;
+			tp) ttp[i]=$(wall "$P" run --interval 60s --config "$tmp/tracepoints.conf" --json -- "$@"); stp+=("$(samples)") ;;
 			esac
 		done
 	done
@@ -143,6 +151,7 @@ bench() {
 	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| unmeasured | %.3f | %.4f | | | | |\n", m / 1e6, d / 1e6}'
 	row "--interval 1s" tu t1 s1
 	row "--interval 60s" tu t60 s60
+	row "--interval 60s, perf tracepoints" tu ttp stp
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
 	# Both measured configurations pay the same fixed cost: their difference is the cost of
 	# the reads at every 1 s boundary.
@@ -159,6 +168,50 @@ bench() {
 bench "CPU-bound" "$W" cpu -iterations "$cpu_n"
 bench "memory-bound" "$W" membw -mib 256 -passes "$mem_n"
 bench "syscall storm (openat/close)" "$W" openclose -file "$tmp/storm" -n "$sys_n"
+
+# bystander: the syscall storm unmeasured, alone (A) or while a measured job runs beside
+# it (`persyst run --interval 60s -- sleep`, system calls counted with eBPF (E) or with the
+# perf tracepoints (T)): what a process outside every measured job pays.
+bystander() {
+	local i k cfg order pid
+	local -a ta=() te=() tt=()
+	local cfgs=(A E T)
+	for i in $(seq 0 $((ROUNDS - 1))); do
+		order=()
+		for k in 0 1 2; do order+=("${cfgs[$(((i + k) % 3))]}"); done
+		for cfg in "${order[@]}"; do
+			pid=
+			case $cfg in
+			E) "$P" run --interval 60s -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
+			T) "$P" run --interval 60s --config "$tmp/tracepoints.conf" -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
+			esac
+			[ -z "$pid" ] || sleep 1 # its counters are open by then
+			case $cfg in
+			A) ta[i]=$(wall "$@") ;;
+			E) te[i]=$(wall "$@") ;;
+			T) tt[i]=$(wall "$@") ;;
+			esac
+			if [ -n "$pid" ]; then
+				pkill -TERM -P "$pid" 2>/dev/null || true # the sleep: persyst run ends with it
+				wait "$pid" 2>/dev/null || true
+			fi
+		done
+	done
+	read -r mu du nu < <(printf '%s\n' "${ta[@]}" | stats)
+	echo
+	echo "== bystander: $* (unmeasured) beside a measured job"
+	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | samples/run |"
+	echo "|---|---|---|---|---|---|---|"
+	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| alone | %.3f | %.4f | | | | |\n", m / 1e6, d / 1e6}'
+	local -a none=()
+	local f=$fixed
+	fixed=0
+	row "beside a job, eBPF" ta te none
+	row "beside a job, perf tracepoints" ta tt none
+	fixed=$f
+	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (alone MAD/median, n=%d): %.2f %%; resolution of the paired slowdown about 2 x noise / sqrt(n)\n", n, 100 * du / mu }'
+}
+bystander "$W" openclose -file "$tmp/storm2" -n "$sys_n"
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "slowdown (medians) = median(measured)/median(unmeasured) - 1; (paired) = median over rounds of measured/unmeasured - 1;"

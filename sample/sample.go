@@ -103,6 +103,10 @@ type Summary struct {
 	// Suspended are the stretches Slurm held the job suspended (from the samples whose
 	// SuspendedSeconds cover them): measured, not judged.
 	Suspended []Gap `json:"suspended,omitempty"`
+	// Methods says how some things were measured where that differs by node: "system
+	// calls" → "eBPF (fentry), every call", "perf tracepoints, every call", or counted
+	// in samples and scaled (how much of the time is said).
+	Methods map[string]string `json:"methods,omitempty"`
 }
 
 // Suspended says whether Slurm held the job suspended for most of the sample's

@@ -128,8 +128,9 @@ type Meter struct {
 	store       *store
 	notMeasured map[string]string
 	ended       bool
-	gaps        []sample.Gap // stretches not measured (Restore)
-	suspended   []sample.Gap // stretches Slurm held the job suspended (sample.AddSuspended)
+	gaps        []sample.Gap      // stretches not measured (Restore)
+	suspended   []sample.Gap      // stretches Slurm held the job suspended (sample.AddSuspended)
+	how         map[string]string // the sources' Methods at the last read (under mu)
 }
 
 // Open starts measuring: every enabled source is opened and the baseline is read.
@@ -310,9 +311,13 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	m.prevTime = now
 	m.cgroupGone = r.cgroupGone
 	m.jobLen = len(s.Job)
+	methods := m.methods()
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if methods != nil {
+		m.how = methods
+	}
 	// A metric measured once keeps no note: at job end Slurm may already have removed
 	// the cgroups, and "file absent" would wrongly say it was never measured.
 	m.kv = m.store.index(s.Job, m.kv[:0], m.measuredFirst)
@@ -404,6 +409,28 @@ func (m *Meter) Started() time.Time {
 	return m.started
 }
 
+// methoder is a source whose way of measuring differs from node to node: Method says
+// how it measured what (for the summary's Methods; "" : nothing to say).
+type methoder interface {
+	Method() (what, how string)
+}
+
+// methods asks the sources how they measured (under readMu).
+func (m *Meter) methods() map[string]string {
+	var out map[string]string
+	for _, src := range m.sources {
+		if x, ok := src.(methoder); ok {
+			if what, how := x.Method(); how != "" {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[what] = how
+			}
+		}
+	}
+	return out
+}
+
 // Summary returns the totals so far.
 func (m *Meter) Summary() sample.Summary {
 	m.mu.Lock()
@@ -419,6 +446,7 @@ func (m *Meter) Summary() sample.Summary {
 		NotMeasured: maps.Clone(m.notMeasured),
 		Gaps:        slices.Clone(m.gaps),
 		Suspended:   slices.Clone(m.suspended),
+		Methods:     maps.Clone(m.how),
 	}
 	if n := len(m.store.samples); n > 0 {
 		s.Last = m.store.samples[n-1].time

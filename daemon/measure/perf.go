@@ -2,6 +2,7 @@ package measure
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/persyst/persyst/daemon/measure/perfcg"
@@ -148,6 +149,16 @@ func (p *perfSource) Read(r *Read) error {
 	}
 	p.prev, p.spare = cur, p.prev // the older arrays are read into next
 	return nil
+}
+
+// Method says that system calls were counted with the perf tracepoints, where they were.
+func (p *perfSource) Method() (string, string) {
+	for _, n := range p.names {
+		if strings.HasPrefix(n, perfevents.SyscallPrefix) {
+			return SystemCalls, "perf tracepoints, every call"
+		}
+	}
+	return "", ""
 }
 
 func (p *perfSource) Close() error {

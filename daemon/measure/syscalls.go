@@ -3,7 +3,9 @@ package measure
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
@@ -14,6 +16,9 @@ import (
 // the node. The counts keep the tracepoints' names. Where eBPF cannot count them the
 // perf source counts the tracepoints, as before; turned off
 // (MetricSource.syscalls=off), the tracepoints count.
+// SystemCalls is what Summary.Methods calls the counts of system calls.
+const SystemCalls = "system calls"
+
 var syscallsRegistration = Registration{Name: "syscalls", Default: true, New: newSyscalls}
 
 // openSyscalls loads the eBPF programs that count the catalog's syscall tracepoints, for
@@ -51,7 +56,7 @@ func (env *Env) openSyscalls(mount string) {
 		}
 	}
 	env.Events = kept
-	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).
+	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).Dur("slow_path_per_call", c.Cost()).
 		Msg("system calls counted with eBPF")
 }
 
@@ -63,6 +68,11 @@ type syscallsSource struct {
 	prev  []syscount.Values
 	cur   []syscount.Values
 	have  bool
+	// at and att are the time of the last read and the programs' attached time then;
+	// wall and counted add up the job's time and the part of it that was counted.
+	at            time.Time
+	att           time.Duration
+	wall, counted time.Duration
 	// why, when set, says why the job's calls are not counted.
 	why string
 }
@@ -112,6 +122,7 @@ func (s *syscallsSource) Read(r *Read) error {
 	if s.c == nil {
 		return nil
 	}
+	now, att := s.c.AttachedTime()
 	cur, err := s.c.Read(s.id, s.cur)
 	if err != nil {
 		for _, n := range s.names {
@@ -120,8 +131,24 @@ func (s *syscallsSource) Read(r *Read) error {
 		return fmt.Errorf("%s: %w", r.Spec.Name, err)
 	}
 	if !s.have {
-		s.prev, s.cur, s.have = cur, make([]syscount.Values, len(cur)), true
+		s.prev, s.cur, s.have, s.at, s.att = cur, make([]syscount.Values, len(cur)), true, now, att
 		return nil
+	}
+	wall, counted := now.Sub(s.at), att-s.att
+	s.at, s.att = now, att
+	s.wall, s.counted = s.wall+wall, s.counted+counted
+	if counted <= 0 && wall > 0 {
+		// Sampled, and not attached at all in this interval: nothing to scale.
+		for _, n := range s.names {
+			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (the raw tracepoint's budget), none in it")
+		}
+		s.prev, s.cur = cur, s.prev
+		return nil
+	}
+	// Counted for part of the interval: scaled to all of it (1 when counted throughout).
+	scale := 1.0
+	if counted < wall*999/1000 {
+		scale = float64(wall) / float64(counted)
 	}
 	smp := r.Sample
 	if smp.CPU == nil {
@@ -135,15 +162,30 @@ func (s *syscallsSource) Read(r *Read) error {
 		for cpu := range cur {
 			sum += float64(sub(cur[cpu][k], s.prev[cpu][k]))
 		}
-		smp.Job[name] = sum
+		smp.Job[name] = sum * scale
 		for i := range smp.CPU {
 			if cpu := smp.CPU[i].CPU; cpu < len(cur) {
-				smp.CPU[i].Values[name] = float64(sub(cur[cpu][k], s.prev[cpu][k]))
+				smp.CPU[i].Values[name] = float64(sub(cur[cpu][k], s.prev[cpu][k])) * scale
 			}
+		}
+		if scale > 1/perfcg.DefaultLowCoverage {
+			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
 	}
 	s.prev, s.cur = cur, s.prev
 	return nil
+}
+
+// Method says how the job's system calls were counted, for the summary.
+func (s *syscallsSource) Method() (string, string) {
+	switch {
+	case s.c == nil:
+		return "", ""
+	case s.counted >= s.wall*999/1000:
+		return SystemCalls, "eBPF (" + string(s.c.Mode()) + "), every call"
+	}
+	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (the node made too many system calls for the raw tracepoint's budget)",
+		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9))
 }
 
 func (s *syscallsSource) Close() error {

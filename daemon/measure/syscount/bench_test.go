@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/measure/perfcg"
@@ -39,7 +42,11 @@ func BenchmarkOpenClose(b *testing.B) {
 	b.Cleanup(func() { os.Remove(other) })
 	orig := ownCgroup(b, mount)
 	defer moveTo(b, orig)
-	for _, how := range []string{"none", "perf-tracepoints", "raw-tracepoint", "fentry"} {
+	hows := []string{"none", "perf-tracepoints", "raw-tracepoint", "fentry"}
+	if os.Getenv("PERSYST_BENCH_EMPTY") != "" {
+		hows = append(hows, "empty-raw-tracepoint")
+	}
+	for _, how := range hows {
 		for _, where := range []string{"job", "bystander"} {
 			b.Run(how+"/"+where, func(b *testing.B) {
 				stop := start(b, how, mount, job)
@@ -75,6 +82,18 @@ func start(b *testing.B, how, mount, job string) func() {
 	switch how {
 	case "none":
 		return func() {}
+	case "empty-raw-tracepoint":
+		// What the slow system call path costs alone: a program that does nothing.
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp,
+			AttachTo: "sys_enter", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}, License: "GPL"})
+		if err != nil {
+			b.Skip(err)
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			b.Skip(err)
+		}
+		return func() { l.Close(); prog.Close() }
 	case "perf-tracepoints":
 		events := tracepoints(b)
 		var cpus []int

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -64,14 +65,22 @@ type Counter struct {
 	events []Event // counted, in value order
 	counts *ebpf.Map
 	levels *ebpf.Map
-	progs  []*ebpf.Program
-	at     ebpf.AttachType
-	links  []link.Link // attached while a cgroup is watched (nil: none)
+	progs  programs // attached while a cgroup is watched
 	ncpu   int
 	mode   Mode
 
-	mu sync.Mutex
-	lv []uint32 // levels in use, in the levels map's order
+	all *ebpf.Map // raw tracepoint: every system call of the node, per CPU
+	now func() time.Time
+	// cost is what one system call costs more with the raw tracepoint attached (the
+	// kernel's slow path and the program), measured at New; 0 in fentry mode.
+	cost     time.Duration
+	sampling Sampling
+
+	mu    sync.Mutex
+	lv    []uint32      // levels in use, in the levels map's order
+	share float64       // of the time the raw tracepoint is attached now (sampling)
+	stop  chan struct{} // ends the sampler (nil: none runs)
+	done  chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there
 	// are any, so that no system call pays for them on a node without measured jobs.
 	watched int
@@ -88,6 +97,10 @@ type Options struct {
 	// NoFentry skips the fentry programs and counts on the raw tracepoint (tests, and
 	// the benchmark that compares the two).
 	NoFentry bool
+	// Sampling configures the raw tracepoint's sampling (zero: the defaults).
+	Sampling Sampling
+	// Now is the clock (nil: time.Now); its monotonic readings time the sampling.
+	Now func() time.Time
 }
 
 // Missing maps the events that are not counted to why.
@@ -124,7 +137,10 @@ func New(o Options) (*Counter, Missing, error) {
 			return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
 		}
 	}
-	c := &Counter{ncpu: ncpu}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: 8 * MaxEvents, MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -138,6 +154,13 @@ func New(o Options) (*Counter, Missing, error) {
 	if err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("syscount: levels map: %w", err)
+	}
+	c.all, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "persyst_all", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+	})
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("syscount: calls map: %w", err)
 	}
 	missing := Missing{}
 	var ferr error
@@ -153,6 +176,7 @@ func New(o Options) (*Counter, Missing, error) {
 			}
 			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
 		}
+		c.cost = c.measureCost()
 	}
 	return c, missing, nil
 }
@@ -170,7 +194,8 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 		slot := len(c.events)
 		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail()...)
 		if err := c.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
-			c.detach()
+			c.progs.close()
+			c.events = nil
 			return fmt.Errorf("program on %s: %w", fn, err)
 		}
 		c.events = append(c.events, ev)
@@ -185,7 +210,21 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 // attachRaw loads one program on the raw tracepoint sys_enter that counts the events by
 // system call number (ctx[1]).
 func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) error {
-	insns := asm.Instructions{asm.LoadMem(asm.R2, asm.R1, 8, asm.DWord)}
+	// Every system call is counted in all (the sampling's measure of what the slow path
+	// costs the node), then the counted ones per cgroup.
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R7, asm.R1),
+		asm.StoreImm(asm.RFP, -16, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, c.all.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -16),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "nr"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.LoadMem(asm.R2, asm.R7, 8, asm.DWord).WithSymbol("nr"),
+	}
 	var counted []Event
 	for _, ev := range events {
 		nr, ok := syscallNumbers[ev.Syscall]
@@ -227,38 +266,71 @@ func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to str
 		return fmt.Errorf("attach: %w", err)
 	}
 	l.Close()
-	c.progs = append(c.progs, prog)
-	c.at = at
+	c.progs.add(prog, at)
 	return nil
 }
 
+// programs are the loaded programs and, while attached, their links; they keep the
+// time they have been attached in all. Their user (Counter) holds its lock around them.
+type programs struct {
+	progs    []*ebpf.Program
+	at       ebpf.AttachType
+	links    []link.Link
+	now      func() time.Time
+	linkedAt time.Time
+	attached time.Duration // until linkedAt, if attached now
+}
+
+func (p *programs) add(prog *ebpf.Program, at ebpf.AttachType) {
+	p.progs = append(p.progs, prog)
+	p.at = at
+}
+
 // link attaches every program; on failure none stays attached.
-func (c *Counter) link() error {
-	for _, p := range c.progs {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: c.at})
+func (p *programs) link() error {
+	for _, prog := range p.progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: p.at})
 		if err != nil {
-			c.unlink()
+			p.unlink()
 			return fmt.Errorf("syscount: attach: %w", err)
 		}
-		c.links = append(c.links, l)
+		p.links = append(p.links, l)
 	}
+	p.linkedAt = p.now()
 	return nil
 }
 
 // unlink detaches every program.
-func (c *Counter) unlink() {
-	for _, l := range c.links {
+func (p *programs) unlink() {
+	if len(p.links) > 0 {
+		p.attached += p.now().Sub(p.linkedAt)
+	}
+	for _, l := range p.links {
 		l.Close()
 	}
-	c.links = nil
+	p.links = nil
 }
 
-// detach closes the programs loaded so far.
-func (c *Counter) detach() {
-	for _, p := range c.progs {
-		p.Close()
+func (p *programs) linked() bool { return len(p.links) > 0 }
+
+// attachedTime returns now and the time attached in all up to it.
+func (p *programs) attachedTime() (now time.Time, d time.Duration) {
+	now, d = p.now(), p.attached
+	if p.linked() {
+		d += now.Sub(p.linkedAt)
 	}
-	c.progs, c.events = nil, nil
+	return now, d
+}
+
+// close detaches and closes every program.
+func (p *programs) close() error {
+	p.unlink()
+	var errs []error
+	for _, prog := range p.progs {
+		errs = append(errs, prog.Close())
+	}
+	p.progs = nil
+	return errors.Join(errs...)
 }
 
 // flagNoPrealloc is BPF_F_NO_PREALLOC: entries are allocated when a cgroup is watched,
@@ -364,9 +436,13 @@ func (c *Counter) Watch(id uint64, level int) error {
 		return fmt.Errorf("syscount: watch cgroup %d: %w", id, err)
 	}
 	if c.watched == 0 {
-		if err := c.link(); err != nil {
+		if err := c.progs.link(); err != nil {
 			c.counts.Delete(id)
 			return err
+		}
+		c.share = 1
+		if c.mode == RawTracepoint {
+			c.startSampler()
 		}
 	}
 	c.watched++
@@ -398,7 +474,8 @@ func (c *Counter) Unwatch(id uint64) error {
 		return fmt.Errorf("syscount: unwatch cgroup %d: %w", id, err)
 	}
 	if c.watched--; c.watched == 0 {
-		c.unlink()
+		c.stopSampler()
+		c.progs.unlink()
 	}
 	return nil
 }
@@ -407,20 +484,17 @@ func (c *Counter) Unwatch(id uint64) error {
 func (c *Counter) Attached() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.links) > 0
+	return c.progs.linked()
 }
 
 // Close detaches the programs and frees the maps.
 func (c *Counter) Close() error {
 	c.mu.Lock()
 	c.closed = true
-	c.unlink()
+	c.stopSampler()
+	errs := []error{c.progs.close()}
 	c.mu.Unlock()
-	var errs []error
-	for _, p := range c.progs {
-		errs = append(errs, p.Close())
-	}
-	for _, m := range []*ebpf.Map{c.counts, c.levels} {
+	for _, m := range []*ebpf.Map{c.counts, c.levels, c.all} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

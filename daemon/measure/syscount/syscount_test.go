@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -160,5 +161,73 @@ func TestLevel(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.err {
 			t.Errorf("Level(%q, %q) = %d, %v; want %d, error %v", tc.mount, tc.dir, got, err, tc.want, tc.err)
 		}
+	}
+}
+
+func TestShareFor(t *testing.T) {
+	s := Sampling{}.withDefaults()
+	for _, tc := range []struct {
+		name string
+		rate float64
+		cost time.Duration
+		ncpu int
+		want float64
+	}{
+		{"idle node", 1000, 200 * time.Nanosecond, 2, 1},
+		{"at the budget", 50000, 200 * time.Nanosecond, 2, 1},
+		{"twice the budget", 100000, 200 * time.Nanosecond, 2, 0.5},
+		{"a storm on two CPUs", 400000, 300 * time.Nanosecond, 2, 1.0 / 16},
+		{"the same on 64 CPUs", 400000, 300 * time.Nanosecond, 64, 1},
+		{"beyond the floor", 1e8, time.Microsecond, 1, 1.0 / 32},
+		{"cost not measurable", 1e8, 0, 1, 1},
+	} {
+		if got := shareFor(tc.rate, tc.cost, tc.ncpu, s); got != tc.want {
+			t.Errorf("%s: shareFor(%g, %v, %d) = %g, want %g", tc.name, tc.rate, tc.cost, tc.ncpu, got, tc.want)
+		}
+	}
+}
+
+// TestSampledEstimate: the raw tracepoint forced to sample (a budget nothing fits in)
+// counts a steady storm in a share of the time, and the counts scaled by the attached
+// time estimate the calls made.
+func TestSampledEstimate(t *testing.T) {
+	mount, job, leaf := unifiedDir(t)
+	c, _, err := New(Options{Events: testEvents, NoFentry: true,
+		Sampling: Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25}})
+	if err != nil {
+		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
+	}
+	defer c.Close()
+	if c.Cost() <= 0 {
+		testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here")
+	}
+	id, _ := CgroupID(job)
+	level, _ := Level(mount, job)
+	if err := c.Watch(id, level); err != nil {
+		t.Fatal(err)
+	}
+	t0, a0 := c.AttachedTime()
+	const n = 600000 // about 2 s here
+	runIn(t, leaf, n)
+	t1, a1 := c.AttachedTime()
+	if share := c.Share(); share != 0.25 {
+		t.Errorf("share while sampling = %g, want 0.25", share)
+	}
+	vals, err := c.Read(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens uint64
+	for _, v := range vals {
+		opens += v[0]
+	}
+	wall, att := t1.Sub(t0), a1-a0
+	if att >= wall*9/10 {
+		t.Fatalf("attached %v of %v: not sampled", att, wall)
+	}
+	est := float64(opens) * float64(wall) / float64(att)
+	t.Logf("attached %v of %v, %d openat counted, estimate %.0f of %d", att, wall, opens, est, n)
+	if est < 0.75*n || est > 1.25*n {
+		t.Errorf("estimate %.0f openat calls, want %d ± 25 %%", est, n)
 	}
 }
