@@ -56,7 +56,7 @@ func (env *Env) openSyscalls(mount string) {
 		}
 	}
 	env.Events = kept
-	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).Dur("slow_path_per_call", c.Cost()).
+	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).
 		Msg("system calls counted with eBPF")
 }
 

@@ -74,6 +74,7 @@ type Counter struct {
 	// cost is what one system call costs more with the raw tracepoint attached (the
 	// kernel's slow path and the program), measured at New; 0 in fentry mode.
 	cost     time.Duration
+	off      time.Duration // costCalls system calls' time without the program
 	sampling Sampling
 
 	mu    sync.Mutex
@@ -176,7 +177,7 @@ func New(o Options) (*Counter, Missing, error) {
 			}
 			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
 		}
-		c.cost = c.measureCost()
+		c.off = timeCalls() // the cost is known once they are attached (Watch)
 	}
 	return c, missing, nil
 }
@@ -258,14 +259,6 @@ func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to str
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	// Attached once to see that the kernel allows it, then detached until a cgroup is
-	// watched.
-	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: at})
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach: %w", err)
-	}
-	l.Close()
 	c.progs.add(prog, at)
 	return nil
 }
@@ -442,6 +435,9 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		c.share = 1
 		if c.mode == RawTracepoint {
+			if c.cost == 0 && c.off > 0 {
+				c.cost = max((timeCalls()-c.off)/costCalls, 0)
+			}
 			c.startSampler()
 		}
 	}

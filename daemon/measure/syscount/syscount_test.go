@@ -174,9 +174,10 @@ func TestShareFor(t *testing.T) {
 		want float64
 	}{
 		{"idle node", 1000, 200 * time.Nanosecond, 2, 1},
-		{"at the budget", 50000, 200 * time.Nanosecond, 2, 1},
-		{"twice the budget", 100000, 200 * time.Nanosecond, 2, 0.5},
-		{"a storm on two CPUs", 400000, 300 * time.Nanosecond, 2, 1.0 / 16},
+		{"at the budget", 25000, 200 * time.Nanosecond, 2, 1},
+		{"twice the budget", 50000, 200 * time.Nanosecond, 2, 0.5},
+		{"a storm on two CPUs", 400000, 300 * time.Nanosecond, 2, 1.0 / 32},
+		{"a storm on 16 CPUs", 400000, 300 * time.Nanosecond, 16, 1.0 / 4},
 		{"the same on 64 CPUs", 400000, 300 * time.Nanosecond, 64, 1},
 		{"beyond the floor", 1e8, time.Microsecond, 1, 1.0 / 32},
 		{"cost not measurable", 1e8, 0, 1, 1},
@@ -198,13 +199,13 @@ func TestSampledEstimate(t *testing.T) {
 		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
 	}
 	defer c.Close()
-	if c.Cost() <= 0 {
-		testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here")
-	}
 	id, _ := CgroupID(job)
 	level, _ := Level(mount, job)
 	if err := c.Watch(id, level); err != nil {
 		t.Fatal(err)
+	}
+	if c.Cost() <= 0 {
+		testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here")
 	}
 	t0, a0 := c.AttachedTime()
 	const n = 600000 // about 2 s here
