@@ -47,6 +47,7 @@ func TestNode(t *testing.T) {
 	t.Run("each unit's exposure (systemd-analyze security)", testSecurity)
 	t.Run("one busy thread on 2 CPUs: CPUs left idle", testIdle)
 	t.Run("tiny writes", testTinyWrites)
+	t.Run("file opens counted with eBPF fentry programs", testSyscalls)
 	t.Run("a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM)
 	t.Run("a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved)
 	t.Run("the daemon restarted by systemd mid-job keeps the job's coverage", testRestart)
@@ -167,6 +168,25 @@ func testTinyWrites(t *testing.T) {
 	r, text := digestOf(t, id)
 	if !hasFinding(r, "io_write_request_size") || !strings.Contains(text, "write larger blocks") {
 		t.Errorf("job %d: findings %v, want io_write_request_size; its output:\n%s", id, keys(r), text)
+	}
+}
+
+// testSyscalls: on a distribution's kernel the daemon counts system calls with fentry
+// programs (the host of the other tests refuses them and samples a raw tracepoint), every
+// call, under the tracepoints' names.
+func testSyscalls(t *testing.T) {
+	const n = 20000
+	id := sbatch(t, "--wrap", "sleep 1; "+workload+" openclose -file "+home+"/oc.tmp -n "+strconv.Itoa(n)+"; sleep 1")
+	waitDone(t, id)
+	m := waitSamples(t, id, 1).Measurement
+	if how := m.Methods["system calls"]; how != "eBPF (fentry), every call" {
+		t.Errorf("job %d: system calls counted by %q, want eBPF (fentry), every call; not measured: %v", id, how, m.NotMeasured)
+	}
+	// The workload's opens and closes, and the few of the shell and the runtime.
+	for _, name := range []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_close"} {
+		if got := m.Totals[name]; got < n || got > n+500 {
+			t.Errorf("job %d: %s = %.0f, want %d to %d", id, name, got, n, n+500)
+		}
 	}
 }
 

@@ -34,10 +34,17 @@ func metricsTable() string {
 				if e.Name == "task-clock" {
 					unit = "ns"
 				}
+				if strings.HasPrefix(e.Name, perfevents.SyscallPrefix) {
+					fmt.Fprintf(&b, "| syscalls (else perf) | on | `%s` | counter | count | system call entries, per CPU of the job: eBPF where the kernel allows it, else the perf tracepoint |\n", e.Name)
+					continue
+				}
 				fmt.Fprintf(&b, "| %s | %s | `%s` | counter | %s | perf %s event, per CPU of the job |\n", r.Name, def, e.Name, unit, e.Kind)
 			}
 			b.WriteString("| perf | on | raw floating-point and memory events | counter | count | where the processor has a table (perfevents), per CPU |\n")
 			continue
+		}
+		if r.Name == syscallsRegistration.Name {
+			continue // its metrics are the syscall tracepoints', listed with perf's
 		}
 		for _, m := range r.Metrics {
 			fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s | %s |\n", r.Name, def, m.Name, m.Kind, m.Unit, m.Help)

@@ -157,17 +157,19 @@ func (s *syscallsSource) Read(r *Read) error {
 			smp.CPU[i] = sample.CPUValues{CPU: cpu, Values: make(map[string]float64, len(s.names))}
 		}
 	}
+	// Only the job's CPUs count, as for the perf events: its tasks run there once Slurm
+	// has bound them; what slurmstepd's child did in the job's cgroup on other CPUs
+	// before that is Slurm's set-up, not the job's.
 	for k, name := range s.names {
 		var sum float64
-		for cpu := range cur {
-			sum += float64(sub(cur[cpu][k], s.prev[cpu][k]))
-		}
-		smp.Job[name] = sum * scale
 		for i := range smp.CPU {
-			if cpu := smp.CPU[i].CPU; cpu < len(cur) {
-				smp.CPU[i].Values[name] = float64(sub(cur[cpu][k], s.prev[cpu][k])) * scale
+			if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
+				v := float64(sub(cur[cpu][k], s.prev[cpu][k])) * scale
+				smp.CPU[i].Values[name] = v
+				sum += v
 			}
 		}
+		smp.Job[name] = sum
 		if scale > 1/perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
