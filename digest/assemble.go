@@ -72,6 +72,7 @@ func Assemble(in Input) Report {
 	r.Run = f.Run
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
+	r.Methods = m.Methods
 	if in.Ending != nil {
 		r.EndState, r.Events = EndEvents(*in.Ending)
 		r.Notes = EndNotes(*in.Ending)

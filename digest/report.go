@@ -45,6 +45,10 @@ type Report struct {
 	// Suspended are the stretches Slurm held the job suspended: measured, not judged,
 	// and stated with the facts.
 	Suspended []sample.Gap `json:"suspended,omitempty"`
+	// Methods says how some things were measured on the batch host where that differs by
+	// node (sample.Summary.Methods): "system calls" counted with eBPF or perf
+	// tracepoints, every call or in samples.
+	Methods map[string]string `json:"methods,omitempty"`
 	// Coverage says what of the job the digest covers (absent for `persyst run`).
 	Coverage *Coverage `json:"coverage,omitempty"`
 	// EndState is how the job (its batch script) ended, when that is known; Events are

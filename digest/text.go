@@ -123,6 +123,10 @@ func Text(r Report, o TextOptions) string {
 		wrap(&b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
 	}
 	notes(&b, r.Notes, "", o.Width)
+	if how := r.Methods[sampledKey]; strings.Contains(how, "scaled") {
+		// Counted in samples: the counts the findings use are estimates, said as such.
+		wrap(&b, "File opens, closes and futex calls: "+how+".", o.Width, "")
+	}
 	if r.Short {
 		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), o.Width, "")
 	}
@@ -140,6 +144,9 @@ func Text(r Report, o TextOptions) string {
 	b.WriteString(strings.Repeat("-", o.Width) + "\n")
 	return limitLines(b.String(), 30)
 }
+
+// sampledKey is the Methods entry of the system call counts.
+const sampledKey = "system calls"
 
 // suspendedLines states the stretches Slurm held the job suspended: Slurm's doing, not
 // the job's, and not judged.

@@ -226,3 +226,28 @@ func TestTextStartupOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestTextSampledCounts: counts of system calls taken in samples are estimates, and the
+// digest says so; counted every call, it says nothing of how.
+func TestTextSampledCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name, how string
+		want      bool
+	}{
+		{"sampled", "eBPF (raw tracepoint), counted during 12 % of the time and scaled (the node made too many system calls for the raw tracepoint's budget)", true},
+		{"every call", "eBPF (fentry), every call", false},
+		{"perf", "perf tracepoints, every call", false},
+		{"not said", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := assemble(covering(Facts{JobID: 3, Nodes: []string{"node1"}, CPUs: 2}, 600, 10), []properties.Result{smallWrites}, 300)
+			if tc.how != "" {
+				r.Methods = map[string]string{"system calls": tc.how}
+			}
+			got := Text(r, TextOptions{})
+			if has := strings.Contains(got, "counted during 12 %"); has != tc.want {
+				t.Errorf("the digest says how (%v), want %v:\n%s", has, tc.want, got)
+			}
+		})
+	}
+}
