@@ -120,26 +120,29 @@ row() {
 # The system calls counted the way persyst did before eBPF: with the perf syscall
 # tracepoints (MetricSource.syscalls=off).
 printf 'MetricSource.syscalls=off\n' >"$tmp/tracepoints.conf"
+# And the raw tracepoint's sampling within a budget (where the kernel refuses fentry).
+printf 'SyscallBudget=0.25%%\n' >"$tmp/sampled.conf"
 samples() { grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$'; }
 
 # bench LABEL ARGS...: the interleaved rounds for one workload.
 bench() {
 	local label=$1 i k cfg t order
 	shift
-	local -a tu=() t1=() t60=() ttp=() s1=() s60=() stp=()
-	local cfgs=(U 1s 60s tp)
+	local -a tu=() t1=() t60=() ttp=() tsm=() s1=() s60=() stp=() ssm=()
+	local cfgs=(U 1s 60s tp sm)
 	for cfg in U 1s 60s; do # warm-up, once each
 		case $cfg in U) wall "$@" ;; *) wall "$P" run --interval "$cfg" --json -- "$@" ;; esac >/dev/null
 	done
 	for i in $(seq 0 $((ROUNDS - 1))); do
 		order=()
-		for k in 0 1 2 3; do order+=("${cfgs[$(((i + k) % 4))]}"); done
+		for k in 0 1 2 3 4; do order+=("${cfgs[$(((i + k) % 5))]}"); done
 		for cfg in "${order[@]}"; do
 			case $cfg in
 			U) tu[i]=$(wall "$@") ;;
 			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(samples)") ;;
 			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(samples)") ;;
 			tp) ttp[i]=$(wall "$P" run --interval 60s --config "$tmp/tracepoints.conf" --json -- "$@"); stp+=("$(samples)") ;;
+			sm) tsm[i]=$(wall "$P" run --interval 60s --config "$tmp/sampled.conf" --json -- "$@"); ssm+=("$(samples)") ;;
 			esac
 		done
 	done
@@ -152,6 +155,7 @@ bench() {
 	row "--interval 1s" tu t1 s1
 	row "--interval 60s" tu t60 s60
 	row "--interval 60s, perf tracepoints" tu ttp stp
+	row "--interval 60s, SyscallBudget=0.25%" tu tsm ssm
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
 	# Both measured configurations pay the same fixed cost: their difference is the cost of
 	# the reads at every 1 s boundary.
@@ -170,26 +174,29 @@ bench "memory-bound" "$W" membw -mib 256 -passes "$mem_n"
 bench "syscall storm (openat/close)" "$W" openclose -file "$tmp/storm" -n "$sys_n"
 
 # bystander: the syscall storm unmeasured, alone (A) or while a measured job runs beside
-# it (`persyst run --interval 60s -- sleep`, system calls counted with eBPF (E) or with the
-# perf tracepoints (T)): what a process outside every measured job pays.
+# it (`persyst run --interval 60s -- sleep`, system calls counted with eBPF (E), with the
+# perf tracepoints (T), or with eBPF within SyscallBudget=0.25% (S)): what a process
+# outside every measured job pays.
 bystander() {
 	local i k cfg order pid
-	local -a ta=() te=() tt=()
-	local cfgs=(A E T)
+	local -a ta=() te=() tt=() ts=()
+	local cfgs=(A E T S)
 	for i in $(seq 0 $((ROUNDS - 1))); do
 		order=()
-		for k in 0 1 2; do order+=("${cfgs[$(((i + k) % 3))]}"); done
+		for k in 0 1 2 3; do order+=("${cfgs[$(((i + k) % 4))]}"); done
 		for cfg in "${order[@]}"; do
 			pid=
 			case $cfg in
 			E) "$P" run --interval 60s -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
 			T) "$P" run --interval 60s --config "$tmp/tracepoints.conf" -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
+			S) "$P" run --interval 60s --config "$tmp/sampled.conf" -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
 			esac
 			[ -z "$pid" ] || sleep 1 # its counters are open by then
 			case $cfg in
 			A) ta[i]=$(wall "$@") ;;
 			E) te[i]=$(wall "$@") ;;
 			T) tt[i]=$(wall "$@") ;;
+			S) ts[i]=$(wall "$@") ;;
 			esac
 			if [ -n "$pid" ]; then
 				pkill -TERM -P "$pid" 2>/dev/null || true # the sleep: persyst run ends with it
@@ -208,6 +215,7 @@ bystander() {
 	fixed=0
 	row "beside a job, eBPF" ta te none
 	row "beside a job, perf tracepoints" ta tt none
+	row "beside a job, SyscallBudget=0.25%" ta ts none
 	fixed=$f
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (alone MAD/median, n=%d): %.2f %%; resolution of the paired slowdown about 2 x noise / sqrt(n)\n", n, 100 * du / mu }'
 }

@@ -47,6 +47,10 @@ type Config struct {
 	// Cycle is the measurement period (CycleSeconds, 1 to 3600 s; default 60 s). Every
 	// node reads at Unix times that are multiples of it.
 	Cycle time.Duration
+	// SyscallBudget, above 0, lets the raw tracepoint that counts system calls where the
+	// kernel refuses fentry programs cost at most this share of the node's CPUs, by
+	// counting in samples (SyscallBudget=0.25%: 0.0025). 0, the default: every call.
+	SyscallBudget float64
 	// StrategyFile replaces the built-in strategy (properties/default.strategy).
 	StrategyFile string
 	// Thresholds override property thresholds: Threshold.<id>=<number>[unit].
@@ -264,6 +268,14 @@ var fields = []field{
 			return fmt.Errorf("want whole seconds between 1 and 3600, got %q", v)
 		}
 		c.Cycle = time.Duration(n) * time.Second
+		return nil
+	}},
+	{"SyscallBudget", func(c *Config, v string) error {
+		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+		if err != nil || !strings.HasSuffix(v, "%") || n < 0 || n > 100 {
+			return fmt.Errorf("want a percentage of the node's CPUs (0%% to 100%%, e.g. 0.25%%), got %q", v)
+		}
+		c.SyscallBudget = n / 100
 		return nil
 	}},
 	{"SlurmRestd", func(c *Config, v string) error {

@@ -37,6 +37,7 @@ func TestParse(t *testing.T) {
 		{"bad url", "SlurmRestd=/run/x.sock", Config{}, `test.conf:1: SlurmRestd: want unix:/path or http(s)://host:port`},
 		{"relative token file", "SlurmRestdTokenFile=jwt", Config{}, `test.conf:1: SlurmRestdTokenFile: want an absolute path`},
 		{"cycle", "CycleSeconds=5", with(func(c *Config) { c.Cycle = 5 * time.Second }), ""},
+		{"syscall budget", "SyscallBudget=0.25%", with(func(c *Config) { c.SyscallBudget = 0.0025 }), ""},
 		{"digest settings", "StrategyFile=/etc/slurm/persyst.strategy\nDigestMinSeconds=30\nDigest=off\nCalibrationDir=/var/cal",
 			with(func(c *Config) {
 				c.StrategyFile, c.DigestMinSeconds, c.Digest, c.CalibrationDir = "/etc/slurm/persyst.strategy", 30, false, "/var/cal"
@@ -85,6 +86,7 @@ func TestParse(t *testing.T) {
 		{"threshold twice", "Threshold.cpi=1\nThreshold.cpi=2", Config{}, `test.conf:2: Threshold.cpi: already set on line 1`},
 		{"relative strategy", "StrategyFile=my.strategy", Config{}, `test.conf:1: StrategyFile: want an absolute path`},
 		{"cycle below 1 s", "CycleSeconds=0.5", Config{}, `test.conf:1: CycleSeconds: want whole seconds between 1 and 3600, got "0.5"`},
+		{"syscall budget without %", "SyscallBudget=0.0025", Config{}, `test.conf:1: SyscallBudget: want a percentage of the node's CPUs (0% to 100%, e.g. 0.25%), got "0.0025"`},
 		{"bad timeout", "SlurmRestdTimeout=-1", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"timeout too long", "SlurmRestdTimeout=2h", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"repeated key", "SlurmRestd=unix:/a\nslurmrestd=unix:/b\n", Config{}, `test.conf:2: SlurmRestd already set on line 1`},

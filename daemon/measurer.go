@@ -39,6 +39,9 @@ type MeasureConfig struct {
 	Uplink Uplink
 	// Enable turns metric sources on or off by name (measure.Sources).
 	Enable map[string]bool
+	// SyscallBudget lets counting system calls on the raw tracepoint sample beyond this
+	// share of the node's CPUs (0: every call; persyst.conf's SyscallBudget).
+	SyscallBudget float64
 	// Metrics counts the daemon's work for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
 }
@@ -88,7 +91,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m := &Measurer{cfg: cfg, log: log, now: now, reg: reg, node: node, host: hostfs.New(cfg.Root), meters: newMeterSet()}
 	samples := newSampleFiles(cfg.StateDir, measure.DefaultSampleBytes, log)
 	samples.sweep(func(id uint32) bool { j := reg.Job(id); return j != nil && j.Ended == nil })
-	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: log, Now: now}
+	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: log, Now: now, SyscallBudget: cfg.SyscallBudget}
 	var mounts []jobcgroup.Mount
 	if cfg.Disabled {
 		opts.PerfWhy = "measurement is turned off"

@@ -222,6 +222,20 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 	if traced {
 		node.set(f.opens, opens)
 	}
+	// The I/O calls judged: on files, where they were counted apart; else all of them.
+	files := false
+	if _, ok := s.Job[sample.FileReadCalls]; ok {
+		_, files = s.Job[sample.FileWriteCalls]
+	}
+	for i, x := range ioNames {
+		src := x.all
+		if files {
+			src = x.file
+		}
+		if v, ok := s.Job[src]; ok {
+			node.set(f.io[i], v)
+		}
+	}
 	d.node = append(d.node, device{domain: Node, label: string(Node), s: node})
 	clear(a.coreAt)
 	for _, c := range s.CPU {
@@ -480,4 +494,13 @@ func (a *Accumulator) record(pe *propEval, sl *slots, w, wall float64) (cond boo
 		cond = sev > 0
 	}
 	return cond, v, sev, true
+}
+
+// ioNames are the derived I/O values, each from its file-only metric where calls on
+// files were counted apart, else from the process I/O of every call.
+var ioNames = [4]struct{ name, file, all string }{
+	{NameIOReadCalls, sample.FileReadCalls, sample.ReadSyscalls},
+	{NameIOReadBytes, sample.FileReadBytes, sample.ReadChars},
+	{NameIOWriteCalls, sample.FileWriteCalls, sample.WriteSyscalls},
+	{NameIOWriteBytes, sample.FileWriteBytes, sample.WriteChars},
 }

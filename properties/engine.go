@@ -79,6 +79,7 @@ type enode struct {
 type fixedSlots struct {
 	seconds, threads, ncpus, memRequest                   int
 	busyMin, busyMax, busyMean, idleCPUs, busyCPUs, opens int
+	io                                                    [4]int // ioNames' slots
 	flops, vectorFlops, spFlops, dpFlops                  int
 	fpOps                                                 int
 	fp                                                    [len(flopWeights)]int
@@ -157,6 +158,7 @@ func (e *Engine) prepare() {
 		{&f.seconds, NameSeconds}, {&f.threads, NameThreads}, {&f.ncpus, NameNCPUs}, {&f.memRequest, NameMemRequest},
 		{&f.busyMin, NameBusyMin}, {&f.busyMax, NameBusyMax}, {&f.busyMean, NameBusyMean}, {&f.idleCPUs, NameIdleCPUs},
 		{&f.busyCPUs, NameBusyCPUs}, {&f.opens, NameFileOpens},
+		{&f.io[0], ioNames[0].name}, {&f.io[1], ioNames[1].name}, {&f.io[2], ioNames[2].name}, {&f.io[3], ioNames[3].name},
 		{&f.flops, NameFlops}, {&f.vectorFlops, NameVectorFlops}, {&f.spFlops, NameSPFlops}, {&f.dpFlops, NameDPFlops},
 		{&f.fpOps, "fp_ops"},
 	} {

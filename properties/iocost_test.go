@@ -28,6 +28,13 @@ func TestSmallRequestsCost(t *testing.T) {
 		{"tiny writes, emulated, a server's cost assumed", 0, map[string]float64{sample.WriteSyscalls: 30000, sample.WriteChars: 1.92e6, sample.CPUSystemSeconds: 0.76, sample.CPUUserSeconds: 0.2}, false},
 		{"sync after every write", 0, map[string]float64{sample.WriteSyscalls: 3000, sample.WriteChars: 12e6, sample.CPUSystemSeconds: 0.25, sample.CPUUserSeconds: 0.01,
 			sample.StorageWriteBytes: 12e6, sample.PSIIOSomeSeconds: 0.9}, true},
+		// Calls on files counted apart (eBPF): a million tiny writes to a pipe and the
+		// few large ones to a file are large file writes; the same million to a file are
+		// small ones.
+		{"tiny writes to a pipe, files told apart", 0, map[string]float64{sample.WriteSyscalls: 1e6 + 16, sample.WriteChars: 64e6 + 64<<20, sample.CPUSystemSeconds: 0.9, sample.CPUUserSeconds: 0.1,
+			sample.FileWriteCalls: 16, sample.FileWriteBytes: 64 << 20, sample.FileReadCalls: 0, sample.FileReadBytes: 0}, false},
+		{"tiny writes to a file, files told apart", 0, map[string]float64{sample.WriteSyscalls: 1e6, sample.WriteChars: 64e6, sample.CPUSystemSeconds: 0.9, sample.CPUUserSeconds: 0.1,
+			sample.FileWriteCalls: 1e6, sample.FileWriteBytes: 64e6, sample.FileReadCalls: 0, sample.FileReadBytes: 0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Settings{MinSeconds: 1}

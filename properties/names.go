@@ -21,12 +21,19 @@ const (
 	NameBusyCPUs = "busy_cpus" // CPUs' worth of time the job ran (sum of busy shares)
 	// NameFileOpens counts the files opened by every open system call that is traced
 	// (openat, open, openat2, creat): legacy open(2) opens files too.
-	NameFileOpens   = "file_opens"
-	NameMemRequest  = "mem_requested_bytes"
-	NameMemGrowth   = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
-	NameSamples     = "samples"     // job: number of samples
-	NameNodes       = "nnodes"      // job: nodes with data
-	NameLoadBalance = "busy_spread" // job: spread of per-node mean busy share (max − min)
+	NameFileOpens = "file_opens"
+	// The read and write calls judged as I/O, and their bytes: the calls on files where
+	// they are counted apart from pipes, sockets and terminals (file_read_calls, ...),
+	// else every read and write call of the job (read_syscalls, read_chars, ...).
+	NameIOReadCalls  = "io_read_calls"
+	NameIOReadBytes  = "io_read_bytes"
+	NameIOWriteCalls = "io_write_calls"
+	NameIOWriteBytes = "io_write_bytes"
+	NameMemRequest   = "mem_requested_bytes"
+	NameMemGrowth    = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
+	NameSamples      = "samples"     // job: number of samples
+	NameNodes        = "nnodes"      // job: nodes with data
+	NameLoadBalance  = "busy_spread" // job: spread of per-node mean busy share (max − min)
 	// cpu, core and node, from the raw floating-point events of the processor's table
 	NameFlops       = "flops"        // floating-point operations
 	NameVectorFlops = "vector_flops" // of which in packed (vector) instructions
@@ -95,7 +102,7 @@ func envTemplate(d Domain) map[string]float64 {
 			m[Sanitize(n)] = 0
 		}
 		for _, n := range []string{NameNCPUs, NameBusyMin, NameBusyMax, NameBusyMean, NameIdleCPUs, NameBusyCPUs, NameFileOpens, NameMemRequest,
-			NameTxBytes, NameRxBytes, NameTxPackets, NameRxPackets} {
+			NameIOReadCalls, NameIOReadBytes, NameIOWriteCalls, NameIOWriteBytes, NameTxBytes, NameRxBytes, NameTxPackets, NameRxPackets} {
 			m[n] = 0
 		}
 	case Job:

@@ -22,20 +22,24 @@ const NothingToAssess = "nothing to assess: no value in any interval"
 
 // derivedWhy says why a derived value can be missing.
 var derivedWhy = map[string]string{
-	NameLoadBalance: "needs the data of all the job's nodes (one-node job, or no collector tree yet)",
-	NameMemRequest:  "the job requested no memory explicitly",
-	NameMemGrowth:   "no memory series",
-	NameBusyMin:     "no per-CPU task-clock",
-	NameBusyMax:     "no per-CPU task-clock",
-	NameIdleCPUs:    "no per-CPU task-clock",
-	NameBusyCPUs:    "no per-CPU task-clock",
-	NameFileOpens:   "no open system call is traced (tracefs)",
-	NameFlops:       "no floating-point events for this processor",
-	NameVectorFlops: "no vector floating-point breakdown for this processor",
-	NameTxBytes:     "node counters are not attributed to this job",
-	NameRxBytes:     "node counters are not attributed to this job",
-	NameTxPackets:   "node counters are not attributed to this job",
-	NameRxPackets:   "node counters are not attributed to this job",
+	NameLoadBalance:  "needs the data of all the job's nodes (one-node job, or no collector tree yet)",
+	NameMemRequest:   "the job requested no memory explicitly",
+	NameMemGrowth:    "no memory series",
+	NameBusyMin:      "no per-CPU task-clock",
+	NameBusyMax:      "no per-CPU task-clock",
+	NameIdleCPUs:     "no per-CPU task-clock",
+	NameBusyCPUs:     "no per-CPU task-clock",
+	NameFileOpens:    "no open system call is traced (tracefs)",
+	NameIOReadCalls:  "the processes' I/O was not read",
+	NameIOReadBytes:  "the processes' I/O was not read",
+	NameIOWriteCalls: "the processes' I/O was not read",
+	NameIOWriteBytes: "the processes' I/O was not read",
+	NameFlops:        "no floating-point events for this processor",
+	NameVectorFlops:  "no vector floating-point breakdown for this processor",
+	NameTxBytes:      "node counters are not attributed to this job",
+	NameRxBytes:      "node counters are not attributed to this job",
+	NameTxPackets:    "node counters are not attributed to this job",
+	NameRxPackets:    "node counters are not attributed to this job",
 }
 
 // Result is one property's outcome for a job.

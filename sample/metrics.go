@@ -65,6 +65,13 @@ const (
 	ReadSyscalls      = "read_syscalls"
 	WriteSyscalls     = "write_syscalls"
 	StorageReadBytes  = "storage_read_bytes"
+	// file I/O: read(2)/pread(2) and write(2)/pwrite(2) calls on regular files and the
+	// bytes they moved, told apart from pipes, sockets, terminals and devices per call
+	// (eBPF, where the kernel takes fentry programs).
+	FileReadCalls  = "file_read_calls"
+	FileReadBytes  = "file_read_bytes"
+	FileWriteCalls = "file_write_calls"
+	FileWriteBytes = "file_write_bytes"
 	StorageWriteBytes = "storage_write_bytes"
 	CancelledWrites   = "cancelled_write_bytes"
 	Processes         = "processes"
@@ -114,6 +121,10 @@ var metrics = []Metric{
 	{BlkWriteOps, Counter, "count", "write requests to block devices"},
 	{SchedWaitSeconds, Counter, "seconds", "time the job's threads waited on a run queue for a CPU"},
 	{SchedTimeslices, Counter, "count", "times the job's threads were put on a CPU"},
+	{FileReadCalls, Counter, "count", "read(2) and pread(2) calls on regular files (not pipes, sockets, terminals or devices), per call with eBPF"},
+	{FileReadBytes, Counter, "bytes", "bytes those reads returned"},
+	{FileWriteCalls, Counter, "count", "write(2) and pwrite(2) calls on regular files, per call with eBPF"},
+	{FileWriteBytes, Counter, "bytes", "bytes those writes wrote"},
 	{SchedBusyThreadSeconds, Counter, "seconds", "run and run-queue time of the job's threads that were runnable at least half of the interval (per second: threads with work)"},
 	{SuspendedSeconds, Counter, "seconds", "time Slurm held the job suspended (its step cgroups frozen); not judged"},
 	{PSICPUSomeSeconds, Counter, "seconds", "time some of the job's tasks waited for a CPU (pressure stall)"},

@@ -82,6 +82,8 @@ type Options struct {
 	Node string
 	// Sources turn metric sources on or off by name (persyst.conf's MetricSource.<name>).
 	Sources map[string]bool
+	// SyscallBudget: persyst.conf's, as the daemon's (measure.EnvOptions).
+	SyscallBudget float64
 }
 
 // Result is what `persyst run --json` prints.
@@ -162,7 +164,7 @@ func prepare(opts Options, argv []string) (_ Options, path string, code int, err
 // the measuring environment and the spec of the command's meter on cpus.
 func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
 	spec := measure.Spec{Name: "command " + filepath.Base(r.argv[0]), CPUs: cpus, Topology: r.host.Topology(cpus)}
-	envOpts := measure.EnvOptions{Host: r.host, Log: r.opts.Log, Now: r.opts.Now, Enable: r.opts.Sources}
+	envOpts := measure.EnvOptions{Host: r.host, Log: r.opts.Log, Now: r.opts.Now, Enable: r.opts.Sources, SyscallBudget: r.opts.SyscallBudget}
 	r.privileged = !r.opts.Unprivileged && r.makeCgroups()
 	if r.privileged {
 		r.mode = "cgroup"

@@ -47,7 +47,7 @@ func TestNode(t *testing.T) {
 	t.Run("each unit's exposure (systemd-analyze security)", testSecurity)
 	t.Run("one busy thread on 2 CPUs: CPUs left idle", testIdle)
 	t.Run("tiny writes", testTinyWrites)
-	t.Run("file opens counted with eBPF fentry programs", testSyscalls)
+	t.Run("file opens and file I/O counted with eBPF fentry programs", testSyscalls)
 	t.Run("a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM)
 	t.Run("a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved)
 	t.Run("the daemon restarted by systemd mid-job keeps the job's coverage", testRestart)
@@ -187,6 +187,23 @@ func testSyscalls(t *testing.T) {
 		if got := m.Totals[name]; got < n || got > n+500 {
 			t.Errorf("job %d: %s = %.0f, want %d to %d", id, name, got, n, n+500)
 		}
+	}
+	// Calls on files told apart: 20,000 4 KiB transfers through a pipe (dd from
+	// /dev/zero, cat to /dev/null: devices and a pipe) are every call of the job's I/O
+	// and none of its file I/O; the 100 writes of 64 KiB to a file are.
+	id = sbatch(t, "--wrap", "sleep 1; dd if=/dev/zero bs=4096 count=20000 status=none | cat >/dev/null; "+
+		"dd if=/dev/zero of="+home+"/files.dat bs=65536 count=100 status=none; sleep 1")
+	waitDone(t, id)
+	m = waitSamples(t, id, 1).Measurement
+	tot := m.Totals
+	t.Logf("job %d: write calls %.0f (on files %.0f, %.0f bytes), read calls %.0f (on files %.0f)", id,
+		tot["write_syscalls"], tot["file_write_calls"], tot["file_write_bytes"], tot["read_syscalls"], tot["file_read_calls"])
+	if _, ok := tot["file_write_calls"]; !ok {
+		t.Fatalf("job %d: file_write_calls not measured: %q", id, m.NotMeasured["file_write_calls"])
+	}
+	if tot["write_syscalls"] < 40000 || tot["file_write_calls"] < 100 || tot["file_write_calls"] > 300 ||
+		tot["file_write_bytes"] < 100*65536 || tot["file_read_calls"] > 2000 {
+		t.Errorf("job %d: files not told apart from the pipe and the devices: %v", id, tot)
 	}
 }
 

@@ -67,7 +67,7 @@ func runRun(ctx context.Context, io stdio, args []string) int {
 		defer result.Close()
 	}
 	opts := standalone.Options{
-		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json || result != nil, Sources: conf.Sources,
+		Engine: engine, Node: shortHostname(), Interval: o.interval, JSON: o.json || result != nil, Sources: conf.Sources, SyscallBudget: conf.SyscallBudget,
 		Stdin: io.in, Stdout: io.out, Stderr: io.err,
 		Log: zerolog.New(zerolog.ConsoleWriter{Out: io.err, NoColor: true}).Level(lvl).With().Timestamp().Logger(),
 	}

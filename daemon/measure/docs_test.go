@@ -43,9 +43,6 @@ func metricsTable() string {
 			b.WriteString("| perf | on | raw floating-point and memory events | counter | count | where the processor has a table (perfevents), per CPU |\n")
 			continue
 		}
-		if r.Name == syscallsRegistration.Name {
-			continue // its metrics are the syscall tracepoints', listed with perf's
-		}
 		for _, m := range r.Metrics {
 			fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s | %s |\n", r.Name, def, m.Name, m.Kind, m.Unit, m.Help)
 		}

@@ -27,6 +27,9 @@ type EnvOptions struct {
 	// cgroups lie on: their system calls are then counted with eBPF where the kernel
 	// allows it (Env.Syscalls).
 	SyscallMount string
+	// SyscallBudget is the share of the node's CPUs the raw tracepoint may cost before it
+	// counts in samples (0: every call; persyst.conf's SyscallBudget).
+	SyscallBudget float64
 	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
 	Energy      bool
 	Enable      map[string]bool
@@ -96,7 +99,7 @@ func NewEnv(o EnvOptions) *Env {
 		// another root (tests' fake hosts).
 		env.SyscallsWhy = "the host is not this machine's root"
 	case o.SyscallMount != "" && o.PerfWhy == "":
-		env.openSyscalls(o.SyscallMount)
+		env.openSyscalls(o.SyscallMount, o.SyscallBudget)
 	case o.PerfWhy != "":
 		env.SyscallsWhy = o.PerfWhy
 	default:

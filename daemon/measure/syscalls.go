@@ -19,12 +19,22 @@ import (
 // SystemCalls is what Summary.Methods calls the counts of system calls.
 const SystemCalls = "system calls"
 
-var syscallsRegistration = Registration{Name: "syscalls", Default: true, New: newSyscalls}
+var syscallsRegistration = Registration{Name: "syscalls", Default: true, New: newSyscalls,
+	Metrics: vocabulary(sample.FileReadCalls, sample.FileReadBytes, sample.FileWriteCalls, sample.FileWriteBytes)}
+
+// fileMetrics are the file I/O counts by their place in syscount.Values.
+var fileMetrics = []struct {
+	name string
+	slot int
+}{
+	{sample.FileReadCalls, syscount.FileReadCalls}, {sample.FileReadBytes, syscount.FileReadBytes},
+	{sample.FileWriteCalls, syscount.FileWriteCalls}, {sample.FileWriteBytes, syscount.FileWriteBytes},
+}
 
 // openSyscalls loads the eBPF programs that count the catalog's syscall tracepoints, for
 // jobs whose perf cgroups lie on the cgroup v2 hierarchy mounted at mount (its path as
 // the host's filesystem sees it). What they count is taken out of the perf events.
-func (env *Env) openSyscalls(mount string) {
+func (env *Env) openSyscalls(mount string, budget float64) {
 	if !env.enabled(syscallsRegistration) {
 		env.SyscallsWhy = "the syscalls source is turned off"
 		return
@@ -35,7 +45,7 @@ func (env *Env) openSyscalls(mount string) {
 			events = append(events, syscount.Event{Name: e.Name, Syscall: name})
 		}
 	}
-	c, missing, err := syscount.New(syscount.Options{Events: events})
+	c, missing, err := syscount.New(syscount.Options{Events: events, Sampling: syscount.Sampling{Budget: budget}})
 	if err != nil {
 		env.SyscallsWhy = err.Error()
 		env.Log.Info().Err(err).Msg("system calls counted with perf tracepoints: eBPF not available")
@@ -56,9 +66,14 @@ func (env *Env) openSyscalls(mount string) {
 		}
 	}
 	env.Events = kept
+	files, ferr := c.Files()
 	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).
+		Bool("files_apart", files).AnErr("files_error", ferr).
 		Msg("system calls counted with eBPF")
 }
+
+// filesWhy says why file I/O is not told apart from pipes' and sockets' where it is not.
+const filesWhy = "calls on files are told apart from pipes, sockets and terminals only by eBPF fentry programs"
 
 type syscallsSource struct {
 	c     *syscount.Counter
@@ -73,20 +88,29 @@ type syscallsSource struct {
 	at            time.Time
 	att           time.Duration
 	wall, counted time.Duration
-	// why, when set, says why the job's calls are not counted.
-	why string
+	// why, when set, says why the job's calls are not counted; filesWhy why its calls
+	// on files are not counted apart.
+	why, filesWhy string
 }
 
 func newSyscalls(env *Env, spec *Spec) (Source, error) {
 	if env.Syscalls == nil {
-		return &syscallsSource{}, nil // the perf tracepoints count, or nothing does
+		// The perf tracepoints count, or nothing does.
+		return &syscallsSource{filesWhy: "not measured: " + filesWhy + " (eBPF: " + env.SyscallsWhy + ")"}, nil
 	}
 	s := &syscallsSource{c: env.Syscalls, cpus: spec.CPUs}
+	if ok, err := s.c.Files(); !ok {
+		s.filesWhy = "not measured: " + filesWhy + " (" + string(s.c.Mode()) + " only)"
+		if err != nil {
+			s.filesWhy = "not measured: " + err.Error()
+		}
+	}
 	for _, e := range env.Syscalls.Events() {
 		s.names = append(s.names, e.Name)
 	}
 	if err := s.watch(env, spec); err != nil {
 		s.why = "not measured: " + err.Error()
+		s.filesWhy = s.why
 		env.Log.Warn().Err(err).Str("job", spec.Name).Msg("system calls not counted")
 		s.c = nil
 	}
@@ -117,6 +141,11 @@ func (s *syscallsSource) Read(r *Read) error {
 	if s.why != "" {
 		for _, n := range s.names {
 			r.NotMeasured(n, s.why)
+		}
+	}
+	if s.filesWhy != "" {
+		for _, m := range fileMetrics {
+			r.NotMeasured(m.name, s.filesWhy)
 		}
 	}
 	if s.c == nil {
@@ -172,6 +201,17 @@ func (s *syscallsSource) Read(r *Read) error {
 		smp.Job[name] = sum
 		if scale > 1/perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
+		}
+	}
+	if s.filesWhy == "" { // fentry: never sampled; the job's CPUs, as above
+		for _, m := range fileMetrics {
+			var sum float64
+			for i := range smp.CPU {
+				if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
+					sum += float64(sub(cur[cpu][m.slot], s.prev[cpu][m.slot]))
+				}
+			}
+			smp.Job[m.name] = sum
 		}
 	}
 	s.prev, s.cur = cur, s.prev

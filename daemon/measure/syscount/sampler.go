@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Sampling bounds what the raw tracepoint costs the node. Attached, it sends every
+// Sampling, where an admin sets a budget, bounds what the raw tracepoint costs the node. Attached, it sends every
 // system call of the node through the kernel's slow path (a few hundred ns each here),
 // counted or not, whoever makes it. While the node's calls would cost more than Budget
 // of its CPUs, the program is attached only for a share of each Period (a power of two,
@@ -19,7 +19,7 @@ import (
 // fentry programs cost only the calls they count and are never sampled.
 type Sampling struct {
 	Period   time.Duration // default 250 ms
-	Budget   float64       // share of the node's CPUs; default 0.0025
+	Budget   float64       // share of the node's CPUs (persyst.conf's SyscallBudget); 0: no sampling
 	MinShare float64       // default 1/32
 }
 
@@ -30,9 +30,6 @@ func (s Sampling) withDefaults() Sampling {
 	if s.Period <= 0 {
 		s.Period = 250 * time.Millisecond
 	}
-	if s.Budget <= 0 {
-		s.Budget = 0.0025
-	}
 	if s.MinShare <= 0 || s.MinShare > 1 {
 		s.MinShare = 1.0 / 32
 	}
@@ -42,6 +39,9 @@ func (s Sampling) withDefaults() Sampling {
 // shareFor is the share of a period to stay attached when the node makes rate system
 // calls a second, each costing cost more while attached, on ncpu CPUs.
 func shareFor(rate float64, cost time.Duration, ncpu int, s Sampling) float64 {
+	if s.Budget <= 0 {
+		return 1
+	}
 	load := rate * cost.Seconds() / float64(max(ncpu, 1))
 	if load <= s.Budget {
 		return 1

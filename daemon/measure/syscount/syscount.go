@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -57,8 +58,19 @@ type Event struct {
 	Syscall string // "openat"
 }
 
-// Values is one cgroup's counts on one CPU, by event index.
-type Values [MaxEvents]uint64
+// Values is one cgroup's counts on one CPU: the events' by index, then the file I/O
+// counts at FileReadCalls... (fentry mode only).
+type Values [MaxEvents + 4]uint64
+
+// The file I/O counts in Values: read(2) and pread(2) calls on regular files and the
+// bytes they returned, and the same for write(2) and pwrite(2) (the kernel's vfs_read and
+// vfs_write, with the file's mode: pipes, sockets, terminals and devices are left out).
+const (
+	FileReadCalls = MaxEvents + iota
+	FileReadBytes
+	FileWriteCalls
+	FileWriteBytes
+)
 
 // Counter is the loaded programs, their links and maps. It is safe for concurrent use.
 type Counter struct {
@@ -68,6 +80,9 @@ type Counter struct {
 	progs  programs // attached while a cgroup is watched
 	ncpu   int
 	mode   Mode
+	files  bool // calls on regular files counted apart (fentry mode)
+	// filesErr says why files are not counted apart in fentry mode.
+	filesErr error
 
 	all *ebpf.Map // raw tracepoint: every system call of the node, per CPU
 	now func() time.Time
@@ -144,7 +159,7 @@ func New(o Options) (*Counter, Missing, error) {
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
-		ValueSize: 8 * MaxEvents, MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
+		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("syscount: per-CPU map: %w", err)
@@ -193,7 +208,7 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 			continue
 		}
 		slot := len(c.events)
-		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail()...)
+		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail(false)...)
 		if err := c.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
 			c.progs.close()
 			c.events = nil
@@ -205,8 +220,68 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 		return errors.New("no counted system call has a kernel function to attach to")
 	}
 	c.mode = Fentry
+	c.filesErr = c.attachFiles(spec)
+	c.files = c.filesErr == nil
 	return nil
 }
+
+// attachFiles loads fexit programs on vfs_read and vfs_write that count the calls on
+// regular files and their bytes; with either missing, files are not told apart.
+func (c *Counter) attachFiles(spec *btf.Spec) error {
+	inode, err := memberOffset(spec, "file", "f_inode")
+	if err != nil {
+		return err
+	}
+	mode, err := memberOffset(spec, "inode", "i_mode")
+	if err != nil {
+		return err
+	}
+	n := len(c.progs.progs)
+	for _, x := range []struct {
+		fn   string
+		slot int
+	}{{"vfs_read", FileReadCalls}, {"vfs_write", FileWriteCalls}} {
+		// ctx: file, buf, count, pos, then the return value (fexit).
+		insns := asm.Instructions{
+			asm.LoadMem(asm.R8, asm.R1, 32, asm.DWord),
+			asm.JSLT.Imm(asm.R8, 0, "exit"),
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R2, int16(inode), asm.DWord),
+			asm.JEq.Imm(asm.R2, 0, "exit"),
+			asm.LoadMem(asm.R2, asm.R2, int16(mode), asm.Half),
+			asm.And.Imm(asm.R2, unix.S_IFMT),
+			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
+			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
+		}
+		insns = append(insns, c.tail(true)...)
+		if err := c.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
+			for _, p := range c.progs.progs[n:] {
+				p.Close()
+			}
+			c.progs.progs = c.progs.progs[:n]
+			return fmt.Errorf("program on %s: %w", x.fn, err)
+		}
+	}
+	return nil
+}
+
+// memberOffset is the byte offset of member in the kernel's struct typ.
+func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
+	var st *btf.Struct
+	if err := spec.TypeByName(typ, &st); err != nil {
+		return 0, fmt.Errorf("struct %s: %w", typ, err)
+	}
+	for _, m := range st.Members {
+		if m.Name == member {
+			return m.Offset.Bytes(), nil
+		}
+	}
+	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
+}
+
+// Files says whether calls on regular files are counted apart (FileReadCalls...), and
+// if not in fentry mode, why.
+func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
 
 // attachRaw loads one program on the raw tracepoint sys_enter that counts the events by
 // system call number (ctx[1]).
@@ -242,7 +317,7 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) err
 		return errors.New("none of the system calls exists on " + runtime.GOARCH)
 	}
 	insns = append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
-	tail := c.tail()
+	tail := c.tail(false)
 	tail[0] = tail[0].WithSymbol("count")
 	insns = append(insns, tail...)
 	if err := c.attach(spec, "persyst_sysenter", ebpf.AttachTraceRawTp, "sys_enter", insns); err != nil {
@@ -362,7 +437,8 @@ var archPrefix = map[string]string{
 // calling thread's ancestor cgroup at that level is looked up in counts, and the first
 // found is incremented. r6 survives the helper calls; the key is at fp-8, the levels
 // index at fp-16.
-func (c *Counter) tail() asm.Instructions {
+// With bytes, it also adds r8 to the count after r6's.
+func (c *Counter) tail(bytes bool) asm.Instructions {
 	levelsFD, countsFD := c.levels.FD(), c.counts.FD()
 	var insns asm.Instructions
 	for i := 0; i < MaxLevels; i++ {
@@ -384,12 +460,21 @@ func (c *Counter) tail() asm.Instructions {
 			asm.JNE.Imm(asm.R0, 0, "hit"),
 		)
 	}
-	return append(insns,
+	insns = append(insns,
 		asm.Ja.Label("exit"),
 		asm.Add.Reg(asm.R0, asm.R6).WithSymbol("hit"),
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+	)
+	if bytes {
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R0, 8, asm.DWord),
+			asm.Add.Reg(asm.R1, asm.R8),
+			asm.StoreMem(asm.R0, 8, asm.R1, asm.DWord),
+		)
+	}
+	return append(insns,
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
 		asm.Return(),
 	)
@@ -434,7 +519,7 @@ func (c *Counter) Watch(id uint64, level int) error {
 			return err
 		}
 		c.share = 1
-		if c.mode == RawTracepoint {
+		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
 			if c.cost == 0 && c.off > 0 {
 				c.cost = max((timeCalls()-c.off)/costCalls, 0)
 			}

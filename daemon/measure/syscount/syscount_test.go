@@ -165,7 +165,7 @@ func TestLevel(t *testing.T) {
 }
 
 func TestShareFor(t *testing.T) {
-	s := Sampling{}.withDefaults()
+	s := Sampling{Budget: 0.0025}.withDefaults()
 	for _, tc := range []struct {
 		name string
 		rate float64
@@ -182,6 +182,9 @@ func TestShareFor(t *testing.T) {
 		{"beyond the floor", 1e8, time.Microsecond, 1, 1.0 / 32},
 		{"cost not measurable", 1e8, 0, 1, 1},
 	} {
+		if got := shareFor(tc.rate, tc.cost, tc.ncpu, Sampling{}.withDefaults()); got != 1 {
+			t.Errorf("%s without a budget: shareFor = %g, want 1 (every call)", tc.name, got)
+		}
 		if got := shareFor(tc.rate, tc.cost, tc.ncpu, s); got != tc.want {
 			t.Errorf("%s: shareFor(%g, %v, %d) = %g, want %g", tc.name, tc.rate, tc.cost, tc.ncpu, got, tc.want)
 		}
