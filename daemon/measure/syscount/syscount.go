@@ -435,9 +435,8 @@ var archPrefix = map[string]string{
 
 // tail counts one call at byte offset r6 of the value: for each watched level, the
 // calling thread's ancestor cgroup at that level is looked up in counts, and the first
-// found is incremented. r6 survives the helper calls; the key is at fp-8, the levels
-// index at fp-16.
-// With bytes, it also adds r8 to the count after r6's.
+// found is incremented; with bytes, r8 is added to the count after r6's. r6 and r8
+// survive the helper calls; the key is at fp-8, the levels index at fp-16.
 func (c *Counter) tail(bytes bool) asm.Instructions {
 	levelsFD, countsFD := c.levels.FD(), c.counts.FD()
 	var insns asm.Instructions
