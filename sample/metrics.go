@@ -60,18 +60,11 @@ const (
 	SchedBusyThreadSeconds = "sched_busy_thread_seconds"
 
 	// process I/O (/proc/PID/io of the job's processes).
-	ReadChars        = "read_chars"  // bytes passed to read(2) and friends
-	WriteChars       = "write_chars" // bytes passed to write(2) and friends
-	ReadSyscalls     = "read_syscalls"
-	WriteSyscalls    = "write_syscalls"
-	StorageReadBytes = "storage_read_bytes"
-	// file I/O: read(2)/pread(2) and write(2)/pwrite(2) calls on regular files and the
-	// bytes they moved, told apart from pipes, sockets, terminals and devices per call
-	// (eBPF, where the kernel takes fentry programs).
-	FileReadCalls     = "file_read_calls"
-	FileReadBytes     = "file_read_bytes"
-	FileWriteCalls    = "file_write_calls"
-	FileWriteBytes    = "file_write_bytes"
+	ReadChars         = "read_chars"  // bytes passed to read(2) and friends
+	WriteChars        = "write_chars" // bytes passed to write(2) and friends
+	ReadSyscalls      = "read_syscalls"
+	WriteSyscalls     = "write_syscalls"
+	StorageReadBytes  = "storage_read_bytes"
 	StorageWriteBytes = "storage_write_bytes"
 	CancelledWrites   = "cancelled_write_bytes"
 	Processes         = "processes"
@@ -96,6 +89,16 @@ type Metric struct {
 	Unit string // "seconds", "bytes", "count", "joules", ...
 	Help string
 }
+
+// File I/O: read(2)/pread(2) and write(2)/pwrite(2) calls on regular files and the bytes
+// they moved, told apart from pipes, sockets, terminals and devices per call (eBPF,
+// where the kernel takes fentry programs).
+const (
+	FileReadCalls  = "file_read_calls"
+	FileReadBytes  = "file_read_bytes"
+	FileWriteCalls = "file_write_calls"
+	FileWriteBytes = "file_write_bytes"
+)
 
 // Metrics is the vocabulary of metrics a Sample's Job map can hold besides perf events
 // (whose names are perf(1)'s, see perfevents): every metric a measurement source
