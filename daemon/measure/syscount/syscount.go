@@ -286,21 +286,24 @@ func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
 // attachRaw loads one program on the raw tracepoint sys_enter that counts the events by
 // system call number (ctx[1]).
 func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) error {
-	// Every system call is counted in all (the sampling's measure of what the slow path
-	// costs the node), then the counted ones per cgroup.
-	insns := asm.Instructions{
-		asm.Mov.Reg(asm.R7, asm.R1),
-		asm.StoreImm(asm.RFP, -16, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, c.all.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -16),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "nr"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-		asm.LoadMem(asm.R2, asm.R7, 8, asm.DWord).WithSymbol("nr"),
+	// With a budget, every system call is counted in all first (the sampling's measure
+	// of what the slow path costs the node); without, nothing but the counted calls is
+	// looked at.
+	insns := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
+	if c.sampling.Budget > 0 {
+		insns = append(insns,
+			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, c.all.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "nr"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		)
 	}
+	insns = append(insns, asm.LoadMem(asm.R2, asm.R7, 8, asm.DWord).WithSymbol("nr"))
 	var counted []Event
 	for _, ev := range events {
 		nr, ok := syscallNumbers[ev.Syscall]
