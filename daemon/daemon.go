@@ -122,6 +122,11 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	wcancel()
 	<-measured
 	sdnotify.Stopping()
+	// The eBPF programs are detached all at once (each detach waits for the kernel's
+	// grace period; at exit the kernel would close them one after another).
+	if err := meas.env.Close(); err != nil {
+		log.Warn().Err(err).Msg("measurement environment not closed cleanly")
+	}
 	log.Info().Msg("persyst daemon stopped")
 	return err
 }
