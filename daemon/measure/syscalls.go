@@ -190,28 +190,14 @@ func (s *syscallsSource) Read(r *Read) error {
 	// has bound them; what slurmstepd's child did in the job's cgroup on other CPUs
 	// before that is Slurm's set-up, not the job's.
 	for k, name := range s.names {
-		var sum float64
-		for i := range smp.CPU {
-			if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
-				v := float64(sub(cur[cpu][k], s.prev[cpu][k])) * scale
-				smp.CPU[i].Values[name] = v
-				sum += v
-			}
-		}
-		smp.Job[name] = sum
+		smp.Job[name] = s.onJobCPUs(smp, cur, k, scale, name)
 		if scale > 1/perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
 	}
-	if s.filesWhy == "" { // fentry: never sampled; the job's CPUs, as above
+	if s.filesWhy == "" { // fentry: never sampled
 		for _, m := range fileMetrics {
-			var sum float64
-			for i := range smp.CPU {
-				if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
-					sum += float64(sub(cur[cpu][m.slot], s.prev[cpu][m.slot]))
-				}
-			}
-			smp.Job[m.name] = sum
+			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, 1, "")
 		}
 	}
 	s.prev, s.cur = cur, s.prev
@@ -237,4 +223,20 @@ func (s *syscallsSource) Close() error {
 	c := s.c
 	s.c = nil
 	return c.Unwatch(s.id)
+}
+
+// onJobCPUs sums slot's increase since the last read over the job's CPUs, scaled; with
+// a name, each CPU's value is kept in the sample too.
+func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale float64, name string) float64 {
+	var sum float64
+	for i := range smp.CPU {
+		if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
+			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale
+			if name != "" {
+				smp.CPU[i].Values[name] = v
+			}
+			sum += v
+		}
+	}
+	return sum
 }
