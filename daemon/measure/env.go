@@ -51,6 +51,8 @@ func NewEnv(o EnvOptions) *Env {
 	if o.Energy {
 		env.openEnergy()
 	}
+	finish := env.syscalls(o)
+	defer finish()
 	switch {
 	case o.PerfWhy != "":
 		env.Unavailable = map[string]string{}
@@ -93,19 +95,25 @@ func NewEnv(o EnvOptions) *Env {
 		}
 		env.Events = perfevents.WithIPC(env.Events)
 	}
+	return env
+}
+
+// syscalls starts counting system calls with eBPF where it can; finish, called once the
+// perf events are chosen, takes what eBPF counts out of them.
+func (env *Env) syscalls(o EnvOptions) (finish func()) {
 	switch {
 	case o.Host.Root() != "/":
 		// eBPF counts the calls of the kernel this process runs on: not a host under
 		// another root (tests' fake hosts).
 		env.SyscallsWhy = "the host is not this machine's root"
 	case o.SyscallMount != "" && o.PerfWhy == "":
-		env.openSyscalls(o.SyscallMount, o.SyscallBudget)
+		return env.startSyscalls(o.SyscallMount, o.SyscallBudget)
 	case o.PerfWhy != "":
 		env.SyscallsWhy = o.PerfWhy
 	default:
 		env.SyscallsWhy = "no cgroup v2 hierarchy to count in"
 	}
-	return env
+	return func() {}
 }
 
 // Close releases what the environment holds for the node: the eBPF programs and the

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/perfevents"
@@ -31,13 +33,15 @@ var fileMetrics = []struct {
 	{sample.FileWriteCalls, syscount.FileWriteCalls}, {sample.FileWriteBytes, syscount.FileWriteBytes},
 }
 
-// openSyscalls loads the eBPF programs that count the catalog's syscall tracepoints, for
-// jobs whose perf cgroups lie on the cgroup v2 hierarchy mounted at mount (its path as
-// the host's filesystem sees it). What they count is taken out of the perf events.
-func (env *Env) openSyscalls(mount string, budget float64) {
+// startSyscalls loads, in the background, the eBPF programs that count the catalog's
+// syscall tracepoints, for jobs whose perf cgroups lie on the cgroup v2 hierarchy mounted
+// at mount (its path as the host's filesystem sees it): under software emulation that
+// takes seconds, which the perf events' probe need not wait for. The function it returns
+// waits for them and takes what they count out of the perf events.
+func (env *Env) startSyscalls(mount string, budget float64) (finish func()) {
 	if !env.enabled(syscallsRegistration) {
 		env.SyscallsWhy = "the syscalls source is turned off"
-		return
+		return func() {}
 	}
 	var events []syscount.Event
 	for _, e := range perfevents.TracepointEvents() {
@@ -45,10 +49,29 @@ func (env *Env) openSyscalls(mount string, budget float64) {
 			events = append(events, syscount.Event{Name: e.Name, Syscall: name})
 		}
 	}
-	c, missing, err := syscount.New(syscount.Options{Events: events, Sampling: syscount.Sampling{Budget: budget}})
+	type loaded struct {
+		c       *syscount.Counter
+		missing syscount.Missing
+		err     error
+		took    time.Duration
+	}
+	ch := make(chan loaded, 1)
+	go func() {
+		t0 := env.Now()
+		c, missing, err := syscount.New(syscount.Options{Events: events, Sampling: syscount.Sampling{Budget: budget}})
+		ch <- loaded{c, missing, err, env.Now().Sub(t0)}
+	}()
+	return func() {
+		l := <-ch
+		env.useSyscalls(mount, l.c, l.missing, l.err, l.took)
+	}
+}
+
+// useSyscalls takes what c counts out of the perf events.
+func (env *Env) useSyscalls(mount string, c *syscount.Counter, missing syscount.Missing, err error, took time.Duration) {
 	if err != nil {
 		env.SyscallsWhy = err.Error()
-		env.Log.Info().Err(err).Msg("system calls counted with perf tracepoints: eBPF not available")
+		env.Log.Info().Err(err).Dur("took", took).Msg("system calls counted with perf tracepoints: eBPF not available")
 		return
 	}
 	env.Syscalls, env.SyscallsMount = c, mount
@@ -67,8 +90,12 @@ func (env *Env) openSyscalls(mount string, budget float64) {
 	}
 	env.Events = kept
 	files, ferr := c.Files()
+	steps := zerolog.Dict()
+	for _, st := range c.Steps() {
+		steps.Dur(st.Name, st.Took)
+	}
 	env.Log.Info().Str("mode", string(c.Mode())).Strs("calls", names).Interface("not_counted", missing).
-		Bool("files_apart", files).AnErr("files_error", ferr).
+		Bool("files_apart", files).AnErr("files_error", ferr).Dur("took", took).Dict("steps", steps).
 		Msg("system calls counted with eBPF")
 }
 

@@ -91,6 +91,9 @@ type Counter struct {
 	cost     time.Duration
 	off      time.Duration // costCalls system calls' time without the program
 	sampling Sampling
+	// steps time what New did: reading the kernel's BTF and loading each program (an
+	// admin's answer to why a daemon took long to start).
+	steps []Step
 
 	mu    sync.Mutex
 	lv    []uint32      // levels in use, in the levels map's order
@@ -117,6 +120,12 @@ type Options struct {
 	Sampling Sampling
 	// Now is the clock (nil: time.Now); its monotonic readings time the sampling.
 	Now func() time.Time
+}
+
+// Step is one part of New and how long it took.
+type Step struct {
+	Name string
+	Took time.Duration
 }
 
 // Missing maps the events that are not counted to why.
@@ -146,17 +155,19 @@ func New(o Options) (*Counter, Missing, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("syscount: possible CPUs: %w", err)
 	}
-	spec := o.KernelBTF
-	if spec == nil {
-		spec, err = btf.LoadKernelSpec()
-		if err != nil {
-			return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
-		}
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
+	spec := o.KernelBTF
+	if spec == nil {
+		t0 := o.Now()
+		spec, err = btf.LoadKernelSpec()
+		if err != nil {
+			return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
+		}
+		c.step("kernel BTF", t0)
+	}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -279,6 +290,13 @@ func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
 	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
 }
 
+func (c *Counter) step(name string, since time.Time) {
+	c.steps = append(c.steps, Step{Name: name, Took: c.now().Sub(since)})
+}
+
+// Steps are what New did, and how long each took.
+func (c *Counter) Steps() []Step { return slices.Clone(c.steps) }
+
 // Files says whether calls on regular files are counted apart (FileReadCalls...), and
 // if not in fentry mode, why.
 func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
@@ -331,6 +349,7 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) err
 }
 
 func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
+	defer c.step(name, c.now())
 	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name: name, Type: ebpf.Tracing, AttachType: at, AttachTo: to, Instructions: insns, License: "GPL",
 	}, ebpf.ProgramOptions{KernelTypes: spec})
