@@ -206,27 +206,61 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	if p.tree != nil && p.tree.Aggregation(job) != "" {
 		wide, err := p.tree.JobWide(ctx, job)
 		if err == nil {
+			p.explainAbsent(ctx, job, wide)
 			return wide, nil
 		}
 		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("no job-wide results from the collector tree: asking the job's nodes")
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
 	defer cancel()
-	nodes, err := p.cfg.Nodes(ctx, job)
+	nodes, addrs, err := p.jobNodes(ctx, job)
 	if err != nil {
-		return nil, fmt.Errorf("the job's nodes: %w", err)
-	}
-	addrs, err := p.cfg.Addrs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("the nodes' addresses: %w", err)
+		return nil, err
 	}
 	own := p.Part(job)
 	var parts []*pb.JobPartial
 	if len(own.Nodes) > 0 {
 		parts = append(parts, own)
 	}
-	var missing []digest.MissingNode
-	var short []string
+	others, missing, short := p.askAll(ctx, job, nodes, addrs)
+	parts = append(parts, others...)
+	cov := &digest.Coverage{Missing: missing, Short: short}
+	if len(parts) == 0 {
+		// No node has a part to judge (this one's too ended within its start-up): the
+		// report has the coverage only; the batch host's digest is its own.
+		return &digest.Report{Schema: digest.SchemaVersion, JobID: job, Nodes: []string{}, Coverage: cov}, nil
+	}
+	own0 := 0
+	if len(own.Nodes) > 0 {
+		own0 = 1 // this node's part first, the others by node
+	}
+	sort.Slice(parts[own0:], func(a, b int) bool { return parts[own0+a].From < parts[own0+b].From })
+	rep, err := MergePartials(p.cfg.Engine, job, parts)
+	if err != nil {
+		return nil, err
+	}
+	rep.Coverage = cov
+	p.cfg.Log.Info().Uint32("job", job).Strs("nodes", rep.Nodes).Int("missing", len(missing)).Msg("job-wide results gathered from the job's nodes")
+	return &rep, nil
+}
+
+// jobNodes are the job's nodes and the addresses of the nodes' daemons.
+func (p *Peers) jobNodes(ctx context.Context, job uint32) ([]string, map[string]string, error) {
+	nodes, err := p.cfg.Nodes(ctx, job)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the job's nodes: %w", err)
+	}
+	addrs, err := p.cfg.Addrs(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the nodes' addresses: %w", err)
+	}
+	return nodes, addrs, nil
+}
+
+// askAll asks the daemons of the job's nodes other than this one for their parts, side
+// by side: the parts to merge, the nodes that have none and why, and those whose part
+// was too short to judge (no gap in the job's coverage).
+func (p *Peers) askAll(ctx context.Context, job uint32, nodes []string, addrs map[string]string) (parts []*pb.JobPartial, missing []digest.MissingNode, short []string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -266,24 +300,51 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	wg.Wait()
 	sort.Slice(missing, func(a, b int) bool { return missing[a].Node < missing[b].Node })
 	sort.Strings(short)
-	cov := &digest.Coverage{Missing: missing, Short: short}
-	if len(parts) == 0 {
-		// No node has a part to judge (this one's too ended within its start-up): the
-		// report has the coverage only; the batch host's digest is its own.
-		return &digest.Report{Schema: digest.SchemaVersion, JobID: job, Nodes: []string{}, Coverage: cov}, nil
-	}
-	own0 := 0
-	if len(own.Nodes) > 0 {
-		own0 = 1 // this node's part first, the others by node
-	}
-	sort.Slice(parts[own0:], func(a, b int) bool { return parts[own0+a].From < parts[own0+b].From })
-	rep, err := MergePartials(p.cfg.Engine, job, parts)
+	return parts, missing, short
+}
+
+// explainAbsent completes the coverage of the tree's job-wide report: the job's nodes it
+// neither covers nor names (their data never reached a collector: a part that ended
+// before it could be measured, a daemon that is down) are asked why, as the peers' path
+// would. A node that has a part the tree lacks is named, not merged.
+func (p *Peers) explainAbsent(ctx context.Context, job uint32, wide *digest.Report) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
+	defer cancel()
+	nodes, addrs, err := p.jobNodes(ctx, job)
 	if err != nil {
-		return nil, err
+		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("the tree's coverage is not completed")
+		return
 	}
-	rep.Coverage = cov
-	p.cfg.Log.Info().Uint32("job", job).Strs("nodes", rep.Nodes).Int("missing", len(missing)).Msg("job-wide results gathered from the job's nodes")
-	return &rep, nil
+	if wide.Coverage == nil {
+		wide.Coverage = &digest.Coverage{}
+	}
+	known := map[string]bool{p.cfg.Node: true}
+	for _, n := range wide.Nodes {
+		known[n] = true
+	}
+	for _, n := range wide.Coverage.Short {
+		known[n] = true
+	}
+	for _, m := range wide.Coverage.Missing {
+		known[m.Node] = true
+	}
+	var absent []string
+	for _, n := range nodes {
+		if !known[n] {
+			absent = append(absent, n)
+		}
+	}
+	if len(absent) == 0 {
+		return
+	}
+	parts, missing, short := p.askAll(ctx, job, absent, addrs)
+	for _, part := range parts {
+		missing = append(missing, digest.MissingNode{Node: part.From, Why: "its data did not reach the collector tree"})
+	}
+	wide.Coverage.Missing = append(wide.Coverage.Missing, missing...)
+	wide.Coverage.Short = append(wide.Coverage.Short, short...)
+	sort.Slice(wide.Coverage.Missing, func(a, b int) bool { return wide.Coverage.Missing[a].Node < wide.Coverage.Missing[b].Node })
+	sort.Strings(wide.Coverage.Short)
 }
 
 // unanswered says, in a coverage line's words, why a node daemon gave no answer.

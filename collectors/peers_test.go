@@ -147,3 +147,67 @@ func (c *countingTree) Forget(uint32)              {}
 func (c *countingTree) Aggregation(uint32) string  { return "" }
 func (c *countingTree) Pending() int               { return 0 }
 func (c *countingTree) Keep(uint32, digest.Report) {}
+
+// TestTreeCoverageCompleted: the collector tree's job-wide report covers the nodes whose
+// data reached it; the job's other nodes are asked why not, so that a part that ended
+// before it could be measured is short (no gap) and a node that measured nothing says
+// why in its own words.
+func TestTreeCoverageCompleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng := propertiestest.Engine(t, properties.Settings{MinSeconds: 1})
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	addrs := map[string]string{}
+	explain := map[string]func(uint32) (string, bool){
+		"n3": func(uint32) (string, bool) { return "its part ended before it could be measured", true },
+		"n4": func(uint32) (string, bool) {
+			return "its persyst daemon could not measure the job (its log says why)", false
+		},
+	}
+	var batch *Peers
+	for _, n := range nodes {
+		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 2 * time.Second,
+			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
+			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if why := explain[n]; why != nil {
+			p.Explain(why)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[n] = ln.Addr().String()
+		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
+		if n == "n1" {
+			batch = p
+		}
+	}
+	batch.UseTree(&fixedTree{wide: digest.Report{JobID: 7, Nodes: []string{"n1", "n2"}}})
+	wide, err := batch.JobWide(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &digest.Coverage{
+		Missing: []digest.MissingNode{{Node: "n4", Why: "its persyst daemon could not measure the job (its log says why)"}},
+		Short:   []string{"n3"},
+	}
+	if diff := cmp.Diff(want, wide.Coverage); diff != "" {
+		t.Errorf("coverage -want +got:\n%s", diff)
+	}
+}
+
+// fixedTree is a collector tree that holds one job-wide report.
+type fixedTree struct {
+	countingTree
+	wide digest.Report
+}
+
+func (f *fixedTree) Aggregation(uint32) string { return "collector" }
+func (f *fixedTree) JobWide(context.Context, uint32) (*digest.Report, error) {
+	w := f.wide
+	return &w, nil
+}

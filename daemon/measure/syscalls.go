@@ -100,7 +100,7 @@ func (env *Env) useSyscalls(mount string, c *syscount.Counter, missing syscount.
 }
 
 // filesWhy says why file I/O is not told apart from pipes' and sockets' where it is not.
-const filesWhy = "calls on files are told apart from pipes, sockets and terminals only by eBPF fentry programs"
+const filesWhy = "calls on files are told apart from pipes, sockets and terminals only by eBPF programs"
 
 type syscallsSource struct {
 	c     *syscount.Counter
@@ -127,9 +127,9 @@ func newSyscalls(env *Env, spec *Spec) (Source, error) {
 	}
 	s := &syscallsSource{c: env.Syscalls, cpus: spec.CPUs}
 	if ok, err := s.c.Files(); !ok {
-		s.filesWhy = "not measured: " + filesWhy + " (" + string(s.c.Mode()) + " only)"
+		s.filesWhy = "not measured: " + filesWhy
 		if err != nil {
-			s.filesWhy = "not measured: " + err.Error()
+			s.filesWhy = "not measured: " + filesWhy + ", and here: " + err.Error()
 		}
 	}
 	for _, e := range env.Syscalls.Events() {

@@ -59,7 +59,7 @@ type Event struct {
 }
 
 // Values is one cgroup's counts on one CPU: the events' by index, then the file I/O
-// counts at FileReadCalls... (fentry mode only).
+// counts at FileReadCalls... (files.go).
 type Values [MaxEvents + 4]uint64
 
 // The file I/O counts in Values: read(2) and pread(2) calls on regular files and the
@@ -80,8 +80,8 @@ type Counter struct {
 	progs  programs // attached while a cgroup is watched
 	ncpu   int
 	mode   Mode
-	files  bool // calls on regular files counted apart (fentry mode)
-	// filesErr says why files are not counted apart in fentry mode.
+	files  bool // calls on regular files counted apart (files.go)
+	// filesErr says why files are not counted apart.
 	filesErr error
 
 	all *ebpf.Map // raw tracepoint: every system call of the node, per CPU
@@ -203,6 +203,8 @@ func New(o Options) (*Counter, Missing, error) {
 			}
 			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
 		}
+		c.filesErr = c.attachRawFiles(spec)
+		c.files = c.filesErr == nil
 		c.off = timeCalls() // the cost is known once they are attached (Watch)
 	}
 	return c, missing, nil
@@ -235,67 +237,6 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 	c.files = c.filesErr == nil
 	return nil
 }
-
-// attachFiles loads fexit programs on vfs_read and vfs_write that count the calls on
-// regular files and their bytes; with either missing, files are not told apart.
-func (c *Counter) attachFiles(spec *btf.Spec) error {
-	inode, err := memberOffset(spec, "file", "f_inode")
-	if err != nil {
-		return err
-	}
-	mode, err := memberOffset(spec, "inode", "i_mode")
-	if err != nil {
-		return err
-	}
-	n := len(c.progs.progs)
-	for _, x := range []struct {
-		fn   string
-		slot int
-	}{{"vfs_read", FileReadCalls}, {"vfs_write", FileWriteCalls}} {
-		// ctx: file, buf, count, pos, then the return value (fexit).
-		insns := asm.Instructions{
-			asm.LoadMem(asm.R8, asm.R1, 32, asm.DWord),
-			asm.JSLT.Imm(asm.R8, 0, "exit"),
-			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
-			asm.LoadMem(asm.R2, asm.R2, int16(inode), asm.DWord),
-			asm.JEq.Imm(asm.R2, 0, "exit"),
-			asm.LoadMem(asm.R2, asm.R2, int16(mode), asm.Half),
-			asm.And.Imm(asm.R2, unix.S_IFMT),
-			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
-			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
-		}
-		insns = append(insns, c.tail(true)...)
-		if err := c.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
-			for _, p := range c.progs.progs[n:] {
-				p.Close()
-			}
-			c.progs.progs = c.progs.progs[:n]
-			return fmt.Errorf("program on %s: %w", x.fn, err)
-		}
-	}
-	return nil
-}
-
-// memberOffset is the byte offset of member in the kernel's struct typ.
-func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
-	var st *btf.Struct
-	if err := spec.TypeByName(typ, &st); err != nil {
-		return 0, fmt.Errorf("struct %s: %w", typ, err)
-	}
-	for _, m := range st.Members {
-		if m.Name == member {
-			return m.Offset.Bytes(), nil
-		}
-	}
-	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
-}
-
-func (c *Counter) step(name string, since time.Time) {
-	c.steps = append(c.steps, Step{Name: name, Took: c.now().Sub(since)})
-}
-
-// Steps are what New did, and how long each took.
-func (c *Counter) Steps() []Step { return slices.Clone(c.steps) }
 
 // Files says whether calls on regular files are counted apart (FileReadCalls...), and
 // if not in fentry mode, why.

@@ -1,0 +1,178 @@
+package syscount
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
+)
+
+// Calls on regular files are told apart from those on pipes, sockets, terminals and
+// devices by the file's mode (inode.i_mode & S_IFMT == S_IFREG), at the call's end:
+// - fentry mode: fexit programs on vfs_read and vfs_write, whose first argument is the
+//   file and whose return value the bytes;
+// - raw tracepoint mode: a program on the raw tracepoint sys_exit that takes read(2),
+//   pread64(2), write(2) and pwrite64(2) by their number, and finds the file from the
+//   call's first argument, the descriptor, in the calling task's descriptor table.
+
+// attachFiles loads fexit programs on vfs_read and vfs_write that count the calls on
+// regular files and their bytes; with either missing, files are not told apart.
+func (c *Counter) attachFiles(spec *btf.Spec) error {
+	inode, err := memberOffset(spec, "file", "f_inode")
+	if err != nil {
+		return err
+	}
+	mode, err := memberOffset(spec, "inode", "i_mode")
+	if err != nil {
+		return err
+	}
+	n := len(c.progs.progs)
+	for _, x := range []struct {
+		fn   string
+		slot int
+	}{{"vfs_read", FileReadCalls}, {"vfs_write", FileWriteCalls}} {
+		// ctx: file, buf, count, pos, then the return value (fexit).
+		insns := asm.Instructions{
+			asm.LoadMem(asm.R8, asm.R1, 32, asm.DWord),
+			asm.JSLT.Imm(asm.R8, 0, "exit"),
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R2, int16(inode), asm.DWord),
+			asm.JEq.Imm(asm.R2, 0, "exit"),
+			asm.LoadMem(asm.R2, asm.R2, int16(mode), asm.Half),
+			asm.And.Imm(asm.R2, unix.S_IFMT),
+			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
+			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
+		}
+		insns = append(insns, c.tail(true)...)
+		if err := c.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
+			for _, p := range c.progs.progs[n:] {
+				p.Close()
+			}
+			c.progs.progs = c.progs.progs[:n]
+			return fmt.Errorf("program on %s: %w", x.fn, err)
+		}
+	}
+	return nil
+}
+
+// memberOffset is the byte offset of member in the kernel's struct typ.
+func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
+	var st *btf.Struct
+	if err := spec.TypeByName(typ, &st); err != nil {
+		return 0, fmt.Errorf("struct %s: %w", typ, err)
+	}
+	for _, m := range st.Members {
+		if m.Name == member {
+			return m.Offset.Bytes(), nil
+		}
+	}
+	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
+}
+
+func (c *Counter) step(name string, since time.Time) {
+	c.steps = append(c.steps, Step{Name: name, Took: c.now().Sub(since)})
+}
+
+// Steps are what New did, and how long each took.
+func (c *Counter) Steps() []Step { return slices.Clone(c.steps) }
+
+// regsLayout names where struct pt_regs keeps, at a system call's exit, its number and
+// its first argument (the register that held it may carry the return value by then).
+type regsLayout struct {
+	nr     string
+	nrSize asm.Size
+	arg0   string
+}
+
+// attachRawFiles loads the program on the raw tracepoint sys_exit that counts read and
+// write calls on regular files and their bytes. It is attached with the sys_enter program.
+func (c *Counter) attachRawFiles(spec *btf.Spec) error {
+	if exitRegs.nr == "" {
+		return fmt.Errorf("no system call registers known for this architecture")
+	}
+	rd, rok := syscallNumbers["read"]
+	prd, pok := syscallNumbers["pread64"]
+	wr, wok := syscallNumbers["write"]
+	pwr, pwok := syscallNumbers["pwrite64"]
+	if !rok || !pok || !wok || !pwok {
+		return fmt.Errorf("no read and write system call numbers known for this architecture")
+	}
+	var off struct{ nr, arg0, files, fdt, maxFDs, fd, inode, mode uint32 }
+	for _, m := range []struct {
+		to          *uint32
+		typ, member string
+	}{
+		{&off.nr, "pt_regs", exitRegs.nr}, {&off.arg0, "pt_regs", exitRegs.arg0},
+		{&off.files, "task_struct", "files"}, {&off.fdt, "files_struct", "fdt"},
+		{&off.maxFDs, "fdtable", "max_fds"}, {&off.fd, "fdtable", "fd"},
+		{&off.inode, "file", "f_inode"}, {&off.mode, "inode", "i_mode"},
+	} {
+		o, err := memberOffset(spec, m.typ, m.member)
+		if err != nil {
+			return err
+		}
+		*m.to = o
+	}
+	// ctx: regs, then the return value. r6 is the slot, r7 the descriptor, r8 the bytes.
+	insns := asm.Instructions{
+		asm.LoadMem(asm.R8, asm.R1, 8, asm.DWord),
+		asm.JSLT.Imm(asm.R8, 0, "exit"),
+		asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
+		asm.LoadMem(asm.R3, asm.R2, int16(off.nr), exitRegs.nrSize),
+		asm.Mov.Imm(asm.R6, 8*FileReadCalls),
+		asm.JEq.Imm(asm.R3, int32(rd), "fd"),
+		asm.JEq.Imm(asm.R3, int32(prd), "fd"),
+		asm.Mov.Imm(asm.R6, 8*FileWriteCalls),
+		asm.JEq.Imm(asm.R3, int32(wr), "fd"),
+		asm.JEq.Imm(asm.R3, int32(pwr), "fd"),
+		asm.Ja.Label("exit"),
+		asm.LoadMem(asm.R7, asm.R2, int16(off.arg0), asm.DWord).WithSymbol("fd"),
+		asm.FnGetCurrentTaskBtf.Call(),
+		asm.LoadMem(asm.R1, asm.R0, int16(off.files), asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, "exit"),
+		asm.LoadMem(asm.R1, asm.R1, int16(off.fdt), asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, "exit"),
+		asm.LoadMem(asm.R2, asm.R1, int16(off.maxFDs), asm.Word),
+		asm.JGE.Reg(asm.R7, asm.R2, "exit"),
+		asm.LoadMem(asm.R3, asm.R1, int16(off.fd), asm.DWord),
+		asm.LSh.Imm(asm.R7, 3),
+		asm.Add.Reg(asm.R3, asm.R7),
+	}
+	// Three reads through plain pointers: the descriptor's file, its inode, the mode.
+	for i, x := range []struct {
+		add  uint32
+		size int32
+	}{{0, 8}, {off.inode, 8}, {off.mode, 2}} {
+		if x.add != 0 {
+			insns = append(insns, asm.Add.Imm(asm.R3, int32(x.add)))
+		}
+		insns = append(insns,
+			asm.Mov.Reg(asm.R1, asm.RFP),
+			asm.Add.Imm(asm.R1, -24),
+			asm.Mov.Imm(asm.R2, x.size),
+			asm.FnProbeReadKernel.Call(),
+			asm.JNE.Imm(asm.R0, 0, "exit"),
+		)
+		if i < 2 {
+			insns = append(insns,
+				asm.LoadMem(asm.R3, asm.RFP, -24, asm.DWord),
+				asm.JEq.Imm(asm.R3, 0, "exit"))
+		}
+	}
+	insns = append(insns,
+		asm.LoadMem(asm.R2, asm.RFP, -24, asm.Half),
+		asm.And.Imm(asm.R2, unix.S_IFMT),
+		asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
+	)
+	insns = append(insns, c.tail(true)...)
+	n := len(c.progs.progs)
+	if err := c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", insns); err != nil {
+		c.progs.progs = c.progs.progs[:n]
+		return fmt.Errorf("program on sys_exit: %w", err)
+	}
+	return nil
+}
