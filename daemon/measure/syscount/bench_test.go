@@ -44,7 +44,7 @@ func BenchmarkOpenClose(b *testing.B) {
 	defer moveTo(b, orig)
 	hows := []string{"none", "perf-tracepoints", "raw-tracepoint", "fentry"}
 	if os.Getenv("PERSYST_BENCH_EMPTY") != "" {
-		hows = append(hows, "empty-raw-tracepoint")
+		hows = append(hows, "empty-raw-tracepoint", "raw-tracepoint-without-files")
 	}
 	for _, how := range hows {
 		for _, where := range []string{"job", "bystander"} {
@@ -106,7 +106,7 @@ func start(b *testing.B, how, mount, job string) func() {
 		}
 		return func() { g.Close() }
 	}
-	c, _, err := New(Options{Events: benchEvents, NoFentry: how == "raw-tracepoint"})
+	c, _, err := New(Options{Events: benchEvents, NoFentry: strings.HasPrefix(how, "raw-tracepoint"), noFiles: how == "raw-tracepoint-without-files"})
 	if err != nil {
 		b.Skip(err)
 	}

@@ -91,6 +91,7 @@ type Counter struct {
 	cost     time.Duration
 	off      time.Duration // costCalls system calls' time without the program
 	sampling Sampling
+	btf *btf.Cache // while New loads the programs
 	// steps time what New did: reading the kernel's BTF and loading each program (an
 	// admin's answer to why a daemon took long to start).
 	steps []Step
@@ -111,8 +112,6 @@ type Options struct {
 	// Events are the system calls to count. Those that cannot be counted here are left
 	// out and named in Missing.
 	Events []Event
-	// KernelBTF, if set, is the kernel's BTF (tests); else it is read from the kernel.
-	KernelBTF *btf.Spec
 	// NoFentry skips the fentry programs and counts on the raw tracepoint (tests, and
 	// the benchmark that compares the two).
 	NoFentry bool
@@ -120,6 +119,9 @@ type Options struct {
 	Sampling Sampling
 	// Now is the clock (nil: time.Now); its monotonic readings time the sampling.
 	Now func() time.Time
+	// noFiles leaves out the programs that count file I/O (the benchmark's measure of
+	// their cost).
+	noFiles bool
 }
 
 // Step is one part of New and how long it took.
@@ -159,15 +161,16 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
-	spec := o.KernelBTF
-	if spec == nil {
-		t0 := o.Now()
-		spec, err = btf.LoadKernelSpec()
-		if err != nil {
-			return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
-		}
-		c.step("kernel BTF", t0)
+	// The kernel's BTF is read once for all programs (each load would read it again),
+	// and let go once they are loaded.
+	t0 := o.Now()
+	c.btf = btf.NewCache()
+	defer func() { c.btf = nil }()
+	spec, err := c.btf.Kernel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
 	}
+	c.step("kernel BTF", t0)
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -203,7 +206,9 @@ func New(o Options) (*Counter, Missing, error) {
 			}
 			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
 		}
-		c.filesErr = c.attachRawFiles(spec)
+		if c.filesErr = errors.New("left out"); !o.noFiles {
+			c.filesErr = c.attachRawFiles(spec)
+		}
 		c.files = c.filesErr == nil
 		c.off = timeCalls() // the cost is known once they are attached (Watch)
 	}
@@ -291,12 +296,15 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) err
 
 func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
 	defer c.step(name, c.now())
-	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+	// A collection of one, for its options' BTF cache (NewProgramWithOptions has none).
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{name: {
 		Name: name, Type: ebpf.Tracing, AttachType: at, AttachTo: to, Instructions: insns, License: "GPL",
-	}, ebpf.ProgramOptions{KernelTypes: spec})
+	}}}, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: spec}, Cache: c.btf})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
+	prog := coll.DetachProgram(name)
+	coll.Close()
 	c.progs.add(prog, at)
 	return nil
 }
