@@ -15,7 +15,7 @@ import (
 // devices by the file's mode (inode.i_mode & S_IFMT == S_IFREG), at the call's end:
 // - fentry mode: fexit programs on vfs_read and vfs_write, whose first argument is the
 //   file and whose return value the bytes;
-// - raw tracepoint mode: a program on the raw tracepoint sys_exit that takes read(2),
+// - raw tracepoint mode: the program on the raw tracepoint sys_exit takes read(2),
 //   pread64(2), write(2) and pwrite64(2) by their number, and finds the file from the
 //   call's first argument, the descriptor, in the calling task's descriptor table.
 
@@ -47,7 +47,7 @@ func (c *Counter) attachFiles(spec *btf.Spec) error {
 			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
 			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
 		}
-		insns = append(insns, c.tail(true)...)
+		insns = append(insns, c.tail(true, "")...)
 		if err := c.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
 			for _, p := range c.progs.progs[n:] {
 				p.Close()
@@ -88,56 +88,52 @@ type regsLayout struct {
 	arg0   string
 }
 
-// attachRawFiles loads the program on the raw tracepoint sys_exit that counts read and
-// write calls on regular files and their bytes. It is attached with the sys_enter program.
-func (c *Counter) attachRawFiles(spec *btf.Spec) error {
-	if exitRegs.nr == "" {
-		return fmt.Errorf("no system call registers known for this architecture")
-	}
+// rawFiles is the part of the sys_exit program (attachRaw) that counts read and write
+// calls on regular files and their bytes, from its label "fd" on; it expects the
+// context in r7, the registers in r2 and the call's number in r3.
+func (c *Counter) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
 	rd, rok := syscallNumbers["read"]
 	prd, pok := syscallNumbers["pread64"]
 	wr, wok := syscallNumbers["write"]
 	pwr, pwok := syscallNumbers["pwrite64"]
 	if !rok || !pok || !wok || !pwok {
-		return fmt.Errorf("no read and write system call numbers known for this architecture")
+		return nil, fmt.Errorf("no read and write system call numbers known for this architecture")
 	}
-	var off struct{ nr, arg0, files, fdt, maxFDs, fd, inode, mode uint32 }
+	var off struct{ arg0, files, fdt, maxFDs, fd, inode, mode uint32 }
 	for _, m := range []struct {
 		to          *uint32
 		typ, member string
 	}{
-		{&off.nr, "pt_regs", exitRegs.nr}, {&off.arg0, "pt_regs", exitRegs.arg0},
+		{&off.arg0, "pt_regs", exitRegs.arg0},
 		{&off.files, "task_struct", "files"}, {&off.fdt, "files_struct", "fdt"},
 		{&off.maxFDs, "fdtable", "max_fds"}, {&off.fd, "fdtable", "fd"},
 		{&off.inode, "file", "f_inode"}, {&off.mode, "inode", "i_mode"},
 	} {
 		o, err := memberOffset(spec, m.typ, m.member)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*m.to = o
 	}
-	// ctx: regs, then the return value. r6 is the slot, r7 the descriptor, r8 the bytes.
+	// r6 is the slot, r7 the descriptor, r8 the bytes (the return value, ctx[1]).
 	insns := asm.Instructions{
-		asm.LoadMem(asm.R8, asm.R1, 8, asm.DWord),
-		asm.JSLT.Imm(asm.R8, 0, "exit"),
-		asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R2, int16(off.nr), exitRegs.nrSize),
 		asm.Mov.Imm(asm.R6, 8*FileReadCalls),
 		asm.JEq.Imm(asm.R3, int32(rd), "fd"),
 		asm.JEq.Imm(asm.R3, int32(prd), "fd"),
 		asm.Mov.Imm(asm.R6, 8*FileWriteCalls),
 		asm.JEq.Imm(asm.R3, int32(wr), "fd"),
 		asm.JEq.Imm(asm.R3, int32(pwr), "fd"),
-		asm.Ja.Label("exit"),
-		asm.LoadMem(asm.R7, asm.R2, int16(off.arg0), asm.DWord).WithSymbol("fd"),
+		asm.Ja.Label("files_exit"),
+		asm.LoadMem(asm.R8, asm.R7, 8, asm.DWord).WithSymbol("fd"),
+		asm.JSLT.Imm(asm.R8, 0, "files_exit"),
+		asm.LoadMem(asm.R7, asm.R2, int16(off.arg0), asm.DWord),
 		asm.FnGetCurrentTaskBtf.Call(),
 		asm.LoadMem(asm.R1, asm.R0, int16(off.files), asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, "exit"),
+		asm.JEq.Imm(asm.R1, 0, "files_exit"),
 		asm.LoadMem(asm.R1, asm.R1, int16(off.fdt), asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, "exit"),
+		asm.JEq.Imm(asm.R1, 0, "files_exit"),
 		asm.LoadMem(asm.R2, asm.R1, int16(off.maxFDs), asm.Word),
-		asm.JGE.Reg(asm.R7, asm.R2, "exit"),
+		asm.JGE.Reg(asm.R7, asm.R2, "files_exit"),
 		asm.LoadMem(asm.R3, asm.R1, int16(off.fd), asm.DWord),
 		asm.LSh.Imm(asm.R7, 3),
 		asm.Add.Reg(asm.R3, asm.R7),
@@ -155,24 +151,18 @@ func (c *Counter) attachRawFiles(spec *btf.Spec) error {
 			asm.Add.Imm(asm.R1, -24),
 			asm.Mov.Imm(asm.R2, x.size),
 			asm.FnProbeReadKernel.Call(),
-			asm.JNE.Imm(asm.R0, 0, "exit"),
+			asm.JNE.Imm(asm.R0, 0, "files_exit"),
 		)
 		if i < 2 {
 			insns = append(insns,
 				asm.LoadMem(asm.R3, asm.RFP, -24, asm.DWord),
-				asm.JEq.Imm(asm.R3, 0, "exit"))
+				asm.JEq.Imm(asm.R3, 0, "files_exit"))
 		}
 	}
 	insns = append(insns,
 		asm.LoadMem(asm.R2, asm.RFP, -24, asm.Half),
 		asm.And.Imm(asm.R2, unix.S_IFMT),
-		asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
+		asm.JNE.Imm(asm.R2, unix.S_IFREG, "files_exit"),
 	)
-	insns = append(insns, c.tail(true)...)
-	n := len(c.progs.progs)
-	if err := c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", insns); err != nil {
-		c.progs.progs = c.progs.progs[:n]
-		return fmt.Errorf("program on sys_exit: %w", err)
-	}
-	return nil
+	return append(insns, c.tail(true, "files_")...), nil
 }

@@ -91,7 +91,7 @@ type Counter struct {
 	cost     time.Duration
 	off      time.Duration // costCalls system calls' time without the program
 	sampling Sampling
-	btf *btf.Cache // while New loads the programs
+	btf      *btf.Cache // while New loads the programs
 	// steps time what New did: reading the kernel's BTF and loading each program (an
 	// admin's answer to why a daemon took long to start).
 	steps []Step
@@ -139,7 +139,7 @@ type Mode string
 const (
 	// Fentry: a program on each system call's entry function; no other call pays.
 	Fentry Mode = "fentry"
-	// RawTracepoint: one program on the raw tracepoint raw_syscalls:sys_enter (BTF
+	// RawTracepoint: one program on the raw tracepoint raw_syscalls:sys_exit (BTF
 	// enabled), where fentry programs cannot be loaded: every system call of the machine
 	// takes the kernel's slow path, as with the perf tracepoints, but a counted call costs
 	// a map lookup instead of a perf event's record.
@@ -199,17 +199,13 @@ func New(o Options) (*Counter, Missing, error) {
 	}
 	if o.NoFentry || ferr != nil {
 		clear(missing)
-		if rerr := c.attachRaw(spec, o.Events, missing); rerr != nil {
+		if rerr := c.attachRaw(spec, o.Events, missing, o.noFiles); rerr != nil {
 			c.Close()
 			if ferr != nil {
 				return nil, missing, fmt.Errorf("syscount: fentry: %w; raw tracepoint: %w", ferr, rerr)
 			}
 			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
 		}
-		if c.filesErr = errors.New("left out"); !o.noFiles {
-			c.filesErr = c.attachRawFiles(spec)
-		}
-		c.files = c.filesErr == nil
 		c.off = timeCalls() // the cost is known once they are attached (Watch)
 	}
 	return c, missing, nil
@@ -226,7 +222,7 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 			continue
 		}
 		slot := len(c.events)
-		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail(false)...)
+		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail(false, "")...)
 		if err := c.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
 			c.progs.close()
 			c.events = nil
@@ -247,15 +243,25 @@ func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) 
 // if not in fentry mode, why.
 func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
 
-// attachRaw loads one program on the raw tracepoint sys_enter that counts the events by
-// system call number (ctx[1]).
-func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) error {
+// attachRaw loads one program on the raw tracepoint sys_exit that counts the events by
+// system call number (the calling thread's registers, ctx[0]) and, unless noFiles, the
+// read and write calls on regular files (files.go): one program for both, since each
+// program on a raw tracepoint costs every system call of the node its invocation. A
+// kernel that refuses the file part gets the program without it (c.filesErr says why).
+func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFiles bool) error {
+	if exitRegs.nr == "" {
+		return errors.New("no system call registers known for " + runtime.GOARCH)
+	}
+	nrOff, err := memberOffset(spec, "pt_regs", exitRegs.nr)
+	if err != nil {
+		return err
+	}
 	// With a budget, every system call is counted in all first (the sampling's measure
 	// of what the slow path costs the node); without, nothing but the counted calls is
 	// looked at.
-	insns := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
+	head := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
 	if c.sampling.Budget > 0 {
-		insns = append(insns,
+		head = append(head,
 			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
 			asm.LoadMapPtr(asm.R1, c.all.FD()),
 			asm.Mov.Reg(asm.R2, asm.RFP),
@@ -267,7 +273,10 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) err
 			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
 		)
 	}
-	insns = append(insns, asm.LoadMem(asm.R2, asm.R7, 8, asm.DWord).WithSymbol("nr"))
+	head = append(head,
+		asm.LoadMem(asm.R2, asm.R7, 0, asm.DWord).WithSymbol("nr"),
+		asm.LoadMem(asm.R3, asm.R2, int16(nrOff), exitRegs.nrSize),
+	)
 	var counted []Event
 	for _, ev := range events {
 		nr, ok := syscallNumbers[ev.Syscall]
@@ -275,19 +284,35 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing) err
 			missing[ev.Name] = "no system call " + ev.Syscall + " on " + runtime.GOARCH
 			continue
 		}
-		insns = append(insns,
+		head = append(head,
 			asm.Mov.Imm(asm.R6, int32(8*len(counted))),
-			asm.JEq.Imm(asm.R2, int32(nr), "count"))
+			asm.JEq.Imm(asm.R3, int32(nr), "count"))
 		counted = append(counted, ev)
 	}
 	if len(counted) == 0 {
 		return errors.New("none of the system calls exists on " + runtime.GOARCH)
 	}
-	insns = append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
-	tail := c.tail(false)
-	tail[0] = tail[0].WithSymbol("count")
-	insns = append(insns, tail...)
-	if err := c.attach(spec, "persyst_sysenter", ebpf.AttachTraceRawTp, "sys_enter", insns); err != nil {
+	count := c.tail(false, "count_")
+	count[0] = count[0].WithSymbol("count")
+	build := func(files asm.Instructions) asm.Instructions {
+		insns := slices.Clone(head)
+		if files != nil { // it ends in its own return
+			return append(append(insns, files...), count...)
+		}
+		return append(append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return()), count...)
+	}
+	c.filesErr = errors.New("left out")
+	if !noFiles {
+		var files asm.Instructions
+		if files, c.filesErr = c.rawFiles(spec); c.filesErr == nil {
+			if c.filesErr = c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(files)); c.filesErr == nil {
+				c.files = true
+				c.events, c.mode = counted, RawTracepoint
+				return nil
+			}
+		}
+	}
+	if err := c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(nil)); err != nil {
 		return err
 	}
 	c.events, c.mode = counted, RawTracepoint
@@ -422,8 +447,9 @@ var archPrefix = map[string]string{
 // tail counts one call at byte offset r6 of the value: for each watched level, the
 // calling thread's ancestor cgroup at that level is looked up in counts, and the first
 // found is incremented; with bytes, r8 is added to the count after r6's. r6 and r8
-// survive the helper calls; the key is at fp-8, the levels index at fp-16.
-func (c *Counter) tail(bytes bool) asm.Instructions {
+// survive the helper calls; the key is at fp-8, the levels index at fp-16. Its labels
+// begin with prefix (two tails in one program).
+func (c *Counter) tail(bytes bool, prefix string) asm.Instructions {
 	levelsFD, countsFD := c.levels.FD(), c.counts.FD()
 	var insns asm.Instructions
 	for i := 0; i < MaxLevels; i++ {
@@ -433,21 +459,21 @@ func (c *Counter) tail(bytes bool) asm.Instructions {
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, -16),
 			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "exit"),
+			asm.JEq.Imm(asm.R0, 0, prefix+"exit"),
 			asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
-			asm.JEq.Imm(asm.R1, 0, "exit"),
+			asm.JEq.Imm(asm.R1, 0, prefix+"exit"),
 			asm.FnGetCurrentAncestorCgroupId.Call(),
 			asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
 			asm.LoadMapPtr(asm.R1, countsFD),
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, -8),
 			asm.FnMapLookupElem.Call(),
-			asm.JNE.Imm(asm.R0, 0, "hit"),
+			asm.JNE.Imm(asm.R0, 0, prefix+"hit"),
 		)
 	}
 	insns = append(insns,
-		asm.Ja.Label("exit"),
-		asm.Add.Reg(asm.R0, asm.R6).WithSymbol("hit"),
+		asm.Ja.Label(prefix+"exit"),
+		asm.Add.Reg(asm.R0, asm.R6).WithSymbol(prefix+"hit"),
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
@@ -460,7 +486,7 @@ func (c *Counter) tail(bytes bool) asm.Instructions {
 		)
 	}
 	return append(insns,
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol(prefix+"exit"),
 		asm.Return(),
 	)
 }
