@@ -120,13 +120,19 @@ func (s Sample) Suspended() bool {
 // one grows to cover the rest (a job suspended and resumed every minute for days).
 const maxSuspended = 32
 
-// AddSuspended adds the suspended interval of s (Suspended) to stretches: it extends the
-// last stretch when s follows it, and appends one otherwise.
+// AddSuspended adds the suspended part of s's interval to stretches: all of it when s
+// is Suspended, else its end when some of it was (Slurm stops a job's tasks a moment
+// before it freezes them). It extends the last stretch when s follows it, and appends
+// one otherwise.
 func AddSuspended(stretches []Gap, s Sample) []Gap {
-	if !s.Suspended() {
+	v := s.Job[SuspendedSeconds]
+	if v <= 0 || s.Seconds <= 0 {
 		return stretches
 	}
-	from := s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))
+	if s.Suspended() {
+		v = s.Seconds
+	}
+	from := s.Time.Add(-time.Duration(min(v, s.Seconds) * float64(time.Second)))
 	if n := len(stretches); n > 0 && (n >= maxSuspended || !from.After(stretches[n-1].To.Add(time.Millisecond))) {
 		stretches[n-1].To = s.Time
 		return stretches

@@ -24,7 +24,8 @@ func TestAddSuspended(t *testing.T) {
 	}{
 		{"none", []Sample{iv(1, 1, 0), iv(2, 1, 0)}, nil},
 		{"one stretch over two intervals", []Sample{iv(1, 1, 0), iv(3, 2, 2), iv(4, 1, 1), iv(5, 1, 0)}, []Gap{gap(1, 4)}},
-		{"mostly running is not suspended", []Sample{iv(2, 2, 0.5)}, nil},
+		// Slurm's SIGTSTP a moment before the freeze: the interval's end, then the freeze.
+		{"a suspension's start within a running interval", []Sample{iv(2, 2, 0.5), iv(5, 3, 3)}, []Gap{gap(1.5, 5)}},
 		{"two stretches", []Sample{iv(2, 2, 2), iv(3, 1, 0), iv(5, 2, 2)}, []Gap{gap(0, 2), gap(3, 5)}},
 		{"not measured", []Sample{{Time: at(1), Seconds: 1, Job: map[string]float64{}}}, nil},
 	} {

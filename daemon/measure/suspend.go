@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
@@ -18,9 +19,16 @@ import (
 // user cgroup, whose cgroup.events says "frozen 1"). An interval is counted suspended
 // when the job was frozen at its start: the node daemon reads the job again as soon as
 // it sees it frozen or thawed (SuspendWatch), so that intervals begin and end with the
-// suspension, to within that watch's period.
+// suspension, to within that watch's period. Slurm stops the tasks with SIGTSTP
+// suspendGrace before it freezes them (slurmstepd's suspend_grace_time): the interval
+// that ends at a freeze counts its last suspendGrace as suspended too.
 var suspendRegistration = Registration{Name: "suspend", Default: true, New: newSuspend,
 	Metrics: vocabulary(sample.SuspendedSeconds)}
+
+// suspendGrace is the time between Slurm's SIGTSTP to a job's tasks and the freeze of
+// their cgroups: slurmstepd's default suspend_grace_time (PreemptParameters=
+// suspend_grace_time=N sets another; the stretch stated is then off by the difference).
+const suspendGrace = 2 * time.Second
 
 type suspendSource struct {
 	host   hostfs.FS
@@ -35,6 +43,8 @@ func (s *suspendSource) Read(r *Read) error {
 		switch {
 		case s.frozen:
 			r.Sample.Job[sample.SuspendedSeconds] = r.Sample.Seconds
+		case known && frozen:
+			r.Sample.Job[sample.SuspendedSeconds] = min(suspendGrace.Seconds(), r.Sample.Seconds)
 		case known:
 			r.Sample.Job[sample.SuspendedSeconds] = 0
 		default:

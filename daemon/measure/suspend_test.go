@@ -64,8 +64,14 @@ func TestSuspendSource(t *testing.T) {
 	}
 	read(sample.Start, 0)
 	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "FROZEN\n")
-	if v, _, _ := read(sample.Suspend, 3); v != 0 {
-		t.Errorf("the interval before the freeze: suspended %v s, want 0", v)
+	if v, _, _ := read(sample.Suspend, 30); v != suspendGrace.Seconds() {
+		t.Errorf("the interval that ends at the freeze: suspended %v s, want Slurm's grace %v s (SIGTSTP)", v, suspendGrace.Seconds())
+	}
+	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "THAWED\n")
+	read(sample.Resume, 1)
+	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "FROZEN\n")
+	if v, _, _ := read(sample.Suspend, 1.5); v != 1.5 {
+		t.Errorf("a freeze 1.5 s after a read: suspended %v s, want all 1.5 s", v)
 	}
 	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "THAWED\n")
 	if v, _, _ := read(sample.Resume, 10); v != 10 {
