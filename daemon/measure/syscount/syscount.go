@@ -320,7 +320,7 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noF
 }
 
 func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
-	defer c.step(name, c.now())
+	defer c.step(to, c.now())
 	// A collection of one, for its options' BTF cache (NewProgramWithOptions has none).
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{name: {
 		Name: name, Type: ebpf.Tracing, AttachType: at, AttachTo: to, Instructions: insns, License: "GPL",
