@@ -120,9 +120,10 @@ func (s Sample) Suspended() bool {
 // one grows to cover the rest (a job suspended and resumed every minute for days).
 const maxSuspended = 32
 
-// AddSuspended adds the suspended part of s's interval to stretches: all of it when s
-// is Suspended, else its end when some of it was (Slurm stops a job's tasks a moment
-// before it freezes them). It extends the last stretch when s follows it, and appends
+// AddSuspended adds the suspended end of s's interval to stretches: all of it when s is
+// Suspended, else the SuspendedSeconds before its end, which may reach back before the
+// interval (Slurm stops a job's tasks a moment before it freezes them, and the freeze is
+// seen later). It extends the last stretch when s follows or overlaps it, and appends
 // one otherwise.
 func AddSuspended(stretches []Gap, s Sample) []Gap {
 	v := s.Job[SuspendedSeconds]
@@ -130,9 +131,9 @@ func AddSuspended(stretches []Gap, s Sample) []Gap {
 		return stretches
 	}
 	if s.Suspended() {
-		v = s.Seconds
+		v = max(v, s.Seconds)
 	}
-	from := s.Time.Add(-time.Duration(min(v, s.Seconds) * float64(time.Second)))
+	from := s.Time.Add(-time.Duration(v * float64(time.Second)))
 	if n := len(stretches); n > 0 && (n >= maxSuspended || !from.After(stretches[n-1].To.Add(time.Millisecond))) {
 		stretches[n-1].To = s.Time
 		return stretches

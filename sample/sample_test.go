@@ -26,6 +26,8 @@ func TestAddSuspended(t *testing.T) {
 		{"one stretch over two intervals", []Sample{iv(1, 1, 0), iv(3, 2, 2), iv(4, 1, 1), iv(5, 1, 0)}, []Gap{gap(1, 4)}},
 		// Slurm's SIGTSTP a moment before the freeze: the interval's end, then the freeze.
 		{"a suspension's start within a running interval", []Sample{iv(2, 2, 0.5), iv(5, 3, 3)}, []Gap{gap(1.5, 5)}},
+		// ... or before a short one: the grace reaches back over intervals counted running.
+		{"a suspension's start before a short interval", []Sample{iv(9, 1, 0), iv(10, 1, 2), iv(12, 2, 2)}, []Gap{gap(8, 12)}},
 		{"two stretches", []Sample{iv(2, 2, 2), iv(3, 1, 0), iv(5, 2, 2)}, []Gap{gap(0, 2), gap(3, 5)}},
 		{"not measured", []Sample{{Time: at(1), Seconds: 1, Job: map[string]float64{}}}, nil},
 	} {

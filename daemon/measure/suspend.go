@@ -21,7 +21,8 @@ import (
 // it sees it frozen or thawed (SuspendWatch), so that intervals begin and end with the
 // suspension, to within that watch's period. Slurm stops the tasks with SIGTSTP
 // suspendGrace before it freezes them (slurmstepd's suspend_grace_time): the interval
-// that ends at a freeze counts its last suspendGrace as suspended too.
+// that ends at a freeze counts suspendGrace as suspended, which may be longer than the
+// interval (the stretch then begins before it; sample.AddSuspended).
 var suspendRegistration = Registration{Name: "suspend", Default: true, New: newSuspend,
 	Metrics: vocabulary(sample.SuspendedSeconds)}
 
@@ -44,7 +45,10 @@ func (s *suspendSource) Read(r *Read) error {
 		case s.frozen:
 			r.Sample.Job[sample.SuspendedSeconds] = r.Sample.Seconds
 		case known && frozen:
-			r.Sample.Job[sample.SuspendedSeconds] = min(suspendGrace.Seconds(), r.Sample.Seconds)
+			// The suspension began suspendGrace ago, maybe before this interval did
+			// (intervals already taken were counted running): as a counter, the
+			// suspended time not yet counted.
+			r.Sample.Job[sample.SuspendedSeconds] = suspendGrace.Seconds()
 		case known:
 			r.Sample.Job[sample.SuspendedSeconds] = 0
 		default:

@@ -70,8 +70,8 @@ func TestSuspendSource(t *testing.T) {
 	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "THAWED\n")
 	read(sample.Resume, 1)
 	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "FROZEN\n")
-	if v, _, _ := read(sample.Suspend, 1.5); v != 1.5 {
-		t.Errorf("a freeze 1.5 s after a read: suspended %v s, want all 1.5 s", v)
+	if v, _, _ := read(sample.Suspend, 1.5); v != suspendGrace.Seconds() {
+		t.Errorf("a freeze 1.5 s after a read: suspended %v s, want the grace %v s (the stretch began before this interval)", v, suspendGrace.Seconds())
 	}
 	testenv.Write(t, root+"/"+job+"/step_batch/freezer.state", "THAWED\n")
 	if v, _, _ := read(sample.Resume, 10); v != 10 {
