@@ -120,18 +120,15 @@ func (s Sample) Suspended() bool {
 // one grows to cover the rest (a job suspended and resumed every minute for days).
 const maxSuspended = 32
 
-// AddSuspended adds the suspended end of s's interval to stretches: all of it when s is
-// Suspended, else the SuspendedSeconds before its end, which may reach back before the
-// interval (Slurm stops a job's tasks a moment before it freezes them, and the freeze is
-// seen later). It extends the last stretch when s follows or overlaps it, and appends
+// AddSuspended adds the suspended end of s's interval to stretches: its last
+// SuspendedSeconds, all of it while the job was frozen, and at a freeze Slurm's grace,
+// which may reach back before the interval (Slurm stops a job's tasks a moment before it
+// freezes them). It extends the last stretch when s follows or overlaps it, and appends
 // one otherwise.
 func AddSuspended(stretches []Gap, s Sample) []Gap {
 	v := s.Job[SuspendedSeconds]
 	if v <= 0 || s.Seconds <= 0 {
 		return stretches
-	}
-	if s.Suspended() {
-		v = max(v, s.Seconds)
 	}
 	from := s.Time.Add(-time.Duration(v * float64(time.Second)))
 	if n := len(stretches); n > 0 && (n >= maxSuspended || !from.After(stretches[n-1].To.Add(time.Millisecond))) {

@@ -21,7 +21,7 @@ import (
 
 // attachFiles loads fexit programs on vfs_read and vfs_write that count the calls on
 // regular files and their bytes; with either missing, files are not told apart.
-func (c *Counter) attachFiles(spec *btf.Spec) error {
+func (l *loader) attachFiles(spec *btf.Spec) error {
 	inode, err := memberOffset(spec, "file", "f_inode")
 	if err != nil {
 		return err
@@ -30,7 +30,7 @@ func (c *Counter) attachFiles(spec *btf.Spec) error {
 	if err != nil {
 		return err
 	}
-	n := len(c.progs.progs)
+	n := len(l.progs.progs)
 	for _, x := range []struct {
 		fn   string
 		slot int
@@ -47,12 +47,12 @@ func (c *Counter) attachFiles(spec *btf.Spec) error {
 			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
 			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
 		}
-		insns = append(insns, c.tail(true, "")...)
-		if err := c.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
-			for _, p := range c.progs.progs[n:] {
+		insns = append(insns, l.tail(true, "")...)
+		if err := l.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
+			for _, p := range l.progs.progs[n:] {
 				p.Close()
 			}
-			c.progs.progs = c.progs.progs[:n]
+			l.progs.progs = l.progs.progs[:n]
 			return fmt.Errorf("program on %s: %w", x.fn, err)
 		}
 	}
@@ -73,8 +73,8 @@ func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
 	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
 }
 
-func (c *Counter) step(name string, since time.Time) {
-	c.steps = append(c.steps, Step{Name: name, Took: c.now().Sub(since)})
+func (l *loader) step(name string, since time.Time) {
+	l.steps = append(l.steps, Step{Name: name, Took: l.now().Sub(since)})
 }
 
 // Steps are what New did, and how long each took.
@@ -91,7 +91,7 @@ type regsLayout struct {
 // rawFiles is the part of the sys_exit program (attachRaw) that counts read and write
 // calls on regular files and their bytes, from its label "fd" on; it expects the
 // context in r7, the registers in r2 and the call's number in r3.
-func (c *Counter) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
+func (l *loader) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
 	rd, rok := syscallNumbers["read"]
 	prd, pok := syscallNumbers["pread64"]
 	wr, wok := syscallNumbers["write"]
@@ -164,5 +164,5 @@ func (c *Counter) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
 		asm.And.Imm(asm.R2, unix.S_IFMT),
 		asm.JNE.Imm(asm.R2, unix.S_IFREG, "files_exit"),
 	)
-	return append(insns, c.tail(true, "files_")...), nil
+	return append(insns, l.tail(true, "files_")...), nil
 }

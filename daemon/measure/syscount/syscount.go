@@ -91,7 +91,6 @@ type Counter struct {
 	cost     time.Duration
 	off      time.Duration // costCalls system calls' time without the program
 	sampling Sampling
-	btf      *btf.Cache // while New loads the programs
 	// steps time what New did: reading the kernel's BTF and loading each program (an
 	// admin's answer to why a daemon took long to start).
 	steps []Step
@@ -161,16 +160,6 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
-	// The kernel's BTF is read once for all programs (each load would read it again),
-	// and let go once they are loaded.
-	t0 := o.Now()
-	c.btf = btf.NewCache()
-	defer func() { c.btf = nil }()
-	spec, err := c.btf.Kernel()
-	if err != nil {
-		return nil, nil, fmt.Errorf("syscount: kernel BTF: %w", err)
-	}
-	c.step("kernel BTF", t0)
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -192,50 +181,89 @@ func New(o Options) (*Counter, Missing, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("syscount: calls map: %w", err)
 	}
-	missing := Missing{}
-	var ferr error
-	if !o.NoFentry {
-		ferr = c.attachFentry(spec, o.Events, missing)
+	l := &loader{counts: c.counts, levels: c.levels, all: c.all, budget: c.sampling.Budget, now: o.Now,
+		progs: programs{now: o.Now}, cache: btf.NewCache()}
+	missing, err := l.load(o)
+	if err != nil {
+		c.Close()
+		return nil, missing, err
 	}
-	if o.NoFentry || ferr != nil {
-		clear(missing)
-		if rerr := c.attachRaw(spec, o.Events, missing, o.noFiles); rerr != nil {
-			c.Close()
-			if ferr != nil {
-				return nil, missing, fmt.Errorf("syscount: fentry: %w; raw tracepoint: %w", ferr, rerr)
-			}
-			return nil, missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
-		}
+	c.events, c.mode, c.files, c.filesErr, c.steps, c.progs = l.events, l.mode, l.files, l.filesErr, l.steps, l.progs
+	if c.mode == RawTracepoint {
 		c.off = timeCalls() // the cost is known once they are attached (Watch)
 	}
 	return c, missing, nil
 }
 
+// loader loads the programs for New: it holds the kernel's BTF while they load (read
+// once for all of them: each load would read it again) and what it loaded, which the
+// Counter then takes.
+type loader struct {
+	cache               *btf.Cache
+	counts, levels, all *ebpf.Map // the Counter's, which the programs use
+	budget              float64   // Sampling.Budget
+	now                 func() time.Time
+
+	progs    programs
+	events   []Event
+	mode     Mode
+	files    bool
+	filesErr error
+	steps    []Step
+}
+
+// load loads the fentry programs, else the raw tracepoint's.
+func (l *loader) load(o Options) (Missing, error) {
+	t0 := l.now()
+	spec, err := l.cache.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("syscount: kernel BTF: %w", err)
+	}
+	l.step("kernel BTF", t0)
+	missing := Missing{}
+	var ferr error
+	if !o.NoFentry {
+		ferr = l.attachFentry(spec, o.Events, missing)
+	}
+	if !o.NoFentry && ferr == nil {
+		return missing, nil
+	}
+	clear(missing)
+	if rerr := l.attachRaw(spec, o.Events, missing, o.noFiles); rerr != nil {
+		l.progs.close()
+		if ferr != nil {
+			return missing, fmt.Errorf("syscount: fentry: %w; raw tracepoint: %w", ferr, rerr)
+		}
+		return missing, fmt.Errorf("syscount: raw tracepoint: %w", rerr)
+	}
+	return missing, nil
+}
+
 // attachFentry loads a program on each event's system call function. An event whose
 // function is not in the kernel's BTF is missing; a program the kernel refuses fails
 // the whole mode (the kernel or its settings allow no fentry programs).
-func (c *Counter) attachFentry(spec *btf.Spec, events []Event, missing Missing) error {
+func (l *loader) attachFentry(spec *btf.Spec, events []Event, missing Missing) error {
 	for _, ev := range events {
 		fn, err := syscallFunc(spec, ev.Syscall)
 		if err != nil {
 			missing[ev.Name] = err.Error()
 			continue
 		}
-		slot := len(c.events)
-		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, c.tail(false, "")...)
-		if err := c.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
-			c.progs.close()
-			c.events = nil
+		slot := len(l.events)
+		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, l.tail(false, "")...)
+		if err := l.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
+			l.progs.close()
+			l.events = nil
 			return fmt.Errorf("program on %s: %w", fn, err)
 		}
-		c.events = append(c.events, ev)
+		l.events = append(l.events, ev)
 	}
-	if len(c.events) == 0 {
+	if len(l.events) == 0 {
 		return errors.New("no counted system call has a kernel function to attach to")
 	}
-	c.mode = Fentry
-	c.filesErr = c.attachFiles(spec)
-	c.files = c.filesErr == nil
+	l.mode = Fentry
+	l.filesErr = l.attachFiles(spec)
+	l.files = l.filesErr == nil
 	return nil
 }
 
@@ -248,7 +276,7 @@ func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
 // read and write calls on regular files (files.go): one program for both, since each
 // program on a raw tracepoint costs every system call of the node its invocation. A
 // kernel that refuses the file part gets the program without it (c.filesErr says why).
-func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFiles bool) error {
+func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFiles bool) error {
 	if exitRegs.nr == "" {
 		return errors.New("no system call registers known for " + runtime.GOARCH)
 	}
@@ -260,10 +288,10 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noF
 	// of what the slow path costs the node); without, nothing but the counted calls is
 	// looked at.
 	head := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
-	if c.sampling.Budget > 0 {
+	if l.budget > 0 {
 		head = append(head,
 			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, c.all.FD()),
+			asm.LoadMapPtr(asm.R1, l.all.FD()),
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, -16),
 			asm.FnMapLookupElem.Call(),
@@ -292,7 +320,7 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noF
 	if len(counted) == 0 {
 		return errors.New("none of the system calls exists on " + runtime.GOARCH)
 	}
-	count := c.tail(false, "count_")
+	count := l.tail(false, "count_")
 	count[0] = count[0].WithSymbol("count")
 	build := func(files asm.Instructions) asm.Instructions {
 		insns := slices.Clone(head)
@@ -301,36 +329,36 @@ func (c *Counter) attachRaw(spec *btf.Spec, events []Event, missing Missing, noF
 		}
 		return append(append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return()), count...)
 	}
-	c.filesErr = errors.New("left out")
+	l.filesErr = errors.New("left out")
 	if !noFiles {
 		var files asm.Instructions
-		if files, c.filesErr = c.rawFiles(spec); c.filesErr == nil {
-			if c.filesErr = c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(files)); c.filesErr == nil {
-				c.files = true
-				c.events, c.mode = counted, RawTracepoint
+		if files, l.filesErr = l.rawFiles(spec); l.filesErr == nil {
+			if l.filesErr = l.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(files)); l.filesErr == nil {
+				l.files = true
+				l.events, l.mode = counted, RawTracepoint
 				return nil
 			}
 		}
 	}
-	if err := c.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(nil)); err != nil {
+	if err := l.attach(spec, "persyst_sysexit", ebpf.AttachTraceRawTp, "sys_exit", build(nil)); err != nil {
 		return err
 	}
-	c.events, c.mode = counted, RawTracepoint
+	l.events, l.mode = counted, RawTracepoint
 	return nil
 }
 
-func (c *Counter) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
-	defer c.step(to, c.now())
+func (l *loader) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
+	defer l.step(to, l.now())
 	// A collection of one, for its options' BTF cache (NewProgramWithOptions has none).
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{name: {
 		Name: name, Type: ebpf.Tracing, AttachType: at, AttachTo: to, Instructions: insns, License: "GPL",
-	}}}, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: spec}, Cache: c.btf})
+	}}}, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: spec}, Cache: l.cache})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	prog := coll.DetachProgram(name)
 	coll.Close()
-	c.progs.add(prog, at)
+	l.progs.add(prog, at)
 	return nil
 }
 
@@ -449,8 +477,8 @@ var archPrefix = map[string]string{
 // found is incremented; with bytes, r8 is added to the count after r6's. r6 and r8
 // survive the helper calls; the key is at fp-8, the levels index at fp-16. Its labels
 // begin with prefix (two tails in one program).
-func (c *Counter) tail(bytes bool, prefix string) asm.Instructions {
-	levelsFD, countsFD := c.levels.FD(), c.counts.FD()
+func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
+	levelsFD, countsFD := l.levels.FD(), l.counts.FD()
 	var insns asm.Instructions
 	for i := 0; i < MaxLevels; i++ {
 		insns = append(insns,
