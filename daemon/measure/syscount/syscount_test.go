@@ -114,6 +114,22 @@ func unifiedDir(t testing.TB) (mount, job, leaf string) {
 	return mount, job, leaf
 }
 
+// readSum reads cgroup id's counts, summed over the CPUs.
+func readSum(t *testing.T, c *Counter, id uint64) Values {
+	t.Helper()
+	vals, err := c.Read(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum Values
+	for _, v := range vals {
+		for i := range sum {
+			sum[i] += v[i]
+		}
+	}
+	return sum
+}
+
 // runIn runs this test binary making n openat+close pairs in cgroup dir.
 func runIn(t *testing.T, dir string, n int) {
 	t.Helper()
@@ -169,16 +185,7 @@ func TestCountsPerCgroup(t *testing.T) {
 	const n = 5000
 	runIn(t, leaf, n)    // counted: a descendant of the watched cgroup
 	runIn(t, mount, 777) // not counted: outside it
-	vals, err := c.Read(id, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum Values
-	for _, v := range vals {
-		for i := range sum {
-			sum[i] += v[i]
-		}
-	}
+	sum := readSum(t, c, id)
 	// The child's runtime opens and closes a few files of its own as it starts.
 	for i, name := range []string{"openat", "close"} {
 		if sum[i] < n || sum[i] > n+200 {
@@ -229,16 +236,7 @@ func TestFilesApart(t *testing.T) {
 			}
 			const n = 3000
 			runChild(t, leaf, ioEnv+"="+strconv.Itoa(n))
-			vals, err := c.Read(id, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var sum Values
-			for _, v := range vals {
-				for i := range sum {
-					sum[i] += v[i]
-				}
-			}
+			sum := readSum(t, c, id)
 			t.Logf("%s: file reads %d calls %d bytes, writes %d calls %d bytes", c.Mode(),
 				sum[FileReadCalls], sum[FileReadBytes], sum[FileWriteCalls], sum[FileWriteBytes])
 			// The child's runtime reads a few files of its own as it starts; the pipe's
