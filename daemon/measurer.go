@@ -91,7 +91,8 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m := &Measurer{cfg: cfg, log: log, now: now, reg: reg, node: node, host: hostfs.New(cfg.Root), meters: newMeterSet()}
 	samples := newSampleFiles(cfg.StateDir, measure.DefaultSampleBytes, log)
 	samples.sweep(func(id uint32) bool { j := reg.Job(id); return j != nil && j.Ended == nil })
-	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: log, Now: now, SyscallBudget: cfg.SyscallBudget}
+	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: log, Now: now, SyscallBudget: cfg.SyscallBudget,
+		SyscallLinger: measure.SyscallLinger}
 	var mounts []jobcgroup.Mount
 	if cfg.Disabled {
 		opts.PerfWhy = "measurement is turned off"

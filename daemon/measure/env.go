@@ -8,6 +8,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
+	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/perfevents"
 )
@@ -30,6 +31,9 @@ type EnvOptions struct {
 	// SyscallBudget is the share of the node's CPUs the raw tracepoint may cost before it
 	// counts in samples (0: every call; persyst.conf's SyscallBudget).
 	SyscallBudget float64
+	// SyscallLinger keeps the eBPF programs attached that long after the last measured
+	// job ended (the daemon: SyscallLinger; `persyst run`, which measures one command: 0).
+	SyscallLinger time.Duration
 	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
 	Energy      bool
 	Enable      map[string]bool
@@ -37,6 +41,11 @@ type EnvOptions struct {
 	Now         func() time.Time
 	SampleBytes int
 }
+
+// SyscallLinger is how long the node daemon keeps its eBPF programs attached after the
+// last measured job ended: jobs that follow each other within it find them attached, and
+// a node that runs no job for longer pays nothing.
+const SyscallLinger = 30 * time.Second
 
 // NewEnv prepares what all meters of a daemon or of `persyst run` share: the cgroup
 // statistics reader, the perf events this node has, the RAPL counters.
@@ -107,7 +116,7 @@ func (env *Env) syscalls(o EnvOptions) (finish func()) {
 		// another root (tests' fake hosts).
 		env.SyscallsWhy = "the host is not this machine's root"
 	case o.SyscallMount != "" && o.PerfWhy == "":
-		return env.startSyscalls(o.SyscallMount, o.SyscallBudget)
+		return env.startSyscalls(o.SyscallMount, syscount.Options{Sampling: syscount.Sampling{Budget: o.SyscallBudget}, Linger: o.SyscallLinger})
 	case o.PerfWhy != "":
 		env.SyscallsWhy = o.PerfWhy
 	default:

@@ -38,15 +38,14 @@ var fileMetrics = []struct {
 // at mount (its path as the host's filesystem sees it): under software emulation that
 // takes seconds, which the perf events' probe need not wait for. The function it returns
 // waits for them and takes what they count out of the perf events.
-func (env *Env) startSyscalls(mount string, budget float64) (finish func()) {
+func (env *Env) startSyscalls(mount string, o syscount.Options) (finish func()) {
 	if !env.enabled(syscallsRegistration) {
 		env.SyscallsWhy = "the syscalls source is turned off"
 		return func() {}
 	}
-	var events []syscount.Event
 	for _, e := range perfevents.TracepointEvents() {
 		if name, ok := strings.CutPrefix(e.Name, perfevents.SyscallPrefix); ok {
-			events = append(events, syscount.Event{Name: e.Name, Syscall: name})
+			o.Events = append(o.Events, syscount.Event{Name: e.Name, Syscall: name})
 		}
 	}
 	type loaded struct {
@@ -58,7 +57,7 @@ func (env *Env) startSyscalls(mount string, budget float64) (finish func()) {
 	ch := make(chan loaded, 1)
 	go func() {
 		t0 := env.Now()
-		c, missing, err := syscount.New(syscount.Options{Events: events, Sampling: syscount.Sampling{Budget: budget}})
+		c, missing, err := syscount.New(o)
 		ch <- loaded{c, missing, err, env.Now().Sub(t0)}
 	}()
 	return func() {

@@ -101,9 +101,12 @@ type Counter struct {
 	stop  chan struct{} // ends the sampler (nil: none runs)
 	done  chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there
-	// are any, so that no system call pays for them on a node without measured jobs.
+	// are any (and for linger after), so that no system call pays for them on a node
+	// without measured jobs.
 	watched int
 	closed  bool
+	linger  time.Duration
+	lingers *time.Timer // detaches the programs once the linger is over
 }
 
 // Options configure New.
@@ -118,6 +121,11 @@ type Options struct {
 	Sampling Sampling
 	// Now is the clock (nil: time.Now); its monotonic readings time the sampling.
 	Now func() time.Time
+	// Linger keeps the programs attached that long after the last cgroup is unwatched
+	// (0: detached at once): jobs that follow each other do not wait for them to be
+	// detached and attached again, which takes an RCU grace period each (seconds under
+	// software emulation).
+	Linger time.Duration
 	// noFiles leaves out the programs that count file I/O (the benchmark's measure of
 	// their cost).
 	noFiles bool
@@ -159,7 +167,7 @@ func New(o Options) (*Counter, Missing, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}}
+	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -553,9 +561,15 @@ func (c *Counter) Watch(id uint64, level int) error {
 		return fmt.Errorf("syscount: watch cgroup %d: %w", id, err)
 	}
 	if c.watched == 0 {
-		if err := c.progs.link(); err != nil {
-			c.counts.Delete(id)
-			return err
+		if c.lingers != nil {
+			c.lingers.Stop()
+			c.lingers = nil
+		}
+		if !c.progs.linked() {
+			if err := c.progs.link(); err != nil {
+				c.counts.Delete(id)
+				return err
+			}
 		}
 		c.share = 1
 		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
@@ -595,9 +609,26 @@ func (c *Counter) Unwatch(id uint64) error {
 	}
 	if c.watched--; c.watched == 0 {
 		c.stopSampler()
-		c.progs.unlink()
+		if c.linger <= 0 || !c.progs.linked() {
+			c.progs.unlink()
+			return nil
+		}
+		var t *time.Timer
+		t = time.AfterFunc(c.linger, func() { c.endLinger(t) })
+		c.lingers = t
 	}
 	return nil
+}
+
+// endLinger detaches the programs when linger t is over and no cgroup was watched since.
+func (c *Counter) endLinger(t *time.Timer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lingers != t || c.watched > 0 || c.closed {
+		return
+	}
+	c.lingers = nil
+	c.progs.unlink()
 }
 
 // Attached says whether the programs are attached now (a cgroup is watched).
@@ -611,6 +642,10 @@ func (c *Counter) Attached() bool {
 func (c *Counter) Close() error {
 	c.mu.Lock()
 	c.closed = true
+	if c.lingers != nil {
+		c.lingers.Stop()
+		c.lingers = nil
+	}
 	c.stopSampler()
 	errs := []error{c.progs.close()}
 	c.mu.Unlock()

@@ -262,6 +262,53 @@ func TestFilesApart(t *testing.T) {
 	}
 }
 
+// TestLinger: with a linger the programs stay attached after the last cgroup is
+// unwatched, a cgroup watched meanwhile finds them attached, and they are detached once
+// the linger is over with none watched.
+func TestLinger(t *testing.T) {
+	mount, job, _ := unifiedDir(t)
+	const linger = 300 * time.Millisecond
+	c, _, err := New(Options{Events: testEvents, Linger: linger})
+	if err != nil {
+		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
+	}
+	defer c.Close()
+	id, err := CgroupID(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, err := Level(mount, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle := func() {
+		t.Helper()
+		if err := c.Watch(id, level); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unwatch(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	if !c.Attached() {
+		t.Fatal("detached at once with a linger")
+	}
+	time.Sleep(linger / 2)
+	cycle() // a job that follows: the linger starts again
+	time.Sleep(linger / 2)
+	if !c.Attached() {
+		t.Error("detached before its linger after the second job")
+	}
+	deadline := time.Now().Add(10 * linger)
+	for c.Attached() && time.Now().Before(deadline) {
+		time.Sleep(linger / 10)
+	}
+	if c.Attached() {
+		t.Errorf("still attached %s after the linger of %s", 10*linger, linger)
+	}
+}
+
 func TestLevel(t *testing.T) {
 	for _, tc := range []struct {
 		mount, dir string
