@@ -2,8 +2,6 @@ package syscount
 
 import (
 	"fmt"
-	"slices"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -72,13 +70,6 @@ func memberOffset(spec *btf.Spec, typ, member string) (uint32, error) {
 	}
 	return 0, fmt.Errorf("struct %s has no member %s", typ, member)
 }
-
-func (l *loader) step(name string, since time.Time) {
-	l.steps = append(l.steps, Step{Name: name, Took: l.now().Sub(since)})
-}
-
-// Steps are what New did, and how long each took.
-func (c *Counter) Steps() []Step { return slices.Clone(c.steps) }
 
 // regsLayout names where struct pt_regs keeps, at a system call's exit, its number and
 // its first argument (the register that held it may carry the return value by then).

@@ -220,6 +220,14 @@ type loader struct {
 	steps    []Step
 }
 
+// step records how long a part of the load took, from since.
+func (l *loader) step(name string, since time.Time) {
+	l.steps = append(l.steps, Step{Name: name, Took: l.now().Sub(since)})
+}
+
+// Steps are what New did, and how long each took.
+func (c *Counter) Steps() []Step { return slices.Clone(c.steps) }
+
 // load loads the fentry programs, else the raw tracepoint's.
 func (l *loader) load(o Options) (Missing, error) {
 	t0 := l.now()

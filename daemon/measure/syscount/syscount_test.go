@@ -114,6 +114,19 @@ func unifiedDir(t testing.TB) (mount, job, leaf string) {
 	return mount, job, leaf
 }
 
+// cgroupOf is a cgroup directory's id and its level below the hierarchy's mount.
+func cgroupOf(t *testing.T, mount, dir string) (id uint64, level int) {
+	t.Helper()
+	id, err := CgroupID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if level, err = Level(mount, dir); err != nil {
+		t.Fatal(err)
+	}
+	return id, level
+}
+
 // readSum reads cgroup id's counts, summed over the CPUs.
 func readSum(t *testing.T, c *Counter, id uint64) Values {
 	t.Helper()
@@ -223,14 +236,7 @@ func TestFilesApart(t *testing.T) {
 			if ok, err := c.Files(); !ok {
 				t.Fatalf("%s: files not told apart: %v", c.Mode(), err)
 			}
-			id, err := CgroupID(job)
-			if err != nil {
-				t.Fatal(err)
-			}
-			level, err := Level(mount, job)
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, level := cgroupOf(t, mount, job)
 			if err := c.Watch(id, level); err != nil {
 				t.Fatal(err)
 			}
@@ -273,14 +279,7 @@ func TestLinger(t *testing.T) {
 		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
 	}
 	defer c.Close()
-	id, err := CgroupID(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	level, err := Level(mount, job)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, level := cgroupOf(t, mount, job)
 	cycle := func() {
 		t.Helper()
 		if err := c.Watch(id, level); err != nil {
