@@ -6,6 +6,7 @@ BIN     := $(BUILD)/persyst
 SPANK   := $(BUILD)/spank_persyst.so
 LOAD    := $(BUILD)/persyst-workload
 CORPUS  := $(BUILD)/persyst-corpus
+NVML    := $(BUILD)/persyst-nvml
 # The version persyst reports (persyst version) and its packages carry: git describe, or
 # VERSION=... (a checkout without git history: "dev").
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -18,7 +19,7 @@ GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy
 
 all: build
 
-build: $(BIN) $(SPANK) $(LOAD) $(CORPUS)
+build: $(BIN) $(SPANK) $(LOAD) $(CORPUS) $(NVML)
 
 $(BIN): $(GOFILES)
 	@scripts/need.sh build
@@ -33,6 +34,13 @@ $(CORPUS): cmd/persyst-workload/corpus/corpus.c
 	@scripts/need.sh build
 	mkdir -p $(BUILD)
 	cc -O2 -Wall -Wextra -o $@ $< -lpthread
+
+# The daemon's NVML helper, in C (nvml/helper.go says why): it loads the NVIDIA driver's
+# libnvidia-ml.so.1 at run time, so it builds and runs on nodes without one.
+$(NVML): nvml/helper/helper.c nvml/helper/nvmlapi.h
+	@scripts/need.sh build
+	mkdir -p $(BUILD)
+	cc -O2 -g -Wall -Wextra -Werror -Wl,-z,relro -o $@ nvml/helper/helper.c -ldl
 
 # The SPANK plugin is C only (spank/spank.go says why): no Go runtime in Slurm's processes.
 SPANK_C := spank/plugin.c spank/options.c spank/client.c

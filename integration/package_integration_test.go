@@ -29,7 +29,7 @@ func TestPackage(t *testing.T) {
 	units := []string{"persyst-daemon", "persyst-collector", "persyst-sync", "persyst-frontend", "persyst-web"}
 	want := []string{"/usr/bin/persyst", "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_persyst.so", "/etc/slurm/persyst.conf",
 		"/etc/slurm/plugstack.conf.d/persyst.conf", "/etc/default/persyst", "/usr/lib/sysusers.d/persyst.conf",
-		"/usr/lib/tmpfiles.d/persyst.conf", "/usr/share/man/man1/persyst.1.gz", "/usr/share/doc/persyst/admin.md", "/usr/lib/persyst/slurm-mail",
+		"/usr/lib/tmpfiles.d/persyst.conf", "/usr/share/man/man1/persyst.1.gz", "/usr/share/doc/persyst/admin.md", "/usr/lib/persyst/slurm-mail", "/usr/lib/persyst/persyst-nvml",
 		"/usr/share/doc/persyst/LICENSE"}
 	for _, u := range units {
 		want = append(want, "/usr/lib/systemd/system/"+u+".service", "/usr/share/man/man1/"+u+".1.gz")
