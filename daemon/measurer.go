@@ -15,6 +15,7 @@ import (
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/nvml"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -104,6 +105,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		m.owned = newOwnedCgroups(m.host, mounts, cfg.CgroupParent, log)
 		// Every perf event of the node's catalog is tried once, in persyst's cgroup.
 		opts.Energy, opts.PerfWhy, opts.ProbeCgroup = true, m.owned.why, m.owned.parent
+		opts.GPU = &nvml.Options{}
 		if m.owned.mount.IsV2 {
 			// System calls are counted with eBPF in the kernel this daemon runs on.
 			opts.SyscallMount = m.host.Path(m.owned.mount.Path)

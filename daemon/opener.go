@@ -69,7 +69,7 @@ func (o *opener) open(j *Job, owned string) (*pipeline.Job, error) {
 // the node's CPUs.
 func (o *opener) read(j *Job, owned string) (specInput, []sample.Sample) {
 	cg, _ := o.slurm.find(j, nil)
-	in := specInput{ID: j.JobID, Started: j.Started, Cores: j.Cores, Steps: len(j.Steps), Cgroups: cg,
+	in := specInput{ID: j.JobID, Started: j.Started, Cores: j.Cores, GPUs: j.GPUs, Steps: len(j.Steps), Cgroups: cg,
 		CPUs: o.slurm.cpus(cg), Owned: owned, Now: o.now()}
 	if len(cg) == 0 {
 		return in, nil

@@ -68,6 +68,7 @@ type Job struct {
 	Persyst     string            `json:"persyst"`
 	NCPUs       uint32            `json:"ncpus,omitempty"`
 	Cores       string            `json:"cores,omitempty"`
+	GPUs        string            `json:"gpus,omitempty"` // Slurm's GRES indices of the job's GPUs ("0,2")
 	MemMB       uint64            `json:"mem_mb,omitempty"`
 	Cgroups     map[string]string `json:"cgroups,omitempty"`
 	Started     time.Time         `json:"started"`
@@ -356,6 +357,9 @@ func (r *Registry) merge(j *Job, e *wire.Event) {
 	}
 	if e.JobCores != "" {
 		j.Cores = e.JobCores
+	}
+	if e.GPUs != "" {
+		j.GPUs = e.GPUs
 	}
 	if e.JobMemMB != 0 {
 		j.MemMB = e.JobMemMB

@@ -32,6 +32,7 @@ type specInput struct {
 	ID      uint32
 	Started time.Time // the job's start on this node
 	Cores   string    // Slurm's list of the job's cores on this node ("": not said)
+	GPUs    string    // Slurm's GRES indices of the job's GPUs on this node ("": none)
 	Steps   int       // the job's steps started on this node
 	// Cgroups are Slurm's cgroup directories of the job by hierarchy key, and CPUs what
 	// the cpuset files of its cpuset and unified ones list.
@@ -72,6 +73,12 @@ func jobSpec(n specNode, in specInput) (measure.Spec, error) {
 		return measure.Spec{}, fmt.Errorf("%w: no cpuset cgroup of the job", errNotYet)
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(in.ID), 10), StatCgroups: statCgroups(cg, in.Owned, n.OwnedV2)}
+	if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {
+		// With AutoDetect=nvml Slurm orders GPUs as NVML does: a GRES index is an NVML one.
+		for _, g := range gpus {
+			spec.GPUs = append(spec.GPUs, strconv.Itoa(g))
+		}
+	}
 	for k := range cg {
 		if !keyHas(k, "cpuset") {
 			continue

@@ -65,6 +65,7 @@ func Assemble(in Input) Report {
 	if r.NNodes == 0 {
 		r.NNodes = len(r.Nodes)
 	}
+	r.GPUs = int(m.Totals[sample.GPUs])
 	if f.ArrayJobID != 0 {
 		task := f.ArrayTaskID
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task

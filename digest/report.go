@@ -22,9 +22,10 @@ type Report struct {
 	Command     string  `json:"command,omitempty"` // persyst run
 	// Run is which run of a job Slurm requeued the report covers (0: never requeued).
 	Run     int       `json:"run,omitempty"`
-	Nodes   []string  `json:"nodes"`  // nodes whose data the digest covers
-	NNodes  int       `json:"nnodes"` // nodes of the job
-	CPUs    int       `json:"cpus"`   // CPUs on the nodes covered
+	Nodes   []string  `json:"nodes"`          // nodes whose data the digest covers
+	NNodes  int       `json:"nnodes"`         // nodes of the job
+	CPUs    int       `json:"cpus"`           // CPUs on the nodes covered
+	GPUs    int       `json:"gpus,omitempty"` // GPUs measured on the nodes covered
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Seconds float64   `json:"seconds"`

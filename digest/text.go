@@ -36,7 +36,11 @@ func Text(r Report, o TextOptions) string {
 	if r.Command != "" {
 		what = r.Command
 	}
-	facts := fmt.Sprintf("%s, %s, %d sample%s", plural(r.CPUs, "CPU"), Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	held := plural(r.CPUs, "CPU")
+	if r.GPUs > 0 {
+		held += " and " + plural(r.GPUs, "GPU")
+	}
+	facts := fmt.Sprintf("%s, %s, %d sample%s", held, Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
 	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	// Slurm's own doing comes with the facts: never a finding against the job.
 	slurm := suspendedLines(r.Suspended)
@@ -113,7 +117,7 @@ func Text(r Report, o TextOptions) string {
 		shown = shown[:o.MaxFindings]
 	}
 	for i, f := range shown {
-		finding(&b, i+1, f, o.Width)
+		finding(&b, i+1, f, o.Width, r.GPUs)
 	}
 	if n := len(r.Findings) - len(shown) + r.Omitted; n > 0 {
 		more := "persyst report " + r.JobName()
@@ -235,7 +239,7 @@ func listSome(names []string, n int) string {
 	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
 }
 
-func finding(b *strings.Builder, n int, f properties.Result, width int) {
+func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
 	// Severity while the bottleneck held, and for how much of the job.
 	while := f.MeanSeverity
 	if f.TimeShare > 0 {
@@ -252,6 +256,13 @@ func finding(b *strings.Builder, n int, f properties.Result, width int) {
 	val := "   (no value)"
 	if len(f.Deciles) == 11 {
 		val = "   " + FormatValue(f.Median(), f.Unit)
+		if f.Unit == "GPUs" && gpus > 0 {
+			// A share of the job's GPUs, said as GPUs: any one is a finding.
+			n := int(math.Round(f.Median() * float64(gpus)))
+			b.WriteString(clip(fmt.Sprintf("   %d of %s did nothing", n, plural(gpus, "GPU")), width) + "\n")
+			wrap(b, "   "+f.Recommendation, width, "   ")
+			return
+		}
 	}
 	if len(f.Deciles) == 11 && f.Deciles[1] != f.Deciles[9] {
 		val += fmt.Sprintf(" (10-90%%: %s to %s)", FormatValue(f.Deciles[1], f.Unit), FormatValue(f.Deciles[9], f.Unit))
@@ -285,7 +296,7 @@ func FormatValue(v float64, unit string) string {
 	switch unit {
 	case "%":
 		return fmt.Sprintf("%.0f%%", v)
-	case "share":
+	case "share", "GPUs":
 		return fmt.Sprintf("%.0f%%", 100*v)
 	case "bytes":
 		return humanBytes(v)

@@ -44,9 +44,12 @@ var (
 		Recommendation: "Much CPU time went to the kernel: make fewer, larger system calls (buffer small reads and writes), avoid busy polling and frequent process creation."}
 	noPMU = properties.Result{Key: "cpi", ID: "cpi", Name: "Cycles per instruction", Unit: "ratio", NotAssessed: "instructions: not available: no PMU for this event (typical in VMs)",
 		Recommendation: "x"}
-	noPMU2 = properties.Result{Key: "flops_rate", ID: "flops_rate", Name: "Floating-point rate", NotAssessed: "fp_ops: not available: no PMU for this event (typical in VMs)", Recommendation: "x"}
-	noPSI  = properties.Result{Key: "io_wait", ID: "io_wait", Name: "Time stalled on I/O (PSI)", NotAssessed: "psi_io_some_seconds: file absent (/sys/fs/cgroup/unified/persyst_node1/job_7/io.pressure)", Recommendation: "x"}
-	fine   = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
+	noPMU2     = properties.Result{Key: "flops_rate", ID: "flops_rate", Name: "Floating-point rate", NotAssessed: "fp_ops: not available: no PMU for this event (typical in VMs)", Recommendation: "x"}
+	noPSI      = properties.Result{Key: "io_wait", ID: "io_wait", Name: "Time stalled on I/O (PSI)", NotAssessed: "psi_io_some_seconds: file absent (/sys/fs/cgroup/unified/persyst_node1/job_7/io.pressure)", Recommendation: "x"}
+	unusedGPUs = properties.Result{Key: "gpu_unused", ID: "gpu_unused", Name: "Allocated GPUs left idle", Unit: "GPUs", Domain: properties.Node,
+		Assessed: true, Count: 60, Deciles: deciles(0.5, 0.5, 0.5), Threshold: thr(0.5), TimeShare: 1, MeanSeverity: 1, MaxSeverity: 1, Finding: true,
+		Recommendation: "Some allocated GPUs ran nothing: request only the GPUs the program uses (--gpus or --gres=gpu:N), or make it use them all."}
+	fine = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
 )
 
 func covering(f Facts, secs float64, samples int) Input {
@@ -69,6 +72,12 @@ func partial(in Input) Input {
 	in.Measured.Gaps = []sample.Gap{{From: start.Add(5 * time.Second), To: start.Add(13 * time.Second), Why: "the persyst daemon was not running"}}
 	in.Facts.Missing = []MissingNode{{Node: "node2", Why: "no collector tree is configured"}, {Node: "node3", Why: "no collector tree is configured"}}
 	in.Facts.Late = true
+	return in
+}
+
+// withGPUs: the job's n GPUs were measured.
+func withGPUs(in Input, n int) Input {
+	in.Measured.Totals = map[string]float64{sample.GPUs: float64(n)}
 	return in
 }
 
@@ -132,6 +141,7 @@ func TestTextGolden(t *testing.T) {
 			Ending{Exit: status(0, 0), AnonPeak: 182 << 20, MemRequested: 200 << 20}), []properties.Result{fine}, 300},
 		{"suspended_no_findings", suspended(whole(covering(Facts{JobID: 16, Nodes: []string{"node1"}, CPUs: 2}, 40, 40)), 1), []properties.Result{fine}, 300},
 		{"suspended_findings", suspended(whole(covering(Facts{JobID: 17, Nodes: []string{"node1"}, CPUs: 2}, 600, 600)), 5), []properties.Result{fine, smallWrites}, 300},
+		{"gpu_job", withGPUs(whole(covering(Facts{JobID: 18, Nodes: []string{"gpu1"}, CPUs: 16}, 3600, 60)), 4), []properties.Result{fine, unusedGPUs, idle}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -64,6 +64,7 @@ type Helper struct {
 	retryAt time.Time // when a stopped helper may be started again
 	last    []Reading
 	lastAt  time.Time
+	closed  bool
 }
 
 type lineOrErr struct {
@@ -105,6 +106,9 @@ func (h *Helper) Start(ctx context.Context) (Hello, error) {
 func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	if h.proc != nil {
 		return h.hello, nil
+	}
+	if h.closed {
+		return Hello{}, errors.New("GPU helper closed")
 	}
 	if h.err != nil && h.o.Now().Before(h.retryAt) {
 		return Hello{}, h.err
@@ -233,6 +237,7 @@ func (h *Helper) Read(ctx context.Context, fresh time.Duration) ([]Reading, erro
 func (h *Helper) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	if h.proc != nil {
 		_, _ = io.WriteString(h.in, "quit\n")
 		_ = h.in.Close()

@@ -80,6 +80,20 @@ const (
 	// RAPL energy (package, DRAM), node-wide, only when the job has the node alone.
 	EnergyPkgJoules = "energy_pkg_joules"
 	EnergyRAMJoules = "energy_ram_joules"
+	// NVIDIA GPUs of the job (NVML, through persyst-nvml), summed over the job's GPUs on
+	// the node; device-wide values only while no other job shares a GPU.
+	GPUs                  = "gpus"
+	GPUBusySeconds        = "gpu_busy_seconds"
+	GPUUnusedSeconds      = "gpu_unused_seconds"
+	GPUSMActiveSeconds    = "gpu_sm_active_seconds"
+	GPUOccupancySeconds   = "gpu_sm_occupancy_seconds"
+	GPUTensorSeconds      = "gpu_tensor_active_seconds"
+	GPUDRAMSeconds        = "gpu_dram_active_seconds"
+	GPUMemPeakBytes       = "gpu_memory_peak_bytes"
+	GPUMemTotalBytes      = "gpu_memory_total_bytes"
+	GPUEnergyJoules       = "gpu_energy_joules"
+	GPUThermalSeconds     = "gpu_thermal_throttled_seconds"
+	GPUPowerCappedSeconds = "gpu_power_capped_seconds"
 )
 
 // Metric describes one metric of the vocabulary.
@@ -154,6 +168,18 @@ var metrics = []Metric{
 	{IBTxPackets, Counter, "count", "packets sent on the node's InfiniBand ports (job alone)"},
 	{EnergyPkgJoules, Counter, "joules", "energy of the node's processor packages (RAPL; job alone)"},
 	{EnergyRAMJoules, Counter, "joules", "energy of the node's DRAM (RAPL; job alone)"},
+	{GPUs, Gauge, "count", "NVIDIA GPUs of the job on the node, measured"},
+	{GPUBusySeconds, Counter, "seconds", "GPU-seconds in which a kernel ran (NVML utilization, per GPU, times the interval)"},
+	{GPUUnusedSeconds, Counter, "seconds", "GPU-seconds of GPUs that ran no kernel in the interval (under 1 % busy)"},
+	{GPUSMActiveSeconds, Counter, "seconds", "GPU-seconds weighted by the share of SMs busy (GPM, Hopper and newer)"},
+	{GPUOccupancySeconds, Counter, "seconds", "GPU-seconds weighted by the warps resident against the maximum (GPM)"},
+	{GPUTensorSeconds, Counter, "seconds", "GPU-seconds weighted by the tensor cores' activity (GPM)"},
+	{GPUDRAMSeconds, Counter, "seconds", "GPU-seconds weighted by the share of DRAM bandwidth used (GPM)"},
+	{GPUMemPeakBytes, Peak, "bytes", "GPU memory the job held, the highest of the intervals (sum over its GPUs)"},
+	{GPUMemTotalBytes, Gauge, "bytes", "memory of the job's GPUs"},
+	{GPUEnergyJoules, Counter, "joules", "energy of the job's GPUs (GPUs not shared)"},
+	{GPUThermalSeconds, Counter, "seconds", "GPU-seconds in which heat held the clocks down (GPUs not shared)"},
+	{GPUPowerCappedSeconds, Counter, "seconds", "GPU-seconds in which the power limit held the clocks down (GPUs not shared; usual at full load)"},
 }
 
 var kinds = func() map[string]Kind {

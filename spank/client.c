@@ -132,6 +132,10 @@ int persyst_encode(char *buf, size_t n, int kind, const struct persyst_event *ev
 		put(&o, ",\"step_cores\":");
 		put_string(&o, ev->step_cores);
 	}
+	if (ev->gpus && ev->gpus[0]) {
+		put(&o, ",\"gpus\":");
+		put_string(&o, ev->gpus);
+	}
 	if (ev->job_mem_mb)
 		put(&o, ",\"job_mem_mb\":%llu", (unsigned long long)ev->job_mem_mb);
 	if (ev->step_mem_mb)

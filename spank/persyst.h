@@ -63,6 +63,7 @@ struct persyst_event {
 	uint64_t step_mem_mb;
 	const char *job_cores;  /* may be NULL */
 	const char *step_cores; /* may be NULL */
+	const char *gpus;       /* the job's GPUs, Slurm's GRES indices ("0,2"); may be NULL */
 	int      option;        /* -1: --persyst not given, 0: off, 1: on */
 	int      has_exit;
 	int      exit_status;   /* wait(2) status */

@@ -575,6 +575,22 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	return ESPANK_SUCCESS;
 }
 
+/* job_gpus returns the job's GPUs on this node from the prolog's environment, which
+ * slurmd builds from the job's credential (SLURM_JOB_GPUS: GRES indices, "0,2"); the
+ * job's own environment, which its user controls, is never read for it. NULL when the
+ * job has none or the value is not a plain list. */
+static const char *job_gpus(void)
+{
+	const char *v = getenv("SLURM_JOB_GPUS");
+
+	if (v == NULL || v[0] == '\0' || strlen(v) > 1024)
+		return NULL;
+	for (const char *p = v; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || *p == ',' || *p == '-'))
+			return NULL;
+	return v;
+}
+
 /* job_script_event sends a job event from the prolog or epilog (job_script context), where
  * slurm_spank_init is not called: the plugin configures itself here. */
 static int job_script_event(spank_t sp, int ac, char **av, int kind)
@@ -584,6 +600,8 @@ static int job_script_event(spank_t sp, int ac, char **av, int kind)
 	if (configure(ac, av) != 0)
 		return ESPANK_SUCCESS;
 	fill_common(sp, &ev);
+	if (kind == PERSYST_JOB_START)
+		ev.gpus = job_gpus();
 	send_event(kind, &ev);
 	return ESPANK_SUCCESS;
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/nvml"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -164,7 +165,9 @@ func prepare(opts Options, argv []string) (_ Options, path string, code int, err
 // the measuring environment and the spec of the command's meter on cpus.
 func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
 	spec := measure.Spec{Name: "command " + filepath.Base(r.argv[0]), CPUs: cpus, Topology: r.host.Topology(cpus)}
-	envOpts := measure.EnvOptions{Host: r.host, Log: r.opts.Log, Now: r.opts.Now, Enable: r.opts.Sources, SyscallBudget: r.opts.SyscallBudget}
+	envOpts := measure.EnvOptions{Host: r.host, Log: r.opts.Log, Now: r.opts.Now, Enable: r.opts.Sources, SyscallBudget: r.opts.SyscallBudget,
+		GPU: &nvml.Options{}}
+	spec.GPUs, spec.AllGPUs = visibleGPUs()
 	r.privileged = !r.opts.Unprivileged && r.makeCgroups()
 	if r.privileged {
 		r.mode = "cgroup"
@@ -186,6 +189,21 @@ func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
 	}
 	// No probe: opening the events tells which exist (EnvOptions).
 	return measure.NewEnv(envOpts), spec
+}
+
+// visibleGPUs are the GPUs the command may use: those CUDA_VISIBLE_DEVICES names (set
+// and empty: none), else every GPU of the machine.
+func visibleGPUs() (ids []string, all bool) {
+	v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	if !set {
+		return nil, true
+	}
+	for _, id := range strings.Split(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids, false
 }
 
 // start starts the command through a re-executed persyst that stops itself once its own

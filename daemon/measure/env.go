@@ -1,7 +1,9 @@
 package measure
 
 import (
+	"context"
 	"errors"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +12,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/nvml"
 	"github.com/persyst/persyst/perfevents"
 )
 
@@ -35,7 +38,10 @@ type EnvOptions struct {
 	// job ended (the daemon: SyscallLinger; `persyst run`, which measures one command: 0).
 	SyscallLinger time.Duration
 	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
-	Energy      bool
+	Energy bool
+	// GPU, if set, reads the node's NVIDIA GPUs through persyst-nvml with these options
+	// (Env.GPU); the helper starts at once in the background where it is installed.
+	GPU         *nvml.Options
 	Enable      map[string]bool
 	Log         zerolog.Logger
 	Now         func() time.Time
@@ -60,6 +66,7 @@ func NewEnv(o EnvOptions) *Env {
 	if o.Energy {
 		env.openEnergy()
 	}
+	env.openGPU(o)
 	finish := env.syscalls(o)
 	defer finish()
 	switch {
@@ -137,7 +144,33 @@ func (env *Env) Close() error {
 		errs = append(errs, env.Energy.Close())
 		env.Energy = nil
 	}
+	if env.GPU != nil {
+		errs = append(errs, env.GPU.Close())
+		env.GPU = nil
+	}
 	return errors.Join(errs...)
+}
+
+// openGPU prepares the GPU helper: started now, in the background, where it is installed
+// (NVML's start takes seconds on a GPU without persistence mode); elsewhere at the first
+// read of a job that holds GPUs.
+func (env *Env) openGPU(o EnvOptions) {
+	switch {
+	case o.GPU == nil:
+		env.GPUWhy = "GPUs are not measured here"
+		return
+	case !env.enabled(gpuRegistration):
+		return
+	}
+	opts := *o.GPU
+	opts.Log = o.Log
+	if opts.Path == "" {
+		opts.Path = nvml.HelperPath()
+	}
+	env.GPU = nvml.New(opts)
+	if st, err := os.Stat(opts.Path); err == nil && st.Mode().IsRegular() {
+		go func() { _, _ = env.GPU.Start(context.Background()) }()
+	}
 }
 
 // openEnergy opens the node's RAPL energy counters, if the kernel has them.

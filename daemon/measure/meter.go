@@ -33,6 +33,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/nvml"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
 )
@@ -55,6 +56,9 @@ type Env struct {
 	Syscalls      *syscount.Counter
 	SyscallsMount string
 	SyscallsWhy   string
+	// GPU reads the node's NVIDIA GPUs (nil: GPUWhy says why not).
+	GPU    *nvml.Helper
+	GPUWhy string
 	// Enable turns sources on or off by name (Registration.Name); the others keep their
 	// default.
 	Enable map[string]bool
@@ -98,6 +102,12 @@ type Spec struct {
 	// Exclusive, if set, says whether the job has the node to itself now; node counters
 	// are attributed to it only then.
 	Exclusive func() bool
+	// GPUs are the job's GPUs on this node as Slurm or CUDA name them (SLURM_JOB_GPUS,
+	// CUDA_VISIBLE_DEVICES): an NVML index, a "GPU-…" or "MIG-…" UUID (or a prefix of
+	// one), or a PCI bus id. AllGPUs: every GPU of the node (`persyst run` without
+	// CUDA_VISIBLE_DEVICES). Neither: the job holds no GPU, and has no GPU metrics.
+	GPUs    []string
+	AllGPUs bool
 }
 
 // Meter measures one job.

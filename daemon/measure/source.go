@@ -55,6 +55,7 @@ var sources = []Registration{
 	netRegistration,
 	infinibandRegistration,
 	energyRegistration,
+	gpuRegistration,
 	schedstatRegistration,
 	suspendRegistration,
 }

@@ -84,8 +84,11 @@ type Event struct {
 	NCPUs       uint32 `json:"ncpus,omitempty"`
 	JobCores    string `json:"job_cores,omitempty"`  // Slurm list format, e.g. "0-3,8"
 	StepCores   string `json:"step_cores,omitempty"` // Slurm list format
-	JobMemMB    uint64 `json:"job_mem_mb,omitempty"`
-	StepMemMB   uint64 `json:"step_mem_mb,omitempty"`
+	// GPUs are the job's GPUs on the node (job start, from the prolog: SLURM_JOB_GPUS,
+	// Slurm's GRES indices, e.g. "0,2").
+	GPUs      string `json:"gpus,omitempty"`
+	JobMemMB  uint64 `json:"job_mem_mb,omitempty"`
+	StepMemMB uint64 `json:"step_mem_mb,omitempty"`
 	// Cgroups maps a controller ("freezer", "cpuset", ... or "unified" for cgroup v2) to
 	// the absolute path of the job's cgroup directory the sender found.
 	Cgroups map[string]string `json:"cgroups,omitempty"`

@@ -1,0 +1,352 @@
+package measure
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/persyst/persyst/nvml"
+	"github.com/persyst/persyst/sample"
+)
+
+// The job's NVIDIA GPUs, read through persyst-nvml (package nvml). Values are summed over
+// the job's GPUs on the node. A GPU's device-wide values (utilization, SM activity,
+// energy, throttling, memory) count for the job only over intervals in which every
+// process on the GPU is the job's, as RAPL counts only for a job alone on its node; a
+// shared GPU (shards, MPS, a GPU Slurm gave out twice) keeps the memory of the job's own
+// processes and says why the rest is not measured.
+var gpuRegistration = Registration{Name: "gpu", Default: true, Metrics: vocabulary(gpuNames...),
+	New: func(env *Env, spec *Spec) (Source, error) {
+		return &gpuSource{prev: map[int]nvml.Reading{}, warned: map[int]bool{}}, nil
+	}}
+
+var gpuNames = []string{sample.GPUs, sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
+	sample.GPUOccupancySeconds, sample.GPUTensorSeconds, sample.GPUDRAMSeconds, sample.GPUMemPeakBytes,
+	sample.GPUMemTotalBytes, sample.GPUEnergyJoules, sample.GPUThermalSeconds, sample.GPUPowerCappedSeconds}
+
+// gpuShared are the metrics a shared GPU does not give the job.
+var gpuShared = []string{sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
+	sample.GPUOccupancySeconds, sample.GPUTensorSeconds, sample.GPUDRAMSeconds, sample.GPUEnergyJoules,
+	sample.GPUThermalSeconds, sample.GPUPowerCappedSeconds}
+
+// gpuActivity maps the helper's cumulative activities to metrics: the seconds of the
+// activity and the seconds they cover.
+var gpuActivity = []struct{ key, cover, metric string }{
+	{"busy", "util_s", sample.GPUBusySeconds},
+	{"sm", "sm_s", sample.GPUSMActiveSeconds},
+	{"occupancy", "occupancy_s", sample.GPUOccupancySeconds},
+	{"tensor", "tensor_s", sample.GPUTensorSeconds},
+	{"dram", "dram_s", sample.GPUDRAMSeconds},
+}
+
+// GPUFresh is how old a reading of the helper may be for another job's read to share it:
+// the jobs of one cycle boundary are read one after another.
+const GPUFresh = 250 * time.Millisecond
+
+// unusedShare is the busy share under which a GPU ran nothing in an interval.
+const unusedShare = 0.01
+
+type gpuSource struct {
+	prev   map[int]nvml.Reading // by NVML index, the previous read's
+	alone  map[int]bool         // the GPU was the job's alone at the previous read
+	warned map[int]bool         // a process of the job on a GPU it was not given, logged
+}
+
+func (g *gpuSource) notMeasured(r *Read, why string) {
+	for _, n := range gpuNames {
+		r.NotMeasured(n, why)
+	}
+	clear(g.prev)
+}
+
+func (g *gpuSource) Read(r *Read) error {
+	if len(r.Spec.GPUs) == 0 && !r.Spec.AllGPUs {
+		return nil // no GPU: no GPU metrics, and nothing to say
+	}
+	hello, byIndex, idx, why := g.fetch(r)
+	if why != "" {
+		if r.Spec.AllGPUs && len(hello.Devices) == 0 {
+			return nil // "every GPU" of a node without any: none
+		}
+		g.notMeasured(r, why)
+		return nil
+	}
+	mine := jobPIDs(r)
+	g.warnStray(r, byIndex, idx, mine)
+	alone, memPeak, memTotal := gpuMemory(hello, byIndex, idx, mine)
+	r.Sample.Job[sample.GPUs] = float64(len(idx))
+	r.Sample.Job[sample.GPUMemTotalBytes] = memTotal
+	if r.Reason == sample.Start {
+		g.prev, g.alone = byIndex, alone
+		return nil
+	}
+	r.Sample.Job[sample.GPUMemPeakBytes] = memPeak
+	sum, missing := g.deltas(hello, byIndex, idx, alone)
+	g.prev, g.alone = byIndex, alone
+	for _, n := range gpuShared {
+		if why, ok := missing[n]; ok {
+			// One GPU without a value makes the job's sum wrong: not measured.
+			r.NotMeasured(n, why)
+			continue
+		}
+		if v, ok := sum[n]; ok {
+			r.Sample.Job[n] = v
+		} else if n == sample.GPUUnusedSeconds {
+			r.Sample.Job[n] = 0
+		}
+	}
+	return nil
+}
+
+// fetch reads the node's GPUs and picks the job's (idx, by NVML index); why says why
+// there are none to measure.
+func (g *gpuSource) fetch(r *Read) (hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, why string) {
+	h := r.env.GPU
+	if h == nil {
+		if why = r.env.GPUWhy; why == "" {
+			why = "GPUs are not measured here"
+		}
+		return hello, nil, nil, why
+	}
+	ctx := context.Background() // the helper bounds every request itself
+	hello, err := h.Start(ctx)
+	if err != nil {
+		return hello, nil, nil, err.Error()
+	}
+	idx, unknown := matchGPUs(r.Spec.GPUs, r.Spec.AllGPUs, hello.Devices)
+	if len(idx) == 0 {
+		return hello, nil, nil, fmt.Sprintf("none of the job's GPUs (%s) is among the node's %d", strings.Join(unknown, ","), len(hello.Devices))
+	}
+	readings, err := h.Read(ctx, GPUFresh)
+	if err != nil {
+		return hello, nil, nil, err.Error()
+	}
+	byIndex = map[int]nvml.Reading{}
+	for _, x := range readings {
+		byIndex[x.Index] = x
+	}
+	return hello, byIndex, idx, ""
+}
+
+// jobPIDs are the job's processes now, as a set.
+func jobPIDs(r *Read) map[int]bool {
+	pids, _ := r.PIDs()
+	if r.Spec.ExtraPIDs != nil {
+		pids = append(pids, r.Spec.ExtraPIDs()...)
+	}
+	mine := make(map[int]bool, len(pids))
+	for _, p := range pids {
+		mine[p] = true
+	}
+	return mine
+}
+
+// gpuMemory says which of the job's GPUs are the job's alone (every process on them
+// is the job's) and sums their memory: in use at its highest since the previous read on
+// a GPU of the job's alone, the job's processes' on a shared one; total: the GPUs'.
+func gpuMemory(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, mine map[int]bool) (alone map[int]bool, peak, total float64) {
+	alone = map[int]bool{}
+	for _, i := range idx {
+		cur := byIndex[i]
+		alone[i] = cur.ProcsWhy == ""
+		for _, p := range cur.Procs {
+			if !mine[p.PID] {
+				alone[i] = false
+			}
+		}
+		for _, d := range hello.Devices {
+			if d.Index == i {
+				total += float64(d.Memory)
+			}
+		}
+		if alone[i] {
+			peak += cur.Values["mem_peak"]
+			continue
+		}
+		for _, p := range cur.Procs {
+			if mine[p.PID] {
+				peak += float64(p.Memory)
+			}
+		}
+	}
+	return alone, peak, total
+}
+
+// deltas sums what the job's GPUs did since the previous read; missing names the
+// metrics a GPU could not give, with why.
+func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, alone map[int]bool) (sum map[string]float64, missing map[string]string) {
+	sum, missing = map[string]float64{}, map[string]string{}
+	for _, i := range idx {
+		cur, ok := byIndex[i]
+		prev, had := g.prev[i]
+		why := ""
+		switch {
+		case !ok:
+			why = fmt.Sprintf("GPU %d gave no reading", i)
+		case !had:
+			why = "the GPUs were first read at this read"
+		case cur.ProcsWhy != "":
+			why = fmt.Sprintf("GPU %d's processes are not known (%s): it may be shared", i, cur.ProcsWhy)
+		case !alone[i] || !g.alone[i]:
+			why = fmt.Sprintf("GPU %d is shared with processes outside the job", i)
+		}
+		if why != "" {
+			for _, n := range gpuShared {
+				missing[n] = why
+			}
+			continue
+		}
+		dt := cur.Time - prev.Time
+		if dt <= 0 {
+			continue
+		}
+		for _, a := range gpuActivity {
+			v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
+			if !ok {
+				missing[a.metric] = gpuWhy(cur, a.key, hello, i)
+				continue
+			}
+			share := 0.0
+			if cov > 0 {
+				share = min(max(v/cov, 0), 1)
+			}
+			sum[a.metric] += share * dt
+			if a.key == "busy" && share < unusedShare {
+				sum[sample.GPUUnusedSeconds] += dt
+			}
+		}
+		for _, c := range []struct {
+			key, metric string
+			scale       float64
+		}{{"energy", sample.GPUEnergyJoules, 1e-3}, {"thermal_ns", sample.GPUThermalSeconds, 1e-9}, {"power_ns", sample.GPUPowerCappedSeconds, 1e-9}} {
+			if v, ok := counterDelta(prev, cur, c.key); ok {
+				sum[c.metric] += v * c.scale
+			} else {
+				missing[c.metric] = gpuWhy(cur, c.key, hello, i)
+			}
+		}
+	}
+	return sum, missing
+}
+
+// gpuDelta returns the increase of the helper's cumulative key and of the seconds it
+// covers between two readings.
+func gpuDelta(prev, cur nvml.Reading, key, cover string) (v, cov float64, ok bool) {
+	v, ok1 := counterDelta(prev, cur, key)
+	cov, ok2 := counterDelta(prev, cur, cover)
+	return v, cov, ok1 && ok2
+}
+
+// counterDelta is a cumulative value's increase; a value that went down (a driver
+// reloaded, a helper restarted) has none.
+func counterDelta(prev, cur nvml.Reading, key string) (float64, bool) {
+	a, ok1 := prev.Values[key]
+	b, ok2 := cur.Values[key]
+	if !ok1 || !ok2 || b < a {
+		return 0, false
+	}
+	return b - a, true
+}
+
+// gpuWhy says why GPU i has no value for the helper's key.
+func gpuWhy(cur nvml.Reading, key string, hello nvml.Hello, i int) string {
+	if why, ok := cur.NotMeasured[key]; ok {
+		return fmt.Sprintf("GPU %d: NVML: %s", i, why)
+	}
+	for _, d := range hello.Devices {
+		if d.Index != i {
+			continue
+		}
+		switch {
+		case key != "busy" && key != "energy" && !strings.HasSuffix(key, "_ns") && !d.GPM:
+			return fmt.Sprintf("GPU %d (%s) has no GPU performance monitoring (GPM: Hopper and newer)", i, d.Name)
+		case d.MIG && (key == "busy" || key == "energy"):
+			return fmt.Sprintf("GPU %d is in MIG mode: NVML gives no device-wide %s for it", i, key)
+		}
+	}
+	if len(hello.Absent) > 0 {
+		return fmt.Sprintf("GPU %d: this driver (%s) lacks %s", i, hello.Driver, strings.Join(hello.Absent, ", "))
+	}
+	return fmt.Sprintf("GPU %d: NVML gave no %s", i, key)
+}
+
+// warnStray logs, once per GPU, a process of the job on a GPU it was not given.
+func (g *gpuSource) warnStray(r *Read, byIndex map[int]nvml.Reading, idx []int, mine map[int]bool) {
+	for _, x := range byIndex {
+		if slices.Contains(idx, x.Index) || g.warned[x.Index] {
+			continue
+		}
+		for _, p := range x.Procs {
+			if mine[p.PID] {
+				g.warned[x.Index] = true
+				r.env.Log.Warn().Str("job", r.Spec.Name).Int("gpu", x.Index).Int("pid", p.PID).
+					Ints("given", idx).Msg("a process of the job uses a GPU it was not given (check gres.conf and ConstrainDevices)")
+				break
+			}
+		}
+	}
+}
+
+// matchGPUs maps the job's GPU names to NVML indices: an index, a UUID or its prefix
+// ("GPU-…", "MIG-…"), or a PCI bus id (domain optional). unknown are names no GPU has.
+func matchGPUs(ids []string, all bool, devs []nvml.Device) (idx []int, unknown []string) {
+	if all {
+		for _, d := range devs {
+			idx = append(idx, d.Index)
+		}
+		return idx, nil
+	}
+	for _, id := range ids {
+		id = strings.TrimSpace(id)
+		found := -1
+		for _, d := range devs {
+			if gpuIs(d, id) {
+				found = d.Index
+				break
+			}
+		}
+		if found < 0 {
+			unknown = append(unknown, id)
+			continue
+		}
+		if !slices.Contains(idx, found) {
+			idx = append(idx, found)
+		}
+	}
+	slices.Sort(idx)
+	return idx, unknown
+}
+
+func gpuIs(d nvml.Device, id string) bool {
+	switch {
+	case id == "":
+		return false
+	case strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-"):
+		return d.UUID != "" && strings.HasPrefix(d.UUID, id)
+	case strings.Contains(id, ":"):
+		return d.Bus != "" && busID(d.Bus) == busID(id)
+	}
+	n, err := strconv.Atoi(id)
+	return err == nil && n == d.Index
+}
+
+// busID normalises a PCI bus id: "0000:3b:00.0" and "00000000:3B:00.0" are one.
+func busID(s string) string {
+	s = strings.ToLower(s)
+	parts := strings.Split(s, ":")
+	if len(parts) == 3 {
+		dom, err := strconv.ParseUint(parts[0], 16, 32)
+		if err == nil {
+			return fmt.Sprintf("%x:%s:%s", dom, parts[1], parts[2])
+		}
+	}
+	if len(parts) == 2 {
+		return "0:" + s
+	}
+	return s
+}
+
+func (g *gpuSource) Close() error { return nil }

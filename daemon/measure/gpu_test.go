@@ -1,0 +1,153 @@
+package measure
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/nvml"
+	"github.com/persyst/persyst/nvml/nvmltest"
+	"github.com/persyst/persyst/sample"
+)
+
+// Three FAKE GPUs (nvmltest): the job holds 0 and 1; GPU 0 runs one block (busy all the
+// time, 1 % of its SMs), GPU 1 does nothing, GPU 2 is another job's.
+const gpuScenario = `device uuid=GPU-aaaa bus=00000000:3B:00.0 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-bbbb bus=00000000:86:00.0 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-cccc bus=00000000:AF:00.0 memory=85899345920 gpm=1 name=Fake_H100
+at 0 gpu=0 util=100 sm=1 occupancy=1 power=120 mem=4294967296 throttle=thermal
+at 0 gpu=1 util=0 power=70 mem=536870912
+at 0 gpu=2 util=100 sm=90 power=600
+`
+
+func gpuMeter(t *testing.T, procs string, spec Spec) (*Meter, *time.Time) {
+	t.Helper()
+	b := nvmltest.Build(t)
+	pf := filepath.Join(t.TempDir(), "procs")
+	if err := os.WriteFile(pf, []byte(procs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := nvml.New(nvml.Options{Path: b.Helper, Library: b.Fake, Interval: 200 * time.Millisecond,
+		Env: append(nvmltest.Scenario(t, gpuScenario), "PERSYST_FAKE_NVML_PROCS="+pf)})
+	t.Cleanup(func() { h.Close() })
+	f := newFakeJob(t)
+	f.set(t, 0, 0, 100, 100)
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	env := &Env{Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
+		GPU: h, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+	spec.Name, spec.CPUs, spec.ProcCgroup = "job 42", []int{0}, f.dir
+	spec.StatCgroups = map[string]string{"unified": f.dir}
+	spec.ExtraPIDs = func() []int { return []int{4242} }
+	m, err := Open(env, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, &now
+}
+
+// TestGPUSource: the job's GPUs, named as Slurm and CUDA name them, summed: one busy
+// with few SMs, one unused; the node's other GPU is not the job's.
+func TestGPUSource(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		gpus []string
+	}{
+		{"NVML indices (SLURM_JOB_GPUS)", []string{"0", "1"}},
+		{"UUIDs and a prefix (CUDA_VISIBLE_DEVICES)", []string{"GPU-aaaa", "GPU-bb"}},
+		{"PCI bus ids", []string{"0000:3b:00.0", "86:00.0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, now := gpuMeter(t, "0 4242 4294967296\n2 999999 1\n", Spec{GPUs: c.gpus})
+			time.Sleep(1500 * time.Millisecond)
+			*now = now.Add(1500 * time.Millisecond)
+			s, err := m.Read(sample.Cycle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := func(n string) float64 {
+				v, ok := s.Job[n]
+				if !ok {
+					t.Fatalf("%s not measured: %q", n, m.Summary().NotMeasured[n])
+				}
+				return v
+			}
+			dt := got(sample.GPUUnusedSeconds) // GPU 1 did nothing all along
+			if dt < 1.2 || dt > 1.8 {
+				t.Fatalf("unused GPU-seconds %.3f, want the interval (1.5 s)", dt)
+			}
+			near := func(n string, want, tol float64) {
+				t.Helper()
+				if v := got(n); math.Abs(v-want) > tol {
+					t.Errorf("%s = %.3f, want %.3f ± %.3f", n, v, want, tol)
+				}
+			}
+			near(sample.GPUs, 2, 0)
+			near(sample.GPUBusySeconds, dt, 0.05)
+			near(sample.GPUSMActiveSeconds, 0.01*dt, 0.005)
+			near(sample.GPUThermalSeconds, dt, 0.1)
+			near(sample.GPUEnergyJoules, (120+70)*dt, 15)
+			near(sample.GPUMemPeakBytes, 4294967296+536870912, 0)
+			near(sample.GPUMemTotalBytes, 2*85899345920, 0)
+		})
+	}
+}
+
+// TestGPUShared: a GPU with a process outside the job gives it no device-wide values,
+// only its processes' memory, and says why.
+func TestGPUShared(t *testing.T) {
+	m, now := gpuMeter(t, "0 4242 1073741824\n0 777777 2147483648\n", Spec{GPUs: []string{"0"}})
+	time.Sleep(500 * time.Millisecond)
+	*now = now.Add(500 * time.Millisecond)
+	s, err := m.Read(sample.Cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Job[sample.GPUMemPeakBytes]; v != 1073741824 {
+		t.Errorf("memory of a shared GPU = %v, want the job's process's 1 GiB", v)
+	}
+	sum := m.Summary()
+	for _, n := range gpuShared {
+		if _, ok := s.Job[n]; ok {
+			t.Errorf("%s = %v on a shared GPU", n, s.Job[n])
+		}
+		if why := sum.NotMeasured[n]; !strings.Contains(why, "GPU 0 is shared with processes outside the job") {
+			t.Errorf("%s: not measured %q, want the sharing named", n, why)
+		}
+	}
+}
+
+// TestGPUNone: a job without GPUs has no GPU metrics and nothing said about them; a job
+// whose GPUs the node lacks is told why.
+func TestGPUNone(t *testing.T) {
+	m, now := gpuMeter(t, "", Spec{})
+	*now = now.Add(time.Second)
+	s, err := m.Read(sample.Cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range gpuNames {
+		if _, ok := s.Job[n]; ok {
+			t.Errorf("a job without GPUs has %s", n)
+		}
+		if why, ok := m.Summary().NotMeasured[n]; ok {
+			t.Errorf("a job without GPUs: %s not measured %q", n, why)
+		}
+	}
+	m, now = gpuMeter(t, "", Spec{GPUs: []string{"7"}})
+	*now = now.Add(time.Second)
+	if _, err := m.Read(sample.Cycle); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff("none of the job's GPUs (7) is among the node's 3", m.Summary().NotMeasured[sample.GPUBusySeconds]); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}

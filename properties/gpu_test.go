@@ -1,0 +1,101 @@
+package properties
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/sample"
+)
+
+// TestGPUFindings: the GPU properties on recorded values (per second of a job with 4
+// CPUs). The busy and one-block rows are what persyst-nvml measured on an H200 running
+// bench/gpu/workload.py (97.5 % utilized, 94.7 % SM activity; 99.0 % and 0.8 %).
+func TestGPUFindings(t *testing.T) {
+	const gib = 1 << 30
+	busy := map[string]float64{sample.GPUs: 1, sample.GPUBusySeconds: 0.975, sample.GPUUnusedSeconds: 0,
+		sample.GPUSMActiveSeconds: 0.947, sample.GPUThermalSeconds: 0, sample.GPUPowerCappedSeconds: 0.68,
+		sample.GPUEnergyJoules: 692, sample.GPUMemPeakBytes: 60 * gib, sample.GPUMemTotalBytes: 80 * gib}
+	with := func(m map[string]float64, kv ...any) map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range m {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1].(float64)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		job     map[string]float64
+		cpuBusy float64 // share of each of the 4 CPUs busy
+		want    []string
+		value   map[string]float64 // medians of findings
+	}{
+		{"busy GPU", busy, 0.3, nil, nil},
+		{"2 of 4 GPUs used", with(busy, sample.GPUs, 4.0, sample.GPUBusySeconds, 1.95, sample.GPUUnusedSeconds, 2.0,
+			sample.GPUSMActiveSeconds, 1.894, sample.GPUMemTotalBytes, 320.0*gib, sample.GPUMemPeakBytes, 120.0*gib), 0.3,
+			[]string{"gpu_unused"}, map[string]float64{"gpu_unused": 0.5}},
+		{"one block", with(busy, sample.GPUBusySeconds, 0.99, sample.GPUSMActiveSeconds, 0.008), 0.3, []string{"gpu_sm_activity"}, nil},
+		{"data loader: CPUs saturated", with(busy, sample.GPUBusySeconds, 0.3, sample.GPUSMActiveSeconds, 0.28), 1,
+			[]string{"gpu_cpu_starved"}, map[string]float64{"gpu_cpu_starved": 30}},
+		{"data loader: reads stall", with(busy, sample.GPUBusySeconds, 0.3, sample.GPUSMActiveSeconds, 0.28, sample.PSIIOSomeSeconds, 0.5), 0.3,
+			[]string{"gpu_cpu_starved"}, nil},
+		{"low use, CPUs idle", with(busy, sample.GPUBusySeconds, 0.2, sample.GPUSMActiveSeconds, 0.19), 0.3,
+			[]string{"gpu_low_util"}, map[string]float64{"gpu_low_util": 20}},
+		{"hot node", with(busy, sample.GPUThermalSeconds, 0.5), 0.3, []string{"gpu_thermal"}, nil},
+		{"small memory", with(busy, sample.GPUMemPeakBytes, 4.0*gib), 0.3, []string{"gpu_memory_unused"}, nil},
+		{"shared GPU: memory only", map[string]float64{sample.GPUs: 1, sample.GPUMemPeakBytes: 4.0 * gib, sample.GPUMemTotalBytes: 80.0 * gib}, 0.3, nil, nil},
+		{"no GPU", map[string]float64{}, 0.3, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Load(Settings{MinSeconds: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acc := e.NewAccumulator(JobInfo{NCPUs: 4})
+			t0 := time.Unix(1_800_000_000, 0)
+			var samples []sample.Sample
+			totals := map[string]float64{}
+			for i := range 10 {
+				job := map[string]float64{sample.CPUUserSeconds: 4 * tc.cpuBusy, sample.CPUSystemSeconds: 0}
+				for k, v := range tc.job {
+					job[k] = v
+				}
+				var cpus []sample.CPUValues
+				for c := range 4 {
+					cpus = append(cpus, sample.CPUValues{CPU: c, Values: map[string]float64{"task-clock": tc.cpuBusy * 1e9}})
+				}
+				s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: job, CPU: cpus}
+				acc.Add(s)
+				samples = append(samples, s)
+				for k, v := range job {
+					switch sample.KindOf(k) {
+					case sample.Counter:
+						totals[k] += v
+					default:
+						totals[k] = max(totals[k], v)
+					}
+				}
+			}
+			var got []string
+			values := map[string]float64{}
+			for _, r := range Findings(Fold(acc.Finish(samples, sample.Summary{Seconds: 10, Samples: 10, Totals: totals}))) {
+				if len(r.ID) > 4 && r.ID[:4] == "gpu_" {
+					got = append(got, r.ID)
+					values[r.ID] = r.Median()
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("GPU findings (-want +got):\n%s", d)
+			}
+			for k, want := range tc.value {
+				if v := values[k]; v < want-0.01 || v > want+0.01 {
+					t.Errorf("%s median %.3f, want %.3f", k, v, want)
+				}
+			}
+		})
+	}
+}
