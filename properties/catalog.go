@@ -97,8 +97,12 @@ type Property struct {
 	LongOnly  bool // robust = long
 	// Rank weighs the property's severity when findings are ordered (default 1): a
 	// general symptom (kernel time) ranks below a specific cause (small writes, file
-	// opens) of the same severity.
+	// opens) of the same severity, a costly resource wasted (an idle GPU) above.
 	Rank float64
+	// Applies, if set, is a metric only some jobs have (gpus): for a job that has no
+	// value of it and no reason why, the property does not apply and has no result (it is
+	// not "not assessed").
+	Applies string
 	// Folds are the properties this one explains when it is a finding (its symptoms:
 	// CPUs left idle make the load between CPUs unequal): they are not reported beside
 	// it (Fold).
@@ -292,10 +296,15 @@ func (p *Property) set(k, v string) error {
 			}
 			p.Optional = append(p.Optional, k)
 		}
+	case "applies":
+		if v == "" || strings.ContainsAny(v, " \t,") {
+			return fmt.Errorf("want one metric name, got %q", v)
+		}
+		p.Applies = v
 	case "rank":
 		p.Rank, err = strconv.ParseFloat(v, 64)
-		if err == nil && !(p.Rank > 0 && p.Rank <= 1) {
-			err = fmt.Errorf("want a number in (0, 1], got %s", v)
+		if err == nil && !(p.Rank > 0 && p.Rank <= 10) {
+			err = fmt.Errorf("want a number in (0, 10], got %s", v)
 		}
 	default:
 		return fmt.Errorf("unknown key")

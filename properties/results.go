@@ -90,6 +90,9 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 			continue
 		}
 		seen[p] = true
+		if !applies(p, sum) {
+			continue
+		}
 		var x *acc
 		if pe := a.e.evals[p]; pe != nil && a.accs[pe.i].reached {
 			x = &a.accs[pe.i]
@@ -133,6 +136,19 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 		out = append(out, r)
 	}
 	return out
+}
+
+// applies says whether property p concerns the job: one whose Applies metric has a value,
+// or a reason why not (a GPU job on a node without NVIDIA's driver).
+func applies(p *Property, sum sample.Summary) bool {
+	if p.Applies == "" {
+		return true
+	}
+	if _, ok := sum.Totals[p.Applies]; ok {
+		return true
+	}
+	_, ok := sum.NotMeasured[p.Applies]
+	return ok
 }
 
 // Aggregate is a property's records of a job merged from wherever they were evaluated
