@@ -26,7 +26,7 @@ nproc
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,persistence_mode --format=csv 2>&1 | tee "$O/smi-info.txt"
 
 echo "== 1. persyst-nvml over a known workload"
-coproc H { "$B/persyst-nvml" -i 1000 2>&1; }
+coproc H { exec "$B/persyst-nvml" -i 1000 2>&1; }
 hpid=$H_PID
 while IFS= read -r -u "${H[0]}" line; do
 	echo "$line" >>"$O/hello.txt"
@@ -63,7 +63,36 @@ else
 	sort -n "$O/rtt.txt" | awk '{a[NR]=$1} END {printf "read round trip: median %d us, max %d us (n=%d)\n", a[int((NR+1)/2)], a[NR], NR}'
 	echo quit >&"${H[1]}"
 	python3 bench/gpu/analyse.py "$O"
+	awk '/^gpu 0/ {for (i = 3; i <= NF; i++) if ($i ~ /^tick_us=/) {split($i, a, "="); print a[2]}}' "$O/reads.txt" | sort -n |
+		awk '{a[NR]=$1} END {if (NR) printf "helper sampling of one GPU (a tick): median %d us, max %d us\n", a[int((NR+1)/2)], a[NR]}'
 fi
+
+echo "== 1b. persyst run over the same workload (cycle 2 s)"
+"$B/persyst" run --interval 2s --json-file "$O/run-gpu.json" -- python3 bench/gpu/workload.py >"$O/run-gpu.txt" 2>&1
+echo "persyst run: exit $?"
+grep -v '^info\|^phase' "$O/run-gpu.txt"
+grep '^phase' "$O/run-gpu.txt"
+python3 - "$O/run-gpu.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ss = r.get("samples", [])
+print("per sample: t(s) busy% unused sm% occ% tensor% memGiB W thermal_s capped_s")
+t0 = None
+for s in ss:
+    j, sec = s.get("job", {}), s.get("seconds", 0)
+    if "gpus" not in j or sec <= 0:
+        continue
+    g = j["gpus"]
+    from datetime import datetime
+    t = datetime.fromisoformat(s["time"].replace("Z", "+00:00")).timestamp()
+    t0 = t0 or t
+    f = lambda k, d=1: (f"{100 * j[k] / (g * sec):6.1f}" if d == 1 else f"{j[k] / d:6.1f}") if k in j else "     -"
+    print(f"{t - t0:5.1f} {f('gpu_busy_seconds')} {f('gpu_unused_seconds')} {f('gpu_sm_active_seconds')} {f('gpu_sm_occupancy_seconds')}"
+          f" {f('gpu_tensor_active_seconds')} {j.get('gpu_memory_peak_bytes', 0) / 2**30:6.2f} {j.get('gpu_energy_joules', 0) / sec:6.1f}"
+          f" {j.get('gpu_thermal_throttled_seconds', -1):5.2f} {j.get('gpu_power_capped_seconds', -1):5.2f}")
+nm = r.get("summary", {}).get("not_measured", {})
+print("GPU metrics not measured:", {k: v for k, v in nm.items() if k.startswith("gpu")} or "none")
+PY
 
 echo "== 2. hardware counters (the CPU side)"
 for w in "cpu -iterations 400000000" "membw"; do

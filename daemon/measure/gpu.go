@@ -94,8 +94,6 @@ func (g *gpuSource) Read(r *Read) error {
 		}
 		if v, ok := sum[n]; ok {
 			r.Sample.Job[n] = v
-		} else if n == sample.GPUUnusedSeconds {
-			r.Sample.Job[n] = 0
 		}
 	}
 	return nil
@@ -201,22 +199,32 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 		}
 		dt := cur.Time - prev.Time
 		if dt <= 0 {
+			// The reading another job's read took a moment ago (GPUFresh): nothing new,
+			// and no values for this short interval.
 			continue
 		}
 		for _, a := range gpuActivity {
 			v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
-			if !ok {
+			switch {
+			case !ok:
 				missing[a.metric] = gpuWhy(cur, a.key, hello, i)
 				continue
+			case cov <= 0:
+				// No sample of the driver's fell in the interval: unknown, not idle.
+				missing[a.metric] = fmt.Sprintf("GPU %d: no NVML sample in the interval", i)
+				continue
 			}
-			share := 0.0
-			if cov > 0 {
-				share = min(max(v/cov, 0), 1)
-			}
+			share := min(max(v/cov, 0), 1)
 			sum[a.metric] += share * dt
-			if a.key == "busy" && share < unusedShare {
-				sum[sample.GPUUnusedSeconds] += dt
+			if a.key == "busy" {
+				sum[sample.GPUUnusedSeconds] += 0
+				if share < unusedShare {
+					sum[sample.GPUUnusedSeconds] += dt
+				}
 			}
+		}
+		if _, ok := missing[sample.GPUBusySeconds]; ok {
+			missing[sample.GPUUnusedSeconds] = missing[sample.GPUBusySeconds]
 		}
 		for _, c := range []struct {
 			key, metric string
