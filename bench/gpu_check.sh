@@ -12,7 +12,13 @@
 #    what it measured of the hardware counters (instructions, cycles, cache misses): a
 #    machine without a PMU says "not measured" and why; with `perf` installed, perf
 #    stat's counts of the same programs are printed beside.
+# 3. What measuring costs: the helper's CPU time over 20 s of sampling every 1 s and
+#    every 5 s, and each NVML call of a tick timed ("cost").
+#
+# PARTS="1 1b 2 3" (the default) picks parts.
 set -uo pipefail
+PARTS=" ${PARTS:-1 1b 2 3} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${BUILD:-$ROOT/build}
 O=${1:-${OUT:-/tmp/gpu_check}}
@@ -25,6 +31,7 @@ uname -r
 nproc
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,persistence_mode --format=csv 2>&1 | tee "$O/smi-info.txt"
 
+if part 1; then
 echo "== 1. persyst-nvml over a known workload"
 coproc H { exec "$B/persyst-nvml" -i 1000 2>&1; }
 hpid=$H_PID
@@ -58,7 +65,7 @@ else
 	kill "$smi" 2>/dev/null
 	cat "$O/workload.txt"
 	tail -3 "$O/workload.err"
-	read -r _ _ _ _ _ _ _ _ _ _ _ _ _ ut st _ <"/proc/$hpid/stat" 2>/dev/null || true
+	read -r -a hst <"/proc/$hpid/stat" 2>/dev/null; ut=${hst[13]:-0}; st=${hst[14]:-0}
 	echo "helper CPU: $(((${ut:-0} + ${st:-0}) * 1000 / $(getconf CLK_TCK))) ms in $(wc -l <"$O/rtt.txt") reads"
 	sort -n "$O/rtt.txt" | awk '{a[NR]=$1} END {printf "read round trip: median %d us, max %d us (n=%d)\n", a[int((NR+1)/2)], a[NR], NR}'
 	echo quit >&"${H[1]}"
@@ -67,6 +74,9 @@ else
 		awk '{a[NR]=$1} END {if (NR) printf "helper sampling of one GPU (a tick): median %d us, max %d us\n", a[int((NR+1)/2)], a[NR]}'
 fi
 
+fi
+
+if part 1b; then
 echo "== 1b. persyst run over the same workload (cycle 2 s)"
 "$B/persyst" run --interval 2s --json-file "$O/run-gpu.json" -- python3 bench/gpu/workload.py >"$O/run-gpu.txt" 2>&1
 echo "persyst run: exit $?"
@@ -94,6 +104,9 @@ nm = r.get("summary", {}).get("not_measured", {})
 print("GPU metrics not measured:", {k: v for k, v in nm.items() if k.startswith("gpu")} or "none")
 PY
 
+fi
+
+if part 2; then
 echo "== 2. hardware counters (the CPU side)"
 for w in "cpu -iterations 400000000" "membw"; do
 	# shellcheck disable=SC2086
@@ -115,3 +128,22 @@ PY
 	fi
 done
 tail -20 "$O/run-cpu.txt"
+fi
+
+if part 3; then
+	echo "== 3. what measuring a GPU costs"
+	hz=$(getconf CLK_TCK)
+	for iv in 1000 5000; do
+		coproc C { exec "$B/persyst-nvml" -i "$iv" 2>&1; }
+		while IFS= read -r -u "${C[0]}" line; do case $line in ready* | fail*) break ;; esac; done
+		read -r -a st <"/proc/$C_PID/stat"
+		c0=$((st[13] + st[14]))
+		sleep 20
+		read -r -a st <"/proc/$C_PID/stat"
+		echo "sampling every $iv ms: helper CPU $(((st[13] + st[14] - c0) * 1000 / hz)) ms in 20 s (GPU idle)"
+		echo cost >&"${C[1]}"
+		while IFS= read -r -u "${C[0]}" line; do [ "$line" = done ] && break; echo "  $line us (wall, CPU)"; done
+		echo quit >&"${C[1]}"
+		wait "$C_PID" 2>/dev/null
+	done
+fi

@@ -18,6 +18,8 @@
  *            (seconds of activity, millijoules, nanoseconds of throttling) except mem
  *            (now), mem_peak and reasons (since the previous read). A value "!why"
  *            means not measured, with why's spaces as '_'.
+ *   "cost":  what each NVML call of a tick costs on GPU 0 ("cost CALL WALL_US CPU_US"
+ *            lines, then "done"; bench/gpu_check.sh).
  *   "quit" or end of input: shut NVML down and exit.
  *
  * Usage: persyst-nvml [-l LIBRARY] [-i MILLISECONDS]
@@ -94,7 +96,7 @@ struct device {
 	int gcur, ghave;
 	double gt, gpm_cov, gpm_sum[NGPM], gpm_cov_m[NGPM];
 	/* how long the last tick took, µs (the cost of measuring the GPU) */
-	double tick_us;
+	double tick_us, tick_cpu_us;
 	nvmlReturn_t gpm_err[NGPM];
 	/* since the previous read */
 	unsigned long long mem_peak, reasons;
@@ -123,6 +125,8 @@ static void *sym(void *lib, const char *const *names, const char *want)
 		static const char *const n_[] = {__VA_ARGS__, NULL};          \
 		*(void **)&api.field = sym(lib, n_, n_[0]);                   \
 	} while (0)
+
+static double cpu_now(void);
 
 static double now(void)
 {
@@ -161,7 +165,7 @@ static void word(char *s)
 
 static void tick(struct device *d)
 {
-	double start = now();
+	double start = now(), cstart = cpu_now();
 	if (api.Samples) {
 		int vt = 0;
 		unsigned n = MAX_SAMPLES;
@@ -270,6 +274,7 @@ static void tick(struct device *d)
 			d->reasons |= rs;
 	}
 	d->tick_us = (now() - start) * 1e6;
+	d->tick_cpu_us = (cpu_now() - cstart) * 1e6;
 }
 
 /* procs writes the GPU's compute processes as pid:bytes,... The record's size differs
@@ -315,7 +320,7 @@ static void procs(struct device *d)
 static void report(unsigned i)
 {
 	struct device *d = &devs[i];
-	printf("gpu %u t=%.6f tick_us=%.0f", i, now(), d->tick_us);
+	printf("gpu %u t=%.6f tick_us=%.0f tick_cpu_us=%.0f", i, now(), d->tick_us, d->tick_cpu_us);
 	if (d->util_err && !d->have_ts)
 		printf(" busy=!%s", why(d->util_err));
 	else
@@ -367,6 +372,88 @@ static void report(unsigned i)
 	d->reasons = 0;
 	procs(d);
 	printf("\n");
+}
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* cost times each NVML call of a tick and a report on GPU 0, n times: "cost CALL WALL_US
+ * CPU_US" lines (bench/gpu_check.sh). */
+static void cost(int n)
+{
+	if (ndev == 0)
+		return;
+	struct device *d = &devs[0];
+	for (int which = 0; which < 8; which++) {
+		double w0 = now(), c0 = cpu_now();
+		const char *name = "";
+		for (int k = 0; k < n; k++) {
+			unsigned long long x;
+			unsigned u;
+			nvmlMemory_t m;
+			nvmlViolationTime_t v;
+			int vt;
+			switch (which) {
+			case 0:
+				name = "nvmlDeviceGetSamples";
+				u = MAX_SAMPLES;
+				if (api.Samples)
+					api.Samples(d->h, NVML_GPU_UTILIZATION_SAMPLES, d->last_ts, &vt, &u, samples);
+				break;
+			case 1:
+				name = "nvmlGpmSampleGet";
+				if (d->gpm)
+					api.GpmGet(d->h, d->gs[d->gcur]);
+				break;
+			case 2:
+				name = "nvmlGpmMetricsGet";
+				if (d->gpm && d->ghave) {
+					api.GpmGet(d->h, d->gs[d->gcur]);
+					memset(&mget, 0, sizeof mget);
+					mget.version = NVML_GPM_METRICS_GET_VERSION;
+					mget.numMetrics = NGPM;
+					mget.sample1 = d->gs[1 - d->gcur];
+					mget.sample2 = d->gs[d->gcur];
+					for (unsigned i = 0; i < NGPM; i++)
+						mget.metrics[i].metricId = gpm_metrics[i].id;
+					api.GpmMetrics(&mget);
+				}
+				name = "nvmlGpmSampleGet+MetricsGet";
+				break;
+			case 3:
+				name = "nvmlDeviceGetMemoryInfo";
+				if (api.Memory)
+					api.Memory(d->h, &m);
+				break;
+			case 4:
+				name = "nvmlDeviceGetCurrentClocksEventReasons";
+				if (api.Reasons)
+					api.Reasons(d->h, &x);
+				break;
+			case 5:
+				name = "nvmlDeviceGetTotalEnergyConsumption";
+				if (api.Energy)
+					api.Energy(d->h, &x);
+				break;
+			case 6:
+				name = "nvmlDeviceGetViolationStatus";
+				if (api.Violation)
+					api.Violation(d->h, NVML_PERF_POLICY_THERMAL, &v);
+				break;
+			case 7:
+				name = "nvmlDeviceGetComputeRunningProcesses";
+				u = 0;
+				if (api.Procs)
+					api.Procs(d->h, &u, NULL);
+				break;
+			}
+		}
+		printf("cost %s %.1f %.1f\n", name, (now() - w0) / n * 1e6, (cpu_now() - c0) / n * 1e6);
+	}
 }
 
 static void hello(void)
@@ -525,6 +612,10 @@ int main(int argc, char **argv)
 				tick(&devs[i]);
 			for (unsigned i = 0; i < ndev; i++)
 				report(i);
+			printf("done\n");
+			fflush(stdout);
+		} else if (strncmp(line, "cost", 4) == 0) {
+			cost(20);
 			printf("done\n");
 			fflush(stdout);
 		} else if (strncmp(line, "quit", 4) == 0) {
