@@ -51,6 +51,10 @@ type Config struct {
 	// kernel refuses fentry programs cost at most this share of the node's CPUs, by
 	// counting in samples (SyscallBudget=0.25%: 0.0025). 0, the default: every call.
 	SyscallBudget float64
+	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
+	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
+	// or "minor" (gres.conf File=/dev/nvidia[0-7] by hand: the device's minor number).
+	GPUIndex string
 	// StrategyFile replaces the built-in strategy (properties/default.strategy).
 	StrategyFile string
 	// Thresholds override property thresholds: Threshold.<id>=<number>[unit].
@@ -277,6 +281,14 @@ var fields = []field{
 		}
 		c.SyscallBudget = n / 100
 		return nil
+	}},
+	{"GPUIndex", func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "nvml", "minor":
+			c.GPUIndex = strings.ToLower(v)
+			return nil
+		}
+		return fmt.Errorf("want nvml or minor, got %q", v)
 	}},
 	{"SlurmRestd", func(c *Config, v string) error {
 		switch {

@@ -54,6 +54,8 @@ func TestParse(t *testing.T) {
 			}), ""},
 		{"bad source value", "MetricSource.perf=maybe", Config{}, `test.conf:1: MetricSource.perf: want on or off, got "maybe"`},
 		{"source twice", "MetricSource.perf=on\nMetricSource.Perf=off", Config{}, `test.conf:2: MetricSource.Perf: already set on line 1`},
+		{"GPU index", "GPUIndex=Minor", with(func(c *Config) { c.GPUIndex = "minor" }), ""},
+		{"bad GPU index", "GPUIndex=pci", Config{}, `test.conf:1: GPUIndex: want nvml or minor, got "pci"`},
 		{"collector retention", "CollectorRetention=7d", with(func(c *Config) { c.CollectorRetention = 7 * 24 * time.Hour }), ""},
 		{"bad collector retention", "CollectorRetention=7 days", Config{}, `test.conf:1: CollectorRetention: want days (30d) or hours (12h)`},
 		{"admin group", "AdminGroup=hpc-admins", with(func(c *Config) { c.AdminGroup = "hpc-admins" }), ""},

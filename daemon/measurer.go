@@ -43,6 +43,9 @@ type MeasureConfig struct {
 	// SyscallBudget lets counting system calls on the raw tracepoint sample beyond this
 	// share of the node's CPUs (0: every call; persyst.conf's SyscallBudget).
 	SyscallBudget float64
+	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "nvml" or "" (NVML's
+	// index) or "minor" (the device's minor number; persyst.conf's GPUIndex).
+	GPUIndex string
 	// Metrics counts the daemon's work for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
 }
@@ -118,7 +121,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m.dig = &digester{cfg: cfg.Digest.withDefaults(), node: node, cycle: cfg.Cycle, uplink: cfg.Uplink, oom: m.oom,
 		reports: newReportStore(cfg.StateDir), metrics: cfg.Metrics, log: log, now: now, jobs: map[uint32]*jobDigest{}}
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
-		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2}}
+		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2, GPUIndex: cfg.GPUIndex}}
 	if m.owned.parent == "" {
 		return m, nil
 	}

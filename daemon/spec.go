@@ -21,6 +21,7 @@ type specNode struct {
 	Host     hostfs.FS                    // where cgroup paths lie (only joined, never read)
 	Topology func([]int) []sample.CPUTopo // the cores and sockets of CPUs
 	CpusetV1 bool                         // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
+	GPUIndex string                       // what a GRES index is: "" or "nvml" (NVML's index), "minor"
 	// PerfParent is persyst's perf cgroup parent ("": perf cannot be counted in a cgroup
 	// of persyst's, PerfWhy says why); OwnedV2: it is on the v2 hierarchy.
 	PerfParent, PerfWhy string
@@ -74,9 +75,14 @@ func jobSpec(n specNode, in specInput) (measure.Spec, error) {
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(in.ID), 10), StatCgroups: statCgroups(cg, in.Owned, n.OwnedV2)}
 	if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {
-		// With AutoDetect=nvml Slurm orders GPUs as NVML does: a GRES index is an NVML one.
+		// With AutoDetect=nvml Slurm orders GPUs as NVML does: a GRES index is an NVML one;
+		// with File=/dev/nvidiaN lines, the device's minor number (GPUIndex=minor).
 		for _, g := range gpus {
-			spec.GPUs = append(spec.GPUs, strconv.Itoa(g))
+			id := strconv.Itoa(g)
+			if n.GPUIndex == "minor" {
+				id = "minor:" + id
+			}
+			spec.GPUs = append(spec.GPUs, id)
 		}
 	}
 	for k := range cg {

@@ -9,7 +9,7 @@
 // daemon gives each request a deadline, stops the helper when it passes, and reports the
 // GPUs "not measured" until a new helper answers.
 //
-// The helper integrates each GPU's utilization and GPM activity once a second and answers
+// The helper integrates each GPU's utilization and GPM activity every few seconds and answers
 // "read" with cumulative values, so any number of jobs, read at any times, take their
 // differences (Helper.Read); parse below is the protocol's one reader.
 package nvml

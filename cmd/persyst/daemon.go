@@ -85,7 +85,7 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Retention: o.retention, Reports: reports,
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version,
 			WebConfig: conf.MetricsWebConfig, JobLabels: conf.MetricsJobLabels},
-		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget,
+		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget, GPUIndex: conf.GPUIndex,
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf)}},
 	}, log, time.Now)
 }

@@ -298,8 +298,9 @@ func (g *gpuSource) warnStray(r *Read, byIndex map[int]nvml.Reading, idx []int, 
 	}
 }
 
-// matchGPUs maps the job's GPU names to NVML indices: an index, a UUID or its prefix
-// ("GPU-…", "MIG-…"), or a PCI bus id (domain optional). unknown are names no GPU has.
+// matchGPUs maps the job's GPU names to NVML indices: an index, "minor:N" (/dev/nvidiaN),
+// a UUID or its prefix ("GPU-…", "MIG-…"), or a PCI bus id (domain optional). unknown
+// are names no GPU has.
 func matchGPUs(ids []string, all bool, devs []nvml.Device) (idx []int, unknown []string) {
 	if all {
 		for _, d := range devs {
@@ -332,6 +333,9 @@ func gpuIs(d nvml.Device, id string) bool {
 	switch {
 	case id == "":
 		return false
+	case strings.HasPrefix(id, "minor:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(id, "minor:"))
+		return err == nil && d.Minor >= 0 && n == d.Minor
 	case strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-"):
 		return d.UUID != "" && strings.HasPrefix(d.UUID, id)
 	case strings.Contains(id, ":"):

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +19,12 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// Three FAKE GPUs (nvmltest): the job holds 0 and 1; GPU 0 runs one block (busy all the
+// Three FAKE GPUs (nvmltest), their minor numbers not in NVML's order: the job holds 0
+// and 1; GPU 0 runs one block (busy all the
 // time, 1 % of its SMs), GPU 1 does nothing, GPU 2 is another job's.
-const gpuScenario = `device uuid=GPU-aaaa bus=00000000:3B:00.0 memory=85899345920 gpm=1 name=Fake_H100
-device uuid=GPU-bbbb bus=00000000:86:00.0 memory=85899345920 gpm=1 name=Fake_H100
-device uuid=GPU-cccc bus=00000000:AF:00.0 memory=85899345920 gpm=1 name=Fake_H100
+const gpuScenario = `device uuid=GPU-aaaa bus=00000000:3B:00.0 minor=5 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-bbbb bus=00000000:86:00.0 minor=3 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-cccc bus=00000000:AF:00.0 minor=0 memory=85899345920 gpm=1 name=Fake_H100
 at 0 gpu=0 util=100 sm=1 occupancy=1 power=120 mem=4294967296 throttle=thermal
 at 0 gpu=1 util=0 power=70 mem=536870912
 at 0 gpu=2 util=100 sm=90 power=600
@@ -64,6 +66,7 @@ func TestGPUSource(t *testing.T) {
 		{"NVML indices (SLURM_JOB_GPUS)", []string{"0", "1"}},
 		{"UUIDs and a prefix (CUDA_VISIBLE_DEVICES)", []string{"GPU-aaaa", "GPU-bb"}},
 		{"PCI bus ids", []string{"0000:3b:00.0", "86:00.0"}},
+		{"minor numbers (GPUIndex=minor)", []string{"minor:5", "minor:3"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, now := gpuMeter(t, "0 4242 4294967296\n2 999999 1\n", Spec{GPUs: c.gpus})
@@ -149,5 +152,37 @@ func TestGPUNone(t *testing.T) {
 	}
 	if d := cmp.Diff("none of the job's GPUs (7) is among the node's 3", m.Summary().NotMeasured[sample.GPUBusySeconds]); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// BenchmarkGPURead: what a job's read of 8 GPUs costs the daemon (the request to the
+// helper, its answer parsed, the job's sums) with the FAKE NVML; what NVML's calls cost
+// the helper on a real GPU is bench/gpu_check.sh's part 3.
+func BenchmarkGPURead(b *testing.B) {
+	bt := nvmltest.Build(b)
+	var sc strings.Builder
+	for i := range 8 {
+		sc.WriteString("device gpm=1\nat 0 gpu=" + strconv.Itoa(i) + " util=50 sm=40 power=300 mem=1000000\n")
+	}
+	h := nvml.New(nvml.Options{Path: bt.Helper, Library: bt.Fake, Interval: time.Hour, Env: nvmltest.Scenario(b, sc.String())})
+	defer h.Close()
+	f := newFakeJob(b)
+	f.set(b, 0, 0, 100, 100)
+	env := &Env{Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}), GPU: h,
+		Enable: map[string]bool{"cgroup": false, "procio": false, "perf": false, "schedstat": false, "suspend": false, "syscalls": false},
+		Log:    zerolog.Nop(), Now: time.Now}
+	m, err := Open(env, Spec{Name: "job 1", CPUs: []int{0}, ProcCgroup: f.dir, AllGPUs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		time.Sleep(GPUFresh) // a new reading each time
+		b.StartTimer()
+		if _, err := m.Read(sample.Cycle); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -103,8 +103,8 @@ type Spec struct {
 	// are attributed to it only then.
 	Exclusive func() bool
 	// GPUs are the job's GPUs on this node as Slurm or CUDA name them (SLURM_JOB_GPUS,
-	// CUDA_VISIBLE_DEVICES): an NVML index, a "GPU-…" or "MIG-…" UUID (or a prefix of
-	// one), or a PCI bus id. AllGPUs: every GPU of the node (`persyst run` without
+	// CUDA_VISIBLE_DEVICES): an NVML index, "minor:N" (the device /dev/nvidiaN), a
+	// "GPU-…" or "MIG-…" UUID (or a prefix of one), or a PCI bus id. AllGPUs: every GPU of the node (`persyst run` without
 	// CUDA_VISIBLE_DEVICES). Neither: the job holds no GPU, and has no GPU metrics.
 	GPUs    []string
 	AllGPUs bool

@@ -50,7 +50,7 @@ type fakeJob struct {
 	root, dir string
 }
 
-func newFakeJob(t *testing.T) *fakeJob {
+func newFakeJob(t testing.TB) *fakeJob {
 	root := t.TempDir()
 	dir := "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42"
 	if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
@@ -64,14 +64,14 @@ func newFakeJob(t *testing.T) *fakeJob {
 	return f
 }
 
-func (f *fakeJob) write(t *testing.T, name, content string) {
+func (f *fakeJob) write(t testing.TB, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(f.root, f.dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (f *fakeJob) set(t *testing.T, userUs, sysUs, mem, peak int) {
+func (f *fakeJob) set(t testing.TB, userUs, sysUs, mem, peak int) {
 	t.Helper()
 	f.write(t, "cpu.stat", "usage_usec "+itoa(userUs+sysUs)+"\nuser_usec "+itoa(userUs)+"\nsystem_usec "+itoa(sysUs)+"\n")
 	f.write(t, "memory.current", itoa(mem)+"\n")

@@ -5,8 +5,8 @@
  * nodes have. This small helper loads libnvidia-ml.so.1 at run time (dlopen, each
  * function looked up on its own, so an older driver loses a measurement, not the
  * helper), keeps NVML initialised for its life, integrates each GPU's utilization and
- * activity once a second, and answers the daemon's requests on stdin/stdout with one
- * line per GPU. The daemon gives every request a deadline and kills the helper when a
+ * activity every 5 s (-i) and at every read, and answers the daemon's requests on
+ * stdin/stdout with one line per GPU. The daemon gives every request a deadline and kills the helper when a
  * call hangs (a hung NVML call cannot be cancelled inside a process): that is why it is
  * a process of its own.
  *
@@ -498,7 +498,7 @@ static void hello(void)
 int main(int argc, char **argv)
 {
 	const char *libname = "libnvidia-ml.so.1";
-	int interval = 1000;
+	int interval = 5000;
 	int c;
 	while ((c = getopt(argc, argv, "l:i:")) != -1) {
 		switch (c) {
