@@ -68,6 +68,7 @@ type Helper struct {
 	proc    *exec.Cmd
 	in      io.WriteCloser
 	lines   chan lineOrErr
+	exited  chan error // why the helper ended
 	hello   Hello
 	err     error     // why there are no readings now (nil: the helper answers)
 	retryAt time.Time // when a stopped helper may be started again
@@ -128,7 +129,12 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	}
 	cmd := exec.Command(h.o.Path, args...)
 	cmd.Env = append(os.Environ(), h.o.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the OS thread that started the helper ends, and Go ends
+	// threads (a goroutine that locked its thread, as the digest's writer does); the
+	// helper ends when its input closes with the daemon. Its own group: a terminal's
+	// signals to the daemon are not its.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = &stderrLog{log: h.o.Log}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return Hello{}, h.fail(fmt.Errorf("persyst-nvml: %w", err))
@@ -147,9 +153,16 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	}
 	helloc := make(chan greeting, 1)
 	lines := make(chan lineOrErr, 1)
+	exited := make(chan error, 1)
 	go func() {
 		// Wait closes the pipe: only once everything is read.
-		defer func() { _ = cmd.Wait() }()
+		defer func() {
+			err := cmd.Wait()
+			if err == nil {
+				err = errors.New("exited")
+			}
+			exited <- fmt.Errorf("persyst-nvml %w", err)
+		}()
 		hello, err := parseHello(r)
 		helloc <- greeting{hello, err}
 		if err != nil {
@@ -181,7 +194,7 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 		_ = in.Close()
 		return Hello{}, h.fail(res.err)
 	}
-	h.proc, h.in, h.lines, h.hello, h.err = cmd, in, lines, res.hello, nil
+	h.proc, h.in, h.lines, h.exited, h.hello, h.err = cmd, in, lines, exited, res.hello, nil
 	h.o.Log.Info().Str("driver", h.hello.Driver).Int("gpus", len(h.hello.Devices)).
 		Strs("absent", h.hello.Absent).Msg("NVIDIA GPUs measured through NVML")
 	return h.hello, nil
@@ -207,9 +220,33 @@ func (h *Helper) stop(err error) error {
 	if h.proc != nil {
 		_ = h.proc.Process.Kill()
 		_ = h.in.Close()
-		h.proc, h.in, h.lines = nil, nil, nil
+		h.proc, h.in, h.lines, h.exited = nil, nil, nil, nil
 	}
 	return h.fail(err)
+}
+
+// stderrLog logs what the helper writes to its standard error, a line at a time, at
+// most 4 KiB of it in all (it writes nothing normally).
+type stderrLog struct {
+	log  zerolog.Logger
+	n    int
+	part []byte
+}
+
+func (s *stderrLog) Write(p []byte) (int, error) {
+	for _, c := range p {
+		if s.n >= 4096 {
+			break
+		}
+		s.n++
+		if c == '\n' {
+			s.log.Warn().Str("stderr", string(s.part)).Msg("persyst-nvml")
+			s.part = s.part[:0]
+			continue
+		}
+		s.part = append(s.part, c)
+	}
+	return len(p), nil
 }
 
 // Read returns every GPU's reading now. Reads within fresh of the last answer share it
@@ -223,6 +260,11 @@ func (h *Helper) Read(ctx context.Context, fresh time.Duration) ([]Reading, erro
 	if _, err := h.startLocked(ctx); err != nil {
 		return nil, err
 	}
+	select {
+	case err := <-h.exited:
+		return nil, h.stop(err)
+	default:
+	}
 	if _, err := io.WriteString(h.in, "read\n"); err != nil {
 		return nil, h.stop(fmt.Errorf("GPU helper gone: %w", err))
 	}
@@ -231,6 +273,11 @@ func (h *Helper) Read(ctx context.Context, fresh time.Duration) ([]Reading, erro
 	select {
 	case res := <-h.lines:
 		if res.err != nil {
+			select {
+			case err := <-h.exited: // the reason is the exit, not the cut answer
+				return nil, h.stop(err)
+			case <-time.After(100 * time.Millisecond):
+			}
 			return nil, h.stop(fmt.Errorf("GPU helper: %w", res.err))
 		}
 		h.last, h.lastAt = res.readings, h.o.Now()
@@ -251,7 +298,7 @@ func (h *Helper) Close() error {
 		_, _ = io.WriteString(h.in, "quit\n")
 		_ = h.in.Close()
 		p := h.proc
-		h.proc, h.in, h.lines = nil, nil, nil
+		h.proc, h.in, h.lines, h.exited = nil, nil, nil, nil
 		// A helper stuck in the driver does not read "quit".
 		go func() {
 			time.Sleep(2 * time.Second)

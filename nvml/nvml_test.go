@@ -217,3 +217,20 @@ func TestHungDriver(t *testing.T) {
 		t.Errorf("read after Retry (a new helper, before its own hang): %v", err)
 	}
 }
+
+// TestHelperDies: a helper that ends (a crash in the driver's library) is reported with
+// its exit status, not as a cut answer.
+func TestHelperDies(t *testing.T) {
+	b := nvmltest.Build(t)
+	h := start(t, b.Fake, nvmltest.Scenario(t, twoGPUs+"crash nvmlDeviceGetMemoryInfo after 0.5\n"),
+		nvml.Options{Interval: 5 * time.Second})
+	ctx := context.Background()
+	if _, err := h.Read(ctx, 0); err != nil {
+		t.Fatalf("first read (before the crash): %v", err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	_, err := h.Read(ctx, 0)
+	if err == nil || !strings.Contains(err.Error(), "persyst-nvml exit status 3") {
+		t.Fatalf("read of a crashed helper: %v, want its exit status", err)
+	}
+}

@@ -29,6 +29,13 @@
 # /bin/mail); slurmctld runs it as root on this host. PERSYST_CONF_EXTRA adds lines to the
 # cluster's persyst.conf.
 #
+# GPUs (a FAKE NVIDIA driver, for tests on machines without a GPU): PERSYST_GPUS=N gives
+# every node N GPUs in Slurm (GresTypes=gpu, gres.conf File= lines naming character
+# devices under build/cluster/dev, major 195 as NVIDIA's), and PERSYST_FAKE_NVML_LIB=DIR
+# (a directory holding the fake libnvidia-ml.so.1, nvml/helper/fake.c) with
+# PERSYST_FAKE_NVML=FILE (its scenario) and PERSYST_FAKE_NVML_PROCS=FILE make the
+# daemons' NVML helper load it.
+#
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
 # Must run as root. Namespaces are entered with nsenter --net, not ip netns exec:
 # `ip netns exec` remounts /sys, which hides the cgroup mounts slurmd needs.
@@ -81,6 +88,7 @@ SYNCS=${PERSYST_SYNCS:-0}
 # named in persyst.conf as $DIR/tls/%n.crt).
 TREEAUTH=${PERSYST_TREEAUTH:-munge}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
+GPUS=${PERSYST_GPUS:-0}
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
@@ -217,6 +225,22 @@ make_keys() {
 	chmod 0600 "$DIR/etc/jwt_hs256.key"
 }
 
+# make_gpus: PERSYST_GPUS character devices for gres.conf, and the daemons' fake NVML
+# (kept in run/gpu.env for a daemon restarted later).
+make_gpus() {
+	rm -rf "$DIR/dev"
+	if [ "$GPUS" -gt 0 ]; then
+		mkdir -p "$DIR/dev"
+		local i
+		for i in $(seq 0 $((GPUS - 1))); do mknod -m 0666 "$DIR/dev/nvidia$i" c 195 "$i"; done
+	fi
+	: >"$DIR/run/gpu.env"
+	if [ -n "${PERSYST_FAKE_NVML_LIB:-}" ]; then
+		printf 'export LD_LIBRARY_PATH=%q PERSYST_FAKE_NVML=%q PERSYST_FAKE_NVML_PROCS=%q\n' \
+			"$PERSYST_FAKE_NVML_LIB" "${PERSYST_FAKE_NVML:-}" "${PERSYST_FAKE_NVML_PROCS:-}" >"$DIR/run/gpu.env"
+	fi
+}
+
 # make_tls N: with PERSYST_TREEAUTH=tls, a test CA and a certificate for every agent of the
 # tree (nodes, collectors, sync agents, the frontend), naming it in a URI SAN
 # persyst://ROLE/NAME as persyst's mutual TLS requires.
@@ -296,6 +320,7 @@ PrologFlags=Alloc,Contain
 JobAcctGatherType=jobacct_gather/cgroup
 $acct
 MpiDefault=none
+$([ "$GPUS" -gt 0 ] && echo "GresTypes=gpu")
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -314,7 +339,7 @@ PreemptMode=REQUEUE
 EOF
 		local k
 		for k in $(seq 1 "$n"); do
-			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN"
+			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN$([ "$GPUS" -gt 0 ] && echo " Gres=gpu:$GPUS")"
 		done
 		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
 		echo "PartitionName=urgent Nodes=node[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
@@ -366,6 +391,9 @@ EOF
 		printf 'TLSCert=%s\nTLSKey=%s\nTLSCA=%s\n' "$DIR/tls/%n.crt" "$DIR/tls/%n.key" "$DIR/tls/ca.crt" >>"$etc/persyst.conf"
 	fi
 	[ -z "$CONF_EXTRA" ] || printf '%s\n' "$CONF_EXTRA" >>"$etc/persyst.conf"
+	if [ "$GPUS" -gt 0 ]; then
+		echo "NodeName=node[1-$n] Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >"$etc/gres.conf"
+	fi
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 ConstrainCores=yes
@@ -601,10 +629,16 @@ daemon_start() {
 		grpc="--grpc-listen $NET.$((10 + ${node#node})):16831"
 	fi
 	# The daemon asks Slurm's commands for job facts: they need this cluster's slurm.conf
-	# however this script was called.
-	SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
-		nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" --config "$DIR/etc/persyst.conf" \
-		--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node" $grpc
+	# however this script was called. A fake NVML (make_gpus) reaches its GPU helper.
+	(
+		if [ -s "$DIR/run/gpu.env" ]; then
+			# shellcheck disable=SC1091
+			. "$DIR/run/gpu.env"
+		fi
+		SLURM_CONF="$DIR/etc/slurm.conf" start_bg "$DIR/run/persyst-$node.pid" "persyst daemon" "$DIR/log/persyst-$node.log" \
+			nsenter --net="$ns" "$BIN" daemon --node "$node" --cycle "$CYCLE" --config "$DIR/etc/persyst.conf" \
+			--socket "$DIR/run/$node/persyst.sock" --state-dir "$DIR/run/$node" $grpc
+	)
 	local pid
 	pid=$(head -n1 "$DIR/run/persyst-$node.pid")
 	for _ in $(seq 1 150); do
@@ -793,6 +827,7 @@ up() {
 	make_tls "$n"
 	write_configs "$n" "$DIR/etc"
 	echo "$COLLECTORS" >"$DIR/run/tree"
+	make_gpus
 	if ! id "$JOB_USER" >/dev/null 2>&1; then
 		useradd --no-create-home --shell /bin/sh --user-group "$JOB_USER"
 	fi

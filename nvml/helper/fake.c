@@ -9,7 +9,9 @@
  *   at SECONDS gpu=I util=PCT sm=PCT occupancy=PCT tensor=PCT dram=PCT mem=BYTES
  *             power=WATTS throttle=none|power|thermal
  *   hang FUNCTION [after SECONDS]       the function never returns (a hung driver)
+ *   crash FUNCTION [after SECONDS]      the function ends the process (exit status 3)
  *
+ * The file is read again when it changes (its devices stay those first read).
  * Values are step functions of the time since nvmlInit: device I holds the values of
  * its latest "at" line. Utilization samples come every 1/6 s, energy is the integral of
  * power, GPM metrics the mean between two samples, throttle time accumulates while
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +57,7 @@ static int nat;
 static struct {
 	char fn[64];
 	double after;
+	int crash; /* exit instead of hanging */
 } hangs[16];
 static int nhang;
 static double t0;
@@ -71,15 +75,25 @@ static double mono(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* load reads the scenario, again whenever the file changed (a test rewrites it between
+ * jobs); the devices are those of the first read. */
 static void load(void)
 {
-	if (loaded)
-		return;
-	loaded = 1;
 	const char *path = getenv("PERSYST_FAKE_NVML");
-	FILE *f = path ? fopen(path, "r") : NULL;
+	struct stat st;
+	static struct timespec seen;
+	if (!path || stat(path, &st) != 0)
+		return;
+	if (loaded && st.st_mtim.tv_sec == seen.tv_sec && st.st_mtim.tv_nsec == seen.tv_nsec)
+		return;
+	seen = st.st_mtim;
+	int first = !loaded;
+	loaded = 1;
+	FILE *f = fopen(path, "r");
 	if (!f)
 		return;
+	nat = 0;
+	nhang = 0;
 	char line[512];
 	while (fgets(line, sizeof line, f)) {
 		char *save, *w = strtok_r(line, " \t\n", &save);
@@ -92,13 +106,17 @@ static void load(void)
 			strtok_r(NULL, " \t\n", &save);
 			if ((w = strtok_r(NULL, " \t\n", &save)))
 				init_fail = atoi(w);
-		} else if (!strcmp(w, "hang") && nhang < 16) {
+		} else if ((!strcmp(w, "hang") || !strcmp(w, "crash")) && nhang < 16) {
+			hangs[nhang].crash = !strcmp(w, "crash");
+			hangs[nhang].after = 0;
 			if ((w = strtok_r(NULL, " \t\n", &save)))
 				snprintf(hangs[nhang].fn, sizeof hangs[nhang].fn, "%s", w);
 			if ((w = strtok_r(NULL, " \t\n", &save)) && !strcmp(w, "after") &&
 			    (w = strtok_r(NULL, " \t\n", &save)))
 				hangs[nhang].after = atof(w);
 			nhang++;
+		} else if (!strcmp(w, "device") && !first) {
+			continue;
 		} else if (!strcmp(w, "device") && ndev < MAXD) {
 			int i = ndev++;
 			snprintf(devs[i].uuid, sizeof devs[i].uuid, "GPU-fake-%d", i);
@@ -147,9 +165,12 @@ static void load(void)
 static void maybe_hang(const char *fn)
 {
 	for (int i = 0; i < nhang; i++)
-		if (!strcmp(hangs[i].fn, fn) && mono() - t0 >= hangs[i].after)
+		if (!strcmp(hangs[i].fn, fn) && mono() - t0 >= hangs[i].after) {
+			if (hangs[i].crash)
+				_exit(3);
 			for (;;)
 				pause();
+		}
 }
 
 /* state returns device gpu's values at time t (seconds since init). */
@@ -183,6 +204,7 @@ static double integral(int gpu, double a, double b, int f)
 
 static int dev(nvmlDevice_t h)
 {
+	load();
 	if (h < handles || h >= handles + ndev)
 		return -1;
 	return h->i;
@@ -471,6 +493,7 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m)
 	if (m->version != NVML_GPM_METRICS_GET_VERSION || !m->sample1.handle || !m->sample2.handle ||
 	    m->numMetrics > PERSYST_GPM_METRIC_MAX)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	load();
 	struct nvmlGpmSample_st *a = m->sample1.handle, *b = m->sample2.handle;
 	if (a->gpu != b->gpu || b->t <= a->t)
 		return NVML_ERROR_INVALID_ARGUMENT;

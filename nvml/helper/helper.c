@@ -28,11 +28,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -511,8 +509,8 @@ int main(int argc, char **argv)
 	}
 	if (interval < 100)
 		interval = 100;
-	/* The daemon's child: gone with it. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Gone with the daemon: its end closes our input (no PR_SET_PDEATHSIG, which fires
+	 * when the daemon's *thread* that started us ends, and Go ends threads). */
 	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
 	printf("persyst-nvml 1\n");
 

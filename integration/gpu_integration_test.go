@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/nvml/nvmltest"
+)
+
+// gpuDevices are the FAKE GPUs of every node (nvml/helper/fake.c): 80 GiB H100s with GPM.
+const gpuDevices = `device uuid=GPU-0000 bus=00000000:1B:00.0 minor=0 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-1111 bus=00000000:43:00.0 minor=1 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-2222 bus=00000000:52:00.0 minor=2 memory=85899345920 gpm=1 name=Fake_H100
+device uuid=GPU-3333 bus=00000000:9D:00.0 minor=3 memory=85899345920 gpm=1 name=Fake_H100
+`
+
+// TestGPUJobs: GPU jobs on the test cluster with Slurm's GRES (gres.conf File= lines
+// of character devices) and a FAKE NVIDIA driver (no machine here has a GPU): the
+// job's GPUs reach the daemon from the prolog's SLURM_JOB_GPUS, and its digest says what
+// they did. bench/gpu_check.sh checks the same measurement on a real GPU.
+func TestGPUJobs(t *testing.T) {
+	b := nvmltest.Build(t)
+	dir := t.TempDir()
+	scenario, procs := filepath.Join(dir, "scenario"), filepath.Join(dir, "procs")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(scenario, gpuDevices)
+	write(procs, "")
+	c := startCluster(t, 1, "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
+		"PERSYST_FAKE_NVML="+scenario, "PERSYST_FAKE_NVML_PROCS="+procs)
+	busy := func(gpu string) string {
+		return "at 0 gpu=" + gpu + " util=98 sm=95 occupancy=40 tensor=80 dram=50 power=600 mem=64424509440\n"
+	}
+	for _, tc := range []struct {
+		name, gres, states, procs string
+		first                     string // the first finding's key ("": no GPU finding)
+		text                      string // in the digest
+		notAssessed               string // gpu_low_util's reason
+	}{
+		{"4 GPUs, 2 used", "gpu:4", busy("0") + busy("1"), "", "gpu_unused", "2 of 4 GPUs did nothing", ""},
+		{"busy", "gpu:2", busy("0") + busy("1"), "", "", "and 2 GPUs", ""},
+		{"one block", "gpu:1", "at 0 gpu=0 util=99 sm=1 occupancy=1 power=130 mem=64424509440\n", "", "gpu_sm_activity", "GPU kernels keep few SMs busy", ""},
+		// Another job's process (PID 1 stands for it) on the job's GPU.
+		{"shared", "gpu:1", busy("0"), "0 1 1073741824\n", "", "and 1 GPU", "shared with processes outside the job"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(scenario, gpuDevices+tc.states)
+			write(procs, tc.procs)
+			out := filepath.Join(c.work, strings.ReplaceAll(tc.name, " ", "_")+"-%j.out")
+			stdout, stderr, err := c.run(t, nil, "sbatch", "--parsable", "--gres="+tc.gres, "-o", out, "--wrap", "sleep 6")
+			if err != nil {
+				t.Fatalf("sbatch: %v\n%s%s", err, stdout, stderr)
+			}
+			id := parseJobID(t, stdout)
+			j := c.waitJob(t, "node1", id, "its GPUs", func(j *daemon.Job) bool { return j.GPUs != "" })
+			if want := map[string]string{"gpu:4": "0,1,2,3", "gpu:2": "0,1", "gpu:1": "0"}[tc.gres]; j.GPUs != want {
+				t.Errorf("the job's GPUs from the prolog: %q, want %q", j.GPUs, want)
+			}
+			c.waitDone(t, id, time.Minute)
+			text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
+			t.Log(text)
+			if !strings.Contains(text, tc.text) {
+				t.Errorf("digest lacks %q:\n%s", tc.text, text)
+			}
+			r := gpuReport(t, c, id)
+			var first string
+			for _, f := range r.Findings {
+				if strings.HasPrefix(f.Key, "gpu_") {
+					first = f.Key
+					break
+				}
+			}
+			if len(r.Findings) > 0 && tc.first != "" && r.Findings[0].Key != tc.first {
+				t.Errorf("first finding %s, want %s", r.Findings[0].Key, tc.first)
+			}
+			if first != tc.first {
+				t.Errorf("first GPU finding %q, want %q\n%s", first, tc.first, text)
+			}
+			if tc.notAssessed != "" {
+				for _, p := range r.Properties {
+					if p.Key == "gpu_low_util" && !strings.Contains(p.NotAssessed, tc.notAssessed) {
+						t.Errorf("gpu_low_util: not assessed %q, want %q", p.NotAssessed, tc.notAssessed)
+					}
+				}
+			}
+		})
+	}
+	t.Run("no GPU", func(t *testing.T) {
+		out := filepath.Join(c.work, "nogpu-%j.out")
+		stdout, stderr, err := c.run(t, nil, "sbatch", "--parsable", "-o", out, "--wrap", "sleep 3")
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s%s", err, stdout, stderr)
+		}
+		id := parseJobID(t, stdout)
+		c.waitDone(t, id, time.Minute)
+		if text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10))); strings.Contains(text, "GPU") {
+			t.Errorf("a job without GPUs has GPUs in its digest:\n%s", text)
+		}
+		for _, p := range gpuReport(t, c, id).Properties {
+			if strings.HasPrefix(p.Key, "gpu_") {
+				t.Errorf("a job without GPUs has property %s (%s)", p.Key, p.NotAssessed)
+			}
+		}
+	})
+}
+
+// gpuReport is the job's whole report from its batch host.
+func gpuReport(t *testing.T, c *cluster, id uint32) *digest.Report {
+	t.Helper()
+	node := c.jobInfo(t, id)["BatchHost"]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	for range 50 {
+		var r *digest.Report
+		if r, err = daemon.JobReport(ctx, c.socket(node), id); err == nil {
+			return r
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("report of job %d: %v", id, err)
+	return nil
+}
+
+// parseJobID reads sbatch --parsable's answer.
+func parseJobID(t *testing.T, out string) uint32 {
+	t.Helper()
+	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(strings.TrimSpace(out), ";")[0]), 10, 32)
+	if err != nil {
+		t.Fatalf("sbatch: job id from %q", out)
+	}
+	return uint32(id)
+}
+
+// readDigest waits for the digest at the end of a job's output file.
+func readDigest(t *testing.T, path string) string {
+	t.Helper()
+	var b []byte
+	for range 100 {
+		b, _ = os.ReadFile(path)
+		if strings.Contains(string(b), "persyst") {
+			return string(b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no digest in %s: %q", path, b)
+	return ""
+}
