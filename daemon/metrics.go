@@ -13,7 +13,8 @@ var snapshotNames = []string{
 	"persyst_daemon_jobs", "persyst_daemon_perf_counters", "persyst_daemon_ship_queue",
 	"persyst_job_cpus", "persyst_job_cpus_busy", "persyst_job_idle_ratio", "persyst_job_memory_bytes",
 	"persyst_job_read_bytes_per_second", "persyst_job_write_bytes_per_second", "persyst_job_file_opens_per_second",
-	"persyst_job_top_severity",
+	"persyst_job_gpus", "persyst_job_gpus_busy", "persyst_job_gpus_unused", "persyst_job_gpu_sm_active_ratio",
+	"persyst_job_gpu_memory_bytes", "persyst_job_gpu_power_watts", "persyst_job_top_severity",
 }
 
 // nodeMetrics counts the node's metrics at the head of snapshotNames.
@@ -98,5 +99,30 @@ func jobGauges(s sample.Sample, cpus int, emit func(name string, v float64)) {
 	}
 	if opens, has := s.FileOpens(); has {
 		emit("persyst_job_file_opens_per_second", opens)
+	}
+	gpuGauges(s, emit)
+}
+
+// gpuGauges gives a GPU job's GPU gauges (none for a job without GPUs).
+func gpuGauges(s sample.Sample, emit func(name string, v float64)) {
+	gpus, has := s.Job[sample.GPUs]
+	if !has || gpus <= 0 {
+		return
+	}
+	emit("persyst_job_gpus", gpus)
+	if v, has := s.Rate(sample.GPUBusySeconds); has {
+		emit("persyst_job_gpus_busy", v)
+	}
+	if v, has := s.Rate(sample.GPUUnusedSeconds); has {
+		emit("persyst_job_gpus_unused", v)
+	}
+	if v, has := s.Rate(sample.GPUSMActiveSeconds); has {
+		emit("persyst_job_gpu_sm_active_ratio", min(max(v/gpus, 0), 1))
+	}
+	if v, has := s.Job[sample.GPUMemPeakBytes]; has {
+		emit("persyst_job_gpu_memory_bytes", v)
+	}
+	if v, has := s.Rate(sample.GPUEnergyJoules); has {
+		emit("persyst_job_gpu_power_watts", v)
 	}
 }

@@ -40,6 +40,14 @@ func TestJobGauges(t *testing.T) {
 		{"busier than its CPUs (rounding at the read): idle is 0, not negative", sample.Sample{Seconds: 1, Job: map[string]float64{
 			"task-clock": 2.1e9}}, 2,
 			map[string]float64{"persyst_job_cpus": 2, "persyst_job_cpus_busy": 2.1, "persyst_job_idle_ratio": 0}},
+		{"4 GPUs, 2 busy", sample.Sample{Seconds: 2, Job: map[string]float64{"task-clock": 2e9, sample.GPUs: 4,
+			sample.GPUBusySeconds: 3.9, sample.GPUUnusedSeconds: 4, sample.GPUSMActiveSeconds: 3.6,
+			sample.GPUMemPeakBytes: 1 << 30, sample.GPUEnergyJoules: 2600}}, 2,
+			map[string]float64{"persyst_job_cpus": 2, "persyst_job_cpus_busy": 1, "persyst_job_idle_ratio": 0.5,
+				"persyst_job_gpus": 4, "persyst_job_gpus_busy": 1.95, "persyst_job_gpus_unused": 2,
+				"persyst_job_gpu_sm_active_ratio": 0.45, "persyst_job_gpu_memory_bytes": 1 << 30, "persyst_job_gpu_power_watts": 1300}},
+		{"a shared GPU: memory only", sample.Sample{Seconds: 1, Job: map[string]float64{sample.GPUs: 1, sample.GPUMemPeakBytes: 4096}}, 1,
+			map[string]float64{"persyst_job_cpus": 1, "persyst_job_gpus": 1, "persyst_job_gpu_memory_bytes": 4096}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

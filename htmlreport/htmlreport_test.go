@@ -219,3 +219,27 @@ func TestNiceAxisTop(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUCharts: a GPU job's page draws its GPUs' use and memory against what it holds;
+// a job without GPUs has no GPU chart (TestStructure's).
+func TestGPUCharts(t *testing.T) {
+	in := job(1, 4, 10)
+	for i := range in.Nodes[0].Samples {
+		s := &in.Nodes[0].Samples[i]
+		if s.Seconds <= 0 {
+			continue
+		}
+		s.Job[sample.GPUs], s.Job[sample.GPUMemTotalBytes] = 4, 4*80<<30
+		s.Job[sample.GPUBusySeconds], s.Job[sample.GPUSMActiveSeconds] = 2*s.Seconds, 1.9*s.Seconds
+		s.Job[sample.GPUMemPeakBytes] = 120 << 30
+	}
+	page := render(t, FromSamples(in))
+	for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_sm"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", "dashed red: GPU memory per node"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if page := render(t, FromSamples(job(1, 4, 10))); strings.Contains(page, `id="chart-gpu`) {
+		t.Error("a GPU chart for a job without GPUs")
+	}
+}

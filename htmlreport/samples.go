@@ -60,6 +60,34 @@ var metrics = []metric{
 	{"write_size", "Write request size", "bytes", ratio("write_chars", "write_syscalls")},
 	{"opens", "File opens", "/s", sample.Sample.FileOpens},
 	{"ctxsw", "Context switches", "/s", rate("context-switches")},
+	// A GPU job's: drawn only where GPUs were measured.
+	{"gpu", "GPUs busy", "GPUs", rate(sample.GPUBusySeconds)},
+	{"gpu_sm", "GPU SMs busy (in GPUs)", "GPUs", rate(sample.GPUSMActiveSeconds)},
+	{"gpu_memory", "GPU memory in use", "bytes", func(s sample.Sample) (float64, bool) {
+		v, ok := s.Job[sample.GPUMemPeakBytes]
+		return v, ok && s.Seconds > 0
+	}},
+}
+
+// gpuRef is the reference line of a GPU chart: the job's GPUs on a node, or their
+// memory (the most of any node).
+func gpuRef(id string, nodes []NodeSamples) (float64, string) {
+	name, metric := "", ""
+	switch id {
+	case "gpu", "gpu_sm":
+		name, metric = "GPUs per node", sample.GPUs
+	case "gpu_memory":
+		name, metric = "GPU memory per node", sample.GPUMemTotalBytes
+	default:
+		return 0, ""
+	}
+	top := 0.0
+	for _, n := range nodes {
+		for _, s := range n.Samples {
+			top = max(top, s.Job[metric])
+		}
+	}
+	return top, name
 }
 
 // FromSamples builds a job's view from its nodes' samples.
@@ -117,6 +145,9 @@ func FromSamples(in SamplesInput) View {
 		if m.id == "memory" && in.MemRequest > 0 {
 			r := in.MemRequest
 			c.Ref, c.RefName = &r, "requested per node"
+		}
+		if ref, name := gpuRef(m.id, nodes); ref > 0 {
+			c.Ref, c.RefName = &ref, name
 		}
 		v.Charts = append(v.Charts, c)
 	}

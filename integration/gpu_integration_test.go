@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/nvml/nvmltest"
@@ -37,7 +41,7 @@ func TestGPUJobs(t *testing.T) {
 	}
 	write(scenario, gpuDevices)
 	write(procs, "")
-	c := startCluster(t, 1, "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
+	c := startCluster(t, 1, "ACCOUNTING=1", "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
 		"PERSYST_FAKE_NVML="+scenario, "PERSYST_FAKE_NVML_PROCS="+procs)
 	busy := func(gpu string) string {
 		return "at 0 gpu=" + gpu + " util=98 sm=95 occupancy=40 tensor=80 dram=50 power=600 mem=64424509440\n"
@@ -67,11 +71,51 @@ func TestGPUJobs(t *testing.T) {
 			if want := map[string]string{"gpu:4": "0,1,2,3", "gpu:2": "0,1", "gpu:1": "0"}[tc.gres]; j.GPUs != want {
 				t.Errorf("the job's GPUs from the prolog: %q, want %q", j.GPUs, want)
 			}
+			if tc.name == "4 GPUs, 2 used" {
+				// Prometheus: the job's GPU gauges while it runs (MetricsJobLabels: jobid).
+				want := fmt.Sprintf(`persyst_job_gpus_unused{jobid="%d",node="node1"} 2`, id)
+				url := fmt.Sprintf("http://%s.11:%d/metrics", c.getenv("PERSYST_CLUSTER_NET"), daemonMetricsPort)
+				var body string
+				for range 40 {
+					if body = scrape(url); strings.Contains(body, want) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if !strings.Contains(body, want) {
+					t.Errorf("%s lacks %s:\n%s", url, want, grepLines(body, "persyst_job_gpu"))
+				}
+			}
 			c.waitDone(t, id, time.Minute)
 			text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
 			t.Log(text)
 			if !strings.Contains(text, tc.text) {
 				t.Errorf("digest lacks %q:\n%s", tc.text, text)
+			}
+			if tc.name == "4 GPUs, 2 used" {
+				page, errOut, err := c.run(t, nil, persystBin(), "report", "--html", strconv.FormatUint(uint64(id), 10))
+				if err != nil {
+					t.Fatalf("persyst report --html: %v\n%s", err, errOut)
+				}
+				for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node"} {
+					if !strings.Contains(page, want) {
+						t.Errorf("persyst report --html lacks %s", want)
+					}
+				}
+			}
+			if tc.name == "4 GPUs, 2 used" {
+				// Slurm's accounting: the summary in AdminComment carries the GPUs and the finding.
+				tok, ok := accounting.Find(c.sacctComment(t, id))
+				if !ok {
+					t.Fatal("no persyst summary in the job's AdminComment")
+				}
+				ar, err := accounting.Decode(tok, func(string) string { return "" })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ar.GPUs != 4 || len(ar.Findings) == 0 || ar.Findings[0].Key != "gpu_unused" {
+					t.Errorf("accounting summary: %d GPUs, findings %v; want 4 and gpu_unused first", ar.GPUs, ar.Findings)
+				}
 			}
 			r := gpuReport(t, c, id)
 			var first string
@@ -131,6 +175,40 @@ func gpuReport(t *testing.T, c *cluster, id uint32) *digest.Report {
 	}
 	t.Fatalf("report of job %d: %v", id, err)
 	return nil
+}
+
+// getenv is a variable of the cluster's environment (its env file), "" if absent.
+func (c *cluster) getenv(name string) string {
+	v := ""
+	for _, kv := range c.env {
+		if k, val, _ := strings.Cut(kv, "="); k == name {
+			v = val // the last one wins, as in exec
+		}
+	}
+	return v
+}
+
+// scrape returns a /metrics page ("" if it does not answer).
+func scrape(url string) string {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // parseJobID reads sbatch --parsable's answer.

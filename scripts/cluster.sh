@@ -895,6 +895,7 @@ up() {
 		echo "export PERSYST_NODES=\"$(tr '\n' ' ' <"$nodes_file" | sed 's/ $//')\""
 		echo "export PERSYST_NODE_LIST=node[1-$n]"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
+		echo "export PERSYST_CLUSTER_NET=$NET"
 		echo "export PERSYST_JOB_USER=$JOB_USER"
 		echo "export PERSYST_ACCOUNTING=$ACCOUNTING"
 		[ -z "$MAILPROG" ] || echo "export PERSYST_MAILPROG=$(printf %q "$MAILPROG")"
