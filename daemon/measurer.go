@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/exporter"
@@ -116,7 +117,13 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	}
 	m.env = measure.NewEnv(opts)
 	m.slurm = newSlurmCgroups(m.host, node, mounts, log)
-	m.oom = newOOMTracker(node, m.slurm.mounts, log, now)
+	m.oom = newOOMTracker(node, m.slurm.mounts, log, now, func(x kmsg.Xid) {
+		if x.Hardware() {
+			m.env.GPUErrors.Add(x.Bus)
+			log.Warn().Str("gpu", x.Bus).Int("xid", x.Code).Str("text", x.Text).Msg("the NVIDIA driver reported a hardware error")
+		}
+	})
+	m.oom.following = m.env.GPUErrors.Following
 	m.unann = newUnannounced(m.host, node, reg, cfg.Metrics, log, now)
 	m.dig = &digester{cfg: cfg.Digest.withDefaults(), node: node, cycle: cfg.Cycle, uplink: cfg.Uplink, oom: m.oom,
 		reports: newReportStore(cfg.StateDir), metrics: cfg.Metrics, log: log, now: now, jobs: map[uint32]*jobDigest{}}

@@ -28,6 +28,12 @@ type oomTracker struct {
 	log    zerolog.Logger
 	now    func() time.Time
 
+	// xid is given the NVIDIA driver's error reports the kernel's log holds (nil: none
+	// wanted).
+	xid func(kmsg.Xid)
+	// following is told once the kernel's log is followed (nil: nobody asks).
+	following func()
+
 	mu   sync.Mutex
 	kmsg *kmsg.Log // the kernel's log followed (nil: not)
 	jobs map[uint32]*oomJob
@@ -63,8 +69,8 @@ const (
 	unclaimedFor = cpusetWait + 5*time.Second
 )
 
-func newOOMTracker(node string, mounts map[string]string, log zerolog.Logger, now func() time.Time) *oomTracker {
-	return &oomTracker{node: node, mounts: mounts, log: log, now: now, jobs: map[uint32]*oomJob{}}
+func newOOMTracker(node string, mounts map[string]string, log zerolog.Logger, now func() time.Time, xid func(kmsg.Xid)) *oomTracker {
+	return &oomTracker{node: node, mounts: mounts, log: log, now: now, xid: xid, jobs: map[uint32]*oomJob{}}
 }
 
 // watch starts counting for job id of user uid (again, for a job id Slurm reused).
@@ -149,8 +155,11 @@ func (t *oomTracker) kills(id uint32) int {
 // container, no permission) the kills are counted from the cgroups only, and it says so
 // once.
 func (t *oomTracker) follow(ctx context.Context, h hostfs.FS) {
-	l, err := kmsg.Open(h.Path("dev/kmsg"), t.killed)
+	l, err := kmsg.Open(h.Path("dev/kmsg"), kmsg.Handlers{OOM: t.killed, Xid: t.xid})
 	if err == nil {
+		if t.following != nil {
+			t.following()
+		}
 		t.mu.Lock()
 		t.kmsg = l
 		t.mu.Unlock()

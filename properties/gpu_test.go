@@ -1,6 +1,7 @@
 package properties
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,12 +10,15 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
+// onceKey marks a metric of a case that has its value in the first interval only.
+const onceKey = "once:"
+
 // TestGPUFindings: the GPU properties on recorded values (per second of a job with 4
 // CPUs). The busy and one-block rows are what persyst-nvml measured on an H200 running
 // bench/gpu/workload.py (97.5 % utilized, 94.7 % SM activity; 99.0 % and 0.8 %).
 func TestGPUFindings(t *testing.T) {
 	const gib = 1 << 30
-	busy := map[string]float64{sample.GPUs: 1, sample.GPUBusySeconds: 0.975, sample.GPUUnusedSeconds: 0,
+	busy := map[string]float64{sample.GPUs: 1, sample.GPUErrors: 0, sample.GPUBusySeconds: 0.975, sample.GPUUnusedSeconds: 0,
 		sample.GPUSMActiveSeconds: 0.947, sample.GPUThermalSeconds: 0, sample.GPUPowerCappedSeconds: 0.68,
 		sample.GPUEnergyJoules: 692, sample.GPUMemPeakBytes: 60 * gib, sample.GPUMemTotalBytes: 80 * gib}
 	with := func(m map[string]float64, kv ...any) map[string]float64 {
@@ -46,6 +50,8 @@ func TestGPUFindings(t *testing.T) {
 		{"low use, CPUs idle", with(busy, sample.GPUBusySeconds, 0.2, sample.GPUSMActiveSeconds, 0.19), 0.3,
 			[]string{"gpu_low_util"}, map[string]float64{"gpu_low_util": 20}},
 		{"hot node", with(busy, sample.GPUThermalSeconds, 0.5), 0.3, []string{"gpu_thermal"}, nil},
+		// One error in the job's first interval only (onceKey).
+		{"one hardware error", with(busy, onceKey+sample.GPUErrors, 1.0), 0.3, []string{"gpu_errors"}, nil},
 		{"small memory", with(busy, sample.GPUMemPeakBytes, 4.0*gib), 0.3, []string{"gpu_memory_unused"}, nil},
 		{"shared GPU: memory only", map[string]float64{sample.GPUs: 1, sample.GPUMemPeakBytes: 4.0 * gib, sample.GPUMemTotalBytes: 80.0 * gib}, 0.3, nil, nil},
 		{"no GPU", map[string]float64{}, 0.3, nil, nil},
@@ -62,7 +68,14 @@ func TestGPUFindings(t *testing.T) {
 			for i := range 10 {
 				job := map[string]float64{sample.CPUUserSeconds: 4 * tc.cpuBusy, sample.CPUSystemSeconds: 0}
 				for k, v := range tc.job {
-					job[k] = v
+					if !strings.HasPrefix(k, onceKey) {
+						job[k] = v
+					}
+				}
+				for k, v := range tc.job {
+					if n, ok := strings.CutPrefix(k, onceKey); ok && i == 0 {
+						job[n] = v // after the others: it overrides them
+					}
 				}
 				var cpus []sample.CPUValues
 				for c := range 4 {

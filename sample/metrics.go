@@ -94,6 +94,7 @@ const (
 	GPUEnergyJoules       = "gpu_energy_joules"
 	GPUThermalSeconds     = "gpu_thermal_throttled_seconds"
 	GPUPowerCappedSeconds = "gpu_power_capped_seconds"
+	GPUErrors             = "gpu_errors"
 )
 
 // Metric describes one metric of the vocabulary.
@@ -180,6 +181,7 @@ var metrics = []Metric{
 	{GPUEnergyJoules, Counter, "joules", "energy of the job's GPUs (GPUs not shared)"},
 	{GPUThermalSeconds, Counter, "seconds", "GPU-seconds in which heat held the clocks down (GPUs not shared)"},
 	{GPUPowerCappedSeconds, Counter, "seconds", "GPU-seconds in which the power limit held the clocks down (GPUs not shared; usual at full load)"},
+	{GPUErrors, Counter, "count", "hardware errors of the job's GPUs: uncorrected ECC memory errors and the driver's hardware Xid reports"},
 }
 
 var kinds = func() map[string]Kind {

@@ -61,12 +61,12 @@ func TestRealOOMKill(t *testing.T) {
 	var mu sync.Mutex
 	var seen []OOMKill
 	kills := make(chan OOMKill, 16)
-	l, err := Open("/dev/kmsg", func(k OOMKill) {
+	l, err := Open("/dev/kmsg", Handlers{OOM: func(k OOMKill) {
 		mu.Lock()
 		seen = append(seen, k)
 		mu.Unlock()
 		kills <- k
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

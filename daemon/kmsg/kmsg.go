@@ -1,5 +1,6 @@
 // Package kmsg follows the kernel's log (/dev/kmsg) for the events persyst needs from
-// it: OOM kills, with the cgroup of the killed task. The kernel records each kill once,
+// it: OOM kills, with the cgroup of the killed task, and the NVIDIA driver's error
+// reports (Xid), with the GPU's PCI address. The kernel records each kill once,
 // whatever cgroup version, nesting or limit caused it, and the record outlives the
 // cgroup (Slurm removes a step's and its tasks' cgroups as the step ends, before the
 // plugin's step-end event; on cgroup v1 the task's cgroup is the only one that counts
@@ -67,6 +68,57 @@ func ParseOOM(record string) (OOMKill, bool) {
 	return k, true
 }
 
+// Xid is an NVIDIA driver error report: "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234,
+// name=python, GPU has fallen off the bus."
+type Xid struct {
+	Bus  string // the GPU's PCI address as the driver gives it ("0000:3b:00")
+	Code int
+	Text string // what follows the code
+}
+
+// hardwareXids are the Xid codes that report the GPU, its memory or its links failing
+// (NVIDIA's Xid catalog): not the job's doing. Others (13, 31, 43, 45: a program's
+// fault, an exception, a reset of its channel) are the job's own and show in its output.
+var hardwareXids = map[int]bool{48: true, 61: true, 62: true, 63: true, 64: true, 74: true, 79: true,
+	92: true, 94: true, 95: true, 119: true, 120: true, 121: true, 122: true, 123: true, 140: true}
+
+// Hardware says whether the Xid reports the hardware failing.
+func (x Xid) Hardware() bool { return hardwareXids[x.Code] }
+
+// ParseXid reads one /dev/kmsg record; ok is false for anything but an Xid report the
+// kernel logged (facility 0).
+func ParseXid(record string) (Xid, bool) {
+	hdr, msg, found := strings.Cut(record, ";")
+	if !found {
+		return Xid{}, false
+	}
+	prio, _, _ := strings.Cut(hdr, ",")
+	if p, err := strconv.Atoi(prio); err != nil || p < 0 || p >= 8 {
+		return Xid{}, false
+	}
+	msg, _, _ = strings.Cut(msg, "\n")
+	rest, ok := strings.CutPrefix(msg, "NVRM: Xid (PCI:")
+	if !ok {
+		return Xid{}, false
+	}
+	bus, rest, ok := strings.Cut(rest, "): ")
+	if !ok || bus == "" || len(bus) > 32 {
+		return Xid{}, false
+	}
+	code, text, _ := strings.Cut(rest, ",")
+	n, err := strconv.Atoi(strings.TrimSpace(code))
+	if err != nil || n < 0 {
+		return Xid{}, false
+	}
+	return Xid{Bus: bus, Code: n, Text: strings.TrimSpace(text)}, true
+}
+
+// Handlers are what a Log reports: each is called one call at a time; nil: not wanted.
+type Handlers struct {
+	OOM func(OOMKill)
+	Xid func(Xid)
+}
+
 // maxRecord is the largest /dev/kmsg record (the kernel's limit is 1 KiB of text plus
 // its dictionary).
 const maxRecord = 8192
@@ -77,15 +129,15 @@ const maxRecord = 8192
 type Log struct {
 	f  *os.File
 	rc syscall.RawConn
-	fn func(OOMKill)
+	h  Handlers
 
 	mu  sync.Mutex // one reader at a time: each record is reported once, in order
 	buf []byte
 }
 
-// Open opens the kernel's log at path (/dev/kmsg under the node's root) at its end: kills
-// logged before are not reported. fn is called for each kill, one call at a time.
-func Open(path string, fn func(OOMKill)) (*Log, error) {
+// Open opens the kernel's log at path (/dev/kmsg under the node's root) at its end: events
+// logged before are not reported.
+func Open(path string, h Handlers) (*Log, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -99,7 +151,7 @@ func Open(path string, fn func(OOMKill)) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &Log{f: f, rc: rc, fn: fn, buf: make([]byte, maxRecord)}, nil
+	return &Log{f: f, rc: rc, h: h, buf: make([]byte, maxRecord)}, nil
 }
 
 // Follow reports the kills as they are logged until ctx is done, and then closes the log.
@@ -145,8 +197,13 @@ func (l *Log) drain(fd int) error {
 		case err != nil:
 			return err
 		}
-		if k, ok := ParseOOM(string(l.buf[:n])); ok {
-			l.fn(k)
+		rec := string(l.buf[:n])
+		if k, ok := ParseOOM(rec); ok {
+			if l.h.OOM != nil {
+				l.h.OOM(k)
+			}
+		} else if x, ok := ParseXid(rec); ok && l.h.Xid != nil {
+			l.h.Xid(x)
 		}
 	}
 }

@@ -50,3 +50,34 @@ func FuzzParseOOM(f *testing.F) {
 		}
 	})
 }
+
+func TestParseXid(t *testing.T) {
+	for _, tc := range []struct {
+		name, record string
+		want         Xid
+		ok, hardware bool
+	}{
+		{"fallen off the bus", "3,2201,88120931,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n",
+			Xid{Bus: "0000:3b:00", Code: 79, Text: "pid=1234, name=python, GPU has fallen off the bus."}, true, true},
+		{"uncorrectable ECC (double bit)", "4,17,5,-;NVRM: Xid (PCI:0000:86:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+			Xid{Bus: "0000:86:00", Code: 48, Text: "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."}, true, true},
+		{"a program's fault is not the hardware's", "4,18,6,-;NVRM: Xid (PCI:0000:86:00): 13, pid=99, name=a.out, Graphics SM Warp Exception",
+			Xid{Bus: "0000:86:00", Code: 13, Text: "pid=99, name=a.out, Graphics SM Warp Exception"}, true, false},
+		{"written by root into /dev/kmsg (facility user)", "12,19,7,-;NVRM: Xid (PCI:0000:3b:00): 79, forged", Xid{}, false, false},
+		{"another NVRM line", "4,20,8,-;NVRM: GPU at PCI:0000:3b:00: GPU-1234", Xid{}, false, false},
+		{"no code", "4,21,9,-;NVRM: Xid (PCI:0000:3b:00): x", Xid{}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ParseXid(tc.record)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ParseXid (-want +got):\n%s", diff)
+			}
+			if got.Hardware() != tc.hardware {
+				t.Errorf("Hardware() = %v, want %v", got.Hardware(), tc.hardware)
+			}
+		})
+	}
+}

@@ -168,6 +168,7 @@ func (env *Env) openGPU(o EnvOptions) {
 		opts.Path = nvml.HelperPath()
 	}
 	env.GPU = nvml.New(opts)
+	env.GPUErrors = &GPUErrors{} // counted where the kernel's log is followed (Following)
 	if st, err := os.Stat(opts.Path); err == nil && st.Mode().IsRegular() {
 		go func() { _, _ = env.GPU.Start(context.Background()) }()
 	}

@@ -20,12 +20,12 @@ import (
 // processes and says why the rest is not measured.
 var gpuRegistration = Registration{Name: "gpu", Default: true, Metrics: vocabulary(gpuNames...),
 	New: func(env *Env, spec *Spec) (Source, error) {
-		return &gpuSource{prev: map[int]nvml.Reading{}, warned: map[int]bool{}}, nil
+		return &gpuSource{prev: map[int]nvml.Reading{}, xids: map[int]float64{}, warned: map[int]bool{}}, nil
 	}}
 
 var gpuNames = []string{sample.GPUs, sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
 	sample.GPUOccupancySeconds, sample.GPUTensorSeconds, sample.GPUDRAMSeconds, sample.GPUMemPeakBytes,
-	sample.GPUMemTotalBytes, sample.GPUEnergyJoules, sample.GPUThermalSeconds, sample.GPUPowerCappedSeconds}
+	sample.GPUMemTotalBytes, sample.GPUEnergyJoules, sample.GPUThermalSeconds, sample.GPUPowerCappedSeconds, sample.GPUErrors}
 
 // gpuShared are the metrics a shared GPU does not give the job.
 var gpuShared = []string{sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
@@ -51,6 +51,7 @@ const unusedShare = 0.01
 
 type gpuSource struct {
 	prev   map[int]nvml.Reading // by NVML index, the previous read's
+	xids   map[int]float64      // the driver's hardware error reports on the GPU so far
 	alone  map[int]bool         // the GPU was the job's alone at the previous read
 	warned map[int]bool         // a process of the job on a GPU it was not given, logged
 }
@@ -79,9 +80,15 @@ func (g *gpuSource) Read(r *Read) error {
 	alone, memPeak, memTotal := gpuMemory(hello, byIndex, idx, mine)
 	r.Sample.Job[sample.GPUs] = float64(len(idx))
 	r.Sample.Job[sample.GPUMemTotalBytes] = memTotal
+	errs, errsWhy := g.errors(r, hello, byIndex, idx)
 	if r.Reason == sample.Start {
 		g.prev, g.alone = byIndex, alone
 		return nil
+	}
+	if errsWhy != "" {
+		r.NotMeasured(sample.GPUErrors, errsWhy)
+	} else {
+		r.Sample.Job[sample.GPUErrors] = errs
 	}
 	r.Sample.Job[sample.GPUMemPeakBytes] = memPeak
 	sum, missing := g.deltas(hello, byIndex, idx, alone)
@@ -240,6 +247,37 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 	return sum, missing
 }
 
+// errors counts the hardware errors of the job's GPUs since the previous read: the
+// increase of uncorrected ECC errors, and the driver's hardware Xid reports on the GPU
+// (the kernel's log). A GPU's errors count for every job on it: a shared GPU's too.
+func (g *gpuSource) errors(r *Read, hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int) (n float64, why string) {
+	counted := false
+	for _, i := range idx {
+		cur, prev := byIndex[i], g.prev[i]
+		if d, ok := counterDelta(prev, cur, "ecc"); ok {
+			n += d
+			counted = true
+		}
+		if e := r.env.GPUErrors; e != nil {
+			for _, d := range hello.Devices {
+				c, ok := e.Count(d.Bus)
+				if d.Index != i || d.Bus == "" || !ok {
+					continue
+				}
+				if p, had := g.xids[i]; had && c > p {
+					n += c - p
+				}
+				g.xids[i] = c
+				counted = true
+			}
+		}
+	}
+	if !counted {
+		return 0, "neither ECC (off, or not on these GPUs) nor the driver's reports in the kernel's log are read here"
+	}
+	return n, ""
+}
+
 // gpuDelta returns the increase of the helper's cumulative key and of the seconds it
 // covers between two readings.
 func gpuDelta(prev, cur nvml.Reading, key, cover string) (v, cov float64, ok bool) {
@@ -339,26 +377,11 @@ func gpuIs(d nvml.Device, id string) bool {
 	case strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-"):
 		return d.UUID != "" && strings.HasPrefix(d.UUID, id)
 	case strings.Contains(id, ":"):
-		return d.Bus != "" && busID(d.Bus) == busID(id)
+		return d.Bus != "" && gpuBusKey(d.Bus) == gpuBusKey(id)
 	}
 	n, err := strconv.Atoi(id)
 	return err == nil && n == d.Index
 }
 
-// busID normalises a PCI bus id: "0000:3b:00.0" and "00000000:3B:00.0" are one.
-func busID(s string) string {
-	s = strings.ToLower(s)
-	parts := strings.Split(s, ":")
-	if len(parts) == 3 {
-		dom, err := strconv.ParseUint(parts[0], 16, 32)
-		if err == nil {
-			return fmt.Sprintf("%x:%s:%s", dom, parts[1], parts[2])
-		}
-	}
-	if len(parts) == 2 {
-		return "0:" + s
-	}
-	return s
-}
 
 func (g *gpuSource) Close() error { return nil }

@@ -31,6 +31,13 @@ at 0 gpu=2 util=100 sm=90 power=600
 `
 
 func gpuMeter(t *testing.T, procs string, spec Spec) (*Meter, *time.Time) {
+	m, now, _ := gpuMeterScenario(t, gpuScenario, procs, spec)
+	return m, now
+}
+
+// gpuMeterScenario opens a meter of a job on FAKE GPUs playing scenario; errs counts the
+// driver's error reports, the kernel's log followed.
+func gpuMeterScenario(t *testing.T, scenario, procs string, spec Spec) (*Meter, *time.Time, *GPUErrors) {
 	t.Helper()
 	b := nvmltest.Build(t)
 	pf := filepath.Join(t.TempDir(), "procs")
@@ -38,13 +45,15 @@ func gpuMeter(t *testing.T, procs string, spec Spec) (*Meter, *time.Time) {
 		t.Fatal(err)
 	}
 	h := nvml.New(nvml.Options{Path: b.Helper, Library: b.Fake, Interval: 200 * time.Millisecond,
-		Env: append(nvmltest.Scenario(t, gpuScenario), "PERSYST_FAKE_NVML_PROCS="+pf)})
+		Env: append(nvmltest.Scenario(t, scenario), "PERSYST_FAKE_NVML_PROCS="+pf)})
 	t.Cleanup(func() { h.Close() })
 	f := newFakeJob(t)
 	f.set(t, 0, 0, 100, 100)
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	errs := &GPUErrors{}
+	errs.Following()
 	env := &Env{Host: hostfs.New(f.root), Stats: cgstats.NewReader(hostfs.New(f.root), cgstats.Options{}),
-		GPU: h, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+		GPU: h, GPUErrors: errs, Log: zerolog.Nop(), Now: func() time.Time { return now }}
 	spec.Name, spec.CPUs, spec.ProcCgroup = "job 42", []int{0}, f.dir
 	spec.StatCgroups = map[string]string{"unified": f.dir}
 	spec.ExtraPIDs = func() []int { return []int{4242} }
@@ -53,7 +62,25 @@ func gpuMeter(t *testing.T, procs string, spec Spec) (*Meter, *time.Time) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m, &now
+	return m, &now, errs
+}
+
+// TestGPUErrors: uncorrected ECC errors and the driver's hardware Xid reports on the
+// job's GPUs (by PCI address, as the kernel's log gives it) count; another GPU's not.
+func TestGPUErrors(t *testing.T) {
+	sc := gpuScenario + "at 0.4 gpu=0 util=100 ecc=2\nat 0.4 gpu=2 ecc=5\n"
+	m, now, errs := gpuMeterScenario(t, sc, "", Spec{GPUs: []string{"0", "1"}})
+	errs.Add("0000:86:00") // GPU 1
+	errs.Add("0000:af:00") // GPU 2, not the job's
+	time.Sleep(800 * time.Millisecond)
+	*now = now.Add(800 * time.Millisecond)
+	s, err := m.Read(sample.Cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Job[sample.GPUErrors]; got != 3 {
+		t.Errorf("gpu_errors = %v, want 3 (2 ECC on GPU 0, 1 Xid on GPU 1); not measured: %q", got, m.Summary().NotMeasured[sample.GPUErrors])
+	}
 }
 
 // TestGPUSource: the job's GPUs, named as Slurm and CUDA name them, summed: one busy

@@ -59,6 +59,9 @@ type Env struct {
 	// GPU reads the node's NVIDIA GPUs (nil: GPUWhy says why not).
 	GPU    *nvml.Helper
 	GPUWhy string
+	// GPUErrors counts the NVIDIA driver's hardware error reports per GPU (the daemon's
+	// kernel-log reader adds them; nil: not counted).
+	GPUErrors *GPUErrors
 	// Enable turns sources on or off by name (Registration.Name); the others keep their
 	// default.
 	Enable map[string]bool

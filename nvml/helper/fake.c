@@ -7,7 +7,7 @@
  *   fail init CODE                      nvmlInit returns CODE
  *   device uuid=U bus=B minor=N memory=BYTES name=NAME gpm=0|1 mig=0|1
  *   at SECONDS gpu=I util=PCT sm=PCT occupancy=PCT tensor=PCT dram=PCT mem=BYTES
- *             power=WATTS throttle=none|power|thermal
+ *             power=WATTS throttle=none|power|thermal ecc=N (uncorrected errors so far)
  *   hang FUNCTION [after SECONDS]       the function never returns (a hung driver)
  *   crash FUNCTION [after SECONDS]      the function ends the process (exit status 3)
  *
@@ -42,6 +42,7 @@ struct at {
 	double util, sm, occ, tensor, dram, power;
 	unsigned long long mem;
 	int throttle; /* 0 none, 1 power, 2 thermal */
+	unsigned long long ecc; /* uncorrected ECC errors so far */
 };
 
 static struct {
@@ -155,6 +156,7 @@ static void load(void)
 				else if (!strcmp(w, "dram")) a->dram = atof(v);
 				else if (!strcmp(w, "power")) a->power = atof(v);
 				else if (!strcmp(w, "mem")) a->mem = strtoull(v, NULL, 10);
+				else if (!strcmp(w, "ecc")) a->ecc = strtoull(v, NULL, 10);
 				else if (!strcmp(w, "throttle")) a->throttle = !strcmp(v, "power") ? 1 : !strcmp(v, "thermal") ? 2 : 0;
 			}
 		}
@@ -439,6 +441,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsig
 	*r = s.throttle == 1 ? NVML_CLOCKS_EVENT_SW_POWER_CAP : s.throttle == 2 ? NVML_CLOCKS_EVENT_HW_THERMAL : 0;
 	if (s.util == 0)
 		*r |= 1; /* idle */
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int type, int counter, unsigned long long *n)
+{
+	int i = dev(h);
+	if (i < 0 || type != NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counter != NVML_VOLATILE_ECC)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*n = state(i, mono() - t0).ecc;
 	return NVML_SUCCESS;
 }
 

@@ -15,7 +15,8 @@
  *            "device I key=value..." per GPU, then "ready N";
  *            or "fail WHAT REASON" (no library, no driver) and exit.
  *   "read":  one "gpu I key=value..." per GPU, then "done". Values are cumulative
- *            (seconds of activity, millijoules, nanoseconds of throttling) except mem
+ *            (seconds of activity, millijoules, nanoseconds of throttling, ecc: the
+ *            uncorrected memory errors since the driver loaded) except mem
  *            (now), mem_peak and reasons (since the previous read). A value "!why"
  *            means not measured, with why's spaces as '_'.
  *   "cost":  what each NVML call of a tick costs on GPU 0 ("cost CALL WALL_US CPU_US"
@@ -60,6 +61,7 @@ static struct {
 	nvmlReturn_t (*Reasons)(nvmlDevice_t, unsigned long long *);
 	nvmlReturn_t (*Procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
 	nvmlReturn_t (*MigMode)(nvmlDevice_t, unsigned *, unsigned *);
+	nvmlReturn_t (*Ecc)(nvmlDevice_t, int, int, unsigned long long *);
 	nvmlReturn_t (*GpmSupport)(nvmlDevice_t, nvmlGpmSupport_t *);
 	nvmlReturn_t (*GpmAlloc)(nvmlGpmSample_t *);
 	nvmlReturn_t (*GpmFree)(nvmlGpmSample_t);
@@ -365,6 +367,12 @@ static void report(unsigned i)
 		if (api.Violation(d->h, NVML_PERF_POLICY_THERMAL, &v) == NVML_SUCCESS)
 			printf(" thermal_ns=%llu", v.violationTime);
 	}
+	if (api.Ecc && !d->mig) {
+		/* uncorrected errors since the driver loaded; NOT_SUPPORTED: ECC is off */
+		unsigned long long e;
+		if (api.Ecc(d->h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &e) == NVML_SUCCESS)
+			printf(" ecc=%llu", e);
+	}
 	if (api.Reasons)
 		printf(" reasons=%llx", d->reasons);
 	d->reasons = 0;
@@ -542,6 +550,7 @@ int main(int argc, char **argv)
 	LOOKUP(Reasons, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons");
 	LOOKUP(Procs, "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2");
 	LOOKUP(MigMode, "nvmlDeviceGetMigMode");
+	LOOKUP(Ecc, "nvmlDeviceGetTotalEccErrors");
 	LOOKUP(GpmSupport, "nvmlGpmQueryDeviceSupport");
 	LOOKUP(GpmAlloc, "nvmlGpmSampleAlloc");
 	LOOKUP(GpmFree, "nvmlGpmSampleFree");

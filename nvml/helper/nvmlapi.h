@@ -121,6 +121,10 @@ enum {
 	NVML_GPM_METRIC_DRAM_BW_UTIL = 10,
 };
 
+/* nvmlDeviceGetTotalEccErrors: error type and counter type. */
+enum { NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum { NVML_VOLATILE_ECC = 0 };
+
 /* Clock event ("throttle") reasons. */
 #define NVML_CLOCKS_EVENT_SW_POWER_CAP 0x4ULL
 #define NVML_CLOCKS_EVENT_HW_SLOWDOWN 0x8ULL
