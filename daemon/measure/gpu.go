@@ -383,5 +383,4 @@ func gpuIs(d nvml.Device, id string) bool {
 	return err == nil && n == d.Index
 }
 
-
 func (g *gpuSource) Close() error { return nil }
