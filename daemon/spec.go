@@ -74,7 +74,9 @@ func jobSpec(n specNode, in specInput) (measure.Spec, error) {
 		return measure.Spec{}, fmt.Errorf("%w: no cpuset cgroup of the job", errNotYet)
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(in.ID), 10), StatCgroups: statCgroups(cg, in.Owned, n.OwnedV2)}
-	if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {
+	if strings.Contains(in.GPUs, "MIG-") || strings.Contains(in.GPUs, "GPU-") {
+		spec.GPUs = strings.Split(in.GPUs, ",") // UUIDs (MIG instances)
+	} else if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {
 		// With AutoDetect=nvml Slurm orders GPUs as NVML does: a GRES index is an NVML one;
 		// with File=/dev/nvidiaN lines, the device's minor number (GPUIndex=minor).
 		for _, g := range gpus {

@@ -114,3 +114,32 @@ func TestJobSpec(t *testing.T) {
 		})
 	}
 }
+
+// TestJobSpecGPUs: the prolog's list of the job's GPUs becomes the names the GPU source
+// matches: NVML indices (AutoDetect=nvml), minor numbers (GPUIndex=minor), MIG UUIDs.
+func TestJobSpecGPUs(t *testing.T) {
+	const v2job = "/sys/fs/cgroup/system.slice/n1_slurmstepd.scope/job_7"
+	for _, tc := range []struct {
+		name, gpus, index string
+		want              []string
+	}{
+		{"none", "", "", nil},
+		{"GRES indices", "0,2-3", "", []string{"0", "2", "3"}},
+		{"minor numbers", "1,5", "minor", []string{"minor:1", "minor:5"}},
+		{"MIG instances", "MIG-1a2b,MIG-3c4d", "minor", []string{"MIG-1a2b", "MIG-3c4d"}},
+		{"not a list", "0,x", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := specNode{Host: hostfs.New("/r"), Topology: func(cpus []int) []sample.CPUTopo { return nil },
+				PerfParent: "/sys/fs/cgroup/persyst_n1", OwnedV2: true, GPUIndex: tc.index}
+			spec, err := jobSpec(n, specInput{ID: 7, GPUs: tc.gpus, Steps: 1, Cgroups: map[string]string{"unified": v2job},
+				CPUs: map[string]listedCPUs{"unified": {CPUs: []int{0}, Listed: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, spec.GPUs); d != "" {
+				t.Errorf("GPUs (-want +got):\n%s", d)
+			}
+		})
+	}
+}

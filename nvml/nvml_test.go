@@ -46,8 +46,8 @@ func TestHello(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := nvml.Hello{Driver: "550.54.15", Devices: []nvml.Device{
-		{Index: 0, UUID: "GPU-aaaa", Bus: "00000000:3B:00.0", Minor: 2, Memory: 85899345920, Name: "Fake H100", GPM: true},
-		{Index: 1, UUID: "GPU-bbbb", Bus: "00000000:86:00.0", Minor: 0, Memory: 42949672960, Name: "Fake GPU"},
+		{Index: 0, UUID: "GPU-aaaa", Bus: "00000000:3B:00.0", Minor: 2, Memory: 85899345920, Name: "Fake H100", GPM: true, Parent: -1},
+		{Index: 1, UUID: "GPU-bbbb", Bus: "00000000:86:00.0", Minor: 0, Memory: 42949672960, Name: "Fake GPU", Parent: -1},
 	}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("hello (-want +got):\n%s", d)
@@ -232,5 +232,52 @@ func TestHelperDies(t *testing.T) {
 	_, err := h.Read(ctx, 0)
 	if err == nil || !strings.Contains(err.Error(), "persyst-nvml exit status 3") {
 		t.Fatalf("read of a crashed helper: %v, want its exit status", err)
+	}
+}
+
+// TestMIG: a GPU in MIG mode gives its instances as devices of their own, with their
+// memory and GPM activity (on the GPU, by GPU instance); their GPU's power, energy and
+// throttling are not theirs.
+func TestMIG(t *testing.T) {
+	b := nvmltest.Build(t)
+	h := start(t, b.Fake, nvmltest.Scenario(t, `device uuid=GPU-a bus=00000000:3B:00.0 gpm=1 mig=1
+mig parent=0 uuid=MIG-1111 gi=1 memory=10737418240
+mig parent=0 uuid=MIG-2222 gi=2 memory=21474836480
+at 0 gpu=100 util=90 sm=80 mem=5000 power=300
+at 0 gpu=101 sm=0
+`), nvml.Options{})
+	ctx := context.Background()
+	hello, err := h.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nvml.Device{
+		{Index: 0, UUID: "GPU-a", Bus: "00000000:3B:00.0", Minor: 0, Memory: 85899345920, Name: "Fake GPU", MIG: true, GPM: true, Parent: -1},
+		{Index: 1, UUID: "MIG-1111", Minor: -1, Memory: 10737418240, Name: "Fake MIG", GPM: true, Parent: 0, GI: 1},
+		{Index: 2, UUID: "MIG-2222", Minor: -1, Memory: 21474836480, Name: "Fake MIG", GPM: true, Parent: 0, GI: 2},
+	}
+	if d := cmp.Diff(want, hello.Devices); d != "" {
+		t.Fatalf("devices (-want +got):\n%s", d)
+	}
+	r0, err := h.Read(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	r1, err := h.Read(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := (value(t, r1[1], "sm") - value(t, r0[1], "sm")) / (value(t, r1[1], "sm_s") - value(t, r0[1], "sm_s"))
+	if math.Abs(sm-0.8) > 0.02 {
+		t.Errorf("MIG-1111 SM activity %.3f, want 0.8", sm)
+	}
+	for _, k := range []string{"energy", "power", "thermal_ns", "ecc"} {
+		if _, ok := r1[1].Values[k]; ok {
+			t.Errorf("a MIG instance has its GPU's %s", k)
+		}
+	}
+	if _, ok := r1[1].Values["busy"]; ok {
+		t.Error("a MIG instance has NVML utilization samples (NVML gives none)")
 	}
 }

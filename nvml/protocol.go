@@ -33,6 +33,9 @@ type Device struct {
 	Name   string
 	MIG    bool // MIG mode on: device-wide utilization is not available
 	GPM    bool // GPU performance monitoring (Hopper and newer): SM activity, tensor, DRAM
+	// Parent, for a MIG instance, is its GPU's index (-1: a GPU), GI its GPU instance.
+	Parent int
+	GI     int
 }
 
 // Hello is what the helper says when it starts.
@@ -128,7 +131,7 @@ func parseHello(r *bufio.Reader) (Hello, error) {
 
 func parseDevice(s string) (Device, error) {
 	idx, rest, _ := strings.Cut(s, " ")
-	d := Device{Minor: -1}
+	d := Device{Minor: -1, Parent: -1}
 	var err error
 	if d.Index, err = strconv.Atoi(idx); err != nil || d.Index < 0 {
 		return d, fmt.Errorf("device index %q", idx)
@@ -152,6 +155,16 @@ func parseDevice(s string) (Device, error) {
 		case "memory":
 			if d.Memory, err = strconv.ParseUint(v, 10, 64); err != nil {
 				return d, fmt.Errorf("device %d: memory %q", d.Index, v)
+			}
+		case "parent", "gi":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return d, fmt.Errorf("device %d: %s %q", d.Index, k, v)
+			}
+			if k == "parent" {
+				d.Parent = n
+			} else {
+				d.GI = n
 			}
 		case "mig":
 			d.MIG = v == "1"

@@ -576,18 +576,28 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 }
 
 /* job_gpus returns the job's GPUs on this node from the prolog's environment, which
- * slurmd builds from the job's credential (SLURM_JOB_GPUS: GRES indices, "0,2"); the
+ * slurmd builds from the job's credential (SLURM_JOB_GPUS: GRES indices, "0,2"; MIG
+ * instances by UUID from CUDA_VISIBLE_DEVICES); the
  * job's own environment, which its user controls, is never read for it. NULL when the
  * job has none or the value is not a plain list. */
 static const char *job_gpus(void)
 {
-	const char *v = getenv("SLURM_JOB_GPUS");
+	/* MIG instances: their UUIDs ("MIG-…"), which slurmd puts in the prolog's
+	 * CUDA_VISIBLE_DEVICES, name them exactly; GRES indices do not. */
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+	int uuids = v != NULL && strstr(v, "MIG-") != NULL;
 
+	if (!uuids)
+		v = getenv("SLURM_JOB_GPUS");
 	if (v == NULL || v[0] == '\0' || strlen(v) > 1024)
 		return NULL;
-	for (const char *p = v; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || *p == ',' || *p == '-'))
+	for (const char *p = v; *p; p++) {
+		int ok = (*p >= '0' && *p <= '9') || *p == ',' || *p == '-';
+		if (uuids)
+			ok = ok || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '/';
+		if (!ok)
 			return NULL;
+	}
 	return v;
 }
 

@@ -95,6 +95,7 @@ type event struct {
 	NCPUs                   uint32
 	JobMemMB, StepMemMB     uint64
 	JobCores, StepCores     *string
+	GPUs                    *string
 	Option                  int
 	HasExit                 bool
 	ExitStatus              int
@@ -132,6 +133,10 @@ func encode(kind int, e event, defaultOn bool, now time.Time) (string, bool) {
 	if e.StepCores != nil {
 		ev.step_cores = C.CString(*e.StepCores)
 		defer C.free(unsafe.Pointer(ev.step_cores))
+	}
+	if e.GPUs != nil {
+		ev.gpus = C.CString(*e.GPUs)
+		defer C.free(unsafe.Pointer(ev.gpus))
 	}
 	const size = C.PERSYST_MAX_MESSAGE + 2
 	buf := (*C.char)(C.malloc(size))

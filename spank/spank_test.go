@@ -127,6 +127,11 @@ func TestEncodeIsAValidRequest(t *testing.T) {
 			want: wire.Request{V: 1, Kind: wire.JobStart, Event: &wire.Event{JobID: 7, UID: 1000, GID: 100, Persyst: "on", Time: now}},
 		},
 		{
+			name: "job start with GPUs (the prolog's)", kind: kindJobStart, defaultOn: true,
+			ev:   event{JobID: 8, UID: 1000, GID: 100, GPUs: ptr("0,2"), Option: -1},
+			want: wire.Request{V: 1, Kind: wire.JobStart, Event: &wire.Event{JobID: 8, UID: 1000, GID: 100, GPUs: "0,2", Persyst: "on", Time: now}},
+		},
+		{
 			name: "site default off", kind: kindJobStart,
 			ev:   event{JobID: 7, Option: -1},
 			want: wire.Request{V: 1, Kind: wire.JobStart, Event: &wire.Event{JobID: 7, Persyst: "off", Time: now}},

@@ -212,6 +212,11 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 		}
 		for _, a := range gpuActivity {
 			v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
+			if !ok && a.key == "busy" {
+				// No utilization samples (a MIG instance): GPM's graphics activity, the
+				// time a kernel ran, measured the same way.
+				v, cov, ok = gpuDelta(prev, cur, "gpm_busy", "gpm_busy_s")
+			}
 			switch {
 			case !ok:
 				missing[a.metric] = gpuWhy(cur, a.key, hello, i)
@@ -307,6 +312,8 @@ func gpuWhy(cur nvml.Reading, key string, hello nvml.Hello, i int) string {
 			continue
 		}
 		switch {
+		case d.Parent >= 0 && (key == "energy" || strings.HasSuffix(key, "_ns")):
+			return fmt.Sprintf("GPU %d is a MIG instance: its GPU's power and throttling are shared with the other instances", i)
 		case key != "busy" && key != "energy" && !strings.HasSuffix(key, "_ns") && !d.GPM:
 			return fmt.Sprintf("GPU %d (%s) has no GPU performance monitoring (GPM: Hopper and newer)", i, d.Name)
 		case d.MIG && (key == "busy" || key == "energy"):

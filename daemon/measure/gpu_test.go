@@ -213,3 +213,32 @@ func BenchmarkGPURead(b *testing.B) {
 		}
 	}
 }
+
+// TestGPUMIG: a job given a MIG instance (CUDA_VISIBLE_DEVICES names it by UUID) gets the
+// instance's memory and activity (GPM, as NVML samples no utilization for it), and its
+// GPU's power is not attributed.
+func TestGPUMIG(t *testing.T) {
+	sc := `device uuid=GPU-aaaa bus=00000000:3B:00.0 gpm=1 mig=1
+mig parent=0 uuid=MIG-1111-2222 gi=1 memory=10737418240
+mig parent=0 uuid=MIG-3333-4444 gi=2 memory=21474836480
+at 0 gpu=100 util=100 sm=60 mem=5368709120 power=300
+at 0 gpu=101 sm=90
+`
+	m, now, _ := gpuMeterScenario(t, sc, "", Spec{GPUs: []string{"MIG-1111-2222"}})
+	time.Sleep(time.Second)
+	*now = now.Add(time.Second)
+	s, err := m.Read(sample.Cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, sm := s.Job[sample.GPUBusySeconds], s.Job[sample.GPUSMActiveSeconds]
+	if busy < 0.8 || busy > 1.2 || sm/busy < 0.55 || sm/busy > 0.65 {
+		t.Errorf("MIG instance: busy %.3f s, SM activity %.3f s; want about 1 s and 60 %% of it", busy, sm)
+	}
+	if v := s.Job[sample.GPUMemTotalBytes]; v != 10737418240 {
+		t.Errorf("memory of the job's GPUs %v, want the instance's 10 GiB", v)
+	}
+	if why := m.Summary().NotMeasured[sample.GPUEnergyJoules]; !strings.Contains(why, "MIG instance") {
+		t.Errorf("energy of a MIG instance: not measured %q, want it said why", why)
+	}
+}

@@ -85,7 +85,7 @@ type Event struct {
 	JobCores    string `json:"job_cores,omitempty"`  // Slurm list format, e.g. "0-3,8"
 	StepCores   string `json:"step_cores,omitempty"` // Slurm list format
 	// GPUs are the job's GPUs on the node (job start, from the prolog: SLURM_JOB_GPUS,
-	// Slurm's GRES indices, e.g. "0,2").
+	// Slurm's GRES indices, e.g. "0,2"; MIG instances: their UUIDs, "MIG-…,MIG-…").
 	GPUs      string `json:"gpus,omitempty"`
 	JobMemMB  uint64 `json:"job_mem_mb,omitempty"`
 	StepMemMB uint64 `json:"step_mem_mb,omitempty"`

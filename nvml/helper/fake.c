@@ -6,6 +6,8 @@
  *   driver VERSION
  *   fail init CODE                      nvmlInit returns CODE
  *   device uuid=U bus=B minor=N memory=BYTES name=NAME gpm=0|1 mig=0|1
+ *   mig parent=I uuid=MIG-… gi=N memory=BYTES   a MIG instance of GPU I (a device of
+ *                                       its own, 100 for the first, 101, ... in "at")
  *   at SECONDS gpu=I util=PCT sm=PCT occupancy=PCT tensor=PCT dram=PCT mem=BYTES
  *             power=WATTS throttle=none|power|thermal ecc=N (uncorrected errors so far)
  *   hang FUNCTION [after SECONDS]       the function never returns (a hung driver)
@@ -33,6 +35,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAXD 16
+#define MIG0 100 /* MIG instances are devices MIG0, MIG0+1, ... (their "at gpu=" too) */
+#define MAXMIG 16
 #define MAXAT 256
 #define PERIOD_US 166667ULL
 
@@ -50,8 +54,10 @@ static struct {
 	unsigned minor;
 	unsigned long long memory;
 	int gpm, mig;
-} devs[MAXD];
-static int ndev, init_fail, loaded;
+	int instance, parent; /* a MIG instance of GPU parent, GPU instance gi */
+	unsigned gi;
+} devs[MIG0 + MAXMIG];
+static int ndev, nmig, init_fail, loaded;
 static char driver[64] = "999.0.fake";
 static struct at ats[MAXAT];
 static int nat;
@@ -67,7 +73,7 @@ static unsigned long long t0_us;
 struct nvmlDevice_st {
 	int i;
 };
-static struct nvmlDevice_st handles[MAXD];
+static struct nvmlDevice_st handles[MIG0 + MAXMIG];
 
 static double mono(void)
 {
@@ -116,8 +122,24 @@ static void load(void)
 			    (w = strtok_r(NULL, " \t\n", &save)))
 				hangs[nhang].after = atof(w);
 			nhang++;
-		} else if (!strcmp(w, "device") && !first) {
+		} else if ((!strcmp(w, "device") || !strcmp(w, "mig")) && !first) {
 			continue;
+		} else if (!strcmp(w, "mig") && nmig < MAXMIG) {
+			int i = MIG0 + nmig++;
+			snprintf(devs[i].name, sizeof devs[i].name, "Fake MIG");
+			devs[i].instance = devs[i].mig = 1;
+			devs[i].memory = 10ULL << 30;
+			while ((w = strtok_r(NULL, " \t\n", &save))) {
+				char *v = strchr(w, '=');
+				if (!v)
+					continue;
+				*v++ = 0;
+				if (!strcmp(w, "uuid")) snprintf(devs[i].uuid, sizeof devs[i].uuid, "%s", v);
+				else if (!strcmp(w, "parent")) devs[i].parent = atoi(v);
+				else if (!strcmp(w, "gi")) devs[i].gi = atoi(v);
+				else if (!strcmp(w, "memory")) devs[i].memory = strtoull(v, NULL, 10);
+			}
+			devs[i].gpm = devs[devs[i].parent].gpm;
 		} else if (!strcmp(w, "device") && ndev < MAXD) {
 			int i = ndev++;
 			snprintf(devs[i].uuid, sizeof devs[i].uuid, "GPU-fake-%d", i);
@@ -207,9 +229,11 @@ static double integral(int gpu, double a, double b, int f)
 static int dev(nvmlDevice_t h)
 {
 	load();
-	if (h < handles || h >= handles + ndev)
-		return -1;
-	return h->i;
+	if (h >= handles && h < handles + ndev)
+		return h->i;
+	if (h >= handles + MIG0 && h < handles + MIG0 + nmig)
+		return h->i;
+	return -1;
 }
 
 #ifdef FAKE_OLD
@@ -226,7 +250,7 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	t0_us = ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
-	for (int i = 0; i < MAXD; i++)
+	for (int i = 0; i < MIG0 + MAXMIG; i++)
 		handles[i].i = i;
 	return NVML_SUCCESS;
 }
@@ -297,6 +321,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *p)
 	int i = dev(h);
 	if (i < 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (devs[i].instance)
+		return NVML_ERROR_NOT_SUPPORTED;
 	memset(p, 0, sizeof *p);
 	snprintf(p->busId, sizeof p->busId, "%s", devs[i].bus);
 	return NVML_SUCCESS;
@@ -308,6 +334,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *m)
 	int i = dev(h);
 	if (i < 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (devs[i].instance)
+		return NVML_ERROR_NOT_SUPPORTED;
 	*m = devs[i].minor;
 	return NVML_SUCCESS;
 }
@@ -453,6 +481,39 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int type, int co
 	return NVML_SUCCESS;
 }
 
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned *n)
+{
+	int i = dev(h);
+	if (i < 0 || devs[i].instance)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*n = 0;
+	for (int j = 0; j < nmig; j++)
+		*n += devs[MIG0 + j].parent == i;
+	return devs[i].mig ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned k, nvmlDevice_t *out)
+{
+	int i = dev(h);
+	if (i < 0 || devs[i].instance)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int j = 0; j < nmig; j++)
+		if (devs[MIG0 + j].parent == i && k-- == 0) {
+			*out = &handles[MIG0 + j];
+			return NVML_SUCCESS;
+		}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t h, unsigned *gi)
+{
+	int i = dev(h);
+	if (i < 0 || !devs[i].instance)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*gi = devs[i].gi;
+	return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned *cur, unsigned *pending)
 {
 	int i = dev(h);
@@ -497,6 +558,20 @@ EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t h, nvmlGpmSample_t s)
 	s.handle->gpu = i;
 	s.handle->t = mono() - t0;
 	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned gi, nvmlGpmSample_t s)
+{
+	int i = dev(h);
+	if (i < 0 || devs[i].instance || !s.handle)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int j = 0; j < nmig; j++)
+		if (devs[MIG0 + j].parent == i && devs[MIG0 + j].gi == gi) {
+			s.handle->gpu = MIG0 + j;
+			s.handle->t = mono() - t0;
+			return NVML_SUCCESS;
+		}
+	return NVML_ERROR_NOT_FOUND;
 }
 
 EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m)

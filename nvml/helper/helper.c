@@ -12,7 +12,8 @@
  *
  * Protocol (nvml/protocol.go parses it):
  *   hello:   "persyst-nvml 1", then "driver V", "absent SYMBOL"..., one
- *            "device I key=value..." per GPU, then "ready N";
+ *            "device I key=value..." per GPU, then one per MIG instance of the GPUs in
+ *            MIG mode (parent=I gi=N), then "ready N";
  *            or "fail WHAT REASON" (no library, no driver) and exit.
  *   "read":  one "gpu I key=value..." per GPU, then "done". Values are cumulative
  *            (seconds of activity, millijoules, nanoseconds of throttling, ecc: the
@@ -62,6 +63,10 @@ static struct {
 	nvmlReturn_t (*Procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
 	nvmlReturn_t (*MigMode)(nvmlDevice_t, unsigned *, unsigned *);
 	nvmlReturn_t (*Ecc)(nvmlDevice_t, int, int, unsigned long long *);
+	nvmlReturn_t (*MigCount)(nvmlDevice_t, unsigned *);
+	nvmlReturn_t (*MigHandle)(nvmlDevice_t, unsigned, nvmlDevice_t *);
+	nvmlReturn_t (*GpuInstanceId)(nvmlDevice_t, unsigned *);
+	nvmlReturn_t (*GpmMigGet)(nvmlDevice_t, unsigned, nvmlGpmSample_t);
 	nvmlReturn_t (*GpmSupport)(nvmlDevice_t, nvmlGpmSupport_t *);
 	nvmlReturn_t (*GpmAlloc)(nvmlGpmSample_t *);
 	nvmlReturn_t (*GpmFree)(nvmlGpmSample_t);
@@ -84,7 +89,10 @@ static const struct {
 
 struct device {
 	nvmlDevice_t h;
-	int mig;
+	int mig;      /* a GPU in MIG mode: its instances are devices of their own */
+	int instance; /* a MIG instance (parent: its GPU's device, gi: its GPU instance) */
+	int parent;
+	unsigned gi;
 	/* utilization samples: the newest seen, and the integrals since start */
 	unsigned long long last_ts;
 	int have_ts;
@@ -226,7 +234,8 @@ static void tick(struct device *d)
 	}
 	if (d->gpm) {
 		double t = now();
-		nvmlReturn_t r = api.GpmGet(d->h, d->gs[d->gcur]);
+		nvmlReturn_t r = d->instance ? api.GpmMigGet(devs[d->parent].h, d->gi, d->gs[d->gcur])
+					     : api.GpmGet(d->h, d->gs[d->gcur]);
 		if (r == NVML_SUCCESS) {
 			if (d->ghave) {
 				memset(&mget, 0, sizeof mget);
@@ -347,7 +356,10 @@ static void report(unsigned i)
 		}
 	}
 	d->have_peak = 0;
-	if (api.Energy && !d->mig) {
+	/* A MIG instance's GPU is shared with the other instances: its power, energy,
+	 * throttling and ECC are the GPU's, not the instance's. */
+	int whole = !d->mig && !d->instance;
+	if (api.Energy && whole) {
 		unsigned long long e;
 		nvmlReturn_t r = api.Energy(d->h, &e);
 		if (r == NVML_SUCCESS)
@@ -355,25 +367,25 @@ static void report(unsigned i)
 		else
 			printf(" energy=!%s", why(r));
 	}
-	if (api.Power && !d->mig) {
+	if (api.Power && whole) {
 		unsigned p;
 		if (api.Power(d->h, &p) == NVML_SUCCESS)
 			printf(" power=%u", p);
 	}
-	if (api.Violation && !d->mig) {
+	if (api.Violation && whole) {
 		nvmlViolationTime_t v;
 		if (api.Violation(d->h, NVML_PERF_POLICY_POWER, &v) == NVML_SUCCESS)
 			printf(" power_ns=%llu", v.violationTime);
 		if (api.Violation(d->h, NVML_PERF_POLICY_THERMAL, &v) == NVML_SUCCESS)
 			printf(" thermal_ns=%llu", v.violationTime);
 	}
-	if (api.Ecc && !d->mig) {
+	if (api.Ecc && whole) {
 		/* uncorrected errors since the driver loaded; NOT_SUPPORTED: ECC is off */
 		unsigned long long e;
 		if (api.Ecc(d->h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &e) == NVML_SUCCESS)
 			printf(" ecc=%llu", e);
 	}
-	if (api.Reasons)
+	if (api.Reasons && !d->instance)
 		printf(" reasons=%llx", d->reasons);
 	d->reasons = 0;
 	procs(d);
@@ -479,7 +491,7 @@ static void hello(void)
 			printf(" uuid=%s", buf);
 		}
 		nvmlPciInfo_t pci;
-		if (api.Pci && api.Pci(d->h, &pci) == NVML_SUCCESS) {
+		if (api.Pci && api.Pci(d->h, &pci) == NVML_SUCCESS && pci.busId[0]) {
 			pci.busId[sizeof pci.busId - 1] = 0;
 			word(pci.busId);
 			printf(" bus=%s", pci.busId);
@@ -491,6 +503,8 @@ static void hello(void)
 		if (api.Memory && api.Memory(d->h, &m) == NVML_SUCCESS)
 			printf(" memory=%llu", m.total);
 		printf(" mig=%d gpm=%d", d->mig, d->gpm);
+		if (d->instance)
+			printf(" parent=%d gi=%u", d->parent, d->gi);
 		if (api.Name && api.Name(d->h, buf, sizeof buf) == NVML_SUCCESS) {
 			buf[sizeof buf - 1] = 0;
 			word(buf);
@@ -551,6 +565,10 @@ int main(int argc, char **argv)
 	LOOKUP(Procs, "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2");
 	LOOKUP(MigMode, "nvmlDeviceGetMigMode");
 	LOOKUP(Ecc, "nvmlDeviceGetTotalEccErrors");
+	LOOKUP(MigCount, "nvmlDeviceGetMaxMigDeviceCount");
+	LOOKUP(MigHandle, "nvmlDeviceGetMigDeviceHandleByIndex");
+	LOOKUP(GpuInstanceId, "nvmlDeviceGetGpuInstanceId");
+	LOOKUP(GpmMigGet, "nvmlGpmMigSampleGet");
 	LOOKUP(GpmSupport, "nvmlGpmQueryDeviceSupport");
 	LOOKUP(GpmAlloc, "nvmlGpmSampleAlloc");
 	LOOKUP(GpmFree, "nvmlGpmSampleFree");
@@ -590,6 +608,29 @@ int main(int argc, char **argv)
 				api.GpmFree(d->gs[0]);
 		}
 		ndev++;
+	}
+	/* MIG instances follow the GPUs, as devices of their own. */
+	unsigned nphys = ndev;
+	for (unsigned p = 0; p < nphys && api.MigCount && api.MigHandle; p++) {
+		unsigned max = 0;
+		if (!devs[p].mig || api.MigCount(devs[p].h, &max) != NVML_SUCCESS)
+			continue;
+		for (unsigned k = 0; k < max && ndev < MAX_DEVICES; k++) {
+			struct device *d = &devs[ndev];
+			if (api.MigHandle(devs[p].h, k, &d->h) != NVML_SUCCESS)
+				continue; /* no instance in this slot */
+			d->instance = 1;
+			d->parent = p;
+			if (api.GpuInstanceId)
+				api.GpuInstanceId(d->h, &d->gi);
+			if (devs[p].gpm && api.GpmMigGet && api.GpmAlloc(&d->gs[0]) == NVML_SUCCESS) {
+				if (api.GpmAlloc(&d->gs[1]) == NVML_SUCCESS)
+					d->gpm = 1;
+				else
+					api.GpmFree(d->gs[0]);
+			}
+			ndev++;
+		}
 	}
 	for (unsigned i = 0; i < ndev; i++)
 		tick(&devs[i]);
