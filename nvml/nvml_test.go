@@ -54,6 +54,27 @@ func TestHello(t *testing.T) {
 	}
 }
 
+// readTwice reads the helper, waits pause, and reads it again.
+func readTwice(t *testing.T, h *nvml.Helper, pause time.Duration) (r0, r1 []nvml.Reading) {
+	t.Helper()
+	ctx := context.Background()
+	r0, err := h.Read(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause)
+	if r1, err = h.Read(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return r0, r1
+}
+
+// share is the increase of GPU i's key over that of cover between two reads.
+func share(t *testing.T, r0, r1 []nvml.Reading, i int, key, cover string) float64 {
+	t.Helper()
+	return (value(t, r1[i], key) - value(t, r0[i], key)) / (value(t, r1[i], cover) - value(t, r0[i], cover))
+}
+
 func value(t *testing.T, r nvml.Reading, k string) float64 {
 	t.Helper()
 	v, ok := r.Values[k]
@@ -78,15 +99,7 @@ func TestIntegrals(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1200 * time.Millisecond) // into GPU 0's busy stretch
-	r0, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	r1, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r0, r1 := readTwice(t, h, 1500*time.Millisecond)
 	if len(r0) != 2 || len(r1) != 2 {
 		t.Fatalf("readings: %d, %d; want 2 GPUs", len(r0), len(r1))
 	}
@@ -99,10 +112,10 @@ func TestIntegrals(t *testing.T) {
 	}
 	d := func(i int, k string) float64 { return value(t, r1[i], k) - value(t, r0[i], k) }
 	// utilization samples come every 1/6 s: the integral lags by up to one
-	near("GPU 0 busy share", d(0, "busy")/d(0, "util_s"), 1, 0.02)
-	near("GPU 1 busy share", d(1, "busy")/d(1, "util_s"), 0.33, 0.02)
-	near("GPU 0 SM share", d(0, "sm")/d(0, "sm_s"), 0.5, 0.02)
-	near("GPU 0 tensor share", d(0, "tensor")/d(0, "tensor_s"), 0.1, 0.02)
+	near("GPU 0 busy share", share(t, r0, r1, 0, "busy", "util_s"), 1, 0.02)
+	near("GPU 1 busy share", share(t, r0, r1, 1, "busy", "util_s"), 0.33, 0.02)
+	near("GPU 0 SM share", share(t, r0, r1, 0, "sm", "sm_s"), 0.5, 0.02)
+	near("GPU 0 tensor share", share(t, r0, r1, 0, "tensor", "tensor_s"), 0.1, 0.02)
 	near("GPU 0 watts from energy", d(0, "energy")/1000/dt, 300, 10)
 	near("GPU 0 thermal throttling share", d(0, "thermal_ns")/1e9/dt, 1, 0.05)
 	near("GPU 0 power-capped seconds", d(0, "power_ns")/1e9, 0, 0.001)
@@ -144,18 +157,9 @@ func TestOldDriver(t *testing.T) {
 	if hello.Devices[0].GPM {
 		t.Error("GPM on a driver without it")
 	}
-	r0, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	r1, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	share := (value(t, r1[1], "busy") - value(t, r0[1], "busy")) / (value(t, r1[1], "util_s") - value(t, r0[1], "util_s"))
-	if math.Abs(share-0.33) > 0.02 {
-		t.Errorf("GPU 1 busy share %.3f, want 0.33", share)
+	r0, r1 := readTwice(t, h, time.Second)
+	if busy := share(t, r0, r1, 1, "busy", "util_s"); math.Abs(busy-0.33) > 0.02 {
+		t.Errorf("GPU 1 busy share %.3f, want 0.33", busy)
 	}
 	for _, k := range []string{"energy", "sm"} {
 		if _, ok := r1[0].Values[k]; ok {
@@ -259,17 +263,8 @@ at 0 gpu=101 sm=0
 	if d := cmp.Diff(want, hello.Devices); d != "" {
 		t.Fatalf("devices (-want +got):\n%s", d)
 	}
-	r0, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	r1, err := h.Read(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm := (value(t, r1[1], "sm") - value(t, r0[1], "sm")) / (value(t, r1[1], "sm_s") - value(t, r0[1], "sm_s"))
-	if math.Abs(sm-0.8) > 0.02 {
+	r0, r1 := readTwice(t, h, time.Second)
+	if sm := share(t, r0, r1, 1, "sm", "sm_s"); math.Abs(sm-0.8) > 0.02 {
 		t.Errorf("MIG-1111 SM activity %.3f, want 0.8", sm)
 	}
 	for _, k := range []string{"energy", "power", "thermal_ns", "ecc"} {
