@@ -49,6 +49,10 @@ func TestGPUFindings(t *testing.T) {
 			[]string{"gpu_cpu_starved"}, nil},
 		{"low use, CPUs idle", with(busy, sample.GPUBusySeconds, 0.2, sample.GPUSMActiveSeconds, 0.19), 0.3,
 			[]string{"gpu_low_util"}, map[string]float64{"gpu_low_util": 20}},
+		// An idle GPU read a few ms off the interval (H200, persyst run): idle, not
+		// "barely busy" from a division by the rounding.
+		{"idle, the interval rounded", with(busy, sample.GPUBusySeconds, 0.0, sample.GPUUnusedSeconds, 0.9998,
+			sample.GPUSMActiveSeconds, 0.0), 0.3, []string{"gpu_unused"}, nil},
 		{"hot node", with(busy, sample.GPUThermalSeconds, 0.5), 0.3, []string{"gpu_thermal"}, nil},
 		// One error in the job's first interval only (onceKey).
 		{"one hardware error", with(busy, onceKey+sample.GPUErrors, 1.0), 0.3, []string{"gpu_errors"}, nil},

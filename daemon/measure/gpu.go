@@ -91,7 +91,7 @@ func (g *gpuSource) Read(r *Read) error {
 		r.Sample.Job[sample.GPUErrors] = errs
 	}
 	r.Sample.Job[sample.GPUMemPeakBytes] = memPeak
-	sum, missing := g.deltas(hello, byIndex, idx, alone)
+	sum, missing := g.deltas(hello, byIndex, idx, alone, r.Sample.Seconds)
 	g.prev, g.alone = byIndex, alone
 	for _, n := range gpuShared {
 		if why, ok := missing[n]; ok {
@@ -182,7 +182,7 @@ func gpuMemory(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, mine m
 
 // deltas sums what the job's GPUs did since the previous read; missing names the
 // metrics a GPU could not give, with why.
-func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, alone map[int]bool) (sum map[string]float64, missing map[string]string) {
+func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, alone map[int]bool, seconds float64) (sum map[string]float64, missing map[string]string) {
 	sum, missing = map[string]float64{}, map[string]string{}
 	for _, i := range idx {
 		cur, ok := byIndex[i]
@@ -210,6 +210,10 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 			// and no values for this short interval.
 			continue
 		}
+		secs := seconds
+		if secs <= 0 {
+			secs = dt
+		}
 		for _, a := range gpuActivity {
 			v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
 			if !ok && a.key == "busy" {
@@ -226,12 +230,15 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 				missing[a.metric] = fmt.Sprintf("GPU %d: no NVML sample in the interval", i)
 				continue
 			}
+			// A share of the interval: GPU-seconds on the interval's clock (the helper's
+			// read is a few ms off the meter's, and an idle GPU must be idle for exactly
+			// the interval, or "busy / (GPUs · seconds − unused)" divides by a rounding).
 			share := min(max(v/cov, 0), 1)
-			sum[a.metric] += share * dt
+			sum[a.metric] += share * secs
 			if a.key == "busy" {
 				sum[sample.GPUUnusedSeconds] += 0
 				if share < unusedShare {
-					sum[sample.GPUUnusedSeconds] += dt
+					sum[sample.GPUUnusedSeconds] += secs
 				}
 			}
 		}
