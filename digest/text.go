@@ -259,7 +259,14 @@ func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
 		if f.Unit == "GPUs" && gpus > 0 {
 			// A share of the job's GPUs, said as GPUs: any one is a finding.
 			n := int(math.Round(f.Median() * float64(gpus)))
-			b.WriteString(clip(fmt.Sprintf("   %d of %s did nothing", n, plural(gpus, "GPU")), width) + "\n")
+			what := fmt.Sprintf("%d of %s", n, plural(gpus, "GPU"))
+			switch {
+			case gpus == 1:
+				what = "The job's GPU"
+			case n == gpus:
+				what = fmt.Sprintf("All %d GPUs", gpus)
+			}
+			b.WriteString(clip("   "+what+" did nothing", width) + "\n")
 			wrap(b, "   "+f.Recommendation, width, "   ")
 			return
 		}

@@ -49,6 +49,9 @@ var (
 	unusedGPUs = properties.Result{Key: "gpu_unused", ID: "gpu_unused", Name: "Allocated GPUs left idle", Unit: "GPUs", Domain: properties.Node,
 		Assessed: true, Count: 60, Deciles: deciles(0.5, 0.5, 0.5), Threshold: thr(0.5), TimeShare: 1, MeanSeverity: 1, MaxSeverity: 1, Finding: true,
 		Recommendation: "Some allocated GPUs ran nothing: request only the GPUs the program uses (--gpus or --gres=gpu:N), or make it use them all."}
+	idleGPU = properties.Result{Key: "gpu_unused", ID: "gpu_unused", Name: "Allocated GPUs left idle", Unit: "GPUs", Domain: properties.Node,
+		Assessed: true, Count: 60, Deciles: deciles(1, 1, 1), Threshold: thr(0.5), TimeShare: 0.53, MeanSeverity: 0.53, MaxSeverity: 1, Finding: true,
+		Recommendation: "Some allocated GPUs ran nothing."}
 	fine = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
 )
 
@@ -142,6 +145,7 @@ func TestTextGolden(t *testing.T) {
 		{"suspended_no_findings", suspended(whole(covering(Facts{JobID: 16, Nodes: []string{"node1"}, CPUs: 2}, 40, 40)), 1), []properties.Result{fine}, 300},
 		{"suspended_findings", suspended(whole(covering(Facts{JobID: 17, Nodes: []string{"node1"}, CPUs: 2}, 600, 600)), 5), []properties.Result{fine, smallWrites}, 300},
 		{"gpu_job", withGPUs(whole(covering(Facts{JobID: 18, Nodes: []string{"gpu1"}, CPUs: 16}, 3600, 60)), 4), []properties.Result{fine, unusedGPUs, idle}, 300},
+		{"one_gpu_idle", withGPUs(whole(covering(Facts{JobID: 19, Nodes: []string{"gpu1"}, CPUs: 4}, 3600, 60)), 1), []properties.Result{fine, idleGPU}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {
