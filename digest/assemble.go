@@ -65,7 +65,11 @@ func Assemble(in Input) Report {
 	if r.NNodes == 0 {
 		r.NNodes = len(r.Nodes)
 	}
-	r.GPUs = int(m.Totals[sample.GPUs])
+	if len(r.Nodes) <= 1 {
+		// The measurement is this node's: a multi-node job's other nodes' GPUs are not in
+		// it, and its idle GPUs are said as a share of them all.
+		r.GPUs = int(m.Totals[sample.GPUs])
+	}
 	if f.ArrayJobID != 0 {
 		task := f.ArrayTaskID
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task

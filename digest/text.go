@@ -256,11 +256,13 @@ func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
 	val := "   (no value)"
 	if len(f.Deciles) == 11 {
 		val = "   " + FormatValue(f.Median(), f.Unit)
-		if f.Unit == "GPUs" && gpus > 0 {
+		if f.Unit == "GPUs" {
 			// A share of the job's GPUs, said as GPUs: any one is a finding.
 			n := int(math.Round(f.Median() * float64(gpus)))
 			what := fmt.Sprintf("%d of %s", n, plural(gpus, "GPU"))
 			switch {
+			case gpus == 0: // their number is not known (several nodes)
+				what = fmt.Sprintf("%.0f%% of the GPUs", 100*f.Median())
 			case gpus == 1:
 				what = "The job's GPU"
 			case n == gpus:

@@ -145,6 +145,8 @@ func TestTextGolden(t *testing.T) {
 		{"suspended_no_findings", suspended(whole(covering(Facts{JobID: 16, Nodes: []string{"node1"}, CPUs: 2}, 40, 40)), 1), []properties.Result{fine}, 300},
 		{"suspended_findings", suspended(whole(covering(Facts{JobID: 17, Nodes: []string{"node1"}, CPUs: 2}, 600, 600)), 5), []properties.Result{fine, smallWrites}, 300},
 		{"gpu_job", withGPUs(whole(covering(Facts{JobID: 18, Nodes: []string{"gpu1"}, CPUs: 16}, 3600, 60)), 4), []properties.Result{fine, unusedGPUs, idle}, 300},
+		{"gpu_job_two_nodes", withGPUs(whole(covering(Facts{JobID: 20, Nodes: []string{"gpu1", "gpu2"}, NNodes: 2, CPUs: 32}, 3600, 60)), 4),
+			[]properties.Result{fine, unusedGPUs}, 300},
 		{"one_gpu_idle", withGPUs(whole(covering(Facts{JobID: 19, Nodes: []string{"gpu1"}, CPUs: 4}, 3600, 60)), 1), []properties.Result{fine, idleGPU}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
