@@ -69,6 +69,8 @@ func appendSampleJSONKeys(b []byte, s sample.Sample, keys *jsonKeys) ([]byte, er
 		b = append(b, ']')
 	}
 	b = append(b, '}')
+	// A GPU job's per-GPU values are few: encoding/json writes them (and the line).
+	ok = ok && len(s.GPU) == 0
 	if !ok {
 		line, err := json.Marshal(s)
 		if err != nil {

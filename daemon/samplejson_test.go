@@ -27,6 +27,8 @@ func TestAppendSampleJSON(t *testing.T) {
 			Job: map[string]float64{"a": 1e-7, "b": 2.5e-9, "c": 1e21, "d": -3e-300, "e": 999999999999999999999, "f": 1e20, "g": 5e-324}}},
 		{"integral", sample.Sample{Time: t0, Reason: sample.Cycle,
 			Job: map[string]float64{"a": 0, "b": math.Copysign(0, -1), "c": 123, "d": -5, "e": 1<<53 + 2, "f": 999999999999999, "g": 1e15, "h": -1e15, "i": 1e16, "j": 0.5}}},
+		{"per GPU", sample.Sample{Time: t0, Reason: sample.Cycle, Seconds: 60, Job: map[string]float64{"gpus": 2},
+			GPU: []sample.GPUValues{{GPU: 0, Values: map[string]float64{"busy_seconds": 59.5}}, {GPU: 3, Values: map[string]float64{"memory_bytes": 1 << 30}}}}},
 		{"low coverage", sample.Sample{Time: t0, Reason: sample.Step, Job: map[string]float64{}, LowCoverage: []string{"cycles@0", "instructions@1"}}},
 		{"escaped strings", sample.Sample{Time: t0, Reason: "a<b", Job: map[string]float64{"x&y": 1, "é": 2, "q\"": 3}}},
 	} {

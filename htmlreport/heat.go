@@ -6,9 +6,12 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/persyst/persyst/sample"
 )
 
 // palette is the heat map's 64 shades, white (idle) to dark red (busy), and a grey for
@@ -28,56 +31,57 @@ var palette = func() color.Palette {
 
 const noValue = 64 // palette index of "not measured"
 
-// cpuGrid is the CPU use (busy share, task-clock per CPU) of every CPU of a job's nodes
-// in every interval: rows are the nodes' CPUs, node by node; NaN where not measured.
+// cpuGrid is the use (busy share) of every CPU and GPU of a job's nodes in every
+// interval: rows are the nodes' CPUs (task-clock per CPU), then their GPUs (the time a
+// kernel ran, GPUs the job had alone), node by node; NaN where not measured.
 type cpuGrid struct {
 	rows []rowKey
 	ts   []int64
 	grid []float32
 	any  bool // a value is not NaN
+	gpus int  // rows that are GPUs
 }
 
 type rowKey struct {
 	node int
-	cpu  int
+	gpu  bool // a GPU (id: NVML's index), after the node's CPUs
+	id   int
 }
 
-// nodeRows returns the rows [from, to) of node ni.
+// nodeRows returns the rows [from, to) of node ni's CPUs.
 func (g *cpuGrid) nodeRows(ni int) (from, to int) {
 	from = sort.Search(len(g.rows), func(i int) bool { return g.rows[i].node >= ni })
-	to = sort.Search(len(g.rows), func(i int) bool { return g.rows[i].node > ni })
+	to = sort.Search(len(g.rows), func(i int) bool { return g.rows[i].node > ni || g.rows[i].node == ni && g.rows[i].gpu })
 	return from, to
 }
 
-// cpuUse reads every node's per-CPU task-clock once.
+// cpuUse reads every node's per-CPU task-clock and per-GPU busy time once.
 func cpuUse(nodes []NodeSamples) *cpuGrid {
 	g := &cpuGrid{}
 	times := map[int64]bool{}
 	for ni, n := range nodes {
-		cpus := map[int]bool{}
+		cpus, gpus := map[int]bool{}, map[int]bool{}
 		for _, s := range n.Samples {
-			if s.Seconds <= 0 || len(s.CPU) == 0 {
+			if s.Seconds <= 0 || len(s.CPU) == 0 && len(s.GPU) == 0 {
 				continue
 			}
 			times[s.Time.Unix()] = true
 			for _, c := range s.CPU {
 				cpus[c.CPU] = true
 			}
+			for _, x := range s.GPU {
+				gpus[x.GPU] = true
+			}
 		}
-		ids := make([]int, 0, len(cpus))
-		for c := range cpus {
-			ids = append(ids, c)
+		for _, c := range slices.Sorted(maps.Keys(cpus)) {
+			g.rows = append(g.rows, rowKey{node: ni, id: c})
 		}
-		slices.Sort(ids)
-		for _, c := range ids {
-			g.rows = append(g.rows, rowKey{ni, c})
+		for _, x := range slices.Sorted(maps.Keys(gpus)) {
+			g.rows = append(g.rows, rowKey{node: ni, gpu: true, id: x})
+			g.gpus++
 		}
 	}
-	g.ts = make([]int64, 0, len(times))
-	for t := range times {
-		g.ts = append(g.ts, t)
-	}
-	slices.Sort(g.ts)
+	g.ts = slices.Sorted(maps.Keys(times))
 	col := make(map[int64]int, len(g.ts))
 	for i, t := range g.ts {
 		col[t] = i
@@ -91,6 +95,12 @@ func cpuUse(nodes []NodeSamples) *cpuGrid {
 	for i := range g.grid {
 		g.grid[i] = float32(math.NaN())
 	}
+	set := func(k rowKey, c int, v float64) {
+		if r, ok := row[k]; ok {
+			g.grid[r*nts+c] = float32(v)
+			g.any = true
+		}
+	}
 	for ni, n := range nodes {
 		for _, s := range n.Samples {
 			c, ok := col[s.Time.Unix()]
@@ -98,13 +108,13 @@ func cpuUse(nodes []NodeSamples) *cpuGrid {
 				continue
 			}
 			for _, cv := range s.CPU {
-				ns, ok := cv.Values["task-clock"]
-				if !ok {
-					continue
+				if ns, ok := cv.Values["task-clock"]; ok {
+					set(rowKey{node: ni, id: cv.CPU}, c, ns/1e9/s.Seconds)
 				}
-				if r, ok := row[rowKey{ni, cv.CPU}]; ok {
-					g.grid[r*nts+c] = float32(ns / 1e9 / s.Seconds)
-					g.any = true
+			}
+			for _, x := range s.GPU {
+				if busy, ok := x.Values[sample.GPUValueBusySeconds]; ok {
+					set(rowKey{node: ni, gpu: true, id: x.GPU}, c, busy/s.Seconds)
 				}
 			}
 		}
@@ -120,17 +130,31 @@ func heatFromSamples(nodes []NodeSamples, g *cpuGrid, v *View) *Heat {
 		return nil
 	}
 	rows, ts, grid := g.rows, g.ts, g.grid
-	h := &Heat{Title: "CPU use of each CPU over time", Unit: "share", CPUs: len(rows), Max: 1,
+	h := &Heat{Title: "CPU use of each CPU over time", Unit: "share", CPUs: len(rows) - g.gpus, GPUs: g.gpus, Max: 1,
 		PerRow: (len(rows) + MaxHeatRows - 1) / MaxHeatRows, PerCol: (len(ts) + MaxHeatCols - 1) / MaxHeatCols}
 	h.Rows = (len(rows) + h.PerRow - 1) / h.PerRow
 	h.Cols = (len(ts) + h.PerCol - 1) / h.PerCol
+	if g.gpus > 0 {
+		h.Title = "CPU and GPU use of each CPU and GPU over time"
+	}
 	for i, k := range rows {
-		if i == 0 || rows[i-1].node != k.node {
-			h.RowLabels = append(h.RowLabels, RowLabel{Row: i / h.PerRow, Node: nodes[k.node].Node})
+		switch {
+		case i == 0 || rows[i-1].node != k.node:
+			label := nodes[k.node].Node
+			if k.gpu {
+				label += " GPUs"
+			}
+			h.RowLabels = append(h.RowLabels, RowLabel{Row: i / h.PerRow, Node: label})
+		case k.gpu && !rows[i-1].gpu:
+			h.RowLabels = append(h.RowLabels, RowLabel{Row: i / h.PerRow, Node: nodes[k.node].Node + " GPUs"})
 		}
 	}
 	if h.PerRow > 1 {
-		v.Notes = append(v.Notes, fmt.Sprintf("Heat map: %d CPUs, more than %d rows: each row is the mean of %d CPUs.", len(rows), MaxHeatRows, h.PerRow))
+		what := fmt.Sprintf("%d CPUs", len(rows))
+		if g.gpus > 0 {
+			what = fmt.Sprintf("%d CPUs and GPUs", len(rows))
+		}
+		v.Notes = append(v.Notes, fmt.Sprintf("Heat map: %s, more than %d rows: each row is the mean of %d CPUs.", what, MaxHeatRows, h.PerRow))
 	}
 	if h.PerCol > 1 {
 		v.Notes = append(v.Notes, fmt.Sprintf("Heat map: %d intervals, more than %d columns: each column is the mean of %d intervals.", len(ts), MaxHeatCols, h.PerCol))

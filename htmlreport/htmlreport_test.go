@@ -232,9 +232,24 @@ func TestGPUCharts(t *testing.T) {
 		s.Job[sample.GPUs], s.Job[sample.GPUMemTotalBytes] = 4, 4*80<<30
 		s.Job[sample.GPUBusySeconds], s.Job[sample.GPUSMActiveSeconds] = 2*s.Seconds, 1.9*s.Seconds
 		s.Job[sample.GPUMemPeakBytes] = 120 << 30
+		for g := range 4 {
+			busy := 0.0
+			if g < 2 {
+				busy = s.Seconds
+			}
+			s.GPU = append(s.GPU, sample.GPUValues{GPU: g, Values: map[string]float64{sample.GPUValueBusySeconds: busy}})
+		}
 	}
-	page := render(t, FromSamples(in))
-	for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_sm"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", "dashed red: GPU memory per node"} {
+	v := FromSamples(in)
+	if v.Heat == nil || v.Heat.CPUs != 4 || v.Heat.GPUs != 4 || v.Heat.Rows != 8 {
+		t.Fatalf("heat map %+v, want 4 CPUs and 4 GPUs in 8 rows", v.Heat)
+	}
+	if d := cmp.Diff([]RowLabel{{0, "node1"}, {4, "node1 GPUs"}}, v.Heat.RowLabels); d != "" {
+		t.Errorf("row labels (-want +got):\n%s", d)
+	}
+	page := render(t, v)
+	for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_sm"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", "dashed red: GPU memory per node",
+		`data-gpus="4"`, "and 4 GPUs (the time a kernel ran"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}

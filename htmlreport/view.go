@@ -89,6 +89,7 @@ type Chart struct {
 type Heat struct {
 	Title, Unit string
 	CPUs        int // the job's CPUs drawn
+	GPUs        int // and its GPUs (rows after each node's CPUs)
 	Rows, Cols  int // of the image
 	// PerRow and PerCol are how many CPUs and intervals each pixel averages (1: none).
 	PerRow, PerCol int

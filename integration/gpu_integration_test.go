@@ -97,7 +97,7 @@ func TestGPUJobs(t *testing.T) {
 				if err != nil {
 					t.Fatalf("persyst report --html: %v\n%s", err, errOut)
 				}
-				for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node"} {
+				for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", `data-gpus="4"`, "node1 GPUs"} {
 					if !strings.Contains(page, want) {
 						t.Errorf("persyst report --html lacks %s", want)
 					}

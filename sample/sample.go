@@ -29,6 +29,20 @@ type CPUValues struct {
 	Values map[string]float64 `json:"values"`
 }
 
+// GPUValues are one GPU's values of an interval: a GPU the job had alone (device-wide
+// values are the job's only then). GPU is NVML's index on the node.
+type GPUValues struct {
+	GPU    int                `json:"gpu"`
+	Values map[string]float64 `json:"values"`
+}
+
+// Per-GPU values (Sample.GPU).
+const (
+	GPUValueBusySeconds     = "busy_seconds"      // seconds a kernel ran
+	GPUValueSMActiveSeconds = "sm_active_seconds" // seconds weighted by the share of SMs busy (GPM)
+	GPUValueMemoryBytes     = "memory_bytes"      // memory in use, the highest of the interval
+)
+
 // Sample is one read of a job.
 type Sample struct {
 	Time    time.Time `json:"time"`
@@ -39,6 +53,8 @@ type Sample struct {
 	Job map[string]float64 `json:"job"`
 	// CPU holds the perf events per CPU of the job.
 	CPU []CPUValues `json:"cpu,omitempty"`
+	// GPU are the values of each of the job's GPUs it had alone (gpu source).
+	GPU []GPUValues `json:"gpu,omitempty"`
 	// LowCoverage lists "event@cpu" whose counter ran for less than half of the time it
 	// was enabled (multiplexed): those values are extrapolated.
 	LowCoverage []string `json:"low_coverage,omitempty"`

@@ -1,6 +1,7 @@
 package kmsg
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,6 +48,15 @@ func FuzzParseOOM(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if k, ok := ParseOOM(s); ok && (k.TaskCgroup == "" || k.TaskCgroup[0] != '/') {
 			t.Errorf("accepted %q with task cgroup %q", s, k.TaskCgroup)
+		}
+	})
+}
+
+func FuzzParseXid(f *testing.F) {
+	f.Add("3,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
+	f.Fuzz(func(t *testing.T, s string) {
+		if x, ok := ParseXid(s); ok && (x.Bus == "" || len(x.Bus) > 32 || x.Code < 0 || strings.Contains(x.Bus, ")")) {
+			t.Errorf("accepted %q as %+v", s, x)
 		}
 	})
 }

@@ -91,7 +91,8 @@ func (g *gpuSource) Read(r *Read) error {
 		r.Sample.Job[sample.GPUErrors] = errs
 	}
 	r.Sample.Job[sample.GPUMemPeakBytes] = memPeak
-	sum, missing := g.deltas(hello, byIndex, idx, alone, r.Sample.Seconds)
+	sum, missing, per := g.deltas(hello, byIndex, idx, alone, r.Sample.Seconds)
+	r.Sample.GPU = per
 	g.prev, g.alone = byIndex, alone
 	for _, n := range gpuShared {
 		if why, ok := missing[n]; ok {
@@ -182,7 +183,7 @@ func gpuMemory(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, mine m
 
 // deltas sums what the job's GPUs did since the previous read; missing names the
 // metrics a GPU could not give, with why.
-func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, alone map[int]bool, seconds float64) (sum map[string]float64, missing map[string]string) {
+func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx []int, alone map[int]bool, seconds float64) (sum map[string]float64, missing map[string]string, per []sample.GPUValues) {
 	sum, missing = map[string]float64{}, map[string]string{}
 	for _, i := range idx {
 		cur, ok := byIndex[i]
@@ -214,37 +215,7 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 		if secs <= 0 {
 			secs = dt
 		}
-		for _, a := range gpuActivity {
-			v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
-			if !ok && a.key == "busy" {
-				// No utilization samples (a MIG instance): GPM's graphics activity, the
-				// time a kernel ran, measured the same way.
-				v, cov, ok = gpuDelta(prev, cur, "gpm_busy", "gpm_busy_s")
-			}
-			switch {
-			case !ok:
-				missing[a.metric] = gpuWhy(cur, a.key, hello, i)
-				continue
-			case cov <= 0:
-				// No sample of the driver's fell in the interval: unknown, not idle.
-				missing[a.metric] = fmt.Sprintf("GPU %d: no NVML sample in the interval", i)
-				continue
-			}
-			// A share of the interval: GPU-seconds on the interval's clock (the helper's
-			// read is a few ms off the meter's, and an idle GPU must be idle for exactly
-			// the interval, or "busy / (GPUs · seconds − unused)" divides by a rounding).
-			share := min(max(v/cov, 0), 1)
-			sum[a.metric] += share * secs
-			if a.key == "busy" {
-				sum[sample.GPUUnusedSeconds] += 0
-				if share < unusedShare {
-					sum[sample.GPUUnusedSeconds] += secs
-				}
-			}
-		}
-		if _, ok := missing[sample.GPUBusySeconds]; ok {
-			missing[sample.GPUUnusedSeconds] = missing[sample.GPUBusySeconds]
-		}
+		per = append(per, activities(prev, cur, secs, hello, i, sum, missing))
 		for _, c := range []struct {
 			key, metric string
 			scale       float64
@@ -256,7 +227,7 @@ func (g *gpuSource) deltas(hello nvml.Hello, byIndex map[int]nvml.Reading, idx [
 			}
 		}
 	}
-	return sum, missing
+	return sum, missing, per
 }
 
 // errors counts the hardware errors of the job's GPUs since the previous read: the
@@ -288,6 +259,51 @@ func (g *gpuSource) errors(r *Read, hello nvml.Hello, byIndex map[int]nvml.Readi
 		return 0, "neither ECC (off, or not on these GPUs) nor the driver's reports in the kernel's log are read here"
 	}
 	return n, ""
+}
+
+// activities adds GPU i's activities between two readings to the job's sums, as
+// GPU-seconds of an interval of secs, names those it could not give in missing, and
+// returns the GPU's own values.
+func activities(prev, cur nvml.Reading, secs float64, hello nvml.Hello, i int, sum map[string]float64, missing map[string]string) sample.GPUValues {
+	one := sample.GPUValues{GPU: i, Values: map[string]float64{sample.GPUValueMemoryBytes: cur.Values["mem_peak"]}}
+	for _, a := range gpuActivity {
+		v, cov, ok := gpuDelta(prev, cur, a.key, a.cover)
+		if !ok && a.key == "busy" {
+			// No utilization samples (a MIG instance): GPM's graphics activity, the
+			// time a kernel ran, measured the same way.
+			v, cov, ok = gpuDelta(prev, cur, "gpm_busy", "gpm_busy_s")
+		}
+		switch {
+		case !ok:
+			missing[a.metric] = gpuWhy(cur, a.key, hello, i)
+			continue
+		case cov <= 0:
+			// No sample of the driver's fell in the interval: unknown, not idle.
+			missing[a.metric] = fmt.Sprintf("GPU %d: no NVML sample in the interval", i)
+			continue
+		}
+		// A share of the interval: GPU-seconds on the interval's clock (the helper's
+		// read is a few ms off the meter's, and an idle GPU must be idle for exactly
+		// the interval, or "busy / (GPUs · seconds − unused)" divides by a rounding).
+		share := min(max(v/cov, 0), 1)
+		sum[a.metric] += share * secs
+		switch a.key {
+		case "busy":
+			one.Values[sample.GPUValueBusySeconds] = share * secs
+		case "sm":
+			one.Values[sample.GPUValueSMActiveSeconds] = share * secs
+		}
+		if a.key == "busy" {
+			sum[sample.GPUUnusedSeconds] += 0
+			if share < unusedShare {
+				sum[sample.GPUUnusedSeconds] += secs
+			}
+		}
+	}
+	if _, ok := missing[sample.GPUBusySeconds]; ok {
+		missing[sample.GPUUnusedSeconds] = missing[sample.GPUBusySeconds]
+	}
+	return one
 }
 
 // gpuDelta returns the increase of the helper's cumulative key and of the seconds it

@@ -127,6 +127,12 @@ func TestGPUSource(t *testing.T) {
 			near(sample.GPUEnergyJoules, (120+70)*dt, 15)
 			near(sample.GPUMemPeakBytes, 4294967296+536870912, 0)
 			near(sample.GPUMemTotalBytes, 2*85899345920, 0)
+			if len(s.GPU) != 2 || s.GPU[0].GPU != 0 || s.GPU[1].GPU != 1 {
+				t.Fatalf("per-GPU values %+v, want GPUs 0 and 1", s.GPU)
+			}
+			if b0, b1 := s.GPU[0].Values[sample.GPUValueBusySeconds], s.GPU[1].Values[sample.GPUValueBusySeconds]; math.Abs(b0-dt) > 0.05 || b1 != 0 {
+				t.Errorf("per-GPU busy seconds %.3f and %.3f, want the interval and 0", b0, b1)
+			}
 		})
 	}
 }
@@ -240,5 +246,25 @@ at 0 gpu=101 sm=90
 	}
 	if why := m.Summary().NotMeasured[sample.GPUEnergyJoules]; !strings.Contains(why, "MIG instance") {
 		t.Errorf("energy of a MIG instance: not measured %q, want it said why", why)
+	}
+}
+
+// TestStoreKeepsGPUs: the per-GPU values of a job's samples are kept, and when samples
+// are merged (halving) their seconds add up and the memory keeps the higher.
+func TestStoreKeepsGPUs(t *testing.T) {
+	st := newStore(1, nil, nil, sample.KindOf) // a tiny budget: halved at once
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for i, busy := range []float64{10, 20, 30} {
+		s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Minute), Reason: sample.Cycle, Seconds: 60, Job: map[string]float64{},
+			GPU: []sample.GPUValues{{GPU: 1, Values: map[string]float64{sample.GPUValueBusySeconds: busy, sample.GPUValueMemoryBytes: 100 * busy}}}}
+		st.add(s, st.index(s.Job, nil, func(string) {}))
+	}
+	got := st.all()
+	want := []sample.GPUValues{{GPU: 1, Values: map[string]float64{sample.GPUValueBusySeconds: 30, sample.GPUValueMemoryBytes: 2000}}}
+	if len(got) != 2 {
+		t.Fatalf("%d samples after halving, want 2", len(got))
+	}
+	if d := cmp.Diff(want, got[0].GPU); d != "" {
+		t.Errorf("merged GPU values (-want +got):\n%s", d)
 	}
 }

@@ -1,7 +1,9 @@
 package measure
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/persyst/persyst/sample"
@@ -28,6 +30,7 @@ type store struct {
 	kindOf  func(string) sample.Kind
 	samples []packed
 	halved  int // how many times the resolution was halved
+	gpus    int // the most GPUs a sample had values of
 	// totals are the job's values over its samples by names (counters summed, gauges
 	// the last, peaks the highest; tHas: which have one); cpuTotals the per-CPU
 	// counters by perf, extraCPU those of other names (none, normally).
@@ -44,6 +47,7 @@ type packed struct {
 	seconds float64
 	job     []float64   // by store.names
 	cpu     [][]float64 // [cpu][perf event]
+	gpu     []sample.GPUValues
 	low     []string
 }
 
@@ -102,12 +106,13 @@ func (st *store) index(job map[string]float64, kv []slotValue, first func(name s
 
 // bytesPer estimates one packed sample's size.
 func (st *store) bytesPer() int {
-	return 96 + 8*len(st.names) + len(st.cpus)*(24+8*len(st.perf))
+	return 96 + 8*len(st.names) + len(st.cpus)*(24+8*len(st.perf)) + st.gpus*(64+3*48)
 }
 
 // add keeps a sample whose job values index gave kv, and adds it to the totals.
 func (st *store) add(s sample.Sample, kv []slotValue) {
-	p := packed{time: s.Time, reason: s.Reason, seconds: s.Seconds, low: s.LowCoverage}
+	p := packed{time: s.Time, reason: s.Reason, seconds: s.Seconds, low: s.LowCoverage, gpu: cloneGPUs(s.GPU)}
+	st.gpus = max(st.gpus, len(s.GPU))
 	p.job = make([]float64, len(st.names))
 	for i := range p.job {
 		p.job[i] = math.NaN()
@@ -210,6 +215,7 @@ func (st *store) merge(a, b packed) packed {
 	for i := range st.names {
 		m.job[i] = combine(st.kinds[i], at(a.job, i), at(b.job, i))
 	}
+	m.gpu = mergeGPUs(a.gpu, b.gpu)
 	if a.cpu != nil || b.cpu != nil {
 		m.cpu = make([][]float64, len(st.cpus))
 		for c := range m.cpu {
@@ -220,6 +226,39 @@ func (st *store) merge(a, b packed) packed {
 		}
 	}
 	return m
+}
+
+// mergeGPUs merges two consecutive intervals' per-GPU values: seconds add up, memory
+// keeps the higher. A GPU missing from one interval keeps its other interval's values.
+func mergeGPUs(a, b []sample.GPUValues) []sample.GPUValues {
+	out := cloneGPUs(a)
+	for _, g := range b {
+		i := slices.IndexFunc(out, func(x sample.GPUValues) bool { return x.GPU == g.GPU })
+		if i < 0 {
+			out = append(out, sample.GPUValues{GPU: g.GPU, Values: maps.Clone(g.Values)})
+			continue
+		}
+		for k, v := range g.Values {
+			if k == sample.GPUValueMemoryBytes {
+				out[i].Values[k] = max(out[i].Values[k], v)
+			} else {
+				out[i].Values[k] += v
+			}
+		}
+	}
+	return out
+}
+
+// cloneGPUs copies per-GPU values (a sample's maps are its reader's).
+func cloneGPUs(gs []sample.GPUValues) []sample.GPUValues {
+	if len(gs) == 0 {
+		return nil
+	}
+	out := make([]sample.GPUValues, len(gs))
+	for i, g := range gs {
+		out[i] = sample.GPUValues{GPU: g.GPU, Values: maps.Clone(g.Values)}
+	}
+	return out
 }
 
 func at(v []float64, i int) float64 {
@@ -257,7 +296,7 @@ func combine(k sample.Kind, a, b float64) float64 {
 }
 
 func (st *store) unpack(p packed) sample.Sample {
-	s := sample.Sample{Time: p.time, Reason: p.reason, Seconds: p.seconds, Job: map[string]float64{}, LowCoverage: p.low}
+	s := sample.Sample{Time: p.time, Reason: p.reason, Seconds: p.seconds, Job: map[string]float64{}, LowCoverage: p.low, GPU: cloneGPUs(p.gpu)}
 	for i, v := range p.job {
 		if !math.IsNaN(v) {
 			s.Job[st.names[i]] = v
