@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/digest"
 )
 
 type bottleneck struct {
@@ -210,25 +209,11 @@ type digestResult = struct {
 	Name string `json:"name"`
 }
 
-// report asks the job's batch host for its digest report.
+// report is the findings of the job's report from its batch host.
 func (c *cluster) report(t *testing.T, id uint32) struct{ Findings []digestResult } {
 	t.Helper()
-	node := c.jobInfo(t, id)["BatchHost"]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var r *digest.Report
-	var err error
-	for i := 0; i < 50; i++ {
-		if r, err = daemon.JobReport(ctx, c.socket(node), id); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("report of job %d from %s: %v", id, node, err)
-	}
 	var out struct{ Findings []digestResult }
-	for _, f := range r.Findings {
+	for _, f := range c.jobReport(t, id).Findings {
 		out.Findings = append(out.Findings, digestResult{Key: f.Key, Name: f.Name})
 	}
 	return out

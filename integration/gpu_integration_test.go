@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/nvml/nvmltest"
 )
 
@@ -62,11 +60,7 @@ func TestGPUJobs(t *testing.T) {
 			write(scenario, gpuDevices+tc.states)
 			write(procs, tc.procs)
 			out := filepath.Join(c.work, strings.ReplaceAll(tc.name, " ", "_")+"-%j.out")
-			stdout, stderr, err := c.run(t, nil, "sbatch", "--parsable", "--gres="+tc.gres, "-o", out, "--wrap", "sleep 6")
-			if err != nil {
-				t.Fatalf("sbatch: %v\n%s%s", err, stdout, stderr)
-			}
-			id := parseJobID(t, stdout)
+			id := c.sbatch(t, nil, "--gres="+tc.gres, "-o", out, "--wrap", "sleep 6")
 			j := c.waitJob(t, "node1", id, "its GPUs", func(j *daemon.Job) bool { return j.GPUs != "" })
 			if want := map[string]string{"gpu:4": "0,1,2,3", "gpu:2": "0,1", "gpu:1": "0"}[tc.gres]; j.GPUs != want {
 				t.Errorf("the job's GPUs from the prolog: %q, want %q", j.GPUs, want)
@@ -117,7 +111,7 @@ func TestGPUJobs(t *testing.T) {
 					t.Errorf("accounting summary: %d GPUs, findings %v; want 4 and gpu_unused first", ar.GPUs, ar.Findings)
 				}
 			}
-			r := gpuReport(t, c, id)
+			r := c.jobReport(t, id)
 			var first string
 			for _, f := range r.Findings {
 				if strings.HasPrefix(f.Key, "gpu_") {
@@ -142,39 +136,17 @@ func TestGPUJobs(t *testing.T) {
 	}
 	t.Run("no GPU", func(t *testing.T) {
 		out := filepath.Join(c.work, "nogpu-%j.out")
-		stdout, stderr, err := c.run(t, nil, "sbatch", "--parsable", "-o", out, "--wrap", "sleep 3")
-		if err != nil {
-			t.Fatalf("sbatch: %v\n%s%s", err, stdout, stderr)
-		}
-		id := parseJobID(t, stdout)
+		id := c.sbatch(t, nil, "-o", out, "--wrap", "sleep 3")
 		c.waitDone(t, id, time.Minute)
 		if text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10))); strings.Contains(text, "GPU") {
 			t.Errorf("a job without GPUs has GPUs in its digest:\n%s", text)
 		}
-		for _, p := range gpuReport(t, c, id).Properties {
+		for _, p := range c.jobReport(t, id).Properties {
 			if strings.HasPrefix(p.Key, "gpu_") {
 				t.Errorf("a job without GPUs has property %s (%s)", p.Key, p.NotAssessed)
 			}
 		}
 	})
-}
-
-// gpuReport is the job's whole report from its batch host.
-func gpuReport(t *testing.T, c *cluster, id uint32) *digest.Report {
-	t.Helper()
-	node := c.jobInfo(t, id)["BatchHost"]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var err error
-	for range 50 {
-		var r *digest.Report
-		if r, err = daemon.JobReport(ctx, c.socket(node), id); err == nil {
-			return r
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("report of job %d: %v", id, err)
-	return nil
 }
 
 // getenv is a variable of the cluster's environment (its env file), "" if absent.
@@ -209,16 +181,6 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// parseJobID reads sbatch --parsable's answer.
-func parseJobID(t *testing.T, out string) uint32 {
-	t.Helper()
-	id, err := strconv.ParseUint(strings.TrimSpace(strings.Split(strings.TrimSpace(out), ";")[0]), 10, 32)
-	if err != nil {
-		t.Fatalf("sbatch: job id from %q", out)
-	}
-	return uint32(id)
 }
 
 // readDigest waits for the digest at the end of a job's output file.

@@ -283,17 +283,23 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// jobReport asks the job's batch host for its whole report.
+// jobReport asks the job's batch host for its whole report (for up to 5 s: the digest
+// may still be in the making).
 func (c *cluster) jobReport(t *testing.T, id uint32) *digest.Report {
 	t.Helper()
 	node := c.jobInfo(t, id)["BatchHost"]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := daemon.JobReport(ctx, c.socket(node), id)
-	if err != nil {
-		t.Fatalf("report of job %d: %v", id, err)
+	var err error
+	for range 50 {
+		var r *digest.Report
+		if r, err = daemon.JobReport(ctx, c.socket(node), id); err == nil {
+			return r
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return r
+	t.Fatalf("report of job %d from %s: %v", id, node, err)
+	return nil
 }
 
 // imbalanceLeads says whether a digest's first or second finding is the load imbalance

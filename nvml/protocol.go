@@ -129,18 +129,34 @@ func parseHello(r *bufio.Reader) (Hello, error) {
 	}
 }
 
-func parseDevice(s string) (Device, error) {
+// indexedLine splits a "device" or "gpu" line's rest, "I key=value...", into its index
+// and fields.
+func indexedLine(what, s string) (int, [][2]string, error) {
 	idx, rest, _ := strings.Cut(s, " ")
-	d := Device{Minor: -1, Parent: -1}
-	var err error
-	if d.Index, err = strconv.Atoi(idx); err != nil || d.Index < 0 {
-		return d, fmt.Errorf("device index %q", idx)
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 {
+		return 0, nil, fmt.Errorf("%s index %q", what, idx)
 	}
+	var fields [][2]string
 	for _, kv := range strings.Fields(rest) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return d, fmt.Errorf("device %d: field %q is not key=value", d.Index, kv)
+			return i, nil, fmt.Errorf("%s %d: field %q is not key=value", what, i, kv)
 		}
+		fields = append(fields, [2]string{k, v})
+	}
+	return i, fields, nil
+}
+
+func parseDevice(s string) (Device, error) {
+	d := Device{Minor: -1, Parent: -1}
+	var fields [][2]string
+	var err error
+	if d.Index, fields, err = indexedLine("device", s); err != nil {
+		return d, err
+	}
+	for _, f := range fields {
+		k, v := f[0], f[1]
 		switch k {
 		case "uuid":
 			d.UUID = v
@@ -199,17 +215,14 @@ func parseRead(r *bufio.Reader) ([]Reading, error) {
 }
 
 func parseGPU(s string) (Reading, error) {
-	idx, rest, _ := strings.Cut(s, " ")
 	g := Reading{Values: map[string]float64{}, NotMeasured: map[string]string{}}
+	var fields [][2]string
 	var err error
-	if g.Index, err = strconv.Atoi(idx); err != nil || g.Index < 0 {
-		return g, fmt.Errorf("gpu index %q", idx)
+	if g.Index, fields, err = indexedLine("gpu", s); err != nil {
+		return g, err
 	}
-	for _, kv := range strings.Fields(rest) {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return g, fmt.Errorf("gpu %d: field %q is not key=value", g.Index, kv)
-		}
+	for _, f := range fields {
+		k, v := f[0], f[1]
 		if why, ok := strings.CutPrefix(v, "!"); ok {
 			why = strings.ReplaceAll(why, "_", " ")
 			if k == "procs" {
