@@ -165,7 +165,7 @@ func parseDevice(s string) (Device, error) {
 		case "name":
 			d.Name = strings.ReplaceAll(v, "_", " ")
 		case "minor":
-			if d.Minor, err = strconv.Atoi(v); err != nil {
+			if d.Minor, err = strconv.Atoi(v); err != nil || d.Minor < 0 {
 				return d, fmt.Errorf("device %d: minor %q", d.Index, v)
 			}
 		case "memory":

@@ -102,7 +102,7 @@ func ParseXid(record string) (Xid, bool) {
 		return Xid{}, false
 	}
 	bus, rest, ok := strings.Cut(rest, "): ")
-	if !ok || bus == "" || len(bus) > 32 {
+	if !ok || !pciAddress(bus) {
 		return Xid{}, false
 	}
 	code, text, _ := strings.Cut(rest, ",")
@@ -111,6 +111,20 @@ func ParseXid(record string) (Xid, bool) {
 		return Xid{}, false
 	}
 	return Xid{Bus: bus, Code: n, Text: strings.TrimSpace(text)}, true
+}
+
+// pciAddress says whether s can be a PCI address as the driver prints it
+// ("0000:3b:00", "0000:3b:00.0"): hex digits, colons and dots, at most 32 bytes.
+func pciAddress(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdefABCDEF:.", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // Handlers are what a Log reports: each is called one call at a time; nil: not wanted.

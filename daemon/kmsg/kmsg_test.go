@@ -55,7 +55,7 @@ func FuzzParseOOM(f *testing.F) {
 func FuzzParseXid(f *testing.F) {
 	f.Add("3,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
 	f.Fuzz(func(t *testing.T, s string) {
-		if x, ok := ParseXid(s); ok && (x.Bus == "" || len(x.Bus) > 32 || x.Code < 0 || strings.Contains(x.Bus, ")")) {
+		if x, ok := ParseXid(s); ok && (x.Bus == "" || len(x.Bus) > 32 || strings.Trim(x.Bus, "0123456789abcdefABCDEF:.") != "" || x.Code < 0) {
 			t.Errorf("accepted %q as %+v", s, x)
 		}
 	})
@@ -76,6 +76,9 @@ func TestParseXid(t *testing.T) {
 		{"written by root into /dev/kmsg (facility user)", "12,19,7,-;NVRM: Xid (PCI:0000:3b:00): 79, forged", Xid{}, false, false},
 		{"another NVRM line", "4,20,8,-;NVRM: GPU at PCI:0000:3b:00: GPU-1234", Xid{}, false, false},
 		{"no code", "4,21,9,-;NVRM: Xid (PCI:0000:3b:00): x", Xid{}, false, false},
+		{"not a PCI address", "0,22,9,-;NVRM: Xid (PCI:)): 0", Xid{}, false, false},
+		{"a PCI address with a function", "4,23,9,-;NVRM: Xid (PCI:0000:3B:00.0): 94, Contained ECC error",
+			Xid{Bus: "0000:3B:00.0", Code: 94, Text: "Contained ECC error"}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := ParseXid(tc.record)
