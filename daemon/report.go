@@ -56,6 +56,8 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 		in.Facts.Run = run(facts, e.Requeued)
 	}
 	in.Measured = pj.Summary()
+	in.Phases, in.Interference = pj.Phases(judged)
+	in.PhasesNode = d.node
 	return digest.Assemble(in)
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -25,6 +26,12 @@ type Input struct {
 	// Ending is how the job ended (nil: not ended, or not known): its events lead the
 	// report.
 	Ending *Ending
+	// Phases and Interference are when and why, on PhasesNode (the batch host): the
+	// job's phases there, with the properties severe in each, and the time it lost to
+	// work outside it (nil: not analysed).
+	Phases       []phases.Phase
+	Interference *phases.Interference
+	PhasesNode   string
 }
 
 // Facts are what the digest says about the job besides its measurement and properties:
@@ -75,6 +82,10 @@ func Assemble(in Input) Report {
 		r.ArrayJobID, r.ArrayTaskID = f.ArrayJobID, &task
 	}
 	r.Run = f.Run
+	if len(in.Phases) > 0 || in.Interference != nil {
+		r.Phases, r.Interference, r.PhasesNode = in.Phases, in.Interference, in.PhasesNode
+		markPhases(r.Findings, in.Phases)
+	}
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	r.Methods = m.Methods

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -60,6 +61,12 @@ type Report struct {
 	// Notes are what the job's user should know that is no finding (memory close to
 	// what Slurm enforces), stated after the findings.
 	Notes []Event `json:"notes,omitempty"`
+	// Phases are the job's phases on PhasesNode (its batch host), one for a job of one
+	// behaviour; Interference is the time it lost there to work outside it (package
+	// phases has the rules).
+	Phases       []phases.Phase       `json:"phases,omitempty"`
+	Interference *phases.Interference `json:"interference,omitempty"`
+	PhasesNode   string               `json:"phases_node,omitempty"`
 }
 
 // EndState is how a job ended: Slurm's state name (COMPLETED, FAILED, CANCELLED, TIMEOUT,

@@ -44,6 +44,9 @@ func Text(r Report, o TextOptions) string {
 	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	// Slurm's own doing comes with the facts: never a finding against the job.
 	slurm := suspendedLines(r.Suspended)
+	// Was it the code or the system: the time lost to interference, stated with the
+	// facts whether or not there are findings.
+	slurm = append(slurm, interferenceLines(r.Interference, r.PhasesNode)...)
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
 			facts += "; short job"
@@ -89,7 +92,7 @@ func Text(r Report, o TextOptions) string {
 		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
 	}
 	switch {
-	case len(covered) == 0 && len(slurm) == 0 && len(r.Events) == 0:
+	case len(covered) == 0 && len(slurm) == 0 && len(r.Events) == 0 && len(phaseLines(r.Phases, r.Start, r.CPUs)) == 0:
 		wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
 	default:
 		wrap(&b, facts+nodes+".", o.Width, "")
@@ -105,6 +108,9 @@ func Text(r Report, o TextOptions) string {
 		}
 		switch {
 		case len(r.Findings) > 0:
+			for _, l := range phaseLines(r.Phases, r.Start, r.CPUs) {
+				wrap(&b, l, o.Width, "     ")
+			}
 			b.WriteString("Findings, most important first:\n")
 		case r.StartupOnly:
 			wrap(&b, "Nothing else to judge: the job ended within its start-up, the first second, which is never judged.", o.Width, "")
@@ -117,7 +123,7 @@ func Text(r Report, o TextOptions) string {
 		shown = shown[:o.MaxFindings]
 	}
 	for i, f := range shown {
-		finding(&b, i+1, f, o.Width, r.GPUs)
+		finding(&b, i+1, f, o.Width, r.GPUs, findingPhases(f, r.Phases, r.Start))
 	}
 	if n := len(r.Findings) - len(shown) + r.Omitted; n > 0 {
 		more := "persyst report " + r.JobName()
@@ -239,7 +245,7 @@ func listSome(names []string, n int) string {
 	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
 }
 
-func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
+func finding(b *strings.Builder, n int, f properties.Result, width, gpus int, where string) {
 	// Severity while the bottleneck held, and for how much of the job.
 	while := f.MeanSeverity
 	if f.TimeShare > 0 {
@@ -269,6 +275,9 @@ func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
 				what = fmt.Sprintf("All %d GPUs", gpus)
 			}
 			b.WriteString(clip("   "+what+" did nothing", width) + "\n")
+			if where != "" {
+				wrap(b, "   "+where, width, "   ")
+			}
 			wrap(b, "   "+f.Recommendation, width, "   ")
 			return
 		}
@@ -280,6 +289,9 @@ func finding(b *strings.Builder, n int, f properties.Result, width, gpus int) {
 		val += ", threshold " + FormatValue(*f.Threshold, f.Unit)
 	}
 	b.WriteString(clip(val, width) + "\n")
+	if where != "" {
+		wrap(b, "   "+where, width, "   ")
+	}
 	wrap(b, "   "+f.Recommendation, width, "   ")
 }
 
@@ -423,6 +435,7 @@ func (r Report) Clean() Report {
 	c := func(s string) string { return properties.CleanText(s, maxText) }
 	r.Command = c(r.Command)
 	r.Nodes = cleanAll(r.Nodes, c)
+	r.PhasesNode = c(r.PhasesNode)
 	r.Events = append([]Event(nil), r.Events...)
 	for i := range r.Events {
 		r.Events[i].Text, r.Events[i].Recommendation = c(r.Events[i].Text), c(r.Events[i].Recommendation)

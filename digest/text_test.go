@@ -10,6 +10,7 @@ import (
 
 	"github.com/persyst/persyst/internal/testenv"
 
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -99,6 +100,39 @@ func suspended(in Input, n int) Input {
 	return in
 }
 
+// earlyWrites are small writes for the job's first quarter.
+var earlyWrites = func() properties.Result {
+	r := smallWrites
+	r.TimeShare, r.MeanSeverity = 0.25, 0.24
+	return r
+}()
+
+// withPhases: the job wrote in small pieces for its first 4 minutes (phase 1) and
+// computed for the remaining 12 (phase 2); its idle CPUs held in both.
+func withPhases(in Input) Input {
+	start := in.Measured.Started
+	mins := func(m int) time.Time { return start.Add(time.Duration(m) * time.Minute) }
+	in.Phases = []phases.Phase{
+		{N: 1, Stretches: []phases.Stretch{{From: mins(0), To: mins(4)}}, Intervals: 4, Seconds: 240, Share: 0.25,
+			Traits: phases.Traits{CPUBusy: 0.48, SystemShare: 0.6, WriteBytes: 5 << 20, WriteCalls: 50000},
+			Held:   map[string]float64{smallWrites.Key: 240, idle.Key: 240}},
+		{N: 2, Stretches: []phases.Stretch{{From: mins(4), To: mins(16)}}, Intervals: 12, Seconds: 720, Share: 0.75,
+			Traits: phases.Traits{CPUBusy: 0.5}, Held: map[string]float64{idle.Key: 720, system.Key: 20}},
+	}
+	in.PhasesNode = "node1"
+	return in
+}
+
+// interfered: a neighbour took half the job's CPUs for lost·(job) seconds, from 14:02 on.
+func interfered(in Input, lost float64) Input {
+	from := time.Date(2026, 11, 21, 14, 2, 0, 0, time.UTC)
+	in.Interference = &phases.Interference{Seconds: in.Measured.Seconds, Assessed: in.Measured.Seconds, LostSeconds: lost * in.Measured.Seconds,
+		Share: lost, Class: phases.Class(lost), Intervals: 8, Causes: []phases.Cause{{Key: phases.CauseCPU, LostSeconds: lost * in.Measured.Seconds}},
+		Worst: &phases.Stretch{From: from, To: from.Add(8 * time.Minute)}}
+	in.PhasesNode = "node1"
+	return in
+}
+
 // assemble makes the report of in with results, judged from minSeconds on.
 func assemble(in Input, results []properties.Result, minSeconds float64) Report {
 	in.Results, in.MinSeconds = results, minSeconds
@@ -148,6 +182,10 @@ func TestTextGolden(t *testing.T) {
 		{"gpu_job_two_nodes", withGPUs(whole(covering(Facts{JobID: 20, Nodes: []string{"gpu1", "gpu2"}, NNodes: 2, CPUs: 32}, 3600, 60)), 4),
 			[]properties.Result{fine, unusedGPUs}, 300},
 		{"one_gpu_idle", withGPUs(whole(covering(Facts{JobID: 19, Nodes: []string{"gpu1"}, CPUs: 4}, 3600, 60)), 1), []properties.Result{fine, idleGPU}, 300},
+		{"phases_interference", interfered(withPhases(whole(covering(Facts{JobID: 21, Nodes: []string{"node1"}, CPUs: 2}, 960, 16))), 0.12),
+			[]properties.Result{fine, earlyWrites, idle}, 300},
+		{"interference_high_no_findings", interfered(whole(covering(Facts{JobID: 22, Nodes: []string{"node1"}, CPUs: 2}, 960, 16)), 0.31),
+			[]properties.Result{fine}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

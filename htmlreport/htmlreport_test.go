@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/sample"
@@ -256,5 +257,33 @@ func TestGPUCharts(t *testing.T) {
 	}
 	if page := render(t, FromSamples(job(1, 4, 10))); strings.Contains(page, `id="chart-gpu`) {
 		t.Error("a GPU chart for a job without GPUs")
+	}
+}
+
+// TestPhases: a job's phases are numbered grey bands on every chart, with the phases
+// and the interference stated above the findings and each finding's phases under it.
+func TestPhases(t *testing.T) {
+	in := job(1, 4, 20)
+	mid := t0.Add(100 * time.Second)
+	in.Report.Phases = []phases.Phase{
+		{N: 1, Stretches: []phases.Stretch{{From: t0, To: mid}}, Intervals: 10, Seconds: 100, Share: 0.5, Traits: phases.Traits{CPUBusy: 0.6}},
+		{N: 2, Stretches: []phases.Stretch{{From: mid, To: t0.Add(200 * time.Second)}}, Intervals: 10, Seconds: 100, Share: 0.5, Traits: phases.Traits{CPUBusy: 0.3}},
+	}
+	in.Report.PhasesNode = "node1"
+	in.Report.Start = t0
+	in.Report.Findings[0].Phases = []int{2}
+	in.Report.Interference = &phases.Interference{Seconds: 200, Assessed: 200, LostSeconds: 40, Share: 0.2, Class: "high", Intervals: 5,
+		Causes: []phases.Cause{{Key: phases.CauseCPU, LostSeconds: 40}}, Worst: &phases.Stretch{From: mid, To: mid.Add(50 * time.Second)}}
+	page := render(t, FromSamples(in))
+	for _, want := range []string{`class="phase" data-phase="1"`, `class="phase" data-phase="2"`, "grey bands, numbered: the job's phases on node1",
+		`<p class="note when">  1. 0:00-1:40 (50%): CPUs 60% busy.</p>`, `<p class="note when">  2. 1:40-3:20 (50%): CPUs 30% busy.</p>`,
+		"In phase 2 (1:40-3:20, 50% of the job).",
+		"About 20% of the job&#39;s time was lost to other work on node1 (high interference), mostly 10:01:40-10:02:30."} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if n := strings.Count(page, `class="phase" data-phase="1"`); n < 3 {
+		t.Errorf("phase 1 is drawn on %d charts, want every chart", n)
 	}
 }

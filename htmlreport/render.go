@@ -17,9 +17,11 @@ import (
 var reportTemplate string
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"chart": func(c Chart, v View) template.HTML { return chartSVG(c, v.Start, v.End) },
-	"lanes": func(v View) template.HTML { return lanesSVG(v.Lanes, v.Start, v.End) },
-	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+	"chart":    func(c Chart, v View) template.HTML { return chartSVG(c, v.Start, v.End, v.Report.Phases) },
+	"whenWhy":  digest.WhenLines,
+	"phasesOf": digest.FindingPhases,
+	"lanes":    func(v View) template.HTML { return lanesSVG(v.Lanes, v.Start, v.End) },
+	"pct":      func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 	"width": func(f float64) template.CSS {
 		return template.CSS(fmt.Sprintf("width:%.0f%%", 100*math.Min(math.Max(f, 0), 1)))
 	},

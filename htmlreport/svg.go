@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 )
 
 // Chart geometry, in SVG units (the SVG scales to the page's width).
@@ -72,8 +73,9 @@ func niceCeilIn(v float64, unit string) float64 {
 	return niceCeil(v/scale) * scale
 }
 
-// chartSVG draws a chart: shaded stretches, bands, lines, the reference, the axes.
-func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
+// chartSVG draws a chart: the job's phases (where it had more than one) as numbered grey
+// bands, shaded stretches, bands, lines, the reference, the axes.
+func chartSVG(c Chart, t0, t1 time.Time, ph []phases.Phase) template.HTML {
 	x := xScale{t0, t1}
 	top := 0.0
 	for _, l := range c.Lines {
@@ -98,6 +100,18 @@ func chartSVG(c Chart, t0, t1 time.Time) template.HTML {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s" data-lines="%d">`, chartW, chartH, html.EscapeString(c.Title), len(c.Lines))
+	if len(ph) > 1 {
+		for _, p := range ph[:min(len(ph), phases.MaxPhases)] {
+			for _, s := range p.Stretches[:min(len(p.Stretches), MaxPoints)] {
+				x0, x1 := x.at(s.From), x.at(s.To)
+				fmt.Fprintf(&b, `<rect class="phase" data-phase="%d" x="%.1f" y="%d" width="%.1f" height="%d" fill="#000" fill-opacity="%.2f"><title>phase %d</title></rect>`,
+					p.N, x0, padT, math.Max(x1-x0, 1), chartH-padT-padB, 0.03+0.04*float64(p.N%2), p.N)
+				if x1-x0 >= 12 {
+					fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="tick phase-n">%d</text>`, x0+3, padT+11, p.N)
+				}
+			}
+		}
+	}
 	for _, l := range c.Shade {
 		for _, s := range l.Spans {
 			x0, x1 := x.at(s.From), x.at(s.To)

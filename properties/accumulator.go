@@ -363,6 +363,12 @@ func (a *Accumulator) isStartup(s sample.Sample) bool {
 	return !a.info.Started.IsZero() && s.Time.Sub(a.info.Started).Seconds() <= a.e.cfg.StartupSeconds
 }
 
+// Judges says whether the accumulator judges a sample's interval: not the baseline, not
+// the job's start-up, not an interval Slurm held the job suspended.
+func (a *Accumulator) Judges(s sample.Sample) bool {
+	return s.Seconds > 0 && !a.isStartup(s) && !s.Suspended()
+}
+
 // Judged is the time of the job's samples that were judged (all but its start-up), and
 // StartupSeconds the start-up's.
 func (a *Accumulator) Judged() (judged, startup float64) { return a.seconds, a.startup }

@@ -69,6 +69,9 @@ type Result struct {
 	Recommendation string `json:"recommendation,omitempty"`
 	// Folds are the properties this one explains when it is a finding (Fold).
 	Folds []string `json:"folds,omitempty"`
+	// Phases are the job's phases (numbers) the finding held in, where it did not hold
+	// in all of them (the report's phases).
+	Phases []int `json:"phases,omitempty"`
 }
 
 // Median returns the median value.

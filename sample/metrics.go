@@ -95,6 +95,11 @@ const (
 	GPUThermalSeconds     = "gpu_thermal_throttled_seconds"
 	GPUPowerCappedSeconds = "gpu_power_capped_seconds"
 	GPUErrors             = "gpu_errors"
+	// What happened on the node outside the job (interference): CPU time its CPUs spent
+	// on anything, the job's own included; the node's I/O and memory pressure stall.
+	NodeCPUsBusySeconds    = "node_cpus_busy_seconds"
+	NodeIOPressureSeconds  = "node_io_pressure_seconds"
+	NodeMemPressureSeconds = "node_memory_pressure_seconds"
 )
 
 // Metric describes one metric of the vocabulary.
@@ -181,6 +186,9 @@ var metrics = []Metric{
 	{GPUEnergyJoules, Counter, "joules", "energy of the job's GPUs (GPUs not shared)"},
 	{GPUThermalSeconds, Counter, "seconds", "GPU-seconds in which heat held the clocks down (GPUs not shared)"},
 	{GPUPowerCappedSeconds, Counter, "seconds", "GPU-seconds in which the power limit held the clocks down (GPUs not shared; usual at full load)"},
+	{NodeCPUsBusySeconds, Counter, "seconds", "CPU time the job's CPUs spent on anything, the job and other work (/proc/stat); less the job's own: other work on its CPUs"},
+	{NodeIOPressureSeconds, Counter, "seconds", "time some task on the node stalled on I/O (the node's pressure stall information, whoever caused it)"},
+	{NodeMemPressureSeconds, Counter, "seconds", "time some task on the node stalled on memory (the node's pressure stall information)"},
 	{GPUErrors, Counter, "count", "hardware errors of the job's GPUs: uncorrected ECC memory errors and the driver's hardware Xid reports"},
 }
 

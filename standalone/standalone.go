@@ -346,8 +346,10 @@ func (r *runner) result(cmd *exec.Cmd, job *pipeline.Job, ncpus int) (Result, er
 	res.Summary = job.Summary()
 	res.Samples = job.Meter().Samples()
 	results := job.Results(0)
+	ph, in := job.Phases(0)
 	rep := digest.Assemble(digest.Input{Facts: digest.Facts{Command: strings.Join(trim(r.argv), " "), Nodes: []string{r.opts.Node}, CPUs: ncpus},
-		Measured: res.Summary, Results: results, MinSeconds: r.opts.Engine.MinSeconds(), Ending: ending(res.Summary, ws)})
+		Measured: res.Summary, Results: results, MinSeconds: r.opts.Engine.MinSeconds(), Ending: ending(res.Summary, ws),
+		Phases: ph, Interference: in, PhasesNode: r.opts.Node})
 	res.Digest = &rep
 	return res, nil
 }

@@ -61,7 +61,7 @@ func NewEnv(o EnvOptions) *Env {
 	}
 	env := &Env{
 		Host: o.Host, Stats: cgstats.NewReader(o.Host, cgstats.Options{}), Enable: o.Enable,
-		Log: o.Log, Now: o.Now, SampleBytes: o.SampleBytes,
+		Log: o.Log, Now: o.Now, SampleBytes: o.SampleBytes, Node: NewNodeView(o.Host, o.Now),
 	}
 	if o.Energy {
 		env.openEnergy()

@@ -62,6 +62,9 @@ type Env struct {
 	// GPUErrors counts the NVIDIA driver's hardware error reports per GPU (the daemon's
 	// kernel-log reader adds them; nil: not counted).
 	GPUErrors *GPUErrors
+	// Node reads the node-wide files of the outside source once for all jobs (nil: each
+	// job reads them itself).
+	Node *NodeView
 	// Enable turns sources on or off by name (Registration.Name); the others keep their
 	// default.
 	Enable map[string]bool

@@ -58,6 +58,7 @@ var sources = []Registration{
 	gpuRegistration,
 	schedstatRegistration,
 	suspendRegistration,
+	outsideRegistration,
 }
 
 // Sources lists the registered sources.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -234,6 +235,45 @@ func (j *Job) Results(memRequested float64) []properties.Result {
 	acc := j.accumulator()
 	acc.SetMemRequested(memRequested)
 	return acc.Finish(samples, sum)
+}
+
+// Phases finds the job's phases on this node, with the properties severe in each
+// (evaluated again over each phase's samples), and the time it lost to interference
+// (package phases); memRequested as for Results. Without an engine it returns nil.
+func (j *Job) Phases(memRequested float64) ([]phases.Phase, *phases.Interference) {
+	if j.opts.Engine == nil {
+		return nil, nil
+	}
+	samples, sum := j.meter.Samples(), j.Summary()
+	spec := j.meter.Spec()
+	info := properties.JobInfo{Started: j.meter.Started(), NCPUs: len(spec.CPUs), Topology: spec.Topology, MemRequestedBytes: memRequested}
+	judge := j.opts.Engine.NewAccumulator(info)
+	o := phases.Options{NCPUs: len(spec.CPUs), Judged: judge.Judges}
+	ph, in := phases.Analyse(samples, o)
+	if len(ph) < 2 {
+		return ph, &in
+	}
+	for i := range ph {
+		var own []sample.Sample
+		for _, s := range samples {
+			if judge.Judges(s) && ph[i].Contains(s) {
+				own = append(own, s)
+			}
+		}
+		acc := j.opts.Engine.NewAccumulator(info)
+		for _, s := range own {
+			acc.Add(s)
+		}
+		for _, r := range acc.Finish(own, sum) {
+			if r.Assessed && r.TimeShare > 0 {
+				if ph[i].Held == nil {
+					ph[i].Held = map[string]float64{}
+				}
+				ph[i].Held[r.Key] = r.TimeShare * ph[i].Seconds
+			}
+		}
+	}
+	return ph, &in
 }
 
 // Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.

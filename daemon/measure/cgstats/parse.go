@@ -243,3 +243,17 @@ func parsePSI(b []byte) (psi, error) {
 	}
 	return p, nil
 }
+
+// ParsePressure parses a PSI file (the node's /proc/pressure/{cpu,memory,io}, a cgroup's
+// *.pressure): its "some" line, which every such file has, and its "full" line where
+// there is one (ok false: none, as in /proc/pressure/cpu before 5.13).
+func ParsePressure(b []byte) (some, full Pressure, ok bool, err error) {
+	p, err := parsePSI(b)
+	if err != nil {
+		return some, full, false, err
+	}
+	if !p.hasSome {
+		return some, full, false, fmt.Errorf("no \"some\" line")
+	}
+	return p.some, p.full, p.hasFull, nil
+}

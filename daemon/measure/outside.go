@@ -1,0 +1,143 @@
+package measure
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/sample"
+)
+
+// What happened on the node outside the job, for telling the job's own slowness from
+// interference (digest: "was it my code or the system?"): the CPU time its CPUs spent on
+// anything (the job's own subtracted, what is left is other work on them: other jobs,
+// daemons, the hypervisor's steal), and the node's I/O and memory pressure stall
+// (/proc/pressure, whoever caused it).
+var outsideRegistration = Registration{Name: "outside", Default: true, New: newOutside,
+	Metrics: vocabulary(sample.NodeCPUsBusySeconds, sample.NodeIOPressureSeconds, sample.NodeMemPressureSeconds)}
+
+// NodeView reads the node-wide files every job's outside source needs, once for all
+// jobs read at about the same time (the cycle reads every job within milliseconds).
+type NodeView struct {
+	host hostfs.FS
+	now  func() time.Time
+
+	mu   sync.Mutex
+	at   time.Time
+	last nodeNow
+}
+
+// nodeNow is one read of the node: busy seconds per CPU (-1: offline), pressure stall
+// totals in seconds, and why any could not be read.
+type nodeNow struct {
+	busy              []float64
+	busyErr           error
+	ioStall, memStall float64
+	ioErr, memErr     error
+}
+
+// nodeViewShare is how old a node read may be and still be handed to another job.
+const nodeViewShare = 100 * time.Millisecond
+
+// NewNodeView returns the node reader of a daemon or `persyst run`.
+func NewNodeView(host hostfs.FS, now func() time.Time) *NodeView {
+	if now == nil {
+		now = time.Now
+	}
+	return &NodeView{host: host, now: now}
+}
+
+func (v *NodeView) read() nodeNow {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t := v.now()
+	if !v.at.IsZero() && t.Sub(v.at) >= 0 && t.Sub(v.at) < nodeViewShare {
+		return v.last
+	}
+	v.at, v.last = t, readNode(v.host)
+	return v.last
+}
+
+func readNode(h hostfs.FS) nodeNow {
+	var n nodeNow
+	n.busy, n.busyErr = h.CPUBusy()
+	n.ioStall, n.ioErr = nodeStall(h, "io")
+	n.memStall, n.memErr = nodeStall(h, "memory")
+	return n
+}
+
+// nodeStall is the node's "some" stall time of a resource since boot, in seconds.
+func nodeStall(h hostfs.FS, resource string) (float64, error) {
+	b, err := h.ReadFile("proc/pressure", resource)
+	if err != nil {
+		return 0, fmt.Errorf("no pressure stall information (kernel before 4.20, or booted with psi=0): %w", err)
+	}
+	some, _, _, err := cgstats.ParsePressure(b)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", h.Path("proc/pressure", resource), err)
+	}
+	return float64(some.TotalUs) / 1e6, nil
+}
+
+type outsideSource struct {
+	view *NodeView
+	host hostfs.FS
+	prev nodeNow
+	cpus []int
+	have bool
+}
+
+func newOutside(env *Env, spec *Spec) (Source, error) {
+	return &outsideSource{view: env.Node, host: env.Host}, nil
+}
+
+func (o *outsideSource) Read(r *Read) error {
+	var cur nodeNow
+	if o.view != nil {
+		cur = o.view.read()
+	} else {
+		cur = readNode(o.host)
+	}
+	cpus := r.Spec.CPUs
+	if o.have && r.Reason != sample.Start {
+		o.counter(r, sample.NodeIOPressureSeconds, cur.ioStall, o.prev.ioStall, cur.ioErr, o.prev.ioErr)
+		o.counter(r, sample.NodeMemPressureSeconds, cur.memStall, o.prev.memStall, cur.memErr, o.prev.memErr)
+		switch {
+		case cur.busyErr != nil:
+			r.NotMeasured(sample.NodeCPUsBusySeconds, cur.busyErr.Error())
+		case o.prev.busyErr != nil:
+			r.NotMeasured(sample.NodeCPUsBusySeconds, o.prev.busyErr.Error())
+		case len(cpus) == 0:
+			r.NotMeasured(sample.NodeCPUsBusySeconds, "the job's CPUs are not known")
+		case !slices.Equal(cpus, o.cpus):
+			r.NotMeasured(sample.NodeCPUsBusySeconds, "the job's CPUs changed in the interval")
+		default:
+			sum := 0.0
+			for _, c := range cpus {
+				if c < len(cur.busy) && c < len(o.prev.busy) && cur.busy[c] >= 0 && o.prev.busy[c] >= 0 {
+					sum += max(cur.busy[c]-o.prev.busy[c], 0)
+				}
+			}
+			r.Sample.Job[sample.NodeCPUsBusySeconds] = sum
+		}
+	}
+	o.prev, o.cpus, o.have = cur, append(o.cpus[:0], cpus...), true
+	return nil
+}
+
+// counter adds a node counter's increase, or why there is none.
+func (o *outsideSource) counter(r *Read, name string, cur, prev float64, curErr, prevErr error) {
+	switch {
+	case curErr != nil:
+		r.NotMeasured(name, curErr.Error())
+	case prevErr != nil:
+		r.NotMeasured(name, prevErr.Error())
+	default:
+		r.Sample.Job[name] = max(cur-prev, 0)
+	}
+}
+
+func (o *outsideSource) Close() error { return nil }

@@ -1,0 +1,84 @@
+package hostfs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+)
+
+// userHZ is the unit of /proc/stat's CPU times: USER_HZ, 100 on every architecture Linux
+// runs HPC nodes on (the kernel converts to it whatever its own tick rate is).
+const userHZ = 100
+
+// maxCPUNumber bounds the CPU numbers /proc/stat may name (the kernel's NR_CPUS limit).
+const maxCPUNumber = 1 << 16
+
+// CPUBusy reads <root>/proc/stat: the time each CPU has been busy since boot
+// (ParseCPUBusy).
+func (f FS) CPUBusy() ([]float64, error) {
+	r, err := f.Open("proc/stat")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	busy, err := ParseCPUBusy(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.Name(), err)
+	}
+	return busy, nil
+}
+
+// ParseCPUBusy reads the "cpuN" lines of /proc/stat: each CPU's busy time since boot in
+// seconds (user, nice, system, irq, softirq and steal; guest time is in user already),
+// indexed by CPU number; a CPU the file does not list (offline) is -1. Reading stops at
+// the first line after the CPU lines (the long "intr" line is never read).
+func ParseCPUBusy(r io.Reader) ([]float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 64*1024)
+	var out []float64
+	for n := 1; sc.Scan(); n++ {
+		name, rest := Field(sc.Bytes())
+		if !bytes.HasPrefix(name, []byte("cpu")) {
+			if n == 1 {
+				return nil, fmt.Errorf("line 1: want the cpu line, got %q", name)
+			}
+			break
+		}
+		if len(name) == 3 {
+			continue // the total of all CPUs
+		}
+		cpu, ok := ParseUint(name[3:])
+		if !ok || cpu >= maxCPUNumber {
+			return nil, fmt.Errorf("line %d: CPU %q", n, name)
+		}
+		var ticks uint64
+		for i := 0; i < 8; i++ {
+			var f []byte
+			if f, rest = Field(rest); f == nil {
+				if i < 7 {
+					return nil, fmt.Errorf("line %d: %s has %d fields, want at least 7", n, name, i)
+				}
+				break // before 2.6.11: no steal
+			}
+			v, ok := ParseUint(f)
+			if !ok {
+				return nil, fmt.Errorf("line %d: %s field %d %q is not a number", n, name, i+1, f)
+			}
+			if i != 3 && i != 4 { // idle and iowait are not busy
+				ticks += v
+			}
+		}
+		for int(cpu) >= len(out) {
+			out = append(out, -1)
+		}
+		out[cpu] = float64(ticks) / userHZ
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no cpuN line")
+	}
+	return out, nil
+}

@@ -1,0 +1,330 @@
+package phases
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/persyst/persyst/sample"
+)
+
+// Interference is the time a job lost on a node to work outside it.
+type Interference struct {
+	// Seconds is the judged time on the node; Assessed the part of it in phases whose
+	// progress could be judged (NotAssessed says why none could).
+	Seconds     float64 `json:"seconds"`
+	Assessed    float64 `json:"assessed_seconds"`
+	NotAssessed string  `json:"not_assessed,omitempty"`
+	// LostSeconds is the time lost; Share its part of Seconds; Class Shah's: low
+	// (< 7.5 %), medium, high (> 15 %).
+	LostSeconds float64 `json:"lost_seconds"`
+	Share       float64 `json:"share"`
+	Class       string  `json:"class"`
+	// Intervals were interfered; Causes says by what, most time lost first; Worst is the
+	// stretch of consecutive interfered intervals that lost the most.
+	Intervals int      `json:"intervals"`
+	Causes    []Cause  `json:"causes,omitempty"`
+	Worst     *Stretch `json:"worst,omitempty"`
+	// Throttled is the time lost in slow intervals the job's own CPU quota throttled:
+	// the scheduler's limit, not interference.
+	Throttled float64 `json:"throttled_seconds,omitempty"`
+}
+
+// Cause is one outside cause of lost time.
+type Cause struct {
+	Key         string  `json:"key"` // CauseCPU, CauseIO, CauseMemory
+	LostSeconds float64 `json:"lost_seconds"`
+}
+
+// Causes of interference.
+const (
+	CauseCPU    = "cpu"    // other work on the job's CPUs
+	CauseIO     = "io"     // the node's I/O pressure
+	CauseMemory = "memory" // the node's memory pressure
+)
+
+// Interference classes (Shah): a low-interference run measures the code; a high one
+// mostly the system.
+const (
+	LowBelow  = 0.075
+	HighAbove = 0.15
+)
+
+// The rules' numbers.
+const (
+	// madFactor: an interval is slow below median − madFactor·MAD ...
+	madFactor = 4
+	// minDrop: ... and at least this share below the median (a steady job's MAD is ~0).
+	minDrop = 0.05
+	// minPhaseIntervals: a phase with fewer intervals has no robust median.
+	minPhaseIntervals = 5
+	// causeShare: an outside cause shows when it takes at least this share of the
+	// interval (of the job's CPUs, or of the time for pressure) ...
+	causeShare = 0.1
+	// causeAbove: ... and that much more than in the phase's typical interval.
+	causeAbove = 0.05
+	// cpuFull: other work on the job's CPUs slows it only when, with the job's own, it
+	// filled them.
+	cpuFull = 0.9
+	// minCPUProgress and minIOProgress: a phase's progress is its CPU time when its
+	// median is at least minCPUProgress CPUs busy, else the bytes it moved when at least
+	// minIOProgress a second; a phase with neither waits, and its progress is not judged.
+	minCPUProgress = 0.25
+	minIOProgress  = 1 << 20
+	// ioPhaseBusy: a phase moving data whose CPUs are less busy than this is an I/O phase.
+	ioPhaseBusy = 0.75
+	// ownIOAbove: the node's I/O stall is not an outside cause in an interval where the
+	// job moved more than this times its usual (and 1 MiB/s more): its own I/O (a
+	// checkpoint) stalled it. ownGrowth: nor the node's memory stall where the job's own
+	// memory grew by more than this share of its peak.
+	ownIOAbove = 1.5
+	ownGrowth  = 0.05
+)
+
+// Class returns the interference class of a lost share.
+func Class(share float64) string {
+	switch {
+	case share < LowBelow:
+		return "low"
+	case share <= HighAbove:
+		return "medium"
+	}
+	return "high"
+}
+
+// slow is one interfered interval.
+type slow struct {
+	from, to time.Time
+	lost     float64
+}
+
+// FindInterference judges each phase's intervals (Find's phases of the same samples and
+// options) for interference.
+func FindInterference(samples []sample.Sample, phases []Phase, o Options) Interference {
+	return interference(points(samples, o), phases, o)
+}
+
+func interference(pts []point, phases []Phase, o Options) Interference {
+	var in Interference
+	for _, p := range pts {
+		in.Seconds += p.s.Seconds
+	}
+	if len(pts) == 0 {
+		in.NotAssessed = "no judged interval"
+		in.Class = Class(0)
+		return in
+	}
+	var slows []slow
+	causes := map[string]float64{}
+	why := ""
+	for _, ph := range phases {
+		idx := inPhase(pts, ph)
+		if len(idx) < minPhaseIntervals {
+			why = "too few intervals in a phase for a robust median"
+			continue
+		}
+		prog := progress(pts, idx, o.NCPUs)
+		if prog == nil {
+			if why == "" {
+				why = "the job mostly waited: no progress to judge"
+			}
+			continue
+		}
+		for _, i := range idx {
+			in.Assessed += pts[i].s.Seconds
+		}
+		med := median(prog)
+		dev := make([]float64, len(prog))
+		for i, v := range prog {
+			dev[i] = math.Abs(v - med)
+		}
+		thr := med - max(madFactor*median(dev), minDrop*med)
+		if thr <= 0 {
+			continue
+		}
+		sig := signals(pts, idx, o.NCPUs)
+		typical := map[string]float64{}
+		for k, v := range sig {
+			typical[k] = median(v)
+		}
+		for n, i := range idx {
+			if prog[n] >= thr {
+				continue
+			}
+			secs := pts[i].s.Seconds
+			lost := secs * (1 - prog[n]/thr)
+			if sig["throttled"][n] >= causeShare {
+				in.Throttled += lost
+				continue
+			}
+			cause, excess := "", 0.0
+			for _, k := range []string{CauseCPU, CauseIO, CauseMemory} {
+				v := sig[k][n]
+				switch {
+				case k == CauseIO && sig["own_io"][n] > ownIOAbove*typical["own_io"]+minIOProgress:
+					continue // the job's own I/O: more than it usually did
+				case k == CauseMemory && sig["own_growth"][n] > ownGrowth:
+					continue // the job's own memory growing
+				}
+				if v >= causeShare && v-typical[k] >= causeAbove && v-typical[k] > excess {
+					cause, excess = k, v-typical[k]
+				}
+			}
+			if cause == "" {
+				continue // slow, but nothing outside shows: the job's own doing
+			}
+			causes[cause] += lost
+			in.LostSeconds += lost
+			in.Intervals++
+			slows = append(slows, slow{from: pts[i].from, to: pts[i].to, lost: lost})
+		}
+	}
+	if in.Assessed == 0 {
+		in.NotAssessed = why
+	}
+	if in.Seconds > 0 {
+		in.Share = in.LostSeconds / in.Seconds
+	}
+	in.Class = Class(in.Share)
+	for k, v := range causes {
+		in.Causes = append(in.Causes, Cause{Key: k, LostSeconds: v})
+	}
+	sort.Slice(in.Causes, func(i, j int) bool {
+		if in.Causes[i].LostSeconds != in.Causes[j].LostSeconds {
+			return in.Causes[i].LostSeconds > in.Causes[j].LostSeconds
+		}
+		return in.Causes[i].Key < in.Causes[j].Key
+	})
+	in.Worst = worst(slows)
+	return in
+}
+
+// inPhase returns the indices of the points that lie in a phase's stretches.
+func inPhase(pts []point, ph Phase) []int {
+	var idx []int
+	for i, p := range pts {
+		if ph.Contains(p.s) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// progress is the progress rate of each interval of a phase. An I/O phase (at least
+// minIOProgress moved a second, its CPUs less than ioPhaseBusy busy) progresses by the
+// bytes it moves; another by the instructions it retires where a PMU counted them in
+// every interval, else by the CPU time it gets when that is at least minCPUProgress CPUs.
+// nil: none fits (the phase waited).
+func progress(pts []point, idx []int, ncpus int) []float64 {
+	rates := func(f func(s sample.Sample) (float64, bool)) []float64 {
+		out := make([]float64, 0, len(idx))
+		for _, i := range idx {
+			v, ok := f(pts[i].s)
+			if !ok {
+				return nil
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	cpu := rates(func(s sample.Sample) (float64, bool) {
+		u, uok := s.Rate(sample.CPUUserSeconds)
+		sy, sok := s.Rate(sample.CPUSystemSeconds)
+		return u + sy, uok || sok
+	})
+	bytes := rates(func(s sample.Sample) (float64, bool) {
+		rd, rok := s.Rate(sample.ReadChars)
+		wr, wok := s.Rate(sample.WriteChars)
+		return rd + wr, rok || wok
+	})
+	ioPhase := bytes != nil && median(bytes) >= minIOProgress
+	if ioPhase && (cpu == nil || median(cpu) < ioPhaseBusy*float64(max(ncpus, 1))) {
+		return bytes
+	}
+	if r := rates(func(s sample.Sample) (float64, bool) { return s.Rate("instructions") }); r != nil && median(r) > 0 {
+		return r
+	}
+	if cpu != nil && median(cpu) >= minCPUProgress {
+		return cpu
+	}
+	if ioPhase {
+		return bytes
+	}
+	return nil
+}
+
+// signals are the outside causes' shares in each interval of a phase: other work on
+// the job's CPUs (counted only where, with the job's own, it filled them), the node's
+// I/O and memory stall; and what would make them the job's own: its quota throttling,
+// its I/O rate (the node's I/O stall counts the job's own), its memory growth.
+func signals(pts []point, idx []int, ncpus int) map[string][]float64 {
+	out := map[string][]float64{}
+	n := float64(max(ncpus, 1))
+	peak := 0.0
+	for _, p := range pts {
+		peak = max(peak, memOf(p.s))
+	}
+	for _, i := range idx {
+		s := pts[i].s
+		growth := 0.0
+		if i > 0 && peak > 0 {
+			growth = (memOf(s) - memOf(pts[i-1].s)) / peak
+		}
+		out["own_growth"] = append(out["own_growth"], growth)
+		out["own_io"] = append(out["own_io"], (s.Job[sample.ReadChars]+s.Job[sample.WriteChars])/s.Seconds)
+		secs := s.Seconds
+		own := s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
+		others := 0.0
+		if busy, ok := s.Job[sample.NodeCPUsBusySeconds]; ok {
+			others = max(busy-own, 0) / (secs * n)
+			if (busy)/(secs*n) < cpuFull {
+				others = 0
+			}
+		}
+		out[CauseCPU] = append(out[CauseCPU], others)
+		out[CauseIO] = append(out[CauseIO], s.Job[sample.NodeIOPressureSeconds]/secs)
+		out[CauseMemory] = append(out[CauseMemory], s.Job[sample.NodeMemPressureSeconds]/secs)
+		out["throttled"] = append(out["throttled"], s.Job[sample.CPUThrottledSecs]/secs)
+	}
+	return out
+}
+
+// worst is the run of consecutive slow intervals that lost the most time.
+func worst(slows []slow) *Stretch {
+	if len(slows) == 0 {
+		return nil
+	}
+	sort.Slice(slows, func(i, j int) bool { return slows[i].from.Before(slows[j].from) })
+	var best *Stretch
+	bestLost := -1.0
+	cur, lost := Stretch{From: slows[0].from, To: slows[0].to}, slows[0].lost
+	flush := func() {
+		if lost > bestLost {
+			c := cur
+			best, bestLost = &c, lost
+		}
+	}
+	for _, s := range slows[1:] {
+		if s.from.Sub(cur.To).Abs() <= time.Second+time.Duration(0.1*s.to.Sub(s.from).Seconds()*float64(time.Second)) {
+			cur.To, lost = s.to, lost+s.lost
+			continue
+		}
+		flush()
+		cur, lost = Stretch{From: s.from, To: s.to}, s.lost
+	}
+	flush()
+	return best
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
