@@ -102,7 +102,11 @@ func TestCorpus(t *testing.T) {
 				argv[i] = strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(a)
 			}
 			quiet(t)
-			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, tc.quota, tc.memLimit)
+			quota := noQuota
+			if tc.quota {
+				quota = 0
+			}
+			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, quota, tc.memLimit)
 			d := res.Digest
 			if d == nil {
 				t.Fatal("no digest")
@@ -166,9 +170,13 @@ func corpusEvidence(t *testing.T, name, result string, res standalone.Result) {
 	}
 }
 
+// noQuota: corpusRun sets no CPU quota.
+const noQuota = time.Duration(-1)
+
 // corpusRun runs persyst run (on cpus, if set) in a private mount namespace with tracefs
-// mounted, its result written to a file of its own.
-func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, quota bool, memLimit int64) standalone.Result {
+// mounted, its result written to a file of its own; quota (unless noQuota) after that
+// long, its cpu cgroup gets a quota of half a CPU.
+func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, quota time.Duration, memLimit int64) standalone.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -197,7 +205,8 @@ func corpusRun(t *testing.T, persyst, conf, cpus, result string, argv []string, 
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	if quota {
+	if quota >= 0 {
+		time.Sleep(quota)
 		limit("cpu/@/cpu.cfs_quota_us", "50000")
 	}
 	if memLimit > 0 {

@@ -6,6 +6,7 @@ package integration
 // interference's class and the stretch; the same job alone is told nothing of the kind.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,18 +14,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/phases"
+	"github.com/persyst/persyst/sample"
 )
 
 func TestWhenAndWhy(t *testing.T) {
 	c := startCluster(t, 2)
 	_, load := binaries(t)
 	work := filepath.Join(c.work, "when")
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	// The jobs run as the cluster's job user: their output files are theirs.
+	if err := os.MkdirAll(work, 0o755); err != nil || os.Chmod(work, 0o1777) != nil {
 		t.Fatal(err)
 	}
-	out := func(id uint32) string {
+	out := func(t *testing.T, id uint32) string {
+		t.Helper()
 		b, err := os.ReadFile(filepath.Join(work, "when-"+strconv.FormatUint(uint64(id), 10)+".out"))
 		if err != nil {
 			t.Fatal(err)
@@ -60,13 +66,14 @@ func TestWhenAndWhy(t *testing.T) {
 		if f == nil || len(f.phases) != 1 || f.phases[0] != 1 {
 			t.Errorf("job %d: small writes %+v, want a finding held in phase 1", id, f)
 		}
-		if o := out(id); !strings.Contains(o, "Phases: 1. 0:0") || !strings.Contains(o, "In phase 1 (") {
+		if o := out(t, id); !strings.Contains(o, "Phases:\n  1. 0:0") || !strings.Contains(o, "In phase 1 (") {
 			t.Errorf("job %d: the digest does not list the phases and the finding's:\n%s", id, o)
 		}
 	})
 
-	// A CPU-bound job on one CPU of node1 for 30 s; from 12 s to 22 s a job on node2
-	// keeps both of the machine's CPUs busy (the nodes share them), taking half of it.
+	// A CPU-bound job on one CPU of node1 for 30 CPU-seconds; 12 s after its start a job
+	// on node2 (the nodes share the machine's CPUs) puts two busy threads on that CPU for
+	// 3 CPU-seconds each: the job gets a third of its CPU for about 9 s.
 	cpuBound := func(t *testing.T, neighbour bool) (*digest.Report, string, time.Time, time.Time) {
 		quiet(t)
 		id := submit(t, c.nodes[0], "-c", "1", "--wrap", load+" spin -seconds 30")
@@ -74,21 +81,24 @@ func TestWhenAndWhy(t *testing.T) {
 		var from, to time.Time
 		if neighbour {
 			time.Sleep(12 * time.Second)
+			cpu := c.jobCPU(t, id)
 			from = time.Now()
-			nb := submit(t, c.nodes[1], "-c", "2", "--wrap", load+" spin -seconds 10 -threads 2")
+			nb := submit(t, c.nodes[1], "-c", "2", "--wrap", load+" spin -seconds 3 -threads 2 -pin "+cpu+","+cpu)
 			c.waitDone(t, nb, 2*time.Minute)
 			to = time.Now()
+			t.Logf("the neighbour ran on CPU %s from %s to %s", cpu, from.Format("15:04:05"), to.Format("15:04:05"))
 		}
 		c.waitDone(t, id, 2*time.Minute)
 		r := c.jobReport(t, id)
 		logPhases(t, r)
-		return r, out(id), from, to
+		return r, out(t, id), from, to
 	}
 
 	t.Run("a neighbour half-way: interference", func(t *testing.T) {
 		r, o, from, to := cpuBound(t, true)
 		in := r.Interference
 		if in == nil || (in.Class != "medium" && in.Class != "high") || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU {
+			c.logSamples(t, r.JobID)
 			t.Fatalf("job %d: interference %+v, want medium or high, from other work on the CPUs", r.JobID, in)
 		}
 		if w := in.Worst; w == nil || w.To.Before(from) || w.From.After(to) {
@@ -113,7 +123,82 @@ func TestWhenAndWhy(t *testing.T) {
 	})
 }
 
+// TestOwnQuotaIsNoInterference: a program whose own CPU quota throttles it half-way is
+// slowed by the scheduler's limit, not by others: no interference. Slurm's cgroup/v1 on
+// this machine makes no cpu cgroup for a job, so the quota is put on persyst run's own
+// (as the corpus's quota case does).
+func TestOwnQuotaIsNoInterference(t *testing.T) {
+	testenv.Root(t, "persyst run creates cgroups")
+	persyst, load := binaries(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "persyst.conf")
+	if err := os.WriteFile(conf, []byte("DigestMinSeconds=3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t)
+	// 14 s at full speed, then 6 CPU-seconds at half: the throttled intervals are the
+	// fewer, and slow against the median.
+	res := corpusRun(t, persyst, conf, "0", filepath.Join(dir, "result.json"), []string{load, "spin", "-seconds", "20"}, 14*time.Second, 0)
+	d := res.Digest
+	if d == nil || d.Interference == nil {
+		t.Fatalf("digest %+v: want one with the interference analysed", d)
+	}
+	logPhases(t, d)
+	if d.Interference.LostSeconds != 0 || len(d.Interference.Causes) != 0 {
+		t.Errorf("interference %+v: want none", *d.Interference)
+	}
+	throttled := 0.0
+	for _, s := range res.Samples {
+		throttled += s.Job[sample.CPUThrottledSecs]
+	}
+	defer func() {
+		if t.Failed() {
+			for _, s := range res.Samples {
+				t.Logf("%s %.2f s: user %.2f system %.2f throttled %.2f", s.Reason, s.Seconds, s.Job[sample.CPUUserSeconds], s.Job[sample.CPUSystemSeconds], s.Job[sample.CPUThrottledSecs])
+			}
+		}
+	}()
+	t.Logf("throttled %.1f s; slow intervals the quota explains lost %.1f s", throttled, d.Interference.Throttled)
+	if throttled < 4 {
+		t.Errorf("throttled %.1f s in all: the quota did not bite", throttled)
+	}
+}
+
 type digestFinding struct{ phases []int }
+
+// jobCPU is the CPU a running one-CPU job measures on its batch host.
+func (c *cluster) jobCPU(t *testing.T, id uint32) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	samples, err := daemon.JobSamples(ctx, c.socket(c.jobInfo(t, id)["BatchHost"]), id)
+	if err != nil {
+		t.Fatalf("samples of job %d: %v", id, err)
+	}
+	for _, s := range samples {
+		if len(s.CPU) == 1 {
+			return strconv.Itoa(s.CPU[0].CPU)
+		}
+	}
+	t.Fatalf("job %d: no sample with one CPU's values", id)
+	return ""
+}
+
+// logSamples logs what phases and interference are made of, interval by interval.
+func (c *cluster) logSamples(t *testing.T, id uint32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	samples, err := daemon.JobSamples(ctx, c.socket(c.jobInfo(t, id)["BatchHost"]), id)
+	if err != nil {
+		t.Logf("samples of job %d: %v", id, err)
+	}
+	for _, s := range samples {
+		t.Logf("%s %s %.2f s: user %.2f system %.2f wait %.2f; node: CPUs busy %.2f, I/O stall %.2f, memory stall %.2f",
+			s.Time.Format("15:04:05.000"), s.Reason, s.Seconds, s.Job[sample.CPUUserSeconds], s.Job[sample.CPUSystemSeconds], s.Job[sample.SchedWaitSeconds],
+			s.Job[sample.NodeCPUsBusySeconds], s.Job[sample.NodeIOPressureSeconds], s.Job[sample.NodeMemPressureSeconds])
+	}
+}
 
 func logPhases(t *testing.T, r *digest.Report) {
 	t.Helper()
