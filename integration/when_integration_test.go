@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
-	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/sample"
 )
