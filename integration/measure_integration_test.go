@@ -110,7 +110,14 @@ func workloads() []workload {
 				fb, fn := total(t, s, sample.FileWriteBytes), total(t, s, sample.FileWriteCalls)
 				wantFB, wantFN := 64*mib+base[sample.FileWriteBytes], 64*mib/size+base[sample.FileWriteCalls]
 				within(t, "bytes written to files", fb, wantFB, 0.01)
-				within(t, "write calls on files", fn, wantFN, 0.02)
+				// Slurm's set-up writes (base's write calls, to /proc files: regular
+				// files) count as file writes when they fall after the job's counting
+				// began, which depends on timing: the empty job's may not, this one's may.
+				if extra := base[sample.WriteSyscalls] - base[sample.FileWriteCalls]; fn > wantFN && fn <= wantFN+extra {
+					t.Logf("write calls on files = %.0f: %.0f of Slurm's set-up writes counted as well", fn, fn-wantFN)
+				} else {
+					within(t, "write calls on files", fn, wantFN, 0.02)
+				}
 			}
 		}
 	}

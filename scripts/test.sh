@@ -87,7 +87,14 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	fi
 
 	stage "integration tests (a real Slurm cluster on this machine; verbose, so each scenario shows)"
-	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m ./integration/ 2>&1 | tee build/test-integration.log
+	# The tests that start no Slurm (persyst run on the corpus and under a CPU quota) are
+	# the same in every release's root: they run in the first, with the unit tests.
+	skip=()
+	if [ "${PERSYST_UNIT:-1}" = 0 ]; then
+		skip=(-skip '^(TestCorpus|TestOwnQuotaIsNoInterference)$')
+		echo "(TestCorpus and TestOwnQuotaIsNoInterference ran in the first release's root: they start no Slurm)"
+	fi
+	PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m "${skip[@]}" ./integration/ 2>&1 | tee build/test-integration.log
 	stage "every test passed"
 else
 	# Every Debian release's own Slurm (PERSYST_SUITES; docs/development.md): bookworm's
