@@ -57,14 +57,15 @@ func TestWhenAndWhy(t *testing.T) {
 		if end := r.Phases[0].Stretches[0].To.Sub(r.Start); end < 6*time.Second || end > 11*time.Second {
 			t.Errorf("job %d: phase 1 ends %v after the start, want about 8 s", id, end)
 		}
-		var f *digestFinding
-		for i := range r.Findings {
-			if r.Findings[i].Key == "io_write_request_size" {
-				f = &digestFinding{r.Findings[i].Phases}
+		var in []int
+		found := false
+		for _, f := range r.Findings {
+			if f.Key == "io_write_request_size" {
+				in, found = f.Phases, true
 			}
 		}
-		if f == nil || len(f.phases) != 1 || f.phases[0] != 1 {
-			t.Errorf("job %d: small writes %+v, want a finding held in phase 1", id, f)
+		if !found || len(in) != 1 || in[0] != 1 {
+			t.Errorf("job %d: small writes found %v, in phases %v: want a finding held in phase 1", id, found, in)
 		}
 		if o := out(t, id); !strings.Contains(o, "Phases:\n  1. 0:0") || !strings.Contains(o, "In phase 1 (") {
 			t.Errorf("job %d: the digest does not list the phases and the finding's:\n%s", id, o)
@@ -163,8 +164,6 @@ func TestOwnQuotaIsNoInterference(t *testing.T) {
 		t.Errorf("throttled %.1f s in all: the quota did not bite", throttled)
 	}
 }
-
-type digestFinding struct{ phases []int }
 
 // jobCPU is the CPU a running one-CPU job measures on its batch host.
 func (c *cluster) jobCPU(t *testing.T, id uint32) string {
