@@ -57,6 +57,7 @@ if [ -z "$deb" ]; then
 	fi
 	if [ -z "$deb" ] || [ -n "$stale" ]; then
 		log "building the package in a pristine $SUITE root (fresh-check.sh package)"
+		mkdir -p "$ROOT/build"
 		SUITE=$SUITE "$ROOT/scripts/fresh-check.sh" package >"$ROOT/build/vm-package-$SUITE.log" 2>&1 ||
 			{ tail -50 "$ROOT/build/vm-package-$SUITE.log"; die "the $SUITE package was not built"; }
 		deb=$(ls -t "$ROOT/build/package-$SUITE"/persyst_*.deb | head -1)
