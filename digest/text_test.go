@@ -133,6 +133,14 @@ func interfered(in Input, lost float64) Input {
 	return in
 }
 
+// throughoutInterfered: a neighbour shared the job's CPU from its start to its end.
+func throughoutInterfered(in Input, lost float64) Input {
+	in = interfered(in, lost)
+	in.Interference.Intervals = in.Measured.Samples
+	in.Interference.Worst = &phases.Stretch{From: in.Measured.Started, To: in.Measured.Last}
+	return in
+}
+
 // assemble makes the report of in with results, judged from minSeconds on.
 func assemble(in Input, results []properties.Result, minSeconds float64) Report {
 	in.Results, in.MinSeconds = results, minSeconds
@@ -185,6 +193,8 @@ func TestTextGolden(t *testing.T) {
 		{"phases_interference", interfered(withPhases(whole(covering(Facts{JobID: 21, Nodes: []string{"node1"}, CPUs: 2}, 960, 16))), 0.12),
 			[]properties.Result{fine, earlyWrites, idle}, 300},
 		{"interference_high_no_findings", interfered(whole(covering(Facts{JobID: 22, Nodes: []string{"node1"}, CPUs: 2}, 960, 16)), 0.31),
+			[]properties.Result{fine}, 300},
+		{"interference_all_through", throughoutInterfered(whole(covering(Facts{JobID: 23, Nodes: []string{"node1"}, CPUs: 1}, 960, 16)), 0.45),
 			[]properties.Result{fine}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}

@@ -47,6 +47,9 @@ func markPhases(findings []properties.Result, ph []phases.Phase) {
 // share): below it a run measures the code, and saying "0 % lost" is noise.
 const InterferenceShown = 0.02
 
+// throughout: a worst stretch this long a share of the judged time is the whole job's.
+const throughout = 0.8
+
 // interferenceLines say the time lost to interference, where it is worth saying.
 func interferenceLines(in *phases.Interference, node string) []string {
 	if in == nil || in.Share < InterferenceShown || len(in.Causes) == 0 {
@@ -74,7 +77,11 @@ func interferenceLines(in *phases.Interference, node string) []string {
 	}
 	s := fmt.Sprintf("About %.0f%% of the job's time was lost to %s (%s interference)", math.Round(100*in.Share), strings.Join(causes, " and "), in.Class)
 	if w := in.Worst; w != nil {
-		s += ", mostly " + w.From.Format("15:04:05") + "-" + w.To.Format("15:04:05")
+		if w.To.Sub(w.From).Seconds() >= throughout*in.Seconds {
+			s += ", all through the job"
+		} else {
+			s += ", mostly " + w.From.Format("15:04:05") + "-" + w.To.Format("15:04:05")
+		}
 	}
 	s += "."
 	if in.Class == "high" {

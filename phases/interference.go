@@ -114,8 +114,13 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 		in.Class = Class(0)
 		return in
 	}
-	var slows []slow
-	causes := map[string]float64{}
+	// Each interval's lost time and its cause: episodes first (slow for its phase, with
+	// an outside cause), then other work on the job's CPUs, which slows it in every
+	// interval it is there (its share of the waiting) and so may not move the median.
+	lostAt := make([]float64, len(pts))
+	causeAt := make([]string, len(pts))
+	assessed := make([]bool, len(pts))
+	throttled := make([]bool, len(pts))
 	why := ""
 	for _, ph := range phases {
 		idx := inPhase(pts, ph)
@@ -131,7 +136,7 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 			continue
 		}
 		for _, i := range idx {
-			in.Assessed += pts[i].s.Seconds
+			assessed[i] = true
 		}
 		med := median(prog)
 		dev := make([]float64, len(prog))
@@ -148,12 +153,14 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 			typical[k] = median(v)
 		}
 		for n, i := range idx {
+			if sig["throttled"][n] >= causeShare {
+				throttled[i] = true
+			}
 			if prog[n] >= thr {
 				continue
 			}
-			secs := pts[i].s.Seconds
-			lost := secs * (1 - prog[n]/thr)
-			if sig["throttled"][n] >= causeShare {
+			lost := pts[i].s.Seconds * (1 - prog[n]/thr)
+			if throttled[i] {
 				in.Throttled += lost
 				continue
 			}
@@ -170,14 +177,33 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 					cause, excess = k, v-typical[k]
 				}
 			}
-			if cause == "" {
-				continue // slow, but nothing outside shows: the job's own doing
+			if cause != "" {
+				lostAt[i], causeAt[i] = lost, cause
 			}
-			causes[cause] += lost
-			in.LostSeconds += lost
-			in.Intervals++
-			slows = append(slows, slow{from: pts[i].from, to: pts[i].to, lost: lost})
+			// else slow, but nothing outside shows: the job's own doing
 		}
+	}
+	for i, p := range pts {
+		if throttled[i] || p.s.Job[sample.CPUThrottledSecs] >= causeShare*p.s.Seconds {
+			continue // its own quota: the wait is the scheduler's limit
+		}
+		if c := waitedForOthers(p.s, o.NCPUs); c > lostAt[i] {
+			lostAt[i], causeAt[i], assessed[i] = c, CauseCPU, true
+		}
+	}
+	var slows []slow
+	causes := map[string]float64{}
+	for i, p := range pts {
+		if assessed[i] {
+			in.Assessed += p.s.Seconds
+		}
+		if lostAt[i] <= 0 {
+			continue
+		}
+		causes[causeAt[i]] += lostAt[i]
+		in.LostSeconds += lostAt[i]
+		in.Intervals++
+		slows = append(slows, slow{from: p.from, to: p.to, lost: lostAt[i]})
 	}
 	if in.Assessed == 0 {
 		in.NotAssessed = why
@@ -197,6 +223,29 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 	})
 	in.Worst = worst(slows)
 	return in
+}
+
+// waitedForOthers is the time a job lost in an interval to other work on its CPUs:
+// where, with the job's own, that work filled them (cpuFull) and took at least
+// causeShare of them, the job's threads waited on a run queue for a CPU, at most as long
+// as the others ran. Alone, its runnable threads would have run then: the interval's
+// work would have taken that wait less, spread over the threads that were runnable
+// (their CPU time and wait over the interval, at least one). 0 where the wait is not
+// measured.
+func waitedForOthers(s sample.Sample, ncpus int) float64 {
+	wait, ok := s.Job[sample.SchedWaitSeconds]
+	busy, bok := s.Job[sample.NodeCPUsBusySeconds]
+	if !ok || !bok || s.Seconds <= 0 {
+		return 0
+	}
+	n := float64(max(ncpus, 1))
+	own := s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
+	others := max(busy-own, 0)
+	if busy/(s.Seconds*n) < cpuFull || others/(s.Seconds*n) < causeShare {
+		return 0
+	}
+	runnable := max((own+wait)/s.Seconds, 1)
+	return min(min(wait, others)/runnable, s.Seconds)
 }
 
 // inPhase returns the indices of the points that lie in a phase's stretches.

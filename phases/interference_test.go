@@ -39,12 +39,19 @@ func TestInterference(t *testing.T) {
 		want want
 	}{
 		{"alone", []run{{alone, 60}}, want{class: "low"}},
-		// 15 of 60 intervals at 0.5 CPUs of 0.99, the threshold 95 % of the median (the
-		// MAD is far smaller): each loses 1 − 0.5/(0.95·0.99) of its time.
+		// 15 of 60 intervals at 0.5 CPUs of 0.99: slower than the phase's threshold (95 %
+		// of the median; the MAD is far smaller) by 1 − 0.5/(0.95·0.99) of the time, and
+		// waiting half of it for the CPU the neighbour had: each loses the larger, 0.5.
 		{"a neighbour half-way", []run{{alone, 20}, {shared, 15}, {alone, 25}},
-			want{intervals: 15, share: 15 * (1 - 0.5/(0.95*0.99)) / 60, class: "medium", causes: []string{"cpu"}, worst: [2]int{20, 35}}},
+			want{intervals: 15, share: 15 * 0.5 / 60, class: "medium", causes: []string{"cpu"}, worst: [2]int{20, 35}}},
 		{"a neighbour for longer", []run{{alone, 20}, {shared, 25}, {alone, 25}},
-			want{intervals: 25, share: 25 * (1 - 0.5/(0.95*0.99)) / 70, class: "high", causes: []string{"cpu"}, worst: [2]int{20, 45}}},
+			want{intervals: 25, share: 25 * 0.5 / 70, class: "high", causes: []string{"cpu"}, worst: [2]int{20, 45}}},
+		// A neighbour there all along sets the median: no interval is slow for the
+		// phase, but in each the job waited half the time for the CPU the neighbour had.
+		{"a neighbour all along", []run{{shared, 60}},
+			want{intervals: 60, share: 0.5, class: "high", causes: []string{"cpu"}, worst: [2]int{0, 60}}},
+		// Its own four busy threads on one CPU wait 3/4 of the time, with nobody else.
+		{"its own threads waiting is no interference", []run{{alone.with(sample.SchedWaitSeconds, 3.0), 60}}, want{class: "low"}},
 		{"its own CPU quota is no interference", []run{{alone, 20}, {throttled, 15}, {alone, 25}}, want{class: "low"}},
 		{"slow with no outside cause", []run{{alone, 20}, {ownDoing, 15}, {alone, 25}}, want{class: "low"}},
 		// A computing job that writes a checkpoint, stalling the node on its own I/O.

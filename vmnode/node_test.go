@@ -23,6 +23,7 @@ import (
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/slurmver"
 	"golang.org/x/sys/unix"
 )
@@ -238,6 +239,12 @@ func testStarved(t *testing.T) {
 	wantFirst(t, r, "cpu_starved")
 	if hasFinding(r, "idle_cores") {
 		t.Errorf("job %d: findings %v: its CPUs were busy, not idle; its output:\n%s", id, keys(r), text)
+	}
+	// The neighbour was there all along: every interval lost about half its time to it,
+	// and the digest says so beside the starvation (not "3 % lost" from episodes only).
+	if in := r.Interference; in == nil || in.Class != "high" || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU ||
+		!strings.Contains(text, "lost to other work") {
+		t.Errorf("job %d: interference %+v: want high, from other work on the CPUs, stated; its output:\n%s", id, in, text)
 	}
 }
 
