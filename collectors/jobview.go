@@ -1,14 +1,17 @@
 package collectors
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 	"github.com/persyst/persyst/sample"
@@ -268,7 +271,37 @@ func MergePartials(e *properties.Engine, job uint32, parts []*pb.JobPartial) (di
 	for k, a := range v.keys {
 		a.sketch = sketches[k]
 	}
-	return v.report(job, e), nil
+	rep := v.report(job, e)
+	whenAndWhy(&rep, parts)
+	return rep, nil
+}
+
+// maxNodePhases bounds one node's phases in a part (JSON): at most 6 phases, each with
+// its stretches (at most 1024 intervals are clustered).
+const maxNodePhases = 256 << 10
+
+// whenAndWhy compares the nodes whose phases came with the parts (a node's own, named
+// among the part's nodes, once; the others are left out), and takes the job's
+// interference from the node that lost the most time.
+func whenAndWhy(rep *digest.Report, parts []*pb.JobPartial) {
+	var nodes []phases.NodePhases
+	seen := map[string]bool{}
+	for _, p := range parts {
+		for _, b := range p.NodePhases {
+			var np phases.NodePhases
+			if len(b) > maxNodePhases || json.Unmarshal(b, &np) != nil || seen[np.Node] || !slices.Contains(p.Nodes, np.Node) {
+				continue
+			}
+			seen[np.Node] = true
+			nodes = append(nodes, np)
+		}
+	}
+	rep.Alike = phases.Compare(nodes)
+	for _, np := range nodes {
+		if in := np.Interference; in != nil && in.Share > 0 && (rep.Interference == nil || in.Share > rep.Interference.Share) {
+			rep.Interference, rep.InterferenceNode = in, np.Node
+		}
+	}
 }
 
 // results are the job-wide property results, with the imbalance between nodes.

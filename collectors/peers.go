@@ -43,6 +43,8 @@ type Peers struct {
 	alone map[uint32]bool
 	// why says why this node has no part of a job it knew (Explain; nil: not said).
 	why func(job uint32) (string, bool)
+	// phasesOf returns this node's phases of a job (NodePhases; nil: none).
+	phasesOf func(job uint32) []byte
 }
 
 // PeersConfig configures Peers.
@@ -183,18 +185,36 @@ func (p *Peers) Explain(why func(job uint32) (string, bool)) {
 	p.why = why
 }
 
-// Part returns this node's part of a job (no nodes: none, and why where it is known).
+// NodePhases sets what returns this node's phases and interference of a job
+// (phases.NodePhases as JSON; nil: none), sent with its part.
+func (p *Peers) NodePhases(of func(job uint32) []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.phasesOf = of
+}
+
+// Part returns this node's part of a job (no nodes: none, and why where it is known),
+// with its phases.
 func (p *Peers) Part(job uint32) *pb.JobPartial {
 	p.mu.Lock()
+	var part *pb.JobPartial
 	if v := p.views[job]; v != nil {
-		defer p.mu.Unlock()
-		return v.partial(job, p.cfg.Node)
+		part = v.partial(job, p.cfg.Node)
 	}
-	why := p.why
+	why, phasesOf := p.why, p.phasesOf
 	p.mu.Unlock()
-	part := &pb.JobPartial{JobId: job, From: p.cfg.Node}
-	if why != nil { // outside the lock: it asks the node daemon
-		part.Unmeasured, part.Short = why(job)
+	// Outside the lock: both ask the node daemon.
+	if part == nil {
+		part = &pb.JobPartial{JobId: job, From: p.cfg.Node}
+		if why != nil {
+			part.Unmeasured, part.Short = why(job)
+		}
+		return part
+	}
+	if phasesOf != nil {
+		if b := phasesOf(job); b != nil {
+			part.NodePhases = [][]byte{b}
+		}
 	}
 	return part
 }

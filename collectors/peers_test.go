@@ -2,7 +2,9 @@ package collectors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 )
@@ -210,4 +213,78 @@ func (f *fixedTree) Aggregation(uint32) string { return "collector" }
 func (f *fixedTree) JobWide(context.Context, uint32) (*digest.Report, error) {
 	w := f.wide
 	return &w, nil
+}
+
+// TestPeersCompareNodes: each node's daemon sends its phases with its part; the batch
+// host compares them, names the node unlike the rest, takes the job's interference from
+// the node that lost the most, and leaves out phases a node sent for another node.
+func TestPeersCompareNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng := propertiestest.Engine(t, properties.Settings{MinSeconds: 1})
+	t0 := time.Unix(1_800_000_000, 0)
+	compute := []float64{0.49, 0, 0, 0, 0, 0, 0, 0.4, 0, 0.1}
+	writes := []float64{0.2, 0.3, 0, 0.8, 0, 0.9, 0, 0.2, 0, 0.2}
+	stretch := func(from, to int) []phases.Stretch {
+		return []phases.Stretch{{From: t0.Add(time.Duration(from) * time.Minute), To: t0.Add(time.Duration(to) * time.Minute)}}
+	}
+	one := func(node string, lost float64) phases.NodePhases {
+		return phases.NodePhases{Node: node, NCPUs: 2, Phases: []phases.Phase{{N: 1, Stretches: stretch(0, 60), Seconds: 3600, Share: 1, Centroid: compute}},
+			Interference: &phases.Interference{Seconds: 3600, Share: lost, LostSeconds: lost * 3600, Class: phases.Class(lost)}}
+	}
+	sent := map[string]phases.NodePhases{"n1": one("n1", 0.01), "n2": one("n2", 0), "n3": one("n3", 0.2),
+		"n4": {Node: "n4", NCPUs: 2, Phases: []phases.Phase{
+			{N: 1, Stretches: stretch(0, 20), Seconds: 1200, Share: 1.0 / 3, Centroid: writes, Traits: phases.Traits{WriteCalls: 5e4}},
+			{N: 2, Stretches: stretch(20, 60), Seconds: 2400, Share: 2.0 / 3, Centroid: compute}}},
+		// n5 sends phases as n2's, which were nothing like n2's own.
+		"n5": {Node: "n2", NCPUs: 2, Phases: []phases.Phase{{N: 1, Stretches: stretch(0, 60), Seconds: 3600, Share: 1, Centroid: writes}}},
+	}
+	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
+	addrs := map[string]string{}
+	peers := map[string]*Peers{}
+	for _, n := range nodes {
+		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 2 * time.Second,
+			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
+			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		peers[n] = p
+		b, err := json.Marshal(sent[n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.NodePhases(func(uint32) []byte { return b })
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[n] = ln.Addr().String()
+		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
+		for i := 0; i < 5; i++ {
+			p.Send(8, t0.Add(time.Duration(i)*time.Minute), 60, []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 90}}, 0)
+		}
+	}
+	wide, err := peers["n1"].JobWide(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := wide.Alike
+	if a == nil {
+		t.Fatalf("no comparison of the nodes in %+v", wide)
+	}
+	var unlike []string
+	for _, u := range a.Unlike {
+		unlike = append(unlike, u.Node)
+	}
+	if diff := cmp.Diff([]string{"n4"}, unlike); diff != "" || a.Nodes != 4 {
+		t.Errorf("compared %d nodes (want 4: n5's are n2's), unlike (-want +got):\n%s", a.Nodes, diff)
+	}
+	if len(a.Unlike) > 0 && (math.Abs(a.Unlike[0].Alike-2.0/3) > 0.01 || a.Unlike[0].Traits.WriteCalls != 5e4) {
+		t.Errorf("n4: %+v, want alike 2/3 of its time, writing then", a.Unlike[0])
+	}
+	if wide.InterferenceNode != "n3" || wide.Interference == nil || wide.Interference.Share != 0.2 {
+		t.Errorf("interference %+v on %q, want n3's 20 %%", wide.Interference, wide.InterferenceNode)
+	}
 }

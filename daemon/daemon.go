@@ -97,6 +97,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}); ok {
 		e.Explain(partWhy(reg, meas.meters, cfg.Measure.Digest.Engine))
 	}
+	if e, ok := cfg.Measure.Uplink.(interface{ NodePhases(func(job uint32) []byte) }); ok {
+		e.NodePhases(partPhases(cfg.Node, meas.meters))
+	}
 	names, omit := snapshotMetrics(cfg.Metrics.JobLabels)
 	exporter.NewSnapshot(promReg, names, meas.snapshot(reg, cfg.Measure.Uplink, len(names) > nodeMetrics), omit...)
 	ln, err := Listen(cfg.Socket)

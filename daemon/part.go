@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"encoding/json"
+
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -50,4 +52,28 @@ func judgedSeconds(s sample.Summary, startup float64) float64 {
 		judged -= g.Seconds()
 	}
 	return judged
+}
+
+// partPhases returns this node's phases and interference of a job as JSON
+// (phases.NodePhases), for its part (nil: not measured here, or nothing judged).
+func partPhases(node string, meters *meterSet) func(job uint32) []byte {
+	return func(id uint32) []byte {
+		jm := meters.get(id)
+		if jm == nil {
+			return nil
+		}
+		_, pj := jm.now()
+		if pj == nil {
+			return nil
+		}
+		np := pj.NodePhases(node)
+		if np == nil {
+			return nil
+		}
+		b, err := json.Marshal(np)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
 }

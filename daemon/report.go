@@ -11,6 +11,7 @@ import (
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -58,7 +59,29 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 	in.Measured = pj.Summary()
 	in.Phases, in.Interference = pj.Phases(judged)
 	in.PhasesNode = d.node
+	if wide != nil {
+		whenAndWhy(&in, wide, f.Nodes)
+	}
 	return digest.Assemble(in)
+}
+
+// whenAndWhy takes from a multi-node job's job-wide report how alike its nodes behaved,
+// and the interference of the node that lost the most where that is another node and
+// lost more than this one. Node names come from other agents: only the job's nodes are
+// taken.
+func whenAndWhy(in *digest.Input, wide *digest.Report, nodes []string) {
+	if a := wide.Alike; a != nil {
+		c := *a
+		c.Unlike = slices.DeleteFunc(slices.Clone(a.Unlike), func(u phases.UnlikeNode) bool { return !slices.Contains(nodes, u.Node) })
+		in.Alike = &c
+	}
+	w := wide.Interference
+	if w == nil || wide.InterferenceNode == in.PhasesNode || !slices.Contains(nodes, wide.InterferenceNode) {
+		return
+	}
+	if in.Interference == nil || w.Share > in.Interference.Share {
+		in.Interference, in.InterferenceNode = w, wide.InterferenceNode
+	}
 }
 
 // memRequest is the job's memory request on this node in bytes (0: none), and what of it

@@ -28,10 +28,13 @@ type Input struct {
 	Ending *Ending
 	// Phases and Interference are when and why, on PhasesNode (the batch host): the
 	// job's phases there, with the properties severe in each, and the time it lost to
-	// work outside it (nil: not analysed).
-	Phases       []phases.Phase
-	Interference *phases.Interference
-	PhasesNode   string
+	// work outside it (nil: not analysed), on InterferenceNode where that is another
+	// node. Alike compares a multi-node job's nodes (nil: not compared).
+	Phases           []phases.Phase
+	Interference     *phases.Interference
+	PhasesNode       string
+	InterferenceNode string
+	Alike            *phases.Alikeness
 }
 
 // Facts are what the digest says about the job besides its measurement and properties:
@@ -84,8 +87,12 @@ func Assemble(in Input) Report {
 	r.Run = f.Run
 	if len(in.Phases) > 0 || in.Interference != nil {
 		r.Phases, r.Interference, r.PhasesNode = in.Phases, in.Interference, in.PhasesNode
+		if in.InterferenceNode != in.PhasesNode {
+			r.InterferenceNode = in.InterferenceNode
+		}
 		markPhases(r.Findings, in.Phases)
 	}
+	r.Alike = in.Alike
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	r.Methods = m.Methods

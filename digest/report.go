@@ -62,11 +62,15 @@ type Report struct {
 	// what Slurm enforces), stated after the findings.
 	Notes []Event `json:"notes,omitempty"`
 	// Phases are the job's phases on PhasesNode (its batch host), one for a job of one
-	// behaviour; Interference is the time it lost there to work outside it (package
-	// phases has the rules).
-	Phases       []phases.Phase       `json:"phases,omitempty"`
-	Interference *phases.Interference `json:"interference,omitempty"`
-	PhasesNode   string               `json:"phases_node,omitempty"`
+	// behaviour; Interference is the time it lost to work outside it on
+	// InterferenceNode (PhasesNode when empty; of a multi-node job, the node that lost
+	// the most); Alike is how alike its nodes behaved, with those unlike the rest
+	// (package phases has the rules).
+	Phases           []phases.Phase       `json:"phases,omitempty"`
+	Interference     *phases.Interference `json:"interference,omitempty"`
+	PhasesNode       string               `json:"phases_node,omitempty"`
+	InterferenceNode string               `json:"interference_node,omitempty"`
+	Alike            *phases.Alikeness    `json:"alike,omitempty"`
 }
 
 // EndState is how a job ended: Slurm's state name (COMPLETED, FAILED, CANCELLED, TIMEOUT,

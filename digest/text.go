@@ -46,7 +46,8 @@ func Text(r Report, o TextOptions) string {
 	slurm := suspendedLines(r.Suspended)
 	// Was it the code or the system: the time lost to interference, stated with the
 	// facts whether or not there are findings.
-	slurm = append(slurm, interferenceLines(r.Interference, r.PhasesNode)...)
+	slurm = append(slurm, interferenceLines(r.Interference, r.interferenceNode())...)
+	slurm = append(slurm, unlikeLines(r.Alike, r.Start)...)
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
 			facts += "; short job"

@@ -141,6 +141,18 @@ func throughoutInterfered(in Input, lost float64) Input {
 	return in
 }
 
+// unlike: of a 4-node job, node4 wrote in small pieces for its first 4 minutes while the
+// others computed, and lost the most time to interference (node1 is the batch host).
+func unlike(in Input) Input {
+	start := in.Measured.Started
+	in.InterferenceNode = "node4"
+	in.Alike = &phases.Alikeness{Nodes: 4, Score: 0.81, Unlike: []phases.UnlikeNode{{Node: "node4", Alike: 0.75, NCPUs: 2, OthersNCPUs: 2,
+		Stretch: phases.Stretch{From: start, To: start.Add(4 * time.Minute)},
+		Traits:  phases.Traits{CPUBusy: 0.3, WriteBytes: 5e6, WriteCalls: 50000},
+		Others:  phases.Traits{CPUBusy: 0.98}}}}
+	return in
+}
+
 // assemble makes the report of in with results, judged from minSeconds on.
 func assemble(in Input, results []properties.Result, minSeconds float64) Report {
 	in.Results, in.MinSeconds = results, minSeconds
@@ -196,6 +208,8 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{fine}, 300},
 		{"interference_all_through", throughoutInterfered(whole(covering(Facts{JobID: 23, Nodes: []string{"node1"}, CPUs: 1}, 960, 16)), 0.45),
 			[]properties.Result{fine}, 300},
+		{"nodes_unlike", unlike(interfered(whole(covering(Facts{JobID: 24, Nodes: []string{"node1", "node2", "node3", "node4"}, NNodes: 4, CPUs: 8}, 960, 16)), 0.09)),
+			[]properties.Result{fine, earlyWrites}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

@@ -90,6 +90,39 @@ func interferenceLines(in *phases.Interference, node string) []string {
 	return []string{s}
 }
 
+// interferenceNode is the node r's interference is of.
+func (r Report) interferenceNode() string {
+	if r.InterferenceNode != "" {
+		return r.InterferenceNode
+	}
+	return r.PhasesNode
+}
+
+// unlikeShown is the most nodes unlike the rest named one by one.
+const unlikeShown = 3
+
+// unlikeLines name the nodes of a multi-node job that behaved unlike the rest, with when
+// and how.
+func unlikeLines(a *phases.Alikeness, start time.Time) []string {
+	if a == nil || len(a.Unlike) == 0 {
+		return nil
+	}
+	var out []string
+	for i, u := range a.Unlike {
+		if i == unlikeShown {
+			out = append(out, fmt.Sprintf("%d more of the job's %d nodes behaved unlike the rest.", len(a.Unlike)-i, a.Nodes))
+			break
+		}
+		s := fmt.Sprintf("%s behaved unlike the job's other nodes %.0f%% of its time, most of all %s-%s: %s",
+			u.Node, 100*(1-u.Alike), sinceStart(u.Stretch.From, start), sinceStart(u.Stretch.To, start), describe(u.Traits, u.NCPUs))
+		if u.OthersNCPUs > 0 {
+			s += " (most nodes: " + describe(u.Others, u.OthersNCPUs) + ")"
+		}
+		out = append(out, s+".")
+	}
+	return out
+}
+
 // phaseLines list the phases, one a line, where there is more than one.
 func phaseLines(ph []phases.Phase, start time.Time, ncpus int) []string {
 	if len(ph) < 2 {
@@ -162,7 +195,8 @@ func describe(t phases.Traits, ncpus int) string {
 // the phases where there are several (the text digest's lines).
 func WhenLines(r Report) []string {
 	r = r.Clean()
-	return append(interferenceLines(r.Interference, r.PhasesNode), phaseLines(r.Phases, r.Start, r.CPUs)...)
+	out := append(interferenceLines(r.Interference, r.interferenceNode()), unlikeLines(r.Alike, r.Start)...)
+	return append(out, phaseLines(r.Phases, r.Start, r.CPUs)...)
 }
 
 // FindingPhases says the phases a finding of report r held in ("" where it held in all,

@@ -3,7 +3,9 @@ package integration
 // When and why, on the real cluster: a job that first writes in tiny pieces and then
 // computes has two phases, its small-writes finding in the first; a CPU-bound job that a
 // neighbour job starts competing with half-way is told the time it lost, with the
-// interference's class and the stretch; the same job alone is told nothing of the kind.
+// interference's class and the stretch; the same job alone is told nothing of the kind;
+// of a 3-node job whose third node first writes in tiny pieces while the others compute,
+// that node is named as unlike the rest.
 
 import (
 	"context"
@@ -22,7 +24,7 @@ import (
 )
 
 func TestWhenAndWhy(t *testing.T) {
-	c := startCluster(t, 2)
+	c := startCluster(t, 3)
 	_, load := binaries(t)
 	work := filepath.Join(c.work, "when")
 	// The jobs run as the cluster's job user: their output files are theirs.
@@ -107,6 +109,29 @@ func TestWhenAndWhy(t *testing.T) {
 		}
 		if !strings.Contains(o, "of the job's time was lost to other work on "+c.nodes[0]) || !strings.Contains(o, in.Class+" interference") {
 			t.Errorf("job %d: the digest does not state the interference:\n%s", r.JobID, o)
+		}
+	})
+
+	t.Run("a 3-node job: the node unlike the rest", func(t *testing.T) {
+		quiet(t)
+		script := "#!/bin/sh\nsrun -N3 sh -c 'if [ $SLURM_NODEID = 2 ]; then " + load + " write -file " + filepath.Join(work, "tiny3.dat") +
+			" -bytes 8388608 -size 64 -min-seconds 8; fi; " + load + " spin -seconds 12'\n"
+		id := submit(t, strings.Join(c.nodes, ","), "-N3", "--wrap", script)
+		c.waitDone(t, id, 2*time.Minute)
+		r := c.jobReport(t, id)
+		a := r.Alike
+		if a == nil || a.Nodes != 3 || len(a.Unlike) != 1 || a.Unlike[0].Node != c.nodes[2] {
+			logPhases(t, r)
+			t.Fatalf("job %d: alikeness %+v, want 3 nodes compared, %s unlike the rest", id, a, c.nodes[2])
+		}
+		u := a.Unlike[0]
+		t.Logf("%s: alike %.2f, unlike %s-%s, writing %.0f calls/s (the others %.0f)", u.Node, u.Alike,
+			u.Stretch.From.Format("15:04:05"), u.Stretch.To.Format("15:04:05"), u.Traits.WriteCalls, u.Others.WriteCalls)
+		if u.Stretch.From.Sub(r.Start) > 4*time.Second || u.Traits.WriteCalls < 100*max(u.Others.WriteCalls, 1) {
+			t.Errorf("job %d: %s unlike the rest %+v: want from its start, writing where the others did not", id, u.Node, u)
+		}
+		if o := out(t, id); !strings.Contains(strings.Join(strings.Fields(o), " "), c.nodes[2]+" behaved unlike the job's other nodes") {
+			t.Errorf("job %d: the digest does not name %s:\n%s", id, c.nodes[2], o)
 		}
 	})
 

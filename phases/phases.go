@@ -26,6 +26,9 @@ type Phase struct {
 	Seconds   float64   `json:"seconds"` // judged time in the phase
 	Share     float64   `json:"share"`   // of the judged time on the node
 	Traits    Traits    `json:"traits"`
+	// Centroid is the phase's mean normalised features, what phases of different nodes
+	// are compared by (Compare).
+	Centroid []float64 `json:"centroid,omitempty"`
 	// Held are the job's properties that were severe in the phase, with the seconds they
 	// were (filled in by whoever evaluates the properties per phase).
 	Held map[string]float64 `json:"held,omitempty"`
@@ -516,9 +519,11 @@ func assemble(pts []point, labels []int, o Options) []Phase {
 			ph.Stretches = append(ph.Stretches, Stretch{From: p.from, To: p.to})
 		}
 	}
+	_, cent := centroids(pts, labels)
 	for i := range out {
 		out[i].Share = out[i].Seconds / total
 		out[i].Traits = traits(pts, labels, i, o.NCPUs)
+		out[i].Centroid = cent[i]
 	}
 	return out
 }

@@ -901,8 +901,12 @@ type JobPartial struct {
 	// Why a node that knew the job has no part of it (nodes empty): "" when it has one or
 	// never saw the job. short: the job's part there ended within its start-up, which is
 	// never judged: not a gap in the job's coverage.
-	Unmeasured    string `protobuf:"bytes,9,opt,name=unmeasured,proto3" json:"unmeasured,omitempty"`
-	Short         bool   `protobuf:"varint,10,opt,name=short,proto3" json:"short,omitempty"`
+	Unmeasured string `protobuf:"bytes,9,opt,name=unmeasured,proto3" json:"unmeasured,omitempty"`
+	Short      bool   `protobuf:"varint,10,opt,name=short,proto3" json:"short,omitempty"`
+	// The node's phases and interference (phases.NodePhases as JSON) of each node whose
+	// daemon sent them: what the job's nodes are compared by, and the job's interference
+	// taken from the node that lost the most.
+	NodePhases    [][]byte `protobuf:"bytes,11,rep,name=node_phases,json=nodePhases,proto3" json:"node_phases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1005,6 +1009,13 @@ func (x *JobPartial) GetShort() bool {
 		return x.Short
 	}
 	return false
+}
+
+func (x *JobPartial) GetNodePhases() [][]byte {
+	if x != nil {
+		return x.NodePhases
+	}
+	return nil
 }
 
 type Heartbeat struct {
@@ -1237,7 +1248,7 @@ const file_collector_proto_rawDesc = "" +
 	"\aNodeUse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
 	"\x10user_pct_seconds\x18\x02 \x01(\x01R\x0euserPctSeconds\x12\x18\n" +
-	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xa1\x02\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xc2\x02\n" +
 	"\n" +
 	"JobPartial\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
@@ -1252,7 +1263,9 @@ const file_collector_proto_rawDesc = "" +
 	"unmeasured\x18\t \x01(\tR\n" +
 	"unmeasured\x12\x14\n" +
 	"\x05short\x18\n" +
-	" \x01(\bR\x05short\"\x94\x01\n" +
+	" \x01(\bR\x05short\x12\x1f\n" +
+	"\vnode_phases\x18\v \x03(\fR\n" +
+	"nodePhases\"\x94\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +

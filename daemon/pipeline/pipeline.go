@@ -248,8 +248,7 @@ func (j *Job) Phases(memRequested float64) ([]phases.Phase, *phases.Interference
 	spec := j.meter.Spec()
 	info := properties.JobInfo{Started: j.meter.Started(), NCPUs: len(spec.CPUs), Topology: spec.Topology, MemRequestedBytes: memRequested}
 	judge := j.opts.Engine.NewAccumulator(info)
-	o := phases.Options{NCPUs: len(spec.CPUs), Judged: judge.Judges}
-	ph, in := phases.Analyse(samples, o)
+	ph, in := j.analyse(samples, judge.Judges)
 	if len(ph) < 2 {
 		return ph, &in
 	}
@@ -274,6 +273,27 @@ func (j *Job) Phases(memRequested float64) ([]phases.Phase, *phases.Interference
 		}
 	}
 	return ph, &in
+}
+
+// NodePhases are the job's phases and interference on this node, without the properties
+// of each phase: its part, for comparing the job's nodes (nil: no engine, or nothing
+// judged).
+func (j *Job) NodePhases(node string) *phases.NodePhases {
+	if j.opts.Engine == nil {
+		return nil
+	}
+	spec := j.meter.Spec()
+	judge := j.opts.Engine.NewAccumulator(properties.JobInfo{Started: j.meter.Started(), NCPUs: len(spec.CPUs), Topology: spec.Topology})
+	ph, in := j.analyse(j.meter.Samples(), judge.Judges)
+	if len(ph) == 0 {
+		return nil
+	}
+	return &phases.NodePhases{Node: node, NCPUs: len(spec.CPUs), Phases: ph, Interference: &in}
+}
+
+// analyse finds the phases and interference of samples, judged as judges says.
+func (j *Job) analyse(samples []sample.Sample, judges func(sample.Sample) bool) ([]phases.Phase, phases.Interference) {
+	return phases.Analyse(samples, phases.Options{NCPUs: len(j.meter.Spec().CPUs), Judged: judges})
 }
 
 // Waiter sleeps until t or until ctx is done; tests inject one that advances a fake clock.

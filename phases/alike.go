@@ -1,0 +1,248 @@
+package phases
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// NodePhases are a job's phases and interference on one of its nodes: a node's part of
+// the job, for comparing it with the others'.
+type NodePhases struct {
+	Node         string        `json:"node"`
+	NCPUs        int           `json:"ncpus"`
+	Phases       []Phase       `json:"phases"`
+	Interference *Interference `json:"interference,omitempty"`
+}
+
+// Alikeness is how alike a multi-node job's nodes behaved (SPMDiness, after González):
+// at each moment, the behaviour most of its nodes had is the job's; a node's alikeness is
+// the share of its judged time it behaved so.
+type Alikeness struct {
+	// Nodes were compared (those with phases); Score is their mean alikeness (1: all
+	// behaved alike all along).
+	Nodes int     `json:"nodes"`
+	Score float64 `json:"score"`
+	// Unlike are the nodes that behaved unlike most for more than UnlikeAbove of their
+	// time, least alike first.
+	Unlike []UnlikeNode `json:"unlike,omitempty"`
+}
+
+// UnlikeNode is a node that behaved unlike the job's other nodes.
+type UnlikeNode struct {
+	Node  string  `json:"node"`
+	Alike float64 `json:"alike"` // share of its judged time it behaved as most nodes did
+	// Stretch is its longest stretch unlike most nodes; Traits what it did then, Others
+	// what most nodes did.
+	Stretch Stretch `json:"stretch"`
+	Traits  Traits  `json:"traits"`
+	Others  Traits  `json:"others"`
+	NCPUs   int     `json:"ncpus"`
+	// OthersNCPUs are the CPUs of the node whose phase stands for most nodes'.
+	OthersNCPUs int `json:"others_ncpus"`
+}
+
+// The comparison's numbers.
+const (
+	// Alike is the distance (normalised units, as Find's) within which two nodes' phases
+	// are one behaviour: between EpsMin and EpsMax, as phases are means of many
+	// intervals, steadier than single intervals.
+	Alike = 0.3
+	// UnlikeAbove: a node unlike most nodes for more than this share of its time is named.
+	UnlikeAbove = 0.2
+	// MinCompared nodes are the fewest for a "most": with two, neither is the odd one.
+	MinCompared = 3
+	// compareBins is the number of moments the job's time is compared at.
+	compareBins = 500
+)
+
+// behaviour is one behaviour common to nodes: the phases (node, index) taken as alike.
+type behaviour struct {
+	centroid []float64
+	secs     float64
+}
+
+// Compare says how alike nodes behaved over the job: each node's phase is taken as one of
+// the job's behaviours (the nearest one found so far, the longest phases taken first,
+// whose centroid is within Alike of it; else a new one); at each of compareBins moments over the job's time, the behaviour most nodes had
+// (more than half of those judged then) is the job's; nodes unlike it for more than
+// UnlikeAbove of their judged moments are named. nil with fewer than MinCompared nodes
+// with phases.
+func Compare(nodes []NodePhases) *Alikeness {
+	var with []NodePhases
+	for _, n := range nodes {
+		if len(n.Phases) > 0 {
+			with = append(with, n)
+		}
+	}
+	if len(with) < MinCompared {
+		return nil
+	}
+	sort.Slice(with, func(i, j int) bool { return with[i].Node < with[j].Node })
+	// The job's behaviours, the largest phases placed first.
+	type ref struct{ node, phase int }
+	var refs []ref
+	for i, n := range with {
+		for k := range n.Phases {
+			refs = append(refs, ref{i, k})
+		}
+	}
+	sort.SliceStable(refs, func(a, b int) bool {
+		return with[refs[a].node].Phases[refs[a].phase].Seconds > with[refs[b].node].Phases[refs[b].phase].Seconds
+	})
+	label := make([][]int, len(with))
+	for i, n := range with {
+		label[i] = make([]int, len(n.Phases))
+	}
+	var bs []behaviour
+	for _, r := range refs {
+		ph := with[r.node].Phases[r.phase]
+		best, bd := -1, math.Inf(1)
+		for b := range bs {
+			if d := centroidDist(ph.Centroid, bs[b].centroid); d < bd {
+				best, bd = b, d
+			}
+		}
+		if best < 0 || bd > Alike {
+			bs = append(bs, behaviour{centroid: ph.Centroid})
+			best = len(bs) - 1
+		}
+		bs[best].secs += ph.Seconds
+		label[r.node][r.phase] = best
+	}
+	// The moments compared.
+	var from, to time.Time
+	for _, n := range with {
+		for _, ph := range n.Phases {
+			for _, st := range ph.Stretches {
+				if from.IsZero() || st.From.Before(from) {
+					from = st.From
+				}
+				if st.To.After(to) {
+					to = st.To
+				}
+			}
+		}
+	}
+	span := to.Sub(from)
+	if span <= 0 {
+		return nil
+	}
+	bins := compareBins
+	at := func(b int) time.Time { return from.Add(time.Duration((float64(b) + 0.5) / float64(bins) * float64(span))) }
+	// at[node][bin]: the behaviour, and the phase (-1: not judged then).
+	beh := make([][]int, len(with))
+	phs := make([][]int, len(with))
+	for i, n := range with {
+		beh[i], phs[i] = make([]int, bins), make([]int, bins)
+		for b := 0; b < bins; b++ {
+			beh[i][b], phs[i][b] = -1, -1
+			t := at(b)
+			for k, ph := range n.Phases {
+				if ph.covers(t) {
+					beh[i][b], phs[i][b] = label[i][k], k
+					break
+				}
+			}
+		}
+	}
+	most := make([]int, bins) // the job's behaviour at each moment, -1: none
+	mostNode := make([]int, bins)
+	for b := 0; b < bins; b++ {
+		count := map[int]int{}
+		judged := 0
+		for i := range with {
+			if l := beh[i][b]; l >= 0 {
+				count[l]++
+				judged++
+			}
+		}
+		most[b], mostNode[b] = -1, -1
+		for l, c := range count {
+			if 2*c > judged && judged >= MinCompared {
+				most[b] = l
+			}
+		}
+		for i := range with {
+			if most[b] >= 0 && beh[i][b] == most[b] {
+				mostNode[b] = i
+				break
+			}
+		}
+	}
+	out := &Alikeness{Nodes: len(with)}
+	scored := 0
+	for i, n := range with {
+		alike, judged := 0, 0
+		runFrom, bestFrom, bestLen := -1, -1, 0
+		for b := 0; b <= bins; b++ {
+			unlike := b < bins && most[b] >= 0 && beh[i][b] >= 0 && beh[i][b] != most[b]
+			if b < bins && most[b] >= 0 && beh[i][b] >= 0 {
+				judged++
+				if !unlike {
+					alike++
+				}
+			}
+			switch {
+			case unlike && runFrom < 0:
+				runFrom = b
+			case !unlike && runFrom >= 0:
+				if b-runFrom > bestLen {
+					bestFrom, bestLen = runFrom, b-runFrom
+				}
+				runFrom = -1
+			}
+		}
+		if judged == 0 {
+			continue
+		}
+		share := float64(alike) / float64(judged)
+		out.Score += share
+		scored++
+		if 1-share <= UnlikeAbove || bestLen == 0 {
+			continue
+		}
+		mid := bestFrom + bestLen/2
+		u := UnlikeNode{Node: n.Node, Alike: share, NCPUs: n.NCPUs,
+			Stretch: Stretch{From: from.Add(time.Duration(float64(bestFrom) / float64(bins) * float64(span))),
+				To: from.Add(time.Duration(float64(bestFrom+bestLen) / float64(bins) * float64(span)))},
+			Traits: n.Phases[phs[i][mid]].Traits}
+		if o := mostNode[mid]; o >= 0 {
+			u.Others, u.OthersNCPUs = with[o].Phases[phs[o][mid]].Traits, with[o].NCPUs
+		}
+		out.Unlike = append(out.Unlike, u)
+	}
+	if scored > 0 {
+		out.Score /= float64(scored)
+	}
+	sort.SliceStable(out.Unlike, func(a, b int) bool { return out.Unlike[a].Alike < out.Unlike[b].Alike })
+	return out
+}
+
+// covers says whether t lies in one of the phase's stretches.
+func (p Phase) covers(t time.Time) bool {
+	for _, st := range p.Stretches {
+		if !t.Before(st.From) && t.Before(st.To) {
+			return true
+		}
+	}
+	return false
+}
+
+// centroidDist is the distance of two centroids; features one of them lacks count as 0
+// (as Find takes a sparse feature).
+func centroidDist(a, b []float64) float64 {
+	s := 0.0
+	for i := 0; i < max(len(a), len(b)); i++ {
+		var x, y float64
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		d := x - y
+		s += d * d
+	}
+	return math.Sqrt(s)
+}
