@@ -233,7 +233,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
 		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
 		Self: advertised(o.Listen, os.Hostname), Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm), Facts: jm.Job,
-		Metrics: exporter.NewFrontend(a.metrics),
+		Metrics: exporter.NewFrontend(a.metrics), Period: o.Cycle,
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
@@ -70,8 +71,11 @@ type FrontendConfig struct {
 	// Self and Store set, the frontend keeps every job's final report (KeepReport),
 	// sent by its batch host, for the site's view (persyst web).
 	Facts func(ctx context.Context, job string) (*jobmap.Job, error)
-	Log   zerolog.Logger
-	Now   func() time.Time
+	// Period is the nodes' measurement cycle (default a minute): the cycles site-wide I/O
+	// episodes are found in.
+	Period time.Duration
+	Log    zerolog.Logger
+	Now    func() time.Time
 }
 
 // Frontend runs PerSyst's job balancing every cycle (the PerSyst thesis, §5.3): it pings the
@@ -89,6 +93,10 @@ type Frontend struct {
 	mu      sync.Mutex
 	holders map[uint32]map[string]bool // job → collectors routed part of it so far
 	shares  map[uint32]float64         // job → its largest measured share of the maximum load
+
+	// eps gathers the nodes' I/O stalls (their answers to the routes) into site-wide
+	// episodes.
+	eps *episodes.Detector
 }
 
 // NewFrontend checks the configuration.
@@ -129,7 +137,10 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	} else if len(cfg.Syncs) > 0 {
 		return nil, errors.New("frontend: sync agents need a tree (--tree or --topology) that places them")
 	}
-	f := &Frontend{cfg: cfg, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}}
+	if cfg.Period <= 0 {
+		cfg.Period = time.Minute
+	}
+	f := &Frontend{cfg: cfg, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}, eps: episodes.NewDetector(cfg.Period)}
 	f.tree = f.agents()
 	nodes := make([]string, 0, len(cfg.Nodes))
 	for _, n := range cfg.Nodes {
@@ -375,6 +386,7 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 		}
 	}
 	f.forgetEnded(running)
+	eps := f.episodes(ctx, jobs)
 	// Every node gets its routes, an empty list included (its jobs stay local).
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -388,6 +400,7 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 			rs = &pb.Routes{CycleTs: ts}
 		}
 		rs.Keeper = keeper
+		rs.Episodes = eps[node]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -480,7 +493,71 @@ func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
 	if !ack.Ok {
 		return errors.New(ack.Error)
 	}
+	f.noteStalls(node, ack.Stalls)
 	return nil
+}
+
+// Bounds of a node's answer: the cycles, and the jobs in each.
+const (
+	maxStallCycles = 64
+	maxStallJobs   = 4096
+)
+
+// noteStalls takes a node's jobs' I/O stalls for the site-wide episodes; an answer
+// beyond the bounds is left out whole (and logged).
+func (f *Frontend) noteStalls(node string, stalls []*pb.CycleStall) {
+	if len(stalls) > maxStallCycles {
+		f.cfg.Log.Warn().Str("node", node).Int("cycles", len(stalls)).Msg("I/O stalls of too many cycles: left out")
+		return
+	}
+	cs := make([]episodes.Cycle, 0, len(stalls))
+	for _, s := range stalls {
+		if len(s.Measured) > maxStallJobs || len(s.Stalled) > maxStallJobs {
+			f.cfg.Log.Warn().Str("node", node).Int("jobs", len(s.Measured)).Msg("I/O stalls of too many jobs: left out")
+			return
+		}
+		cs = append(cs, episodes.Cycle{TS: s.Ts, Measured: s.Measured, Stalled: s.Stalled})
+	}
+	f.eps.Add(cs)
+}
+
+// episodes finds the site-wide I/O episodes in the cycles kept, keeps them in the store
+// (the site view), and returns, per node, those that stalled jobs running there, each
+// with those jobs.
+func (f *Frontend) episodes(ctx context.Context, jobs []balance.Job) map[string][]*pb.Episode {
+	eps := f.eps.Episodes()
+	if len(eps) == 0 {
+		return nil
+	}
+	if f.cfg.Store != nil {
+		for _, e := range eps {
+			if err := f.cfg.Store.PutEpisode(ctx, e); err != nil {
+				f.cfg.Log.Warn().Err(err).Msg("site-wide I/O episode not stored")
+			}
+		}
+	}
+	out := map[string][]*pb.Episode{}
+	for _, e := range eps {
+		per := map[string]*pb.Episode{}
+		for _, j := range jobs {
+			id, err := strconv.ParseUint(j.ID, 10, 32)
+			if err != nil || !e.Touched(uint32(id)) {
+				continue
+			}
+			for _, n := range j.Nodes {
+				p := per[n]
+				if p == nil {
+					p = &pb.Episode{From: e.From.Unix(), To: e.To.Unix(), Jobs: uint32(e.Jobs), Stalled: uint32(e.Stalled), Peak: e.Peak}
+					per[n] = p
+				}
+				p.JobIds = append(p.JobIds, uint32(id))
+			}
+		}
+		for n, p := range per {
+			out[n] = append(out[n], p)
+		}
+	}
+	return out
 }
 
 // keeps says whether the frontend keeps the jobs' final reports.

@@ -367,3 +367,76 @@ func TestAdvertised(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontendEpisodes: the node daemons answer their routes with their jobs' I/O
+// stalls; when 3 of the site's 5 jobs stall in the same two minutes, the frontend finds
+// a site-wide episode, keeps it for the site view, and sends it to the nodes of the
+// jobs it stalled, and to no other job.
+func TestFrontendEpisodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a1, _ := serveCollector(t, "col1")
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	ships, addrs := serveNodes(t, ctx, nodes, uplink.Config{})
+	jobs := []balance.Job{{ID: "21", Nodes: []string{"n1"}}, {ID: "22", Nodes: []string{"n2"}}, {ID: "23", Nodes: []string{"n3"}},
+		{ID: "24", Nodes: []string{"n4"}}, {ID: "25", Nodes: []string{"n1"}}}
+	st := storetest.Open(t, store.Options{})
+	f, err := NewFrontend(FrontendConfig{
+		Collectors: map[string]string{"col1": a1},
+		NodeAddr:   func(n string) string { return addrs[n] },
+		Nodes:      nodes,
+		Jobs:       func(context.Context) ([]balance.Job, error) { return jobs, nil },
+		Store:      st,
+		Period:     time.Minute,
+		Timeout:    500 * time.Millisecond,
+		Log:        zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	t0 := time.Unix(1_800_000_000, 0).Truncate(time.Minute)
+	for c := 0; c < 4; c++ {
+		for _, j := range jobs {
+			id := map[string]uint32{"21": 21, "22": 22, "23": 23, "24": 24, "25": 25}[j.ID]
+			sev := 0.0
+			if id <= 23 && (c == 1 || c == 2) {
+				sev = 0.8
+			}
+			ships[j.Nodes[0]].Send(id, t0.Add(time.Duration(c)*time.Minute), 60,
+				[]properties.Record{{Key: uplink.StallKey, Device: "node", Value: 100 * sev, Severity: sev}, {Key: "cpu_user_pct", Device: "node", Value: 50}}, 0)
+		}
+	}
+	// The first cycle gathers the stalls, the second sends the episode.
+	for range 2 {
+		if _, err := f.Cycle(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type got struct {
+		Job           uint32
+		From, To      time.Time
+		Jobs, Stalled int
+	}
+	var gots []got
+	for _, j := range jobs {
+		id := map[string]uint32{"21": 21, "22": 22, "23": 23, "24": 24, "25": 25}[j.ID]
+		for _, e := range ships[j.Nodes[0]].Episodes(id) {
+			gots = append(gots, got{id, e.From, e.To, e.Jobs, e.Stalled})
+		}
+	}
+	var want []got
+	for _, id := range []uint32{21, 22, 23} {
+		want = append(want, got{id, t0, t0.Add(2 * time.Minute), 5, 3})
+	}
+	if diff := cmp.Diff(want, gots); diff != "" {
+		t.Errorf("episodes the nodes were sent (-want +got):\n%s", diff)
+	}
+	kept, err := st.Episodes(ctx, t0.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].Stalled != 3 || !kept[0].From.Equal(t0) {
+		t.Errorf("episodes kept for the site view: %+v, want the one", kept)
+	}
+}

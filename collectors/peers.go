@@ -18,6 +18,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -74,6 +75,17 @@ type Tree interface {
 	Pending() int
 	// Keep hands a job's final report to the tree's keeper (the frontend).
 	Keep(job uint32, r digest.Report)
+}
+
+// Episodes are the site-wide I/O episodes that stalled a job, as the collector tree's
+// frontend last sent them (none without a tree).
+func (p *Peers) Episodes(job uint32) []episodes.Episode {
+	if e, ok := p.tree.(interface {
+		Episodes(uint32) []episodes.Episode
+	}); ok {
+		return e.Episodes(job)
+	}
+	return nil
 }
 
 // Keep hands a job's final report to the collector tree's keeper, when there is a tree.

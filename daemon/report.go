@@ -10,6 +10,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
@@ -62,7 +63,26 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 	if wide != nil {
 		whenAndWhy(&in, wide, f.Nodes)
 	}
+	in.Episodes = d.episodes(j.JobID, f.JobStart, f.JobEnd)
 	return digest.Assemble(in)
+}
+
+// episodes are the site-wide I/O episodes that stalled the job within its life, as the
+// collector tree's frontend last sent them (none without a tree).
+func (d *digester) episodes(job uint32, start, end time.Time) []episodes.Episode {
+	e, ok := d.uplink.(interface {
+		Episodes(uint32) []episodes.Episode
+	})
+	if !ok {
+		return nil
+	}
+	var out []episodes.Episode
+	for _, ep := range e.Episodes(job) {
+		if ep.To.After(start) && ep.From.Before(end) {
+			out = append(out, ep)
+		}
+	}
+	return out
 }
 
 // whenAndWhy takes from a multi-node job's job-wide report how alike its nodes behaved,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -35,6 +36,8 @@ type Input struct {
 	PhasesNode       string
 	InterferenceNode string
 	Alike            *phases.Alikeness
+	// Episodes are the site-wide I/O episodes that stalled the job.
+	Episodes []episodes.Episode
 }
 
 // Facts are what the digest says about the job besides its measurement and properties:
@@ -93,6 +96,7 @@ func Assemble(in Input) Report {
 		markPhases(r.Findings, in.Phases)
 	}
 	r.Alike = in.Alike
+	r.Episodes = in.Episodes
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	r.Methods = m.Methods

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
@@ -71,6 +72,9 @@ type Report struct {
 	PhasesNode       string               `json:"phases_node,omitempty"`
 	InterferenceNode string               `json:"interference_node,omitempty"`
 	Alike            *phases.Alikeness    `json:"alike,omitempty"`
+	// Episodes are the site-wide I/O episodes (many of the site's jobs stalled on I/O at
+	// once, found by the collector tree's frontend) that stalled the job.
+	Episodes []episodes.Episode `json:"episodes,omitempty"`
 }
 
 // EndState is how a job ended: Slurm's state name (COMPLETED, FAILED, CANCELLED, TIMEOUT,

@@ -48,6 +48,7 @@ func Text(r Report, o TextOptions) string {
 	// facts whether or not there are findings.
 	slurm = append(slurm, interferenceLines(r.Interference, r.interferenceNode())...)
 	slurm = append(slurm, unlikeLines(r.Alike, r.Start)...)
+	slurm = append(slurm, episodeLines(r.Episodes)...)
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		if r.Short {
 			facts += "; short job"

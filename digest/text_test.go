@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/internal/testenv"
 
 	"github.com/persyst/persyst/phases"
@@ -53,6 +54,9 @@ var (
 	idleGPU = properties.Result{Key: "gpu_unused", ID: "gpu_unused", Name: "Allocated GPUs left idle", Unit: "GPUs", Domain: properties.Node,
 		Assessed: true, Count: 60, Deciles: deciles(1, 1, 1), Threshold: thr(0.5), TimeShare: 0.53, MeanSeverity: 0.53, MaxSeverity: 1, Finding: true,
 		Recommendation: "Some allocated GPUs ran nothing."}
+	ioWait = properties.Result{Key: "io_wait", ID: "io_wait", Name: "Time stalled on I/O (PSI)", Unit: "%", Domain: properties.Node,
+		Assessed: true, Count: 16, Deciles: deciles(5, 40, 70), Threshold: thr(10), TimeShare: 0.5, MeanSeverity: 0.4, MaxSeverity: 0.9, Finding: true,
+		Recommendation: "Tasks often waited for I/O: read and write in larger blocks, use node-local scratch for temporary files, or overlap I/O with computation."}
 	fine = properties.Result{Key: "cpu_user_pct", ID: "cpu_user_pct", Name: "CPU time in your code", Unit: "%", Assessed: true, Count: 10, Deciles: deciles(97, 99, 100)}
 )
 
@@ -153,6 +157,14 @@ func unlike(in Input) Input {
 	return in
 }
 
+// withEpisode: 37 of the site's 120 jobs stalled on I/O at once from 12:04 to 12:12,
+// this one among them.
+func withEpisode(in Input) Input {
+	from := in.Measured.Started.Add(4 * time.Minute)
+	in.Episodes = []episodes.Episode{{From: from, To: from.Add(8 * time.Minute), Jobs: 120, Stalled: 37, Peak: 0.3}}
+	return in
+}
+
 // assemble makes the report of in with results, judged from minSeconds on.
 func assemble(in Input, results []properties.Result, minSeconds float64) Report {
 	in.Results, in.MinSeconds = results, minSeconds
@@ -210,6 +222,8 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{fine}, 300},
 		{"nodes_unlike", unlike(interfered(whole(covering(Facts{JobID: 24, Nodes: []string{"node1", "node2", "node3", "node4"}, NNodes: 4, CPUs: 8}, 960, 16)), 0.09)),
 			[]properties.Result{fine, earlyWrites}, 300},
+		{"io_episode", withEpisode(whole(covering(Facts{JobID: 25, Nodes: []string{"node1"}, CPUs: 4}, 960, 16))),
+			[]properties.Result{fine, ioWait}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

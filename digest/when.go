@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 )
@@ -96,6 +97,20 @@ func (r Report) interferenceNode() string {
 		return r.InterferenceNode
 	}
 	return r.PhasesNode
+}
+
+// episodeLines say the site-wide I/O episodes that stalled the job.
+func episodeLines(eps []episodes.Episode) []string {
+	var out []string
+	for i, e := range eps {
+		if i == 2 {
+			out = append(out, fmt.Sprintf("And %d more such episodes.", len(eps)-i))
+			break
+		}
+		out = append(out, fmt.Sprintf("From %s to %s, %d of the site's %d jobs stalled on I/O at once, this one among them: its I/O waits then were the file system's, not its own.",
+			e.From.Format("15:04:05"), e.To.Format("15:04:05"), e.Stalled, max(e.Jobs, e.Stalled)))
+	}
+	return out
 }
 
 // unlikeShown is the most nodes unlike the rest named one by one.
@@ -196,6 +211,7 @@ func describe(t phases.Traits, ncpus int) string {
 func WhenLines(r Report) []string {
 	r = r.Clean()
 	out := append(interferenceLines(r.Interference, r.interferenceNode()), unlikeLines(r.Alike, r.Start)...)
+	out = append(out, episodeLines(r.Episodes)...)
 	return append(out, phaseLines(r.Phases, r.Start, r.CPUs)...)
 }
 

@@ -102,8 +102,12 @@ func (in intrusion) call() outcome {
 	case "Ping":
 		_, err = col.Ping(ctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Tree: []string{in.Addr}})
 	case "SetRoutes":
-		ack, err = node.SetRoutes(ctx, &pb.Routes{Routes: []*pb.Route{{JobId: in.Job, AggregationPoint: in.Addr,
+		var rack *pb.RoutesAck
+		rack, err = node.SetRoutes(ctx, &pb.Routes{Routes: []*pb.Route{{JobId: in.Job, AggregationPoint: in.Addr,
 			NodeCollector: map[string]string{in.Node: in.Addr}}}})
+		if rack != nil {
+			ack = &pb.Ack{Ok: rack.Ok, Error: rack.Error}
+		}
 	case "NodePing":
 		_, err = node.Ping(ctx, &pb.Heartbeat{})
 	default:

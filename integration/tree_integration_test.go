@@ -81,6 +81,47 @@ func TestTree(t *testing.T) {
 		testPictures(t, c, fourNode)
 	})
 
+	t.Run("4 jobs stalled on I/O at once: a site-wide episode", func(t *testing.T) {
+		// Each node's job reads a file of its own page by page from storage, the page
+		// cache dropped after each pass (major faults): the four share this machine's
+		// disk, and stall on it together.
+		dir := filepath.Join(c.work, "episode")
+		if err := os.MkdirAll(dir, 0o777); err != nil || os.Chmod(dir, 0o777) != nil {
+			t.Fatal(err)
+		}
+		var ids []uint32
+		for i, n := range c.nodes {
+			f := filepath.Join(dir, fmt.Sprintf("m%d", i))
+			ids = append(ids, submit("-w", n, "--wrap", load+" mapread -file "+f+" -mib 128 -seconds 15"))
+		}
+		told := 0
+		for _, id := range ids {
+			c.waitDone(t, id, 3*time.Minute)
+			r := c.jobReport(t, id)
+			for _, e := range r.Episodes {
+				t.Logf("job %d: episode %s-%s, %d of %d jobs stalled", id, e.From.Format("15:04:05"), e.To.Format("15:04:05"), e.Stalled, e.Jobs)
+			}
+			if len(r.Episodes) > 0 && strings.Contains(strings.Join(strings.Fields(out(id)), " "), "stalled on I/O at once, this one among them") {
+				told++
+			}
+		}
+		st, err := store.Open(context.Background(), filepath.Join(c.dir, "run", "frontend.db"), store.Options{})
+		if err != nil {
+			t.Fatalf("frontend database: %v", err)
+		}
+		defer st.Close()
+		kept, err := st.Episodes(context.Background(), time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kept) == 0 || told < 3 {
+			for _, id := range ids {
+				t.Logf("job %d:\n%s", id, out(id))
+			}
+			t.Errorf("%d of the 4 jobs told of a site-wide episode, %d episodes kept (%+v): want 3 or more told, one kept", told, len(kept), kept)
+		}
+	})
+
 	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {
 		ids := []uint32{
 			submit("-N4", "--wrap", "srun -N4 "+load+" spin -seconds 3"),

@@ -129,7 +129,9 @@ func Compare(nodes []NodePhases) *Alikeness {
 		return nil
 	}
 	bins := compareBins
-	at := func(b int) time.Time { return from.Add(time.Duration((float64(b) + 0.5) / float64(bins) * float64(span))) }
+	at := func(b int) time.Time {
+		return from.Add(time.Duration((float64(b) + 0.5) / float64(bins) * float64(span)))
+	}
 	// at[node][bin]: the behaviour, and the phase (-1: not judged then).
 	beh := make([][]int, len(with))
 	phs := make([][]int, len(with))

@@ -13,7 +13,7 @@ import (
 // behaved unlike most is named with its stretch and what it did.
 func TestCompare(t *testing.T) {
 	type want struct {
-		unlike []string
+		unlike  []string
 		stretch [2]int // the first unlike node's, in intervals from t0
 		writes  bool   // the first unlike node wrote then, the others not
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/phases"
+	"github.com/persyst/persyst/sample"
 	"github.com/persyst/persyst/slurmver"
 	"golang.org/x/sys/unix"
 )
@@ -51,6 +52,7 @@ func TestNode(t *testing.T) {
 	t.Run("file opens and file I/O counted with eBPF fentry programs", testSyscalls)
 	t.Run("a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM)
 	t.Run("a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved)
+	t.Run("a job's own CPU quota is no interference", testOwnQuota)
 	t.Run("the daemon restarted by systemd mid-job keeps the job's coverage", testRestart)
 	t.Run("systemctl stop of the daemon neither fails nor delays a job", testStop)
 	t.Run("READY and the watchdog honoured", testWatchdog)
@@ -245,6 +247,41 @@ func testStarved(t *testing.T) {
 	if in := r.Interference; in == nil || in.Class != "high" || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU ||
 		!strings.Contains(text, "lost to other work") {
 		t.Errorf("job %d: interference %+v: want high, from other work on the CPUs, stated; its output:\n%s", id, in, text)
+	}
+}
+
+// testOwnQuota: a job throttled half-way by a CPU quota on its own cgroup (cpu.max, as a
+// site's limit would be) is slowed by the scheduler's limit, not by others: the digest
+// states no time lost to interference.
+func testOwnQuota(t *testing.T) {
+	id := sbatch(t, "--wrap", workload+" spin -seconds 12 -threads 1")
+	j := waitSamples(t, id, 4)
+	dir := j.Cgroups["unified"]
+	if dir == "" {
+		t.Fatalf("job %d has no cgroup v2 directory: %v", id, j.Cgroups)
+	}
+	if !strings.Contains(read(t, filepath.Join(filepath.Dir(dir), "cgroup.subtree_control")), "cpu") {
+		write(t, filepath.Join(filepath.Dir(dir), "cgroup.subtree_control"), "+cpu")
+	}
+	write(t, filepath.Join(dir, "cpu.max"), "50000 100000")
+	waitDone(t, id)
+	r, text := digestOf(t, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	samples, err := daemon.JobSamples(ctx, socket, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	throttled := 0.0
+	for _, s := range samples {
+		throttled += s.Job[sample.CPUThrottledSecs]
+	}
+	t.Logf("job %d: throttled %.1f s; interference %+v", id, throttled, r.Interference)
+	if throttled < 2 {
+		t.Errorf("job %d: throttled %.1f s in all: the quota did not bite", id, throttled)
+	}
+	if in := r.Interference; in == nil || in.LostSeconds != 0 || strings.Contains(text, "lost to") {
+		t.Errorf("job %d: interference %+v: want analysed, none lost; its output:\n%s", id, in, text)
 	}
 }
 

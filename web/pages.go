@@ -18,6 +18,7 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%.2g", h)
 	},
+	"pct": func(share float64) float64 { return 100 * share },
 	"jobs": func(n int) string {
 		if n == 1 {
 			return "1 job"

@@ -34,6 +34,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/htmlreport"
 )
 
@@ -373,6 +374,12 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 		}
 		return out[a].Key < out[b].Key
 	})
+	// The site-wide I/O episodes are counts of jobs, no user's: every viewer sees them.
+	eps, err := s.o.Store.Episodes(r.Context(), s.o.Now().Add(-7*24*time.Hour))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	s.page(w, "site", struct {
 		Viewer    viewer
 		Costs     []*cost
@@ -380,7 +387,8 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 		CoreHours float64
 		Truncated bool
 		Limit     int
-	}{v, out, jobs, total, len(list) == store.MaxListed, store.MaxListed})
+		Episodes  []episodes.Episode
+	}{v, out, jobs, total, len(list) == store.MaxListed, store.MaxListed, eps})
 }
 
 func (s *server) fail(w http.ResponseWriter, err error) {

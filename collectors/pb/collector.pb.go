@@ -535,7 +535,10 @@ type Routes struct {
 	Routes  []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
 	// keeper is the agent that keeps every job's final report for the site (the
 	// frontend): a job's batch host sends it there at the job's end (KeepReport).
-	Keeper        string `protobuf:"bytes,3,opt,name=keeper,proto3" json:"keeper,omitempty"`
+	Keeper string `protobuf:"bytes,3,opt,name=keeper,proto3" json:"keeper,omitempty"`
+	// The site-wide I/O episodes of the time kept that stalled jobs running on the node
+	// (job_ids: those jobs).
+	Episodes      []*Episode `protobuf:"bytes,4,rep,name=episodes,proto3" json:"episodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +594,220 @@ func (x *Routes) GetKeeper() string {
 	return ""
 }
 
+func (x *Routes) GetEpisodes() []*Episode {
+	if x != nil {
+		return x.Episodes
+	}
+	return nil
+}
+
+type Episode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          int64                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            int64                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Jobs          uint32                 `protobuf:"varint,3,opt,name=jobs,proto3" json:"jobs,omitempty"`       // the most jobs measured in one of its cycles
+	Stalled       uint32                 `protobuf:"varint,4,opt,name=stalled,proto3" json:"stalled,omitempty"` // the jobs it stalled
+	Peak          float64                `protobuf:"fixed64,5,opt,name=peak,proto3" json:"peak,omitempty"`      // the largest share of the measured jobs stalled in one cycle
+	JobIds        []uint32               `protobuf:"varint,6,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Episode) Reset() {
+	*x = Episode{}
+	mi := &file_collector_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Episode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Episode) ProtoMessage() {}
+
+func (x *Episode) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Episode.ProtoReflect.Descriptor instead.
+func (*Episode) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Episode) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *Episode) GetTo() int64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *Episode) GetJobs() uint32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+func (x *Episode) GetStalled() uint32 {
+	if x != nil {
+		return x.Stalled
+	}
+	return 0
+}
+
+func (x *Episode) GetPeak() float64 {
+	if x != nil {
+		return x.Peak
+	}
+	return 0
+}
+
+func (x *Episode) GetJobIds() []uint32 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+// A node's answer to its routes: Ack's fields, and its jobs' I/O stalls in the cycles
+// since its last answer, for the frontend's site-wide episodes.
+type RoutesAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Stalls        []*CycleStall          `protobuf:"bytes,3,rep,name=stalls,proto3" json:"stalls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutesAck) Reset() {
+	*x = RoutesAck{}
+	mi := &file_collector_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutesAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutesAck) ProtoMessage() {}
+
+func (x *RoutesAck) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutesAck.ProtoReflect.Descriptor instead.
+func (*RoutesAck) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RoutesAck) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *RoutesAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RoutesAck) GetStalls() []*CycleStall {
+	if x != nil {
+		return x.Stalls
+	}
+	return nil
+}
+
+// The jobs a node measured in one cycle, and those whose I/O stall was severe.
+type CycleStall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ts            int64                  `protobuf:"varint,1,opt,name=ts,proto3" json:"ts,omitempty"`
+	Measured      []uint32               `protobuf:"varint,2,rep,packed,name=measured,proto3" json:"measured,omitempty"`
+	Stalled       []uint32               `protobuf:"varint,3,rep,packed,name=stalled,proto3" json:"stalled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CycleStall) Reset() {
+	*x = CycleStall{}
+	mi := &file_collector_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CycleStall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CycleStall) ProtoMessage() {}
+
+func (x *CycleStall) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CycleStall.ProtoReflect.Descriptor instead.
+func (*CycleStall) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CycleStall) GetTs() int64 {
+	if x != nil {
+		return x.Ts
+	}
+	return 0
+}
+
+func (x *CycleStall) GetMeasured() []uint32 {
+	if x != nil {
+		return x.Measured
+	}
+	return nil
+}
+
+func (x *CycleStall) GetStalled() []uint32 {
+	if x != nil {
+		return x.Stalled
+	}
+	return nil
+}
+
 type JobSummaryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -603,7 +820,7 @@ type JobSummaryRequest struct {
 
 func (x *JobSummaryRequest) Reset() {
 	*x = JobSummaryRequest{}
-	mi := &file_collector_proto_msgTypes[7]
+	mi := &file_collector_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +832,7 @@ func (x *JobSummaryRequest) String() string {
 func (*JobSummaryRequest) ProtoMessage() {}
 
 func (x *JobSummaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[7]
+	mi := &file_collector_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +845,7 @@ func (x *JobSummaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSummaryRequest.ProtoReflect.Descriptor instead.
 func (*JobSummaryRequest) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{7}
+	return file_collector_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobSummaryRequest) GetJobId() uint32 {
@@ -660,7 +877,7 @@ type JobSummary struct {
 
 func (x *JobSummary) Reset() {
 	*x = JobSummary{}
-	mi := &file_collector_proto_msgTypes[8]
+	mi := &file_collector_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +889,7 @@ func (x *JobSummary) String() string {
 func (*JobSummary) ProtoMessage() {}
 
 func (x *JobSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[8]
+	mi := &file_collector_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +902,7 @@ func (x *JobSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSummary.ProtoReflect.Descriptor instead.
 func (*JobSummary) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{8}
+	return file_collector_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobSummary) GetJobId() uint32 {
@@ -741,7 +958,7 @@ type KeyPartial struct {
 
 func (x *KeyPartial) Reset() {
 	*x = KeyPartial{}
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +970,7 @@ func (x *KeyPartial) String() string {
 func (*KeyPartial) ProtoMessage() {}
 
 func (x *KeyPartial) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +983,7 @@ func (x *KeyPartial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyPartial.ProtoReflect.Descriptor instead.
 func (*KeyPartial) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{9}
+	return file_collector_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyPartial) GetKey() string {
@@ -837,7 +1054,7 @@ type NodeUse struct {
 
 func (x *NodeUse) Reset() {
 	*x = NodeUse{}
-	mi := &file_collector_proto_msgTypes[10]
+	mi := &file_collector_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1066,7 @@ func (x *NodeUse) String() string {
 func (*NodeUse) ProtoMessage() {}
 
 func (x *NodeUse) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[10]
+	mi := &file_collector_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1079,7 @@ func (x *NodeUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUse.ProtoReflect.Descriptor instead.
 func (*NodeUse) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{10}
+	return file_collector_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeUse) GetNode() string {
@@ -913,7 +1130,7 @@ type JobPartial struct {
 
 func (x *JobPartial) Reset() {
 	*x = JobPartial{}
-	mi := &file_collector_proto_msgTypes[11]
+	mi := &file_collector_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1142,7 @@ func (x *JobPartial) String() string {
 func (*JobPartial) ProtoMessage() {}
 
 func (x *JobPartial) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[11]
+	mi := &file_collector_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1155,7 @@ func (x *JobPartial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobPartial.ProtoReflect.Descriptor instead.
 func (*JobPartial) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{11}
+	return file_collector_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobPartial) GetJobId() uint32 {
@@ -1037,7 +1254,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_collector_proto_msgTypes[12]
+	mi := &file_collector_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1266,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[12]
+	mi := &file_collector_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1279,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{12}
+	return file_collector_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetName() string {
@@ -1119,7 +1336,7 @@ type JobLoad struct {
 
 func (x *JobLoad) Reset() {
 	*x = JobLoad{}
-	mi := &file_collector_proto_msgTypes[13]
+	mi := &file_collector_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1348,7 @@ func (x *JobLoad) String() string {
 func (*JobLoad) ProtoMessage() {}
 
 func (x *JobLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[13]
+	mi := &file_collector_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1361,7 @@ func (x *JobLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLoad.ProtoReflect.Descriptor instead.
 func (*JobLoad) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{13}
+	return file_collector_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobLoad) GetJobId() uint32 {
@@ -1219,11 +1436,28 @@ const file_collector_proto_rawDesc = "" +
 	"\aholders\x18\x04 \x03(\tR\aholders\x1a@\n" +
 	"\x12NodeCollectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
 	"\x06Routes\x12\x19\n" +
 	"\bcycle_ts\x18\x01 \x01(\x03R\acycleTs\x12)\n" +
 	"\x06routes\x18\x02 \x03(\v2\x11.persyst.v1.RouteR\x06routes\x12\x16\n" +
-	"\x06keeper\x18\x03 \x01(\tR\x06keeper\"D\n" +
+	"\x06keeper\x18\x03 \x01(\tR\x06keeper\x12/\n" +
+	"\bepisodes\x18\x04 \x03(\v2\x13.persyst.v1.EpisodeR\bepisodes\"\x88\x01\n" +
+	"\aEpisode\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x03R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x03R\x02to\x12\x12\n" +
+	"\x04jobs\x18\x03 \x01(\rR\x04jobs\x12\x18\n" +
+	"\astalled\x18\x04 \x01(\rR\astalled\x12\x12\n" +
+	"\x04peak\x18\x05 \x01(\x01R\x04peak\x12\x17\n" +
+	"\ajob_ids\x18\x06 \x03(\rR\x06jobIds\"a\n" +
+	"\tRoutesAck\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12.\n" +
+	"\x06stalls\x18\x03 \x03(\v2\x16.persyst.v1.CycleStallR\x06stalls\"R\n" +
+	"\n" +
+	"CycleStall\x12\x0e\n" +
+	"\x02ts\x18\x01 \x01(\x03R\x02ts\x12\x1a\n" +
+	"\bmeasured\x18\x02 \x03(\rR\bmeasured\x12\x18\n" +
+	"\astalled\x18\x03 \x03(\rR\astalled\"D\n" +
 	"\x11JobSummaryRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
 	"\aholders\x18\x02 \x03(\tR\aholders\"\xaf\x01\n" +
@@ -1285,9 +1519,9 @@ const file_collector_proto_rawDesc = "" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
 	"\aPartial\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x124\n" +
-	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xb0\x02\n" +
-	"\x04Node\x120\n" +
-	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x0f.persyst.v1.Ack\x124\n" +
+	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat2\xb6\x02\n" +
+	"\x04Node\x126\n" +
+	"\tSetRoutes\x12\x12.persyst.v1.Routes\x1a\x15.persyst.v1.RoutesAck\x124\n" +
 	"\x04Ping\x12\x15.persyst.v1.Heartbeat\x1a\x15.persyst.v1.Heartbeat\x12=\n" +
 	"\x04Part\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobPartial\x12?\n" +
 	"\x06Report\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
@@ -1305,7 +1539,7 @@ func file_collector_proto_rawDescGZIP() []byte {
 	return file_collector_proto_rawDescData
 }
 
-var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_collector_proto_goTypes = []any{
 	(*Record)(nil),            // 0: persyst.v1.Record
 	(*CycleRecords)(nil),      // 1: persyst.v1.CycleRecords
@@ -1314,51 +1548,56 @@ var file_collector_proto_goTypes = []any{
 	(*Ack)(nil),               // 4: persyst.v1.Ack
 	(*Route)(nil),             // 5: persyst.v1.Route
 	(*Routes)(nil),            // 6: persyst.v1.Routes
-	(*JobSummaryRequest)(nil), // 7: persyst.v1.JobSummaryRequest
-	(*JobSummary)(nil),        // 8: persyst.v1.JobSummary
-	(*KeyPartial)(nil),        // 9: persyst.v1.KeyPartial
-	(*NodeUse)(nil),           // 10: persyst.v1.NodeUse
-	(*JobPartial)(nil),        // 11: persyst.v1.JobPartial
-	(*Heartbeat)(nil),         // 12: persyst.v1.Heartbeat
-	(*JobLoad)(nil),           // 13: persyst.v1.JobLoad
-	nil,                       // 14: persyst.v1.Route.NodeCollectorEntry
+	(*Episode)(nil),           // 7: persyst.v1.Episode
+	(*RoutesAck)(nil),         // 8: persyst.v1.RoutesAck
+	(*CycleStall)(nil),        // 9: persyst.v1.CycleStall
+	(*JobSummaryRequest)(nil), // 10: persyst.v1.JobSummaryRequest
+	(*JobSummary)(nil),        // 11: persyst.v1.JobSummary
+	(*KeyPartial)(nil),        // 12: persyst.v1.KeyPartial
+	(*NodeUse)(nil),           // 13: persyst.v1.NodeUse
+	(*JobPartial)(nil),        // 14: persyst.v1.JobPartial
+	(*Heartbeat)(nil),         // 15: persyst.v1.Heartbeat
+	(*JobLoad)(nil),           // 16: persyst.v1.JobLoad
+	nil,                       // 17: persyst.v1.Route.NodeCollectorEntry
 }
 var file_collector_proto_depIdxs = []int32{
 	0,  // 0: persyst.v1.CycleRecords.records:type_name -> persyst.v1.Record
 	2,  // 1: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
-	14, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
+	17, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
 	5,  // 3: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
-	3,  // 4: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
-	9,  // 5: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
-	10, // 6: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
-	13, // 7: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
-	8,  // 8: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
-	1,  // 9: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 10: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	7,  // 11: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 12: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
-	12, // 13: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 14: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	12, // 15: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	7,  // 16: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 17: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
-	7,  // 18: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 19: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
-	4,  // 20: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 21: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	8,  // 22: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	11, // 23: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	12, // 24: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	4,  // 25: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.Ack
-	12, // 26: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	11, // 27: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	8,  // 28: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
-	8,  // 29: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
-	19, // [19:30] is the sub-list for method output_type
-	8,  // [8:19] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	7,  // 4: persyst.v1.Routes.episodes:type_name -> persyst.v1.Episode
+	9,  // 5: persyst.v1.RoutesAck.stalls:type_name -> persyst.v1.CycleStall
+	3,  // 6: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
+	12, // 7: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
+	13, // 8: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
+	16, // 9: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
+	11, // 10: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
+	1,  // 11: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	3,  // 12: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	10, // 13: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	10, // 14: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	15, // 15: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	6,  // 16: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	15, // 17: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	10, // 18: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
+	10, // 19: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
+	10, // 20: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 21: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
+	4,  // 22: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 23: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	11, // 24: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	14, // 25: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	15, // 26: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	8,  // 27: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.RoutesAck
+	15, // 28: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	14, // 29: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	11, // 30: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	11, // 31: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_collector_proto_init() }
@@ -1372,7 +1611,7 @@ func file_collector_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collector_proto_rawDesc), len(file_collector_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -333,7 +333,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type NodeClient interface {
-	SetRoutes(ctx context.Context, in *Routes, opts ...grpc.CallOption) (*Ack, error)
+	// SetRoutes answers with RoutesAck, which Ack's readers read as an Ack.
+	SetRoutes(ctx context.Context, in *Routes, opts ...grpc.CallOption) (*RoutesAck, error)
 	Ping(ctx context.Context, in *Heartbeat, opts ...grpc.CallOption) (*Heartbeat, error)
 	// Part returns the node's own part of a job, for the job's batch host when no
 	// collector tree is configured (the embedded default).
@@ -354,9 +355,9 @@ func NewNodeClient(cc grpc.ClientConnInterface) NodeClient {
 	return &nodeClient{cc}
 }
 
-func (c *nodeClient) SetRoutes(ctx context.Context, in *Routes, opts ...grpc.CallOption) (*Ack, error) {
+func (c *nodeClient) SetRoutes(ctx context.Context, in *Routes, opts ...grpc.CallOption) (*RoutesAck, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Ack)
+	out := new(RoutesAck)
 	err := c.cc.Invoke(ctx, Node_SetRoutes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -408,7 +409,8 @@ func (c *nodeClient) Samples(ctx context.Context, in *JobSummaryRequest, opts ..
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
 type NodeServer interface {
-	SetRoutes(context.Context, *Routes) (*Ack, error)
+	// SetRoutes answers with RoutesAck, which Ack's readers read as an Ack.
+	SetRoutes(context.Context, *Routes) (*RoutesAck, error)
 	Ping(context.Context, *Heartbeat) (*Heartbeat, error)
 	// Part returns the node's own part of a job, for the job's batch host when no
 	// collector tree is configured (the embedded default).
@@ -429,7 +431,7 @@ type NodeServer interface {
 // pointer dereference when methods are called.
 type UnimplementedNodeServer struct{}
 
-func (UnimplementedNodeServer) SetRoutes(context.Context, *Routes) (*Ack, error) {
+func (UnimplementedNodeServer) SetRoutes(context.Context, *Routes) (*RoutesAck, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetRoutes not implemented")
 }
 func (UnimplementedNodeServer) Ping(context.Context, *Heartbeat) (*Heartbeat, error) {

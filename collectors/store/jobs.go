@@ -92,7 +92,8 @@ func (s *Store) Job(ctx context.Context, id uint32) (*Job, error) {
 }
 
 // Prune deletes the jobs that ended before olderThan, with their cycles and
-// reports, and returns how many jobs it deleted. A job without an end time
+// reports, and the site-wide episodes that ended before it, and returns how many jobs
+// it deleted. A job without an end time
 // counts as ended at its last update (a job whose end was never recorded, e.g.
 // after a collector crash, must not stay forever). Freed pages are reused by
 // later writes; the file does not shrink.
@@ -104,7 +105,10 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM episodes WHERE to_ts < ?`, t)
 		return err
 	})
 	if err != nil {

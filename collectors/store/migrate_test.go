@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,11 +80,11 @@ func TestOpenFresh(t *testing.T) {
 	}
 	var n int
 	var desc string
-	if err := s.w.QueryRow(`SELECT count(*), max(description) FROM schema_version`).Scan(&n, &desc); err != nil || n != 1 || desc != migrations[0].description {
+	if err := s.w.QueryRow(`SELECT count(*), max(description) FROM schema_version`).Scan(&n, &desc); err != nil || n != SchemaVersion || desc != migrations[SchemaVersion-1].description {
 		t.Errorf("schema_version: %d rows, %q, %v", n, desc, err)
 	}
 	sch := schemaOf(t, s.w)
-	for _, tbl := range []string{"schema_version", "jobs", "cycles", "reports"} {
+	for _, tbl := range []string{"schema_version", "jobs", "cycles", "reports", "episodes"} {
 		if sch[tbl] == "" {
 			t.Errorf("no table %s", tbl)
 		}
@@ -114,7 +115,7 @@ func TestReopenIsNoop(t *testing.T) {
 	}
 	var n int
 	var applied int64
-	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != 1 || applied != T0.Unix() {
+	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != SchemaVersion || applied != T0.Unix() {
 		t.Errorf("schema_version after re-open: %d rows applied at %d, %v", n, applied, err)
 	}
 	cs, err := s.Cycles(ctx, 7, "a")
@@ -138,7 +139,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if !errors.Is(err, ErrSchemaTooNew) {
 		t.Fatalf("Open of a newer database: %v", err)
 	}
-	for _, want := range []string{path, "schema version 2", "versions up to 1", "newer persyst"} {
+	for _, want := range []string{path, fmt.Sprintf("schema version %d", SchemaVersion+1), fmt.Sprintf("versions up to %d", SchemaVersion), "newer persyst"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -158,7 +159,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		},
 	})
 	_, err := open(ctx, path, Options{}, broken)
-	if err == nil || !strings.Contains(err.Error(), "migration to schema version 2 (broken): step 3") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("migration to schema version %d (broken): step 3", SchemaVersion+1)) {
 		t.Fatalf("open with a broken migration: %v", err)
 	}
 	t.Log(err)
@@ -167,8 +168,8 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(ctx); v != 1 {
-		t.Errorf("version %d after the failed migration, want 1", v)
+	if v, _ := s.Version(ctx); v != SchemaVersion {
+		t.Errorf("version %d after the failed migration, want %d", v, SchemaVersion)
 	}
 	sch := schemaOf(t, s.w)
 	if sch["extra"] != "" || strings.Contains(sch["jobs"], "partition") {
@@ -226,5 +227,34 @@ func TestNotAStore(t *testing.T) {
 		if _, err := Open(ctx, p, Options{}); err == nil {
 			t.Errorf("Open(%q) accepted", p)
 		}
+	}
+}
+
+// TestMigrateFromVersion1: a database of the first schema, with a job in it, is brought
+// to the current one; the job stays, and the episodes table is there.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := open(ctx, path, Options{Now: FixedNow}, migrations[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCycle(ctx, 7, T0, []CycleResult{Result("a", 1, 2, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(ctx, path, Options{Now: FixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(ctx); v != SchemaVersion {
+		t.Errorf("version %d, want %d", v, SchemaVersion)
+	}
+	if cs, err := s.Cycles(ctx, 7, "a"); err != nil || len(cs) != 1 {
+		t.Errorf("job 7's cycles after the migration: %v, %v", cs, err)
+	}
+	if schemaOf(t, s.w)["episodes"] == "" {
+		t.Error("no episodes table after the migration")
 	}
 }

@@ -2,7 +2,7 @@ package store
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -65,6 +65,18 @@ var migrations = []migration{
 				updated_ts INTEGER NOT NULL
 			) STRICT`,
 			`PRAGMA application_id = 1347572564`, // applicationID
+		},
+	},
+	{
+		description: "site-wide I/O episodes",
+		steps: []string{
+			`CREATE TABLE episodes (
+				from_ts INTEGER PRIMARY KEY,
+				to_ts   INTEGER NOT NULL CHECK (to_ts >= from_ts),
+				jobs    INTEGER NOT NULL,
+				stalled INTEGER NOT NULL,
+				peak    REAL NOT NULL
+			) STRICT`,
 		},
 	},
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/quantile"
 )
@@ -421,4 +422,39 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 	}
 	t.Logf("%d reads during the writes", reads)
+}
+
+// TestEpisodes: an episode kept grows in place as it goes on, is listed newest first,
+// and is pruned with the jobs of its time.
+func TestEpisodes(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
+	t0 := time.Unix(1_800_000_000, 0)
+	put := func(from, to time.Duration, stalled int) {
+		t.Helper()
+		if err := s.PutEpisode(ctx, episodes.Episode{From: t0.Add(from), To: t0.Add(to), Jobs: 100, Stalled: stalled, Peak: 0.3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0, 2*time.Minute, 30)
+	put(0, 5*time.Minute, 40) // the same episode, longer
+	put(time.Hour, time.Hour+3*time.Minute, 12)
+	got, err := s.Episodes(ctx, t0.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ep struct{ From, To, Stalled int }
+	var gs []ep
+	for _, e := range got {
+		gs = append(gs, ep{int(e.From.Sub(t0) / time.Minute), int(e.To.Sub(t0) / time.Minute), e.Stalled})
+	}
+	if diff := cmp.Diff([]ep{{60, 63, 12}, {0, 5, 40}}, gs); diff != "" {
+		t.Errorf("episodes (-want +got):\n%s", diff)
+	}
+	if _, err := s.Prune(ctx, t0.Add(30*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Episodes(ctx, t0.Add(-time.Hour)); len(got) != 1 || got[0].Stalled != 12 {
+		t.Errorf("after pruning to 30 minutes in: %+v, want the second episode only", got)
+	}
 }

@@ -107,9 +107,9 @@ func (r *recorder) Summary(ctx context.Context, in *pb.JobSummaryRequest) (*pb.J
 	return &pb.JobSummary{JobId: in.JobId}, nil
 }
 
-func (r *recorder) SetRoutes(ctx context.Context, in *pb.Routes) (*pb.Ack, error) {
+func (r *recorder) SetRoutes(ctx context.Context, in *pb.Routes) (*pb.RoutesAck, error) {
 	r.note(ctx)
-	return &pb.Ack{Ok: true}, nil
+	return &pb.RoutesAck{Ok: true}, nil
 }
 
 func (r *recorder) Ping(ctx context.Context, in *pb.Heartbeat) (*pb.Heartbeat, error) {
@@ -199,7 +199,10 @@ func call(addr string, dial grpc.DialOption, method string) error {
 	case "Summary":
 		_, err = pb.NewCollectorClient(conn).Summary(ctx, &pb.JobSummaryRequest{JobId: 7})
 	case "SetRoutes":
-		ack, err = pb.NewNodeClient(conn).SetRoutes(ctx, &pb.Routes{})
+		var rack *pb.RoutesAck
+		if rack, err = pb.NewNodeClient(conn).SetRoutes(ctx, &pb.Routes{}); rack != nil {
+			ack = &pb.Ack{Ok: rack.Ok, Error: rack.Error}
+		}
 	case "Report":
 		_, err = pb.NewNodeClient(conn).Report(ctx, &pb.JobSummaryRequest{JobId: 7})
 	default:

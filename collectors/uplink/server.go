@@ -105,15 +105,16 @@ func (n *NodeServer) Part(ctx context.Context, in *pb.JobSummaryRequest) (*pb.Jo
 	return n.Parts.Part(in.JobId), nil
 }
 
-// SetRoutes takes the routes of the next cycle.
-func (n *NodeServer) SetRoutes(ctx context.Context, rs *pb.Routes) (*pb.Ack, error) {
+// SetRoutes takes the routes of the next cycle, and answers with this node's jobs' I/O
+// stalls since the last call.
+func (n *NodeServer) SetRoutes(ctx context.Context, rs *pb.Routes) (*pb.RoutesAck, error) {
 	if n.Ship == nil {
-		return &pb.Ack{Error: "this daemon does not send records"}, nil
+		return &pb.RoutesAck{Error: "this daemon does not send records"}, nil
 	}
 	if err := n.Ship.SetRoutes(rs); err != nil {
-		return &pb.Ack{Error: err.Error()}, nil
+		return &pb.RoutesAck{Error: err.Error()}, nil
 	}
-	return &pb.Ack{Ok: true}, nil
+	return &pb.RoutesAck{Ok: true, Stalls: n.Ship.Stalls()}, nil
 }
 
 // Ping answers a heartbeat.

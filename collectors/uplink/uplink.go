@@ -9,10 +9,12 @@
 package uplink
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -59,7 +62,23 @@ type Uplink struct {
 	down    map[string]bool
 	keeper  string // where final reports go (Routes.keeper), "" : nowhere
 	keep    chan keptReport
+	// stalls are the jobs measured and stalled on I/O per cycle since the frontend last
+	// asked (SetRoutes); episodes the site-wide I/O episodes it last sent.
+	stalls   map[int64]*stall
+	episodes []*pb.Episode
 }
+
+// stall is one cycle's jobs, and whether each stalled on I/O.
+type stall map[uint32]bool
+
+// Bounds of the stalls a node keeps for the frontend (cycles, jobs per cycle) and of the
+// episodes it takes (per message, jobs per episode).
+const (
+	maxStallCycles = 16
+	maxStallJobs   = 4096
+	maxEpisodes    = 64
+	maxEpisodeJobs = 4096
+)
 
 // keptReport is a job's final report waiting to be sent to the keeper.
 type keptReport struct {
@@ -81,7 +100,7 @@ func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 	}
 	return &Uplink{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{},
-		keep: make(chan keptReport, MaxKeepQueue)}, nil
+		keep: make(chan keptReport, MaxKeepQueue), stalls: map[int64]*stall{}}, nil
 }
 
 // Bounds of what a node keeps of its routes: routes in one message (a node runs at most
@@ -100,6 +119,17 @@ func (s *Uplink) SetRoutes(rs *pb.Routes) error {
 	if len(rs.Routes) > MaxRoutes {
 		return fmt.Errorf("%d routes, more than %d", len(rs.Routes), MaxRoutes)
 	}
+	if len(rs.Episodes) > maxEpisodes {
+		return fmt.Errorf("%d episodes, more than %d", len(rs.Episodes), maxEpisodes)
+	}
+	for _, e := range rs.Episodes {
+		if len(e.JobIds) > maxEpisodeJobs {
+			return fmt.Errorf("an episode of %d jobs, more than %d", len(e.JobIds), maxEpisodeJobs)
+		}
+	}
+	s.mu.Lock()
+	s.episodes = rs.Episodes
+	s.mu.Unlock()
 	for _, r := range rs.Routes {
 		if len(r.Holders) > maxHolders || len(r.NodeCollector) > MaxRoutes {
 			return fmt.Errorf("job %d: %d holders and %d node routes, more than %d and %d", r.JobId, len(r.Holders), len(r.NodeCollector), maxHolders, MaxRoutes)
@@ -184,6 +214,7 @@ func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properti
 		return
 	}
 	s.mu.Lock()
+	s.noteStallLocked(job, ts.Unix(), recs)
 	dest := s.routeLocked(job)
 	if dest == "" {
 		s.mu.Unlock()
@@ -202,6 +233,75 @@ func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properti
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// StallKey is the property whose severity says a job stalled on I/O in a cycle.
+const StallKey = "io_wait"
+
+// noteStallLocked keeps whether job stalled on I/O in cycle ts, for the frontend.
+func (s *Uplink) noteStallLocked(job uint32, ts int64, recs []properties.Record) {
+	st := s.stalls[ts]
+	if st == nil {
+		if len(s.stalls) >= maxStallCycles {
+			oldest := ts
+			for t := range s.stalls {
+				oldest = min(oldest, t)
+			}
+			if oldest == ts {
+				return // older than every cycle kept
+			}
+			delete(s.stalls, oldest)
+		}
+		st = &stall{}
+		s.stalls[ts] = st
+	}
+	if len(*st) >= maxStallJobs {
+		return
+	}
+	stalled := false
+	for _, r := range recs {
+		if r.Key == StallKey && r.Severity > 0 {
+			stalled = true
+		}
+	}
+	(*st)[job] = (*st)[job] || stalled
+}
+
+// Stalls returns the jobs measured and stalled on I/O per cycle since the last call,
+// for the frontend's site-wide episodes.
+func (s *Uplink) Stalls() []*pb.CycleStall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*pb.CycleStall, 0, len(s.stalls))
+	for ts, st := range s.stalls {
+		c := &pb.CycleStall{Ts: ts}
+		for job, stalled := range *st {
+			c.Measured = append(c.Measured, job)
+			if stalled {
+				c.Stalled = append(c.Stalled, job)
+			}
+		}
+		slices.Sort(c.Measured)
+		slices.Sort(c.Stalled)
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *pb.CycleStall) int { return cmp.Compare(a.Ts, b.Ts) })
+	s.stalls = map[int64]*stall{}
+	return out
+}
+
+// Episodes are the site-wide I/O episodes that stalled job, as the frontend last sent
+// them.
+func (s *Uplink) Episodes(job uint32) []episodes.Episode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []episodes.Episode
+	for _, e := range s.episodes {
+		if slices.Contains(e.JobIds, job) {
+			out = append(out, episodes.Episode{From: time.Unix(e.From, 0), To: time.Unix(e.To, 0), Jobs: int(e.Jobs), Stalled: int(e.Stalled), Peak: e.Peak})
+		}
+	}
+	return out
 }
 
 // Pending returns how many jobs have a cycle waiting to be sent.
