@@ -107,7 +107,7 @@ func episodeLines(eps []episodes.Episode) []string {
 			out = append(out, fmt.Sprintf("And %d more such episodes.", len(eps)-i))
 			break
 		}
-		out = append(out, fmt.Sprintf("From %s to %s, %d of the site's %d jobs stalled on I/O at once, this one among them: its I/O waits then were the file system's, not its own.",
+		out = append(out, fmt.Sprintf("From %s to %s, %d of the site's %d jobs stalled on I/O at once, this one among them: the storage they share was slow then, so its I/O waits were not all its own.",
 			e.From.Format("15:04:05"), e.To.Format("15:04:05"), e.Stalled, max(e.Jobs, e.Stalled)))
 	}
 	return out

@@ -19,6 +19,7 @@ import (
 	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/properties"
 )
@@ -167,10 +168,24 @@ func TestSite(t *testing.T) {
 	if strings.Index(body, "Small writes") > strings.Index(body, "Allocated CPUs left idle") {
 		t.Error("findings are not ordered by core-hours")
 	}
+	if !strings.Contains(body, "None this week.") {
+		t.Errorf("the site page lists episodes there were none of:\n%s", body)
+	}
 	// A user's site page counts their own jobs only.
 	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
 	if strings.Contains(body, "bob") || !strings.Contains(body, "in alice's jobs") {
 		t.Errorf("alice's site page shows others' jobs:\n%s", body)
+	}
+	// The week's site-wide I/O episodes, to every viewer; last week's not.
+	for _, e := range []episodes.Episode{{From: now.Add(-3 * time.Hour), To: now.Add(-3*time.Hour + 8*time.Minute), Jobs: 120, Stalled: 37, Peak: 0.3},
+		{From: now.Add(-9 * 24 * time.Hour), To: now.Add(-9*24*time.Hour + time.Minute), Jobs: 10, Stalled: 5, Peak: 0.5}} {
+		if err := st.PutEpisode(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
+	if n := strings.Count(body, `<tr class="episode">`); n != 1 || !strings.Contains(body, `<td class="num">37</td><td class="num">120</td><td class="num">30%</td>`) {
+		t.Errorf("alice's site page shows %d episodes, want this week's one:\n%s", n, body)
 	}
 }
 
