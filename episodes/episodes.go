@@ -57,9 +57,44 @@ func (e Episode) Touched(id uint32) bool {
 	return ok
 }
 
+// cycle is one cycle's jobs: while nodes may still report it, the sets of jobs measured
+// and stalled; once settled (compactAfter cycles older than the newest), how many were
+// measured and which stalled, which is all an episode needs.
 type cycle struct {
 	measured, stalled map[uint32]bool
+	n                 int
+	ids               []uint32 // stalled, sorted, once settled
 }
+
+func (c *cycle) settled() bool { return c.measured == nil }
+
+func (c *cycle) nMeasured() int {
+	if c.settled() {
+		return c.n
+	}
+	return len(c.measured)
+}
+
+func (c *cycle) nStalled() int {
+	if c.settled() {
+		return len(c.ids)
+	}
+	return len(c.stalled)
+}
+
+// settle keeps the counts of a cycle the nodes have reported.
+func (c *cycle) settle() {
+	c.n = len(c.measured)
+	for id := range c.stalled {
+		c.ids = append(c.ids, id)
+	}
+	slices.Sort(c.ids)
+	c.measured, c.stalled = nil, nil
+}
+
+// compactAfter is how many cycles after its own a cycle is settled: the nodes answer
+// the frontend once a cycle, so a node's report of a cycle comes within two.
+const compactAfter = 4
 
 // Detector gathers the nodes' cycles and finds the episodes in them. It owns its cycles
 // and their lock.
@@ -67,6 +102,7 @@ type Detector struct {
 	mu     sync.Mutex
 	period time.Duration
 	cycles map[int64]*cycle
+	newest int64 // the newest cycle reported
 }
 
 // NewDetector returns a detector for cycles period apart.
@@ -78,11 +114,24 @@ func NewDetector(period time.Duration) *Detector {
 func (d *Detector) Add(cs []Cycle) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	newest := int64(0)
 	for _, c := range cs {
 		k := d.cycles[c.TS]
 		if k == nil {
 			k = &cycle{measured: map[uint32]bool{}, stalled: map[uint32]bool{}}
 			d.cycles[c.TS] = k
+		}
+		newest = max(newest, c.TS)
+		if k.settled() {
+			// A late report: its jobs are counted (a job other nodes reported too is
+			// counted again), its stalled jobs named.
+			k.n += len(c.Measured)
+			for _, id := range c.Stalled {
+				if i, found := slices.BinarySearch(k.ids, id); !found && len(k.ids) < MaxJobs {
+					k.ids = slices.Insert(k.ids, i, id)
+				}
+			}
+			continue
 		}
 		for _, id := range c.Measured {
 			if len(k.measured) < MaxJobs {
@@ -93,6 +142,14 @@ func (d *Detector) Add(cs []Cycle) {
 			if len(k.stalled) < MaxJobs {
 				k.stalled[id] = true
 				k.measured[id] = true
+			}
+		}
+	}
+	if newest > d.newest {
+		d.newest = newest
+		for t, k := range d.cycles {
+			if !k.settled() && t < d.newest-compactAfter*int64(d.period/time.Second) {
+				k.settle()
 			}
 		}
 	}
@@ -143,8 +200,8 @@ func (d *Detector) Episodes() []Episode {
 // stalledLocked says whether cycle t stalled site-wide.
 func (d *Detector) stalledLocked(t int64) bool {
 	c := d.cycles[t]
-	n := len(c.stalled)
-	return n >= MinJobs && float64(n) >= MinShare*float64(len(c.measured))
+	n := c.nStalled()
+	return n >= MinJobs && float64(n) >= MinShare*float64(c.nMeasured())
 }
 
 // episode makes the episode of a run of stalled cycles.
@@ -153,11 +210,14 @@ func (d *Detector) episode(run []int64) Episode {
 	ids := map[uint32]bool{}
 	for _, t := range run {
 		c := d.cycles[t]
-		e.Jobs = max(e.Jobs, len(c.measured))
-		if len(c.measured) > 0 {
-			e.Peak = max(e.Peak, float64(len(c.stalled))/float64(len(c.measured)))
+		e.Jobs = max(e.Jobs, c.nMeasured())
+		if c.nMeasured() > 0 {
+			e.Peak = max(e.Peak, float64(c.nStalled())/float64(c.nMeasured()))
 		}
 		for id := range c.stalled {
+			ids[id] = true
+		}
+		for _, id := range c.ids {
 			ids[id] = true
 		}
 	}

@@ -101,3 +101,17 @@ func TestBounds(t *testing.T) {
 		t.Errorf("episodes %+v: want one, of the last %d cycles only", e, episodes.MaxCycles)
 	}
 }
+
+// TestLateReport: a node's report of a cycle the detector settled still counts.
+func TestLateReport(t *testing.T) {
+	d := episodes.NewDetector(period)
+	d.Add(site(10, 10, map[int][]uint32{3: ids(1, 2), 4: ids(1, 2)}))
+	if e := d.Episodes(); len(e) != 0 {
+		t.Fatalf("episodes of 2 stalled jobs: %+v", e)
+	}
+	d.Add([]episodes.Cycle{{TS: ts(3), Measured: []uint32{11}, Stalled: []uint32{11}}, {TS: ts(4), Measured: []uint32{11}, Stalled: []uint32{11}}})
+	e := d.Episodes()
+	if len(e) != 1 || e[0].Stalled != 3 || !e[0].Touched(11) || e[0].Jobs != 11 {
+		t.Errorf("episodes after job 11's late report: %+v, want one of 3 stalled jobs in 11", e)
+	}
+}

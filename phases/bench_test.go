@@ -1,6 +1,7 @@
 package phases_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/persyst/persyst/phases"
@@ -17,5 +18,27 @@ func BenchmarkJobEnd(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		phases.Analyse(s, o)
+	}
+}
+
+// BenchmarkCompare is the batch host's comparison of a 1024-node job's nodes at its end:
+// each node of three phases (one node in ten unlike the rest).
+func BenchmarkCompare(b *testing.B) {
+	o := phases.Options{NCPUs: 1}
+	alikePh := phases.Find(job(1, run{smallWrites, 15}, run{compute, 30}, run{reading, 15}), o)
+	unlikePh := phases.Find(job(2, run{compute, 45}, run{reading, 15}), o)
+	nodes := make([]phases.NodePhases, 1024)
+	for i := range nodes {
+		ph := alikePh
+		if i%10 == 0 {
+			ph = unlikePh
+		}
+		nodes[i] = phases.NodePhases{Node: fmt.Sprintf("node%04d", i), NCPUs: 1, Phases: ph}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if a := phases.Compare(nodes); a == nil || len(a.Unlike) != 103 {
+			b.Fatalf("compared: %+v", a)
+		}
 	}
 }
