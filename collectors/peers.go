@@ -239,6 +239,7 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 		wide, err := p.tree.JobWide(ctx, job)
 		if err == nil {
 			p.explainAbsent(ctx, job, wide)
+			p.comparePhases(ctx, job, wide)
 			return wide, nil
 		}
 		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("no job-wide results from the collector tree: asking the job's nodes")
@@ -377,6 +378,29 @@ func (p *Peers) explainAbsent(ctx context.Context, job uint32, wide *digest.Repo
 	wide.Coverage.Short = append(wide.Coverage.Short, short...)
 	sort.Slice(wide.Coverage.Missing, func(a, b int) bool { return wide.Coverage.Missing[a].Node < wide.Coverage.Missing[b].Node })
 	sort.Strings(wide.Coverage.Short)
+}
+
+// MaxComparedByAsking bounds the nodes of a job the collector tree gathers whose phases
+// the batch host asks for itself (the tree carries records, not phases): a bigger job's
+// nodes are not compared.
+const MaxComparedByAsking = 64
+
+// comparePhases completes the tree's job-wide report of a job of at most
+// MaxComparedByAsking nodes with its nodes' comparison and the interference of the node
+// that lost the most: the batch host asks the job's other nodes for their parts (within
+// the wait), as without a tree.
+func (p *Peers) comparePhases(ctx context.Context, job uint32, wide *digest.Report) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
+	defer cancel()
+	nodes, addrs, err := p.jobNodes(ctx, job)
+	if err != nil || len(nodes) < 2 || len(nodes) > MaxComparedByAsking {
+		return
+	}
+	parts, _, _ := p.askAll(ctx, job, nodes, addrs)
+	if own := p.Part(job); len(own.Nodes) > 0 {
+		parts = append(parts, own)
+	}
+	whenAndWhy(wide, parts)
 }
 
 // unanswered says, in a coverage line's words, why a node daemon gave no answer.

@@ -266,25 +266,32 @@ func TestPeersCompareNodes(t *testing.T) {
 			p.Send(8, t0.Add(time.Duration(i)*time.Minute), 60, []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 90}}, 0)
 		}
 	}
-	wide, err := peers["n1"].JobWide(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := wide.Alike
-	if a == nil {
-		t.Fatalf("no comparison of the nodes in %+v", wide)
-	}
-	var unlike []string
-	for _, u := range a.Unlike {
-		unlike = append(unlike, u.Node)
-	}
-	if diff := cmp.Diff([]string{"n4"}, unlike); diff != "" || a.Nodes != 4 {
-		t.Errorf("compared %d nodes (want 4: n5's are n2's), unlike (-want +got):\n%s", a.Nodes, diff)
-	}
-	if len(a.Unlike) > 0 && (math.Abs(a.Unlike[0].Alike-2.0/3) > 0.01 || a.Unlike[0].Traits.WriteCalls != 5e4) {
-		t.Errorf("n4: %+v, want alike 2/3 of its time, writing then", a.Unlike[0])
-	}
-	if wide.InterferenceNode != "n3" || wide.Interference == nil || wide.Interference.Share != 0.2 {
-		t.Errorf("interference %+v on %q, want n3's 20 %%", wide.Interference, wide.InterferenceNode)
+	// Without a tree, then with one (which carries records, not phases: the batch host
+	// asks the nodes for their phases itself).
+	for _, tree := range []bool{false, true} {
+		if tree {
+			peers["n1"].UseTree(&fixedTree{wide: digest.Report{JobID: 8, Nodes: nodes}})
+		}
+		wide, err := peers["n1"].JobWide(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := wide.Alike
+		if a == nil {
+			t.Fatalf("tree %v: no comparison of the nodes in %+v", tree, wide)
+		}
+		var unlike []string
+		for _, u := range a.Unlike {
+			unlike = append(unlike, u.Node)
+		}
+		if diff := cmp.Diff([]string{"n4"}, unlike); diff != "" || a.Nodes != 4 {
+			t.Errorf("tree %v: compared %d nodes (want 4: n5's are n2's), unlike (-want +got):\n%s", tree, a.Nodes, diff)
+		}
+		if len(a.Unlike) > 0 && (math.Abs(a.Unlike[0].Alike-2.0/3) > 0.01 || a.Unlike[0].Traits.WriteCalls != 5e4) {
+			t.Errorf("tree %v: n4: %+v, want alike 2/3 of its time, writing then", tree, a.Unlike[0])
+		}
+		if wide.InterferenceNode != "n3" || wide.Interference == nil || wide.Interference.Share != 0.2 {
+			t.Errorf("tree %v: interference %+v on %q, want n3's 20 %%", tree, wide.Interference, wide.InterferenceNode)
+		}
 	}
 }

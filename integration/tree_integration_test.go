@@ -58,6 +58,13 @@ func TestTree(t *testing.T) {
 		if !imbalanceLeads(text) {
 			t.Errorf("no inter-node imbalance among the leading findings:\n%s", text)
 		}
+		// The tree carries records, not phases: the batch host asked the nodes for
+		// theirs, and names the one that slept while the others computed.
+		r := c.jobReport(t, id)
+		if a := r.Alike; a == nil || len(a.Unlike) != 1 || a.Unlike[0].Node != c.nodes[3] ||
+			!strings.Contains(strings.Join(strings.Fields(text), " "), c.nodes[3]+" behaved unlike the job's other nodes") {
+			t.Errorf("job %d: alikeness %+v, want %s unlike the rest, and said:\n%s", id, a, c.nodes[3], text)
+		}
 		// The job was split over the collectors (no exact placement) and merged at the
 		// sync agent, which kept the merged cycles and the job's report.
 		front := c.readLog(t, "frontend")
