@@ -160,35 +160,17 @@ func TestTreeCoverageCompleted(t *testing.T) {
 	defer cancel()
 	eng := propertiestest.Engine(t, properties.Settings{MinSeconds: 1})
 	nodes := []string{"n1", "n2", "n3", "n4"}
-	addrs := map[string]string{}
 	explain := map[string]func(uint32) (string, bool){
 		"n3": func(uint32) (string, bool) { return "its part ended before it could be measured", true },
 		"n4": func(uint32) (string, bool) {
 			return "its persyst daemon could not measure the job (its log says why)", false
 		},
 	}
-	var batch *Peers
-	for _, n := range nodes {
-		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 2 * time.Second,
-			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
-			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
+	batch := servePeers(t, ctx, eng, nodes, func(n string, p *Peers) {
 		if why := explain[n]; why != nil {
 			p.Explain(why)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[n] = ln.Addr().String()
-		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
-		if n == "n1" {
-			batch = p
-		}
-	}
+	})["n1"]
 	batch.UseTree(&fixedTree{wide: digest.Report{JobID: 7, Nodes: []string{"n1", "n2"}}})
 	wide, err := batch.JobWide(ctx, 7)
 	if err != nil {
@@ -201,6 +183,32 @@ func TestTreeCoverageCompleted(t *testing.T) {
 	if diff := cmp.Diff(want, wide.Coverage); diff != "" {
 		t.Errorf("coverage -want +got:\n%s", diff)
 	}
+}
+
+// servePeers makes a node daemon's Peers for each node, prepared by setup, and serves
+// each on a loopback port (closed with the test).
+func servePeers(t *testing.T, ctx context.Context, eng *properties.Engine, nodes []string, setup func(node string, p *Peers)) map[string]*Peers {
+	t.Helper()
+	addrs := map[string]string{}
+	peers := map[string]*Peers{}
+	for _, n := range nodes {
+		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 2 * time.Second,
+			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
+			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		peers[n] = p
+		setup(n, p)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[n] = ln.Addr().String()
+		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
+	}
+	return peers
 }
 
 // fixedTree is a collector tree that holds one job-wide report.
@@ -240,32 +248,16 @@ func TestPeersCompareNodes(t *testing.T) {
 		"n5": {Node: "n2", NCPUs: 2, Phases: []phases.Phase{{N: 1, Stretches: stretch(0, 60), Seconds: 3600, Share: 1, Centroid: writes}}},
 	}
 	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
-	addrs := map[string]string{}
-	peers := map[string]*Peers{}
-	for _, n := range nodes {
-		p, err := NewPeers(PeersConfig{Node: n, Engine: eng, Log: zerolog.Nop(), Wait: 2 * time.Second,
-			Nodes: func(context.Context, uint32) ([]string, error) { return nodes, nil },
-			Addrs: func(context.Context) (map[string]string, error) { return addrs, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		peers[n] = p
+	peers := servePeers(t, ctx, eng, nodes, func(n string, p *Peers) {
 		b, err := json.Marshal(sent[n])
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.NodePhases(func(uint32) []byte { return b })
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[n] = ln.Addr().String()
-		go uplink.Serve(ctx, ln, &uplink.NodeServer{Node: n, Parts: p})
 		for i := 0; i < 5; i++ {
 			p.Send(8, t0.Add(time.Duration(i)*time.Minute), 60, []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 90}}, 0)
 		}
-	}
+	})
 	// Without a tree, then with one (which carries records, not phases: the batch host
 	// asks the nodes for their phases itself).
 	for _, tree := range []bool{false, true} {
