@@ -105,8 +105,17 @@ func TestCoverage(t *testing.T) {
 			if !strings.Contains(j.EndReason, "COMPLETED") {
 				t.Errorf("job %d ended for %q, want Slurm's COMPLETED", id, j.EndReason)
 			}
-			if left, _ := filepath.Glob("/sys/fs/cgroup/*/persyst_" + node + "/job_" + strconv.FormatUint(uint64(id), 10)); len(left) > 0 {
-				t.Errorf("persyst's cgroups of the ended job left: %v", left)
+			// Its cgroups go as it ends the job's measurement, just after it marked the
+			// job ended (the state the test waited for): within seconds, not never.
+			var left []string
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				left, _ = filepath.Glob("/sys/fs/cgroup/*/persyst_" + node + "/job_" + strconv.FormatUint(uint64(id), 10))
+				if len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("persyst's cgroups of the ended job left 10 s after it was found ended: %v", left)
 			}
 			var text string
 			deadline := time.Now().Add(20 * time.Second)
