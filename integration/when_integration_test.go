@@ -108,7 +108,8 @@ func TestWhenAndWhy(t *testing.T) {
 		if w := in.Worst; w == nil || w.To.Before(from) || w.From.After(to) {
 			t.Errorf("job %d: worst stretch %+v, want one within the neighbour's %v-%v", r.JobID, w, from, to)
 		}
-		if !strings.Contains(o, "of the job's time was lost to other work on "+c.nodes[0]) || !strings.Contains(o, in.Class+" interference") {
+		flat := strings.Join(strings.Fields(o), " ") // the digest wraps at 80 columns
+		if !strings.Contains(flat, "of the job's time was lost to other work on "+c.nodes[0]) || !strings.Contains(flat, in.Class+" interference") {
 			t.Errorf("job %d: the digest does not state the interference:\n%s", r.JobID, o)
 		}
 	})
