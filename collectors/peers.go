@@ -80,9 +80,7 @@ type Tree interface {
 // Episodes are the site-wide I/O episodes that stalled a job, as the collector tree's
 // frontend last sent them (none without a tree).
 func (p *Peers) Episodes(job uint32) []episodes.Episode {
-	if e, ok := p.tree.(interface {
-		Episodes(uint32) []episodes.Episode
-	}); ok {
+	if e, ok := p.tree.(episodes.Source); ok {
 		return e.Episodes(job)
 	}
 	return nil
@@ -238,8 +236,7 @@ func (p *Peers) JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	if p.tree != nil && p.tree.Aggregation(job) != "" {
 		wide, err := p.tree.JobWide(ctx, job)
 		if err == nil {
-			p.explainAbsent(ctx, job, wide)
-			p.comparePhases(ctx, job, wide)
+			p.completeTree(ctx, job, wide)
 			return wide, nil
 		}
 		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("no job-wide results from the collector tree: asking the job's nodes")
@@ -336,11 +333,9 @@ func (p *Peers) askAll(ctx context.Context, job uint32, nodes []string, addrs ma
 	return parts, missing, short
 }
 
-// explainAbsent completes the coverage of the tree's job-wide report: the job's nodes it
-// neither covers nor names (their data never reached a collector: a part that ended
-// before it could be measured, a daemon that is down) are asked why, as the peers' path
-// would. A node that has a part the tree lacks is named, not merged.
-func (p *Peers) explainAbsent(ctx context.Context, job uint32, wide *digest.Report) {
+// completeTree completes the tree's job-wide report with what only the job's nodes
+// know (explainAbsent, comparePhases), looking the nodes up once, all within the wait.
+func (p *Peers) completeTree(ctx context.Context, job uint32, wide *digest.Report) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
 	defer cancel()
 	nodes, addrs, err := p.jobNodes(ctx, job)
@@ -348,6 +343,15 @@ func (p *Peers) explainAbsent(ctx context.Context, job uint32, wide *digest.Repo
 		p.cfg.Log.Info().Err(err).Uint32("job", job).Msg("the tree's coverage is not completed")
 		return
 	}
+	p.explainAbsent(ctx, job, wide, nodes, addrs)
+	p.comparePhases(ctx, job, wide, nodes, addrs)
+}
+
+// explainAbsent completes the coverage of the tree's job-wide report: the job's nodes it
+// neither covers nor names (their data never reached a collector: a part that ended
+// before it could be measured, a daemon that is down) are asked why, as the peers' path
+// would. A node that has a part the tree lacks is named, not merged.
+func (p *Peers) explainAbsent(ctx context.Context, job uint32, wide *digest.Report, nodes []string, addrs map[string]string) {
 	if wide.Coverage == nil {
 		wide.Coverage = &digest.Coverage{}
 	}
@@ -389,11 +393,8 @@ const MaxComparedByAsking = 64
 // MaxComparedByAsking nodes with its nodes' comparison and the interference of the node
 // that lost the most: the batch host asks the job's other nodes for their parts (within
 // the wait), as without a tree.
-func (p *Peers) comparePhases(ctx context.Context, job uint32, wide *digest.Report) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Wait)
-	defer cancel()
-	nodes, addrs, err := p.jobNodes(ctx, job)
-	if err != nil || len(nodes) < 2 || len(nodes) > MaxComparedByAsking {
+func (p *Peers) comparePhases(ctx context.Context, job uint32, wide *digest.Report, nodes []string, addrs map[string]string) {
+	if len(nodes) < 2 || len(nodes) > MaxComparedByAsking {
 		return
 	}
 	parts, _, _ := p.askAll(ctx, job, nodes, addrs)

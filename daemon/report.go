@@ -70,9 +70,7 @@ func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *
 // episodes are the site-wide I/O episodes that stalled the job within its life, as the
 // collector tree's frontend last sent them (none without a tree).
 func (d *digester) episodes(job uint32, start, end time.Time) []episodes.Episode {
-	e, ok := d.uplink.(interface {
-		Episodes(uint32) []episodes.Episode
-	})
+	e, ok := d.uplink.(episodes.Source)
 	if !ok {
 		return nil
 	}

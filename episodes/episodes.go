@@ -51,6 +51,12 @@ type Episode struct {
 	JobIDs []uint32 `json:"-"`
 }
 
+// Source gives the episodes that stalled a job, as the frontend last sent them to its
+// node (the uplink).
+type Source interface {
+	Episodes(job uint32) []Episode
+}
+
 // Touched says whether the episode stalled job id.
 func (e Episode) Touched(id uint32) bool {
 	_, ok := slices.BinarySearch(e.JobIDs, id)
