@@ -48,8 +48,9 @@ type Config struct {
 	// node reads at Unix times that are multiples of it.
 	Cycle time.Duration
 	// SyscallBudget, above 0, lets the raw tracepoint that counts system calls where the
-	// kernel refuses fentry programs cost at most this share of the node's CPUs, by
-	// counting in samples (SyscallBudget=0.25%: 0.0025). 0, the default: every call.
+	// kernel refuses fentry programs slow any program of the node by at most this share
+	// of its time, beyond a burst, by counting in samples (SyscallBudget=0.5%, the
+	// default: 0.005). 0: every call, whatever it costs.
 	SyscallBudget float64
 	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
 	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
@@ -134,8 +135,12 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
 		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
-		MetricsJobLabels: "jobid"}
+		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
 }
+
+// DefaultSyscallBudget is SyscallBudget's default: counting a program's system calls on
+// the raw tracepoint slows it by at most 0.5 % beyond a burst (docs/performance.md).
+const DefaultSyscallBudget = 0.005
 
 type field struct {
 	name string
@@ -277,7 +282,7 @@ var fields = []field{
 	{"SyscallBudget", func(c *Config, v string) error {
 		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
 		if err != nil || !strings.HasSuffix(v, "%") || n < 0 || n > 100 {
-			return fmt.Errorf("want a percentage of the node's CPUs (0%% to 100%%, e.g. 0.25%%), got %q", v)
+			return fmt.Errorf("want a percentage of a program's time (0%% to 100%%, e.g. 0.5%%), got %q", v)
 		}
 		c.SyscallBudget = n / 100
 		return nil

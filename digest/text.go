@@ -137,7 +137,7 @@ func Text(r Report, o TextOptions) string {
 	notes(&b, r.Notes, "", o.Width)
 	if how := r.Methods[sampledKey]; strings.Contains(how, "scaled") {
 		// Counted in samples: the counts the findings use are estimates, said as such.
-		wrap(&b, "File opens, closes and futex calls: "+how+".", o.Width, "")
+		wrap(&b, "File opens, closes, reads and writes and futex calls: "+how+".", o.Width, "")
 	}
 	if r.Short {
 		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), o.Width, "")

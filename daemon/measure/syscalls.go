@@ -2,6 +2,7 @@ package measure
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,6 +115,7 @@ type syscallsSource struct {
 	at            time.Time
 	att           time.Duration
 	wall, counted time.Duration
+	scale         []float64 // per CPU, this read's
 	// why, when set, says why the job's calls are not counted; filesWhy why its calls
 	// on files are not counted apart.
 	why, filesWhy string
@@ -195,17 +197,15 @@ func (s *syscallsSource) Read(r *Read) error {
 	if counted <= 0 && wall > 0 {
 		// Sampled, and not attached at all in this interval: nothing to scale.
 		for _, n := range s.names {
-			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (the raw tracepoint's budget), none in it")
+			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
 		}
 		s.prev, s.cur = cur, s.prev
 		return nil
 	}
 	// Counted for part of the interval: scaled to all of it (1 when counted throughout).
-	scale := 1.0
-	if counted < wall*999/1000 {
-		scale = float64(wall) / float64(counted)
-	}
+	sampled := counted < wall*999/1000
 	smp := r.Sample
+	scale := s.scales(smp, cur, wall, counted, sampled)
 	if smp.CPU == nil {
 		smp.CPU = make([]sample.CPUValues, len(s.cpus))
 		for i, cpu := range s.cpus {
@@ -217,17 +217,56 @@ func (s *syscallsSource) Read(r *Read) error {
 	// before that is Slurm's set-up, not the job's.
 	for k, name := range s.names {
 		smp.Job[name] = s.onJobCPUs(smp, cur, k, scale, name)
-		if scale > 1/perfcg.DefaultLowCoverage {
+		if sampled && float64(wall)/float64(counted) > 1/perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
 	}
-	if s.filesWhy == "" { // fentry: never sampled
+	if s.filesWhy == "" {
 		for _, m := range fileMetrics {
-			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, 1, "")
+			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, scale, "")
 		}
 	}
 	s.prev, s.cur = cur, s.prev
 	return nil
+}
+
+// scales are, per CPU, what the calls counted on it are multiplied by: 1 when counted
+// throughout, else the whole interval over the time counted, with the calls between the
+// samples faster than those counted by their extra cost: on a CPU where the job's
+// threads ran busy seconds while counted, calls costing cost more each took
+// calls × cost of it (Counter.Cost; the perf events' task-clock says busy).
+func (s *syscallsSource) scales(smp *sample.Sample, cur []syscount.Values, wall, counted time.Duration, sampled bool) []float64 {
+	s.scale = slices.Grow(s.scale[:0], len(cur))[:len(cur)]
+	for i := range s.scale {
+		s.scale[i] = 1
+	}
+	if !sampled {
+		return s.scale
+	}
+	att, rest := counted.Seconds(), (wall - counted).Seconds()
+	cost := s.c.Cost().Seconds()
+	for i := range s.scale {
+		s.scale[i] = (att + rest) / att
+	}
+	for _, cv := range smp.CPU {
+		cpu := cv.CPU
+		busy := cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
+		if cpu < 0 || cpu >= len(cur) || busy <= 0 {
+			continue
+		}
+		var calls float64
+		for k := range s.names {
+			calls += float64(sub(cur[cpu][k], s.prev[cpu][k]))
+		}
+		if s.filesWhy == "" {
+			for _, slot := range []int{syscount.FileReadCalls, syscount.FileWriteCalls} {
+				calls += float64(sub(cur[cpu][slot], s.prev[cpu][slot]))
+			}
+		}
+		speedup := 1 / (1 - min(calls*cost/busy, 0.5))
+		s.scale[cpu] = (att + rest*speedup) / att
+	}
+	return s.scale
 }
 
 // Method says how the job's system calls were counted, for the summary.
@@ -238,8 +277,8 @@ func (s *syscallsSource) Method() (string, string) {
 	case s.counted >= s.wall*999/1000:
 		return SystemCalls, "eBPF (" + string(s.c.Mode()) + "), every call"
 	}
-	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (the node made too many system calls for the raw tracepoint's budget)",
-		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9))
+	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (counting every call would have slowed the job by more than %.2g %%)",
+		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9), 100*s.c.Budget())
 }
 
 func (s *syscallsSource) Close() error {
@@ -253,11 +292,11 @@ func (s *syscallsSource) Close() error {
 
 // onJobCPUs sums slot's increase since the last read over the job's CPUs, scaled; with
 // a name, each CPU's value is kept in the sample too.
-func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale float64, name string) float64 {
+func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale []float64, name string) float64 {
 	var sum float64
 	for i := range smp.CPU {
 		if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
-			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale
+			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale[cpu]
 			if name != "" {
 				smp.CPU[i].Values[name] = v
 			}

@@ -2,52 +2,60 @@ package syscount
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Sampling, where an admin sets a budget, bounds what the raw tracepoint costs the node. Attached, it sends every
-// system call of the node through the kernel's slow path (a few hundred ns each here),
-// counted or not, whoever makes it. While the node's calls would cost more than Budget
-// of its CPUs, the program is attached only for a share of each Period (a power of two,
-// at least MinShare), and the counts are scaled by the time it was attached
-// (AttachedTime); a job's counts are then an estimate, and say so. Sampling begins only
-// after `sustained` periods in a row over the budget (a second), so that bursts (10,000
-// opens take 30 ms, 64 MiB in 4 KiB writes 50 ms) are counted in full: the estimate is
-// good for a steady storm, and poor for a burst that falls partly between samples.
-// fentry programs cost only the calls they count and are never sampled.
+// Sampling bounds what the raw tracepoint costs the programs of the node. Attached, it
+// sends every system call of the node through the kernel's slow path and the program
+// (tens to hundreds of ns each), counted or not, whoever makes it: a program making
+// system calls without pause is slowed by that cost times its call rate. Budget is the
+// most any program may be slowed (persyst.conf's SyscallBudget): while the CPU busiest
+// with system calls would pay more than Budget of its time, the program is attached only
+// for a share of each Period (a power of two, at least MinShare), and the counts are
+// scaled to the whole time (AttachedTime, Cost); a job's counts are then an
+// estimate, and say so. Each CPU may first spend Burst of extra time on them (a credit,
+// earned back at Budget of the time), so that bursts (10,000 opens take a few ms) are
+// counted in full: the estimate is good for a steady storm, and poor for a burst that
+// falls partly between samples. fentry programs cost only the calls they count and are
+// never sampled.
 type Sampling struct {
 	Period   time.Duration // default 250 ms
-	Budget   float64       // share of the node's CPUs (persyst.conf's SyscallBudget); 0: no sampling
-	MinShare float64       // default 1/32
+	Budget   float64       // the most a program may be slowed; 0: no sampling
+	MinShare float64       // default 1/64
+	// Burst is the extra time a CPU may spend on counted calls before they are sampled
+	// (default Budget × 4 s: 20 ms at 0.5 %).
+	Burst time.Duration
 }
 
-// sustained is how many periods in a row must be over the budget before sampling.
-const sustained = 4
+// check is how often the calls are looked at while the program is attached for a whole
+// period: a storm is sampled within it once the credit is spent.
+const check = 50 * time.Millisecond
 
 func (s Sampling) withDefaults() Sampling {
 	if s.Period <= 0 {
 		s.Period = 250 * time.Millisecond
 	}
 	if s.MinShare <= 0 || s.MinShare > 1 {
-		s.MinShare = 1.0 / 32
+		s.MinShare = 1.0 / 64
+	}
+	if s.Burst <= 0 {
+		s.Burst = time.Duration(s.Budget * float64(4*time.Second))
 	}
 	return s
 }
 
-// shareFor is the share of a period to stay attached when the node makes rate system
-// calls a second, each costing cost more while attached, on ncpu CPUs.
-func shareFor(rate float64, cost time.Duration, ncpu int, s Sampling) float64 {
-	if s.Budget <= 0 {
-		return 1
-	}
-	load := rate * cost.Seconds() / float64(max(ncpu, 1))
-	if load <= s.Budget {
+// shareFor is the share of a period to stay attached when the CPU busiest with system
+// calls spends load of its time on their extra cost while attached, and credit is what
+// is left of its Burst.
+func shareFor(load float64, credit time.Duration, s Sampling) float64 {
+	if s.Budget <= 0 || load <= s.Budget || credit > 0 {
 		return 1
 	}
 	share := math.Exp2(math.Floor(math.Log2(s.Budget / load)))
-	return max(share, s.MinShare)
+	return min(max(share, s.MinShare), 1)
 }
 
 // startSampler starts adapting the share of the raw tracepoint (c.mu held).
@@ -86,12 +94,13 @@ func sleep(d time.Duration, stop <-chan struct{}) bool {
 	}
 }
 
-// sample runs the periods: attached for share × Period, the node's call rate measured
-// meanwhile, the next share chosen from it, detached for the rest.
+// sample runs the periods: attached for share × Period (looked at every check while
+// attached throughout), the calls of each CPU counted meanwhile, the next share chosen
+// from the busiest CPU's and the credit left, detached for the rest.
 func (c *Counter) sample(stop, done chan struct{}) {
 	defer close(done)
-	p := c.sampling.Period
-	over := 0 // periods in a row over the budget, counted in full
+	s := c.sampling
+	credit := s.Burst
 	for {
 		c.mu.Lock()
 		if stopped(stop) {
@@ -104,49 +113,75 @@ func (c *Counter) sample(stop, done chan struct{}) {
 				return // counted no longer: the reads' AttachedTime stops growing
 			}
 		}
-		a0, t0, on := c.allCalls(), c.now(), time.Duration(float64(p)*c.share)
+		share := c.share
 		c.mu.Unlock()
-		if !sleep(on, stop) {
-			return
+		left := time.Duration(float64(s.Period) * share)
+		for left > 0 {
+			step := left
+			if share == 1 {
+				step = min(left, check)
+			}
+			c.mu.Lock()
+			a0, t0 := slices.Clone(c.perCPU(c.calls)), c.now()
+			c.mu.Unlock()
+			if !sleep(step, stop) {
+				return
+			}
+			left -= step
+			c.mu.Lock()
+			if stopped(stop) {
+				c.mu.Unlock()
+				return
+			}
+			dt := max(c.now().Sub(t0), time.Millisecond)
+			a1 := c.perCPU(c.calls)
+			var worst uint64
+			for i := range a1 {
+				worst = max(worst, a1[i]-a0[i])
+			}
+			spent := time.Duration(worst) * c.cost
+			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
+			next := shareFor(float64(spent)/float64(dt), credit, s)
+			c.share = next
+			c.mu.Unlock()
+			if next != share {
+				break
+			}
 		}
 		c.mu.Lock()
 		if stopped(stop) {
 			c.mu.Unlock()
 			return
 		}
-		rate := float64(c.allCalls()-a0) / max(c.now().Sub(t0).Seconds(), 1e-3)
-		share := shareFor(rate, c.cost, c.ncpu, c.sampling)
-		switch {
-		case share == 1:
-			over = 0
-		case c.share == 1 && over < sustained-1:
-			share, over = 1, over+1 // over the budget: counted in full until it lasts
-		}
-		c.share = share
 		off := time.Duration(0)
 		if c.share < 1 {
+			// What a call costs more attached, timed on both sides of each detach (the
+			// median of the last ones: the sampler shares its CPU with the storm).
+			on := timeCalls(probeCalls, 3)
 			c.progs.unlink()
-			off = p - on
+			c.costs.add((on - timeCalls(probeCalls, 3)) / probeCalls)
+			c.cost = c.costs.median()
+			off = time.Duration(float64(s.Period) * (1 - c.share))
 		}
 		c.mu.Unlock()
+		// Between the samples the credit is earned back.
+		credit = min(credit+time.Duration(s.Budget*float64(off)), s.Burst)
 		if off > 0 && !sleep(off, stop) {
 			return
 		}
 	}
 }
 
-// allCalls is the node's system calls counted while attached.
-func (c *Counter) allCalls() uint64 {
-	vals := make([]uint64, c.ncpu)
-	if err := c.all.Lookup(uint32(0), vals); err != nil {
-		return 0
+// perCPU reads each CPU's system calls counted while attached into buf (c.mu held).
+func (c *Counter) perCPU(buf []uint64) []uint64 {
+	if err := c.all.Lookup(uint32(0), buf); err != nil {
+		clear(buf)
 	}
-	var n uint64
-	for _, v := range vals {
-		n += v
-	}
-	return n
+	return buf
 }
+
+// Budget is the most counting may slow a program (Sampling.Budget; 0: every call).
+func (c *Counter) Budget() float64 { return c.sampling.Budget }
 
 // AttachedTime returns the time now and how long the programs have been attached in
 // all up to it: a cgroup's counts between two reads cover the part of the time between
@@ -171,20 +206,48 @@ func (c *Counter) Share() float64 {
 // measured when it was first attached (0 in fentry mode, or before).
 func (c *Counter) Cost() time.Duration { return c.cost }
 
-// costCalls is how many cheap system calls (getppid) timeCalls makes: the raw
-// tracepoint's cost per call is the difference between their time with the program
-// attached (at the first Watch) and without (at New), best of 3 rounds each (about a
-// millisecond; no attaching only to measure it).
-const costCalls = 2000
+// costCalls is how many counted system calls (opens of / for its path, and closes)
+// timeCalls makes at the first Watch: the raw tracepoint's cost per call is the
+// difference between their time with the program attached and without (at New), best of
+// 3 rounds each (about a millisecond; no attaching only to measure it). A counted call
+// pays the lookup of the caller's cgroup at each watched level besides the slow path.
+// While sampling, probeCalls are timed on both sides of each detach, and the cost is the
+// median of the last costSamples.
+const (
+	costCalls   = 2000
+	probeCalls  = 128
+	costSamples = 15
+)
 
-func timeCalls() time.Duration {
+// timeCalls times n calls, the best of rounds.
+func timeCalls(n, rounds int) time.Duration {
 	best := time.Duration(math.MaxInt64)
-	for range 3 {
+	for range rounds {
 		t := time.Now()
-		for range costCalls {
-			unix.Getppid()
+		for range n / 2 {
+			if fd, err := unix.Open("/", unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+				unix.Close(fd)
+			}
 		}
 		best = min(best, time.Since(t))
 	}
 	return best
+}
+
+// costs are the last costSamples costs measured while sampling.
+type costs struct {
+	ring [costSamples]time.Duration
+	n    int
+}
+
+func (c *costs) add(d time.Duration) {
+	c.ring[c.n%costSamples] = d
+	c.n++
+}
+
+// median of those measured, at least 0.
+func (c *costs) median() time.Duration {
+	v := slices.Clone(c.ring[:min(c.n, costSamples)])
+	slices.Sort(v)
+	return max(v[len(v)/2], 0)
 }

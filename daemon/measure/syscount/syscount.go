@@ -98,6 +98,8 @@ type Counter struct {
 	mu    sync.Mutex
 	lv    []uint32      // levels in use, in the levels map's order
 	share float64       // of the time the raw tracepoint is attached now (sampling)
+	calls []uint64 // the sampler's buffer for each CPU's calls
+	costs costs    // measured while sampling
 	stop  chan struct{} // ends the sampler (nil: none runs)
 	done  chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there
@@ -167,7 +169,8 @@ func New(o Options) (*Counter, Missing, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger}
+	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
+		calls: make([]uint64, ncpu)}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -198,7 +201,7 @@ func New(o Options) (*Counter, Missing, error) {
 	}
 	c.events, c.mode, c.files, c.filesErr, c.steps, c.progs = l.events, l.mode, l.files, l.filesErr, l.steps, l.progs
 	if c.mode == RawTracepoint {
-		c.off = timeCalls() // the cost is known once they are attached (Watch)
+		c.off = timeCalls(costCalls, 3) // the cost is known once they are attached (Watch)
 	}
 	return c, missing, nil
 }
@@ -582,7 +585,7 @@ func (c *Counter) Watch(id uint64, level int) error {
 		c.share = 1
 		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
 			if c.cost == 0 && c.off > 0 {
-				c.cost = max((timeCalls()-c.off)/costCalls, 0)
+				c.cost = max((timeCalls(costCalls, 3)-c.off)/costCalls, 0)
 			}
 			c.startSampler()
 		}

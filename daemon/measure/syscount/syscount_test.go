@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -327,29 +328,31 @@ func TestLevel(t *testing.T) {
 }
 
 func TestShareFor(t *testing.T) {
-	s := Sampling{Budget: 0.0025}.withDefaults()
+	s := Sampling{Budget: 0.005}.withDefaults()
 	for _, tc := range []struct {
-		name string
-		rate float64
-		cost time.Duration
-		ncpu int
-		want float64
+		name   string
+		load   float64 // of the busiest CPU's time, attached
+		credit time.Duration
+		want   float64
 	}{
-		{"idle node", 1000, 200 * time.Nanosecond, 2, 1},
-		{"at the budget", 25000, 200 * time.Nanosecond, 2, 1},
-		{"twice the budget", 50000, 200 * time.Nanosecond, 2, 0.5},
-		{"a storm on two CPUs", 400000, 300 * time.Nanosecond, 2, 1.0 / 32},
-		{"a storm on 16 CPUs", 400000, 300 * time.Nanosecond, 16, 1.0 / 4},
-		{"the same on 64 CPUs", 400000, 300 * time.Nanosecond, 64, 1},
-		{"beyond the floor", 1e8, time.Microsecond, 1, 1.0 / 32},
-		{"cost not measurable", 1e8, 0, 1, 1},
+		{"idle node", 0.0001, 0, 1},
+		{"at the budget", 0.005, -time.Millisecond, 1},
+		{"twice the budget, credit left", 0.01, time.Millisecond, 1},
+		{"twice the budget, credit spent", 0.01, 0, 0.5},
+		{"a storm", 0.17, -time.Millisecond, 1.0 / 64},
+		{"a storm on a slower node", 0.01 * 16, 0, 1.0 / 32},
+		{"beyond the floor", 0.5, 0, 1.0 / 64},
+		{"cost not measurable", 0, 0, 1},
 	} {
-		if got := shareFor(tc.rate, tc.cost, tc.ncpu, Sampling{}.withDefaults()); got != 1 {
+		if got := shareFor(tc.load, tc.credit, Sampling{}.withDefaults()); got != 1 {
 			t.Errorf("%s without a budget: shareFor = %g, want 1 (every call)", tc.name, got)
 		}
-		if got := shareFor(tc.rate, tc.cost, tc.ncpu, s); got != tc.want {
-			t.Errorf("%s: shareFor(%g, %v, %d) = %g, want %g", tc.name, tc.rate, tc.cost, tc.ncpu, got, tc.want)
+		if got := shareFor(tc.load, tc.credit, s); got != tc.want {
+			t.Errorf("%s: shareFor(%g, %v) = %g, want %g", tc.name, tc.load, tc.credit, got, tc.want)
 		}
+	}
+	if s.Burst != 20*time.Millisecond {
+		t.Errorf("default burst at a 0.5 %% budget = %v, want 20ms", s.Burst)
 	}
 }
 
@@ -373,6 +376,7 @@ func TestSampledEstimate(t *testing.T) {
 		testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here")
 	}
 	t0, a0 := c.AttachedTime()
+	u0 := usage(t, leaf)
 	const n = 600000 // about 2 s here
 	runIn(t, leaf, n)
 	t1, a1 := c.AttachedTime()
@@ -383,17 +387,46 @@ func TestSampledEstimate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opens uint64
-	for _, v := range vals {
-		opens += v[0]
-	}
 	wall, att := t1.Sub(t0), a1-a0
 	if att >= wall*9/10 {
 		t.Fatalf("attached %v of %v: not sampled", att, wall)
 	}
-	est := float64(opens) * float64(wall) / float64(att)
-	t.Logf("attached %v of %v, %d openat counted, estimate %.0f of %d", att, wall, opens, est, n)
-	if est < 0.75*n || est > 1.25*n {
-		t.Errorf("estimate %.0f openat calls, want %d ± 25 %%", est, n)
+	// The count scaled to the whole time, the calls faster between the samples by what
+	// counting cost them while counted (as measure's syscalls source scales).
+	var opens uint64
+	for _, v := range vals {
+		opens += v[0] + v[1] // openat and close: the storm's calls
 	}
+	busy := (usage(t, leaf) - u0).Seconds() * att.Seconds() / wall.Seconds()
+	speedup := 1 / (1 - min(float64(opens)*c.Cost().Seconds()/busy, 0.5))
+	opens = 0
+	for _, v := range vals {
+		opens += v[0]
+	}
+	est := float64(opens) * (att.Seconds() + (wall-att).Seconds()*speedup) / att.Seconds()
+	t.Logf("attached %v of %v, %d openat counted, cost %v a call, speedup %.3f, estimate %.0f of %d", att, wall, opens, c.Cost(), speedup, est, n)
+	if est < 0.9*n || est > 1.1*n {
+		t.Errorf("estimate %.0f openat calls, want %d ± 10 %%", est, n)
+	}
+}
+
+// usage is cgroup v2 dir's CPU time (cpu.stat's usage_usec, there without the cpu
+// controller too).
+func usage(t *testing.T, dir string) time.Duration {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			us, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
+	return 0
 }
