@@ -319,7 +319,7 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 		return nil
 	}
 	go m.unann.watch(ctx, func() []jobcgroup.Mount { return m.slurm.lookOnce()() })
-	sw := suspendWatch{meters: m.meters, host: m.host, log: m.log}
+	sw := suspendWatch{meters: m.meters, log: m.log}
 	go sw.run(ctx, min(suspendEvery, m.cfg.Cycle))
 	return pipeline.Loop(ctx, m.now, m.cfg.Cycle, wait, m.cycle)
 }

@@ -6,8 +6,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/persyst/persyst/daemon/measure"
-	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -18,10 +16,10 @@ const suspendEvery = time.Second
 // suspendWatch reads a measured job as soon as Slurm froze its cgroups (suspended it:
 // scontrol suspend, gang scheduling, PreemptMode=SUSPEND) or thawed them, so that its
 // intervals begin and end with the suspension, which is not judged (measure's suspend
-// source). It costs one small file per step of each job every period.
+// source). It costs an fstat of each job's cgroup directories and a pread of one small
+// file per step every period (measure.Freezer keeps them open).
 type suspendWatch struct {
 	meters *meterSet
-	host   hostfs.FS
 	log    zerolog.Logger
 }
 
@@ -46,7 +44,7 @@ func (w suspendWatch) look() {
 		if st != measuring {
 			continue
 		}
-		frozen, _ := measure.Frozen(w.host, job.Meter().Spec().StatCgroups)
+		frozen, _ := job.Meter().Frozen()
 		if !jm.setFrozen(frozen) {
 			continue
 		}

@@ -26,7 +26,7 @@ func TestSuspendWatch(t *testing.T) {
 		t.Fatal("job 7 not measured")
 	}
 	events := filepath.Join(root, "sys/fs/cgroup/system.slice/node1_slurmstepd.scope/job_7/step_batch/user/cgroup.events")
-	w := suspendWatch{meters: m.meters, host: m.host, log: zerolog.Nop()}
+	w := suspendWatch{meters: m.meters, log: zerolog.Nop()}
 	reasons := func() (out []sample.Reason) {
 		for _, s := range job.Meter().Samples() {
 			out = append(out, s.Reason)

@@ -136,6 +136,8 @@ type Meter struct {
 	cgroupGone bool
 	// procs lists the job's processes at every read, with kept descriptors.
 	procs *procio.Lister
+	// freezer says whether Slurm froze the job, with kept descriptors (Frozen).
+	freezer *Freezer
 
 	mu sync.Mutex
 	// kv is the slots of the job values of the sample being accounted (scratch).
@@ -161,6 +163,7 @@ func Open(env *Env, spec Spec) (*Meter, error) {
 		kinds:       map[string]sample.Kind{},
 		notMeasured: map[string]string{},
 		procs:       procio.NewLister(env.Host),
+		freezer:     NewFreezer(env.Host),
 	}
 	var cpuMetrics []string
 	for _, r := range sources {
@@ -289,7 +292,7 @@ func (m *Meter) StatCgroupsGone() bool {
 func (m *Meter) OpenFiles() int {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
-	n := 0
+	n := m.freezer.OpenFiles()
 	if m.procs != nil {
 		n += m.procs.OpenFiles()
 	}
@@ -317,7 +320,7 @@ func (m *Meter) Read(reason sample.Reason) (sample.Sample, error) {
 	}
 	clear(m.notes)
 	maps.Copy(m.notes, m.off)
-	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: m.notes, lister: m.procs}
+	r := &Read{Reason: reason, Sample: &s, Spec: &m.spec, env: m.env, notes: m.notes, lister: m.procs, freezer: m.freezer}
 	var errs []error
 	for _, src := range m.sources {
 		if err := src.Read(r); err != nil {
@@ -502,5 +505,12 @@ func (m *Meter) Close() error {
 	if m.procs != nil {
 		errs = append(errs, m.procs.Close())
 	}
+	errs = append(errs, m.freezer.Close())
 	return errors.Join(errs...)
+}
+
+// Frozen says whether Slurm has frozen one of the job's steps now; known is false when
+// the job has no cgroup that could say (Freezer).
+func (m *Meter) Frozen() (frozen, known bool) {
+	return m.freezer.Frozen(m.Spec().StatCgroups)
 }

@@ -133,6 +133,8 @@ type Read struct {
 	notes map[string]string
 	// lister lists the job's processes with kept descriptors (nil: ListProcs).
 	lister *procio.Lister
+	// freezer says whether the job is frozen.
+	freezer *Freezer
 	// cgroupGone: a cgroup directory of the job's statistics was gone at this read.
 	cgroupGone bool
 	pids       []int

@@ -3,11 +3,16 @@ package measure
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
@@ -32,14 +37,13 @@ var suspendRegistration = Registration{Name: "suspend", Default: true, New: newS
 const suspendGrace = 2 * time.Second
 
 type suspendSource struct {
-	host   hostfs.FS
 	frozen bool // at the previous read
 }
 
-func newSuspend(env *Env, _ *Spec) (Source, error) { return &suspendSource{host: env.Host}, nil }
+func newSuspend(*Env, *Spec) (Source, error) { return &suspendSource{}, nil }
 
 func (s *suspendSource) Read(r *Read) error {
-	frozen, known := Frozen(s.host, r.Spec.StatCgroups)
+	frozen, known := r.freezer.Frozen(r.Spec.StatCgroups)
 	if r.Reason != sample.Start {
 		switch {
 		case s.frozen:
@@ -64,67 +68,188 @@ func (s *suspendSource) Close() error { return nil }
 // maxFreezerSteps bounds how many step cgroups of one job are looked at.
 const maxFreezerSteps = 64
 
-// Frozen says whether Slurm has frozen one of the job's steps, from the job's cgroup
-// directories by hierarchy key (Spec.StatCgroups); known is false when the job has no
-// cgroup that could say (cgroup v1 without a freezer hierarchy).
-func Frozen(h hostfs.FS, cgroups map[string]string) (frozen, known bool) {
-	for key, dir := range cgroups {
-		switch {
-		case key == "unified":
-			known = true
-			if anyStep(h, dir, func(step string) bool {
-				return eventsFrozen(h, filepath.Join(step, "user", "cgroup.events")) || eventsFrozen(h, filepath.Join(step, "cgroup.events"))
-			}) || eventsFrozen(h, filepath.Join(dir, "cgroup.events")) {
-				return true, true
-			}
-		case strings.Contains(","+key+",", ",freezer,"):
-			known = true
-			if anyStep(h, dir, func(step string) bool { return freezerFrozen(h, step) }) || freezerFrozen(h, dir) {
-				return true, true
-			}
+// Freezer says whether Slurm has frozen one of a job's steps, from the job's cgroup
+// directories by hierarchy key (Spec.StatCgroups). It keeps the directories and their
+// steps' state files open between looks (the suspend watch looks every second): a look
+// is one fstat of each directory and one pread of each file; the steps are listed again
+// only when a directory's count of subdirectories changed (cgroupfs counts them in its
+// link count) or a step's file went. It is safe for concurrent use.
+type Freezer struct {
+	host hostfs.FS
+	mu   sync.Mutex
+	dirs []*freezeDir
+	buf  []byte
+}
+
+// freezeDir is one cgroup directory of the job and the state files that say whether it
+// or a step below it is frozen.
+type freezeDir struct {
+	key, dir string
+	v2       bool
+	fd       *os.File   // the directory
+	nlink    uint64     // its link count when the steps were listed
+	files    []*os.File // the steps' state files, then the directory's own
+}
+
+// NewFreezer returns a Freezer of the cgroups under host.
+func NewFreezer(h hostfs.FS) *Freezer { return &Freezer{host: h, buf: make([]byte, 4096)} }
+
+// Frozen says whether one of the job's steps is frozen, from its cgroups by hierarchy key;
+// known is false when the job has no cgroup that could say (cgroup v1 without a freezer
+// hierarchy).
+func (f *Freezer) Frozen(cgroups map[string]string) (frozen, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sync(cgroups)
+	for _, d := range f.dirs {
+		known = true
+		if f.dirFrozen(d) {
+			return true, true
 		}
 	}
 	return false, known
 }
 
-// anyStep says whether f holds for one of the step cgroups (step_*) under a job's dir.
-func anyStep(h hostfs.FS, dir string, f func(step string) bool) bool {
-	ents, err := os.ReadDir(h.Path(dir))
-	if err != nil {
-		return false
+// sync keeps a freezeDir for each cgroup directory that can say, and no other.
+func (f *Freezer) sync(cgroups map[string]string) {
+	keep := f.dirs[:0]
+	for _, d := range f.dirs {
+		if cgroups[d.key] == d.dir {
+			keep = append(keep, d)
+		} else {
+			d.close()
+		}
 	}
-	n := 0
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "step_") {
+	f.dirs = keep
+	for key, dir := range cgroups {
+		v2 := key == "unified"
+		if !v2 && !strings.Contains(","+key+",", ",freezer,") {
 			continue
 		}
-		if n++; n > maxFreezerSteps {
-			return false
+		if !slices.ContainsFunc(f.dirs, func(d *freezeDir) bool { return d.key == key }) {
+			f.dirs = append(f.dirs, &freezeDir{key: key, dir: dir, v2: v2})
 		}
-		if f(filepath.Join(dir, e.Name())) {
+	}
+}
+
+// dirFrozen reads d's state files, listing its steps again first if they may have changed.
+func (f *Freezer) dirFrozen(d *freezeDir) bool {
+	if !d.current() {
+		d.list(f.host)
+	}
+	for _, file := range d.files {
+		n, err := file.ReadAt(f.buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			d.nlink = 0 // the step went: list them again at the next look
+			continue
+		}
+		if stateFrozen(d.v2, f.buf[:n]) {
 			return true
 		}
 	}
 	return false
 }
 
-// freezerFrozen says whether a v1 freezer cgroup is frozen or being frozen.
-func freezerFrozen(h hostfs.FS, dir string) bool {
-	b, err := readSmall(h, filepath.Join(dir, "freezer.state"))
-	if err != nil {
+// current says whether the steps listed are still those of the directory.
+func (d *freezeDir) current() bool {
+	if d.fd == nil || d.nlink == 0 {
 		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.fd.Fd()), &st); err != nil {
+		return false
+	}
+	return uint64(st.Nlink) == d.nlink
+}
+
+// list opens the directory and the state files of its steps (at most maxFreezerSteps)
+// and its own.
+func (d *freezeDir) list(h hostfs.FS) {
+	d.close()
+	fd, err := os.Open(h.Path(d.dir))
+	if err != nil {
+		return
+	}
+	d.fd = fd
+	var st unix.Stat_t
+	if err := unix.Fstat(int(fd.Fd()), &st); err == nil {
+		d.nlink = uint64(st.Nlink)
+	}
+	ents, _ := fd.ReadDir(-1)
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "step_") {
+			continue
+		}
+		if n++; n > maxFreezerSteps {
+			break
+		}
+		step := filepath.Join(d.dir, e.Name())
+		if d.v2 {
+			d.open(h, filepath.Join(step, "user", "cgroup.events"))
+			d.open(h, filepath.Join(step, "cgroup.events"))
+		} else {
+			d.open(h, filepath.Join(step, "freezer.state"))
+		}
+	}
+	if d.v2 {
+		d.open(h, filepath.Join(d.dir, "cgroup.events"))
+	} else {
+		d.open(h, filepath.Join(d.dir, "freezer.state"))
+	}
+}
+
+func (d *freezeDir) open(h hostfs.FS, file string) {
+	if f, err := os.Open(h.Path(file)); err == nil {
+		d.files = append(d.files, f)
+	}
+}
+
+func (d *freezeDir) close() {
+	for _, f := range d.files {
+		f.Close()
+	}
+	d.files = d.files[:0]
+	if d.fd != nil {
+		d.fd.Close()
+		d.fd = nil
+	}
+	d.nlink = 0
+}
+
+// Close closes every file kept open.
+func (f *Freezer) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.dirs {
+		d.close()
+	}
+	f.dirs = nil
+	return nil
+}
+
+// OpenFiles is how many files the Freezer keeps open.
+func (f *Freezer) OpenFiles() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, d := range f.dirs {
+		n += len(d.files)
+		if d.fd != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// stateFrozen reads a state file: cgroup v2's cgroup.events ("frozen 1"), v1's
+// freezer.state (FROZEN, or FREEZING on the way).
+func stateFrozen(v2 bool, b []byte) bool {
+	if v2 {
+		return parseFrozen(bytes.NewReader(b))
 	}
 	st := string(bytes.TrimSpace(b))
 	return st == "FROZEN" || st == "FREEZING"
-}
-
-// eventsFrozen says whether a v2 cgroup.events file says "frozen 1".
-func eventsFrozen(h hostfs.FS, file string) bool {
-	b, err := readSmall(h, file)
-	if err != nil {
-		return false
-	}
-	return parseFrozen(bytes.NewReader(b))
 }
 
 // parseFrozen reads cgroup.events' "frozen" field.
@@ -136,14 +261,4 @@ func parseFrozen(r io.Reader) bool {
 		}
 	}
 	return false
-}
-
-// readSmall reads a small control file (at most 4 KiB).
-func readSmall(h hostfs.FS, file string) ([]byte, error) {
-	f, err := os.Open(h.Path(file))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 4096))
 }

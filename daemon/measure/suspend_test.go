@@ -1,6 +1,8 @@
 package measure
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -36,11 +38,52 @@ func TestFrozen(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := hostfs.New(testenv.Files(t, tc.files))
-			frozen, known := Frozen(h, tc.cgroups)
+			f := NewFreezer(h)
+			defer f.Close()
+			frozen, known := f.Frozen(tc.cgroups)
 			if frozen != tc.frozen || known != tc.known {
 				t.Errorf("Frozen = %v, %v; want %v, %v", frozen, known, tc.frozen, tc.known)
 			}
 		})
+	}
+}
+
+// TestFreezerFollowsSteps: the Freezer keeps the files open between looks and still
+// sees a step frozen later, a step that began since the last look, and one that ended.
+func TestFreezerFollowsSteps(t *testing.T) {
+	const job = "sys/fs/cgroup/freezer/slurm/uid_1000/job_7"
+	root := testenv.Files(t, map[string]string{job + "/freezer.state": "THAWED\n", job + "/step_batch/freezer.state": "THAWED\n"})
+	f := NewFreezer(hostfs.New(root))
+	defer f.Close()
+	cg := map[string]string{"freezer": "/" + job}
+	dir := filepath.Join(root, job)
+	write := func(file, v string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, step := range []struct {
+		name string
+		do   func()
+		want bool
+	}{
+		{"running", func() {}, false},
+		{"a new step frozen", func() { write("step_0/freezer.state", "FROZEN\n") }, true},
+		{"it ended", func() { os.RemoveAll(filepath.Join(dir, "step_0")) }, false},
+		{"the batch step frozen", func() { write("step_batch/freezer.state", "FROZEN\n") }, true},
+		{"thawed", func() { write("step_batch/freezer.state", "THAWED\n") }, false},
+	} {
+		step.do()
+		if frozen, known := f.Frozen(cg); frozen != step.want || !known {
+			t.Errorf("%d %s: Frozen = %v, %v; want %v, true", i, step.name, frozen, known, step.want)
+		}
+	}
+	if n := f.OpenFiles(); n != 3 {
+		t.Errorf("%d files open, want 3 (the job's directory, its state and the batch step's)", n)
 	}
 }
 
@@ -52,10 +95,12 @@ func TestSuspendSource(t *testing.T) {
 	root := testenv.Files(t, map[string]string{job + "/step_batch/freezer.state": "THAWED\n"})
 	h := hostfs.New(root)
 	src, _ := newSuspend(&Env{Host: h}, nil)
+	freezer := NewFreezer(h)
+	defer freezer.Close()
 	spec := &Spec{StatCgroups: map[string]string{"freezer": "/" + job}}
 	read := func(reason sample.Reason, secs float64) (float64, bool, string) {
 		s := sample.Sample{Time: time.Unix(100, 0), Seconds: secs, Job: map[string]float64{}}
-		r := &Read{Reason: reason, Sample: &s, Spec: spec, notes: map[string]string{}}
+		r := &Read{Reason: reason, Sample: &s, Spec: spec, notes: map[string]string{}, freezer: freezer}
 		if err := src.Read(r); err != nil {
 			t.Fatal(err)
 		}

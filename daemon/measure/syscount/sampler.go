@@ -12,21 +12,22 @@ import (
 // sends every system call of the node through the kernel's slow path and the program
 // (tens to hundreds of ns each), counted or not, whoever makes it: a program making
 // system calls without pause is slowed by that cost times its call rate. Budget is the
-// most any program may be slowed (persyst.conf's SyscallBudget): while the CPU busiest
-// with system calls would pay more than Budget of its time, the program is attached only
-// for a share of each Period (a power of two, at least MinShare), and the counts are
-// scaled to the whole time (AttachedTime, Cost); a job's counts are then an
-// estimate, and say so. Each CPU may first spend Burst of extra time on them (a credit,
-// earned back at Budget of the time), so that bursts (10,000 opens take a few ms) are
-// counted in full: the estimate is good for a steady storm, and poor for a burst that
-// falls partly between samples. fentry programs cost only the calls they count and are
-// never sampled.
+// most that extra time may be, all calls of the node together, as a share of one CPU's
+// time (persyst.conf's SyscallBudget), so that no program, measured or not, is slowed by
+// more: while the node's calls would cost more, the program is attached only for a
+// share of each Period (a power of two, at least MinShare), and the counts are scaled
+// to the whole time (AttachedTime, Cost); a job's counts are then an estimate, and say
+// so. All calls may first spend Burst of extra time (a credit, earned back at Budget of
+// the time), so that bursts (10,000 opens take a few ms) are counted in full: the
+// estimate is good for a steady storm, and poor for a burst that falls partly between
+// samples. (The calls of one CPU would not do as the measure: a program's threads move
+// between CPUs.) fentry programs cost only the calls they count and are never sampled.
 type Sampling struct {
-	Period   time.Duration // default 250 ms
-	Budget   float64       // the most a program may be slowed; 0: no sampling
+	Period   time.Duration // default 1 s
+	Budget   float64       // share of one CPU's time; 0: no sampling
 	MinShare float64       // default 1/64
-	// Burst is the extra time a CPU may spend on counted calls before they are sampled
-	// (default Budget × 4 s: 20 ms at 0.5 %).
+	// Burst is the extra time the node's calls may cost before they are sampled (default
+	// Budget × 4 s: 20 ms at 0.5 %).
 	Burst time.Duration
 }
 
@@ -36,7 +37,7 @@ const check = 50 * time.Millisecond
 
 func (s Sampling) withDefaults() Sampling {
 	if s.Period <= 0 {
-		s.Period = 250 * time.Millisecond
+		s.Period = time.Second
 	}
 	if s.MinShare <= 0 || s.MinShare > 1 {
 		s.MinShare = 1.0 / 64
@@ -47,9 +48,8 @@ func (s Sampling) withDefaults() Sampling {
 	return s
 }
 
-// shareFor is the share of a period to stay attached when the CPU busiest with system
-// calls spends load of its time on their extra cost while attached, and credit is what
-// is left of its Burst.
+// shareFor is the share of a period to stay attached when the node's system calls cost
+// load of one CPU's time more while attached, and credit is what is left of the Burst.
 func shareFor(load float64, credit time.Duration, s Sampling) float64 {
 	if s.Budget <= 0 || load <= s.Budget || credit > 0 {
 		return 1
@@ -95,8 +95,8 @@ func sleep(d time.Duration, stop <-chan struct{}) bool {
 }
 
 // sample runs the periods: attached for share × Period (looked at every check while
-// attached throughout), the calls of each CPU counted meanwhile, the next share chosen
-// from the busiest CPU's and the credit left, detached for the rest.
+// attached throughout), the node's calls counted meanwhile, the next share chosen from
+// what they cost and the credit left, detached for the rest.
 func (c *Counter) sample(stop, done chan struct{}) {
 	defer close(done)
 	s := c.sampling
@@ -135,11 +135,11 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			}
 			dt := max(c.now().Sub(t0), time.Millisecond)
 			a1 := c.perCPU(c.calls)
-			var worst uint64
+			var calls uint64
 			for i := range a1 {
-				worst = max(worst, a1[i]-a0[i])
+				calls += a1[i] - a0[i]
 			}
-			spent := time.Duration(worst) * c.cost
+			spent := time.Duration(calls) * c.cost
 			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 			next := shareFor(float64(spent)/float64(dt), credit, s)
 			c.share = next

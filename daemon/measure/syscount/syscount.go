@@ -98,8 +98,8 @@ type Counter struct {
 	mu    sync.Mutex
 	lv    []uint32      // levels in use, in the levels map's order
 	share float64       // of the time the raw tracepoint is attached now (sampling)
-	calls []uint64 // the sampler's buffer for each CPU's calls
-	costs costs    // measured while sampling
+	calls []uint64      // the sampler's buffer for each CPU's calls
+	costs costs         // measured while sampling
 	stop  chan struct{} // ends the sampler (nil: none runs)
 	done  chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there

@@ -331,7 +331,7 @@ func TestShareFor(t *testing.T) {
 	s := Sampling{Budget: 0.005}.withDefaults()
 	for _, tc := range []struct {
 		name   string
-		load   float64 // of the busiest CPU's time, attached
+		load   float64 // of one CPU, the node's calls attached
 		credit time.Duration
 		want   float64
 	}{
