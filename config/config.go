@@ -47,10 +47,10 @@ type Config struct {
 	// Cycle is the measurement period (CycleSeconds, 1 to 3600 s; default 60 s). Every
 	// node reads at Unix times that are multiples of it.
 	Cycle time.Duration
-	// SyscallBudget, above 0, lets the raw tracepoint that counts system calls where the
-	// kernel refuses fentry programs slow any program of the node by at most this share
-	// of its time, beyond a burst, by counting in samples (SyscallBudget=0.5%, the
-	// default: 0.005). 0: every call, whatever it costs.
+	// SyscallBudget, above 0, bounds the extra time the raw tracepoint that counts system
+	// calls where the kernel refuses fentry programs may cost the node's programs, all
+	// together, as a share of one CPU, beyond a burst, by counting in samples
+	// (SyscallBudget=0.5%, the default: 0.005). 0: every call, whatever it costs.
 	SyscallBudget float64
 	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
 	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
@@ -282,7 +282,7 @@ var fields = []field{
 	{"SyscallBudget", func(c *Config, v string) error {
 		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
 		if err != nil || !strings.HasSuffix(v, "%") || n < 0 || n > 100 {
-			return fmt.Errorf("want a percentage of a program's time (0%% to 100%%, e.g. 0.5%%), got %q", v)
+			return fmt.Errorf("want a percentage of one CPU's time (0%% to 100%%, e.g. 0.5%%), got %q", v)
 		}
 		c.SyscallBudget = n / 100
 		return nil

@@ -26,10 +26,12 @@ type slurmCgroups struct {
 	// must lie under its hierarchy's mount.
 	mounts   map[string]string
 	cpusetV1 bool // a v1 cpuset hierarchy is mounted
+	// table is the mount table, read again only when it may have changed (lookOnce).
+	table *jobcgroup.MountTable
 }
 
-func newSlurmCgroups(host hostfs.FS, node string, mounts []jobcgroup.Mount, log zerolog.Logger) slurmCgroups {
-	s := slurmCgroups{host: host, node: node, log: log, mounts: map[string]string{}}
+func newSlurmCgroups(host hostfs.FS, node string, mounts []jobcgroup.Mount, table *jobcgroup.MountTable, log zerolog.Logger) slurmCgroups {
+	s := slurmCgroups{host: host, node: node, log: log, mounts: map[string]string{}, table: table}
 	for _, mt := range mounts {
 		s.cpusetV1 = s.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
 		s.mounts[mt.Key] = mt.Path
@@ -187,20 +189,24 @@ func (o ownedCgroups) sweep(running func() map[uint32]bool) {
 	}
 }
 
-// lookOnce returns the hierarchies a cycle looks for jobs' cgroups on: read at most once
-// a cycle, when a job's cgroups are looked for, and only those where Slurm's layout is.
+// lookOnce returns the hierarchies a cycle looks for jobs' cgroups on: asked of the mount
+// table at most once a cycle, when a job's cgroups are looked for, and only those where
+// Slurm's layout is.
 func (s slurmCgroups) lookOnce() func() []jobcgroup.Mount {
 	var mounts []jobcgroup.Mount
 	return func() []jobcgroup.Mount {
 		if mounts != nil {
 			return mounts
 		}
-		all, err := jobcgroup.Mounts(s.host)
+		all, err := s.table.Mounts()
 		if err != nil {
 			s.log.Debug().Err(err).Msg("cgroup mounts not read")
 			return nil // read again by the next job's look
 		}
 		if mounts = jobcgroup.WithSlurm(s.host, all, s.node); mounts == nil {
+			// No hierarchy has Slurm's layout yet (slurmd may mount them when it starts):
+			// the table is read again at the next look, not from the last read.
+			s.table.Invalidate()
 			mounts = []jobcgroup.Mount{} // read: not again this cycle
 		}
 		return mounts

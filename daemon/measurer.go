@@ -42,7 +42,7 @@ type MeasureConfig struct {
 	// Enable turns metric sources on or off by name (measure.Sources).
 	Enable map[string]bool
 	// SyscallBudget lets counting system calls on the raw tracepoint sample beyond this
-	// share of the node's CPUs (0: every call; persyst.conf's SyscallBudget).
+	// share of one CPU (0: every call; persyst.conf's SyscallBudget).
 	SyscallBudget float64
 	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "nvml" or "" (NVML's
 	// index) or "minor" (the device's minor number; persyst.conf's GPUIndex).
@@ -116,7 +116,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		}
 	}
 	m.env = measure.NewEnv(opts)
-	m.slurm = newSlurmCgroups(m.host, node, mounts, log)
+	m.slurm = newSlurmCgroups(m.host, node, mounts, jobcgroup.NewMountTable(m.host, now), log)
 	m.oom = newOOMTracker(node, m.slurm.mounts, log, now, func(x kmsg.Xid) {
 		if x.Hardware() {
 			m.env.GPUErrors.Add(x.Bus)

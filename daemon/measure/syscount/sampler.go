@@ -31,9 +31,13 @@ type Sampling struct {
 	Burst time.Duration
 }
 
-// check is how often the calls are looked at while the program is attached for a whole
-// period: a storm is sampled within it once the credit is spent.
-const check = 50 * time.Millisecond
+// While the program is attached for whole periods, the calls are looked at every
+// checkQuiet, and every checkBusy once they cost more than the budget: a storm is sampled
+// within that once the credit is spent, and a quiet node's daemon wakes 4 times a second.
+const (
+	checkQuiet = 250 * time.Millisecond
+	checkBusy  = 50 * time.Millisecond
+)
 
 func (s Sampling) withDefaults() Sampling {
 	if s.Period <= 0 {
@@ -94,13 +98,14 @@ func sleep(d time.Duration, stop <-chan struct{}) bool {
 	}
 }
 
-// sample runs the periods: attached for share × Period (looked at every check while
-// attached throughout), the node's calls counted meanwhile, the next share chosen from
+// sample runs the periods: attached for share × Period (looked at every checkQuiet or
+// checkBusy while attached throughout), the node's calls counted meanwhile, the next share chosen from
 // what they cost and the credit left, detached for the rest.
 func (c *Counter) sample(stop, done chan struct{}) {
 	defer close(done)
 	s := c.sampling
 	credit := s.Burst
+	check := checkQuiet
 	for {
 		c.mu.Lock()
 		if stopped(stop) {
@@ -141,7 +146,12 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			}
 			spent := time.Duration(calls) * c.cost
 			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
-			next := shareFor(float64(spent)/float64(dt), credit, s)
+			load := float64(spent) / float64(dt)
+			check = checkQuiet
+			if load > s.Budget {
+				check = checkBusy
+			}
+			next := shareFor(load, credit, s)
 			c.share = next
 			c.mu.Unlock()
 			if next != share {

@@ -1,0 +1,69 @@
+package jobcgroup
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/testenv"
+)
+
+const mountinfoV2 = "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+
+// TestMountTableFixture: a mountinfo that is not procfs's is read at every look.
+func TestMountTableFixture(t *testing.T) {
+	root := testenv.Files(t, map[string]string{"proc/self/mountinfo": mountinfoV2})
+	mt := NewMountTable(hostfs.New(root), nil)
+	defer mt.Close()
+	for i, want := range []int{1, 2} {
+		got, err := mt.Mounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("look %d: %d mounts %v, want %d", i, len(got), got, want)
+		}
+		testenv.Write(t, filepath.Join(root, "proc/self/mountinfo"), mountinfoV2+
+			"31 1 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+	}
+}
+
+// TestMountTableFollowsTheKernel: with procfs's mountinfo the table is read again after
+// the kernel said it changed, after MaxAge, or after Invalidate: a named cgroup v1
+// hierarchy mounted and unmounted by the test is seen each time (the poll alone misses
+// some changes on recent kernels).
+func TestMountTableFollowsTheKernel(t *testing.T) {
+	testenv.Root(t, "mounts a cgroup hierarchy")
+	now := time.Now()
+	mt := NewMountTable(hostfs.New("/"), func() time.Time { return now })
+	defer mt.Close()
+	before, err := mt.Mounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b []Mount) bool {
+		return slices.EqualFunc(a, b, func(a, b Mount) bool { return a.Key == b.Key && a.Path == b.Path })
+	}
+	if again, _ := mt.Mounts(); !same(again, before) {
+		t.Fatalf("unchanged table read as %v, then %v", before, again)
+	}
+	dir := t.TempDir()
+	has := func(ms []Mount) bool { return slices.ContainsFunc(ms, func(m Mount) bool { return m.Path == dir }) }
+	if err := unix.Mount("none", dir, "cgroup", 0, "none,name=persyst_table_test"); err != nil {
+		testenv.Unavailable(t, "cannot mount a named cgroup v1 hierarchy: "+err.Error())
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	now = now.Add(MaxAge)
+	if mounted, err := mt.Mounts(); err != nil || !has(mounted) {
+		t.Errorf("a minute after a hierarchy was mounted at %s: %v, %v", dir, mounted, err)
+	}
+	unix.Unmount(dir, unix.MNT_DETACH)
+	mt.Invalidate()
+	if after, err := mt.Mounts(); err != nil || has(after) {
+		t.Errorf("after the hierarchy was unmounted from %s and Invalidate: %v, %v", dir, after, err)
+	}
+}
