@@ -116,6 +116,9 @@ type syscallsSource struct {
 	att           time.Duration
 	wall, counted time.Duration
 	scale         []float64 // per CPU, this read's
+	// rates are the last sampled interval's counts per CPU-second of the job, in the
+	// order of allNames (an interval without a sample is estimated from them).
+	rates []float64
 	// why, when set, says why the job's calls are not counted; filesWhy why its calls
 	// on files are not counted apart.
 	why, filesWhy string
@@ -194,11 +197,11 @@ func (s *syscallsSource) Read(r *Read) error {
 	wall, counted := now.Sub(s.at), att-s.att
 	s.at, s.att = now, att
 	s.wall, s.counted = s.wall+wall, s.counted+counted
-	if counted <= 0 && wall > 0 {
-		// Sampled, and not attached at all in this interval: nothing to scale.
-		for _, n := range s.names {
-			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
-		}
+	if counted < minCounted && counted < wall*999/1000 {
+		// Sampled, and not attached in this interval (one shorter than the sampler's
+		// period, at the job's start or end), or for a sliver too short to scale from:
+		// the rates per CPU-second of the last sampled interval, over this one's CPU time.
+		s.extrapolate(r)
 		s.prev, s.cur = cur, s.prev
 		return nil
 	}
@@ -226,15 +229,53 @@ func (s *syscallsSource) Read(r *Read) error {
 			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, scale, "")
 		}
 	}
+	s.rates = s.rates[:0]
+	if busy := smp.Job["task-clock"] / 1e9; sampled && busy > 0 {
+		for _, name := range s.allNames() {
+			s.rates = append(s.rates, smp.Job[name]/busy)
+		}
+	}
 	s.prev, s.cur = cur, s.prev
 	return nil
 }
 
+// minCounted is the least counted time of a sampled interval its counts are scaled from.
+const minCounted = 5 * time.Millisecond
+
+// allNames are the metrics the source counts: the events', then the file I/O's.
+func (s *syscallsSource) allNames() []string {
+	names := slices.Clone(s.names)
+	if s.filesWhy == "" {
+		for _, m := range fileMetrics {
+			names = append(names, m.name)
+		}
+	}
+	return names
+}
+
+// extrapolate gives an interval without a sample the last sampled interval's rates per
+// CPU-second of the job (its task-clock), or says why it has none.
+func (s *syscallsSource) extrapolate(r *Read) {
+	busy := r.Sample.Job["task-clock"] / 1e9
+	names := s.allNames()
+	if len(s.rates) != len(names) || busy <= 0 {
+		for _, n := range names {
+			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
+		}
+		return
+	}
+	for i, n := range names {
+		r.Sample.Job[n] = s.rates[i] * busy
+	}
+}
+
 // scales are, per CPU, what the calls counted on it are multiplied by: 1 when counted
 // throughout, else the whole interval over the time counted, with the calls between the
-// samples faster than those counted by their extra cost: on a CPU where the job's
-// threads ran busy seconds while counted, calls costing cost more each took
-// calls × cost of it (Counter.Cost; the perf events' task-clock says busy).
+// samples faster than those counted by their extra cost: where the job's threads ran
+// busy seconds while counted (its task-clock over the interval, pro rata), calls costing
+// cost more each (Counter.Cost) took calls × cost of them. The job's calls and time are
+// taken together, not CPU by CPU: a thread moves between CPUs faster than the samples
+// come.
 func (s *syscallsSource) scales(smp *sample.Sample, cur []syscount.Values, wall, counted time.Duration, sampled bool) []float64 {
 	s.scale = slices.Grow(s.scale[:0], len(cur))[:len(cur)]
 	for i := range s.scale {
@@ -244,17 +285,13 @@ func (s *syscallsSource) scales(smp *sample.Sample, cur []syscount.Values, wall,
 		return s.scale
 	}
 	att, rest := counted.Seconds(), (wall - counted).Seconds()
-	cost := s.c.Cost().Seconds()
-	for i := range s.scale {
-		s.scale[i] = (att + rest) / att
-	}
+	var calls, busy float64
 	for _, cv := range smp.CPU {
 		cpu := cv.CPU
-		busy := cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
-		if cpu < 0 || cpu >= len(cur) || busy <= 0 {
+		if cpu < 0 || cpu >= len(cur) {
 			continue
 		}
-		var calls float64
+		busy += cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
 		for k := range s.names {
 			calls += float64(sub(cur[cpu][k], s.prev[cpu][k]))
 		}
@@ -263,8 +300,13 @@ func (s *syscallsSource) scales(smp *sample.Sample, cur []syscount.Values, wall,
 				calls += float64(sub(cur[cpu][slot], s.prev[cpu][slot]))
 			}
 		}
-		speedup := 1 / (1 - min(calls*cost/busy, 0.5))
-		s.scale[cpu] = (att + rest*speedup) / att
+	}
+	speedup := 1.0
+	if busy > 0 {
+		speedup = 1 / (1 - min(calls*s.c.Cost().Seconds()/busy, 0.5))
+	}
+	for i := range s.scale {
+		s.scale[i] = (att + rest*speedup) / att
 	}
 	return s.scale
 }

@@ -171,7 +171,7 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			c.progs.unlink()
 			c.costs.add((on - timeCalls(probeCalls, 3)) / probeCalls)
 			c.cost = c.costs.median()
-			off = time.Duration(float64(s.Period) * (1 - c.share))
+			off = untilWindow(c.now(), s.Period, c.share)
 		}
 		c.mu.Unlock()
 		// Between the samples the credit is earned back.
@@ -180,6 +180,18 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			return
 		}
 	}
+}
+
+// untilWindow is how long to stay detached from now: sampled windows begin half a
+// Period after a multiple of Period on the wall clock, less half their length, so that
+// each of the reads persyst takes at multiples of its cycle (whole seconds) falls
+// between two windows and no interval of a cycle of a Period or longer is without one.
+func untilWindow(now time.Time, period time.Duration, share float64) time.Duration {
+	start := now.Truncate(period).Add(period/2 - time.Duration(float64(period)*share/2))
+	for !start.After(now) {
+		start = start.Add(period)
+	}
+	return start.Sub(now)
 }
 
 // perCPU reads each CPU's system calls counted while attached into buf (c.mu held).

@@ -356,6 +356,24 @@ func TestShareFor(t *testing.T) {
 	}
 }
 
+// TestUntilWindow: sampled windows lie in the middle of each Period of the wall clock,
+// so that reads at whole seconds fall between them.
+func TestUntilWindow(t *testing.T) {
+	base := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		now  time.Duration // after base
+		want time.Duration
+	}{
+		{0, 492187500 * time.Nanosecond},                                            // the window of 1/64 s centred on .5
+		{600 * time.Millisecond, 1492187500*time.Nanosecond - 600*time.Millisecond}, // the next second's
+		{492187500 * time.Nanosecond, time.Second},                                  // just begun: the next one
+	} {
+		if got := untilWindow(base.Add(tc.now), time.Second, 1.0/64); got != tc.want {
+			t.Errorf("at +%v: untilWindow = %v, want %v", tc.now, got, tc.want)
+		}
+	}
+}
+
 // TestSampledEstimate: the raw tracepoint forced to sample (a budget nothing fits in)
 // counts a steady storm in a share of the time, and the counts scaled by the attached
 // time estimate the calls made.
