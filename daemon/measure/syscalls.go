@@ -115,7 +115,6 @@ type syscallsSource struct {
 	at            time.Time
 	att           time.Duration
 	wall, counted time.Duration
-	scale         []float64 // per CPU, this read's
 	// rates are the last sampled interval's counts per CPU-second of the job, in the
 	// order of allNames (an interval without a sample is estimated from them).
 	rates []float64
@@ -208,12 +207,15 @@ func (s *syscallsSource) Read(r *Read) error {
 	// Counted for part of the interval: scaled to all of it (1 when counted throughout).
 	sampled := counted < wall*999/1000
 	smp := r.Sample
-	scale := s.scales(smp, cur, wall, counted, sampled)
 	if smp.CPU == nil {
 		smp.CPU = make([]sample.CPUValues, len(s.cpus))
 		for i, cpu := range s.cpus {
 			smp.CPU[i] = sample.CPUValues{CPU: cpu, Values: make(map[string]float64, len(s.names))}
 		}
+	}
+	scale := 1.0
+	if sampled {
+		scale = s.scaleFor(smp, cur, wall, counted)
 	}
 	// Only the job's CPUs count, as for the perf events: its tasks run there once Slurm
 	// has bound them; what slurmstepd's child did in the job's cgroup on other CPUs
@@ -269,46 +271,32 @@ func (s *syscallsSource) extrapolate(r *Read) {
 	}
 }
 
-// scales are, per CPU, what the calls counted on it are multiplied by: 1 when counted
+// scaleFor is what the calls counted in the interval are multiplied by: 1 when counted
 // throughout, else the whole interval over the time counted, with the calls between the
 // samples faster than those counted by their extra cost: where the job's threads ran
 // busy seconds while counted (its task-clock over the interval, pro rata), calls costing
 // cost more each (Counter.Cost) took calls × cost of them. The job's calls and time are
 // taken together, not CPU by CPU: a thread moves between CPUs faster than the samples
 // come.
-func (s *syscallsSource) scales(smp *sample.Sample, cur []syscount.Values, wall, counted time.Duration, sampled bool) []float64 {
-	s.scale = slices.Grow(s.scale[:0], len(cur))[:len(cur)]
-	for i := range s.scale {
-		s.scale[i] = 1
-	}
-	if !sampled {
-		return s.scale
-	}
+func (s *syscallsSource) scaleFor(smp *sample.Sample, cur []syscount.Values, wall, counted time.Duration) float64 {
 	att, rest := counted.Seconds(), (wall - counted).Seconds()
-	var calls, busy float64
+	var busy, calls float64
 	for _, cv := range smp.CPU {
-		cpu := cv.CPU
-		if cpu < 0 || cpu >= len(cur) {
-			continue
+		if cv.CPU >= 0 && cv.CPU < len(cur) {
+			busy += cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
 		}
-		busy += cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
-		for k := range s.names {
-			calls += float64(sub(cur[cpu][k], s.prev[cpu][k]))
-		}
-		if s.filesWhy == "" {
-			for _, slot := range []int{syscount.FileReadCalls, syscount.FileWriteCalls} {
-				calls += float64(sub(cur[cpu][slot], s.prev[cpu][slot]))
-			}
-		}
+	}
+	for k := range s.names {
+		calls += s.onJobCPUs(smp, cur, k, 1, "")
+	}
+	if s.filesWhy == "" {
+		calls += s.onJobCPUs(smp, cur, syscount.FileReadCalls, 1, "") + s.onJobCPUs(smp, cur, syscount.FileWriteCalls, 1, "")
 	}
 	speedup := 1.0
 	if busy > 0 {
 		speedup = 1 / (1 - min(calls*s.c.Cost().Seconds()/busy, 0.5))
 	}
-	for i := range s.scale {
-		s.scale[i] = (att + rest*speedup) / att
-	}
-	return s.scale
+	return (att + rest*speedup) / att
 }
 
 // Method says how the job's system calls were counted, for the summary.
@@ -334,11 +322,11 @@ func (s *syscallsSource) Close() error {
 
 // onJobCPUs sums slot's increase since the last read over the job's CPUs, scaled; with
 // a name, each CPU's value is kept in the sample too.
-func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale []float64, name string) float64 {
+func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale float64, name string) float64 {
 	var sum float64
 	for i := range smp.CPU {
 		if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
-			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale[cpu]
+			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale
 			if name != "" {
 				smp.CPU[i].Values[name] = v
 			}

@@ -99,8 +99,8 @@ func sleep(d time.Duration, stop <-chan struct{}) bool {
 }
 
 // sample runs the periods: attached for share × Period (looked at every checkQuiet or
-// checkBusy while attached throughout), the node's calls counted meanwhile, the next share chosen from
-// what they cost and the credit left, detached for the rest.
+// checkBusy while attached throughout), the node's calls counted meanwhile, the next
+// share chosen from what they cost and the credit left, detached for the rest.
 func (c *Counter) sample(stop, done chan struct{}) {
 	defer close(done)
 	s := c.sampling
@@ -127,7 +127,7 @@ func (c *Counter) sample(stop, done chan struct{}) {
 				step = min(left, check)
 			}
 			c.mu.Lock()
-			a0, t0 := slices.Clone(c.perCPU(c.calls)), c.now()
+			a0, t0 := c.nodeCalls(), c.now()
 			c.mu.Unlock()
 			if !sleep(step, stop) {
 				return
@@ -139,12 +139,7 @@ func (c *Counter) sample(stop, done chan struct{}) {
 				return
 			}
 			dt := max(c.now().Sub(t0), time.Millisecond)
-			a1 := c.perCPU(c.calls)
-			var calls uint64
-			for i := range a1 {
-				calls += a1[i] - a0[i]
-			}
-			spent := time.Duration(calls) * c.cost
+			spent := time.Duration(c.nodeCalls()-a0) * c.cost
 			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 			load := float64(spent) / float64(dt)
 			check = checkQuiet
@@ -194,12 +189,16 @@ func untilWindow(now time.Time, period time.Duration, share float64) time.Durati
 	return start.Sub(now)
 }
 
-// perCPU reads each CPU's system calls counted while attached into buf (c.mu held).
-func (c *Counter) perCPU(buf []uint64) []uint64 {
-	if err := c.all.Lookup(uint32(0), buf); err != nil {
-		clear(buf)
+// nodeCalls is the node's system calls counted while attached, all CPUs' (c.mu held).
+func (c *Counter) nodeCalls() uint64 {
+	if err := c.all.Lookup(uint32(0), c.calls); err != nil {
+		return 0
 	}
-	return buf
+	var n uint64
+	for _, v := range c.calls {
+		n += v
+	}
+	return n
 }
 
 // Budget is the most counting may slow a program (Sampling.Budget; 0: every call).
