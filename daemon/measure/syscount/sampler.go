@@ -159,14 +159,19 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			return
 		}
 		off := time.Duration(0)
-		if c.share < 1 {
+		if c.share < 1 || c.cost == 0 {
 			// What a call costs more attached, timed on both sides of each detach (the
-			// median of the last ones: the sampler shares its CPU with the storm).
+			// median of the last ones: the sampler shares its CPU with the storm). While
+			// the cost is not known (the calibration drowned in noise), the programs are
+			// detached for a probe's time at the end of each Period to learn it: without
+			// it no budget could be kept.
 			on := timeCalls(probeCalls, 3)
 			c.progs.unlink()
 			c.costs.add((on - timeCalls(probeCalls, 3)) / probeCalls)
 			c.cost = c.costs.median()
-			off = untilWindow(c.now(), s.Period, c.share)
+			if c.share < 1 {
+				off = untilWindow(c.now(), s.Period, c.share)
+			}
 		}
 		c.mu.Unlock()
 		// Between the samples the credit is earned back.
@@ -223,21 +228,46 @@ func (c *Counter) Share() float64 {
 	return c.share
 }
 
-// Cost is what one system call costs more while the raw tracepoint is attached, as
-// measured when it was first attached (0 in fentry mode, or before).
-func (c *Counter) Cost() time.Duration { return c.cost }
+// Cost is what one system call costs more while the raw tracepoint is attached (0 in
+// fentry mode, before the first Watch, or while not measurable).
+func (c *Counter) Cost() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cost
+}
+
+// calibrate measures the cost at the first Watch (c.mu held, the programs linked, no
+// cgroup watched yet: detaching loses no count): costCalls calls timed attached and
+// detached in turn, calibrateRounds times, the best of each, so that both sides see
+// the same CPU speed and noise (which only adds time) drops out. Where even so the
+// difference is not positive, the cost stays 0 and the sampler probes for it.
+func (c *Counter) calibrate() error {
+	on, off := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range calibrateRounds {
+		on = min(on, timeCalls(costCalls, 1))
+		c.progs.unlink()
+		off = min(off, timeCalls(costCalls, 1))
+		if err := c.progs.link(); err != nil {
+			return err
+		}
+	}
+	c.cost = max((on-off)/costCalls, 0)
+	if c.cost > 0 {
+		c.costs.add(c.cost)
+	}
+	return nil
+}
 
 // costCalls is how many counted system calls (opens of / for its path, and closes)
-// timeCalls makes at the first Watch: the raw tracepoint's cost per call is the
-// difference between their time with the program attached and without (at New), best of
-// 3 rounds each (about a millisecond; no attaching only to measure it). A counted call
-// pays the lookup of the caller's cgroup at each watched level besides the slow path.
-// While sampling, probeCalls are timed on both sides of each detach, and the cost is the
-// median of the last costSamples.
+// each of calibrate's timings makes: about a millisecond each, 5 ms in all, once. A
+// counted call pays the lookup of the caller's cgroup at each watched level besides the
+// slow path. While sampling, probeCalls are timed on both sides of each detach, and the
+// cost is the median of the last costSamples.
 const (
-	costCalls   = 2000
-	probeCalls  = 128
-	costSamples = 15
+	costCalls       = 2000
+	calibrateRounds = 3
+	probeCalls      = 128
+	costSamples     = 15
 )
 
 // timeCalls times n calls, the best of rounds.

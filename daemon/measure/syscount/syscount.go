@@ -84,24 +84,24 @@ type Counter struct {
 	// filesErr says why files are not counted apart.
 	filesErr error
 
-	all *ebpf.Map // raw tracepoint: every system call of the node, per CPU
-	now func() time.Time
-	// cost is what one system call costs more with the raw tracepoint attached (the
-	// kernel's slow path and the program), measured at New; 0 in fentry mode.
-	cost     time.Duration
-	off      time.Duration // costCalls system calls' time without the program
+	all      *ebpf.Map // raw tracepoint: every system call of the node, per CPU
+	now      func() time.Time
 	sampling Sampling
 	// steps time what New did: reading the kernel's BTF and loading each program (an
 	// admin's answer to why a daemon took long to start).
 	steps []Step
 
 	mu    sync.Mutex
-	lv    []uint32      // levels in use, in the levels map's order
-	share float64       // of the time the raw tracepoint is attached now (sampling)
-	calls []uint64      // the sampler's buffer for each CPU's calls
-	costs costs         // measured while sampling
-	stop  chan struct{} // ends the sampler (nil: none runs)
-	done  chan struct{}
+	lv    []uint32 // levels in use, in the levels map's order
+	share float64  // of the time the raw tracepoint is attached now (sampling)
+	calls []uint64 // the sampler's buffer for each CPU's calls
+	costs costs    // measured while sampling
+	// cost is what one system call costs more with the raw tracepoint attached (the
+	// kernel's slow path and the program): calibrated at the first Watch, then the
+	// median of the sampler's probes; 0 in fentry mode, or while not measurable.
+	cost time.Duration
+	stop chan struct{} // ends the sampler (nil: none runs)
+	done chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there
 	// are any (and for linger after), so that no system call pays for them on a node
 	// without measured jobs.
@@ -200,9 +200,6 @@ func New(o Options) (*Counter, Missing, error) {
 		return nil, missing, err
 	}
 	c.events, c.mode, c.files, c.filesErr, c.steps, c.progs = l.events, l.mode, l.files, l.filesErr, l.steps, l.progs
-	if c.mode == RawTracepoint {
-		c.off = timeCalls(costCalls, 3) // the cost is known once they are attached (Watch)
-	}
 	return c, missing, nil
 }
 
@@ -584,8 +581,11 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		c.share = 1
 		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
-			if c.cost == 0 && c.off > 0 {
-				c.cost = max((timeCalls(costCalls, 3)-c.off)/costCalls, 0)
+			if c.cost == 0 {
+				if err := c.calibrate(); err != nil {
+					c.counts.Delete(id)
+					return err
+				}
 			}
 			c.startSampler()
 		}

@@ -390,8 +390,11 @@ func TestSampledEstimate(t *testing.T) {
 	if err := c.Watch(id, level); err != nil {
 		t.Fatal(err)
 	}
-	if c.Cost() <= 0 {
-		testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here")
+	// Calibrated at the Watch; where noise drowned that, the sampler probes each Period.
+	for wait := time.Now().Add(5 * time.Second); c.Cost() <= 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(wait) {
+			testenv.Unavailable(t, "the raw tracepoint's cost per call was not measurable here in 5 s")
+		}
 	}
 	t0, a0 := c.AttachedTime()
 	u0 := usage(t, leaf)
@@ -447,4 +450,46 @@ func usage(t *testing.T, dir string) time.Duration {
 	}
 	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
 	return 0
+}
+
+// TestCostProbedWhenUnknown: where the calibration at the Watch gave nothing (noise on a
+// busy node), the sampler detaches for a probe at the end of each Period until it knows
+// what a call costs, since without it no budget is kept.
+func TestCostProbedWhenUnknown(t *testing.T) {
+	mount, job, _ := unifiedDir(t)
+	c, _, err := New(Options{Events: testEvents, NoFentry: true,
+		Sampling: Sampling{Period: 50 * time.Millisecond, Budget: 0.005}})
+	if err != nil {
+		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
+	}
+	defer c.Close()
+	id, _ := CgroupID(job)
+	level, _ := Level(mount, job)
+	if err := c.Watch(id, level); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.cost, c.costs = 0, costs{} // as if the calibration drowned in noise
+	c.mu.Unlock()
+	_, a0 := c.AttachedTime()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Cost() <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cost per call stayed unknown for 5 s of 50 ms periods")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	linked := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.progs.linked()
+	}
+	for deadline := time.Now().Add(time.Second); !linked(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the programs stayed detached for 1 s after the probe")
+		}
+	}
+	if _, a1 := c.AttachedTime(); a1 <= a0 {
+		t.Errorf("attached time did not grow across the probe: %v then %v", a0, a1)
+	}
 }
