@@ -20,30 +20,9 @@ func OfProcess(h hostfs.FS, pid int, job uint32) (map[string]string, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: not a process", pid)
 	}
-	proc := "proc/" + strconv.Itoa(pid)
-	p := h.Path(proc + "/mountinfo")
-	f, err := os.Open(p)
+	memb, byKey, err := membership(h, "proc/"+strconv.Itoa(pid))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	mounts, err := parseMountinfo(f)
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	p = h.Path(proc + "/cgroup")
-	f, err = os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	memb, err := parseProcCgroup(f)
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	byKey := map[string]Mount{}
-	for _, m := range mounts {
-		byKey[m.Key] = m
+		return nil, err
 	}
 	out := map[string]string{}
 	for key, path := range memb {
@@ -56,4 +35,50 @@ func OfProcess(h hostfs.FS, pid int, job uint32) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Own returns the directory (as h's path) of the cgroup this process is in on the
+// cgroup v2 hierarchy, read from <root>/proc/self; "" where none is mounted.
+func Own(h hostfs.FS) (string, error) {
+	memb, byKey, err := membership(h, "proc/self")
+	if err != nil {
+		return "", err
+	}
+	path, ok := memb["unified"]
+	m, mounted := byKey["unified"]
+	if !ok || !mounted {
+		return "", nil
+	}
+	return h.Path(m.Path, path), nil
+}
+
+// membership reads the process proc's cgroup per hierarchy key (<root>/proc/PID/cgroup)
+// and the mounts they resolve through (its own mount table, so that the paths are those
+// the process sees), by key.
+func membership(h hostfs.FS, proc string) (map[string]string, map[string]Mount, error) {
+	p := h.Path(proc + "/mountinfo")
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	mounts, err := parseMountinfo(f)
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	p = h.Path(proc + "/cgroup")
+	f, err = os.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	memb, err := parseProcCgroup(f)
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	byKey := map[string]Mount{}
+	for _, m := range mounts {
+		byKey[m.Key] = m
+	}
+	return memb, byKey, nil
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/persyst/persyst/hostfs"
 )
 
 func TestOfProcess(t *testing.T) {
@@ -110,4 +112,35 @@ func TestOfProcess(t *testing.T) {
 			t.Error("OfProcess(0): no error")
 		}
 	})
+}
+
+// TestOwn: this process's directory on the cgroup v2 hierarchy, under the injected root.
+func TestOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name, fixture, cgroup string
+		want                  string // under the root; "" none
+	}{
+		{"v2 under systemd", "mountinfo-v2", "0::/system.slice/persyst.service\n", "/sys/fs/cgroup/system.slice/persyst.service"},
+		{"hybrid", "mountinfo-v1-hybrid", "7:freezer:/\n0::/system.slice/persyst.service\n", "/sys/fs/cgroup/unified/system.slice/persyst.service"},
+		{"at the root", "mountinfo-v2", "0::/\n", "/sys/fs/cgroup"},
+		{"v1 only", "mountinfo-v1-systemd", "7:freezer:/\n1:name=systemd:/system.slice/persyst.service\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := fakeRoot(t, tc.fixture, tc.cgroup, nil, nil)
+			got, err := Own(fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want
+			if want != "" {
+				want = fs.Path(want)
+			}
+			if got != want {
+				t.Errorf("Own = %q, want %q", got, want)
+			}
+		})
+	}
+	if _, err := Own(hostfs.New(t.TempDir())); err == nil || !strings.Contains(err.Error(), "proc/self/mountinfo") {
+		t.Errorf("Own without proc: %v, want an error naming proc/self/mountinfo", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/perfevents"
@@ -48,6 +49,14 @@ func (env *Env) startSyscalls(mount string, o syscount.Options) (finish func()) 
 		if name, ok := strings.CutPrefix(e.Name, perfevents.SyscallPrefix); ok {
 			o.Events = append(o.Events, syscount.Event{Name: e.Name, Syscall: name})
 		}
+	}
+	// The sampler times calls counted as a job's: it needs to know where this process's
+	// own calls are looked up.
+	o.Mount = mount
+	if self, err := jobcgroup.Own(env.Host); err != nil {
+		env.Log.Debug().Err(err).Msg("own cgroup not known: the cost of counting a call is timed as if above the jobs'")
+	} else {
+		o.Self = self
 	}
 	type loaded struct {
 		c       *syscount.Counter

@@ -108,7 +108,10 @@ type Counter struct {
 	watched int
 	closed  bool
 	linger  time.Duration
-	lingers *time.Timer // detaches the programs once the linger is over
+	lingers *time.Timer
+	// mount and self are Options.Mount and Self; zeros a cgroup's first counts.
+	mount, self string
+	zeros       []Values // detaches the programs once the linger is over
 }
 
 // Options configure New.
@@ -128,6 +131,11 @@ type Options struct {
 	// detached and attached again, which takes an RCU grace period each (seconds under
 	// software emulation).
 	Linger time.Duration
+	// Mount is the cgroup v2 hierarchy's mount and Self this process's cgroup directory
+	// on it: the calls the sampler times to learn what counting costs take the path of a
+	// measured job's, found in the counts map, only when it knows which key they look up
+	// (where Self is "", the kernel's 0 for a process above the watched levels).
+	Mount, Self string
 	// noFiles leaves out the programs that count file I/O (the benchmark's measure of
 	// their cost).
 	noFiles bool
@@ -170,7 +178,7 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
-		calls: make([]uint64, ncpu)}
+		calls: make([]uint64, ncpu), zeros: make([]Values, ncpu), mount: o.Mount, self: o.Self}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -561,8 +569,7 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		c.lv = append(c.lv, uint32(level))
 	}
-	zero := make([]Values, c.ncpu)
-	if err := c.counts.Update(id, zero, ebpf.UpdateNoExist); err != nil {
+	if err := c.counts.Update(id, c.zeros, ebpf.UpdateNoExist); err != nil {
 		if errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("syscount: cgroup %d is watched already", id)
 		}

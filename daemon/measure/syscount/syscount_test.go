@@ -493,3 +493,35 @@ func TestCostProbedWhenUnknown(t *testing.T) {
 		t.Errorf("attached time did not grow across the probe: %v then %v", a0, a1)
 	}
 }
+
+// TestProbeKey: the sampler's own calls are timed as counted ones, looked up under this
+// process's cgroup at the first watched level: its ancestor there, or 0 above it.
+func TestProbeKey(t *testing.T) {
+	mount, job, leaf := unifiedDir(t)
+	jobID, _ := CgroupID(job)
+	leafID, _ := CgroupID(leaf)
+	for _, tc := range []struct {
+		name  string
+		self  string
+		level uint32
+		want  uint64
+	}{
+		{"self not known", "", 1, 0},
+		{"at the root, jobs below", mount, 1, 0},
+		{"deeper than the jobs' level", leaf, 1, jobID},
+		{"at the jobs' level", leaf, 2, leafID},
+		{"above the jobs' level", job, 2, 0},
+	} {
+		c := &Counter{mount: mount, self: tc.self, lv: []uint32{tc.level}}
+		got, ok := c.probeKey()
+		if !ok || got != tc.want {
+			t.Errorf("%s: probeKey = %d, %v; want %d", tc.name, got, ok, tc.want)
+		}
+	}
+	if _, ok := (&Counter{mount: mount, self: "/elsewhere", lv: []uint32{1}}).probeKey(); ok {
+		t.Error("self outside the mount: a key")
+	}
+	if _, ok := (&Counter{}).probeKey(); ok {
+		t.Error("no level watched: a key")
+	}
+}
