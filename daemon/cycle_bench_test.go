@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -113,6 +114,9 @@ func benchmarkCycle(b *testing.B, pause time.Duration) {
 	if m.owned.parent != "" {
 		dirs = append([]string{m.host.Path(m.owned.parent)}, dirs...) // removed last
 	}
+	// Each job holds every CPU (its cpuset's, copied from the root): the daemon waits
+	// for a cpuset to match the cores Slurm gave the job.
+	cores := "0-" + strconv.Itoa(runtime.NumCPU()-1)
 	for i := range jobs {
 		id := uint32(950001 + i)
 		sleep := exec.Command("/bin/sleep", "1000")
@@ -127,7 +131,7 @@ func benchmarkCycle(b *testing.B, pause time.Duration) {
 				b.Fatal(err)
 			}
 		}
-		j, err := reg.Apply(wire.JobStart, &wire.Event{JobID: id, UID: 0, Persyst: wire.On, Time: now}, now)
+		j, err := reg.Apply(wire.JobStart, &wire.Event{JobID: id, UID: 0, Persyst: wire.On, Time: now, JobCores: cores}, now)
 		if err != nil {
 			b.Fatal(err)
 		}

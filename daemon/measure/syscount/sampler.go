@@ -2,12 +2,7 @@ package syscount
 
 import (
 	"math"
-	"path/filepath"
-	"slices"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Sampling bounds what the raw tracepoint costs the programs of the node. Attached, it
@@ -141,7 +136,7 @@ func (c *Counter) sample(stop, done chan struct{}) {
 				return
 			}
 			dt := max(c.now().Sub(t0), time.Millisecond)
-			spent := time.Duration(c.nodeCalls()-a0) * c.cost
+			spent := time.Duration(c.nodeCalls()-a0) * c.cm.cost
 			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 			load := float64(spent) / float64(dt)
 			check = checkQuiet
@@ -161,16 +156,12 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			return
 		}
 		off := time.Duration(0)
-		if c.share < 1 || c.cost == 0 {
-			// What a call costs more attached, timed on both sides of each detach (the
-			// median of the last ones: the sampler shares its CPU with the storm). While
+		if c.share < 1 || c.cm.cost == 0 {
+			// What a call costs more attached, timed on both sides of each detach. While
 			// the cost is not known (the calibration drowned in noise), the programs are
 			// detached for a probe's time at the end of each Period to learn it: without
 			// it no budget could be kept.
-			on := c.timeCounted(probeCalls, 3)
-			c.progs.unlink()
-			c.costs.add((on - timeCalls(probeCalls, 3)) / probeCalls)
-			c.cost = c.costs.median()
+			c.cm.probe(&c.progs, c.lv)
 			if c.share < 1 {
 				off = untilWindow(c.now(), s.Period, c.share)
 			}
@@ -235,109 +226,5 @@ func (c *Counter) Share() float64 {
 func (c *Counter) Cost() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cost
-}
-
-// calibrate measures the cost at the first Watch (c.mu held, the programs linked, no
-// cgroup watched yet: detaching loses no count): costCalls calls timed attached and
-// detached in turn, calibrateRounds times, the best of each, so that both sides see
-// the same CPU speed and noise (which only adds time) drops out. Where even so the
-// difference is not positive, the cost stays 0 and the sampler probes for it.
-func (c *Counter) calibrate() error {
-	on, off := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	for range calibrateRounds {
-		on = min(on, c.timeCounted(costCalls, 1))
-		c.progs.unlink()
-		off = min(off, timeCalls(costCalls, 1))
-		if err := c.progs.link(); err != nil {
-			return err
-		}
-	}
-	c.cost = max((on-off)/costCalls, 0)
-	if c.cost > 0 {
-		c.costs.add(c.cost)
-	}
-	return nil
-}
-
-// timeCounted times n calls (timeCalls) counted as a measured job's are: a counted call
-// finds its cgroup in the counts map and adds to its counts, which costs more than the
-// miss of an unmeasured call (about a fifth more here), so that the key this process's
-// calls look up first is watched meanwhile, unless it is watched already (c.mu held).
-func (c *Counter) timeCounted(n, rounds int) time.Duration {
-	if key, ok := c.probeKey(); ok && c.counts.Update(key, c.zeros, ebpf.UpdateNoExist) == nil {
-		defer c.counts.Delete(key)
-	}
-	return timeCalls(n, rounds)
-}
-
-// probeKey is the key this process's calls look up at the first watched level: its
-// cgroup's ancestor there, or 0 where it lies higher (the kernel's helper gives 0 then,
-// which is also the guess where Self is not known).
-func (c *Counter) probeKey() (uint64, bool) {
-	if len(c.lv) == 0 {
-		return 0, false
-	}
-	level := int(c.lv[0])
-	if c.self == "" {
-		return 0, true
-	}
-	depth, err := Level(c.mount, c.self)
-	if err != nil {
-		return 0, false
-	}
-	if level > depth {
-		return 0, true
-	}
-	dir := c.self
-	for range depth - level {
-		dir = filepath.Dir(dir)
-	}
-	id, err := CgroupID(dir)
-	return id, err == nil
-}
-
-// costCalls is how many counted system calls (opens of / for its path, and closes)
-// each of calibrate's timings makes: about a millisecond each, 5 ms in all, once. A
-// counted call pays the lookup of the caller's cgroup at each watched level besides the
-// slow path. While sampling, probeCalls are timed on both sides of each detach, and the
-// cost is the median of the last costSamples.
-const (
-	costCalls       = 2000
-	calibrateRounds = 3
-	probeCalls      = 128
-	costSamples     = 15
-)
-
-// timeCalls times n calls, the best of rounds.
-func timeCalls(n, rounds int) time.Duration {
-	best := time.Duration(math.MaxInt64)
-	for range rounds {
-		t := time.Now()
-		for range n / 2 {
-			if fd, err := unix.Open("/", unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
-				unix.Close(fd)
-			}
-		}
-		best = min(best, time.Since(t))
-	}
-	return best
-}
-
-// costs are the last costSamples costs measured while sampling.
-type costs struct {
-	ring [costSamples]time.Duration
-	n    int
-}
-
-func (c *costs) add(d time.Duration) {
-	c.ring[c.n%costSamples] = d
-	c.n++
-}
-
-// median of those measured, at least 0.
-func (c *costs) median() time.Duration {
-	v := slices.Clone(c.ring[:min(c.n, costSamples)])
-	slices.Sort(v)
-	return max(v[len(v)/2], 0)
+	return c.cm.cost
 }

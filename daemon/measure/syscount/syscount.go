@@ -92,26 +92,20 @@ type Counter struct {
 	steps []Step
 
 	mu    sync.Mutex
-	lv    []uint32 // levels in use, in the levels map's order
-	share float64  // of the time the raw tracepoint is attached now (sampling)
-	calls []uint64 // the sampler's buffer for each CPU's calls
-	costs costs    // measured while sampling
-	// cost is what one system call costs more with the raw tracepoint attached (the
-	// kernel's slow path and the program): calibrated at the first Watch, then the
-	// median of the sampler's probes; 0 in fentry mode, or while not measurable.
-	cost time.Duration
-	stop chan struct{} // ends the sampler (nil: none runs)
-	done chan struct{}
+	lv    []uint32      // levels in use, in the levels map's order
+	share float64       // of the time the raw tracepoint is attached now (sampling)
+	calls []uint64      // the sampler's buffer for each CPU's calls
+	cm    costMeter     // what a call costs more attached (0 in fentry mode)
+	stop  chan struct{} // ends the sampler (nil: none runs)
+	done  chan struct{}
 	// watched counts the watched cgroups: the programs are attached only while there
 	// are any (and for linger after), so that no system call pays for them on a node
 	// without measured jobs.
 	watched int
 	closed  bool
 	linger  time.Duration
-	lingers *time.Timer
-	// mount and self are Options.Mount and Self; zeros a cgroup's first counts.
-	mount, self string
-	zeros       []Values // detaches the programs once the linger is over
+	lingers *time.Timer // detaches the programs once the linger is over
+	zeros   []Values    // a cgroup's first counts
 }
 
 // Options configure New.
@@ -178,7 +172,7 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
-		calls: make([]uint64, ncpu), zeros: make([]Values, ncpu), mount: o.Mount, self: o.Self}
+		calls: make([]uint64, ncpu), zeros: make([]Values, ncpu)}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -186,6 +180,7 @@ func New(o Options) (*Counter, Missing, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("syscount: per-CPU map: %w", err)
 	}
+	c.cm = costMeter{counts: c.counts, zeros: c.zeros, mount: o.Mount, self: o.Self}
 	c.levels, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_levels", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: MaxLevels,
 	})
@@ -588,8 +583,8 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		c.share = 1
 		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
-			if c.cost == 0 {
-				if err := c.calibrate(); err != nil {
+			if c.cm.cost == 0 {
+				if err := c.cm.calibrate(&c.progs, c.lv); err != nil {
 					c.counts.Delete(id)
 					return err
 				}

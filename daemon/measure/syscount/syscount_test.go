@@ -469,7 +469,7 @@ func TestCostProbedWhenUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
-	c.cost, c.costs = 0, costs{} // as if the calibration drowned in noise
+	c.cm.cost, c.cm.ring = 0, costs{} // as if the calibration drowned in noise
 	c.mu.Unlock()
 	_, a0 := c.AttachedTime()
 	deadline := time.Now().Add(5 * time.Second)
@@ -512,16 +512,16 @@ func TestProbeKey(t *testing.T) {
 		{"at the jobs' level", leaf, 2, leafID},
 		{"above the jobs' level", job, 2, 0},
 	} {
-		c := &Counter{mount: mount, self: tc.self, lv: []uint32{tc.level}}
-		got, ok := c.probeKey()
+		m := &costMeter{mount: mount, self: tc.self}
+		got, ok := m.key([]uint32{tc.level})
 		if !ok || got != tc.want {
-			t.Errorf("%s: probeKey = %d, %v; want %d", tc.name, got, ok, tc.want)
+			t.Errorf("%s: key = %d, %v; want %d", tc.name, got, ok, tc.want)
 		}
 	}
-	if _, ok := (&Counter{mount: mount, self: "/elsewhere", lv: []uint32{1}}).probeKey(); ok {
+	if _, ok := (&costMeter{mount: mount, self: "/elsewhere"}).key([]uint32{1}); ok {
 		t.Error("self outside the mount: a key")
 	}
-	if _, ok := (&Counter{}).probeKey(); ok {
+	if _, ok := (&costMeter{}).key(nil); ok {
 		t.Error("no level watched: a key")
 	}
 }
