@@ -26,12 +26,13 @@ type slurmCgroups struct {
 	// must lie under its hierarchy's mount.
 	mounts   map[string]string
 	cpusetV1 bool // a v1 cpuset hierarchy is mounted
-	// table is the mount table, read again only when it may have changed (lookOnce).
-	table *jobcgroup.MountTable
+	// layout is the hierarchies where Slurm's layout is, from the mount table: both
+	// looked at again only when they may have changed (lookOnce).
+	layout *jobcgroup.SlurmMounts
 }
 
 func newSlurmCgroups(host hostfs.FS, node string, mounts []jobcgroup.Mount, table *jobcgroup.MountTable, log zerolog.Logger) slurmCgroups {
-	s := slurmCgroups{host: host, node: node, log: log, mounts: map[string]string{}, table: table}
+	s := slurmCgroups{host: host, node: node, log: log, mounts: map[string]string{}, layout: jobcgroup.NewSlurmMounts(table, host, node)}
 	for _, mt := range mounts {
 		s.cpusetV1 = s.cpusetV1 || (!mt.IsV2 && slices.Contains(mt.Ctrls, "cpuset"))
 		s.mounts[mt.Key] = mt.Path
@@ -198,17 +199,15 @@ func (s slurmCgroups) lookOnce() func() []jobcgroup.Mount {
 		if mounts != nil {
 			return mounts
 		}
-		all, err := s.table.Mounts()
-		if err != nil {
+		var err error
+		if mounts, err = s.layout.Mounts(); err != nil {
 			s.log.Debug().Err(err).Msg("cgroup mounts not read")
 			return nil // read again by the next job's look
 		}
-		if mounts = jobcgroup.WithSlurm(s.host, all, s.node); mounts == nil {
-			// No hierarchy has Slurm's layout yet (slurmd may mount them when it starts):
-			// the table is read again at the next look, not from the last read.
-			s.table.Invalidate()
-			mounts = []jobcgroup.Mount{} // read: not again this cycle
-		}
+		// Where no hierarchy has Slurm's layout yet, mounts is empty (not nil): not
+		// looked for again this cycle. A hierarchy slurmd mounts later is seen once the
+		// kernel's poll or MaxAge says so, a layout it makes within LayoutMaxAge; a
+		// job's own start waits for neither (the opener reads the mounts afresh).
 		return mounts
 	}
 }

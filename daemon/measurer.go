@@ -167,6 +167,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	}
 	jm := m.meters.meter(j.JobID, true)
 	jm.lookAgain() // a step's cgroups appear with it
+	m.slurm.layout.Invalidate()
 	m.oom.watch(j.JobID, j.UID)
 	if jm.ownedCgroup() == "" && m.owned.needed(j.Cgroups) {
 		if dir, err := m.owned.create(j.JobID); err != nil {
@@ -228,6 +229,7 @@ func (m *Measurer) StepEnded(id uint32) {
 		return
 	}
 	jm.lookAgain() // the step's cgroups go (on v1 the job's may too)
+	m.slurm.layout.Invalidate()
 	if job == nil {
 		return
 	}

@@ -52,17 +52,23 @@ func (t *MountTable) Invalidate() {
 
 // Mounts returns the cgroup hierarchies mounted now.
 func (t *MountTable) Mounts() ([]Mount, error) {
+	m, _, err := t.mountsRead()
+	return m, err
+}
+
+// mountsRead is Mounts and when the table was read.
+func (t *MountTable) mountsRead() ([]Mount, time.Time, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	if t.f != nil && t.proc && !t.changed() && !t.read.IsZero() && now.Sub(t.read) < MaxAge {
-		return slices.Clone(t.mounts), nil
+		return slices.Clone(t.mounts), t.read, nil
 	}
 	p := t.h.Path("proc/self/mountinfo")
 	if t.f == nil {
 		f, err := os.Open(p)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", p, err)
+			return nil, time.Time{}, fmt.Errorf("read %s: %w", p, err)
 		}
 		var st unix.Statfs_t
 		t.f, t.proc = f, unix.Fstatfs(int(f.Fd()), &st) == nil && st.Type == unix.PROC_SUPER_MAGIC
@@ -71,15 +77,15 @@ func (t *MountTable) Mounts() ([]Mount, error) {
 		}
 	} else if _, err := t.f.Seek(0, io.SeekStart); err != nil {
 		t.close()
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, time.Time{}, fmt.Errorf("read %s: %w", p, err)
 	}
 	m, err := parseMountinfo(t.f)
 	if err != nil {
 		t.close()
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, time.Time{}, fmt.Errorf("read %s: %w", p, err)
 	}
 	t.mounts, t.read = m, now
-	return slices.Clone(m), nil
+	return slices.Clone(m), now, nil
 }
 
 // changed polls the open mountinfo without waiting.
@@ -102,4 +108,54 @@ func (t *MountTable) Close() error {
 	defer t.mu.Unlock()
 	t.close()
 	return nil
+}
+
+// SlurmMounts are the hierarchies of a MountTable where Slurm's layout is on a node
+// (WithSlurm), looked for again when the table was read again or LayoutMaxAge after the
+// last look: a daemon at a 1 s cycle would otherwise stat every hierarchy's Slurm
+// directories every second, most of an idle daemon's CPU. A job's own start does not
+// wait for them (Find reads the mounts afresh). It is safe for concurrent use.
+type SlurmMounts struct {
+	table  *MountTable
+	h      hostfs.FS
+	node   string
+	mu     sync.Mutex
+	read   time.Time // the table's read the last look was made on
+	looked time.Time
+	mounts []Mount
+}
+
+// LayoutMaxAge is the longest SlurmMounts answers from its last look.
+const LayoutMaxAge = 10 * time.Second
+
+// NewSlurmMounts returns the hierarchies of table under h where node's Slurm layout is.
+func NewSlurmMounts(table *MountTable, h hostfs.FS, node string) *SlurmMounts {
+	return &SlurmMounts{table: table, h: h, node: node}
+}
+
+// Invalidate makes the next Mounts look again (a step started or ended: Slurm may have
+// made its layout on another hierarchy for it).
+func (s *SlurmMounts) Invalidate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mounts = nil
+}
+
+// Mounts returns the hierarchies where Slurm's layout is (empty, not nil, where none).
+func (s *SlurmMounts) Mounts() ([]Mount, error) {
+	all, read, err := s.table.mountsRead()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.table.now()
+	if s.mounts == nil || !read.Equal(s.read) || now.Sub(s.looked) >= LayoutMaxAge || now.Before(s.looked) {
+		s.mounts = WithSlurm(s.h, all, s.node)
+		if s.mounts == nil {
+			s.mounts = []Mount{}
+		}
+		s.read, s.looked = read, now
+	}
+	return slices.Clone(s.mounts), nil
 }

@@ -1,6 +1,7 @@
 package jobcgroup
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -65,5 +66,53 @@ func TestMountTableFollowsTheKernel(t *testing.T) {
 	mt.Invalidate()
 	if after, err := mt.Mounts(); err != nil || has(after) {
 		t.Errorf("after the hierarchy was unmounted from %s and Invalidate: %v, %v", dir, after, err)
+	}
+}
+
+// TestSlurmMountsFollowsTheLayout: a named cgroup v1 hierarchy mounted by the test gets
+// Slurm's layout (slurm_<node>); the hierarchies with it are looked for again after
+// LayoutMaxAge or Invalidate, not at every call.
+func TestSlurmMountsFollowsTheLayout(t *testing.T) {
+	testenv.Root(t, "mounts a cgroup hierarchy")
+	dir := t.TempDir()
+	if err := unix.Mount("none", dir, "cgroup", 0, "none,name=persyst_layout_test"); err != nil {
+		testenv.Unavailable(t, "cannot mount a named cgroup v1 hierarchy: "+err.Error())
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	now := time.Now()
+	mt := NewMountTable(hostfs.New("/"), func() time.Time { return now })
+	defer mt.Close()
+	const node = "layoutnode"
+	sm := NewSlurmMounts(mt, hostfs.New("/"), node)
+	has := func() bool {
+		t.Helper()
+		ms, err := sm.Mounts()
+		if err != nil || ms == nil {
+			t.Fatalf("Mounts: %v, %v", ms, err)
+		}
+		return slices.ContainsFunc(ms, func(m Mount) bool { return m.Path == dir })
+	}
+	if has() {
+		t.Fatal("a hierarchy without Slurm's layout counted")
+	}
+	layout := filepath.Join(dir, "slurm_"+node)
+	if err := os.Mkdir(layout, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(layout)
+	if has() {
+		t.Error("the layout seen at once: looked for at every call")
+	}
+	now = now.Add(LayoutMaxAge)
+	if !has() {
+		t.Errorf("the layout at %s not seen %v after it was made", layout, LayoutMaxAge)
+	}
+	os.Remove(layout)
+	if !has() {
+		t.Error("the layout's removal seen at once: looked for at every call")
+	}
+	sm.Invalidate()
+	if has() {
+		t.Errorf("the layout at %s still seen after it was removed and Invalidate", layout)
 	}
 }
