@@ -321,8 +321,12 @@ func (m *Measurer) Run(ctx context.Context, wait pipeline.Waiter) error {
 		return nil
 	}
 	go m.unann.watch(ctx, func() []jobcgroup.Mount { return m.slurm.lookOnce()() })
-	sw := suspendWatch{meters: m.meters, log: m.log}
-	go sw.run(ctx, min(suspendEvery, m.cfg.Cycle))
+	if m.cfg.Cycle > suspendEvery {
+		// With a cycle as short as the watch's period the cycle's own reads find a
+		// suspension as soon (the suspend source).
+		sw := suspendWatch{meters: m.meters, log: m.log}
+		go sw.run(ctx, suspendEvery)
+	}
 	return pipeline.Loop(ctx, m.now, m.cfg.Cycle, wait, m.cycle)
 }
 

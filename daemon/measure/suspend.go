@@ -1,7 +1,6 @@
 package measure
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -243,21 +242,22 @@ func (f *Freezer) OpenFiles() int {
 }
 
 // stateFrozen reads a state file: cgroup v2's cgroup.events ("frozen 1"), v1's
-// freezer.state (FROZEN, or FREEZING on the way).
+// freezer.state (FROZEN, or FREEZING on the way). It allocates nothing: every measured
+// job's files are read every second.
 func stateFrozen(v2 bool, b []byte) bool {
-	if v2 {
-		return parseFrozen(bytes.NewReader(b))
+	if !v2 {
+		st := bytes.TrimSpace(b)
+		return string(st) == "FROZEN" || string(st) == "FREEZING"
 	}
-	st := string(bytes.TrimSpace(b))
-	return st == "FROZEN" || st == "FREEZING"
-}
-
-// parseFrozen reads cgroup.events' "frozen" field.
-func parseFrozen(r io.Reader) bool {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == "frozen" {
-			return strings.TrimSpace(v) == "1"
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if k, v, ok := bytes.Cut(line, []byte{' '}); ok && string(k) == "frozen" {
+			return string(bytes.TrimSpace(v)) == "1"
 		}
 	}
 	return false

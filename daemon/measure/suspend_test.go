@@ -130,3 +130,31 @@ func TestSuspendSource(t *testing.T) {
 		t.Errorf("no freezer: measured %v, why %q; want not measured with a reason", ok, why)
 	}
 }
+
+// TestStateFrozen: the state files' contents as the kernel writes them, and cut short.
+func TestStateFrozen(t *testing.T) {
+	for _, tc := range []struct {
+		v2   bool
+		file string
+		want bool
+	}{
+		{true, "populated 1\nfrozen 1\n", true},
+		{true, "populated 1\nfrozen 0\n", false},
+		{true, "frozen 1", true}, // no newline at the end
+		{true, "populated 1\n", false},
+		{true, "frozen 10\n", false},
+		{true, "unfrozen 1\nfrozen 0\n", false},
+		{true, "", false},
+		{false, "FROZEN\n", true},
+		{false, "FREEZING\n", true},
+		{false, "THAWED\n", false},
+		{false, "", false},
+	} {
+		if got := stateFrozen(tc.v2, []byte(tc.file)); got != tc.want {
+			t.Errorf("stateFrozen(v2 %v, %q) = %v, want %v", tc.v2, tc.file, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { stateFrozen(true, []byte("populated 1\nfrozen 1\n")) }); n != 0 {
+		t.Errorf("stateFrozen allocates %v times a call, want 0", n)
+	}
+}
