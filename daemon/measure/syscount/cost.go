@@ -25,26 +25,17 @@ type costMeter struct {
 	cost time.Duration
 }
 
-// calibrate measures the cost at the first Watch (the programs linked, no cgroup watched
-// yet: detaching loses no count): costCalls calls timed attached and detached in turn,
-// calibrateRounds times, the best of each, so that both sides see the same CPU speed and
-// noise (which only adds time) drops out. Where even so the difference is not positive,
-// the cost stays 0 and the sampler probes for it.
-func (m *costMeter) calibrate(p *programs, lv []uint32) error {
-	on, off := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	for range calibrateRounds {
-		on = min(on, m.timeCounted(lv, costCalls, 1))
-		p.unlink()
-		off = min(off, timeCalls(costCalls, 1))
-		if err := p.link(); err != nil {
-			return err
-		}
-	}
-	m.cost = max((on-off)/costCalls, 0)
+// calibrate measures the cost at the first Watch: off is costCalls calls timed (the
+// best of calibrateRounds) right before the programs were attached, and the same calls
+// are timed again now, counted, right after; both sides see the same CPU speed and noise
+// (which only adds time) drops out. Attaching and detaching once more only to measure
+// would cost the job an RCU grace period each (12 ms here). Where the difference is not
+// positive the cost stays 0 and the sampler probes for it.
+func (m *costMeter) calibrate(off time.Duration, lv []uint32) {
+	m.cost = max((m.timeCounted(lv, costCalls, calibrateRounds)-off)/costCalls, 0)
 	if m.cost > 0 {
 		m.ring.add(m.cost)
 	}
-	return nil
 }
 
 // probe times probeCalls on both sides of detaching p (which it leaves detached); the
@@ -95,7 +86,7 @@ func (m *costMeter) key(lv []uint32) (uint64, bool) {
 }
 
 // costCalls is how many counted system calls (opens of / for its path, and closes)
-// each of calibrate's timings makes: about a millisecond each, 5 ms in all, once. A
+// each of calibrate's timings makes: about a millisecond each, 6 ms in all, once. A
 // counted call pays the lookup of the caller's cgroup at each watched level besides the
 // slow path. While sampling, probeCalls are timed on both sides of each detach, and the
 // cost is the median of the last costSamples.

@@ -575,20 +575,24 @@ func (c *Counter) Watch(id uint64, level int) error {
 			c.lingers.Stop()
 			c.lingers = nil
 		}
+		sampled := c.mode == RawTracepoint && c.sampling.Budget > 0
 		if !c.progs.linked() {
+			// The cost a call pays attached is first timed on both sides of this attach.
+			calibrate := sampled && c.cm.cost == 0
+			var off time.Duration
+			if calibrate {
+				off = timeCalls(costCalls, calibrateRounds)
+			}
 			if err := c.progs.link(); err != nil {
 				c.counts.Delete(id)
 				return err
 			}
+			if calibrate {
+				c.cm.calibrate(off, c.lv)
+			}
 		}
 		c.share = 1
-		if c.mode == RawTracepoint && c.sampling.Budget > 0 {
-			if c.cm.cost == 0 {
-				if err := c.cm.calibrate(&c.progs, c.lv); err != nil {
-					c.counts.Delete(id)
-					return err
-				}
-			}
+		if sampled {
 			c.startSampler()
 		}
 	}
