@@ -374,22 +374,28 @@ func TestUntilWindow(t *testing.T) {
 	}
 }
 
+// sampledCounter is a Counter on the raw tracepoint with sampling s, closed at the
+// test's end, watching a fresh cgroup (id) whose child leaf the test runs calls in.
+func sampledCounter(t *testing.T, s Sampling) (c *Counter, id uint64, leaf string) {
+	t.Helper()
+	mount, job, leaf := unifiedDir(t)
+	c, _, err := New(Options{Events: testEvents, NoFentry: true, Sampling: s})
+	if err != nil {
+		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
+	}
+	t.Cleanup(func() { c.Close() })
+	id, level := cgroupOf(t, mount, job)
+	if err := c.Watch(id, level); err != nil {
+		t.Fatal(err)
+	}
+	return c, id, leaf
+}
+
 // TestSampledEstimate: the raw tracepoint forced to sample (a budget nothing fits in)
 // counts a steady storm in a share of the time, and the counts scaled by the attached
 // time estimate the calls made.
 func TestSampledEstimate(t *testing.T) {
-	mount, job, leaf := unifiedDir(t)
-	c, _, err := New(Options{Events: testEvents, NoFentry: true,
-		Sampling: Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25}})
-	if err != nil {
-		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
-	}
-	defer c.Close()
-	id, _ := CgroupID(job)
-	level, _ := Level(mount, job)
-	if err := c.Watch(id, level); err != nil {
-		t.Fatal(err)
-	}
+	c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25})
 	// Calibrated at the Watch; where noise drowned that, the sampler probes each Period.
 	for wait := time.Now().Add(5 * time.Second); c.Cost() <= 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(wait) {
@@ -456,18 +462,7 @@ func usage(t *testing.T, dir string) time.Duration {
 // busy node), the sampler detaches for a probe at the end of each Period until it knows
 // what a call costs, since without it no budget is kept.
 func TestCostProbedWhenUnknown(t *testing.T) {
-	mount, job, _ := unifiedDir(t)
-	c, _, err := New(Options{Events: testEvents, NoFentry: true,
-		Sampling: Sampling{Period: 50 * time.Millisecond, Budget: 0.005}})
-	if err != nil {
-		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
-	}
-	defer c.Close()
-	id, _ := CgroupID(job)
-	level, _ := Level(mount, job)
-	if err := c.Watch(id, level); err != nil {
-		t.Fatal(err)
-	}
+	c, _, _ := sampledCounter(t, Sampling{Period: 50 * time.Millisecond, Budget: 0.005})
 	c.mu.Lock()
 	c.cm.cost, c.cm.ring = 0, costs{} // as if the calibration drowned in noise
 	c.mu.Unlock()
