@@ -25,17 +25,22 @@ type costMeter struct {
 	cost time.Duration
 }
 
-// calibrate measures the cost at the first Watch: off is costCalls calls timed (the
-// best of calibrateRounds) right before the programs were attached, and the same calls
-// are timed again now, counted, right after; both sides see the same CPU speed and noise
-// (which only adds time) drops out. Attaching and detaching once more only to measure
-// would cost the job an RCU grace period each (12 ms here). Where the difference is not
-// positive the cost stays 0 and the sampler probes for it.
-func (m *costMeter) calibrate(off time.Duration, lv []uint32) {
+// calibrate attaches the programs (link) and measures the cost on both sides of that,
+// at the first Watch: costCalls calls timed (the best of calibrateRounds) right before
+// and, counted, right after; both sides see the same CPU speed, and noise (which only
+// adds time) drops out. Attaching and detaching once more only to measure would cost the
+// job an RCU grace period each (12 ms here). Where the difference is not positive the
+// cost stays 0 and the sampler probes for it.
+func (m *costMeter) calibrate(lv []uint32, link func() error) error {
+	off := timeCalls(costCalls, calibrateRounds)
+	if err := link(); err != nil {
+		return err
+	}
 	m.cost = max((m.timeCounted(lv, costCalls, calibrateRounds)-off)/costCalls, 0)
 	if m.cost > 0 {
 		m.ring.add(m.cost)
 	}
+	return nil
 }
 
 // probe times probeCalls on both sides of detaching p (which it leaves detached); the

@@ -577,18 +577,14 @@ func (c *Counter) Watch(id uint64, level int) error {
 		}
 		sampled := c.mode == RawTracepoint && c.sampling.Budget > 0
 		if !c.progs.linked() {
-			// The cost a call pays attached is first timed on both sides of this attach.
-			calibrate := sampled && c.cm.cost == 0
-			var off time.Duration
-			if calibrate {
-				off = timeCalls(costCalls, calibrateRounds)
+			link := c.progs.link
+			if sampled && c.cm.cost == 0 {
+				// The cost a call pays attached is first timed on both sides of this attach.
+				link = func() error { return c.cm.calibrate(c.lv, c.progs.link) }
 			}
-			if err := c.progs.link(); err != nil {
+			if err := link(); err != nil {
 				c.counts.Delete(id)
 				return err
-			}
-			if calibrate {
-				c.cm.calibrate(off, c.lv)
 			}
 		}
 		c.share = 1
