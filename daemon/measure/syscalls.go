@@ -116,16 +116,17 @@ type syscallsSource struct {
 	id    uint64
 	names []string
 	cpus  []int
-	prev  []syscount.Values
-	cur   []syscount.Values
+	prev  []syscount.Counts
+	cur   []syscount.Counts
 	have  bool
 	// at and att are the time of the last read and the programs' attached time then;
 	// wall and counted add up the job's time and the part of it that was counted.
 	at            time.Time
-	att           time.Duration
+	att           syscount.Attached
 	wall, counted time.Duration
-	// rates are the last sampled interval's counts per CPU-second of the job, in the
-	// order of allNames (an interval without a sample is estimated from them).
+	// rates are the calls per CPU-second of the job, in the order of allNames, in the
+	// last interval with sampled windows (the time between them estimated from them, as
+	// is that of an interval without a window).
 	rates []float64
 	// why, when set, says why the job's calls are not counted; filesWhy why its calls
 	// on files are not counted apart.
@@ -198,23 +199,21 @@ func (s *syscallsSource) Read(r *Read) error {
 		}
 		return fmt.Errorf("%s: %w", r.Spec.Name, err)
 	}
+	s.interval(r, now, att, cur, s.c.Cost())
+	return nil
+}
+
+// interval puts the job's calls since the last read into r's sample, from the counts cur
+// read at now, when the programs had been attached for att in all and a call cost cost
+// more attached.
+func (s *syscallsSource) interval(r *Read, now time.Time, att syscount.Attached, cur []syscount.Counts, cost time.Duration) {
 	if !s.have {
-		s.prev, s.cur, s.have, s.at, s.att = cur, make([]syscount.Values, len(cur)), true, now, att
-		return nil
+		s.prev, s.cur, s.have, s.at, s.att = cur, make([]syscount.Counts, len(cur)), true, now, att
+		return
 	}
-	wall, counted := now.Sub(s.at), att-s.att
+	wall, d := now.Sub(s.at), att.Sub(s.att)
 	s.at, s.att = now, att
-	s.wall, s.counted = s.wall+wall, s.counted+counted
-	if counted < minCounted && counted < wall*999/1000 {
-		// Sampled, and not attached in this interval (one shorter than the sampler's
-		// period, at the job's start or end), or for a sliver too short to scale from:
-		// the rates per CPU-second of the last sampled interval, over this one's CPU time.
-		s.extrapolate(r)
-		s.prev, s.cur = cur, s.prev
-		return nil
-	}
-	// Counted for part of the interval: scaled to all of it (1 when counted throughout).
-	sampled := counted < wall*999/1000
+	s.wall, s.counted = s.wall+wall, s.counted+min(d.Total(), wall)
 	smp := r.Sample
 	if smp.CPU == nil {
 		smp.CPU = make([]sample.CPUValues, len(s.cpus))
@@ -222,36 +221,30 @@ func (s *syscallsSource) Read(r *Read) error {
 			smp.CPU[i] = sample.CPUValues{CPU: cpu, Values: make(map[string]float64, len(s.names))}
 		}
 	}
-	scale := 1.0
-	if sampled {
-		scale = s.scaleFor(smp, cur, wall, counted)
+	u, ok := s.unseen(smp, cur, wall, d, cost)
+	if !ok {
+		for _, n := range s.allNames() {
+			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
+		}
+		s.prev, s.cur = cur, s.prev
+		return
 	}
 	// Only the job's CPUs count, as for the perf events: its tasks run there once Slurm
 	// has bound them; what slurmstepd's child did in the job's cgroup on other CPUs
 	// before that is Slurm's set-up, not the job's.
 	for k, name := range s.names {
-		smp.Job[name] = s.onJobCPUs(smp, cur, k, scale, name)
-		if sampled && float64(wall)/float64(counted) > 1/perfcg.DefaultLowCoverage {
+		smp.Job[name] = s.onJobCPUs(smp, cur, k, k, name, u)
+		if u.share > 1-perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
 	}
 	if s.filesWhy == "" {
-		for _, m := range fileMetrics {
-			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, scale, "")
-		}
-	}
-	s.rates = s.rates[:0]
-	if busy := smp.Job["task-clock"] / 1e9; sampled && busy > 0 {
-		for _, name := range s.allNames() {
-			s.rates = append(s.rates, smp.Job[name]/busy)
+		for j, m := range fileMetrics {
+			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, len(s.names)+j, "", u)
 		}
 	}
 	s.prev, s.cur = cur, s.prev
-	return nil
 }
-
-// minCounted is the least counted time of a sampled interval its counts are scaled from.
-const minCounted = 5 * time.Millisecond
 
 // allNames are the metrics the source counts: the events', then the file I/O's.
 func (s *syscallsSource) allNames() []string {
@@ -264,48 +257,105 @@ func (s *syscallsSource) allNames() []string {
 	return names
 }
 
-// extrapolate gives an interval without a sample the last sampled interval's rates per
-// CPU-second of the job (its task-clock), or says why it has none.
-func (s *syscallsSource) extrapolate(r *Read) {
-	busy := r.Sample.Job["task-clock"] / 1e9
-	names := s.allNames()
-	if len(s.rates) != len(names) || busy <= 0 {
-		for _, n := range names {
-			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
-		}
-		return
-	}
-	for i, n := range names {
-		r.Sample.Job[n] = s.rates[i] * busy
-	}
+// unseenBy is how the calls of the part of an interval the programs were not attached
+// for (share of it) are estimated: the calls counted in its sampled windows times
+// perSampled (syscount.Unseen), else rates (calls per CPU-second of the job, by
+// allNames) times the job's CPU time in that part (its task-clock, pro rata).
+type unseenBy struct {
+	share      float64
+	perSampled float64
+	rates      []float64
 }
 
-// scaleFor is what the calls counted in the interval are multiplied by: 1 when counted
-// throughout, else the whole interval over the time counted, with the calls between the
-// samples faster than those counted by their extra cost: where the job's threads ran
-// busy seconds while counted (its task-clock over the interval, pro rata), calls costing
-// cost more each (Counter.Cost) took calls × cost of them. The job's calls and time are
-// taken together, not CPU by CPU: a thread moves between CPUs faster than the samples
-// come.
-func (s *syscallsSource) scaleFor(smp *sample.Sample, cur []syscount.Values, wall, counted time.Duration) float64 {
-	att, rest := counted.Seconds(), (wall - counted).Seconds()
-	var busy, calls float64
+// unseen says how to estimate the calls the programs were not attached for in an
+// interval of wall, which they counted d of; false when it cannot be (nothing counted in
+// it, no rates from before). With sampled windows in the interval, the calls per
+// CPU-second of the job they come to are kept for an interval without one (one shorter
+// than the sampler's period, at the job's start or end). Calls counted whole (a burst at
+// the job's start, before the sampler turned to windows) are never scaled: only the
+// windows are a sample.
+func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall time.Duration, d syscount.Attached, cost time.Duration) (unseenBy, bool) {
+	var busy float64 // the job's CPU seconds in the interval
 	for _, cv := range smp.CPU {
 		if cv.CPU >= 0 && cv.CPU < len(cur) {
-			busy += cv.Values["task-clock"] / 1e9 * att / wall.Seconds()
+			busy += cv.Values["task-clock"] / 1e9
 		}
 	}
-	for k := range s.names {
-		calls += s.onJobCPUs(smp, cur, k, 1, "")
+	names := s.allNames()
+	sampled := make([]float64, len(names))
+	var calls float64 // in the windows, of every kind counted
+	for k := range names {
+		sampled[k] = s.sampledOnJobCPUs(smp, cur, s.slot(k))
+		if slot := s.slot(k); k < len(s.names) || slot == syscount.FileReadCalls || slot == syscount.FileWriteCalls {
+			calls += sampled[k]
+		}
 	}
-	if s.filesWhy == "" {
-		calls += s.onJobCPUs(smp, cur, syscount.FileReadCalls, 1, "") + s.onJobCPUs(smp, cur, syscount.FileWriteCalls, 1, "")
+	busyIn := busy * d.Sampled.Seconds() / wall.Seconds()
+	share, perSampled, ok := syscount.Unseen(wall, d, calls, busyIn, cost)
+	u := unseenBy{share: share, perSampled: perSampled}
+	switch {
+	case share == 0:
+		return u, true
+	case ok:
+		s.rates = s.rates[:0]
+		if busy > 0 {
+			for k := range names {
+				// The calls the windows' stand for, over the job's CPU time then.
+				s.rates = append(s.rates, sampled[k]*perSampled/(busy*share))
+			}
+		}
+		return u, true
+	case len(s.rates) == len(names) && busy > 0:
+		u.rates = s.rates
+		return u, true
 	}
-	speedup := 1.0
-	if busy > 0 {
-		speedup = 1 / (1 - min(calls*s.c.Cost().Seconds()/busy, 0.5))
+	// No windows to estimate the rest from: the calls counted are what is known, a
+	// lower bound, flagged as low coverage; with nothing counted, nothing is known.
+	return u, d.Total() >= syscount.MinSampled
+}
+
+// slot is the place in syscount.Values of allNames' k-th.
+func (s *syscallsSource) slot(k int) int {
+	if k < len(s.names) {
+		return k
 	}
-	return (att + rest*speedup) / att
+	return fileMetrics[k-len(s.names)].slot
+}
+
+// sampledOnJobCPUs sums slot's increase in the sampled windows since the last read over
+// the job's CPUs.
+func (s *syscallsSource) sampledOnJobCPUs(smp *sample.Sample, cur []syscount.Counts, slot int) float64 {
+	var sum float64
+	for i := range smp.CPU {
+		if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
+			sum += float64(sub(cur[cpu].Sampled[slot], s.prev[cpu].Sampled[slot]))
+		}
+	}
+	return sum
+}
+
+// onJobCPUs sums slot's calls since the last read over the job's CPUs: those counted and
+// those estimated for the time not counted (u; k is slot's place in allNames); with a
+// name, each CPU's value is kept in the sample too.
+func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Counts, slot, k int, name string, u unseenBy) float64 {
+	var sum float64
+	for i := range smp.CPU {
+		cpu := smp.CPU[i].CPU
+		if cpu < 0 || cpu >= len(cur) {
+			continue
+		}
+		whole := float64(sub(cur[cpu].Whole[slot], s.prev[cpu].Whole[slot]))
+		sampled := float64(sub(cur[cpu].Sampled[slot], s.prev[cpu].Sampled[slot]))
+		v := whole + sampled*(1+u.perSampled)
+		if u.rates != nil {
+			v += u.rates[k] * smp.CPU[i].Values["task-clock"] / 1e9 * u.share
+		}
+		if name != "" {
+			smp.CPU[i].Values[name] = v
+		}
+		sum += v
+	}
+	return sum
 }
 
 // Method says how the job's system calls were counted, for the summary.
@@ -327,20 +377,4 @@ func (s *syscallsSource) Close() error {
 	c := s.c
 	s.c = nil
 	return c.Unwatch(s.id)
-}
-
-// onJobCPUs sums slot's increase since the last read over the job's CPUs, scaled; with
-// a name, each CPU's value is kept in the sample too.
-func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Values, slot int, scale float64, name string) float64 {
-	var sum float64
-	for i := range smp.CPU {
-		if cpu := smp.CPU[i].CPU; cpu >= 0 && cpu < len(cur) {
-			v := float64(sub(cur[cpu][slot], s.prev[cpu][slot])) * scale
-			if name != "" {
-				smp.CPU[i].Values[name] = v
-			}
-			sum += v
-		}
-	}
-	return sum
 }

@@ -16,7 +16,7 @@ import (
 // Its user (Counter) holds its lock around it.
 type costMeter struct {
 	counts *ebpf.Map // the Counter's: the key this process's calls look up is watched while they are timed
-	zeros  []Values
+	zeros  []Counts
 	// mount and self are Options.Mount and Self.
 	mount, self string
 	ring        costs

@@ -12,9 +12,11 @@ import (
 // most that extra time may be, all calls of the node together, as a share of one CPU's
 // time (persyst.conf's SyscallBudget), so that no program, measured or not, is slowed by
 // more: while the node's calls would cost more, the program is attached only for a
-// share of each Period (a power of two, at least MinShare), and the counts are scaled
-// to the whole time (AttachedTime, Cost); a job's counts are then an estimate, and say
-// so. All calls may first spend Burst of extra time (a credit, earned back at Budget of
+// share of each Period (a power of two, at least MinShare), counting into
+// Counts.Sampled, whose calls stand for the time not attached too (Unseen, AttachedTime,
+// Cost); a job's counts are then an estimate, and say so. The calls counted while
+// attached for whole periods (Counts.Whole) are every call of their time and are never
+// scaled. All calls may first spend Burst of extra time (a credit, earned back at Budget of
 // the time), so that bursts (10,000 opens take a few ms) are counted in full: the
 // estimate is good for a steady storm, and poor for a burst that falls partly between
 // samples. (The calls of one CPU would not do as the measure: a program's threads move
@@ -144,6 +146,10 @@ func (c *Counter) sample(stop, done chan struct{}) {
 				check = checkBusy
 			}
 			next := shareFor(load, credit, s)
+			if err := c.progs.setSampled(next < 1); err != nil {
+				// The counts could not tell a sample from the whole: count every call.
+				next = 1
+			}
 			c.share = next
 			c.mu.Unlock()
 			if next != share {
@@ -203,9 +209,10 @@ func (c *Counter) nodeCalls() uint64 {
 func (c *Counter) Budget() float64 { return c.sampling.Budget }
 
 // AttachedTime returns the time now and how long the programs have been attached in
-// all up to it: a cgroup's counts between two reads cover the part of the time between
-// them that the attached time grew by.
-func (c *Counter) AttachedTime() (now time.Time, attached time.Duration) {
+// all up to it, by how they counted: a cgroup's Counts.Whole between two reads are every
+// call of the Whole time between them, its Counts.Sampled those of the Sampled time,
+// which stands for the rest (not attached) too.
+func (c *Counter) AttachedTime() (now time.Time, attached Attached) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.progs.attachedTime()
@@ -227,4 +234,34 @@ func (c *Counter) Cost() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cm.cost
+}
+
+// MinSampled is the least time in sampled windows an interval's calls between them are
+// estimated from.
+const MinSampled = 5 * time.Millisecond
+
+// Unseen says how to estimate a cgroup's calls in the part of an interval of wall that
+// the programs were not attached for (share of it), given that they counted d of it:
+// each call counted in its sampled windows (Counts.Sampled) stands for perSampled more.
+// The calls between the windows run faster than those counted by what counting cost
+// them: sampled calls of all kinds counted in busy seconds of the cgroup's CPU time in
+// the windows, each costing cost more, took sampled × cost of that time (at most half,
+// against a cost measured high). Calls counted in Counts.Whole are every call of their
+// time and stand for nothing more. ok is false when some time was not counted and the
+// windows were shorter than MinSampled to estimate it from; every call counted (the last
+// 0.1 % aside): share 0.
+func Unseen(wall time.Duration, d Attached, sampled, busy float64, cost time.Duration) (share, perSampled float64, ok bool) {
+	rest := wall - d.Total()
+	if rest <= wall/1000 {
+		return 0, 0, true
+	}
+	share = rest.Seconds() / wall.Seconds()
+	if d.Sampled < MinSampled {
+		return share, 0, false
+	}
+	speedup := 1.0
+	if busy > 0 {
+		speedup = 1 / (1 - min(sampled*cost.Seconds()/busy, 0.5))
+	}
+	return share, rest.Seconds() / d.Sampled.Seconds() * speedup, true
 }

@@ -62,6 +62,26 @@ type Event struct {
 // counts at FileReadCalls... (files.go).
 type Values [MaxEvents + 4]uint64
 
+// Counts is one cgroup's counts on one CPU, by how they were counted: Whole while the
+// program was attached for whole sampling periods (every call counted), Sampled in the
+// sampled windows (Sampling), which stand for the time between them too. Telling them
+// apart keeps a burst counted in full from being scaled as if it had been a sample:
+// 10,000 opens at a job's start, counted whole, then a second of windows would otherwise
+// read as ten times as many.
+type Counts struct{ Whole, Sampled Values }
+
+// Attached is how long the programs counted, by how (Counts): every call (Whole) or in
+// sampled windows (Sampled).
+type Attached struct{ Whole, Sampled time.Duration }
+
+// Sub is a's time less b's.
+func (a Attached) Sub(b Attached) Attached {
+	return Attached{Whole: a.Whole - b.Whole, Sampled: a.Sampled - b.Sampled}
+}
+
+// Total is the time counted either way.
+func (a Attached) Total() time.Duration { return a.Whole + a.Sampled }
+
 // The file I/O counts in Values: read(2) and pread(2) calls on regular files and the
 // bytes they returned, and the same for write(2) and pwrite(2) (the kernel's vfs_read and
 // vfs_write, with the file's mode: pipes, sockets, terminals and devices are left out).
@@ -77,7 +97,8 @@ type Counter struct {
 	events []Event // counted, in value order
 	counts *ebpf.Map
 	levels *ebpf.Map
-	progs  programs // attached while a cgroup is watched
+	window *ebpf.Map // where the raw tracepoint counts: the offset of Counts.Sampled, or 0
+	progs  programs  // attached while a cgroup is watched
 	ncpu   int
 	mode   Mode
 	files  bool // calls on regular files counted apart (files.go)
@@ -105,7 +126,7 @@ type Counter struct {
 	closed  bool
 	linger  time.Duration
 	lingers *time.Timer // detaches the programs once the linger is over
-	zeros   []Values    // a cgroup's first counts
+	zeros   []Counts    // a cgroup's first counts
 }
 
 // Options configure New.
@@ -172,10 +193,10 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
-		calls: make([]uint64, ncpu), zeros: make([]Values, ncpu)}
+		calls: make([]uint64, ncpu), zeros: make([]Counts, ncpu)}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
-		ValueSize: uint32(unsafe.Sizeof(Values{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
+		ValueSize: uint32(unsafe.Sizeof(Counts{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("syscount: per-CPU map: %w", err)
@@ -195,8 +216,16 @@ func New(o Options) (*Counter, Missing, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("syscount: calls map: %w", err)
 	}
+	// One entry: the programs read it as a value at a fixed address (no helper call).
+	c.window, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "persyst_window", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1,
+	})
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("syscount: window map: %w", err)
+	}
 	l := &loader{counts: c.counts, levels: c.levels, all: c.all, budget: c.sampling.Budget, now: o.Now,
-		progs: programs{now: o.Now}, cache: btf.NewCache()}
+		progs: programs{now: o.Now, window: c.window}, cache: btf.NewCache()}
 	missing, err := l.load(o)
 	if err != nil {
 		c.Close()
@@ -213,7 +242,10 @@ type loader struct {
 	cache               *btf.Cache
 	counts, levels, all *ebpf.Map // the Counter's, which the programs use
 	budget              float64   // Sampling.Budget
-	now                 func() time.Time
+	// window, while the raw tracepoint's programs are built with a budget, says where
+	// they count (Counts); nil: in Whole.
+	window *ebpf.Map
+	now    func() time.Time
 
 	progs    programs
 	events   []Event
@@ -339,6 +371,10 @@ func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFi
 	if len(counted) == 0 {
 		return errors.New("none of the system calls exists on " + runtime.GOARCH)
 	}
+	if l.budget > 0 {
+		l.window = l.progs.window
+		defer func() { l.window = nil }()
+	}
 	count := l.tail(false, "count_")
 	count[0] = count[0].WithSymbol("count")
 	build := func(files asm.Instructions) asm.Instructions {
@@ -389,7 +425,46 @@ type programs struct {
 	links    []link.Link
 	now      func() time.Time
 	linkedAt time.Time
-	attached time.Duration // until linkedAt, if attached now
+	attached Attached // until linkedAt, if attached now
+	// window is where the programs count (Counts.Sampled's offset while sampled, else
+	// 0), and sampled which.
+	window  *ebpf.Map
+	sampled bool
+}
+
+// sampledOffset is where Counts.Sampled begins.
+const sampledOffset = uint32(unsafe.Offsetof(Counts{}.Sampled))
+
+// setSampled makes the programs count into Counts.Sampled (on) or Whole from now, and
+// the time attached from now count as such.
+func (p *programs) setSampled(on bool) error {
+	if on == p.sampled {
+		return nil
+	}
+	off := uint32(0)
+	if on {
+		off = sampledOffset
+	}
+	if err := p.window.Update(uint32(0), off, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("syscount: count in windows %v: %w", on, err)
+	}
+	p.addAttached()
+	p.sampled = on
+	return nil
+}
+
+// addAttached adds the time attached since linkedAt to its kind, and starts anew.
+func (p *programs) addAttached() {
+	if !p.linked() {
+		return
+	}
+	now := p.now()
+	if p.sampled {
+		p.attached.Sampled += now.Sub(p.linkedAt)
+	} else {
+		p.attached.Whole += now.Sub(p.linkedAt)
+	}
+	p.linkedAt = now
 }
 
 func (p *programs) add(prog *ebpf.Program, at ebpf.AttachType) {
@@ -426,9 +501,7 @@ func (p *programs) link() error {
 
 // unlink detaches every program, side by side.
 func (p *programs) unlink() {
-	if len(p.links) > 0 {
-		p.attached += p.now().Sub(p.linkedAt)
-	}
+	p.addAttached()
 	var wg sync.WaitGroup
 	for _, l := range p.links {
 		wg.Go(func() { l.Close() })
@@ -440,12 +513,12 @@ func (p *programs) unlink() {
 func (p *programs) linked() bool { return len(p.links) > 0 }
 
 // attachedTime returns now and the time attached in all up to it.
-func (p *programs) attachedTime() (now time.Time, d time.Duration) {
-	now, d = p.now(), p.attached
-	if p.linked() {
-		d += now.Sub(p.linkedAt)
+func (p *programs) attachedTime() (now time.Time, d Attached) {
+	if !p.linked() {
+		return p.now(), p.attached
 	}
-	return now, d
+	p.addAttached()
+	return p.linkedAt, p.attached
 }
 
 // close detaches and closes every program.
@@ -521,7 +594,19 @@ func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
 	insns = append(insns,
 		asm.Ja.Label(prefix+"exit"),
 		asm.Add.Reg(asm.R0, asm.R6).WithSymbol(prefix+"hit"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+	)
+	if l.window != nil {
+		// In a sampled window, into Counts.Sampled (the branch keeps the offset known to
+		// the verifier).
+		insns = append(insns,
+			asm.LoadMapValue(asm.R1, l.window.FD(), 0),
+			asm.LoadMem(asm.R1, asm.R1, 0, asm.Word),
+			asm.JEq.Imm(asm.R1, 0, prefix+"add"),
+			asm.Add.Imm(asm.R0, int32(sampledOffset)),
+		)
+	}
+	insns = append(insns,
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord).WithSymbol(prefix+"add"),
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
 	)
@@ -588,6 +673,10 @@ func (c *Counter) Watch(id uint64, level int) error {
 			}
 		}
 		c.share = 1
+		if err := c.progs.setSampled(false); err != nil {
+			c.counts.Delete(id)
+			return err
+		}
 		if sampled {
 			c.startSampler()
 		}
@@ -598,9 +687,9 @@ func (c *Counter) Watch(id uint64, level int) error {
 
 // Read returns cgroup id's counts per possible CPU (index: the CPU's number), into buf
 // when it has room.
-func (c *Counter) Read(id uint64, buf []Values) ([]Values, error) {
+func (c *Counter) Read(id uint64, buf []Counts) ([]Counts, error) {
 	if cap(buf) < c.ncpu {
-		buf = make([]Values, c.ncpu)
+		buf = make([]Counts, c.ncpu)
 	}
 	buf = buf[:c.ncpu]
 	if err := c.counts.Lookup(id, buf); err != nil {
@@ -662,7 +751,7 @@ func (c *Counter) Close() error {
 	c.stopSampler()
 	errs := []error{c.progs.close()}
 	c.mu.Unlock()
-	for _, m := range []*ebpf.Map{c.counts, c.levels, c.all} {
+	for _, m := range []*ebpf.Map{c.counts, c.levels, c.all, c.window} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

@@ -138,7 +138,7 @@ func readSum(t *testing.T, c *Counter, id uint64) Values {
 	var sum Values
 	for _, v := range vals {
 		for i := range sum {
-			sum[i] += v[i]
+			sum[i] += v.Whole[i] + v.Sampled[i]
 		}
 	}
 	return sum
@@ -414,26 +414,70 @@ func TestSampledEstimate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wall, att := t1.Sub(t0), a1-a0
-	if att >= wall*9/10 {
-		t.Fatalf("attached %v of %v: not sampled", att, wall)
+	wall, d := t1.Sub(t0), a1.Sub(a0)
+	if d.Total() >= wall*9/10 || d.Sampled < MinSampled {
+		t.Fatalf("attached %+v of %v: not sampled", d, wall)
 	}
-	// The count scaled to the whole time, the calls faster between the samples by what
-	// counting cost them while counted (as measure's syscalls source scales).
-	var opens uint64
+	var whole, sampled, calls float64
 	for _, v := range vals {
-		opens += v[0] + v[1] // openat and close: the storm's calls
+		whole += float64(v.Whole[0])
+		sampled += float64(v.Sampled[0])
+		calls += float64(v.Sampled[0] + v.Sampled[1]) // openat and close: the storm's calls
 	}
-	busy := (usage(t, leaf) - u0).Seconds() * att.Seconds() / wall.Seconds()
-	speedup := 1 / (1 - min(float64(opens)*c.Cost().Seconds()/busy, 0.5))
-	opens = 0
-	for _, v := range vals {
-		opens += v[0]
+	busy := (usage(t, leaf) - u0).Seconds() * d.Sampled.Seconds() / wall.Seconds()
+	share, per, ok := Unseen(wall, d, calls, busy, c.Cost())
+	if !ok {
+		t.Fatalf("Unseen(%v, %+v) found no windows to estimate from", wall, d)
 	}
-	est := float64(opens) * (att.Seconds() + (wall-att).Seconds()*speedup) / att.Seconds()
-	t.Logf("attached %v of %v, %d openat counted, cost %v a call, speedup %.3f, estimate %.0f of %d", att, wall, opens, c.Cost(), speedup, est, n)
+	est := whole + sampled*(1+per)
+	t.Logf("attached %+v of %v, openat %.0f counted whole and %.0f in windows, cost %v a call, %.2f not attached, each sampled call for %.2f more: estimate %.0f of %d",
+		d, wall, whole, sampled, c.Cost(), share, per, est, n)
 	if est < 0.8*n || est > 1.2*n {
 		t.Errorf("estimate %.0f openat calls, want %d ± 20 %%", est, n)
+	}
+}
+
+// TestBurstCountedWhole: calls made before the sampler turns to windows are every call
+// of their time and are not scaled with the windows' (a burst of opens at a job's start,
+// then a quiet job sampled, read ten times too many before).
+func TestBurstCountedWhole(t *testing.T) {
+	const n = 3000 // a few milliseconds: over before the sampler's first look
+	for try := 1; ; try++ {
+		c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25})
+		t0, a0 := c.AttachedTime()
+		runIn(t, leaf, n)
+		if c.Share() < 1 || c.Cost() <= 0 {
+			// The sampler looked before the burst was over (a slow exec on a busy node), or
+			// the cost is not known yet and the sampler cannot sample.
+			if try == 3 {
+				t.Fatalf("the sampler turned to windows before %d opens were made, or did not know the cost, 3 times", n)
+			}
+			c.Close()
+			continue
+		}
+		time.Sleep(time.Second) // windows of a quiet cgroup
+		t1, a1 := c.AttachedTime()
+		vals, err := c.Read(id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wall, d := t1.Sub(t0), a1.Sub(a0)
+		var whole, sampled float64
+		for _, v := range vals {
+			whole += float64(v.Whole[0])
+			sampled += float64(v.Sampled[0])
+		}
+		share, per, ok := Unseen(wall, d, sampled, 0.001, c.Cost())
+		est := whole + sampled*(1+per)
+		t.Logf("attached %+v of %v; %.0f openat counted whole, %.0f in windows; %.2f not attached: estimate %.0f", d, wall, whole, sampled, share, est)
+		if d.Sampled < MinSampled || share < 0.3 || !ok {
+			t.Fatalf("attached %+v of %v: the sampler did not turn to windows", d, wall)
+		}
+		// The child's Go runtime opens a few files of its own.
+		if est < n || est > n*1.01 {
+			t.Errorf("estimate %.0f openat calls, want %d (+1 %%)", est, n)
+		}
+		return
 	}
 }
 
@@ -484,7 +528,7 @@ func TestCostProbedWhenUnknown(t *testing.T) {
 			t.Fatal("the programs stayed detached for 1 s after the probe")
 		}
 	}
-	if _, a1 := c.AttachedTime(); a1 <= a0 {
+	if _, a1 := c.AttachedTime(); a1.Total() <= a0.Total() {
 		t.Errorf("attached time did not grow across the probe: %v then %v", a0, a1)
 	}
 }
