@@ -1,8 +1,13 @@
 package syscount
 
 import (
+	"errors"
 	"math"
+	"os"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 )
 
 // Sampling bounds what the raw tracepoint costs the programs of the node. Attached, it
@@ -31,12 +36,74 @@ type Sampling struct {
 }
 
 // While the program is attached for whole periods, the calls are looked at every
-// checkQuiet, and every checkBusy once they cost more than the budget: a storm is sampled
-// within that once the credit is spent, and a quiet node's daemon wakes 4 times a second.
+// checkBusy once they cost more than the budget; before, each time a CPU has made
+// noticeEvery calls (a ring buffer record from the program, which wakes the sampler),
+// and at least every quietWait; where the kernel has no ring buffers, every checkQuiet.
+// A quiet node's sampler so sleeps: its daemon's own calls, a few hundred a second,
+// wake it every few seconds, where looking every checkQuiet woke it four times a second
+// and saw a storm only up to checkQuiet after it began (4,096 calls come in a few
+// milliseconds).
 const (
-	checkQuiet = 250 * time.Millisecond
-	checkBusy  = 50 * time.Millisecond
+	checkQuiet  = 250 * time.Millisecond
+	checkBusy   = 50 * time.Millisecond
+	quietWait   = 10 * time.Second
+	noticeEvery = 4096
 )
+
+// notices is the ring buffer the program wakes the sampler with, and its reader.
+type notices struct {
+	m  *ebpf.Map
+	rd *ringbuf.Reader
+}
+
+// newNotices makes the ring buffer and its reader; nil where the kernel has none (before
+// 5.8): the sampler then looks every checkQuiet.
+func newNotices() *notices {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "persyst_notice", Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
+	if err != nil {
+		return nil
+	}
+	rd, err := ringbuf.NewReader(m)
+	if err != nil {
+		m.Close()
+		return nil
+	}
+	return &notices{m: m, rd: rd}
+}
+
+// ringMap is the map the program writes notices to (nil: none).
+func (n *notices) ringMap() *ebpf.Map {
+	if n == nil {
+		return nil
+	}
+	return n.m
+}
+
+// wait waits up to d for a notice from the program, and takes every notice there is;
+// false if stop came or the reader is closed.
+func (n *notices) wait(d time.Duration, stop <-chan struct{}) bool {
+	var rec ringbuf.Record
+	n.rd.SetDeadline(time.Now().Add(d))
+	err := n.rd.ReadInto(&rec)
+	for err == nil && n.rd.AvailableBytes() > 0 {
+		err = n.rd.ReadInto(&rec)
+	}
+	return !errors.Is(err, ringbuf.ErrClosed) && !stopped(stop)
+}
+
+// interrupt ends a wait.
+func (n *notices) interrupt() {
+	if n != nil {
+		n.rd.Flush()
+	}
+}
+
+func (n *notices) close() error {
+	if n == nil {
+		return nil
+	}
+	return errors.Join(n.rd.Close(), n.m.Close())
+}
 
 func (s Sampling) withDefaults() Sampling {
 	if s.Period <= 0 {
@@ -73,6 +140,7 @@ func (c *Counter) stopSampler() {
 	if c.stop != nil {
 		close(c.stop)
 		c.stop, c.done = nil, nil
+		c.notices.interrupt() // ends a wait for a notice
 	}
 }
 
@@ -102,9 +170,7 @@ func sleep(d time.Duration, stop <-chan struct{}) bool {
 // share chosen from what they cost and the credit left, detached for the rest.
 func (c *Counter) sample(stop, done chan struct{}) {
 	defer close(done)
-	s := c.sampling
-	credit := s.Burst
-	check := checkQuiet
+	p := pace{credit: c.sampling.Burst, check: checkQuiet}
 	for {
 		c.mu.Lock()
 		if stopped(stop) {
@@ -119,66 +185,90 @@ func (c *Counter) sample(stop, done chan struct{}) {
 		}
 		share := c.share
 		c.mu.Unlock()
-		left := time.Duration(float64(s.Period) * share)
-		for left > 0 {
-			step := left
-			if share == 1 {
-				step = min(left, check)
+		if !c.attached(share, &p, stop) || !c.detached(&p, stop) {
+			return
+		}
+	}
+}
+
+// pace is what the sampler carries from one look to the next: the credit left and how
+// soon to look again.
+type pace struct {
+	credit, check time.Duration
+}
+
+// attached is one stretch attached: share of a Period, or until the share changes (the
+// whole Period, looked at every p.check, or at each notice while quiet); false if
+// stopped.
+func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
+	s := c.sampling
+	for left := time.Duration(float64(s.Period) * share); left > 0; {
+		c.mu.Lock()
+		a0, t0 := c.nodeCalls(), c.now()
+		known := c.cm.cost > 0
+		c.mu.Unlock()
+		step, wait := left, sleep
+		if share == 1 {
+			step = min(left, p.check)
+			// Without a cost a notice says nothing: the probe at the Period's end
+			// comes first.
+			if p.check == checkQuiet && c.notices != nil && known {
+				step, wait = quietWait, c.notices.wait
 			}
-			c.mu.Lock()
-			a0, t0 := c.nodeCalls(), c.now()
-			c.mu.Unlock()
-			if !sleep(step, stop) {
-				return
-			}
-			left -= step
-			c.mu.Lock()
-			if stopped(stop) {
-				c.mu.Unlock()
-				return
-			}
-			dt := max(c.now().Sub(t0), time.Millisecond)
-			spent := time.Duration(c.nodeCalls()-a0) * c.cm.cost
-			credit = min(max(credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
-			load := float64(spent) / float64(dt)
-			check = checkQuiet
-			if load > s.Budget {
-				check = checkBusy
-			}
-			next := shareFor(load, credit, s)
-			if err := c.progs.setSampled(next < 1); err != nil {
-				// The counts could not tell a sample from the whole: count every call.
-				next = 1
-			}
-			c.share = next
-			c.mu.Unlock()
-			if next != share {
-				break
-			}
+		}
+		if !wait(step, stop) {
+			return false
 		}
 		c.mu.Lock()
 		if stopped(stop) {
 			c.mu.Unlock()
-			return
+			return false
 		}
-		off := time.Duration(0)
-		if c.share < 1 || c.cm.cost == 0 {
-			// What a call costs more attached, timed on both sides of each detach. While
-			// the cost is not known (the calibration drowned in noise), the programs are
-			// detached for a probe's time at the end of each Period to learn it: without
-			// it no budget could be kept.
-			c.cm.probe(&c.progs, c.lv)
-			if c.share < 1 {
-				off = untilWindow(c.now(), s.Period, c.share)
-			}
+		dt := max(c.now().Sub(t0), time.Millisecond)
+		left -= dt
+		spent := time.Duration(c.nodeCalls()-a0) * c.cm.cost
+		p.credit = min(max(p.credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
+		load := float64(spent) / float64(dt)
+		p.check = checkQuiet
+		if load > s.Budget {
+			p.check = checkBusy
 		}
+		next := shareFor(load, p.credit, s)
+		if err := c.progs.setSampled(next < 1); err != nil {
+			// The counts could not tell a sample from the whole: count every call.
+			next = 1
+		}
+		c.share = next
 		c.mu.Unlock()
-		// Between the samples the credit is earned back.
-		credit = min(credit+time.Duration(s.Budget*float64(off)), s.Burst)
-		if off > 0 && !sleep(off, stop) {
-			return
+		if next != share {
+			break
 		}
 	}
+	return true
+}
+
+// detached probes the cost where it must be known and stays detached until the next
+// window while sampling, earning credit back meanwhile; false if stopped.
+func (c *Counter) detached(p *pace, stop <-chan struct{}) bool {
+	c.mu.Lock()
+	if stopped(stop) {
+		c.mu.Unlock()
+		return false
+	}
+	off := time.Duration(0)
+	if c.share < 1 || c.cm.cost == 0 {
+		// What a call costs more attached, timed on both sides of each detach. While
+		// the cost is not known (the calibration drowned in noise), the programs are
+		// detached for a probe's time at the end of each Period to learn it: without
+		// it no budget could be kept.
+		c.cm.probe(&c.progs, c.lv)
+		if c.share < 1 {
+			off = untilWindow(c.now(), c.sampling.Period, c.share)
+		}
+	}
+	c.mu.Unlock()
+	p.credit = min(p.credit+time.Duration(c.sampling.Budget*float64(off)), c.sampling.Burst)
+	return off == 0 || sleep(off, stop)
 }
 
 // untilWindow is how long to stay detached from now: sampled windows begin half a

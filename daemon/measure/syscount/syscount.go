@@ -105,7 +105,11 @@ type Counter struct {
 	// filesErr says why files are not counted apart.
 	filesErr error
 
-	all      *ebpf.Map // raw tracepoint: every system call of the node, per CPU
+	all *ebpf.Map // raw tracepoint: every system call of the node, per CPU
+	// notices, where the kernel has ring buffers, gets a record each time a CPU's count
+	// in all grows by noticeEvery: a quiet node's sampler sleeps until then (nil: it
+	// looks every checkQuiet).
+	notices  *notices
 	now      func() time.Time
 	sampling Sampling
 	// steps time what New did: reading the kernel's BTF and loading each program (an
@@ -216,6 +220,9 @@ func New(o Options) (*Counter, Missing, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("syscount: calls map: %w", err)
 	}
+	if c.sampling.Budget > 0 {
+		c.notices = newNotices()
+	}
 	// One entry: the programs read it as a value at a fixed address (no helper call).
 	c.window, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_window", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1,
@@ -224,7 +231,7 @@ func New(o Options) (*Counter, Missing, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("syscount: window map: %w", err)
 	}
-	l := &loader{counts: c.counts, levels: c.levels, all: c.all, budget: c.sampling.Budget, now: o.Now,
+	l := &loader{counts: c.counts, levels: c.levels, all: c.all, notices: c.notices.ringMap(), budget: c.sampling.Budget, now: o.Now,
 		progs: programs{now: o.Now, window: c.window}, cache: btf.NewCache()}
 	missing, err := l.load(o)
 	if err != nil {
@@ -241,6 +248,7 @@ func New(o Options) (*Counter, Missing, error) {
 type loader struct {
 	cache               *btf.Cache
 	counts, levels, all *ebpf.Map // the Counter's, which the programs use
+	notices             *ebpf.Map // the Counter's, or nil
 	budget              float64   // Sampling.Budget
 	// window, while the raw tracepoint's programs are built with a budget, says where
 	// they count (Counts); nil: in Whole.
@@ -335,23 +343,7 @@ func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFi
 	if err != nil {
 		return err
 	}
-	// With a budget, every system call is counted in all first (the sampling's measure
-	// of what the slow path costs the node); without, nothing but the counted calls is
-	// looked at.
-	head := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
-	if l.budget > 0 {
-		head = append(head,
-			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, l.all.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -16),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "nr"),
-			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-		)
-	}
+	head := l.rawHead()
 	head = append(head,
 		asm.LoadMem(asm.R2, asm.R7, 0, asm.DWord).WithSymbol("nr"),
 		asm.LoadMem(asm.R3, asm.R2, int16(nrOff), exitRegs.nrSize),
@@ -400,6 +392,42 @@ func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFi
 	}
 	l.events, l.mode = counted, RawTracepoint
 	return nil
+}
+
+// rawHead is the raw tracepoint program's start: with a budget, every system call is
+// counted in all first (the sampling's measure of what the slow path costs the node), and
+// every noticeEvery calls of a CPU a notice wakes the sampler; without, nothing but the
+// counted calls is looked at. The context is kept in r7; it goes on at "nr".
+func (l *loader) rawHead() asm.Instructions {
+	head := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
+	if l.budget > 0 {
+		head = append(head,
+			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, l.all.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "nr"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		)
+		if l.notices != nil {
+			// Every noticeEvery calls of a CPU, a record (the 4 bytes at fp-16) wakes the
+			// sampler.
+			head = append(head,
+				asm.And.Imm(asm.R1, noticeEvery-1),
+				asm.JNE.Imm(asm.R1, 0, "nr"),
+				asm.LoadMapPtr(asm.R1, l.notices.FD()),
+				asm.Mov.Reg(asm.R2, asm.RFP),
+				asm.Add.Imm(asm.R2, -16),
+				asm.Mov.Imm(asm.R3, 4),
+				asm.Mov.Imm(asm.R4, 0),
+				asm.FnRingbufOutput.Call(),
+			)
+		}
+	}
+	return head
 }
 
 func (l *loader) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
@@ -751,6 +779,7 @@ func (c *Counter) Close() error {
 	c.stopSampler()
 	errs := []error{c.progs.close()}
 	c.mu.Unlock()
+	errs = append(errs, c.notices.close())
 	for _, m := range []*ebpf.Map{c.counts, c.levels, c.all, c.window} {
 		if m != nil {
 			errs = append(errs, m.Close())

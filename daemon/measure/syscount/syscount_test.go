@@ -439,21 +439,28 @@ func TestSampledEstimate(t *testing.T) {
 
 // TestBurstCountedWhole: calls made before the sampler turns to windows are every call
 // of their time and are not scaled with the windows' (a burst of opens at a job's start,
-// then a quiet job sampled, read ten times too many before).
+// then a quiet job sampled, read ten times too many before). The burst fits in the
+// credit; the test's own calls then spend it.
 func TestBurstCountedWhole(t *testing.T) {
-	const n = 3000 // a few milliseconds: over before the sampler's first look
+	const n = 3000 // 6,000 calls: about 0.3 ms of the 2 ms credit
 	for try := 1; ; try++ {
-		c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25})
+		c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25, Burst: 2 * time.Millisecond})
 		t0, a0 := c.AttachedTime()
 		runIn(t, leaf, n)
 		if c.Share() < 1 || c.Cost() <= 0 {
-			// The sampler looked before the burst was over (a slow exec on a busy node), or
-			// the cost is not known yet and the sampler cannot sample.
+			// The burst spent the credit (a slow node), or the cost is not known yet and
+			// the sampler cannot sample.
 			if try == 3 {
 				t.Fatalf("the sampler turned to windows before %d opens were made, or did not know the cost, 3 times", n)
 			}
 			c.Close()
 			continue
+		}
+		for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
+			if time.Now().After(deadline) {
+				t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
+			}
+			timeCalls(100000, 1) // this process's calls (outside the cgroup) spend the credit
 		}
 		time.Sleep(time.Second) // windows of a quiet cgroup
 		t1, a1 := c.AttachedTime()
@@ -479,6 +486,28 @@ func TestBurstCountedWhole(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestNoticeWakesSampler: with the ring buffer, a quiet node's sampler sleeps until a
+// CPU has made noticeEvery calls, and a storm then turns it to windows at once.
+func TestNoticeWakesSampler(t *testing.T) {
+	c, _, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25})
+	if c.notices == nil {
+		testenv.Unavailable(t, "no BPF ring buffer in this kernel")
+	}
+	if c.Cost() <= 0 {
+		testenv.Unavailable(t, "the cost per call was not measurable at the Watch")
+	}
+	// 20,000 calls in the cgroup: a notice well before the sampler's old first look.
+	start := time.Now()
+	runIn(t, leaf, 10000)
+	for c.Share() == 1 {
+		if time.Since(start) > checkQuiet/2 {
+			t.Fatalf("still attached throughout %v after a storm began", time.Since(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("windows %v after the storm began", time.Since(start))
 }
 
 // usage is cgroup v2 dir's CPU time (cpu.stat's usage_usec, there without the cpu
