@@ -96,7 +96,7 @@ func checkCgroups(_ context.Context, n *Node) []Result {
 	if len(slurm) == 0 {
 		out = append(out, info(kind+"; no Slurm job cgroup yet (none until slurmd ran a job)"))
 	} else {
-		out = append(out, ok(fmt.Sprintf("%s; Slurm's job cgroups there (%s now)", kind, plural(len(jobcgroup.List(n.h, slurm, n.o.Node)), "job"))))
+		out = append(out, ok(fmt.Sprintf("%s; Slurm's job cgroups there (%s now)", kind, plural(len(jobcgroup.List(n.h, slurm, n.o.Node, nil)), "job"))))
 	}
 	if v2 != nil && len(mounts) == 1 {
 		out = append(out, v2Controllers(n, *v2)...)

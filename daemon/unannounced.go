@@ -59,7 +59,7 @@ type unannounced struct {
 	mu       sync.Mutex
 	primed   bool
 	first    map[string]time.Time // unknown job directories, by name: when first seen
-	counted  map[string]bool      // directories counted (or there at the first look)
+	counted  map[string]bool      // directories settled: counted, known, or there at the first look
 	seen     UnannouncedJobs
 	lastWarn time.Time
 	unwarned int // counted since the last warning
@@ -74,7 +74,7 @@ func newUnannounced(host hostfs.FS, node string, reg *Registry, metrics *exporte
 // looks at them; a job that may be unannounced is looked at again when its grace time is
 // over (watch), not a cycle later.
 func (u *unannounced) lookIn(mounts []jobcgroup.Mount) {
-	if again := u.look(u.now(), jobcgroup.List(u.host, mounts, u.node)); again > 0 {
+	if again := u.look(u.now(), jobcgroup.List(u.host, mounts, u.node, u.unsettled)); again > 0 {
 		select {
 		case u.again <- again:
 		default: // one is asked for already
@@ -114,7 +114,11 @@ func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) (again time.Dura
 		case !u.primed:
 			u.counted[d.Name] = true
 		case u.counted[d.Name]:
-		case !d.Steps || u.isKnown(d, known):
+		case u.isKnown(d, known):
+			// Settled: its steps are not looked for again.
+			delete(u.first, d.Name)
+			u.counted[d.Name] = true
+		case !d.Steps:
 			delete(u.first, d.Name)
 		default:
 			t, ok := u.first[d.Name]
@@ -164,6 +168,14 @@ func (u *unannounced) knownSLUIDs(dirs []jobcgroup.Dir) map[string]bool {
 		}
 	}
 	return out
+}
+
+// unsettled says whether a directory's steps are to be looked for (a directory read in
+// each hierarchy, every cycle): not those counted, known or there at the first look.
+func (u *unannounced) unsettled(d jobcgroup.Dir) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.primed && !u.counted[d.Name]
 }
 
 func (u *unannounced) isKnown(d jobcgroup.Dir, sluids map[string]bool) bool {

@@ -61,6 +61,12 @@ func TestUnannounced(t *testing.T) {
 		if again := u.look(at(step.at), step.dirs); again != step.again {
 			t.Errorf("look #%d at %v: again in %v, want %v", i, step.at, again, step.again)
 		}
+		// Known jobs' directories are settled: their steps are not looked for again;
+		// those of a job in its prolog are, every look.
+		if i == 5 && (u.unsettled(known) || u.unsettled(sluid) || u.unsettled(lost) || !u.unsettled(prolog)) {
+			t.Errorf("look #%d: unsettled known %v, SLUID %v, counted %v, in its prolog %v; want false, false, false, true",
+				i, u.unsettled(known), u.unsettled(sluid), u.unsettled(lost), u.unsettled(prolog))
+		}
 	}
 	want := UnannouncedJobs{Total: 3, Recent: []uint32{7, 0, 9}, Last: tp(at(100 * time.Second))}
 	if diff := cmp.Diff(want, u.report()); diff != "" {

@@ -29,8 +29,10 @@ type Dir struct {
 // per job however many hierarchies hold it, sorted by name: under slurm_<node>/uid_*/ (or,
 // where no node has its own, slurm/uid_*/) on cgroup v1, and in the node's slurmstepd
 // scopes on v2 (<node>_slurmstepd.scope where the host has one, else slurmstepd.scope).
-// A directory that cannot be read is skipped: the next call looks again.
-func List(h hostfs.FS, mounts []Mount, node string) []Dir {
+// A directory that cannot be read is skipped: the next call looks again. Steps is looked
+// for (a directory read in each hierarchy) only where steps, if not nil, says so of the
+// directory.
+func List(h hostfs.FS, mounts []Mount, node string, steps func(Dir) bool) []Dir {
 	byName := map[string]Dir{}
 	add := func(parent string) {
 		ents, err := os.ReadDir(h.Path(parent))
@@ -55,7 +57,7 @@ func List(h hostfs.FS, mounts []Mount, node string) []Dir {
 			if seen && prev.Steps {
 				continue
 			}
-			d.Steps = hasSteps(h, d.Path)
+			d.Steps = (steps == nil || steps(d)) && hasSteps(h, d.Path)
 			if !seen || d.Steps {
 				if seen {
 					d.Path = prev.Path

@@ -13,6 +13,7 @@ func TestList(t *testing.T) {
 		fixture string
 		dirs    []string
 		node    string
+		steps   func(Dir) bool // nil: every directory's
 		want    []Dir
 	}{
 		{
@@ -72,6 +73,17 @@ func TestList(t *testing.T) {
 			},
 		},
 		{
+			name:    "steps looked for only where asked",
+			fixture: "mountinfo-v1-hybrid",
+			dirs:    []string{"sys/fs/cgroup/pids/slurm/uid_7/job_9/step_0", "sys/fs/cgroup/pids/slurm/uid_7/job_10/step_0"},
+			node:    "n",
+			steps:   func(d Dir) bool { return d.JobID != 9 },
+			want: []Dir{
+				{Name: "job_10", Path: "/sys/fs/cgroup/pids/slurm/uid_7/job_10", JobID: 10, Steps: true},
+				{Name: "job_9", Path: "/sys/fs/cgroup/pids/slurm/uid_7/job_9", JobID: 9},
+			},
+		},
+		{
 			name:    "no Slurm here",
 			fixture: "mountinfo-v2",
 			node:    "node1",
@@ -84,7 +96,7 @@ func TestList(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := List(fs, WithSlurm(fs, mounts, tc.node), tc.node)
+			got := List(fs, WithSlurm(fs, mounts, tc.node), tc.node, tc.steps)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("List(%s) mismatch (-want +got):\n%s", tc.node, diff)
 			}
