@@ -241,6 +241,12 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		c.share = next
 		c.mu.Unlock()
 		if next != share {
+			if share == 1 {
+				// The first window is taken at once: the intervals between this turn and
+				// the next window in the middle of a second are estimated from it (from
+				// the calls counted whole before, a burst would be taken for a storm).
+				return sleep(time.Duration(float64(s.Period)*next), stop)
+			}
 			break
 		}
 	}

@@ -488,6 +488,38 @@ func TestBurstCountedWhole(t *testing.T) {
 	}
 }
 
+// TestFirstWindowAtOnce: at the turn to windows the program stays attached for a window
+// before it is first detached, so that the time until the next window (in the middle of a
+// Period) is estimated from the calls of that moment.
+func TestFirstWindowAtOnce(t *testing.T) {
+	c, _, _ := sampledCounter(t, Sampling{Period: time.Second, Budget: 1e-12, MinShare: 1.0 / 16})
+	if c.Cost() <= 0 {
+		testenv.Unavailable(t, "the cost per call was not measurable at the Watch")
+	}
+	_, a0 := c.AttachedTime()
+	for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
+		}
+		timeCalls(20000, 1)
+	}
+	linked := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.progs.linked()
+	}
+	for deadline := time.Now().Add(2 * time.Second); linked(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still attached 2 s after the turn to windows of 1/16 s")
+		}
+	}
+	_, a1 := c.AttachedTime()
+	want := time.Second / 16
+	if got := a1.Sampled - a0.Sampled; got < want*9/10 {
+		t.Errorf("attached %v in windows before the first detach, want a window (%v)", got, want)
+	}
+}
+
 // TestNoticeWakesSampler: with the ring buffer, a quiet node's sampler sleeps until a
 // CPU has made noticeEvery calls, and a storm then turns it to windows at once.
 func TestNoticeWakesSampler(t *testing.T) {
