@@ -80,13 +80,17 @@ func (n *notices) ringMap() *ebpf.Map {
 }
 
 // wait waits up to d for a notice from the program, and takes every notice there is;
-// false if stop came or the reader is closed.
+// false if stop came or the reader is closed. (Only ReadInto may meet a reader closed
+// meanwhile: it checks under the reader's lock.)
 func (n *notices) wait(d time.Duration, stop <-chan struct{}) bool {
 	var rec ringbuf.Record
 	n.rd.SetDeadline(time.Now().Add(d))
 	err := n.rd.ReadInto(&rec)
-	for err == nil && n.rd.AvailableBytes() > 0 {
-		err = n.rd.ReadInto(&rec)
+	if err == nil {
+		n.rd.SetDeadline(time.Now()) // those that came meanwhile, without waiting
+		for err == nil {
+			err = n.rd.ReadInto(&rec)
+		}
 	}
 	return !errors.Is(err, ringbuf.ErrClosed) && !stopped(stop)
 }
