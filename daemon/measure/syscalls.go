@@ -233,14 +233,14 @@ func (s *syscallsSource) interval(r *Read, now time.Time, att syscount.Attached,
 	// has bound them; what slurmstepd's child did in the job's cgroup on other CPUs
 	// before that is Slurm's set-up, not the job's.
 	for k, name := range s.names {
-		smp.Job[name] = s.onJobCPUs(smp, cur, k, k, name, u)
+		smp.Job[name] = s.onJobCPUs(smp, cur, k, name, u)
 		if u.share > 1-perfcg.DefaultLowCoverage {
 			smp.LowCoverage = append(smp.LowCoverage, name+"@sampled")
 		}
 	}
 	if s.filesWhy == "" {
 		for j, m := range fileMetrics {
-			smp.Job[m.name] = s.onJobCPUs(smp, cur, m.slot, len(s.names)+j, "", u)
+			smp.Job[m.name] = s.onJobCPUs(smp, cur, len(s.names)+j, "", u)
 		}
 	}
 	s.prev, s.cur = cur, s.prev
@@ -285,8 +285,9 @@ func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall 
 	sampled := make([]float64, len(names))
 	var calls float64 // in the windows, of every kind counted
 	for k := range names {
-		sampled[k] = s.sampledOnJobCPUs(smp, cur, s.slot(k))
-		if slot := s.slot(k); k < len(s.names) || slot == syscount.FileReadCalls || slot == syscount.FileWriteCalls {
+		slot := s.slot(k)
+		sampled[k] = s.sampledOnJobCPUs(smp, cur, slot)
+		if slot != syscount.FileReadBytes && slot != syscount.FileWriteBytes {
 			calls += sampled[k]
 		}
 	}
@@ -334,10 +335,11 @@ func (s *syscallsSource) sampledOnJobCPUs(smp *sample.Sample, cur []syscount.Cou
 	return sum
 }
 
-// onJobCPUs sums slot's calls since the last read over the job's CPUs: those counted and
-// those estimated for the time not counted (u; k is slot's place in allNames); with a
-// name, each CPU's value is kept in the sample too.
-func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Counts, slot, k int, name string, u unseenBy) float64 {
+// onJobCPUs sums allNames' k-th since the last read over the job's CPUs: the calls counted
+// and those estimated for the time not counted (u); with a name, each CPU's value is kept
+// in the sample too.
+func (s *syscallsSource) onJobCPUs(smp *sample.Sample, cur []syscount.Counts, k int, name string, u unseenBy) float64 {
+	slot := s.slot(k)
 	var sum float64
 	for i := range smp.CPU {
 		cpu := smp.CPU[i].CPU
