@@ -351,8 +351,30 @@ func TestShareFor(t *testing.T) {
 			t.Errorf("%s: shareFor(%g, %v) = %g, want %g", tc.name, tc.load, tc.credit, got, tc.want)
 		}
 	}
-	if s.Burst != 20*time.Millisecond {
-		t.Errorf("default burst at a 0.5 %% budget = %v, want 20ms", s.Burst)
+	if s.Burst != 5*time.Millisecond {
+		t.Errorf("default burst at a 0.5 %% budget = %v, want 5ms", s.Burst)
+	}
+}
+
+// TestBusyCheck: a busy node is looked at when its credit would run out, so that the
+// credit bounds what the calls cost before the windows.
+func TestBusyCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		load   float64
+		credit time.Duration
+		want   time.Duration
+	}{
+		{"within budget", 0.004, 5 * time.Millisecond, checkQuiet},
+		{"credit spent", 0.15, 0, checkBusy},
+		{"credit in debt", 0.15, -time.Millisecond, checkBusy},
+		{"storm: the credit runs out first", 0.155, 5 * time.Millisecond, 33333333},
+		{"load just over budget: checkBusy first", 0.006, 5 * time.Millisecond, checkBusy},
+		{"little credit left: checkMin", 0.505, 100 * time.Microsecond, checkMin},
+	} {
+		if got := busyCheck(tc.load, tc.credit, 0.005); got != tc.want {
+			t.Errorf("%s: busyCheck(%g, %v) = %v, want %v", tc.name, tc.load, tc.credit, got, tc.want)
+		}
 	}
 }
 
