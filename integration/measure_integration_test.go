@@ -302,10 +302,16 @@ func TestRunMeasures(t *testing.T) {
 	if err := os.Chmod(dir, 0o1777); err != nil {
 		t.Fatal(err)
 	}
+	// Every system call is counted, as in TestSlurmMeasures: the workloads run side by
+	// side, and their calls and the machine's may spend the burst credit.
+	conf := filepath.Join(dir, "every-call.conf")
+	if err := os.WriteFile(conf, []byte("SyscallBudget=0%\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range workloads() {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
-			res, code, _ := persystRun(t, nil, append([]string{"--interval", "1s", "--"}, w.argv(load, dir)...)...)
+			res, code, _ := persystRun(t, nil, append([]string{"--interval", "1s", "--config", conf, "--"}, w.argv(load, dir)...)...)
 			if code != 0 || res.ExitStatus != 0 {
 				t.Fatalf("exit %d (result %d), want 0", code, res.ExitStatus)
 			}
