@@ -183,12 +183,20 @@ func TestOwnQuotaIsNoInterference(t *testing.T) {
 		t.Fatalf("digest %+v: want one with the interference analysed", d)
 	}
 	logPhases(t, d)
-	if d.Interference.LostSeconds != 0 || len(d.Interference.Causes) != 0 {
-		t.Errorf("interference %+v: want none", *d.Interference)
+	// The throttled intervals (half the speed of the rest) are none of the interference;
+	// an unthrottled one may lose a little to the machine (persyst run's own start, a
+	// busy CI node), below what the digest states.
+	in := d.Interference
+	if in.Share >= digest.InterferenceShown || in.LostSeconds >= 0.5 {
+		t.Errorf("interference %+v: want under %v of the time and 0.5 s", *in, digest.InterferenceShown)
 	}
 	throttled := 0.0
 	for _, s := range res.Samples {
 		throttled += s.Job[sample.CPUThrottledSecs]
+		if w := in.Worst; w != nil && s.Job[sample.CPUThrottledSecs] > 0.1 &&
+			s.Time.After(w.From) && s.Time.Add(-time.Duration(s.Seconds*float64(time.Second))).Before(w.To) {
+			t.Errorf("interference %+v: its worst stretch %v–%v holds an interval the quota throttled (%s)", *in, w.From, w.To, s.Time)
+		}
 	}
 	defer func() {
 		if t.Failed() {
