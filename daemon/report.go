@@ -222,7 +222,7 @@ func lastCPUShare(samples []sample.Sample, ncpus int) float64 {
 	}
 	last := samples[len(samples)-1].Time
 	span := 5 * time.Minute
-	if total := last.Sub(samples[0].Time.Add(-time.Duration(samples[0].Seconds * float64(time.Second)))); total < 4*span {
+	if total := last.Sub(samples[0].From()); total < 4*span {
 		span = max(total/4, time.Second)
 	}
 	var busy, secs float64

@@ -100,7 +100,7 @@ func FromSamples(in SamplesInput) View {
 			if s.Seconds <= 0 {
 				continue
 			}
-			from := s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))
+			from := s.From()
 			if v.Start.IsZero() || from.Before(v.Start) {
 				v.Start = from
 			}
@@ -291,7 +291,7 @@ func Lanes(engine *properties.Engine, r digest.Report, nodes []NodeSamples) []La
 					held[i] = true
 				}
 			}
-			from := s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))
+			from := s.From()
 			for i := range held {
 				lanes[i].Spans = append(lanes[i].Spans, Span{from, s.Time})
 			}

@@ -194,7 +194,7 @@ func TestOwnQuotaIsNoInterference(t *testing.T) {
 	for _, s := range res.Samples {
 		throttled += s.Job[sample.CPUThrottledSecs]
 		if w := in.Worst; w != nil && s.Job[sample.CPUThrottledSecs] > 0.1 &&
-			s.Time.After(w.From) && s.Time.Add(-time.Duration(s.Seconds*float64(time.Second))).Before(w.To) {
+			s.Time.After(w.From) && s.From().Before(w.To) {
 			t.Errorf("interference %+v: its worst stretch %v–%v holds an interval the quota throttled (%s)", *in, w.From, w.To, s.Time)
 		}
 	}

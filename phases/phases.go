@@ -143,7 +143,7 @@ func points(samples []sample.Sample, o Options) []point {
 	pts := make([]point, len(judged))
 	prevMem := -1.0
 	for i, s := range judged {
-		pts[i] = point{s: s, to: s.Time, from: s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))}
+		pts[i] = point{s: s, to: s.Time, from: s.From()}
 		pts[i].x = features(s, o.NCPUs, peak, prevMem)
 		prevMem = memOf(s)
 	}

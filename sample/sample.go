@@ -60,6 +60,11 @@ type Sample struct {
 	LowCoverage []string `json:"low_coverage,omitempty"`
 }
 
+// From is when the sample's interval began: Seconds before Time.
+func (s Sample) From() time.Time {
+	return s.Time.Add(-time.Duration(s.Seconds * float64(time.Second)))
+}
+
 // Rate returns a counter's increase per second over the sample's interval.
 func (s Sample) Rate(name string) (float64, bool) {
 	v, ok := s.Job[name]
