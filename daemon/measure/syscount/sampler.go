@@ -35,6 +35,13 @@ type Sampling struct {
 	Burst time.Duration
 }
 
+// While the cost of a call is not known (the calibration at the first Watch drowned in
+// noise), a storm would be counted whole until the probe at the end of the Period (a
+// second of 20 % more time for the storm): the first earlyProbes probes are taken as
+// soon as a CPU has made noticeEvery calls (or checkBusy's worth), and the detach for
+// them is the only cost to the job.
+const earlyProbes = 3
+
 // While the program is attached for whole periods, the calls are looked at every
 // checkBusy once they cost more than the budget, or sooner where the credit would run out
 // before (at the rate of the last look, but not sooner than checkMin): a look after the
@@ -232,9 +239,16 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		step, wait := left, sleep
 		if share == 1 {
 			step = min(left, p.check)
-			// Without a cost a notice says nothing: the probe at the Period's end
-			// comes first.
-			if p.check == checkQuiet && c.notices != nil && known {
+			switch {
+			case !known && c.cm.ring.n < earlyProbes:
+				// Without a cost the load cannot be judged: a CPU's noticeEvery calls
+				// (or checkBusy's worth where the kernel has no ring buffers) end the
+				// stretch for a probe at once, not at the Period's end.
+				step = min(left, checkBusy)
+				if c.notices != nil {
+					step, wait = left, c.notices.wait
+				}
+			case p.check == checkQuiet && c.notices != nil && known:
 				step, wait = quietWait, c.notices.wait
 			}
 		}
@@ -245,6 +259,10 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		if stopped(stop) {
 			c.mu.Unlock()
 			return false
+		}
+		if share == 1 && c.cm.cost == 0 && c.cm.ring.n < earlyProbes && c.nodeCalls()-a0 >= noticeEvery {
+			c.mu.Unlock()
+			return true // detached probes
 		}
 		dt := max(c.now().Sub(t0), time.Millisecond)
 		left -= dt

@@ -154,17 +154,24 @@ func runIn(t *testing.T, dir string, n int) {
 // runChild runs this test binary in cgroup dir with env added.
 func runChild(t *testing.T, dir string, env ...string) {
 	t.Helper()
+	cmd := childIn(t, dir, env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+}
+
+// childIn is this test binary with env added, to be started in cgroup dir.
+func childIn(t *testing.T, dir string, env ...string) *exec.Cmd {
+	t.Helper()
 	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	t.Cleanup(func() { unix.Close(fd) })
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v: %s", err, out)
-	}
+	return cmd
 }
 
 func TestCountsPerCgroup(t *testing.T) {
@@ -617,6 +624,33 @@ func TestCostProbedWhenUnknown(t *testing.T) {
 	if _, a1 := c.AttachedTime(); a1.Total() <= a0.Total() {
 		t.Errorf("attached time did not grow across the probe: %v then %v", a0, a1)
 	}
+}
+
+// TestStormProbedAtOnceWhenCostUnknown: where the cost is not known, a storm is not
+// counted whole until the probe at the end of a long Period (the storm would pay its
+// cost throughout): the sampler probes as soon as the calls come, and turns to windows.
+func TestStormProbedAtOnceWhenCostUnknown(t *testing.T) {
+	c, _, leaf := sampledCounter(t, Sampling{Period: 10 * time.Second, Budget: 1e-12, MinShare: 0.25})
+	c.mu.Lock()
+	c.cm.cost, c.cm.ring = 0, costs{} // as if the calibration drowned in noise
+	c.mu.Unlock()
+	storm := childIn(t, leaf, childEnv+"=2000000") // about 2 s here
+	done := make(chan struct{})
+	start := time.Now()
+	if err := storm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { storm.Wait(); close(done) }()
+	defer func() { <-done }()
+	for c.Cost() <= 0 || c.Share() == 1 {
+		select {
+		case <-done:
+			t.Fatalf("a storm of %v ran with the cost unknown (%v) or counted whole (share %g) throughout, with a Period of 10 s",
+				time.Since(start), c.Cost(), c.Share())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	t.Logf("cost %v known and share %g %v after the storm began", c.Cost(), c.Share(), time.Since(start))
 }
 
 // TestProbeKey: the sampler's own calls are timed as counted ones, looked up under this
