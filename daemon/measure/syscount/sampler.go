@@ -43,10 +43,12 @@ type Sampling struct {
 const earlyProbes = 3
 
 // While the program is attached for whole periods, the calls are looked at every
-// checkBusy once they cost more than the budget, or sooner where the credit would run out
-// before (at the rate of the last look, but not sooner than checkMin): a look after the
-// credit is spent would let the calls cost up to checkBusy of their load more (7 ms of a
-// storm's 50 ms at 15 %, more than the whole credit); before, each time a CPU has made
+// checkBusy once they cost more than the budget and the credit is spent; while credit is
+// left, when it would run out at the rate of the last look, but not later than
+// checkCredit nor sooner than checkMin: a storm's first look (at its first notice) sees
+// it ramping up, and a look after the credit is spent lets the calls cost up to that
+// much of their load more (a look 50 ms later let a storm of 27 % spend 13.5 ms of a 5
+// ms credit); before, each time a CPU has made
 // noticeEvery calls (a ring buffer record from the program, which wakes the sampler),
 // and at least every quietWait; where the kernel has no ring buffers, every checkQuiet.
 // A quiet node's sampler so sleeps: its daemon's own calls, a few hundred a second,
@@ -57,6 +59,7 @@ const (
 	checkQuiet  = 250 * time.Millisecond
 	checkBusy   = 50 * time.Millisecond
 	checkMin    = 2 * time.Millisecond
+	checkCredit = 10 * time.Millisecond
 	quietWait   = 10 * time.Second
 	noticeEvery = 4096
 )
@@ -207,8 +210,8 @@ func (c *Counter) sample(stop, done chan struct{}) {
 }
 
 // busyCheck is how soon to look again at calls costing load of one CPU's time, with
-// credit left of the burst: checkQuiet while within budget, else checkBusy, or when the
-// credit would run out at that load if sooner (checkMin at least).
+// credit left of the burst: checkQuiet while within budget, checkBusy once the credit is
+// spent, else when it would run out at that load (between checkMin and checkCredit).
 func busyCheck(load float64, credit time.Duration, budget float64) time.Duration {
 	if load <= budget {
 		return checkQuiet
@@ -217,7 +220,7 @@ func busyCheck(load float64, credit time.Duration, budget float64) time.Duration
 		return checkBusy
 	}
 	until := time.Duration(float64(credit) / (load - budget))
-	return min(max(until, checkMin), checkBusy)
+	return min(max(until, checkMin), checkCredit)
 }
 
 // pace is what the sampler carries from one look to the next: the credit left and how

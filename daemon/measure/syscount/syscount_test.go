@@ -376,8 +376,10 @@ func TestBusyCheck(t *testing.T) {
 		{"within budget", 0.004, 5 * time.Millisecond, checkQuiet},
 		{"credit spent", 0.15, 0, checkBusy},
 		{"credit in debt", 0.15, -time.Millisecond, checkBusy},
-		{"storm: the credit runs out first", 0.155, 5 * time.Millisecond, 33333333},
-		{"load just over budget: checkBusy first", 0.006, 5 * time.Millisecond, checkBusy},
+		{"storm: the credit runs out first", 0.505, 5 * time.Millisecond, 10 * time.Millisecond},
+		{"credit runs out in 5 ms", 0.505, 2500 * time.Microsecond, 5 * time.Millisecond},
+		{"storm ramping up: checkCredit first", 0.155, 5 * time.Millisecond, checkCredit},
+		{"load just over budget: checkCredit first", 0.006, 5 * time.Millisecond, checkCredit},
 		{"little credit left: checkMin", 0.505, 100 * time.Microsecond, checkMin},
 	} {
 		if got := busyCheck(tc.load, tc.credit, 0.005); got != tc.want {
