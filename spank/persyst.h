@@ -103,6 +103,11 @@ enum {
 	PERSYST_TIMEDOUT = -2 /* like FAILED: the deadline passed */
 };
 
+/* persyst_mark_unreachable writes note into the daemon-unreachable marker at path and
+ * returns 1 if this process is the first to mark it (no marker, or a stale or empty one,
+ * under the marker's lock), 0 if another process marked it or is marking it now. */
+int persyst_mark_unreachable(const char *path, const char *note);
+
 /* persyst_deliver sends one request line without waiting for the reply: it returns once
  * the line is in the socket's buffer (end events: any wait would delay Slurm). */
 int persyst_deliver(const char *socket, const char *msg, size_t len, int64_t timeout_ns,

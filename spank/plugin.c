@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -307,6 +308,34 @@ static const char *kind_label(int kind)
 	return "job_end";
 }
 
+/* persyst_mark_unreachable writes note into the marker and says whether this process is
+ * the first to find the daemon unreachable. Processes that fail at the same moment (the
+ * prolog and a slurmstepd start together) each saw no marker before they tried; under
+ * the marker's lock only one finds it empty or stale, and only that one logs. A lock
+ * held by another process means that one is marking (and logs if first); a marker that
+ * cannot be opened or locked says "first": a failure logged twice beats one not logged.
+ * O_NOFOLLOW: never follow a link planted in place of the marker. */
+int persyst_mark_unreachable(const char *marker, const char *note)
+{
+	struct stat st;
+	int fd, first = 1;
+
+	fd = open(marker, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return 1;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		first = errno != EWOULDBLOCK;
+		close(fd);
+		return first;
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && time(NULL) - st.st_mtime < MARKER_TTL)
+		first = 0;
+	if (ftruncate(fd, 0) == 0)
+		dprintf(fd, "%s\n", note);
+	close(fd); /* and the lock with it */
+	return first;
+}
+
 /* job_step names a job or step the way Slurm's logs do: "job 7" or "step 7.batch". */
 static const char *job_step(const struct persyst_event *ev, char *buf, size_t n)
 {
@@ -383,19 +412,13 @@ static void send_event(int kind, struct persyst_event *ev)
 		return;
 	}
 	if (rc != PERSYST_SENT) {
-		if (!known && !daemon_failed)
+		char note[sizeof(why) + 64];
+
+		snprintf(note, sizeof(note), "%ld job %u %s: %s", (long)time(NULL), ev->job_id, kind_label(kind), why);
+		if (persyst_mark_unreachable(marker, note) && !known && !daemon_failed)
 			log_error("%s: %s event not recorded: %s (the job is not affected; until the daemon answers again, events wait at most %d ms and are not logged)",
 				  name, kind_label(kind), why, (int)(FAST_TIMEOUT_NS / 1000000));
 		daemon_failed = 1;
-		{
-			/* O_NOFOLLOW: never follow a link planted in place of the marker. */
-			int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-
-			if (fd >= 0) {
-				dprintf(fd, "%ld job %u %s: %s\n", (long)time(NULL), ev->job_id, kind_label(kind), why);
-				close(fd);
-			}
-		}
 		return;
 	}
 	/* Only an answer proves the daemon is back; a delivered request may sit unread. */

@@ -77,6 +77,15 @@ func parseArgs(args []string) (options.Config, []string) {
 	}, msgs
 }
 
+// markUnreachable runs the C marker of an unreachable daemon: whether this caller is the
+// first to mark it.
+func markUnreachable(path, note string) bool {
+	cp, cn := C.CString(path), C.CString(note)
+	defer C.free(unsafe.Pointer(cp))
+	defer C.free(unsafe.Pointer(cn))
+	return C.persyst_mark_unreachable(cp, cn) == 1
+}
+
 // parseValue runs the C --persyst parser: 1 on, 0 off, -1 invalid.
 func parseValue(v string) int {
 	cv := C.CString(v)

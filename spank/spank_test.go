@@ -3,15 +3,19 @@ package spank
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/spank/options"
@@ -509,4 +513,67 @@ func daemonSpelling(line string) bool {
 		}
 	}
 	return true
+}
+
+// TestMarkUnreachableOnce: of the processes that find the daemon unreachable at the same
+// moment (the prolog and a slurmstepd), one logs it: the first to mark it, under the
+// marker's lock; a stale marker is a new failure, and a link planted in its place is
+// never followed.
+func TestMarkUnreachableOnce(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "persyst.sock.unreachable")
+	var wg sync.WaitGroup
+	var firsts atomic.Int32
+	for i := range 16 {
+		wg.Go(func() {
+			if markUnreachable(marker, fmt.Sprintf("event %d", i)) {
+				firsts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := firsts.Load(); n != 1 {
+		t.Errorf("%d of 16 callers at once were first to mark the daemon unreachable, want 1", n)
+	}
+	if b, err := os.ReadFile(marker); err != nil || !strings.HasPrefix(string(b), "event ") {
+		t.Errorf("marker holds %q (%v), want an event's note", b, err)
+	}
+	if markUnreachable(marker, "later") {
+		t.Error("a fresh marker: first again")
+	}
+	old := time.Now().Add(-11 * time.Minute)
+	if err := os.Chtimes(marker, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !markUnreachable(marker, "after ten minutes") {
+		t.Error("a stale marker: not first")
+	}
+	// Another process marking now (holding the lock) is the one to log.
+	f, err := os.Open(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(marker, old, old)
+	if markUnreachable(marker, "while locked") {
+		t.Error("marker locked by another: first")
+	}
+	f.Close()
+	// A link in the marker's place is not followed; the failure is logged all the same.
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "linked.unreachable")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if !markUnreachable(link, "through a link") {
+		t.Error("a link in the marker's place: not first (the failure would not be logged)")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
 }
