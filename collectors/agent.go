@@ -151,7 +151,7 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 	}
 	go c.Run(ctx)
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst collector ready")
-	sdnotify.Serving(ctx, o.Log)
+	defer sdnotify.Serving(ctx, o.Log)()
 	return Serve(ctx, a.ln, c, a.serverOpt...)
 }
 
@@ -183,7 +183,7 @@ func RunSync(ctx context.Context, o AgentOptions, collectors string) error {
 		return err
 	}
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst sync agent ready")
-	sdnotify.Serving(ctx, o.Log)
+	defer sdnotify.Serving(ctx, o.Log)()
 	return Serve(ctx, a.ln, s, a.serverOpt...)
 }
 
@@ -250,7 +250,7 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 		}()
 	}
 	o.Log.Info().Int("nodes", len(where.nodes)).Int("collectors", len(where.collectors)).Msg("persyst frontend running")
-	sdnotify.Serving(ctx, o.Log)
+	defer sdnotify.Serving(ctx, o.Log)()
 	return f.Run(ctx, o.Cycle)
 }
 

@@ -666,7 +666,9 @@ func Serve(ctx context.Context, ln net.Listener, c pb.CollectorServer, opts ...g
 	pb.RegisterCollectorServer(srv, c)
 	stop := context.AfterFunc(ctx, srv.GracefulStop)
 	defer stop()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	// A listener closed as the service stops (its owner's deferred close may come before
+	// GracefulStop) is a stop, not an error.
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
 		return fmt.Errorf("collector service: %w", err)
 	}
 	return nil

@@ -5,6 +5,7 @@ package sdnotify
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
@@ -42,13 +43,18 @@ func Watchdog(ctx context.Context, log zerolog.Logger) {
 	}
 }
 
-// Serving runs Ready, then Watchdog until ctx is done, and Stopping at the end: for a
-// service whose listeners are bound.
-func Serving(ctx context.Context, log zerolog.Logger) {
+// Serving runs Ready, then Watchdog until ctx is done, and Stopping when it is: for a
+// service whose listeners are bound. The function it returns sends Stopping if that has
+// not been sent yet; the service defers it, since its process may exit before the
+// goroutine that watches ctx runs (systemd, and a test, would then never hear it).
+func Serving(ctx context.Context, log zerolog.Logger) (stopping func()) {
 	Ready(log)
+	var once sync.Once
+	stop := func() { once.Do(Stopping) }
 	go func() {
 		Watchdog(ctx, log) // returns at once when the unit asks for no watchdog
 		<-ctx.Done()
-		Stopping()
+		stop()
 	}()
+	return stop
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,5 +35,37 @@ func TestServingWithoutWatchdog(t *testing.T) {
 		if err != nil || string(buf[:n]) != want {
 			t.Fatalf("got %q (%v), want %s", buf[:n], err, want)
 		}
+	}
+}
+
+// TestStoppingBeforeExit: the function Serving returns sends STOPPING=1 at once, before
+// the service's process could exit, and only once whoever comes first (it or the end of
+// ctx).
+func TestStoppingBeforeExit(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	stopping := Serving(ctx, zerolog.Nop())
+	stopping() // as the service returns, ctx not yet done
+	cancel()
+	stopping()
+	buf := make([]byte, 64)
+	var got []string
+	for {
+		ln.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := ln.Read(buf)
+		if err != nil {
+			break
+		}
+		got = append(got, string(buf[:n]))
+	}
+	if want := []string{"READY=1", "STOPPING=1"}; !slices.Equal(got, want) {
+		t.Errorf("notifications %q, want %q", got, want)
 	}
 }

@@ -78,7 +78,7 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 	web.Serve(ctx, ln, h, log)
 	log.Info().Str("listen", o.listen).Str("address", ln.Addr().String()).Str("db", o.db).Msg("persyst web ready")
 	fmt.Fprintf(io.err, "persyst web: serving on %s\n", ln.Addr())
-	sdnotify.Serving(ctx, log)
+	defer sdnotify.Serving(ctx, log)()
 	<-ctx.Done()
 	return nil
 }
