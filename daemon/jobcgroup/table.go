@@ -125,8 +125,15 @@ type SlurmMounts struct {
 	mounts []Mount
 }
 
-// LayoutMaxAge is the longest SlurmMounts answers from its last look.
-const LayoutMaxAge = 10 * time.Second
+// LayoutMaxAge is the longest SlurmMounts answers from its last look; LayoutNoneMaxAge
+// where that look found Slurm's layout on no hierarchy (a node before its first job, on
+// which slurmd makes it): a job on a node whose slurmd does not load the plugin is
+// reported unannounced within a cycle and the grace time of its start, which a layout
+// seen up to 10 s late would delay by as much.
+const (
+	LayoutMaxAge     = 10 * time.Second
+	LayoutNoneMaxAge = time.Second
+)
 
 // NewSlurmMounts returns the hierarchies of table under h where node's Slurm layout is.
 func NewSlurmMounts(table *MountTable, h hostfs.FS, node string) *SlurmMounts {
@@ -150,7 +157,11 @@ func (s *SlurmMounts) Mounts() ([]Mount, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.table.now()
-	if s.mounts == nil || !read.Equal(s.read) || now.Sub(s.looked) >= LayoutMaxAge || now.Before(s.looked) {
+	maxAge := LayoutMaxAge
+	if len(s.mounts) == 0 {
+		maxAge = LayoutNoneMaxAge
+	}
+	if s.mounts == nil || !read.Equal(s.read) || now.Sub(s.looked) >= maxAge || now.Before(s.looked) {
 		s.mounts = WithSlurm(s.h, all, s.node)
 		if s.mounts == nil {
 			s.mounts = []Mount{}

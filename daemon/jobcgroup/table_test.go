@@ -95,6 +95,8 @@ func TestSlurmMountsFollowsTheLayout(t *testing.T) {
 	if has() {
 		t.Fatal("a hierarchy without Slurm's layout counted")
 	}
+	ms, _ := sm.Mounts()
+	none := len(ms) == 0 // no hierarchy of this machine has node's layout
 	layout := filepath.Join(dir, "slurm_"+node)
 	if err := os.Mkdir(layout, 0o755); err != nil {
 		t.Fatal(err)
@@ -102,6 +104,21 @@ func TestSlurmMountsFollowsTheLayout(t *testing.T) {
 	defer os.Remove(layout)
 	if has() {
 		t.Error("the layout seen at once: looked for at every call")
+	}
+	if none {
+		// Before the node's first layout it is looked for every LayoutNoneMaxAge.
+		now = now.Add(LayoutNoneMaxAge)
+		if !has() {
+			t.Errorf("the first layout at %s not seen %v after it was made", layout, LayoutNoneMaxAge)
+		}
+		os.Remove(layout)
+		now = now.Add(LayoutNoneMaxAge)
+		if !has() {
+			t.Error("the layout's removal seen after LayoutNoneMaxAge: looked for again while it had one")
+		}
+		if err := os.Mkdir(layout, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	now = now.Add(LayoutMaxAge)
 	if !has() {
