@@ -280,8 +280,16 @@ func testOwnQuota(t *testing.T) {
 	if throttled < 2 {
 		t.Errorf("job %d: throttled %.1f s in all: the quota did not bite", id, throttled)
 	}
-	if in := r.Interference; in == nil || in.LostSeconds != 0 || strings.Contains(text, "lost to") {
-		t.Errorf("job %d: interference %+v: want analysed, none lost; its output:\n%s", id, in, text)
+	// The throttled intervals are none of the interference; an unthrottled one may lose a
+	// little to the emulated machine (0.27 s of 24 s once), below what the digest states.
+	in := r.Interference
+	if in == nil || in.Share >= digest.InterferenceShown || in.LostSeconds >= 0.5 || strings.Contains(text, "lost to") {
+		t.Fatalf("job %d: interference %+v: want analysed, under %v of the time and 0.5 s, not stated; its output:\n%s", id, in, digest.InterferenceShown, text)
+	}
+	for _, s := range samples {
+		if w := in.Worst; w != nil && s.Job[sample.CPUThrottledSecs] > 0.1 && s.Time.After(w.From) && s.From().Before(w.To) {
+			t.Errorf("job %d: interference %+v: its worst stretch %v–%v holds an interval the quota throttled (%s)", id, in, w.From, w.To, s.Time)
+		}
 	}
 }
 
