@@ -14,14 +14,7 @@ import (
 // TestServingWithoutWatchdog: a unit without WatchdogSec still hears READY=1 and, when the
 // service stops, STOPPING=1.
 func TestServingWithoutWatchdog(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
-	t.Setenv("WATCHDOG_USEC", "")
+	ln := notifySocket(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	Serving(ctx, zerolog.Nop())
@@ -42,14 +35,7 @@ func TestServingWithoutWatchdog(t *testing.T) {
 // the service's process could exit, and only once whoever comes first (it or the end of
 // ctx).
 func TestStoppingBeforeExit(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
-	t.Setenv("WATCHDOG_USEC", "")
+	ln := notifySocket(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopping := Serving(ctx, zerolog.Nop())
 	stopping() // as the service returns, ctx not yet done
@@ -68,4 +54,19 @@ func TestStoppingBeforeExit(t *testing.T) {
 	if want := []string{"READY=1", "STOPPING=1"}; !slices.Equal(got, want) {
 		t.Errorf("notifications %q, want %q", got, want)
 	}
+}
+
+// notifySocket is a socket systemd would listen on, named in NOTIFY_SOCKET, without a
+// watchdog.
+func notifySocket(t *testing.T) *net.UnixConn {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "")
+	return ln
 }
