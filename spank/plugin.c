@@ -291,11 +291,17 @@ static void marker_path(char *buf, size_t n)
 	snprintf(buf, n, "%s.unreachable", cfg.socket);
 }
 
+/* marked says whether a marker's stat is of one written within MARKER_TTL. */
+static int marked(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && time(NULL) - st->st_mtime < MARKER_TTL;
+}
+
 static int marker_fresh(const char *path)
 {
 	struct stat st;
 
-	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && time(NULL) - st.st_mtime < MARKER_TTL;
+	return lstat(path, &st) == 0 && marked(&st);
 }
 
 static const char *kind_label(int kind)
@@ -328,7 +334,7 @@ int persyst_mark_unreachable(const char *marker, const char *note)
 		close(fd);
 		return first;
 	}
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && time(NULL) - st.st_mtime < MARKER_TTL)
+	if (fstat(fd, &st) == 0 && st.st_size > 0 && marked(&st))
 		first = 0;
 	if (ftruncate(fd, 0) == 0)
 		dprintf(fd, "%s\n", note);

@@ -43,6 +43,10 @@ func (m *costMeter) calibrate(lv []uint32, link func() error) error {
 	return nil
 }
 
+// wantsEarlyProbe says whether the cost is unknown and fewer than earlyProbes probes
+// were taken: a storm is then probed as soon as it comes.
+func (m *costMeter) wantsEarlyProbe() bool { return m.cost == 0 && m.ring.n < earlyProbes }
+
 // probe times probeCalls on both sides of detaching p (which it leaves detached); the
 // cost is the median of the last costSamples probes (the sampler shares its CPU with
 // the storms it samples).

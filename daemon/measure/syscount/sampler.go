@@ -243,7 +243,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		if share == 1 {
 			step = min(left, p.check)
 			switch {
-			case !known && c.cm.ring.n < earlyProbes:
+			case c.cm.wantsEarlyProbe():
 				// Without a cost the load cannot be judged: a CPU's noticeEvery calls
 				// (or checkBusy's worth where the kernel has no ring buffers) end the
 				// stretch for a probe at once, not at the Period's end.
@@ -263,7 +263,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 			c.mu.Unlock()
 			return false
 		}
-		if share == 1 && c.cm.cost == 0 && c.cm.ring.n < earlyProbes && c.nodeCalls()-a0 >= noticeEvery {
+		if share == 1 && c.cm.wantsEarlyProbe() && c.nodeCalls()-a0 >= noticeEvery {
 			c.mu.Unlock()
 			return true // detached probes
 		}
