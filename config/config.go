@@ -47,10 +47,10 @@ type Config struct {
 	// Cycle is the measurement period (CycleSeconds, 1 to 3600 s; default 60 s). Every
 	// node reads at Unix times that are multiples of it.
 	Cycle time.Duration
-	// SyscallBudget, above 0, bounds the extra time the raw tracepoint that counts system
-	// calls where the kernel refuses fentry programs may cost the node's programs, all
-	// together, as a share of one CPU, beyond a burst, by counting in samples
-	// (SyscallBudget=0.5%, the default: 0.005). 0: every call, whatever it costs.
+	// SyscallBudget, above 0, bounds the extra time counting system calls (eBPF fentry
+	// programs, or the raw tracepoint where the kernel refuses those) may cost the node's
+	// programs, all together, as a share of one CPU, beyond a burst, by counting in
+	// samples (SyscallBudget=0.5%, the default: 0.005). 0: every call, whatever it costs.
 	SyscallBudget float64
 	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
 	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
@@ -138,8 +138,8 @@ func Defaults() Config {
 		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
 }
 
-// DefaultSyscallBudget is SyscallBudget's default: counting a program's system calls on
-// the raw tracepoint slows it by at most 0.5 % beyond a burst (docs/performance.md).
+// DefaultSyscallBudget is SyscallBudget's default: counting a program's system calls
+// slows it by at most 0.5 % beyond a burst (docs/performance.md).
 const DefaultSyscallBudget = 0.005
 
 type field struct {

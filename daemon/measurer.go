@@ -41,8 +41,8 @@ type MeasureConfig struct {
 	Uplink Uplink
 	// Enable turns metric sources on or off by name (measure.Sources).
 	Enable map[string]bool
-	// SyscallBudget lets counting system calls on the raw tracepoint sample beyond this
-	// share of one CPU (0: every call; persyst.conf's SyscallBudget).
+	// SyscallBudget lets counting system calls sample beyond this share of one CPU (0:
+	// every call; persyst.conf's SyscallBudget).
 	SyscallBudget float64
 	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "nvml" or "" (NVML's
 	// index) or "minor" (the device's minor number; persyst.conf's GPUIndex).

@@ -31,8 +31,9 @@ type EnvOptions struct {
 	// cgroups lie on: their system calls are then counted with eBPF where the kernel
 	// allows it (Env.Syscalls).
 	SyscallMount string
-	// SyscallBudget is the share of one CPU the raw tracepoint's extra time may take
-	// before it counts in samples (0: every call; persyst.conf's SyscallBudget).
+	// SyscallBudget is the share of one CPU the extra time of counting system calls may
+	// take before they are counted in samples (0: every call; persyst.conf's
+	// SyscallBudget).
 	SyscallBudget float64
 	// SyscallLinger keeps the eBPF programs attached that long after the last measured
 	// job ended (the daemon: SyscallLinger; `persyst run`, which measures one command: 0).

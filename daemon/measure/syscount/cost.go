@@ -10,9 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// costMeter measures what one system call costs more while the raw tracepoint is
-// attached (the kernel's slow path and the program), which the sampler's budget and the
-// scaling of sampled counts need: this process's own calls timed attached and detached.
+// costMeter measures what one system call costs more while the programs count (the raw
+// tracepoint: the kernel's slow path and the program; fentry: the program beyond its
+// closed gate), which the sampler's budget and the scaling of sampled counts need: this
+// process's own calls (openat and close, counted either way) timed counting and not.
 // Its user (Counter) holds its lock around it.
 type costMeter struct {
 	counts *ebpf.Map // the Counter's: the key this process's calls look up is watched while they are timed
@@ -25,8 +26,8 @@ type costMeter struct {
 	cost time.Duration
 }
 
-// calibrate attaches the programs (link) and measures the cost on both sides of that,
-// at the first Watch: costCalls calls timed (the best of calibrateRounds) right before
+// calibrate makes the programs count (link: attaches them, or opens gated ones' gate)
+// and measures the cost on both sides of that, at the first Watch: costCalls calls timed (the best of calibrateRounds) right before
 // and, counted, right after; both sides see the same CPU speed, and noise (which only
 // adds time) drops out. Attaching and detaching once more only to measure would cost the
 // job an RCU grace period each (12 ms here). Where the difference is not positive the
@@ -47,12 +48,12 @@ func (m *costMeter) calibrate(lv []uint32, link func() error) error {
 // were taken: a storm is then probed as soon as it comes.
 func (m *costMeter) wantsEarlyProbe() bool { return m.cost == 0 && m.ring.n < earlyProbes }
 
-// probe times probeCalls on both sides of detaching p (which it leaves detached); the
+// probe times probeCalls on both sides of pausing p (which it leaves paused); the
 // cost is the median of the last costSamples probes (the sampler shares its CPU with
 // the storms it samples).
 func (m *costMeter) probe(p *programs, lv []uint32) {
 	on := m.timeCounted(lv, probeCalls, 3)
-	p.unlink()
+	p.pause()
 	m.ring.add((on - timeCalls(probeCalls, 3)) / probeCalls)
 	m.cost = m.ring.median()
 }

@@ -34,7 +34,7 @@ func (l *loader) attachFiles(spec *btf.Spec) error {
 		slot int
 	}{{"vfs_read", FileReadCalls}, {"vfs_write", FileWriteCalls}} {
 		// ctx: file, buf, count, pos, then the return value (fexit).
-		insns := asm.Instructions{
+		insns := append(l.fentryHead(true, "go"),
 			asm.LoadMem(asm.R8, asm.R1, 32, asm.DWord),
 			asm.JSLT.Imm(asm.R8, 0, "exit"),
 			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
@@ -44,7 +44,7 @@ func (l *loader) attachFiles(spec *btf.Spec) error {
 			asm.And.Imm(asm.R2, unix.S_IFMT),
 			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
 			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
-		}
+		)
 		insns = append(insns, l.tail(true, "")...)
 		if err := l.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
 			for _, p := range l.progs.progs[n:] {

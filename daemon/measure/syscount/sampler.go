@@ -10,14 +10,17 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
-// Sampling bounds what the raw tracepoint costs the programs of the node. Attached, it
-// sends every system call of the node through the kernel's slow path and the program
-// (tens to hundreds of ns each), counted or not, whoever makes it: a program making
-// system calls without pause is slowed by that cost times its call rate. Budget is the
+// Sampling bounds what counting costs the programs of the node. The raw tracepoint,
+// attached, sends every system call of the node through the kernel's slow path and the
+// program (tens to hundreds of ns each), counted or not, whoever makes it; fentry
+// programs cost each call of the functions they are on (openat, close, futex, and
+// vfs_read and vfs_write: every read and write on a file) their run: a program making
+// such calls without pause is slowed by that cost times its call rate. Budget is the
 // most that extra time may be, all calls of the node together, as a share of one CPU's
 // time (persyst.conf's SyscallBudget), so that no program, measured or not, is slowed by
-// more: while the node's calls would cost more, the program is attached only for a
-// share of each Period (a power of two, at least MinShare), counting into
+// more: while the node's calls would cost more, the programs count only for a share of
+// each Period (a power of two, at least MinShare): the raw tracepoint is attached only
+// then, fentry programs' gate is open only then (programs), counting into
 // Counts.Sampled, whose calls stand for the time not attached too (Unseen, AttachedTime,
 // Cost); a job's counts are then an estimate, and say so. The calls counted while
 // attached for whole periods (Counts.Whole) are every call of their time and are never
@@ -25,7 +28,8 @@ import (
 // the time), so that bursts (10,000 opens take a few ms) are counted in full: the
 // estimate is good for a steady storm, and poor for a burst that falls partly between
 // samples. (The calls of one CPU would not do as the measure: a program's threads move
-// between CPUs.) fentry programs cost only the calls they count and are never sampled.
+// between CPUs.) Closed, fentry programs' gate leaves each call the trampoline's cost
+// (calling the program, which returns at once), which no budget bounds.
 type Sampling struct {
 	Period   time.Duration // default 1 s
 	Budget   float64       // share of one CPU's time; 0: no sampling
@@ -195,8 +199,8 @@ func (c *Counter) sample(stop, done chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
-		if !c.progs.linked() {
-			if err := c.progs.link(); err != nil {
+		if !c.progs.counting() {
+			if err := c.progs.resume(); err != nil {
 				c.mu.Unlock()
 				return // counted no longer: the reads' AttachedTime stops growing
 			}
@@ -364,8 +368,9 @@ func (c *Counter) Share() float64 {
 	return c.share
 }
 
-// Cost is what one system call costs more while the raw tracepoint is attached (0 in
-// fentry mode, before the first Watch, or while not measurable).
+// Cost is what one counted call costs more while the programs count (the raw
+// tracepoint attached, or fentry programs' gate open); 0 without a budget, before the
+// first Watch, or while not measurable.
 func (c *Counter) Cost() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -6,7 +6,9 @@
 // Why: a perf event on any syscalls:sys_enter_* tracepoint switches every thread of the
 // machine to the kernel's slow system call path (the tracepoints are called from it), so
 // that every system call of every process pays, counted or not. An fentry program costs
-// only the calls of the functions it is attached to, and only a map lookup each.
+// only the calls of the functions it is attached to, and only a map lookup each. Either
+// way a budget (Sampling) bounds what counting costs the node: beyond it the calls are
+// counted in sampled windows and the counts scaled.
 //
 // The programs are written with the assembler of github.com/cilium/ebpf (about fifty
 // instructions in all), so building persyst needs no C compiler for BPF. They need the
@@ -225,7 +227,7 @@ func New(o Options) (*Counter, Missing, error) {
 	}
 	// One entry: the programs read it as a value at a fixed address (no helper call).
 	c.window, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: "persyst_window", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1,
+		Name: "persyst_window", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
 	})
 	if err != nil {
 		c.Close()
@@ -300,8 +302,14 @@ func (l *loader) load(o Options) (Missing, error) {
 
 // attachFentry loads a program on each event's system call function. An event whose
 // function is not in the kernel's BTF is missing; a program the kernel refuses fails
-// the whole mode (the kernel or its settings allow no fentry programs).
+// the whole mode (the kernel or its settings allow no fentry programs). With a budget the
+// programs are gated (programs) and count the node's calls in all as the raw tracepoint's
+// do (fentryHead).
 func (l *loader) attachFentry(spec *btf.Spec, events []Event, missing Missing) error {
+	if l.budget > 0 {
+		l.window, l.progs.gated = l.progs.window, true
+		defer func() { l.window = nil }()
+	}
 	for _, ev := range events {
 		fn, err := syscallFunc(spec, ev.Syscall)
 		if err != nil {
@@ -309,21 +317,48 @@ func (l *loader) attachFentry(spec *btf.Spec, events []Event, missing Missing) e
 			continue
 		}
 		slot := len(l.events)
-		insns := append(asm.Instructions{asm.Mov.Imm(asm.R6, int32(8*slot))}, l.tail(false, "")...)
+		insns := append(l.fentryHead(false, "go"), asm.Mov.Imm(asm.R6, int32(8*slot)).WithSymbol("go"))
+		insns = append(insns, l.tail(false, "")...)
 		if err := l.attach(spec, "persyst_"+trim(ev.Syscall), ebpf.AttachTraceFEntry, fn, insns); err != nil {
 			l.progs.close()
+			l.progs.gated = false
 			l.events = nil
 			return fmt.Errorf("program on %s: %w", fn, err)
 		}
 		l.events = append(l.events, ev)
 	}
 	if len(l.events) == 0 {
+		l.progs.gated = false
 		return errors.New("no counted system call has a kernel function to attach to")
 	}
 	l.mode = Fentry
 	l.filesErr = l.attachFiles(spec)
 	l.files = l.filesErr == nil
 	return nil
+}
+
+// fentryHead is a gated fentry or fexit program's start (nothing without a budget): it
+// returns at once while the gate is closed, and counts the call in all (countAll) while
+// it is open. It goes on at label next, with the context in r1 when keepCtx (kept in r7
+// meanwhile).
+func (l *loader) fentryHead(keepCtx bool, next string) asm.Instructions {
+	if !l.progs.gated {
+		return nil
+	}
+	var head asm.Instructions
+	if keepCtx {
+		head = append(head, asm.Mov.Reg(asm.R7, asm.R1))
+	}
+	head = append(head,
+		asm.LoadMapValue(asm.R0, l.progs.window.FD(), windowGate),
+		asm.LoadMem(asm.R0, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R0, 0, "exit"),
+	)
+	head = append(head, l.countAll(next)...)
+	if keepCtx {
+		head = append(head, asm.Mov.Reg(asm.R1, asm.R7).WithSymbol(next))
+	}
+	return head
 }
 
 // Files says whether calls on regular files are counted apart (FileReadCalls...), and
@@ -395,39 +430,46 @@ func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFi
 }
 
 // rawHead is the raw tracepoint program's start: with a budget, every system call is
-// counted in all first (the sampling's measure of what the slow path costs the node), and
-// every noticeEvery calls of a CPU a notice wakes the sampler; without, nothing but the
-// counted calls is looked at. The context is kept in r7; it goes on at "nr".
+// counted in all first (countAll); without, nothing but the counted calls is looked at.
+// The context is kept in r7; it goes on at "nr".
 func (l *loader) rawHead() asm.Instructions {
 	head := asm.Instructions{asm.Mov.Reg(asm.R7, asm.R1)}
 	if l.budget > 0 {
-		head = append(head,
-			asm.StoreImm(asm.RFP, -16, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, l.all.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -16),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "nr"),
-			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-		)
-		if l.notices != nil {
-			// Every noticeEvery calls of a CPU, a record (the 4 bytes at fp-16) wakes the
-			// sampler.
-			head = append(head,
-				asm.And.Imm(asm.R1, noticeEvery-1),
-				asm.JNE.Imm(asm.R1, 0, "nr"),
-				asm.LoadMapPtr(asm.R1, l.notices.FD()),
-				asm.Mov.Reg(asm.R2, asm.RFP),
-				asm.Add.Imm(asm.R2, -16),
-				asm.Mov.Imm(asm.R3, 4),
-				asm.Mov.Imm(asm.R4, 0),
-				asm.FnRingbufOutput.Call(),
-			)
-		}
+		head = append(head, l.countAll("nr")...)
 	}
 	return head
+}
+
+// countAll counts the call in all (the sampling's measure of what counting costs the
+// node), and every noticeEvery calls of a CPU a notice wakes the sampler; it goes on at
+// label next. It uses r0 to r5 and fp-16.
+func (l *loader) countAll(next string) asm.Instructions {
+	insns := asm.Instructions{
+		asm.StoreImm(asm.RFP, -16, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, l.all.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -16),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+	}
+	if l.notices != nil {
+		// Every noticeEvery calls of a CPU, a record (the 4 bytes at fp-16) wakes the
+		// sampler.
+		insns = append(insns,
+			asm.And.Imm(asm.R1, noticeEvery-1),
+			asm.JNE.Imm(asm.R1, 0, next),
+			asm.LoadMapPtr(asm.R1, l.notices.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.Mov.Imm(asm.R3, 4),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnRingbufOutput.Call(),
+		)
+	}
+	return insns
 }
 
 func (l *loader) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
@@ -446,34 +488,58 @@ func (l *loader) attach(spec *btf.Spec, name string, at ebpf.AttachType, to stri
 }
 
 // programs are the loaded programs and, while attached, their links; they keep the
-// time they have been attached in all. Their user (Counter) holds its lock around them.
+// time they have counted in all. Their user (Counter) holds its lock around them.
+//
+// The raw tracepoint counts while attached: the sampler attaches and detaches it (the
+// attached program is what costs, every system call of the node). fentry programs built
+// with a budget (gated) are attached once, and count while their gate is open: they
+// begin by reading it (a word of window's value) and return at once while it is closed,
+// so that the sampler opens and closes it instead (attaching and detaching a trampoline
+// waits for a grace period of the kernel's and rewrites the kernel's code); a call then
+// pays the trampoline alone.
 type programs struct {
 	progs    []*ebpf.Program
 	at       ebpf.AttachType
 	links    []link.Link
 	now      func() time.Time
-	linkedAt time.Time
-	attached Attached // until linkedAt, if attached now
-	// window is where the programs count (Counts.Sampled's offset while sampled, else
-	// 0), and sampled which.
-	window  *ebpf.Map
-	sampled bool
+	linkedAt time.Time // since when counting, if counting now
+	attached Attached  // until linkedAt, if counting now
+	// window holds where the programs count (Counts.Sampled's offset while sampled, else
+	// 0) and, gated, whether they count at all; sampled and open say which.
+	window        *ebpf.Map
+	sampled, open bool
+	gated         bool
 }
 
 // sampledOffset is where Counts.Sampled begins.
 const sampledOffset = uint32(unsafe.Offsetof(Counts{}.Sampled))
 
+// Offsets in window's value: where the programs count, and the gate (gated programs
+// count while it is not 0).
+const (
+	windowOffset = 0
+	windowGate   = 4
+)
+
+// store writes where the programs count and their gate.
+func (p *programs) store(sampled, open bool) error {
+	var v [2]uint32
+	if sampled {
+		v[0] = sampledOffset
+	}
+	if open {
+		v[1] = 1
+	}
+	return p.window.Update(uint32(0), v, ebpf.UpdateAny)
+}
+
 // setSampled makes the programs count into Counts.Sampled (on) or Whole from now, and
-// the time attached from now count as such.
+// the time counted from now count as such.
 func (p *programs) setSampled(on bool) error {
 	if on == p.sampled {
 		return nil
 	}
-	off := uint32(0)
-	if on {
-		off = sampledOffset
-	}
-	if err := p.window.Update(uint32(0), off, ebpf.UpdateAny); err != nil {
+	if err := p.store(on, p.open); err != nil {
 		return fmt.Errorf("syscount: count in windows %v: %w", on, err)
 	}
 	p.addAttached()
@@ -481,9 +547,50 @@ func (p *programs) setSampled(on bool) error {
 	return nil
 }
 
-// addAttached adds the time attached since linkedAt to its kind, and starts anew.
-func (p *programs) addAttached() {
+// counting says whether the programs count now: attached, and gated ones with their gate
+// open.
+func (p *programs) counting() bool { return p.linked() && (!p.gated || p.open) }
+
+// resume makes the programs count: attached (the raw tracepoint), or gated ones' gate
+// opened (attached first where they are not).
+func (p *programs) resume() error {
 	if !p.linked() {
+		if err := p.link(); err != nil {
+			return err
+		}
+	}
+	if !p.gated || p.open {
+		return nil
+	}
+	if err := p.store(p.sampled, true); err != nil {
+		return fmt.Errorf("syscount: open the programs' gate: %w", err)
+	}
+	p.open, p.linkedAt = true, p.now()
+	return nil
+}
+
+// pause stops the programs counting: detached (the raw tracepoint), or gated ones' gate
+// closed (attached, for the trampoline's cost alone). Where the gate cannot be closed they
+// are detached.
+func (p *programs) pause() {
+	if !p.gated {
+		p.unlink()
+		return
+	}
+	p.addAttached()
+	if !p.open {
+		return
+	}
+	if err := p.store(p.sampled, false); err != nil {
+		p.unlink()
+		return
+	}
+	p.open = false
+}
+
+// addAttached adds the time counted since linkedAt to its kind, and starts anew.
+func (p *programs) addAttached() {
+	if !p.counting() {
 		return
 	}
 	now := p.now()
@@ -503,7 +610,8 @@ func (p *programs) add(prog *ebpf.Program, at ebpf.AttachType) {
 // link attaches every program; on failure none stays attached. The programs are
 // attached side by side: attaching or detaching a trampoline waits for a grace period
 // of the kernel's, which concurrent waits share (one after another, eight fentry
-// programs took seconds on an emulated node).
+// programs took seconds on an emulated node). Gated programs are attached with their
+// gate as it is (closed, after unlink): they count once resumed.
 func (p *programs) link() error {
 	links := make([]link.Link, len(p.progs))
 	errs := make([]error, len(p.progs))
@@ -527,9 +635,12 @@ func (p *programs) link() error {
 	return nil
 }
 
-// unlink detaches every program, side by side.
+// unlink detaches every program, side by side; a gated program's gate is closed.
 func (p *programs) unlink() {
 	p.addAttached()
+	if p.gated && p.open && p.store(p.sampled, false) == nil {
+		p.open = false
+	}
 	var wg sync.WaitGroup
 	for _, l := range p.links {
 		wg.Go(func() { l.Close() })
@@ -540,9 +651,9 @@ func (p *programs) unlink() {
 
 func (p *programs) linked() bool { return len(p.links) > 0 }
 
-// attachedTime returns now and the time attached in all up to it.
+// attachedTime returns now and the time counted in all up to it.
 func (p *programs) attachedTime() (now time.Time, d Attached) {
-	if !p.linked() {
+	if !p.counting() {
 		return p.now(), p.attached
 	}
 	p.addAttached()
@@ -688,14 +799,23 @@ func (c *Counter) Watch(id uint64, level int) error {
 			c.lingers.Stop()
 			c.lingers = nil
 		}
-		sampled := c.mode == RawTracepoint && c.sampling.Budget > 0
-		if !c.progs.linked() {
-			link := c.progs.link
-			if sampled && c.cm.cost == 0 {
-				// The cost a call pays attached is first timed on both sides of this attach.
-				link = func() error { return c.cm.calibrate(c.lv, c.progs.link) }
+		// Sampled: the raw tracepoint, or fentry programs gated, with a budget.
+		sampled := c.sampling.Budget > 0 && (c.mode == RawTracepoint || c.progs.gated)
+		if !c.progs.counting() {
+			resume := c.progs.resume
+			if c.progs.gated && !c.progs.linked() {
+				// Attached with the gate closed: the calibration's calls before it opens
+				// pay the trampolines, which no gate saves.
+				if err := c.progs.link(); err != nil {
+					c.counts.Delete(id)
+					return err
+				}
 			}
-			if err := link(); err != nil {
+			if sampled && c.cm.cost == 0 {
+				// The cost a call pays counted is first timed on both sides of this resume.
+				resume = func() error { return c.cm.calibrate(c.lv, c.progs.resume) }
+			}
+			if err := resume(); err != nil {
 				c.counts.Delete(id)
 				return err
 			}
@@ -742,6 +862,9 @@ func (c *Counter) Unwatch(id uint64) error {
 		if c.linger <= 0 || !c.progs.linked() {
 			c.progs.unlink()
 			return nil
+		}
+		if c.progs.gated {
+			c.progs.pause() // lingering, gated programs pay their trampoline alone
 		}
 		var t *time.Timer
 		t = time.AfterFunc(c.linger, func() { c.endLinger(t) })

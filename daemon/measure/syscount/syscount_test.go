@@ -225,56 +225,67 @@ func TestCountsPerCgroup(t *testing.T) {
 	}
 }
 
-// TestFilesApart: reads and writes on a regular file are counted with their bytes, those
-// on a pipe are not, in each mode the kernel allows.
-func TestFilesApart(t *testing.T) {
-	mount, job, leaf := unifiedDir(t)
+// eachMode runs f as a subtest, named by the mode, on a Counter made with o in each way
+// of counting this kernel allows: fentry where its programs load (the virtual node's
+// kernels: scripts/vm.sh runs these tests there), and the raw tracepoint.
+func eachMode(t *testing.T, o Options, f func(t *testing.T, c *Counter)) {
+	t.Helper()
 	tried := map[Mode]bool{}
 	for _, noFentry := range []bool{false, true} {
-		c, _, err := New(Options{Events: testEvents, NoFentry: noFentry})
+		o.NoFentry = noFentry
+		c, _, err := New(o)
 		if err != nil {
 			testenv.Unavailable(t, "BPF counting not available: "+err.Error())
 		}
-		if tried[c.Mode()] { // no fentry here: the first was the raw tracepoint too
+		if tried[c.Mode()] { // fentry refused: the first was the raw tracepoint too
 			c.Close()
 			continue
 		}
 		tried[c.Mode()] = true
 		t.Run(string(c.Mode()), func(t *testing.T) {
 			defer c.Close()
-			if ok, err := c.Files(); !ok {
-				t.Fatalf("%s: files not told apart: %v", c.Mode(), err)
-			}
-			id, level := cgroupOf(t, mount, job)
-			if err := c.Watch(id, level); err != nil {
-				t.Fatal(err)
-			}
-			const n = 3000
-			runChild(t, leaf, ioEnv+"="+strconv.Itoa(n))
-			sum := readSum(t, c, id)
-			t.Logf("%s: file reads %d calls %d bytes, writes %d calls %d bytes", c.Mode(),
-				sum[FileReadCalls], sum[FileReadBytes], sum[FileWriteCalls], sum[FileWriteBytes])
-			// The child's runtime reads a few files of its own as it starts; the pipe's
-			// n writes and n reads would double the counts.
-			for _, x := range []struct {
-				name        string
-				slot        int
-				least, most uint64
-			}{
-				{"file write calls", FileWriteCalls, n, n + 50},
-				{"file write bytes", FileWriteBytes, n * ioRecord, n*ioRecord + 50*4096},
-				{"file read calls", FileReadCalls, n, n + 50},
-				{"file read bytes", FileReadBytes, n * ioRecord, n*ioRecord + 50*4096},
-			} {
-				if got := sum[x.slot]; got < x.least || got > x.most {
-					t.Errorf("%s: %s = %d, want %d to %d", c.Mode(), x.name, got, x.least, x.most)
-				}
-			}
-			if err := c.Unwatch(id); err != nil {
-				t.Fatal(err)
-			}
+			f(t, c)
 		})
 	}
+}
+
+// TestFilesApart: reads and writes on a regular file are counted with their bytes, those
+// on a pipe are not, in each mode the kernel allows.
+func TestFilesApart(t *testing.T) {
+	mount, job, leaf := unifiedDir(t)
+	eachMode(t, Options{Events: testEvents}, func(t *testing.T, c *Counter) {
+		if ok, err := c.Files(); !ok {
+			t.Fatalf("%s: files not told apart: %v", c.Mode(), err)
+		}
+		id, level := cgroupOf(t, mount, job)
+		if err := c.Watch(id, level); err != nil {
+			t.Fatal(err)
+		}
+		const n = 3000
+		runChild(t, leaf, ioEnv+"="+strconv.Itoa(n))
+		sum := readSum(t, c, id)
+		t.Logf("%s: file reads %d calls %d bytes, writes %d calls %d bytes", c.Mode(),
+			sum[FileReadCalls], sum[FileReadBytes], sum[FileWriteCalls], sum[FileWriteBytes])
+		// The child's runtime reads a few files of its own as it starts; the pipe's
+		// n writes and n reads would double the counts.
+		for _, x := range []struct {
+			name        string
+			slot        int
+			least, most uint64
+		}{
+			{"file write calls", FileWriteCalls, n, n + 50},
+			{"file write bytes", FileWriteBytes, n * ioRecord, n*ioRecord + 50*4096},
+			{"file read calls", FileReadCalls, n, n + 50},
+			{"file read bytes", FileReadBytes, n * ioRecord, n*ioRecord + 50*4096},
+		} {
+			if got := sum[x.slot]; got < x.least || got > x.most {
+				t.Errorf("%s: %s = %d, want %d to %d", c.Mode(), x.name, got, x.least, x.most)
+			}
+		}
+		if err := c.Unwatch(id); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestLinger: with a linger the programs stay attached after the last cgroup is
@@ -410,58 +421,90 @@ func TestUntilWindow(t *testing.T) {
 // test's end, watching a fresh cgroup (id) whose child leaf the test runs calls in.
 func sampledCounter(t *testing.T, s Sampling) (c *Counter, id uint64, leaf string) {
 	t.Helper()
-	mount, job, leaf := unifiedDir(t)
+	testenv.Root(t, "loads BPF programs")
 	c, _, err := New(Options{Events: testEvents, NoFentry: true, Sampling: s})
 	if err != nil {
 		testenv.Unavailable(t, "BPF counting not available: "+err.Error())
 	}
 	t.Cleanup(func() { c.Close() })
+	id, leaf = watchFresh(t, c)
+	return c, id, leaf
+}
+
+// watchFresh has c watch a fresh cgroup (id) whose child leaf the test runs calls in.
+func watchFresh(t *testing.T, c *Counter) (id uint64, leaf string) {
+	t.Helper()
+	mount, job, leaf := unifiedDir(t)
 	id, level := cgroupOf(t, mount, job)
 	if err := c.Watch(id, level); err != nil {
 		t.Fatal(err)
 	}
-	return c, id, leaf
+	return id, leaf
 }
 
-// TestSampledEstimate: the raw tracepoint forced to sample (a budget nothing fits in)
-// counts a steady storm in a share of the time, and the counts scaled by the attached
-// time estimate the calls made.
+// TestSampledEstimate: counting forced to sample (a budget nothing fits in) counts a
+// steady storm in a share of the time, and the counts scaled by the time counted
+// estimate the calls made. Between the windows the raw tracepoint is detached; fentry
+// programs stay attached with their gate closed (programs).
 func TestSampledEstimate(t *testing.T) {
-	c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25})
-	knownCost(t, c, 5*time.Second)
-	t0, a0 := c.AttachedTime()
-	u0 := usage(t, leaf)
-	const n = 1200000 // about 1 s here
-	runIn(t, leaf, n)
-	t1, a1 := c.AttachedTime()
-	if share := c.Share(); share != 0.25 {
-		t.Errorf("share while sampling = %g, want 0.25", share)
-	}
-	vals, err := c.Read(id, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wall, d := t1.Sub(t0), a1.Sub(a0)
-	if d.Total() >= wall*9/10 || d.Sampled < MinSampled {
-		t.Fatalf("attached %+v of %v: not sampled", d, wall)
-	}
-	var whole, sampled, calls float64
-	for _, v := range vals {
-		whole += float64(v.Whole[0])
-		sampled += float64(v.Sampled[0])
-		calls += float64(v.Sampled[0] + v.Sampled[1]) // openat and close: the storm's calls
-	}
-	busy := (usage(t, leaf) - u0).Seconds() * d.Sampled.Seconds() / wall.Seconds()
-	share, per, ok := Unseen(wall, d, calls, busy, c.Cost())
-	if !ok {
-		t.Fatalf("Unseen(%v, %+v) found no windows to estimate from", wall, d)
-	}
-	est := whole + sampled*(1+per)
-	t.Logf("attached %+v of %v, openat %.0f counted whole and %.0f in windows, cost %v a call, %.2f not attached, each sampled call for %.2f more: estimate %.0f of %d",
-		d, wall, whole, sampled, c.Cost(), share, per, est, n)
-	if est < 0.8*n || est > 1.2*n {
-		t.Errorf("estimate %.0f openat calls, want %d ± 20 %%", est, n)
-	}
+	testenv.Root(t, "loads BPF programs")
+	eachMode(t, Options{Events: testEvents, Sampling: Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25}},
+		func(t *testing.T, c *Counter) {
+			id, leaf := watchFresh(t, c)
+			knownCost(t, c, 5*time.Second)
+			t0, a0 := c.AttachedTime()
+			u0 := usage(t, leaf)
+			// What the programs were between the windows, looked at every millisecond.
+			var detached, paused bool
+			stop, looked := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(looked)
+				for !stopped(stop) {
+					c.mu.Lock()
+					detached = detached || !c.progs.linked()
+					paused = paused || !c.progs.counting()
+					c.mu.Unlock()
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			const n = 1200000 // about 1 s here
+			runIn(t, leaf, n)
+			close(stop)
+			<-looked
+			t1, a1 := c.AttachedTime()
+			if share := c.Share(); share != 0.25 {
+				t.Errorf("share while sampling = %g, want 0.25", share)
+			}
+			if gated := c.Mode() == Fentry; !paused || detached == gated {
+				t.Errorf("%s: between windows detached %v, not counting %v; want not counting, and detached %v",
+					c.Mode(), detached, paused, !gated)
+			}
+			vals, err := c.Read(id, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wall, d := t1.Sub(t0), a1.Sub(a0)
+			if d.Total() >= wall*9/10 || d.Sampled < MinSampled {
+				t.Fatalf("attached %+v of %v: not sampled", d, wall)
+			}
+			var whole, sampled, calls float64
+			for _, v := range vals {
+				whole += float64(v.Whole[0])
+				sampled += float64(v.Sampled[0])
+				calls += float64(v.Sampled[0] + v.Sampled[1]) // openat and close: the storm's calls
+			}
+			busy := (usage(t, leaf) - u0).Seconds() * d.Sampled.Seconds() / wall.Seconds()
+			share, per, ok := Unseen(wall, d, calls, busy, c.Cost())
+			if !ok {
+				t.Fatalf("Unseen(%v, %+v) found no windows to estimate from", wall, d)
+			}
+			est := whole + sampled*(1+per)
+			t.Logf("attached %+v of %v, openat %.0f counted whole and %.0f in windows, cost %v a call, %.2f not attached, each sampled call for %.2f more: estimate %.0f of %d",
+				d, wall, whole, sampled, c.Cost(), share, per, est, n)
+			if est < 0.8*n || est > 1.2*n {
+				t.Errorf("estimate %.0f openat calls, want %d ± 20 %%", est, n)
+			}
+		})
 }
 
 // TestBurstCountedWhole: calls made before the sampler turns to windows are every call
@@ -542,7 +585,7 @@ func TestFirstWindowAtOnce(t *testing.T) {
 	linked := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.progs.linked()
+		return c.progs.counting()
 	}
 	for deadline := time.Now().Add(2 * time.Second); linked(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -616,7 +659,7 @@ func TestCostProbedWhenUnknown(t *testing.T) {
 	linked := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.progs.linked()
+		return c.progs.counting()
 	}
 	for deadline := time.Now().Add(time.Second); !linked(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
