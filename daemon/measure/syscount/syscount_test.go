@@ -21,11 +21,15 @@ import (
 const (
 	childEnv = "PERSYST_SYSCOUNT_CHILD" // the number of openat+close pairs to make
 	ioEnv    = "PERSYST_SYSCOUNT_IO"    // the number of file and pipe writes and reads
+	stormEnv = "PERSYST_SYSCOUNT_STORM" // how long to make openat+close pairs
 )
 
 func TestMain(m *testing.M) {
 	if n := os.Getenv(childEnv); n != "" {
 		os.Exit(child(n))
+	}
+	if d := os.Getenv(stormEnv); d != "" {
+		os.Exit(storm(d))
 	}
 	if n := os.Getenv(ioEnv); n != "" {
 		os.Exit(childIO(n))
@@ -80,6 +84,27 @@ func child(arg string) int {
 		}
 		unix.Close(fd)
 	}
+	return 0
+}
+
+// storm makes openat+close pairs for the duration arg and prints how many.
+func storm(arg string) int {
+	d, err := time.ParseDuration(arg)
+	if err != nil {
+		return 2
+	}
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for range 100 {
+			fd, err := unix.Openat(unix.AT_FDCWD, "/dev/null", unix.O_RDONLY, 0)
+			if err != nil {
+				return 3
+			}
+			unix.Close(fd)
+		}
+		n += 100
+	}
+	fmt.Println(n)
 	return 0
 }
 
@@ -158,6 +183,22 @@ func runChild(t *testing.T, dir string, env ...string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v: %s", err, out)
 	}
+}
+
+// stormIn runs this test binary making openat+close pairs for d in cgroup dir, and
+// returns how many it made: a storm as long on an emulated node as here.
+func stormIn(t *testing.T, dir string, d time.Duration) int {
+	t.Helper()
+	cmd := childIn(t, dir, stormEnv+"="+d.String())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("storm: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("storm: %v", err)
+	}
+	return n
 }
 
 // childIn is this test binary with env added, to be started in cgroup dir.
@@ -467,8 +508,7 @@ func TestSampledEstimate(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			const n = 1200000 // about 1 s here
-			runIn(t, leaf, n)
+			n := stormIn(t, leaf, 2*time.Second)
 			close(stop)
 			<-looked
 			t1, a1 := c.AttachedTime()
@@ -501,7 +541,7 @@ func TestSampledEstimate(t *testing.T) {
 			est := whole + sampled*(1+per)
 			t.Logf("attached %+v of %v, openat %.0f counted whole and %.0f in windows, cost %v a call, %.2f not attached, each sampled call for %.2f more: estimate %.0f of %d",
 				d, wall, whole, sampled, c.Cost(), share, per, est, n)
-			if est < 0.8*n || est > 1.2*n {
+			if est < 0.8*float64(n) || est > 1.2*float64(n) {
 				t.Errorf("estimate %.0f openat calls, want %d ± 20 %%", est, n)
 			}
 		})
