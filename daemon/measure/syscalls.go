@@ -124,6 +124,11 @@ type syscallsSource struct {
 	at            time.Time
 	att           syscount.Attached
 	wall, counted time.Duration
+	// split is the job's CPU time by how its calls were counted, at the last read, where
+	// the counter splits it (hasSplit): the calls not counted are then estimated by the
+	// job's CPU time, not the wall clock's (syscount.CPUSplit).
+	split    syscount.CPUSplit
+	hasSplit bool
 	// rates are the calls per CPU-second of the job, in the order of allNames, in the
 	// last interval with sampled windows (the time between them estimated from them, as
 	// is that of an interval without a window).
@@ -172,7 +177,13 @@ func (s *syscallsSource) watch(env *Env, spec *Spec) error {
 	if s.id, err = syscount.CgroupID(spec.PerfCgroup); err != nil {
 		return err
 	}
-	return s.c.Watch(s.id, level)
+	if err := s.c.Watch(s.id, level); err != nil {
+		return err
+	}
+	if err := s.c.Usage(s.id, spec.PerfCgroup); err != nil {
+		env.Log.Debug().Err(err).Str("job", spec.Name).Msg("calls not counted estimated by the wall clock")
+	}
+	return nil
 }
 
 func (s *syscallsSource) CPUMetrics() ([]string, bool) { return s.names, s.c != nil }
@@ -192,6 +203,7 @@ func (s *syscallsSource) Read(r *Read) error {
 		return nil
 	}
 	now, att := s.c.AttachedTime()
+	split, hasSplit := s.c.CPUTime(s.id)
 	cur, err := s.c.Read(s.id, s.cur)
 	if err != nil {
 		for _, n := range s.names {
@@ -199,20 +211,38 @@ func (s *syscallsSource) Read(r *Read) error {
 		}
 		return fmt.Errorf("%s: %w", r.Spec.Name, err)
 	}
-	s.interval(r, now, att, cur, s.c.Cost())
+	s.interval(r, reading{now: now, att: att, split: split, hasSplit: hasSplit, counts: cur}, s.c.Cost())
 	return nil
 }
 
-// interval puts the job's calls since the last read into r's sample, from the counts cur
-// read at now, when the programs had been attached for att in all and a call cost cost
-// more attached.
-func (s *syscallsSource) interval(r *Read, now time.Time, att syscount.Attached, cur []syscount.Counts, cost time.Duration) {
+// reading is what one read takes from the counter: at now, the time the programs had
+// counted in all, the job's CPU time split by how its calls were counted (if hasSplit),
+// and its counts.
+type reading struct {
+	now      time.Time
+	att      syscount.Attached
+	split    syscount.CPUSplit
+	hasSplit bool
+	counts   []syscount.Counts
+}
+
+// interval puts the job's calls since the last read into r's sample, from reading rd,
+// where a call cost cost more counted.
+func (s *syscallsSource) interval(r *Read, rd reading, cost time.Duration) {
+	now, att, cur := rd.now, rd.att, rd.counts
 	if !s.have {
 		s.prev, s.cur, s.have, s.at, s.att = cur, make([]syscount.Counts, len(cur)), true, now, att
+		s.split, s.hasSplit = rd.split, rd.hasSplit
 		return
 	}
 	wall, d := now.Sub(s.at), att.Sub(s.att)
 	s.at, s.att = now, att
+	var split *syscount.CPUSplit
+	if rd.hasSplit && s.hasSplit {
+		dc := rd.split.Sub(s.split)
+		split = &dc
+	}
+	s.split, s.hasSplit = rd.split, rd.hasSplit
 	s.wall, s.counted = s.wall+wall, s.counted+min(d.Total(), wall)
 	smp := r.Sample
 	if smp.CPU == nil {
@@ -221,7 +251,7 @@ func (s *syscallsSource) interval(r *Read, now time.Time, att syscount.Attached,
 			smp.CPU[i] = sample.CPUValues{CPU: cpu, Values: make(map[string]float64, len(s.names))}
 		}
 	}
-	u, ok := s.unseen(smp, cur, wall, d, cost)
+	u, ok := s.unseen(smp, cur, wall, d, split, cost)
 	if !ok {
 		for _, n := range s.allNames() {
 			r.NotMeasured(n, "not measured in this interval: system calls were counted in samples (SyscallBudget), none in it")
@@ -273,8 +303,9 @@ type unseenBy struct {
 // CPU-second of the job they come to are kept for an interval without one (one shorter
 // than the sampler's period, at the job's start or end). Calls counted whole (a burst at
 // the job's start, before the sampler turned to windows) are never scaled: only the
-// windows are a sample.
-func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall time.Duration, d syscount.Attached, cost time.Duration) (unseenBy, bool) {
+// windows are a sample. Where the job's CPU time is split by how its calls were counted
+// (split), the calls not counted are estimated by it (unseenByCPU).
+func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall time.Duration, d syscount.Attached, split *syscount.CPUSplit, cost time.Duration) (unseenBy, bool) {
 	var busy float64 // the job's CPU seconds in the interval
 	for _, cv := range smp.CPU {
 		if cv.CPU >= 0 && cv.CPU < len(cur) {
@@ -297,6 +328,8 @@ func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall 
 	switch {
 	case share == 0:
 		return u, true
+	case split != nil:
+		return s.unseenByCPU(sampled, calls, busy, d, *split, cost)
 	case ok:
 		s.rates = s.rates[:0]
 		if busy > 0 {
@@ -312,6 +345,34 @@ func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall 
 	}
 	// No windows to estimate the rest from: the calls counted are what is known, a
 	// lower bound, flagged as low coverage; with nothing counted, nothing is known.
+	return u, d.Total() >= syscount.MinSampled
+}
+
+// unseenByCPU estimates the calls of the job's CPU time that was not counted (split.Off)
+// from its windows' calls per CPU-second (syscount.UnseenCPU), else from the last
+// windows' rate; where the job spent (almost) no CPU time uncounted there is nothing to
+// estimate. sampled are the windows' counts by allNames, calls those of every kind, busy
+// the job's CPU seconds; the share not counted is the CPU time's.
+func (s *syscallsSource) unseenByCPU(sampled []float64, calls, busy float64, d syscount.Attached, split syscount.CPUSplit, cost time.Duration) (unseenBy, bool) {
+	if split.Off <= syscount.NoneOff {
+		return unseenBy{}, true
+	}
+	u := unseenBy{share: 1}
+	if busy > 0 {
+		u.share = min(split.Off.Seconds()/busy, 1)
+	}
+	if per, ok := syscount.UnseenCPU(split, calls, cost); ok {
+		u.perSampled = per
+		s.rates = s.rates[:0]
+		for k := range sampled {
+			s.rates = append(s.rates, sampled[k]*per/split.Off.Seconds())
+		}
+		return u, true
+	}
+	if len(s.rates) == len(sampled) && busy > 0 {
+		u.rates = s.rates
+		return u, true
+	}
 	return u, d.Total() >= syscount.MinSampled
 }
 

@@ -80,7 +80,7 @@ func TestSyscallsInterval(t *testing.T) {
 					smp.CPU = append(smp.CPU, sample.CPUValues{CPU: cpu, Values: map[string]float64{"task-clock": b * 1e9}})
 				}
 				r = &Read{Sample: &smp, Spec: &Spec{Name: "job"}, notes: map[string]string{}}
-				s.interval(r, now, att, slices.Clone(cur), tc.cost)
+				s.interval(r, reading{now: now, att: att, counts: slices.Clone(cur)}, tc.cost)
 			}
 			read(interval{}) // the first read: where the counts start
 			for _, iv := range tc.intervals {

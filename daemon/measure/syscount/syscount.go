@@ -131,8 +131,9 @@ type Counter struct {
 	watched int
 	closed  bool
 	linger  time.Duration
-	lingers *time.Timer // detaches the programs once the linger is over
-	zeros   []Counts    // a cgroup's first counts
+	lingers *time.Timer           // detaches the programs once the linger is over
+	zeros   []Counts              // a cgroup's first counts
+	usages  map[uint64]*cgroupCPU // the watched cgroups' CPU time split (Usage)
 }
 
 // Options configure New.
@@ -199,7 +200,7 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
-		calls: make([]uint64, ncpu), zeros: make([]Counts, ncpu)}
+		calls: make([]uint64, ncpu), zeros: make([]Counts, ncpu), usages: map[uint64]*cgroupCPU{}}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Counts{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -241,6 +242,7 @@ func New(o Options) (*Counter, Missing, error) {
 		return nil, missing, err
 	}
 	c.events, c.mode, c.files, c.filesErr, c.steps, c.progs = l.events, l.mode, l.files, l.filesErr, l.steps, l.progs
+	c.progs.turn = c.turn
 	return c, missing, nil
 }
 
@@ -509,6 +511,8 @@ type programs struct {
 	window        *ebpf.Map
 	sampled, open bool
 	gated         bool
+	// turn, if set, is called before the way the programs count changes (Counter.turn).
+	turn func()
 }
 
 // sampledOffset is where Counts.Sampled begins.
@@ -539,12 +543,20 @@ func (p *programs) setSampled(on bool) error {
 	if on == p.sampled {
 		return nil
 	}
+	p.turned()
 	if err := p.store(on, p.open); err != nil {
 		return fmt.Errorf("syscount: count in windows %v: %w", on, err)
 	}
 	p.addAttached()
 	p.sampled = on
 	return nil
+}
+
+// turned calls turn, if set.
+func (p *programs) turned() {
+	if p.turn != nil {
+		p.turn()
+	}
 }
 
 // counting says whether the programs count now: attached, and gated ones with their gate
@@ -562,6 +574,7 @@ func (p *programs) resume() error {
 	if !p.gated || p.open {
 		return nil
 	}
+	p.turned()
 	if err := p.store(p.sampled, true); err != nil {
 		return fmt.Errorf("syscount: open the programs' gate: %w", err)
 	}
@@ -581,6 +594,7 @@ func (p *programs) pause() {
 	if !p.open {
 		return
 	}
+	p.turned()
 	if err := p.store(p.sampled, false); err != nil {
 		p.unlink()
 		return
@@ -613,6 +627,7 @@ func (p *programs) add(prog *ebpf.Program, at ebpf.AttachType) {
 // programs took seconds on an emulated node). Gated programs are attached with their
 // gate as it is (closed, after unlink): they count once resumed.
 func (p *programs) link() error {
+	p.turned()
 	links := make([]link.Link, len(p.progs))
 	errs := make([]error, len(p.progs))
 	var wg sync.WaitGroup
@@ -637,6 +652,7 @@ func (p *programs) link() error {
 
 // unlink detaches every program, side by side; a gated program's gate is closed.
 func (p *programs) unlink() {
+	p.turned()
 	p.addAttached()
 	if p.gated && p.open && p.store(p.sampled, false) == nil {
 		p.open = false
@@ -851,6 +867,7 @@ func (c *Counter) Read(id uint64, buf []Counts) ([]Counts, error) {
 func (c *Counter) Unwatch(id uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dropUsage(id)
 	if err := c.counts.Delete(id); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -900,6 +917,9 @@ func (c *Counter) Close() error {
 		c.lingers = nil
 	}
 	c.stopSampler()
+	for id := range c.usages {
+		c.dropUsage(id)
+	}
 	errs := []error{c.progs.close()}
 	c.mu.Unlock()
 	errs = append(errs, c.notices.close())
