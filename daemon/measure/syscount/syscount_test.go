@@ -2,6 +2,7 @@ package syscount
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -768,4 +769,72 @@ func TestProbeKey(t *testing.T) {
 	if _, ok := (&costMeter{}).key(nil); ok {
 		t.Error("no level watched: a key")
 	}
+}
+
+// TestUnseenCPU: the calls of the CPU time not counted, from the windows' calls per
+// CPU-second, less what counting them cost.
+func TestUnseenCPU(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		d       CPUSplit
+		sampled float64
+		cost    time.Duration
+		want    float64
+		ok      bool
+	}{
+		{"a quarter counted", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, 0, 3, true},
+		{"counting cost a tenth of the windows", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, 25 * time.Microsecond, 750.0 / 225, true},
+		{"a cost measured high: at most half", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, ms, 6, true},
+		{"nothing uncounted", CPUSplit{Sampled: 250 * ms}, 1000, 0, 0, true},
+		{"too little CPU time in the windows", CPUSplit{Sampled: MinSampledCPU - 1, Off: time.Second}, 10, 0, 0, false},
+	} {
+		got, ok := UnseenCPU(tc.d, tc.sampled, tc.cost)
+		if ok != tc.ok || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: UnseenCPU(%+v, %g, %v) = %g, %v; want %g, %v", tc.name, tc.d, tc.sampled, tc.cost, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestCPUSplit: a watched cgroup's CPU time is split at the sampler's turns by how its
+// calls were counted: a storm in windows of a quarter of each Period has about a quarter
+// of its CPU time in them, and none is lost between the split's parts and what was
+// counted whole.
+func TestCPUSplit(t *testing.T) {
+	testenv.Root(t, "loads BPF programs")
+	eachMode(t, Options{Events: testEvents, Sampling: Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25}},
+		func(t *testing.T, c *Counter) {
+			id, leaf := watchFresh(t, c)
+			job := filepath.Dir(leaf)
+			if err := c.Usage(id, job); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Usage(id, job); err == nil {
+				t.Error("a second Usage of the same cgroup: no error")
+			}
+			knownCost(t, c, 5*time.Second)
+			s0, ok := c.CPUTime(id)
+			if !ok {
+				t.Fatal("no CPU time split after Usage")
+			}
+			u0 := usage(t, job)
+			stormIn(t, leaf, 2*time.Second)
+			s1, _ := c.CPUTime(id)
+			total := usage(t, job) - u0
+			d := s1.Sub(s0)
+			share := d.Sampled.Seconds() / (d.Sampled + d.Off).Seconds()
+			t.Logf("storm: %v of CPU, %v in windows, %v not counted: %.2f in windows", total, d.Sampled, d.Off, share)
+			if d.Sampled+d.Off > total+time.Millisecond || d.Sampled+d.Off < total/2 {
+				t.Errorf("split %v + %v of the storm's %v of CPU time: want most of it, no more", d.Sampled, d.Off, total)
+			}
+			if share < 0.1 || share > 0.5 {
+				t.Errorf("%.2f of the CPU time in windows of a quarter", share)
+			}
+			if err := c.Unwatch(id); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := c.CPUTime(id); ok {
+				t.Error("CPU time still split after Unwatch")
+			}
+		})
 }
