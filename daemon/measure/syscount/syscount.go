@@ -511,8 +511,9 @@ type programs struct {
 	window        *ebpf.Map
 	sampled, open bool
 	gated         bool
-	// turn, if set, is called before the way the programs count changes (Counter.turn).
-	turn func()
+	// turn, if set, is called where the way the programs count changes, with the way
+	// they counted until then (Counter.turn).
+	turn func(counting, sampled bool)
 }
 
 // sampledOffset is where Counts.Sampled begins.
@@ -543,7 +544,7 @@ func (p *programs) setSampled(on bool) error {
 	if on == p.sampled {
 		return nil
 	}
-	p.turned()
+	p.turned(p.counting(), p.sampled)
 	if err := p.store(on, p.open); err != nil {
 		return fmt.Errorf("syscount: count in windows %v: %w", on, err)
 	}
@@ -553,9 +554,9 @@ func (p *programs) setSampled(on bool) error {
 }
 
 // turned calls turn, if set.
-func (p *programs) turned() {
+func (p *programs) turned(counting, sampled bool) {
 	if p.turn != nil {
-		p.turn()
+		p.turn(counting, sampled)
 	}
 }
 
@@ -574,7 +575,7 @@ func (p *programs) resume() error {
 	if !p.gated || p.open {
 		return nil
 	}
-	p.turned()
+	p.turned(false, p.sampled)
 	if err := p.store(p.sampled, true); err != nil {
 		return fmt.Errorf("syscount: open the programs' gate: %w", err)
 	}
@@ -594,7 +595,7 @@ func (p *programs) pause() {
 	if !p.open {
 		return
 	}
-	p.turned()
+	p.turned(true, p.sampled)
 	if err := p.store(p.sampled, false); err != nil {
 		p.unlink()
 		return
@@ -627,7 +628,7 @@ func (p *programs) add(prog *ebpf.Program, at ebpf.AttachType) {
 // programs took seconds on an emulated node). Gated programs are attached with their
 // gate as it is (closed, after unlink): they count once resumed.
 func (p *programs) link() error {
-	p.turned()
+	was := p.counting()
 	links := make([]link.Link, len(p.progs))
 	errs := make([]error, len(p.progs))
 	var wg sync.WaitGroup
@@ -642,6 +643,9 @@ func (p *programs) link() error {
 			p.links = append(p.links, l)
 		}
 	}
+	// The programs count from here (attaching them took a grace period of the kernel's,
+	// up to tens of ms under emulation), as the time attached does.
+	p.turned(was, p.sampled)
 	p.linkedAt = p.now()
 	if err := errors.Join(errs...); err != nil {
 		p.unlink()
@@ -652,7 +656,7 @@ func (p *programs) link() error {
 
 // unlink detaches every program, side by side; a gated program's gate is closed.
 func (p *programs) unlink() {
-	p.turned()
+	p.turned(p.counting(), p.sampled)
 	p.addAttached()
 	if p.gated && p.open && p.store(p.sampled, false) == nil {
 		p.open = false

@@ -841,3 +841,31 @@ func TestCPUSplit(t *testing.T) {
 			}
 		})
 }
+
+// TestWantsProbe: every pause is probed until the cost is known from costSamples probes,
+// then one in probeEvery.
+func TestWantsProbe(t *testing.T) {
+	var m costMeter
+	for i := range 3 {
+		if !m.wantsProbe() {
+			t.Fatalf("pause %d not probed with the cost unknown", i)
+		}
+	}
+	m.cost = 50 * time.Nanosecond
+	for range costSamples - 1 {
+		m.ring.add(m.cost)
+	}
+	if !m.wantsProbe() {
+		t.Fatalf("pause not probed with %d probes of %d", m.ring.n, costSamples)
+	}
+	m.ring.add(m.cost)
+	probed := 0
+	for range 4 * probeEvery {
+		if m.wantsProbe() {
+			probed++
+		}
+	}
+	if probed != 4 {
+		t.Errorf("%d of %d pauses probed with the cost known, want 4", probed, 4*probeEvery)
+	}
+}

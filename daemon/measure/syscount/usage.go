@@ -113,10 +113,9 @@ func (c *Counter) CPUTime(id uint64) (CPUSplit, bool) {
 	return u.split, true
 }
 
-// turn accounts each split cgroup's CPU time up to now to the way the calls are counted
-// until now (c.mu held): the programs call it before they change that.
-func (c *Counter) turn() {
-	counting, sampled := c.progs.counting(), c.progs.sampled
+// turn accounts each split cgroup's CPU time up to now to the way the calls were counted
+// until now (c.mu held): the programs call it where they change that.
+func (c *Counter) turn(counting, sampled bool) {
 	for _, u := range c.usages {
 		u.account(counting, sampled)
 	}
