@@ -231,6 +231,7 @@ func testSyscallStorm(t *testing.T) {
 	}
 	write(t, "/etc/slurm/persyst.conf", strings.Replace(conf, budgetOff, "", 1))
 	run(t, "systemctl", "restart", unitDaemon) // returns once the daemon said READY
+
 	const n = 100000 // about 8 s under emulation
 	id := sbatch(t, "--wrap", workload+" openclose -file "+home+"/storm.tmp -n "+strconv.Itoa(n))
 	waitDone(t, id)
