@@ -26,10 +26,12 @@ import (
 // attached for whole periods (Counts.Whole) are every call of their time and are never
 // scaled. All calls may first spend Burst of extra time (a credit, earned back at Budget of
 // the time), so that bursts (10,000 opens take a few ms) are counted in full: the
-// estimate is good for a steady storm, and poor for a burst that falls partly between
-// samples. (The calls of one CPU would not do as the measure: a program's threads move
-// between CPUs.) Closed, fentry programs' gate leaves each call the trampoline's cost
-// (calling the program, which returns at once), which no budget bounds.
+// estimate is good for a steady storm, and fair for a burst that falls partly between
+// samples where it is made by the job's CPU time (CPUSplit). (The calls of one CPU would
+// not do as the measure: a program's threads move between CPUs.) Closed, fentry
+// programs' gate leaves each call the trampoline's cost (calling the program, which
+// returns at once), which no budget bounds. Below, "attached" is "counting": the raw
+// tracepoint attached, or fentry programs' gate open.
 type Sampling struct {
 	Period   time.Duration // default 1 s
 	Budget   float64       // share of one CPU's time; 0: no sampling
@@ -150,7 +152,7 @@ func shareFor(load float64, credit time.Duration, s Sampling) float64 {
 	return min(max(share, s.MinShare), 1)
 }
 
-// startSampler starts adapting the share of the raw tracepoint (c.mu held).
+// startSampler starts adapting the share of each period the programs count (c.mu held).
 func (c *Counter) startSampler() {
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go c.sample(c.stop, c.done)
@@ -240,7 +242,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 	s := c.sampling
 	for left := time.Duration(float64(s.Period) * share); left > 0; {
 		c.mu.Lock()
-		a0, t0 := c.nodeCalls(), c.now()
+		a0, t0 := nodeCalls(c.all, c.calls), c.now()
 		known := c.cm.cost > 0
 		c.mu.Unlock()
 		step, wait := left, sleep
@@ -267,13 +269,13 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 			c.mu.Unlock()
 			return false
 		}
-		if share == 1 && c.cm.wantsEarlyProbe() && c.nodeCalls()-a0 >= noticeEvery {
+		if share == 1 && c.cm.wantsEarlyProbe() && nodeCalls(c.all, c.calls)-a0 >= noticeEvery {
 			c.mu.Unlock()
 			return true // detached probes
 		}
 		dt := max(c.now().Sub(t0), time.Millisecond)
 		left -= dt
-		spent := time.Duration(c.nodeCalls()-a0) * c.cm.cost
+		spent := time.Duration(nodeCalls(c.all, c.calls)-a0) * c.cm.cost
 		p.credit = min(max(p.credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 		load := float64(spent) / float64(dt)
 		p.check = busyCheck(load, p.credit, s.Budget)
@@ -337,13 +339,14 @@ func untilWindow(now time.Time, period time.Duration, share float64) time.Durati
 	return start.Sub(now)
 }
 
-// nodeCalls is the node's system calls counted while attached, all CPUs' (c.mu held).
-func (c *Counter) nodeCalls() uint64 {
-	if err := c.all.Lookup(uint32(0), c.calls); err != nil {
+// nodeCalls is the node's system calls counted while attached, all CPUs', from the map
+// all, read into buf (the Counter's; c.mu held).
+func nodeCalls(all *ebpf.Map, buf []uint64) uint64 {
+	if err := all.Lookup(uint32(0), buf); err != nil {
 		return 0
 	}
 	var n uint64
-	for _, v := range c.calls {
+	for _, v := range buf {
 		n += v
 	}
 	return n
@@ -362,7 +365,7 @@ func (c *Counter) AttachedTime() (now time.Time, attached Attached) {
 	return c.progs.attachedTime()
 }
 
-// Share is the share of each period the raw tracepoint is attached now (1: always).
+// Share is the share of each period the programs count now (1: always).
 func (c *Counter) Share() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -131,9 +131,9 @@ type Counter struct {
 	watched int
 	closed  bool
 	linger  time.Duration
-	lingers *time.Timer           // detaches the programs once the linger is over
-	zeros   []Counts              // a cgroup's first counts
-	usages  map[uint64]*cgroupCPU // the watched cgroups' CPU time split (Usage)
+	lingers *time.Timer // detaches the programs once the linger is over
+	zeros   []Counts    // a cgroup's first counts
+	usages  cpuSplits   // the watched cgroups' CPU time split (Usage)
 }
 
 // Options configure New.
@@ -144,7 +144,7 @@ type Options struct {
 	// NoFentry skips the fentry programs and counts on the raw tracepoint (tests, and
 	// the benchmark that compares the two).
 	NoFentry bool
-	// Sampling configures the raw tracepoint's sampling (zero: the defaults).
+	// Sampling configures the sampling within a budget, either mode's (zero: the defaults).
 	Sampling Sampling
 	// Now is the clock (nil: time.Now); its monotonic readings time the sampling.
 	Now func() time.Time
@@ -200,7 +200,7 @@ func New(o Options) (*Counter, Missing, error) {
 		o.Now = time.Now
 	}
 	c := &Counter{ncpu: ncpu, now: o.Now, sampling: o.Sampling.withDefaults(), progs: programs{now: o.Now}, linger: o.Linger,
-		calls: make([]uint64, ncpu), zeros: make([]Counts, ncpu), usages: map[uint64]*cgroupCPU{}}
+		calls: make([]uint64, ncpu), zeros: make([]Counts, ncpu), usages: cpuSplits{}}
 	c.counts, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "persyst_calls", Type: ebpf.PerCPUHash, KeySize: 8,
 		ValueSize: uint32(unsafe.Sizeof(Counts{})), MaxEntries: MaxCgroups, Flags: flagNoPrealloc,
@@ -242,7 +242,7 @@ func New(o Options) (*Counter, Missing, error) {
 		return nil, missing, err
 	}
 	c.events, c.mode, c.files, c.filesErr, c.steps, c.progs = l.events, l.mode, l.files, l.filesErr, l.steps, l.progs
-	c.progs.turn = c.turn
+	c.progs.turn = c.usages.turn
 	return c, missing, nil
 }
 
@@ -758,7 +758,7 @@ func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
 		// In a sampled window, into Counts.Sampled (the branch keeps the offset known to
 		// the verifier).
 		insns = append(insns,
-			asm.LoadMapValue(asm.R1, l.window.FD(), 0),
+			asm.LoadMapValue(asm.R1, l.window.FD(), windowOffset),
 			asm.LoadMem(asm.R1, asm.R1, 0, asm.Word),
 			asm.JEq.Imm(asm.R1, 0, prefix+"add"),
 			asm.Add.Imm(asm.R0, int32(sampledOffset)),
@@ -871,7 +871,7 @@ func (c *Counter) Read(id uint64, buf []Counts) ([]Counts, error) {
 func (c *Counter) Unwatch(id uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dropUsage(id)
+	c.usages.drop(id)
 	if err := c.counts.Delete(id); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -887,22 +887,20 @@ func (c *Counter) Unwatch(id uint64) error {
 		if c.progs.gated {
 			c.progs.pause() // lingering, gated programs pay their trampoline alone
 		}
+		// Detached when the linger is over, unless a cgroup was watched since.
 		var t *time.Timer
-		t = time.AfterFunc(c.linger, func() { c.endLinger(t) })
+		t = time.AfterFunc(c.linger, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.lingers != t || c.watched > 0 || c.closed {
+				return
+			}
+			c.lingers = nil
+			c.progs.unlink()
+		})
 		c.lingers = t
 	}
 	return nil
-}
-
-// endLinger detaches the programs when linger t is over and no cgroup was watched since.
-func (c *Counter) endLinger(t *time.Timer) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.lingers != t || c.watched > 0 || c.closed {
-		return
-	}
-	c.lingers = nil
-	c.progs.unlink()
 }
 
 // Attached says whether the programs are attached now (a cgroup is watched).
@@ -922,7 +920,7 @@ func (c *Counter) Close() error {
 	}
 	c.stopSampler()
 	for id := range c.usages {
-		c.dropUsage(id)
+		c.usages.drop(id)
 	}
 	errs := []error{c.progs.close()}
 	c.mu.Unlock()

@@ -113,19 +113,23 @@ func (c *Counter) CPUTime(id uint64) (CPUSplit, bool) {
 	return u.split, true
 }
 
-// turn accounts each split cgroup's CPU time up to now to the way the calls were counted
-// until now (c.mu held): the programs call it where they change that.
-func (c *Counter) turn(counting, sampled bool) {
-	for _, u := range c.usages {
+// cpuSplits are the watched cgroups' CPU time splits (Counter.Usage) by cgroup id. Their
+// user (Counter) holds its lock around them.
+type cpuSplits map[uint64]*cgroupCPU
+
+// turn accounts each cgroup's CPU time up to now to the way the calls were counted until
+// now: the programs call it where they change that.
+func (s cpuSplits) turn(counting, sampled bool) {
+	for _, u := range s {
 		u.account(counting, sampled)
 	}
 }
 
-// dropUsage ends cgroup id's split (c.mu held).
-func (c *Counter) dropUsage(id uint64) {
-	if u, ok := c.usages[id]; ok {
+// drop ends cgroup id's split.
+func (s cpuSplits) drop(id uint64) {
+	if u, ok := s[id]; ok {
 		u.f.Close()
-		delete(c.usages, id)
+		delete(s, id)
 	}
 }
 
