@@ -785,7 +785,7 @@ func TestUnseenCPU(t *testing.T) {
 	}{
 		{"a quarter counted", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, 0, 3, true},
 		{"counting cost a tenth of the windows", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, 25 * time.Microsecond, 750.0 / 225, true},
-		{"a cost measured high: at most half", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, ms, 6, true},
+		{"a cost measured high: at most a third", CPUSplit{Sampled: 250 * ms, Off: 750 * ms}, 1000, ms, 4.5, true},
 		{"nothing uncounted", CPUSplit{Sampled: 250 * ms}, 1000, 0, 0, true},
 		{"too little CPU time in the windows", CPUSplit{Sampled: MinSampledCPU - 1, Off: time.Second}, 10, 0, 0, false},
 	} {
