@@ -42,16 +42,25 @@ func (u *cgroupCPU) read() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", u.f.Name(), err)
 	}
-	line, _, _ := bytes.Cut(u.buf[:n], []byte("\n"))
-	v, ok := bytes.CutPrefix(line, []byte("usage_usec "))
-	if !ok {
-		return 0, fmt.Errorf("%s: no usage_usec first", u.f.Name())
-	}
-	us, err := strconv.ParseInt(string(v), 10, 64)
+	d, err := parseUsage(u.buf[:n])
 	if err != nil {
-		return 0, fmt.Errorf("%s: usage_usec: %w", u.f.Name(), err)
+		return 0, fmt.Errorf("%s: %w", u.f.Name(), err)
 	}
-	return time.Duration(us) * time.Microsecond, nil
+	return d, nil
+}
+
+// parseUsage is the usage_usec line of a cgroup v2 cpu.stat.
+func parseUsage(b []byte) (time.Duration, error) {
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("usage_usec ")); ok {
+			us, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("usage_usec: %w", err)
+			}
+			return time.Duration(us) * time.Microsecond, nil
+		}
+	}
+	return 0, errors.New("no usage_usec")
 }
 
 // account adds the CPU time since the last reading to the way the calls were counted
