@@ -556,13 +556,16 @@ func TestBurstCountedWhole(t *testing.T) {
 	const n = 3000 // 6,000 calls: about 0.3 ms of the 2 ms credit
 	for try := 1; ; try++ {
 		c, id, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25, Burst: 2 * time.Millisecond})
+		// Where the calibration drowned in noise (a busy machine), the sampler probes
+		// for the cost, detached, as soon as calls come: the burst's calls of a probe's
+		// time would not be counted. It is learnt first, at the Periods' ends.
+		knownCost(t, c, 5*time.Second)
 		t0, a0 := c.AttachedTime()
 		runIn(t, leaf, n)
-		if c.Share() < 1 || c.Cost() <= 0 {
-			// The burst spent the credit (a slow node), or the cost is not known yet and
-			// the sampler cannot sample.
+		if c.Share() < 1 {
+			// The burst spent the credit (a slow node).
 			if try == 3 {
-				t.Fatalf("the sampler turned to windows before %d opens were made, or did not know the cost, 3 times", n)
+				t.Fatalf("the sampler turned to windows before %d opens were made, 3 times", n)
 			}
 			c.Close()
 			continue
