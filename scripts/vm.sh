@@ -94,7 +94,7 @@ echo "${PERSYST_VM_RUN:-^TestNode\$}" >"$r/root/vmnode.run"
 # The system call counter's tests that take each way of counting the kernel allows: the
 # host refuses fentry programs, the node's kernel takes them (PERSYST_VM_SYSCOUNT_RUN,
 # empty: none).
-printf %s "${PERSYST_VM_SYSCOUNT_RUN-^(TestFilesApart|TestSampledEstimate|TestCPUSplit|TestLinger)\$}" >"$r/root/syscount.run"
+printf %s "${PERSYST_VM_SYSCOUNT_RUN-^(TestFilesApart|TestSampledEstimate|TestCPUSplit|TestLinger|TestBetweenWindows)\$}" >"$r/root/syscount.run"
 
 # The node's name resolves to an address of its own (it has no network device: a dummy one).
 echo vmnode >"$r/etc/hostname"

@@ -417,6 +417,72 @@ func TestShareFor(t *testing.T) {
 	}
 }
 
+// TestGateCostly: gated programs are detached between windows where their closed gate
+// would cost the node's calls more than a quarter of the budget.
+func TestGateCostly(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rate   float64 // the node's counted calls a second
+		closed time.Duration
+		budget float64
+		want   bool
+	}{
+		{"a quiet node", 10000, 15 * time.Nanosecond, 0.005, false},
+		{"a storm on hardware", 750000, 15 * time.Nanosecond, 0.005, true},
+		{"a storm at a quarter of the budget", 250000, 5 * time.Nanosecond, 0.005, false},
+		{"just over a quarter", 251000, 5 * time.Nanosecond, 0.005, true},
+		{"emulated trampolines", 20000, 2 * time.Microsecond, 0.005, true},
+		{"closed cost not measurable", 750000, 0, 0.005, false},
+		{"no budget: every call counted", 750000, 15 * time.Nanosecond, 0, false},
+	} {
+		if got := gateCostly(tc.rate, tc.closed, tc.budget); got != tc.want {
+			t.Errorf("%s: gateCostly(%g, %v, %g) = %v, want %v", tc.name, tc.rate, tc.closed, tc.budget, got, tc.want)
+		}
+	}
+}
+
+// TestBetweenWindows: between sampled windows the raw tracepoint is detached, and gated
+// fentry programs too where their closed gate's cost was measurable (with a budget next
+// to none, any cost is too much); else their gate is closed, attached. In each mode the
+// kernel allows.
+func TestBetweenWindows(t *testing.T) {
+	testenv.Root(t, "loads BPF programs")
+	o := Options{Events: testEvents, Sampling: Sampling{Period: 100 * time.Millisecond, Budget: 1e-12, MinShare: 0.25}}
+	eachMode(t, o, func(t *testing.T, c *Counter) {
+		watchFresh(t, c)
+		knownCost(t, c, 5*time.Second)
+		for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
+			if time.Now().After(deadline) {
+				t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
+			}
+			timeCalls(20000, 1)
+		}
+		c.mu.Lock()
+		closed, gated := c.cm.closed, c.progs.gated
+		c.mu.Unlock()
+		wantLinked := gated && closed == 0
+		t.Logf("%s: a call costs %v more counted, %v more with the gate closed", c.Mode(), c.Cost(), closed)
+		var off, linked int
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			timeCalls(200, 1) // calls counted in the windows keep the rate known
+			c.mu.Lock()
+			if !c.progs.counting() {
+				off++
+				if c.progs.linked() {
+					linked++
+				}
+			}
+			c.mu.Unlock()
+		}
+		if off == 0 {
+			t.Fatal("counting all the time in a second of windows of a quarter")
+		}
+		if got := linked == off; got != wantLinked || (linked != 0 && linked != off) {
+			t.Errorf("attached in %d of %d looks between windows, want %v in all (gated %v, closed gate's cost %v)", linked, off, wantLinked, gated, closed)
+		}
+	})
+}
+
 // TestBusyCheck: a busy node is looked at when its credit would run out, so that the
 // credit bounds what the calls cost before the windows.
 func TestBusyCheck(t *testing.T) {
