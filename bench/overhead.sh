@@ -20,7 +20,10 @@
 # `persyst run` has a fixed cost the daemon does not have (it creates and removes the
 # cgroups, probes the perf events and re-executes itself around the command), so it is
 # measured separately (`persyst run -- /bin/true` against `/bin/true`) and the slowdown
-# is also given net of it: what measuring costs the running program. (Most of that fixed
+# is also given net of it. What measuring costs the running program is given directly
+# too: each workload reports its own run time (persyst-workload -report: from its start
+# to its end, inside `persyst run`), and "own time" is the median over rounds of its ratio
+# to the unmeasured run's, free of the fixed cost and of its noise. (Most of that fixed
 # cost, when tracefs is mounted, is perf's syscall tracepoints: closing the last perf event
 # of a tracepoint waits for RCU grace periods, tens of ms each, after the probe and at exit.)
 #
@@ -50,11 +53,11 @@ W=$tmp/persyst-workload
 
 now_us() { echo "${EPOCHREALTIME/./}"; }
 
-# wall CMD...: run CMD (stdout to /dev/null, stderr to $tmp/last.err), print µs.
+# wall CMD...: run CMD (stdout to $tmp/last.out, stderr to $tmp/last.err), print µs.
 wall() {
 	local s e
 	s=$(now_us)
-	"$@" >/dev/null 2>"$tmp/last.err" || { echo "overhead: $* failed:" >&2; cat "$tmp/last.err" >&2; exit 1; }
+	"$@" >"$tmp/last.out" 2>"$tmp/last.err" || { echo "overhead: $* failed:" >&2; cat "$tmp/last.err" >&2; exit 1; }
 	e=$(now_us)
 	echo $((e - s))
 }
@@ -105,16 +108,28 @@ cpu_n=$(calibrate 100000000 400000000 "$W" cpu -iterations)
 mem_n=$(calibrate 8 24 "$W" membw -mib 256 -passes)
 sys_n=$(calibrate 100000 400000 "$W" openclose -file "$tmp/storm" -n)
 
-# row LABEL UNMEASURED-ARRAY MEASURED-ARRAY SAMPLES-ARRAY: one table row (uses mu, fixed).
+# own: the workload's own run time in the last run (persyst-workload -report), µs.
+own() { awk '$1 == "elapsed_seconds" {printf "%.0f\n", $2 * 1e6}' "$tmp/last.out"; }
+
+# paired A-ARRAY B-ARRAY: the median over rounds of A[i]/B[i].
+paired() {
+	local -n a=$1 b=$2
+	local i
+	for i in "${!b[@]}"; do echo "${a[i]} ${b[i]}"; done | awk '{printf "%.9f\n", $1 / $2}' | med
+}
+
+# row LABEL UNMEASURED-ARRAY MEASURED-ARRAY SAMPLES-ARRAY UNMEASURED-OWN MEASURED-OWN: one
+# table row (uses mu, fixed).
 row() {
-	local -n u=$2 t=$3 smp=$4
-	local m d paired samp i
+	local -n t=$3 smp=$4
+	local m d p po samp
 	read -r m d _ < <(printf '%s\n' "${t[@]}" | stats)
-	paired=$(for i in "${!u[@]}"; do echo "${t[i]} ${u[i]}"; done | awk '{printf "%.9f\n", $1 / $2}' | med)
+	p=$(paired "$3" "$2")
+	po=$(paired "$6" "$5")
 	samp=$(printf '%s\n' "${smp[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
-	awk -v c="$1" -v m="$m" -v d="$d" -v mu="$mu" -v p="$paired" -v f="$fixed" -v s="$samp" 'BEGIN {
-		printf "| %s | %.3f | %.4f | %+.2f %% | %+.2f %% | %+.2f %% | %s |\n", c, m / 1e6, d / 1e6,
-			100 * (m / mu - 1), 100 * (p - 1), 100 * ((m - f) / mu - 1), s }'
+	awk -v c="$1" -v m="$m" -v d="$d" -v mu="$mu" -v p="$p" -v po="$po" -v f="$fixed" -v s="$samp" 'BEGIN {
+		printf "| %s | %.3f | %.4f | %+.2f %% | %+.2f %% | %+.2f %% | %+.2f %% | %s |\n", c, m / 1e6, d / 1e6,
+			100 * (m / mu - 1), 100 * (p - 1), 100 * ((m - f) / mu - 1), 100 * (po - 1), s }'
 }
 
 # The system calls counted the way persyst did before eBPF: with the perf syscall
@@ -133,6 +148,7 @@ bench() {
 	local label=$1 i k cfg t order
 	shift
 	local -a tu=() t1=() t60=() ttp=() tsm=() s1=() s60=() stp=() ssm=() o1=() o60=() otp=() osm=()
+	local -a wu=() w1=() w60=() wtp=() wsm=() # the workload's own run times
 	local cfgs=(U 1s 60s tp sm)
 	for cfg in U 1s 60s; do # warm-up, once each
 		case $cfg in U) wall "$@" ;; *) wall "$P" run --interval "$cfg" --json -- "$@" ;; esac >/dev/null
@@ -142,25 +158,27 @@ bench() {
 		for k in 0 1 2 3 4; do order+=("${cfgs[$(((i + k) % 5))]}"); done
 		for cfg in "${order[@]}"; do
 			case $cfg in
-			U) tu[i]=$(wall "$@") ;;
-			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(samples)"); o1+=("$(opens)") ;;
-			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(samples)"); o60+=("$(opens)") ;;
-			tp) ttp[i]=$(wall "$P" run --interval 60s --config "$tmp/tracepoints.conf" --json -- "$@"); stp+=("$(samples)"); otp+=("$(opens)") ;;
-			sm) tsm[i]=$(wall "$P" run --interval 60s --config "$tmp/every.conf" --json -- "$@"); ssm+=("$(samples)"); osm+=("$(opens)") ;;
+			U) tu[i]=$(wall "$@"); wu[i]=$(own) ;;
+			1s) t1[i]=$(wall "$P" run --interval 1s --json -- "$@"); s1+=("$(samples)"); o1+=("$(opens)"); w1[i]=$(own) ;;
+			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(samples)"); o60+=("$(opens)"); w60[i]=$(own) ;;
+			tp) ttp[i]=$(wall "$P" run --interval 60s --config "$tmp/tracepoints.conf" --json -- "$@"); stp+=("$(samples)"); otp+=("$(opens)"); wtp[i]=$(own) ;;
+			sm) tsm[i]=$(wall "$P" run --interval 60s --config "$tmp/every.conf" --json -- "$@"); ssm+=("$(samples)"); osm+=("$(opens)"); wsm[i]=$(own) ;;
 			esac
 		done
 	done
 	read -r mu du nu < <(printf '%s\n' "${tu[@]}" | stats)
 	echo
 	echo "== $label: $*"
-	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | samples/run |"
-	echo "|---|---|---|---|---|---|---|"
-	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| unmeasured | %.3f | %.4f | | | | |\n", m / 1e6, d / 1e6}'
-	row "--interval 1s" tu t1 s1
-	row "--interval 60s" tu t60 s60
-	row "--interval 60s, perf tracepoints" tu ttp stp
-	row "--interval 60s, every call (SyscallBudget=0%)" tu tsm ssm
+	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | own time (paired) | samples/run |"
+	echo "|---|---|---|---|---|---|---|---|"
+	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| unmeasured | %.3f | %.4f | | | | | |\n", m / 1e6, d / 1e6}'
+	row "--interval 1s" tu t1 s1 wu w1
+	row "--interval 60s" tu t60 s60 wu w60
+	row "--interval 60s, perf tracepoints" tu ttp stp wu wtp
+	row "--interval 60s, every call (SyscallBudget=0%)" tu tsm ssm wu wsm
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
+	read -r m d _ < <(printf '%s\n' "${wu[@]}" | stats)
+	awk -v d="$d" -v m="$m" 'BEGIN { printf "noise of its own time (unmeasured): %.2f %%\n", 100 * d / m }'
 	if [ -n "${OPENS:-}" ]; then
 		# The file opens counted per run against those the workload made (OPENS), each
 		# configuration's runs: median, least and most.
@@ -185,9 +203,9 @@ bench() {
 			100 * (a / b - 1), 100 * (p - 1), 100 * d / b }'
 }
 
-bench "CPU-bound" "$W" cpu -iterations "$cpu_n"
-bench "memory-bound" "$W" membw -mib 256 -passes "$mem_n"
-OPENS=$sys_n bench "syscall storm (openat/close)" "$W" openclose -file "$tmp/storm" -n "$sys_n"
+bench "CPU-bound" "$W" cpu -report -iterations "$cpu_n"
+bench "memory-bound" "$W" membw -report -mib 256 -passes "$mem_n"
+OPENS=$sys_n bench "syscall storm (openat/close)" "$W" openclose -report -file "$tmp/storm" -n "$sys_n"
 
 # bystander: the syscall storm unmeasured, alone (A) or while a measured job runs beside
 # it (`persyst run --interval 60s -- sleep`, system calls counted with eBPF as by default
@@ -195,7 +213,7 @@ OPENS=$sys_n bench "syscall storm (openat/close)" "$W" openclose -file "$tmp/sto
 # process outside every measured job pays.
 bystander() {
 	local i k cfg order pid
-	local -a ta=() te=() tt=() ts=()
+	local -a ta=() te=() tt=() ts=() wa=() we=() wt=() ws=()
 	local cfgs=(A E T S)
 	for i in $(seq 0 $((ROUNDS - 1))); do
 		order=()
@@ -207,12 +225,14 @@ bystander() {
 			T) "$P" run --interval 60s --config "$tmp/tracepoints.conf" -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
 			S) "$P" run --interval 60s --config "$tmp/every.conf" -- sleep 600 >/dev/null 2>&1 & pid=$! ;;
 			esac
-			[ -z "$pid" ] || sleep 1 # its counters are open by then
+			# Its counters are open by then, and its start-up over (BPF programs loaded,
+			# their cost calibrated: the daemon does that once, not at each job).
+			[ -z "$pid" ] || sleep 2
 			case $cfg in
-			A) ta[i]=$(wall "$@") ;;
-			E) te[i]=$(wall "$@") ;;
-			T) tt[i]=$(wall "$@") ;;
-			S) ts[i]=$(wall "$@") ;;
+			A) ta[i]=$(wall "$@"); wa[i]=$(own) ;;
+			E) te[i]=$(wall "$@"); we[i]=$(own) ;;
+			T) tt[i]=$(wall "$@"); wt[i]=$(own) ;;
+			S) ts[i]=$(wall "$@"); ws[i]=$(own) ;;
 			esac
 			if [ -n "$pid" ]; then
 				pkill -TERM -P "$pid" 2>/dev/null || true # the sleep: persyst run ends with it
@@ -223,20 +243,20 @@ bystander() {
 	read -r mu du nu < <(printf '%s\n' "${ta[@]}" | stats)
 	echo
 	echo "== bystander: $* (unmeasured) beside a measured job"
-	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | samples/run |"
-	echo "|---|---|---|---|---|---|---|"
-	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| alone | %.3f | %.4f | | | | |\n", m / 1e6, d / 1e6}'
+	echo "| configuration | median (s) | MAD (s) | slowdown (medians) | slowdown (paired) | net of fixed cost | own time (paired) | samples/run |"
+	echo "|---|---|---|---|---|---|---|---|"
+	awk -v m="$mu" -v d="$du" 'BEGIN {printf "| alone | %.3f | %.4f | | | | | |\n", m / 1e6, d / 1e6}'
 	local -a none=()
 	local f=$fixed
 	fixed=0
-	row "beside a job, eBPF" ta te none
-	row "beside a job, perf tracepoints" ta tt none
-	row "beside a job, eBPF every call (SyscallBudget=0%)" ta ts none
+	row "beside a job, eBPF" ta te none wa we
+	row "beside a job, perf tracepoints" ta tt none wa wt
+	row "beside a job, eBPF every call (SyscallBudget=0%)" ta ts none wa ws
 	fixed=$f
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (alone MAD/median, n=%d): %.2f %%; resolution of the paired slowdown about 2 x noise / sqrt(n)\n", n, 100 * du / mu }'
 }
-bystander "$W" openclose -file "$tmp/storm2" -n "$sys_n"
+bystander "$W" openclose -report -file "$tmp/storm2" -n "$sys_n"
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "slowdown (medians) = median(measured)/median(unmeasured) - 1; (paired) = median over rounds of measured/unmeasured - 1;"
-echo "net of fixed cost = (median(measured) - fixed cost)/median(unmeasured) - 1. samples/run = cycle reads per run (persyst run --json), end read included."
+echo "net of fixed cost = (median(measured) - fixed cost)/median(unmeasured) - 1; own time (paired) = median over rounds of the workload's own run time measured/unmeasured - 1. samples/run = cycle reads per run (persyst run --json), end read included."

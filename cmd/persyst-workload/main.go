@@ -2,7 +2,9 @@
 // benchmarks: what it does is fixed by its arguments, so a test can compare what persyst
 // measured with what was done. It writes nothing except what the workload asks for
 // (no report on stdout unless -report is given), so its own output never pollutes the
-// I/O being measured.
+// I/O being measured. With -report it prints, at its end, its own run time on stdout
+// ("elapsed_seconds S": from its start to its end, after the flags are parsed), so that a
+// benchmark can tell what the workload paid from what a wrapper around it did.
 //
 //	spin      -seconds S [-threads N] [-pin CPU,...]  busy threads for S seconds of CPU time each
 //	write     -file F -bytes B -size S                 B bytes in write(2) calls of S bytes
@@ -53,7 +55,9 @@ func main() {
 	iters := fs.Int64("iterations", 300_000_000, "cpu: iterations")
 	passes := fs.Int("passes", 20, "membw: passes over the array")
 	prog := fs.String("prog", "/bin/true", "forkexec: the program to start")
+	report := fs.Bool("report", false, "print the workload's own run time on stdout at its end")
 	_ = fs.Parse(os.Args[2:])
+	start := time.Now()
 	var err error
 	switch os.Args[1] {
 	case "spin":
@@ -86,6 +90,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "persyst-workload:", err)
 		os.Exit(1)
+	}
+	if *report {
+		fmt.Printf("elapsed_seconds %.6f\n", time.Since(start).Seconds())
 	}
 }
 
