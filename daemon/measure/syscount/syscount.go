@@ -886,7 +886,9 @@ func (c *Counter) Unwatch(id uint64) error {
 			return nil
 		}
 		if c.progs.gated {
-			c.progs.pause() // lingering, gated programs pay their trampoline alone
+			// Lingering, gated programs pay their trampoline alone; where the last look
+			// found that too costly (detachPaused), they are detached now.
+			c.progs.pause()
 		}
 		// Detached when the linger is over, unless a cgroup was watched since.
 		var t *time.Timer
