@@ -24,32 +24,19 @@ type costMeter struct {
 	// cost: calibrated at the first Watch, then the median of the probes; 0 while not
 	// measurable.
 	cost time.Duration
-	// closed is what a call pays gated programs' trampolines with their gate closed,
-	// over none attached: timed at the calibration (0: not gated, or not measurable).
-	closed time.Duration
 	// pauses counts the sampler's pauses (wantsProbe).
 	pauses int
 }
 
-// calibrate makes the programs count (resume: attaches them, or opens gated ones' gate)
-// and measures the cost on both sides of that, at the first Watch: costCalls calls timed
-// (the best of calibrateRounds) right before and, counted, right after; both sides see
-// the same CPU speed, and noise (which only adds time) drops out. Attaching and detaching
-// once more only to measure would cost the job an RCU grace period each (12 ms here).
-// Where the difference is not positive the cost stays 0 and the sampler probes for it.
-// Gated programs not yet attached are attached first (attach, not nil), their gate
-// closed, and the calls timed once more between: what the trampolines cost alone.
-func (m *costMeter) calibrate(lv []uint32, attach, resume func() error) error {
+// calibrate makes the programs count (link: attaches them, or opens gated ones' gate)
+// and measures the cost on both sides of that, at the first Watch: costCalls calls timed (the best of calibrateRounds) right before
+// and, counted, right after; both sides see the same CPU speed, and noise (which only
+// adds time) drops out. Attaching and detaching once more only to measure would cost the
+// job an RCU grace period each (12 ms here). Where the difference is not positive the
+// cost stays 0 and the sampler probes for it.
+func (m *costMeter) calibrate(lv []uint32, link func() error) error {
 	off := timeCalls(costCalls, calibrateRounds)
-	if attach != nil {
-		if err := attach(); err != nil {
-			return err
-		}
-		closed := timeCalls(costCalls, calibrateRounds)
-		m.closed = max((closed-off)/costCalls, 0)
-		off = closed
-	}
-	if err := resume(); err != nil {
+	if err := link(); err != nil {
 		return err
 	}
 	m.cost = max((m.timeCounted(lv, costCalls, calibrateRounds)-off)/costCalls, 0)

@@ -152,19 +152,6 @@ func shareFor(load float64, credit time.Duration, s Sampling) float64 {
 	return min(max(share, s.MinShare), 1)
 }
 
-// gateCostly says whether gated programs' closed gate, which costs each call closed,
-// would cost the node's calls (rate a second, as counted while it was open) more than a
-// closedShare of budget: between windows they are then detached, as the raw tracepoint
-// is, and their attach and detach (an RCU grace period each) are paid by the sampler,
-// not by the calls. Where closed is not known (0: not gated, or drowned in noise at the
-// calibration), the gate is kept.
-func gateCostly(rate float64, closed time.Duration, budget float64) bool {
-	return budget > 0 && rate*closed.Seconds() > budget*closedShare
-}
-
-// closedShare is the share of the budget that gated programs' closed gate may cost.
-const closedShare = 0.25
-
 // startSampler starts adapting the share of each period the programs count (c.mu held).
 func (c *Counter) startSampler() {
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
@@ -288,9 +275,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		}
 		dt := max(c.now().Sub(t0), time.Millisecond)
 		left -= dt
-		calls := nodeCalls(c.all, c.calls) - a0
-		c.progs.detachPaused = gateCostly(float64(calls)/dt.Seconds(), c.cm.closed, s.Budget)
-		spent := time.Duration(calls) * c.cm.cost
+		spent := time.Duration(nodeCalls(c.all, c.calls)-a0) * c.cm.cost
 		p.credit = min(max(p.credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 		load := float64(spent) / float64(dt)
 		p.check = busyCheck(load, p.credit, s.Budget)

@@ -511,10 +511,6 @@ type programs struct {
 	window        *ebpf.Map
 	sampled, open bool
 	gated         bool
-	// detachPaused has gated programs detached at a pause, not their gate closed: the
-	// closed gate's trampolines would cost the node more than the sampler allows
-	// (gateCostly).
-	detachPaused bool
 	// turn, if set, is called where the way the programs count changes, with the way
 	// they counted until then (Counter.turn).
 	turn func(counting, sampled bool)
@@ -588,10 +584,10 @@ func (p *programs) resume() error {
 }
 
 // pause stops the programs counting: detached (the raw tracepoint), or gated ones' gate
-// closed (attached, for the trampoline's cost alone). Where the gate cannot be closed, or
-// its trampolines cost too much (detachPaused), they are detached.
+// closed (attached, for the trampoline's cost alone). Where the gate cannot be closed they
+// are detached.
 func (p *programs) pause() {
-	if !p.gated || p.detachPaused {
+	if !p.gated {
 		p.unlink()
 		return
 	}
@@ -827,14 +823,17 @@ func (c *Counter) Watch(id uint64, level int) error {
 		sampled := c.sampling.Budget > 0 && (c.mode == RawTracepoint || c.progs.gated)
 		if !c.progs.counting() {
 			resume := c.progs.resume
-			if sampled && c.cm.cost == 0 {
-				// The cost a call pays counted is first timed on both sides of this resume,
-				// and that of gated programs' closed gate on both sides of their attach.
-				var attach func() error
-				if c.progs.gated && !c.progs.linked() {
-					attach = c.progs.link
+			if c.progs.gated && !c.progs.linked() {
+				// Attached with the gate closed: the calibration's calls before it opens
+				// pay the trampolines, which no gate saves.
+				if err := c.progs.link(); err != nil {
+					c.counts.Delete(id)
+					return err
 				}
-				resume = func() error { return c.cm.calibrate(c.lv, attach, c.progs.resume) }
+			}
+			if sampled && c.cm.cost == 0 {
+				// The cost a call pays counted is first timed on both sides of this resume.
+				resume = func() error { return c.cm.calibrate(c.lv, c.progs.resume) }
 			}
 			if err := resume(); err != nil {
 				c.counts.Delete(id)
@@ -886,9 +885,7 @@ func (c *Counter) Unwatch(id uint64) error {
 			return nil
 		}
 		if c.progs.gated {
-			// Lingering, gated programs pay their trampoline alone; where the last look
-			// found that too costly (detachPaused), they are detached now.
-			c.progs.pause()
+			c.progs.pause() // lingering, gated programs pay their trampoline alone
 		}
 		// Detached when the linger is over, unless a cgroup was watched since.
 		var t *time.Timer
