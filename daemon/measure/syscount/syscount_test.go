@@ -456,20 +456,6 @@ func TestBetweenWindows(t *testing.T) {
 	})
 }
 
-// emulatedEnv, set by scripts/vm.sh where the virtual node runs under software emulation,
-// widens what the sampled estimates are held to (estimateTolerance).
-const emulatedEnv = "PERSYST_TEST_EMULATED"
-
-// estimateTolerance is how far a sampled estimate may be from the calls made: 20 %, and
-// 50 % under software emulation, where the cost a counted call pays is timed erratically
-// (the virtual node's TestNode holds its storm to the same).
-func estimateTolerance() float64 {
-	if os.Getenv(emulatedEnv) != "" {
-		return 0.5
-	}
-	return 0.2
-}
-
 // TestBusyCheck: a busy node is looked at when its credit would run out, so that the
 // credit bounds what the calls cost before the windows.
 func TestBusyCheck(t *testing.T) {
@@ -539,9 +525,10 @@ func watchFresh(t *testing.T, c *Counter) (id uint64, leaf string) {
 
 // TestSampledEstimate: counting forced to sample (a budget nothing fits in) counts a
 // steady storm in a share of the time, and the counts scaled by the time counted
-// estimate the calls made (within 20 %; 50 % under software emulation, where the cost a
-// counted call pays, which the estimate corrects for, is timed at 0.5 to 17 µs from one
-// run to the next). Between the windows the raw tracepoint is detached; fentry programs
+// estimate the calls made (within 20 %). The virtual node does not run it: under qemu's
+// single-threaded emulation the daemon's attach and detach take the storm's CPU between
+// the windows, and the wall clock's estimate came out +24 to +100 % (the daemon's own
+// estimate, by CPU time, is checked there by TestNode's storm). Between the windows the raw tracepoint is detached; fentry programs
 // stay attached with their gate closed (programs).
 func TestSampledEstimate(t *testing.T) {
 	testenv.Root(t, "loads BPF programs")
@@ -600,8 +587,8 @@ func TestSampledEstimate(t *testing.T) {
 			est := whole + sampled*(1+per)
 			t.Logf("attached %+v of %v, openat %.0f counted whole and %.0f in windows, cost %v a call, %.2f not attached, each sampled call for %.2f more: estimate %.0f of %d",
 				d, wall, whole, sampled, c.Cost(), share, per, est, n)
-			if tol := estimateTolerance(); est < (1-tol)*float64(n) || est > (1+tol)*float64(n) {
-				t.Errorf("estimate %.0f openat calls, want %d ± %.0f %%", est, n, 100*tol)
+			if est < 0.8*float64(n) || est > 1.2*float64(n) {
+				t.Errorf("estimate %.0f openat calls, want %d ± 20 %%", est, n)
 			}
 		})
 }
