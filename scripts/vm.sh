@@ -94,9 +94,12 @@ echo "${PERSYST_VM_RUN:-^TestNode\$}" >"$r/root/vmnode.run"
 # The system call counter's tests that take each way of counting the kernel allows: the
 # host refuses fentry programs, the node's kernel takes them (PERSYST_VM_SYSCOUNT_RUN,
 # empty: none).
-# Not TestSampledEstimate: its estimate by the wall clock is not one under emulation
-# (its doc comment says why).
-printf %s "${PERSYST_VM_SYSCOUNT_RUN-^(TestFilesApart|TestCPUSplit|TestLinger|TestBetweenWindows)\$}" >"$r/root/syscount.run"
+# The tests of what the programs do, not those that compare rates over time
+# (TestSampledEstimate, TestCPUSplit): under qemu's single-threaded emulation the
+# attach and detach between the windows take the storm's CPU (their estimates came out
+# +24 to +100 %, the CPU split 0.32 in windows of 0.50 of the time, on trixie's node).
+# They run on the host; here TestNode's storm checks the daemon's estimate (CPU time).
+printf %s "${PERSYST_VM_SYSCOUNT_RUN-^(TestFilesApart|TestLinger|TestBetweenWindows)\$}" >"$r/root/syscount.run"
 
 # The node's name resolves to an address of its own (it has no network device: a dummy one).
 echo vmnode >"$r/etc/hostname"

@@ -525,10 +525,8 @@ func watchFresh(t *testing.T, c *Counter) (id uint64, leaf string) {
 
 // TestSampledEstimate: counting forced to sample (a budget nothing fits in) counts a
 // steady storm in a share of the time, and the counts scaled by the time counted
-// estimate the calls made (within 20 %). The virtual node does not run it: under qemu's
-// single-threaded emulation the daemon's attach and detach take the storm's CPU between
-// the windows, and the wall clock's estimate came out +24 to +100 % (the daemon's own
-// estimate, by CPU time, is checked there by TestNode's storm). Between the windows the raw tracepoint is detached; fentry programs
+// estimate the calls made (within 20 %). The virtual node does not run it (scripts/vm.sh
+// says why). Between the windows the raw tracepoint is detached; fentry programs
 // stay attached with their gate closed (programs).
 func TestSampledEstimate(t *testing.T) {
 	testenv.Root(t, "loads BPF programs")
