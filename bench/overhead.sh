@@ -196,7 +196,7 @@ bench() {
 	local m1 m60 p
 	m1=$(printf '%s\n' "${t1[@]}" | med)
 	m60=$(printf '%s\n' "${t60[@]}" | med)
-	p=$(for i in "${!t1[@]}"; do echo "${t1[i]} ${t60[i]}"; done | awk '{printf "%.9f\n", $1 / $2}' | med)
+	p=$(paired t1 t60)
 	read -r _ d60 _ < <(printf '%s\n' "${t60[@]}" | stats)
 	awk -v a="$m1" -v b="$m60" -v p="$p" -v d="$d60" 'BEGIN {
 		printf "cost of the 1 s cycle reads (--interval 1s against --interval 60s): %+.2f %% (medians), %+.2f %% (paired); noise of the 60 s runs %.2f %%\n",

@@ -425,12 +425,7 @@ func TestBetweenWindows(t *testing.T) {
 	eachMode(t, o, func(t *testing.T, c *Counter) {
 		watchFresh(t, c)
 		knownCost(t, c, 5*time.Second)
-		for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
-			if time.Now().After(deadline) {
-				t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
-			}
-			timeCalls(20000, 1)
-		}
+		toWindows(t, c, 20000)
 		c.mu.Lock()
 		wantLinked := c.progs.gated
 		c.mu.Unlock()
@@ -556,12 +551,9 @@ func TestSampledEstimate(t *testing.T) {
 			if share := c.Share(); share != 0.25 {
 				t.Errorf("share while sampling = %g, want 0.25", share)
 			}
-			c.mu.Lock()
-			wantDetached := !c.progs.gated
-			c.mu.Unlock()
-			if !paused || detached != wantDetached {
+			if gated := c.Mode() == Fentry; !paused || detached == gated {
 				t.Errorf("%s: between windows detached %v, not counting %v; want not counting, and detached %v",
-					c.Mode(), detached, paused, wantDetached)
+					c.Mode(), detached, paused, !gated)
 			}
 			vals, err := c.Read(id, nil)
 			if err != nil {
@@ -615,12 +607,7 @@ func TestBurstCountedWhole(t *testing.T) {
 			c.Close()
 			continue
 		}
-		for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
-			if time.Now().After(deadline) {
-				t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
-			}
-			timeCalls(100000, 1) // this process's calls (outside the cgroup) spend the credit
-		}
+		toWindows(t, c, 100000) // this process's calls (outside the cgroup) spend the credit
 		time.Sleep(time.Second) // windows of a quiet cgroup
 		t1, a1 := c.AttachedTime()
 		vals, err := c.Read(id, nil)
@@ -647,6 +634,18 @@ func TestBurstCountedWhole(t *testing.T) {
 	}
 }
 
+// toWindows drives this process's calls (batches of batch) until c's sampler turns to
+// windows, failing after 5 s.
+func toWindows(t *testing.T, c *Counter, batch int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
+		}
+		timeCalls(batch, 1)
+	}
+}
+
 // knownCost waits up to d for c's cost per call: calibrated at the Watch, or where noise
 // drowned that (a busy machine), probed by the sampler at the end of each Period.
 func knownCost(t *testing.T, c *Counter, d time.Duration) {
@@ -665,12 +664,7 @@ func TestFirstWindowAtOnce(t *testing.T) {
 	c, _, _ := sampledCounter(t, Sampling{Period: time.Second, Budget: 1e-12, MinShare: 1.0 / 16})
 	knownCost(t, c, 5*time.Second)
 	_, a0 := c.AttachedTime()
-	for deadline := time.Now().Add(5 * time.Second); c.Share() == 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("the sampler did not turn to windows in 5 s of this process's calls")
-		}
-		timeCalls(20000, 1)
-	}
+	toWindows(t, c, 20000)
 	linked := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
