@@ -375,7 +375,7 @@ func (m *Measurer) cycle() {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")
 		}
 	}
-	m.unann.lookIn(look())
+	m.unann.atCycle(look)
 }
 
 // Unannounced says what the daemon saw of jobs Slurm ran on this node that persyst's

@@ -26,6 +26,10 @@ const (
 	unannouncedWarnEvery = 10 * time.Minute
 	// unannouncedRecent is how many of the latest unannounced job ids are kept.
 	unannouncedRecent = 16
+	// unannouncedLookEvery is how often at most the cycle looks for unannounced jobs: a
+	// look lists every hierarchy's job directories, which at a short cycle cost the daemon
+	// more than a few jobs' reads. A job is reported within this, a cycle and the grace.
+	unannouncedLookEvery = unannouncedGrace / 2
 )
 
 // UnannouncedJobs says what the daemon saw of jobs Slurm ran on this node without
@@ -58,6 +62,7 @@ type unannounced struct {
 
 	mu       sync.Mutex
 	primed   bool
+	lastLook time.Time            // the last look's time
 	first    map[string]time.Time // unknown job directories, by name: when first seen
 	counted  map[string]bool      // directories settled: counted, known, or there at the first look
 	seen     UnannouncedJobs
@@ -68,6 +73,18 @@ type unannounced struct {
 func newUnannounced(host hostfs.FS, node string, reg *Registry, metrics *exporter.Daemon, log zerolog.Logger, now func() time.Time) *unannounced {
 	return &unannounced{host: host, node: node, reg: reg, log: log, metrics: metrics, now: now, again: make(chan time.Duration, 1),
 		first: map[string]time.Time{}, counted: map[string]bool{}}
+}
+
+// atCycle looks (lookIn) unless the last look was less than unannouncedLookEvery ago;
+// mounts are asked for only when it does.
+func (u *unannounced) atCycle(mounts func() []jobcgroup.Mount) {
+	now := u.now()
+	u.mu.Lock()
+	due := !u.primed || now.Sub(u.lastLook) >= unannouncedLookEvery || now.Before(u.lastLook)
+	u.mu.Unlock()
+	if due {
+		u.lookIn(mounts())
+	}
 }
 
 // lookIn lists Slurm's job cgroups on the node in mounts (those with Slurm's layout) and
@@ -137,7 +154,7 @@ func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) (again time.Dura
 			u.count(now, d)
 		}
 	}
-	u.primed = true
+	u.primed, u.lastLook = true, now
 	for name := range u.first {
 		if !present[name] {
 			delete(u.first, name)

@@ -129,3 +129,35 @@ func TestUnannouncedLooksAgain(t *testing.T) {
 		t.Error("asked to look again with no job waiting")
 	}
 }
+
+// TestUnannouncedCycleLooks: the cycle looks at the first cycle and then at most every
+// unannouncedLookEvery (a clock set back looks at once); a job appearing between looks is
+// found at the next.
+func TestUnannouncedCycleLooks(t *testing.T) {
+	root := t.TempDir()
+	now := at(0)
+	u := newUnannounced(hostfs.New(root), "node1", newReg(t, RegistryConfig{Dir: t.TempDir()}), nil, zerolog.Nop(), func() time.Time { return now })
+	var looks []time.Duration
+	mounts := func() []jobcgroup.Mount {
+		looks = append(looks, now.Sub(at(0)))
+		return []jobcgroup.Mount{{Key: "unified", Path: "/sys/fs/cgroup", IsV2: true}}
+	}
+	for s := range 12 {
+		now = at(time.Duration(s) * time.Second)
+		if s == 3 {
+			if err := os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/system.slice/slurmstepd.scope/job_3/step_batch"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		u.atCycle(mounts)
+	}
+	now = at(4 * time.Second) // set back
+	u.atCycle(mounts)
+	want := []time.Duration{0, unannouncedLookEvery, 2 * unannouncedLookEvery, 4 * time.Second}
+	if diff := cmp.Diff(want, looks); diff != "" {
+		t.Errorf("cycle looks at (-want +got):\n%s", diff)
+	}
+	if _, ok := u.first["job_3"]; !ok {
+		t.Errorf("job_3, made between looks, not found at the next: first-seen %v", u.first)
+	}
+}

@@ -31,9 +31,10 @@ func TestPluginNotLoaded(t *testing.T) {
 		c := startCluster(t, 1, "PERSYST_SPANK="+stub)
 		node := c.nodes[0]
 		id := c.sbatch(t, nil, "-o", "/dev/null", "--wrap", "sleep 40")
-		// Reported within a cycle (1 s here) and the grace time (10 s) of the batch step's
-		// start, which comes a second or two after submission.
-		deadline := time.Now().Add(20 * time.Second)
+		// Reported within a cycle (1 s here), the time between the cycle's looks (5 s) and
+		// the grace time (10 s) of the batch step's start, which comes a second or two after
+		// submission.
+		deadline := time.Now().Add(25 * time.Second)
 		var got *daemon.UnannouncedJobs
 		for time.Now().Before(deadline) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
