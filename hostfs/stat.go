@@ -14,21 +14,6 @@ const userHZ = 100
 // maxCPUNumber bounds the CPU numbers /proc/stat may name (the kernel's NR_CPUS limit).
 const maxCPUNumber = 1 << 16
 
-// CPUBusy reads <root>/proc/stat: the time each CPU has been busy since boot
-// (ParseCPUBusy).
-func (f FS) CPUBusy() ([]float64, error) {
-	r, err := f.Open("proc/stat")
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	busy, err := ParseCPUBusy(r)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", r.Name(), err)
-	}
-	return busy, nil
-}
-
 // ParseCPUBusy reads the "cpuN" lines of /proc/stat: each CPU's busy time since boot in
 // seconds (user, nice, system, irq, softirq and steal; guest time is in user already),
 // indexed by CPU number; a CPU the file does not list (offline) is -1. Reading stops at

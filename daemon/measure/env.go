@@ -133,8 +133,8 @@ func (env *Env) syscalls(o EnvOptions) (finish func()) {
 	return func() {}
 }
 
-// Close releases what the environment holds for the node: the eBPF programs and the
-// RAPL counters.
+// Close releases what the environment holds for the node: the eBPF programs, the RAPL
+// counters, the GPU helper and the node's files.
 func (env *Env) Close() error {
 	var errs []error
 	if env.Syscalls != nil {
@@ -148,6 +148,9 @@ func (env *Env) Close() error {
 	if env.GPU != nil {
 		errs = append(errs, env.GPU.Close())
 		env.GPU = nil
+	}
+	if env.Node != nil {
+		errs = append(errs, env.Node.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,8 @@
 package measure
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,14 +22,15 @@ var outsideRegistration = Registration{Name: "outside", Default: true, New: newO
 	Metrics: vocabulary(sample.NodeCPUsBusySeconds, sample.NodeIOPressureSeconds, sample.NodeMemPressureSeconds)}
 
 // NodeView reads the node-wide files every job's outside source needs, once for all
-// jobs read at about the same time (the cycle reads every job within milliseconds).
+// jobs read at about the same time (the cycle reads every job within milliseconds). It
+// keeps them open (hostfs.Kept) until Close.
 type NodeView struct {
-	host hostfs.FS
-	now  func() time.Time
+	now func() time.Time
 
-	mu   sync.Mutex
-	at   time.Time
-	last nodeNow
+	mu    sync.Mutex
+	files nodeFiles
+	at    time.Time
+	last  nodeNow
 }
 
 // nodeNow is one read of the node: busy seconds per CPU (-1: offline), pressure stall
@@ -47,7 +50,7 @@ func NewNodeView(host hostfs.FS, now func() time.Time) *NodeView {
 	if now == nil {
 		now = time.Now
 	}
-	return &NodeView{host: host, now: now}
+	return &NodeView{now: now, files: newNodeFiles(host)}
 }
 
 func (v *NodeView) read() nodeNow {
@@ -57,27 +60,59 @@ func (v *NodeView) read() nodeNow {
 	if !v.at.IsZero() && t.Sub(v.at) >= 0 && t.Sub(v.at) < nodeViewShare {
 		return v.last
 	}
-	v.at, v.last = t, readNode(v.host)
+	v.at, v.last = t, v.files.read()
 	return v.last
 }
 
-func readNode(h hostfs.FS) nodeNow {
+// Close closes the node's files; a later read opens them again.
+func (v *NodeView) Close() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.files.close()
+}
+
+// nodeFiles are the node-wide files: /proc/stat and the node's I/O and memory pressure.
+type nodeFiles struct{ stat, io, mem *hostfs.Kept }
+
+func newNodeFiles(h hostfs.FS) nodeFiles {
+	return nodeFiles{stat: hostfs.NewKept(h.Path("proc/stat")),
+		io: hostfs.NewKept(h.Path("proc/pressure/io")), mem: hostfs.NewKept(h.Path("proc/pressure/memory"))}
+}
+
+func (f nodeFiles) read() nodeNow {
 	var n nodeNow
-	n.busy, n.busyErr = h.CPUBusy()
-	n.ioStall, n.ioErr = nodeStall(h, "io")
-	n.memStall, n.memErr = nodeStall(h, "memory")
+	n.busy, n.busyErr = cpuBusy(f.stat)
+	n.ioStall, n.ioErr = nodeStall(f.io)
+	n.memStall, n.memErr = nodeStall(f.mem)
 	return n
 }
 
+func (f nodeFiles) close() error {
+	return errors.Join(f.stat.Close(), f.io.Close(), f.mem.Close())
+}
+
+// cpuBusy is the time each CPU has been busy since boot (hostfs.ParseCPUBusy).
+func cpuBusy(k *hostfs.Kept) ([]float64, error) {
+	b, err := k.Read()
+	if err != nil {
+		return nil, err
+	}
+	busy, err := hostfs.ParseCPUBusy(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", k.Path(), err)
+	}
+	return busy, nil
+}
+
 // nodeStall is the node's "some" stall time of a resource since boot, in seconds.
-func nodeStall(h hostfs.FS, resource string) (float64, error) {
-	b, err := h.ReadFile("proc/pressure", resource)
+func nodeStall(k *hostfs.Kept) (float64, error) {
+	b, err := k.Read()
 	if err != nil {
 		return 0, fmt.Errorf("no pressure stall information (kernel before 4.20, or booted with psi=0): %w", err)
 	}
 	some, _, _, err := cgstats.ParsePressure(b)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", h.Path("proc/pressure", resource), err)
+		return 0, fmt.Errorf("read %s: %w", k.Path(), err)
 	}
 	return float64(some.TotalUs) / 1e6, nil
 }
@@ -99,7 +134,9 @@ func (o *outsideSource) Read(r *Read) error {
 	if o.view != nil {
 		cur = o.view.read()
 	} else {
-		cur = readNode(o.host)
+		f := newNodeFiles(o.host)
+		cur = f.read()
+		_ = f.close()
 	}
 	cpus := r.Spec.CPUs
 	if o.have && r.Reason != sample.Start {
