@@ -1,7 +1,6 @@
 package jobcgroup
 
 import (
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -34,16 +33,16 @@ type Dir struct {
 // directory.
 func List(h hostfs.FS, mounts []Mount, node string, steps func(Dir) bool) []Dir {
 	byName := map[string]Dir{}
+	var buf []byte // getdents's, for every directory read
+	var names []string
 	add := func(parent string) {
-		ents, err := os.ReadDir(h.Path(parent))
-		if err != nil {
+		names = names[:0]
+		var err error
+		if buf, err = hostfs.Subdirs(h.Path(parent), buf, func(name string) { names = append(names, name) }); err != nil {
 			return
 		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				continue
-			}
-			d := Dir{Name: e.Name(), Path: filepath.Join(parent, e.Name())}
+		for _, name := range names {
+			d := Dir{Name: name, Path: filepath.Join(parent, name)}
 			if id, ok := strings.CutPrefix(d.Name, "job_"); ok {
 				n, err := strconv.ParseUint(id, 10, 32)
 				if err != nil || n == 0 {
@@ -57,7 +56,9 @@ func List(h hostfs.FS, mounts []Mount, node string, steps func(Dir) bool) []Dir 
 			if seen && prev.Steps {
 				continue
 			}
-			d.Steps = (steps == nil || steps(d)) && hasSteps(h, d.Path)
+			if steps == nil || steps(d) {
+				d.Steps, buf = hasSteps(h, d.Path, buf)
+			}
 			if !seen || d.Steps {
 				if seen {
 					d.Path = prev.Path
@@ -67,7 +68,9 @@ func List(h hostfs.FS, mounts []Mount, node string, steps func(Dir) bool) []Dir 
 		}
 	}
 	for _, m := range mounts {
-		for _, parent := range jobParents(h, m, node) {
+		var parents []string
+		parents, buf = jobParents(h, m, node, buf)
+		for _, parent := range parents {
 			add(filepath.Join(m.Path, parent))
 		}
 	}
@@ -80,22 +83,18 @@ func List(h hostfs.FS, mounts []Mount, node string, steps func(Dir) bool) []Dir 
 }
 
 // hasSteps says whether the job directory holds a step's cgroup other than the extern
-// step's (step_batch, step_0, step_interactive, ...).
-func hasSteps(h hostfs.FS, dir string) bool {
-	ents, err := os.ReadDir(h.Path(dir))
-	if err != nil {
-		return false
-	}
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "step_") && e.Name() != "step_extern" {
-			return true
-		}
-	}
-	return false
+// step's (step_batch, step_0, step_interactive, ...); buf is getdents's, returned.
+func hasSteps(h hostfs.FS, dir string, buf []byte) (bool, []byte) {
+	found := false
+	buf, _ = hostfs.Subdirs(h.Path(dir), buf, func(name string) {
+		found = found || strings.HasPrefix(name, "step_") && name != "step_extern"
+	})
+	return found, buf
 }
 
-// jobParents are the directories, relative to m, whose children are node's job cgroups.
-func jobParents(h hostfs.FS, m Mount, node string) []string {
+// jobParents are the directories, relative to m, whose children are node's job cgroups;
+// buf is getdents's, returned.
+func jobParents(h hostfs.FS, m Mount, node string, buf []byte) ([]string, []byte) {
 	if m.IsV2 {
 		scopes := Scopes(h, m, node)
 		var own []string
@@ -105,23 +104,19 @@ func jobParents(h hostfs.FS, m Mount, node string) []string {
 			}
 		}
 		if len(own) > 0 {
-			return own // several slurmd share this host: the others' jobs are theirs
+			return own, buf // several slurmd share this host: the others' jobs are theirs
 		}
-		return scopes
+		return scopes, buf
 	}
 	base := "slurm_" + node
 	if !isDir(h, m.Path, base) {
 		base = "slurm"
 	}
-	ents, err := os.ReadDir(h.Path(m.Path, base))
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "uid_") {
-			out = append(out, filepath.Join(base, e.Name()))
+	buf, _ = hostfs.Subdirs(h.Path(m.Path, base), buf, func(name string) {
+		if strings.HasPrefix(name, "uid_") {
+			out = append(out, filepath.Join(base, name))
 		}
-	}
-	return out
+	})
+	return out, buf
 }

@@ -67,7 +67,7 @@ func (r *Reader) read(paths map[string]string, src source, sc *scratch) (Stats, 
 		if key == "unified" {
 			continue
 		}
-		for _, c := range strings.Split(key, ",") {
+		for c := range strings.SplitSeq(key, ",") {
 			v1dirs[c] = dir
 		}
 	}
