@@ -49,7 +49,12 @@ type openSamples struct {
 	mu    sync.Mutex
 	files map[uint32]*openSample
 	keys  jsonKeys // the last sample's keys, sorted
+	line  []byte   // the last sample's line: its array is reused
 }
+
+// maxKeptLine bounds the line buffer kept for the next sample (a sample of a job on
+// hundreds of CPUs is tens of KiB).
+const maxKeptLine = 1 << 20
 
 type openSample struct {
 	fd   int
@@ -147,23 +152,23 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 	if f.dir == "" {
 		return nil
 	}
-	var line []byte
-	var err error
-	if f.open != nil {
-		f.open.mu.Lock()
-		line, err = appendSampleJSONKeys(make([]byte, 0, 1024), s, &f.open.keys)
-		f.open.mu.Unlock()
-	} else {
-		line, err = appendSampleJSON(make([]byte, 0, 1024), s)
+	if f.open == nil {
+		line, err := appendSampleJSON(make([]byte, 0, 1024), s)
+		if err != nil {
+			return err
+		}
+		return f.append(h, append(line, '\n'), all)
 	}
+	f.open.mu.Lock()
+	line, err := appendSampleJSONKeys(f.open.line[:0], s, &f.open.keys)
 	if err != nil {
+		f.open.mu.Unlock()
 		return err
 	}
 	line = append(line, '\n')
-	if f.open == nil {
-		return f.append(h, line, all)
+	if cap(line) <= maxKeptLine {
+		f.open.line = line // the next sample's, written under the lock as this one
 	}
-	f.open.mu.Lock()
 	o := f.open.files[h.JobID]
 	if o == nil && len(f.open.files) < maxOpenSampleFiles {
 		// Raw system calls: a file of package os would be registered with Go's poller.
@@ -186,6 +191,7 @@ func (f sampleFiles) add(h sampleHeader, s sample.Sample, all func() []sample.Sa
 		}
 	}
 	if o == nil {
+		line = bytes.Clone(line)
 		f.open.mu.Unlock()
 		return f.append(h, line, all)
 	}
