@@ -74,6 +74,9 @@ func jobSpec(n specNode, in specInput) (measure.Spec, error) {
 		return measure.Spec{}, fmt.Errorf("%w: no cpuset cgroup of the job", errNotYet)
 	}
 	spec := measure.Spec{Name: "job " + strconv.FormatUint(uint64(in.ID), 10), StatCgroups: statCgroups(cg, in.Owned, n.OwnedV2)}
+	if in.Owned != "" && spec.StatCgroups["unified"] == in.Owned {
+		spec.OwnCgroup = in.Owned
+	}
 	if strings.Contains(in.GPUs, "MIG-") || strings.Contains(in.GPUs, "GPU-") {
 		spec.GPUs = strings.Split(in.GPUs, ",") // UUIDs (MIG instances)
 	} else if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {

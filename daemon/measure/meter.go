@@ -95,6 +95,10 @@ type Spec struct {
 	PerfPID int
 	// StatCgroups maps hierarchy keys to the job's cgroup directories (cgstats.Reader).
 	StatCgroups map[string]string
+	// OwnCgroup, if set, is the one of StatCgroups that persyst made for the job (a cgroup
+	// v2 directory to count perf events in, where Slurm's hierarchies are v1): Slurm never
+	// freezes it, so it says nothing of a suspension.
+	OwnCgroup string
 	// ProcCgroup is the directory whose subtree lists the job's processes.
 	ProcCgroup string
 	// ProcsSince is when the job began: its processes born since count all they did,
@@ -512,5 +516,6 @@ func (m *Meter) Close() error {
 // Frozen says whether Slurm has frozen one of the job's steps now; known is false when
 // the job has no cgroup that could say (Freezer).
 func (m *Meter) Frozen() (frozen, known bool) {
-	return m.freezer.Frozen(m.Spec().StatCgroups)
+	spec := m.Spec()
+	return m.freezer.Frozen(spec.StatCgroups, spec.OwnCgroup)
 }

@@ -42,7 +42,7 @@ type suspendSource struct {
 func newSuspend(*Env, *Spec) (Source, error) { return &suspendSource{}, nil }
 
 func (s *suspendSource) Read(r *Read) error {
-	frozen, known := r.freezer.Frozen(r.Spec.StatCgroups)
+	frozen, known := r.freezer.Frozen(r.Spec.StatCgroups, r.Spec.OwnCgroup)
 	if r.Reason != sample.Start {
 		switch {
 		case s.frozen:
@@ -93,13 +93,14 @@ type freezeDir struct {
 // NewFreezer returns a Freezer of the cgroups under host.
 func NewFreezer(h hostfs.FS) *Freezer { return &Freezer{host: h, buf: make([]byte, 4096)} }
 
-// Frozen says whether one of the job's steps is frozen, from its cgroups by hierarchy key;
+// Frozen says whether one of the job's steps is frozen, from its cgroups by hierarchy key,
+// but for own (persyst's cgroup of the job, Spec.OwnCgroup: Slurm never freezes it);
 // known is false when the job has no cgroup that could say (cgroup v1 without a freezer
 // hierarchy).
-func (f *Freezer) Frozen(cgroups map[string]string) (frozen, known bool) {
+func (f *Freezer) Frozen(cgroups map[string]string, own string) (frozen, known bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync(cgroups)
+	f.sync(cgroups, own)
 	for _, d := range f.dirs {
 		known = true
 		if f.dirFrozen(d) {
@@ -110,10 +111,10 @@ func (f *Freezer) Frozen(cgroups map[string]string) (frozen, known bool) {
 }
 
 // sync keeps a freezeDir for each cgroup directory that can say, and no other.
-func (f *Freezer) sync(cgroups map[string]string) {
+func (f *Freezer) sync(cgroups map[string]string, own string) {
 	keep := f.dirs[:0]
 	for _, d := range f.dirs {
-		if cgroups[d.key] == d.dir {
+		if cgroups[d.key] == d.dir && d.dir != own {
 			keep = append(keep, d)
 		} else {
 			d.close()
@@ -122,7 +123,7 @@ func (f *Freezer) sync(cgroups map[string]string) {
 	f.dirs = keep
 	for key, dir := range cgroups {
 		v2 := key == "unified"
-		if !v2 && !strings.Contains(","+key+",", ",freezer,") {
+		if !v2 && !strings.Contains(","+key+",", ",freezer,") || dir == own {
 			continue
 		}
 		if !slices.ContainsFunc(f.dirs, func(d *freezeDir) bool { return d.key == key }) {

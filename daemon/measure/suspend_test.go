@@ -17,6 +17,7 @@ import (
 func TestFrozen(t *testing.T) {
 	const v1 = "sys/fs/cgroup/freezer/slurm/uid_1000/job_7"
 	const v2 = "sys/fs/cgroup/system.slice/node1_slurmstepd.scope/job_7"
+	const own = "sys/fs/cgroup/unified/persyst_node1/job_7"
 	for _, tc := range []struct {
 		name          string
 		files         map[string]string
@@ -35,12 +36,17 @@ func TestFrozen(t *testing.T) {
 			map[string]string{"unified": "/" + v2}, true, true},
 		{"v1 without a freezer hierarchy", map[string]string{"sys/fs/cgroup/memory/slurm/uid_1000/job_7/memory.stat": ""},
 			map[string]string{"memory": "/sys/fs/cgroup/memory/slurm/uid_1000/job_7"}, false, false},
+		// persyst's own v2 cgroup of a job on v1 Slurm: never frozen by Slurm, it says nothing.
+		{"v1 without a freezer hierarchy, persyst's v2 cgroup", map[string]string{own + "/cgroup.events": "populated 1\nfrozen 0\n"},
+			map[string]string{"memory": "/sys/fs/cgroup/memory/slurm/uid_1000/job_7", "unified": "/" + own}, false, false},
+		{"v1 suspended, persyst's v2 cgroup", map[string]string{v1 + "/step_batch/freezer.state": "FROZEN\n", own + "/cgroup.events": "populated 1\nfrozen 0\n"},
+			map[string]string{"freezer": "/" + v1, "unified": "/" + own}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := hostfs.New(testenv.Files(t, tc.files))
 			f := NewFreezer(h)
 			defer f.Close()
-			frozen, known := f.Frozen(tc.cgroups)
+			frozen, known := f.Frozen(tc.cgroups, "/"+own)
 			if frozen != tc.frozen || known != tc.known {
 				t.Errorf("Frozen = %v, %v; want %v, %v", frozen, known, tc.frozen, tc.known)
 			}
@@ -78,7 +84,7 @@ func TestFreezerFollowsSteps(t *testing.T) {
 		{"thawed", func() { write("step_batch/freezer.state", "THAWED\n") }, false},
 	} {
 		step.do()
-		if frozen, known := f.Frozen(cg); frozen != step.want || !known {
+		if frozen, known := f.Frozen(cg, ""); frozen != step.want || !known {
 			t.Errorf("%d %s: Frozen = %v, %v; want %v, true", i, step.name, frozen, known, step.want)
 		}
 	}
