@@ -291,7 +291,11 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 				// The first window is taken at once: the intervals between this turn and
 				// the next window in the middle of a second are estimated from it (from
 				// the calls counted whole before, a burst would be taken for a storm).
-				return sleep(time.Duration(float64(s.Period)*next), stop)
+				// It is a window like the others, its calls charged to the credit: left
+				// out, a storm whose credit came back by each window's end was counted
+				// in two windows a second, twice the budget.
+				share, left = next, time.Duration(float64(s.Period)*next)
+				continue
 			}
 			break
 		}
