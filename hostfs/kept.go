@@ -65,27 +65,39 @@ func (k *Kept) Read() ([]byte, error) {
 	return b, nil
 }
 
-// pread reads the whole file from offset 0 into k.buf: a read shorter than the buffer
-// is the whole content (a seq_file generates it in one piece for a read from 0); one
-// that fills it is made again with a buffer twice as large.
+// pread reads the whole file from offset 0 into k.buf (PreadWhole).
 func (k *Kept) pread() ([]byte, error) {
-	if cap(k.buf) == 0 {
-		k.buf = make([]byte, 4096)
+	b, buf, err := PreadWhole(k.fd, k.buf)
+	k.buf = buf
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: k.path, Err: err}
 	}
-	k.buf = k.buf[:cap(k.buf)]
+	return b, nil
+}
+
+// PreadWhole reads the whole file at fd from offset 0 into buf (grown, and returned,
+// as needed; nil: a new one of 4 KiB). A read shorter than the buffer is the whole
+// content: a kernel statistics file (a single-record seq_file) is generated in one piece
+// for a read from 0, a regular file ends there; one that fills it is made again with a
+// buffer twice as large, up to MaxRead.
+func PreadWhole(fd int, buf []byte) (content, grown []byte, err error) {
+	if cap(buf) == 0 {
+		buf = make([]byte, 4096)
+	}
+	buf = buf[:cap(buf)]
 	for {
-		n, err := unix.Pread(k.fd, k.buf, 0)
+		n, err := unix.Pread(fd, buf, 0)
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: k.path, Err: err}
-		case n < len(k.buf):
-			return k.buf[:n], nil
-		case len(k.buf) > MaxRead:
-			return nil, fmt.Errorf("read %s: more than %d bytes", k.path, MaxRead)
+			return nil, buf, err
+		case n < len(buf):
+			return buf[:n], buf, nil
+		case len(buf) > MaxRead:
+			return nil, buf, fmt.Errorf("more than %d bytes", MaxRead)
 		}
-		k.buf = make([]byte, 2*len(k.buf))
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

@@ -1,10 +1,13 @@
 package hostfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // TestKeptProc: a proc file is kept open and read again whole with the same descriptor,
@@ -14,7 +17,7 @@ func TestKeptProc(t *testing.T) {
 	const path = "/proc/version" // stable content, generated anew at each read
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Skipf("no %s: %v", path, err)
+		testenv.Unavailable(t, fmt.Sprintf("no %s: %v", path, err))
 	}
 	k := NewKept(path)
 	k.buf = make([]byte, 16) // smaller than the file: the read grows it

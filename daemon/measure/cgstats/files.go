@@ -188,25 +188,9 @@ func (f *Files) read(dir, name string) ([]byte, error) {
 	return b, nil
 }
 
-// pread reads the whole file at fd from offset 0 into f.buf. A read shorter than the
-// buffer is the whole file: a cgroup statistics file is generated in one piece (a
-// single-record seq_file), a regular file ends there.
+// pread reads the whole file at fd from offset 0 into f.buf (hostfs.PreadWhole).
 func (f *Files) pread(fd int) ([]byte, error) {
-	if f.buf == nil {
-		f.buf = make([]byte, 4096)
-	}
-	for {
-		n, err := unix.Pread(fd, f.buf, 0)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return nil, err
-		case n < len(f.buf):
-			return f.buf[:n], nil
-		case len(f.buf) > hostfs.MaxRead:
-			return nil, fmt.Errorf("more than %d bytes", hostfs.MaxRead)
-		}
-		f.buf = make([]byte, 2*len(f.buf))
-	}
+	b, buf, err := hostfs.PreadWhole(fd, f.buf)
+	f.buf = buf
+	return b, err
 }
