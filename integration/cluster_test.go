@@ -25,6 +25,7 @@ import (
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/internal/testenv"
+	"github.com/persyst/persyst/nvml/nvmltest"
 )
 
 // jobUser is the unprivileged user jobs run as (root submits with --uid).
@@ -74,7 +75,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	os.Exit(nvmltest.Main(m))
 }
 
 // artifacts returns build/test-artifacts, created if need be: what a test leaves there

@@ -276,3 +276,5 @@ at 0 gpu=101 sm=0
 		t.Error("a MIG instance has NVML utilization samples (NVML gives none)")
 	}
 }
+
+func TestMain(m *testing.M) { os.Exit(nvmltest.Main(m)) }

@@ -268,3 +268,5 @@ func TestStoreKeepsGPUs(t *testing.T) {
 		t.Errorf("merged GPU values (-want +got):\n%s", d)
 	}
 }
+
+func TestMain(m *testing.M) { os.Exit(nvmltest.Main(m)) }

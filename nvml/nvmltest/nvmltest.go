@@ -1,8 +1,10 @@
 // Package nvmltest builds persyst-nvml and the FAKE libnvidia-ml.so.1 (nvml/helper/fake.c)
-// for tests on machines without an NVIDIA GPU, once per test binary.
+// for tests on machines without an NVIDIA GPU, once per test binary. A package that
+// builds them runs its tests with Main, which removes them at the end.
 package nvmltest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,7 @@ type Built struct {
 
 var (
 	once  sync.Once
+	dir   string // what Build made, removed by Main
 	built Built
 	err   error
 	log   []byte
@@ -34,9 +37,7 @@ func Build(tb testing.TB) Built {
 	once.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		src := filepath.Join(filepath.Dir(file), "..", "helper")
-		dir, e := os.MkdirTemp("", "persyst-nvmltest")
-		if e != nil {
-			err = e
+		if dir, err = os.MkdirTemp("", "persyst-nvmltest"); err != nil {
 			return
 		}
 		built = Built{Helper: filepath.Join(dir, "persyst-nvml"),
@@ -60,6 +61,18 @@ func Build(tb testing.TB) Built {
 		tb.Fatalf("building persyst-nvml and the fake NVML: %v\n%s", err, log)
 	}
 	return built
+}
+
+// Main runs the tests and removes what Build made; a TestMain calls
+// os.Exit(nvmltest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "nvmltest: %v\n", err)
+		}
+	}
+	return code
 }
 
 // Scenario writes a fake NVML scenario (nvml/helper/fake.c says its lines) and returns
