@@ -7,7 +7,11 @@
 # system calls counted the way persyst did before eBPF (the perf syscall tracepoints), and
 # the storm is run unmeasured beside a measured job (what a bystander pays).
 #
-#   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 5 minutes)
+#   bench/overhead.sh [ROUNDS]     (default 12 rounds; root, `make build`; about 6 minutes)
+#
+# Each workload also runs under `persyst run` with every metric source off (nothing
+# measured; the command still in persyst's cgroups): the measured runs against those are
+# what measuring costs apart from running in cgroups, which a Slurm job does anyway.
 #
 # A/B/C runs are interleaved: every round runs each configuration once, in an order
 # rotated from round to round (U 1s 60s, 1s 60s U, 60s U 1s, ...), so that slow drift of
@@ -128,8 +132,9 @@ row() {
 	po=$(paired "$6" "$5")
 	samp=$(printf '%s\n' "${smp[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
 	awk -v c="$1" -v m="$m" -v d="$d" -v mu="$mu" -v p="$p" -v po="$po" -v f="$fixed" -v s="$samp" 'BEGIN {
-		printf "| %s | %.3f | %.4f | %+.2f %% | %+.2f %% | %+.2f %% | %+.2f %% | %s |\n", c, m / 1e6, d / 1e6,
-			100 * (m / mu - 1), 100 * (p - 1), 100 * ((m - f) / mu - 1), 100 * (po - 1), s }'
+		net = (f == "") ? "—" : sprintf("%+.2f %%", 100 * ((m - f) / mu - 1))
+		printf "| %s | %.3f | %.4f | %+.2f %% | %+.2f %% | %s | %+.2f %% | %s |\n", c, m / 1e6, d / 1e6,
+			100 * (m / mu - 1), 100 * (p - 1), net, 100 * (po - 1), s }'
 }
 
 # The system calls counted the way persyst did before eBPF: with the perf syscall
@@ -138,6 +143,13 @@ printf 'MetricSource.syscalls=off\n' >"$tmp/tracepoints.conf"
 # And every call counted on the raw tracepoint, whatever it costs (where the kernel
 # refuses fentry; the default samples beyond SyscallBudget=0.5%).
 printf 'SyscallBudget=0%%\n' >"$tmp/every.conf"
+# And nothing measured: every metric source off. The command still runs in persyst's
+# cgroups, as a Slurm job runs in Slurm's whether measured or not: the measured
+# configurations against this one are what measuring itself costs, apart from what
+# running in cgroups costs a program (charging its kernel memory, group scheduling).
+for s in perf syscalls cgroup procio netdev infiniband rapl gpu schedstat suspend outside; do
+	echo "MetricSource.$s=off"
+done >"$tmp/nothing.conf"
 samples() { grep -m1 -o '"samples": [0-9]*' "$tmp/last.err" | grep -o '[0-9]*$'; }
 # opens: the file opens `persyst run --json` counted for the run (the summary's totals,
 # the first such key in its output).
@@ -147,15 +159,15 @@ opens() { grep -m1 -o '"syscalls:sys_enter_openat": [0-9.e+]*' "$tmp/last.err" |
 bench() {
 	local label=$1 i k cfg t order
 	shift
-	local -a tu=() t1=() t60=() ttp=() tsm=() s1=() s60=() stp=() ssm=() o1=() o60=() otp=() osm=()
-	local -a wu=() w1=() w60=() wtp=() wsm=() # the workload's own run times
-	local cfgs=(U 1s 60s tp sm)
+	local -a tu=() t1=() t60=() ttp=() tsm=() tno=() s1=() s60=() stp=() ssm=() sno=() o1=() o60=() otp=() osm=()
+	local -a wu=() w1=() w60=() wtp=() wsm=() wno=() # the workload's own run times
+	local cfgs=(U 1s 60s tp sm no)
 	for cfg in U 1s 60s; do # warm-up, once each
 		case $cfg in U) wall "$@" ;; *) wall "$P" run --interval "$cfg" --json -- "$@" ;; esac >/dev/null
 	done
 	for i in $(seq 0 $((ROUNDS - 1))); do
 		order=()
-		for k in 0 1 2 3 4; do order+=("${cfgs[$(((i + k) % 5))]}"); done
+		for k in 0 1 2 3 4 5; do order+=("${cfgs[$(((i + k) % 6))]}"); done
 		for cfg in "${order[@]}"; do
 			case $cfg in
 			U) tu[i]=$(wall "$@"); wu[i]=$(own) ;;
@@ -163,6 +175,7 @@ bench() {
 			60s) t60[i]=$(wall "$P" run --interval 60s --json -- "$@"); s60+=("$(samples)"); o60+=("$(opens)"); w60[i]=$(own) ;;
 			tp) ttp[i]=$(wall "$P" run --interval 60s --config "$tmp/tracepoints.conf" --json -- "$@"); stp+=("$(samples)"); otp+=("$(opens)"); wtp[i]=$(own) ;;
 			sm) tsm[i]=$(wall "$P" run --interval 60s --config "$tmp/every.conf" --json -- "$@"); ssm+=("$(samples)"); osm+=("$(opens)"); wsm[i]=$(own) ;;
+			no) tno[i]=$(wall "$P" run --interval 60s --config "$tmp/nothing.conf" --json -- "$@"); sno+=("$(samples)"); wno[i]=$(own) ;;
 			esac
 		done
 	done
@@ -176,6 +189,8 @@ bench() {
 	row "--interval 60s" tu t60 s60 wu w60
 	row "--interval 60s, perf tracepoints" tu ttp stp wu wtp
 	row "--interval 60s, every call (SyscallBudget=0%)" tu tsm ssm wu wsm
+	# Its fixed cost is not the measured runs': no net column.
+	fixed= row "--interval 60s, nothing measured (in cgroups only)" tu tno sno wu wno
 	awk -v du="$du" -v mu="$mu" -v n="$nu" 'BEGIN { printf "noise (unmeasured MAD/median, n=%d): %.2f %%\n", n, 100 * du / mu }'
 	read -r m d _ < <(printf '%s\n' "${wu[@]}" | stats)
 	awk -v d="$d" -v m="$m" 'BEGIN { printf "noise of its own time (unmeasured): %.2f %%\n", 100 * d / m }'
@@ -201,6 +216,13 @@ bench() {
 	awk -v a="$m1" -v b="$m60" -v p="$p" -v d="$d60" 'BEGIN {
 		printf "cost of the 1 s cycle reads (--interval 1s against --interval 60s): %+.2f %% (medians), %+.2f %% (paired); noise of the 60 s runs %.2f %%\n",
 			100 * (a / b - 1), 100 * (p - 1), 100 * d / b }'
+	# What measuring costs apart from the cgroups: the own times against those of the
+	# runs in the cgroups with nothing measured.
+	local q1 q60
+	q1=$(paired w1 wno)
+	q60=$(paired w60 wno)
+	awk -v a="$q1" -v b="$q60" 'BEGIN {
+		printf "cost of measuring apart from the cgroups (own time against nothing measured, paired): %+.2f %% at 60 s, %+.2f %% at 1 s\n", 100 * (b - 1), 100 * (a - 1) }'
 }
 
 bench "CPU-bound" "$W" cpu -report -iterations "$cpu_n"
