@@ -326,7 +326,7 @@ func TestTextSampledCounts(t *testing.T) {
 		name, how string
 		want      bool
 	}{
-		{"sampled", "eBPF (raw tracepoint), counted during 12 % of the time and scaled (counting every call would have slowed the job by more than 0.5 %)", true},
+		{"sampled", "eBPF (raw tracepoint), counted during 12 % of the time and scaled (counting every call would have cost the node's programs more than 0.5 % of a CPU, or those outside the jobs more than 0.062 %)", true},
 		{"every call", "eBPF (fentry), every call", false},
 		{"perf", "perf tracepoints, every call", false},
 		{"not said", "", false},

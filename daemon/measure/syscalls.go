@@ -429,8 +429,9 @@ func (s *syscallsSource) Method() (string, string) {
 	case s.counted >= s.wall*999/1000:
 		return SystemCalls, "eBPF (" + string(s.c.Mode()) + "), every call"
 	}
-	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (counting every call would have slowed the job by more than %.2g %%)",
-		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9), 100*s.c.Budget())
+	budget := s.c.Budget()
+	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (counting every call would have cost the node's programs more than %.2g %% of a CPU, or those outside the jobs more than %.2g %%)",
+		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9), 100*budget, 100*budget/outsideShare)
 }
 
 func (s *syscallsSource) Close() error {

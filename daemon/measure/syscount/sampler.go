@@ -32,9 +32,19 @@ import (
 // programs' gate leaves each call the trampoline's cost (calling the program, which
 // returns at once), which no budget bounds. Below, "attached" is "counting": the raw
 // tracepoint attached, or fentry programs' gate open.
+//
+// Outside bounds apart what the calls counted for no job cost: other programs' (a job
+// that opted out, the node's daemons) and the jobs' calls of kinds not counted (every
+// call pays on the raw tracepoint). Counting is for the jobs: while such calls would cost
+// more than outsideTrigger × Outside (a storm outside the jobs, not the few thousand
+// calls a second of a node's daemons), the share is cut to keep them within Outside
+// (down to MinShare/4), whatever credit is left, so that a program outside every job
+// that makes calls without pause is slowed by no more than Outside of one CPU (persyst
+// sets Budget/8) for the jobs beside it.
 type Sampling struct {
 	Period   time.Duration // default 1 s
 	Budget   float64       // share of one CPU's time; 0: no sampling
+	Outside  float64       // share of one CPU's time; 0: no bound but Budget
 	MinShare float64       // default 1/64
 	// Burst is the extra time the node's calls may cost before they are sampled (default
 	// Budget × 1 s: 5 ms at 0.5 %, about 80,000 calls counted in full).
@@ -143,14 +153,25 @@ func (s Sampling) withDefaults() Sampling {
 }
 
 // shareFor is the share of a period to stay attached when the node's system calls cost
-// load of one CPU's time more while attached, and credit is what is left of the Burst.
-func shareFor(load float64, credit time.Duration, s Sampling) float64 {
-	if s.Budget <= 0 || load <= s.Budget || credit > 0 {
-		return 1
+// load of one CPU's time more while attached, outside of it the calls counted for no
+// job, and credit is what is left of the Burst.
+func shareFor(load, outside float64, credit time.Duration, s Sampling) float64 {
+	share := 1.0
+	if s.Budget > 0 && load > s.Budget && credit <= 0 {
+		share = max(pow2Below(s.Budget/load), s.MinShare)
 	}
-	share := math.Exp2(math.Floor(math.Log2(s.Budget / load)))
-	return min(max(share, s.MinShare), 1)
+	if s.Budget > 0 && s.Outside > 0 && outside > outsideTrigger*s.Outside {
+		share = min(share, max(pow2Below(s.Outside/outside), s.MinShare/4))
+	}
+	return min(share, 1)
 }
+
+// outsideTrigger is how many times Outside the calls counted for no job must cost before
+// they are kept within it.
+const outsideTrigger = 4
+
+// pow2Below is the largest power of two at most x (x > 0).
+func pow2Below(x float64) float64 { return math.Exp2(math.Floor(math.Log2(x))) }
 
 // startSampler starts adapting the share of each period the programs count (c.mu held).
 func (c *Counter) startSampler() {
@@ -242,7 +263,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 	s := c.sampling
 	for left := time.Duration(float64(s.Period) * share); left > 0; {
 		c.mu.Lock()
-		a0, t0 := nodeCalls(c.all, c.calls), c.now()
+		a0, j0, t0 := nodeCalls(c.all, allNode, c.calls), nodeCalls(c.all, allJobs, c.calls), c.now()
 		known := c.cm.cost > 0
 		c.mu.Unlock()
 		step, wait := left, sleep
@@ -269,17 +290,21 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 			c.mu.Unlock()
 			return false
 		}
-		if share == 1 && c.cm.wantsEarlyProbe() && nodeCalls(c.all, c.calls)-a0 >= noticeEvery {
+		calls := nodeCalls(c.all, allNode, c.calls) - a0
+		if share == 1 && c.cm.wantsEarlyProbe() && calls >= noticeEvery {
 			c.mu.Unlock()
 			return true // detached probes
 		}
 		dt := max(c.now().Sub(t0), time.Millisecond)
 		left -= dt
-		spent := time.Duration(nodeCalls(c.all, c.calls)-a0) * c.cm.cost
+		spent := time.Duration(calls) * c.cm.cost
 		p.credit = min(max(p.credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 		load := float64(spent) / float64(dt)
+		// The jobs' counted calls, read after the node's: never more than those.
+		jobs := min(nodeCalls(c.all, allJobs, c.calls)-j0, calls)
+		outside := float64(time.Duration(calls-jobs)*c.cm.cost) / float64(dt)
 		p.check = busyCheck(load, p.credit, s.Budget)
-		next := shareFor(load, p.credit, s)
+		next := shareFor(load, outside, p.credit, s)
 		if err := c.progs.setSampled(next < 1); err != nil {
 			// The counts could not tell a sample from the whole: count every call.
 			next = 1
@@ -343,10 +368,18 @@ func untilWindow(now time.Time, period time.Duration, share float64) time.Durati
 	return start.Sub(now)
 }
 
-// nodeCalls is the node's system calls counted while attached, all CPUs', from the map
-// all, read into buf (the Counter's; c.mu held).
-func nodeCalls(all *ebpf.Map, buf []uint64) uint64 {
-	if err := all.Lookup(uint32(0), buf); err != nil {
+// The entries of the map all (with a budget): every system call of the node the
+// programs ran for, and those counted for a watched cgroup.
+const (
+	allNode uint32 = iota
+	allJobs
+	allEntries
+)
+
+// nodeCalls is the calls counted at key of the map all while attached, all CPUs', read
+// into buf (the Counter's; c.mu held).
+func nodeCalls(all *ebpf.Map, key uint32, buf []uint64) uint64 {
+	if err := all.Lookup(key, buf); err != nil {
 		return 0
 	}
 	var n uint64

@@ -217,7 +217,7 @@ func New(o Options) (*Counter, Missing, error) {
 		return nil, nil, fmt.Errorf("syscount: levels map: %w", err)
 	}
 	c.all, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: "persyst_all", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+		Name: "persyst_all", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: allEntries,
 	})
 	if err != nil {
 		c.Close()
@@ -447,7 +447,7 @@ func (l *loader) rawHead() asm.Instructions {
 // label next. It uses r0 to r5 and fp-16.
 func (l *loader) countAll(next string) asm.Instructions {
 	insns := asm.Instructions{
-		asm.StoreImm(asm.RFP, -16, 0, asm.Word),
+		asm.StoreImm(asm.RFP, -16, int64(allNode), asm.Word),
 		asm.LoadMapPtr(asm.R1, l.all.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -16),
@@ -754,6 +754,23 @@ func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
 		asm.Ja.Label(prefix+"exit"),
 		asm.Add.Reg(asm.R0, asm.R6).WithSymbol(prefix+"hit"),
 	)
+	if l.budget > 0 {
+		// One more for the watched cgroups' calls in all (allJobs), the counts' pointer
+		// kept in r9 meanwhile.
+		insns = append(insns,
+			asm.Mov.Reg(asm.R9, asm.R0),
+			asm.StoreImm(asm.RFP, -16, int64(allJobs), asm.Word),
+			asm.LoadMapPtr(asm.R1, l.all.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, prefix+"jobs"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+			asm.Mov.Reg(asm.R0, asm.R9).WithSymbol(prefix+"jobs"),
+		)
+	}
 	if l.window != nil {
 		// In a sampled window, into Counts.Sampled (the branch keeps the offset known to
 		// the verifier).

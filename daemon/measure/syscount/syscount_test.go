@@ -389,28 +389,39 @@ func TestLevel(t *testing.T) {
 }
 
 func TestShareFor(t *testing.T) {
-	s := Sampling{Budget: 0.005}.withDefaults()
+	s := Sampling{Budget: 0.005, Outside: 0.005 / 8}.withDefaults()
 	for _, tc := range []struct {
-		name   string
-		load   float64 // of one CPU, the node's calls attached
-		credit time.Duration
-		want   float64
+		name    string
+		load    float64 // of one CPU, the node's calls attached
+		outside float64 // of them, the calls counted for no job
+		credit  time.Duration
+		want    float64
 	}{
-		{"idle node", 0.0001, 0, 1},
-		{"at the budget", 0.005, -time.Millisecond, 1},
-		{"twice the budget, credit left", 0.01, time.Millisecond, 1},
-		{"twice the budget, credit spent", 0.01, 0, 0.5},
-		{"a storm", 0.17, -time.Millisecond, 1.0 / 64},
-		{"a storm on a slower node", 0.01 * 16, 0, 1.0 / 32},
-		{"beyond the floor", 0.5, 0, 1.0 / 64},
-		{"cost not measurable", 0, 0, 1},
+		{"idle node", 0.0001, 0.0001, 0, 1},
+		{"at the budget", 0.005, 0, -time.Millisecond, 1},
+		{"twice the budget, credit left", 0.01, 0, time.Millisecond, 1},
+		{"twice the budget, credit spent", 0.01, 0, 0, 0.5},
+		{"a storm", 0.17, 0.001, -time.Millisecond, 1.0 / 64},
+		{"a storm on a slower node", 0.01 * 16, 0, 0, 1.0 / 32},
+		{"beyond the floor", 0.5, 0, 0, 1.0 / 64},
+		{"cost not measurable", 0, 0, 0, 1},
+		{"others' calls at their bound", 0.005 / 8, 0.005 / 8, 0, 1},
+		{"others' calls twice their bound: a node's daemons", 0.005 / 4, 0.005 / 4, time.Millisecond, 1},
+		{"others' calls five times their bound, credit left", 0.005 * 5 / 8, 0.005 * 5 / 8, time.Millisecond, 1.0 / 8},
+		{"a storm outside the jobs", 0.16, 0.16, time.Millisecond, 1.0 / 256},
+		{"a storm outside the jobs, beyond the floor", 0.5, 0.5, 0, 1.0 / 256},
+		{"a job's storm beside others' calls", 0.16, 0.01, 0, 1.0 / 32},
+		{"others' calls cut more than the budget does", 0.16, 0.03, 0, 1.0 / 64},
 	} {
-		if got := shareFor(tc.load, tc.credit, Sampling{}.withDefaults()); got != 1 {
+		if got := shareFor(tc.load, tc.outside, tc.credit, Sampling{}.withDefaults()); got != 1 {
 			t.Errorf("%s without a budget: shareFor = %g, want 1 (every call)", tc.name, got)
 		}
-		if got := shareFor(tc.load, tc.credit, s); got != tc.want {
-			t.Errorf("%s: shareFor(%g, %v) = %g, want %g", tc.name, tc.load, tc.credit, got, tc.want)
+		if got := shareFor(tc.load, tc.outside, tc.credit, s); got != tc.want {
+			t.Errorf("%s: shareFor(%g, %g, %v) = %g, want %g", tc.name, tc.load, tc.outside, tc.credit, got, tc.want)
 		}
+	}
+	if got := shareFor(0.16, 0.16, 0, Sampling{Budget: 0.005}.withDefaults()); got != 1.0/32 {
+		t.Errorf("a storm outside the jobs without an outside bound: shareFor = %g, want 1/32", got)
 	}
 	if s.Burst != 5*time.Millisecond {
 		t.Errorf("default burst at a 0.5 %% budget = %v, want 5ms", s.Burst)
@@ -632,6 +643,45 @@ func TestBurstCountedWhole(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestJobsCallsApart: with a budget the programs count the watched cgroups' counted
+// calls apart from the node's (allJobs): a job's opens and closes there, this process's
+// calls not.
+func TestJobsCallsApart(t *testing.T) {
+	c, _, leaf := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 0.9})
+	read := func() (node, jobs uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return nodeCalls(c.all, allNode, c.calls), nodeCalls(c.all, allJobs, c.calls)
+	}
+	const n = 3000
+	n0, j0 := read()
+	runIn(t, leaf, n)
+	n1, j1 := read()
+	timeCalls(20000, 1)
+	n2, j2 := read()
+	t.Logf("the job's %d pairs: %d of the node's %d calls; this process's 20,000: %d of %d", n, j1-j0, n1-n0, j2-j1, n2-n1)
+	if got := j1 - j0; got < 2*n || got > n1-n0 {
+		t.Errorf("a job's %d openat+close pairs counted as %d of the watched cgroups' calls, of the node's %d; want %d to %d",
+			n, got, n1-n0, 2*n, n1-n0)
+	}
+	if got := j2 - j1; got >= 1000 {
+		t.Errorf("20,000 calls of this process, outside the watched cgroup, counted %d as the jobs'; want under 1,000 (others' only)", got)
+	}
+	if got := n2 - n1; got < 20000 {
+		t.Errorf("20,000 calls of this process: %d of the node's counted, want at least 20,000", got)
+	}
+}
+
+// TestOutsideStormSampled: a storm outside every watched cgroup (this process's calls)
+// is cut to windows where the budget would count it whole, with credit left: calls
+// counted for no job may cost Outside alone.
+func TestOutsideStormSampled(t *testing.T) {
+	c, _, _ := sampledCounter(t, Sampling{Period: 100 * time.Millisecond, Budget: 0.9, Outside: 0.001, MinShare: 0.25})
+	knownCost(t, c, 5*time.Second)
+	toWindows(t, c, 20000)
+	t.Logf("share %g, cost %v a call", c.Share(), c.Cost())
 }
 
 // toWindows drives this process's calls (batches of batch) until c's sampler turns to
