@@ -19,8 +19,8 @@ import (
 // most that extra time may be, all calls of the node together, as a share of one CPU's
 // time (persyst.conf's SyscallBudget), so that no program, measured or not, is slowed by
 // more: while the node's calls would cost more, the programs count only for a share of
-// each Period (a power of two, at least MinShare): the raw tracepoint is attached only
-// then, fentry programs' gate is open only then (programs), counting into
+// each Period (a power of two, at least MinShare; see Outside): the raw tracepoint is
+// attached only then, fentry programs' gate is open only then (programs), counting into
 // Counts.Sampled, whose calls stand for the time not attached too (Unseen, AttachedTime,
 // Cost); a job's counts are then an estimate, and say so. The calls counted while
 // attached for whole periods (Counts.Whole) are every call of their time and are never

@@ -726,8 +726,9 @@ var archPrefix = map[string]string{
 // tail counts one call at byte offset r6 of the value: for each watched level, the
 // calling thread's ancestor cgroup at that level is looked up in counts, and the first
 // found is incremented; with bytes, r8 is added to the count after r6's. r6 and r8
-// survive the helper calls; the key is at fp-8, the levels index at fp-16. Its labels
-// begin with prefix (two tails in one program).
+// survive the helper calls; the key is at fp-8, the levels index at fp-16. With a budget
+// a call found is counted in all's allJobs too (r9 and fp-16 used). Its labels begin
+// with prefix (two tails in one program).
 func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
 	levelsFD, countsFD := l.levels.FD(), l.counts.FD()
 	var insns asm.Instructions
