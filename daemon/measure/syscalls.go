@@ -429,9 +429,9 @@ func (s *syscallsSource) Method() (string, string) {
 	case s.counted >= s.wall*999/1000:
 		return SystemCalls, "eBPF (" + string(s.c.Mode()) + "), every call"
 	}
-	budget := s.c.Budget()
+	budget, outside := s.c.Bounds()
 	return SystemCalls, fmt.Sprintf("eBPF (%s), counted during %.0f %% of the time and scaled (counting every call would have cost the node's programs more than %.2g %% of a CPU, or those outside the jobs more than %.2g %%)",
-		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9), 100*budget, 100*budget/outsideShare)
+		s.c.Mode(), 100*s.counted.Seconds()/max(s.wall.Seconds(), 1e-9), 100*budget, 100*outside)
 }
 
 func (s *syscallsSource) Close() error {

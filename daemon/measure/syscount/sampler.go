@@ -263,7 +263,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 	s := c.sampling
 	for left := time.Duration(float64(s.Period) * share); left > 0; {
 		c.mu.Lock()
-		a0, j0, t0 := nodeCalls(c.all, allNode, c.calls), nodeCalls(c.all, allJobs, c.calls), c.now()
+		a0, j0, t0 := callsAt(c.all, allNode, c.calls), callsAt(c.all, allJobs, c.calls), c.now()
 		known := c.cm.cost > 0
 		c.mu.Unlock()
 		step, wait := left, sleep
@@ -290,7 +290,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 			c.mu.Unlock()
 			return false
 		}
-		calls := nodeCalls(c.all, allNode, c.calls) - a0
+		calls := callsAt(c.all, allNode, c.calls) - a0
 		if share == 1 && c.cm.wantsEarlyProbe() && calls >= noticeEvery {
 			c.mu.Unlock()
 			return true // detached probes
@@ -301,7 +301,7 @@ func (c *Counter) attached(share float64, p *pace, stop <-chan struct{}) bool {
 		p.credit = min(max(p.credit+time.Duration(s.Budget*float64(dt))-spent, -s.Burst), s.Burst)
 		load := float64(spent) / float64(dt)
 		// The jobs' counted calls, read after the node's: never more than those.
-		jobs := min(nodeCalls(c.all, allJobs, c.calls)-j0, calls)
+		jobs := min(callsAt(c.all, allJobs, c.calls)-j0, calls)
 		outside := float64(time.Duration(calls-jobs)*c.cm.cost) / float64(dt)
 		p.check = busyCheck(load, p.credit, s.Budget)
 		next := shareFor(load, outside, p.credit, s)
@@ -376,9 +376,9 @@ const (
 	allEntries
 )
 
-// nodeCalls is the calls counted at key of the map all while attached, all CPUs', read
+// callsAt is the calls counted at key of the map all while attached, all CPUs', read
 // into buf (the Counter's; c.mu held).
-func nodeCalls(all *ebpf.Map, key uint32, buf []uint64) uint64 {
+func callsAt(all *ebpf.Map, key uint32, buf []uint64) uint64 {
 	if err := all.Lookup(key, buf); err != nil {
 		return 0
 	}
@@ -389,8 +389,12 @@ func nodeCalls(all *ebpf.Map, key uint32, buf []uint64) uint64 {
 	return n
 }
 
-// Budget is the most counting may slow a program (Sampling.Budget; 0: every call).
-func (c *Counter) Budget() float64 { return c.sampling.Budget }
+// Bounds are the most counting may cost the node's programs (Sampling.Budget; 0: every
+// call) and those outside the jobs once their calls pass the trigger (Sampling.Outside;
+// 0: no bound but the budget).
+func (c *Counter) Bounds() (budget, outside float64) {
+	return c.sampling.Budget, c.sampling.Outside
+}
 
 // AttachedTime returns the time now and how long the programs have been attached in
 // all up to it, by how they counted: a cgroup's Counts.Whole between two reads are every

@@ -446,17 +446,7 @@ func (l *loader) rawHead() asm.Instructions {
 // node), and every noticeEvery calls of a CPU a notice wakes the sampler; it goes on at
 // label next. It uses r0 to r5 and fp-16.
 func (l *loader) countAll(next string) asm.Instructions {
-	insns := asm.Instructions{
-		asm.StoreImm(asm.RFP, -16, int64(allNode), asm.Word),
-		asm.LoadMapPtr(asm.R1, l.all.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -16),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, next),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-	}
+	insns := l.addAll(allNode, next)
 	if l.notices != nil {
 		// Every noticeEvery calls of a CPU, a record (the 4 bytes at fp-16) wakes the
 		// sampler.
@@ -472,6 +462,22 @@ func (l *loader) countAll(next string) asm.Instructions {
 		)
 	}
 	return insns
+}
+
+// addAll adds one to entry key of all (the key at fp-16, the new count left in r1), or
+// goes on at label skip where the lookup fails. It uses r0 to r5 and fp-16.
+func (l *loader) addAll(key uint32, skip string) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreImm(asm.RFP, -16, int64(key), asm.Word),
+		asm.LoadMapPtr(asm.R1, l.all.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -16),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+	}
 }
 
 func (l *loader) attach(spec *btf.Spec, name string, at ebpf.AttachType, to string, insns asm.Instructions) error {
@@ -758,19 +764,9 @@ func (l *loader) tail(bytes bool, prefix string) asm.Instructions {
 	if l.budget > 0 {
 		// One more for the watched cgroups' calls in all (allJobs), the counts' pointer
 		// kept in r9 meanwhile.
-		insns = append(insns,
-			asm.Mov.Reg(asm.R9, asm.R0),
-			asm.StoreImm(asm.RFP, -16, int64(allJobs), asm.Word),
-			asm.LoadMapPtr(asm.R1, l.all.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -16),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, prefix+"jobs"),
-			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-			asm.Mov.Reg(asm.R0, asm.R9).WithSymbol(prefix+"jobs"),
-		)
+		insns = append(insns, asm.Mov.Reg(asm.R9, asm.R0))
+		insns = append(insns, l.addAll(allJobs, prefix+"jobs")...)
+		insns = append(insns, asm.Mov.Reg(asm.R0, asm.R9).WithSymbol(prefix+"jobs"))
 	}
 	if l.window != nil {
 		// In a sampled window, into Counts.Sampled (the branch keeps the offset known to

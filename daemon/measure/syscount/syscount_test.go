@@ -653,7 +653,7 @@ func TestJobsCallsApart(t *testing.T) {
 	read := func() (node, jobs uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return nodeCalls(c.all, allNode, c.calls), nodeCalls(c.all, allJobs, c.calls)
+		return callsAt(c.all, allNode, c.calls), callsAt(c.all, allJobs, c.calls)
 	}
 	const n = 3000
 	n0, j0 := read()
