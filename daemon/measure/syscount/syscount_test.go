@@ -945,12 +945,12 @@ func TestWantsProbe(t *testing.T) {
 	}
 	m.cost = 50 * time.Nanosecond
 	for range costSamples - 1 {
-		m.ring.add(m.cost)
+		m.ring.add(300*time.Nanosecond, 250*time.Nanosecond)
 	}
 	if !m.wantsProbe() {
 		t.Fatalf("pause not probed with %d probes of %d", m.ring.n, costSamples)
 	}
-	m.ring.add(m.cost)
+	m.ring.add(300*time.Nanosecond, 250*time.Nanosecond)
 	probed := 0
 	for range 4 * probeEvery {
 		if m.wantsProbe() {
@@ -959,5 +959,42 @@ func TestWantsProbe(t *testing.T) {
 	}
 	if probed != 4 {
 		t.Errorf("%d of %d pauses probed with the cost known, want 4", probed, 4*probeEvery)
+	}
+}
+
+// TestCostsCost: the cost is the fastest call timed counted less the fastest not, over
+// the last costSamples timings; a probe's own difference, high or low, does not carry.
+func TestCostsCost(t *testing.T) {
+	ns := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x))
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name    string
+		on, off []time.Duration
+		want    time.Duration
+	}{
+		{"none", nil, nil, 0},
+		{"one", ns(300), ns(250), 50},
+		{"slower counted than not, at least 0", ns(364), ns(394), 0},
+		// The timings of a storm at 60 s (docs/performance.md): the calibration, then
+		// the probes; their differences' median was 90 ns.
+		{"a storm's", ns(340, 433, 305, 347, 540, 304, 313), ns(250, 250, 269, 270, 260, 253, 252), 54},
+		// Only the last costSamples count: the early fast timings have left the ring.
+		{"the last costSamples", append(ns(100, 100), ns(400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400)...),
+			append(ns(50, 50), ns(300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300)...), 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c costs
+			for i := range tc.on {
+				c.add(tc.on[i], tc.off[i])
+			}
+			if got := c.cost(); got != tc.want {
+				t.Errorf("cost: -want +got\n-%v\n+%v", tc.want, got)
+			}
+		})
 	}
 }
