@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -984,8 +985,8 @@ func TestCostsCost(t *testing.T) {
 		// the probes; their differences' median was 90 ns.
 		{"a storm's", ns(340, 433, 305, 347, 540, 304, 313), ns(250, 250, 269, 270, 260, 253, 252), 54},
 		// Only the last costSamples count: the early fast timings have left the ring.
-		{"the last costSamples", append(ns(100, 100), ns(400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400)...),
-			append(ns(50, 50), ns(300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300, 300)...), 100},
+		{"the last costSamples", append(ns(100, 100), slices.Repeat(ns(400), costSamples)...),
+			append(ns(50, 50), slices.Repeat(ns(300), costSamples)...), 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c costs
