@@ -89,8 +89,10 @@ cp "$r"/boot/initrd.img-* "$WORK/initrd.img"
 )
 cp "$deb" "$r/root/persyst.deb"
 # The node's tests (TestNode; the package's other tests read the checkout and run on the
-# host), or PERSYST_VM_RUN's (go test -run) while iterating.
+# host), or PERSYST_VM_RUN's (go test -run) while iterating, PERSYST_VM_COUNT times
+# (go test -count: a rare failure run again and again).
 echo "${PERSYST_VM_RUN:-^TestNode\$}" >"$r/root/vmnode.run"
+echo "${PERSYST_VM_COUNT:-1}" >"$r/root/vmnode.count"
 # The system call counter's tests that take each way of counting the kernel allows: the
 # host refuses fentry programs, the node's kernel takes them (PERSYST_VM_SYSCOUNT_RUN,
 # empty: none).
@@ -180,7 +182,7 @@ if dpkg -i /root/persyst.deb >/root/dpkg.log 2>&1; then
 	if [ -s syscount.run ]; then
 		CI=1 ./syscount.test -test.v -test.timeout 5m -test.run "$(cat syscount.run)" || rc=$?
 	fi
-	./vmnode.test -test.v -test.timeout 20m -test.run "$(cat /root/vmnode.run)" || rc=$?
+	./vmnode.test -test.v -test.timeout 20m -test.run "$(cat /root/vmnode.run)" -test.count "$(cat /root/vmnode.count)" || rc=$?
 else
 	cat /root/dpkg.log
 	rc=1
@@ -267,6 +269,22 @@ if ! boot; then
 fi
 verdict=$(tr -d '\r' <"$WORK/tests.log" | grep -a '^vmnode: tests exited' | tail -1 || true)
 [ -n "$verdict" ] || { tail -30 "$WORK/console.log"; die "$SUITE: the tests did not finish (console above)"; }
-[ "$verdict" = "vmnode: tests exited 0" ] || die "$SUITE: the node's tests failed ($verdict; output above)"
+if [ "$verdict" != "vmnode: tests exited 0" ]; then
+	# The last lines of each failed test's output once more, next to the verdict: a CI
+	# log that keeps only its tail keeps why, not only which.
+	tr -d '\r' <"$WORK/tests.log" | awk '
+		/^=== RUN / { cur = $3; n[cur] = 0; next }
+		/^ *--- FAIL: / { failed[++nf] = $3; next }
+		cur != "" { line[cur, n[cur]++ % 40] = $0 }
+		END {
+			for (i = 1; i <= nf; i++) {
+				f = failed[i]
+				if (!(f in n) || n[f] == 0) continue
+				print "vm: the last lines of " f ":"
+				for (k = (n[f] > 40 ? n[f] - 40 : 0); k < n[f]; k++) print line[f, k % 40]
+			}
+		}'
+	die "$SUITE: the node's tests failed ($verdict; output above)"
+fi
 rm -f "$WORK/disk0.img"
 log "$SUITE: every test on the node passed; boot to power-off $((SECONDS - tb)) s, all $((SECONDS - t0)) s"
