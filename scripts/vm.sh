@@ -274,16 +274,17 @@ if [ "$verdict" != "vmnode: tests exited 0" ]; then
 	# log that keeps only its tail keeps why, not only which.
 	tr -d '\r' <"$WORK/tests.log" | awk '
 		/^=== RUN / { cur = $3; n[cur] = 0; next }
-		/^ *--- FAIL: / { failed[++nf] = $3; next }
-		cur != "" { line[cur, n[cur]++ % 40] = $0 }
-		END {
-			for (i = 1; i <= nf; i++) {
-				f = failed[i]
-				if (!(f in n) || n[f] == 0) continue
-				print "vm: the last lines of " f ":"
-				for (k = (n[f] > 40 ? n[f] - 40 : 0); k < n[f]; k++) print line[f, k % 40]
+		/^ *--- FAIL: / {
+			# Taken now: with PERSYST_VM_COUNT a later run of the test starts anew.
+			f = $3
+			if (n[f] > 0) {
+				out = out "vm: the last lines of " f ":\n"
+				for (k = (n[f] > 40 ? n[f] - 40 : 0); k < n[f]; k++) out = out line[f, k % 40] "\n"
 			}
-		}'
+			next
+		}
+		cur != "" { line[cur, n[cur]++ % 40] = $0 }
+		END { printf "%s", out }'
 	die "$SUITE: the node's tests failed ($verdict; output above)"
 fi
 rm -f "$WORK/disk0.img"

@@ -336,8 +336,8 @@ func testOwnQuota(t *testing.T) {
 	// throttled (a tenth of it or more, the analysis's own rule) is in the worst
 	// stretch, and the time lost is far below what the quota took, which a quota taken
 	// for interference would about match. An unthrottled interval may lose time to the
-	// emulated machine's other work (0.27 s of 24 s once, more another time), which
-	// the digest then states, truly.
+	// emulated machine's other work (0.27 s of 24 s once), which the digest then states,
+	// truly.
 	for _, s := range samples {
 		if w := in.Worst; w != nil && s.Job[sample.CPUThrottledSecs] >= 0.1*s.Seconds && s.Time.After(w.From) && s.From().Before(w.To) {
 			t.Errorf("job %d: interference %+v: its worst stretch %v–%v holds an interval the quota throttled (%s)", id, in, w.From, w.To, s.Time)
