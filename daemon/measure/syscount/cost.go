@@ -54,8 +54,9 @@ func (m *costMeter) wantsProbe() bool {
 }
 
 // wantsEarlyProbe says whether the cost is unknown and fewer than earlyProbes probes
-// were taken: a storm is then probed as soon as it comes.
-func (m *costMeter) wantsEarlyProbe() bool { return m.cost == 0 && m.ring.n < earlyProbes }
+// were taken (the calibration's and those left out counted): a storm is then probed as
+// soon as it comes.
+func (m *costMeter) wantsEarlyProbe() bool { return m.cost == 0 && m.ring.tried < earlyProbes }
 
 // probe times probeCalls on both sides of pausing p (which it leaves paused), and
 // takes the cost anew from the last costSamples probes and the calibration.
@@ -133,13 +134,22 @@ func timeCalls(n, rounds int) time.Duration {
 }
 
 // costs are the last costSamples timings of a call, counted (on) and not (off): the
-// calibration's, then the probes'.
+// calibration's, then the probes'; tried counts those left out too.
 type costs struct {
-	on, off [costSamples]time.Duration
-	n       int
+	on, off  [costSamples]time.Duration
+	n, tried int
 }
 
+// add keeps a pair of timings whose counted side was the slower. One whose counted side
+// was not tells of noise on its other side only (the calibration's uncounted calls
+// timed as a job's first processes start): kept, its fast counted timing could stand
+// below every uncounted one of a storm that followed, and the cost would stay 0, the
+// storm counted whole (1 run in 50 of the storm here, +21 % for it).
 func (c *costs) add(on, off time.Duration) {
+	c.tried++
+	if on <= off {
+		return
+	}
 	c.on[c.n%costSamples], c.off[c.n%costSamples] = on, off
 	c.n++
 }
