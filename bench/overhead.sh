@@ -141,7 +141,7 @@ row() {
 # tracepoints (MetricSource.syscalls=off).
 printf 'MetricSource.syscalls=off\n' >"$tmp/tracepoints.conf"
 # And every call counted on the raw tracepoint, whatever it costs (where the kernel
-# refuses fentry; the default samples beyond SyscallBudget=0.5%).
+# refuses fentry; the default samples beyond SyscallBudget=0.25%).
 printf 'SyscallBudget=0%%\n' >"$tmp/every.conf"
 # And nothing measured: every metric source off. The command still runs in persyst's
 # cgroups, as a Slurm job runs in Slurm's whether measured or not: the measured

@@ -50,7 +50,7 @@ type Config struct {
 	// SyscallBudget, above 0, bounds the extra time counting system calls (eBPF fentry
 	// programs, or the raw tracepoint where the kernel refuses those) may cost the node's
 	// programs, all together, as a share of one CPU, beyond a burst, by counting in
-	// samples (SyscallBudget=0.5%, the default: 0.005). 0: every call, whatever it costs.
+	// samples (SyscallBudget=0.25%, the default: 0.0025). 0: every call, whatever it costs.
 	SyscallBudget float64
 	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
 	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
@@ -139,8 +139,8 @@ func Defaults() Config {
 }
 
 // DefaultSyscallBudget is SyscallBudget's default: counting a program's system calls
-// slows it by at most 0.5 % beyond a burst (docs/performance.md).
-const DefaultSyscallBudget = 0.005
+// slows it by at most 0.25 % beyond a burst (docs/performance.md).
+const DefaultSyscallBudget = 0.0025
 
 type field struct {
 	name string

@@ -219,7 +219,7 @@ func testSyscalls(t *testing.T) {
 // budgetOff is the line of persyst.conf that counts every system call (testUnits).
 const budgetOff = "SyscallBudget=0%\n"
 
-// testSyscallStorm: with SyscallBudget at its default (0.5 % of a CPU, the daemon
+// testSyscallStorm: with SyscallBudget at its default (0.25 % of a CPU, the daemon
 // restarted with it, as for every later test), a job that opens and closes files without
 // pause costs more to count than it allows: the fentry programs count in sampled windows
 // (their gate closed between), the digest's methods say so, and the estimate of the calls

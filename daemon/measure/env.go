@@ -118,7 +118,7 @@ func NewEnv(o EnvOptions) *Env {
 // outsideShare is how much less than the budget the calls counted for no job may cost
 // (syscount.Sampling.Outside) once they would cost half of it: a program outside every
 // measured job that makes calls without pause, such as a job that opted out, pays an
-// eighth of the budget (0.06 % of one CPU's time at 0.5 %), below what a benchmark
+// eighth of the budget (0.03 % of one CPU's time at 0.25 %; at most 1/256 of its calls' cost where that is more), below what a benchmark
 // resolves (docs/performance.md), for the jobs beside it.
 const outsideShare = 8
 
