@@ -282,7 +282,7 @@ var fields = []field{
 	{"SyscallBudget", func(c *Config, v string) error {
 		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
 		if err != nil || !strings.HasSuffix(v, "%") || n < 0 || n > 100 {
-			return fmt.Errorf("want a percentage of one CPU's time (0%% to 100%%, e.g. 0.5%%), got %q", v)
+			return fmt.Errorf("want a percentage of one CPU's time (0%% to 100%%, e.g. 0.25%%), got %q", v)
 		}
 		c.SyscallBudget = n / 100
 		return nil

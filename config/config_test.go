@@ -88,7 +88,7 @@ func TestParse(t *testing.T) {
 		{"threshold twice", "Threshold.cpi=1\nThreshold.cpi=2", Config{}, `test.conf:2: Threshold.cpi: already set on line 1`},
 		{"relative strategy", "StrategyFile=my.strategy", Config{}, `test.conf:1: StrategyFile: want an absolute path`},
 		{"cycle below 1 s", "CycleSeconds=0.5", Config{}, `test.conf:1: CycleSeconds: want whole seconds between 1 and 3600, got "0.5"`},
-		{"syscall budget without %", "SyscallBudget=0.0025", Config{}, `test.conf:1: SyscallBudget: want a percentage of one CPU's time (0% to 100%, e.g. 0.5%), got "0.0025"`},
+		{"syscall budget without %", "SyscallBudget=0.0025", Config{}, `test.conf:1: SyscallBudget: want a percentage of one CPU's time (0% to 100%, e.g. 0.25%), got "0.0025"`},
 		{"bad timeout", "SlurmRestdTimeout=-1", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"timeout too long", "SlurmRestdTimeout=2h", Config{}, `test.conf:1: SlurmRestdTimeout: want seconds`},
 		{"repeated key", "SlurmRestd=unix:/a\nslurmrestd=unix:/b\n", Config{}, `test.conf:2: SlurmRestd already set on line 1`},
