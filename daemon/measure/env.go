@@ -118,8 +118,9 @@ func NewEnv(o EnvOptions) *Env {
 // outsideShare is how much less than the budget the calls counted for no job may cost
 // (syscount.Sampling.Outside) once they would cost half of it: a program outside every
 // measured job that makes calls without pause, such as a job that opted out, pays an
-// eighth of the budget (0.03 % of one CPU's time at 0.25 %; at most 1/256 of its calls' cost where that is more), below what a benchmark
-// resolves (docs/performance.md), for the jobs beside it.
+// eighth of the budget (0.03 % of one CPU's time at 0.25 %), or 1/256 of what counting
+// each of its calls would cost where that is more (the sampler's least share), below
+// what a benchmark resolves (docs/performance.md), for the jobs beside it.
 const outsideShare = 8
 
 // syscalls starts counting system calls with eBPF where it can; finish, called once the
