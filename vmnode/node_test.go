@@ -223,7 +223,7 @@ const budgetOff = "SyscallBudget=0%\n"
 // Under software emulation a counted call costs 0.5 to 17 µs between runs, and the
 // estimate corrects the windows' CPU time for that cost; at the default (0.25 %) the
 // storm below was counted during 30 % of its time once and read 49,618 of 100,000, at
-// 0.5 % during 56–65 % (95,670, 98,345 and 112,071 where logged). What a budget buys
+// 0.5 % during 37–73 % (79,232 to 112,071 in the five runs logged). What a budget buys
 // in precision on hardware is bench/overhead.sh's to say (docs/performance.md), not an
 // emulator's.
 const stormBudget = "SyscallBudget=0.5%\n"
