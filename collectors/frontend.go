@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -467,16 +468,8 @@ func (f *Frontend) addHolders(job uint32, sends map[string]string) []string {
 func (f *Frontend) forgetEnded(running map[uint32]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for j := range f.holders {
-		if !running[j] {
-			delete(f.holders, j)
-		}
-	}
-	for j := range f.shares {
-		if !running[j] {
-			delete(f.shares, j)
-		}
-	}
+	maps.DeleteFunc(f.holders, func(j uint32, _ map[string]bool) bool { return !running[j] })
+	maps.DeleteFunc(f.shares, func(j uint32, _ float64) bool { return !running[j] })
 }
 
 func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {

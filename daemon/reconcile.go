@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/internal/tick"
 	"github.com/persyst/persyst/jobmap"
 )
 
@@ -66,16 +68,7 @@ func (r *reconciler) run(ctx context.Context, started func()) {
 	if r.facts == nil {
 		return
 	}
-	t := time.NewTicker(reconcileTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		r.round(ctx)
-	}
+	tick.Every(ctx, reconcileTick, func() { r.round(ctx) })
 }
 
 // round checks up to reconcileBatch running jobs that are due: suspects not checked for
@@ -102,16 +95,8 @@ func (r *reconciler) round(ctx context.Context) {
 			due = append(due, j)
 		}
 	}
-	for id := range r.checked {
-		if !running[id] {
-			delete(r.checked, id)
-		}
-	}
-	for id := range r.suspect {
-		if !running[id] {
-			delete(r.suspect, id)
-		}
-	}
+	maps.DeleteFunc(r.checked, func(id uint32, _ time.Time) bool { return !running[id] })
+	maps.DeleteFunc(r.suspect, func(id uint32, _ bool) bool { return !running[id] })
 	sort.Slice(due, func(a, b int) bool { return r.checked[due[a].JobID].Before(r.checked[due[b].JobID]) })
 	for _, j := range due[:min(len(due), reconcileBatch)] {
 		if ctx.Err() != nil {

@@ -311,20 +311,8 @@ func (r *Registry) Apply(k wire.Kind, e *wire.Event, now time.Time) (*Job, error
 		}
 	case wire.JobEnd:
 		j.JobEndSeen = true
-		t := e.Time
-		j.Ended = &t
-		// The job has ended on this node, so have its steps: close a step whose end
-		// event was lost (a crashed slurmstepd) or is still on its way; a late step_end
-		// still sets its end time and exit status.
-		for _, s := range j.Steps {
-			if s.State == Running {
-				end := t
-				s.State, s.Ended = Ended, &end
-			}
-		}
-		if j.State != OptedOut {
-			j.State = Ended
-		}
+		// A late step_end still sets its step's end time and exit status.
+		j.end(e.Time)
 	}
 	j.Updated = now
 	if err := errors.Join(r.save(j), r.prune(now)); err != nil {
@@ -449,8 +437,15 @@ func (r *Registry) Expire(id uint32, why string, now time.Time) (*Job, error) {
 	if !ok || j.Ended != nil {
 		return nil, nil
 	}
-	t := now
-	j.Ended, j.EndReason, j.Updated = &t, why, now
+	j.EndReason, j.Updated = why, now
+	j.end(now)
+	return copyJob(j), r.save(j)
+}
+
+// end marks the job ended at t on this node, and so its steps: a step whose end event
+// was lost (a crashed slurmstepd) or is still on its way is closed at t.
+func (j *Job) end(t time.Time) {
+	j.Ended = &t
 	for _, s := range j.Steps {
 		if s.State == Running {
 			end := t
@@ -460,7 +455,6 @@ func (r *Registry) Expire(id uint32, why string, now time.Time) (*Job, error) {
 	if j.State != OptedOut {
 		j.State = Ended
 	}
-	return copyJob(j), r.save(j)
 }
 
 // save writes one job's file atomically. Caller holds mu.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/internal/unixsock"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -73,30 +73,7 @@ func NewServer(cfg ServerConfig, reg *Registry, meas *Measurer, log zerolog.Logg
 // a live one (another daemon answers) is an error. The socket is world-connectable on
 // purpose: the peer credential check in Serve is the gate, and refusals are logged.
 func Listen(path string) (*net.UnixListener, error) {
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("listen %s: exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("listen %s: another daemon is answering there", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
-		}
-	}
-	// Bound with the process umask (connecting needs write permission, so at worst only
-	// root can connect until the chmod below).
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
-	}
-	return ln, nil
+	return unixsock.Listen(path, 0o666, "daemon")
 }
 
 // Serve accepts connections until ctx is cancelled, then waits for open exchanges. The

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/internal/tick"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -25,16 +26,7 @@ type suspendWatch struct {
 
 // run looks every period until ctx is done.
 func (w suspendWatch) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.look()
-	}
+	tick.Every(ctx, every, w.look)
 }
 
 // look reads each measured job whose frozen state changed since the last look.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -155,16 +156,8 @@ func (u *unannounced) look(now time.Time, dirs []jobcgroup.Dir) (again time.Dura
 		}
 	}
 	u.primed, u.lastLook = true, now
-	for name := range u.first {
-		if !present[name] {
-			delete(u.first, name)
-		}
-	}
-	for name := range u.counted {
-		if !present[name] {
-			delete(u.counted, name)
-		}
-	}
+	maps.DeleteFunc(u.first, func(name string, _ time.Time) bool { return !present[name] })
+	maps.DeleteFunc(u.counted, func(name string, _ bool) bool { return !present[name] })
 	return again
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	toolkit "github.com/prometheus/exporter-toolkit/web"
 	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/internal/tick"
 )
 
 // DefaultAllow is who may scrape when MetricsAllow is not set: this host only.
@@ -114,20 +116,10 @@ func Keep(ctx context.Context, opts ServeOptions, retry time.Duration) error {
 		return nil
 	}
 	opts.Log.Error().Err(err).Dur("retry", retry).Msg("metrics not served yet: the address is retried")
-	go func() {
-		t := time.NewTicker(retry)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := Serve(ctx, opts); err == nil {
-				return
-			}
-		}
-	}()
+	go tick.Until(ctx, retry, func() bool {
+		_, err := Serve(ctx, opts)
+		return err == nil
+	})
 	return err
 }
 

@@ -6,10 +6,11 @@ package sdnotify
 import (
 	"context"
 	"sync"
-	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/internal/tick"
 )
 
 // Ready says the service is ready: call it only after its listeners are bound.
@@ -29,18 +30,11 @@ func Watchdog(ctx context.Context, log zerolog.Logger) {
 	if err != nil || iv <= 0 {
 		return
 	}
-	t := time.NewTicker(iv / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog); err != nil {
-				log.Warn().Err(err).Msg("sd_notify WATCHDOG failed")
-			}
+	tick.Every(ctx, iv/2, func() {
+		if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog); err != nil {
+			log.Warn().Err(err).Msg("sd_notify WATCHDOG failed")
 		}
-	}
+	})
 }
 
 // Serving runs Ready, then Watchdog until ctx is done, and Stopping when it is: for a

@@ -22,6 +22,7 @@ import (
 
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/internal/unixsock"
 )
 
 // Where the view serves, and how it knows who connects. On a unix socket (the default)
@@ -136,28 +137,9 @@ func listenUnix(path, group string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("web: %w", err)
 	}
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("web: listen %s: exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("web: listen %s: another view is answering there", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("web: remove stale socket %s: %w", path, err)
-		}
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path, 0o660, "view")
 	if err != nil {
-		return nil, fmt.Errorf("web: listen %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	// Until the mode is set, the process umask's mode; every connection's peer is
-	// checked anyway.
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("web: chmod %s: %w", path, err)
+		return nil, fmt.Errorf("web: %w", err)
 	}
 	if group != "" {
 		gid, err := config.LookupGID(group)

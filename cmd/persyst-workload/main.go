@@ -38,62 +38,85 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: persyst-workload spin|write|openclose|alloc|stat|cpu|membw|read|forkexec|mutex|mapread|procs [flags]")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	seconds := fs.Float64("seconds", 2, "spin: CPU seconds per thread")
-	threads := fs.Int("threads", 1, "spin: threads")
-	pin := fs.String("pin", "", "spin: pin thread i to the i-th CPU of this list")
-	file := fs.String("file", "", "write/openclose: file")
-	nbytes := fs.Int64("bytes", 64<<20, "write: total bytes")
-	size := fs.Int("size", 4096, "write: bytes per write(2)")
-	minSecs := fs.Float64("min-seconds", 0, "write, openclose: go on for at least this long (write: from the file's start again after every -bytes)")
-	n := fs.Int("n", 10000, "openclose: pairs; procs: processes")
-	legacy := fs.Bool("legacy", false, "openclose: open with open(2), not openat(2)")
-	mib := fs.Int("mib", 256, "alloc/membw: MiB")
-	steps := fs.Int("steps", 8, "alloc: steps")
-	stepSecs := fs.Float64("step-seconds", 0.5, "alloc: seconds between steps")
-	hold := fs.Float64("hold", 0, "alloc: seconds to hold the memory at the end")
-	iters := fs.Int64("iterations", 300_000_000, "cpu: iterations")
-	passes := fs.Int("passes", 20, "membw: passes over the array")
-	prog := fs.String("prog", "/bin/true", "forkexec: the program to start")
-	report := fs.Bool("report", false, "print the workload's own run time on stdout at its end")
-	_ = fs.Parse(os.Args[2:])
+	o := parseFlags(os.Args[1], os.Args[2:])
 	start := time.Now()
-	var err error
-	switch os.Args[1] {
-	case "spin":
-		err = spin(time.Duration(*seconds*float64(time.Second)), *threads, *pin)
-	case "write":
-		err = write(*file, *nbytes, *size, time.Duration(*minSecs*float64(time.Second)))
-	case "openclose":
-		err = openClose(*file, *n, *legacy, time.Duration(*minSecs*float64(time.Second)))
-	case "alloc":
-		alloc(*mib, *steps, time.Duration(*stepSecs*float64(time.Second)), time.Duration(*hold*float64(time.Second)))
-	case "stat":
-		err = statLoop(time.Duration(*seconds * float64(time.Second)))
-	case "cpu":
-		cpu(*iters)
-	case "membw":
-		membw(*mib, *passes)
-	case "read":
-		err = readSmall(*file, *nbytes, *size)
-	case "forkexec":
-		err = forkExec(*prog, time.Duration(*seconds*float64(time.Second)))
-	case "mutex":
-		mutex(*threads, time.Duration(*seconds*float64(time.Second)))
-	case "mapread":
-		err = mapRead(*file, *mib, time.Duration(*seconds*float64(time.Second)))
-	case "procs":
-		err = procs(*n, *seconds)
-	default:
-		err = fmt.Errorf("unknown workload %q", os.Args[1])
-	}
-	if err != nil {
+	if err := o.run(os.Args[1]); err != nil {
 		fmt.Fprintln(os.Stderr, "persyst-workload:", err)
 		os.Exit(1)
 	}
-	if *report {
+	if o.report {
 		fmt.Printf("elapsed_seconds %.6f\n", time.Since(start).Seconds())
 	}
+}
+
+// flags are every workload's flags (each says which workloads read it).
+type flags struct {
+	seconds, minSecs, stepSecs, hold float64
+	threads, size, n, mib, steps     int
+	passes                           int
+	pin, file, prog                  string
+	nbytes, iters                    int64
+	legacy, report                   bool
+}
+
+func parseFlags(name string, args []string) *flags {
+	o := &flags{}
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	fs.Float64Var(&o.seconds, "seconds", 2, "spin: CPU seconds per thread")
+	fs.IntVar(&o.threads, "threads", 1, "spin: threads")
+	fs.StringVar(&o.pin, "pin", "", "spin: pin thread i to the i-th CPU of this list")
+	fs.StringVar(&o.file, "file", "", "write/openclose: file")
+	fs.Int64Var(&o.nbytes, "bytes", 64<<20, "write: total bytes")
+	fs.IntVar(&o.size, "size", 4096, "write: bytes per write(2)")
+	fs.Float64Var(&o.minSecs, "min-seconds", 0, "write, openclose: go on for at least this long (write: from the file's start again after every -bytes)")
+	fs.IntVar(&o.n, "n", 10000, "openclose: pairs; procs: processes")
+	fs.BoolVar(&o.legacy, "legacy", false, "openclose: open with open(2), not openat(2)")
+	fs.IntVar(&o.mib, "mib", 256, "alloc/membw: MiB")
+	fs.IntVar(&o.steps, "steps", 8, "alloc: steps")
+	fs.Float64Var(&o.stepSecs, "step-seconds", 0.5, "alloc: seconds between steps")
+	fs.Float64Var(&o.hold, "hold", 0, "alloc: seconds to hold the memory at the end")
+	fs.Int64Var(&o.iters, "iterations", 300_000_000, "cpu: iterations")
+	fs.IntVar(&o.passes, "passes", 20, "membw: passes over the array")
+	fs.StringVar(&o.prog, "prog", "/bin/true", "forkexec: the program to start")
+	fs.BoolVar(&o.report, "report", false, "print the workload's own run time on stdout at its end")
+	_ = fs.Parse(args)
+	return o
+}
+
+// secs turns a flag's seconds into a duration.
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// run runs the workload name with the flags o.
+func (o *flags) run(name string) error {
+	switch name {
+	case "spin":
+		return spin(secs(o.seconds), o.threads, o.pin)
+	case "write":
+		return write(o.file, o.nbytes, o.size, secs(o.minSecs))
+	case "openclose":
+		return openClose(o.file, o.n, o.legacy, secs(o.minSecs))
+	case "alloc":
+		alloc(o.mib, o.steps, secs(o.stepSecs), secs(o.hold))
+	case "stat":
+		return statLoop(secs(o.seconds))
+	case "cpu":
+		cpu(o.iters)
+	case "membw":
+		membw(o.mib, o.passes)
+	case "read":
+		return readSmall(o.file, o.nbytes, o.size)
+	case "forkexec":
+		return forkExec(o.prog, secs(o.seconds))
+	case "mutex":
+		mutex(o.threads, secs(o.seconds))
+	case "mapread":
+		return mapRead(o.file, o.mib, secs(o.seconds))
+	case "procs":
+		return procs(o.n, o.seconds)
+	default:
+		return fmt.Errorf("unknown workload %q", name)
+	}
+	return nil
 }
 
 // threadCPU is the calling thread's CPU time.
