@@ -156,40 +156,79 @@ var ErrInput = errors.New("invalid balancing input")
 // A node may appear in several jobs (shared nodes): each (job, node) pair
 // is routed on its own.
 func Balance(t *Tree, jobs []Job, cfg Config) (*Result, error) {
+	if err := checkConfig(t, cfg); err != nil {
+		return nil, err
+	}
+	la, lmax := loadLimits(t, cfg)
+	b := newBalancer(t, lmax, cfg.Overflow)
+	res, err := b.resolve(jobs, la)
+	if err != nil {
+		return nil, err
+	}
+	out := &Result{Routes: make([]Route, len(jobs))}
+	tl := tally{Statistics: Statistics{Jobs: len(jobs), LMax: lmax, Collectors: len(t.collectors)}}
+	for _, i := range placementOrder(jobs, res) {
+		j := res[i]
+		topology := b.topologyNodes(j.nodes)
+		r, balanced, over := b.route(jobs[i].ID, j)
+		tl.add(r, topology, balanced, over)
+		out.Routes[i] = r
+	}
+	out.CollectorLoad = b.load
+	out.Stats = tl.finish(b.load)
+	return out, nil
+}
+
+// checkConfig refuses what Balance cannot work with: no tree, a tree without
+// collectors, negative loads, an unknown overflow policy. The errors wrap ErrInput.
+func checkConfig(t *Tree, cfg Config) error {
 	if t == nil {
-		return nil, fmt.Errorf("balance: %w: nil tree", ErrInput)
+		return fmt.Errorf("balance: %w: nil tree", ErrInput)
 	}
 	if cfg.LoadPerNode < 0 {
-		return nil, fmt.Errorf("balance: %w: load per node %d < 0", ErrInput, cfg.LoadPerNode)
+		return fmt.Errorf("balance: %w: load per node %d < 0", ErrInput, cfg.LoadPerNode)
 	}
 	if cfg.LMax < 0 {
-		return nil, fmt.Errorf("balance: %w: l_max %d < 0", ErrInput, cfg.LMax)
+		return fmt.Errorf("balance: %w: l_max %d < 0", ErrInput, cfg.LMax)
 	}
 	if cfg.Overflow > OverflowSpill {
-		return nil, fmt.Errorf("balance: %w: unknown overflow policy %d", ErrInput, cfg.Overflow)
+		return fmt.Errorf("balance: %w: unknown overflow policy %d", ErrInput, cfg.Overflow)
 	}
 	if len(t.collectors) == 0 {
-		return nil, fmt.Errorf("balance: %w: tree has no collectors", ErrInput)
+		return fmt.Errorf("balance: %w: tree has no collectors", ErrInput)
 	}
-	la := cfg.LoadPerNode
+	return nil
+}
+
+// loadLimits is l_a and l_max with Config's defaults filled in: a node sends 1,
+// and a collector takes the load of the largest group of nodes below one collector.
+func loadLimits(t *Tree, cfg Config) (la, lmax int) {
+	la = cfg.LoadPerNode
 	if la == 0 {
 		la = 1
 	}
-	lmax := cfg.LMax
+	lmax = cfg.LMax
 	if lmax == 0 {
 		for _, c := range t.collectors {
 			lmax = max(lmax, len(t.children[c])*la)
 		}
 	}
-	b := newBalancer(t, lmax, cfg.Overflow)
+	return la, lmax
+}
 
-	// Resolve names, validate.
-	type jobIdx struct {
-		nodes []int32
-		la    int
-		load  int
-	}
-	res := make([]jobIdx, len(jobs))
+// resolvedJob is a job as the balancer works on it: its nodes as agent indices,
+// with its load per node and its load l_j worked out.
+type resolvedJob struct {
+	nodes []int32
+	la    int
+	load  int
+}
+
+// resolve checks the jobs (an id given once, at least one node, no negative load)
+// and resolves their nodes; la is the load per node of jobs that do not set their own.
+// Refusing a load that could overflow here keeps every sum of loads below in range.
+func (b *balancer) resolve(jobs []Job, la int) ([]resolvedJob, error) {
+	res := make([]resolvedJob, len(jobs))
 	ids := make(map[string]int, len(jobs))
 	for i, j := range jobs {
 		if j.ID == "" {
@@ -205,21 +244,9 @@ func Balance(t *Tree, jobs []Job, cfg Config) (*Result, error) {
 		if j.LoadPerNode < 0 {
 			return nil, fmt.Errorf("balance: %w: job %s: load per node %d < 0", ErrInput, j.ID, j.LoadPerNode)
 		}
-		b.epoch++
-		idx := make([]int32, len(j.Nodes))
-		for k, n := range j.Nodes {
-			a, ok := t.index[n]
-			if !ok {
-				return nil, fmt.Errorf("balance: %w: job %s: node %q is not in the agent tree", ErrInput, j.ID, n)
-			}
-			if t.kind[a] != KindNode {
-				return nil, fmt.Errorf("balance: %w: job %s: %q is a %s, not a compute node", ErrInput, j.ID, n, t.kind[a])
-			}
-			if b.mark[a] == b.epoch {
-				return nil, fmt.Errorf("balance: %w: job %s: node %q listed twice", ErrInput, j.ID, n)
-			}
-			b.mark[a] = b.epoch
-			idx[k] = a
+		idx, err := b.nodeIndices(j)
+		if err != nil {
+			return nil, err
 		}
 		l := la
 		if j.LoadPerNode > 0 {
@@ -228,9 +255,39 @@ func Balance(t *Tree, jobs []Job, cfg Config) (*Result, error) {
 		if len(idx) > math.MaxInt/(2*l) {
 			return nil, fmt.Errorf("balance: %w: job %s: load overflows", ErrInput, j.ID)
 		}
-		res[i] = jobIdx{nodes: idx, la: l, load: len(idx) * l}
+		res[i] = resolvedJob{nodes: idx, la: l, load: len(idx) * l}
 	}
+	return res, nil
+}
 
+// nodeIndices looks up a job's nodes in the tree. Each must be a compute node
+// (not an inner agent) and be listed once in the job.
+func (b *balancer) nodeIndices(j Job) ([]int32, error) {
+	t := b.t
+	b.epoch++
+	idx := make([]int32, len(j.Nodes))
+	for k, n := range j.Nodes {
+		a, ok := t.index[n]
+		if !ok {
+			return nil, fmt.Errorf("balance: %w: job %s: node %q is not in the agent tree", ErrInput, j.ID, n)
+		}
+		if t.kind[a] != KindNode {
+			return nil, fmt.Errorf("balance: %w: job %s: %q is a %s, not a compute node", ErrInput, j.ID, n, t.kind[a])
+		}
+		if b.mark[a] == b.epoch {
+			return nil, fmt.Errorf("balance: %w: job %s: node %q listed twice", ErrInput, j.ID, n)
+		}
+		b.mark[a] = b.epoch
+		idx[k] = a
+	}
+	return idx, nil
+}
+
+// placementOrder is the order in which Algorithm 1 places the jobs (indices into
+// jobs): biggest load first, so that the big jobs find collectors with room; ties by
+// job id (compareIDs), then input order, so that the result does not depend on a
+// map's or a scheduler's order.
+func placementOrder(jobs []Job, res []resolvedJob) []int {
 	order := make([]int, len(jobs))
 	for i := range order {
 		order[i] = i
@@ -241,73 +298,91 @@ func Balance(t *Tree, jobs []Job, cfg Config) (*Result, error) {
 		}
 		return compareIDs(jobs[x].ID, jobs[y].ID)
 	})
+	return order
+}
 
-	out := &Result{Routes: make([]Route, len(jobs))}
-	st := &out.Stats
-	st.Jobs = len(jobs)
-	st.LMax = lmax
-	st.Collectors = len(t.collectors)
-	exactLoad, collectorLoadSum := 0, 0
-	for _, i := range order {
-		j := res[i]
-		r := Route{JobID: jobs[i].ID, Load: j.load, Sends: make([]Send, len(j.nodes))}
-		st.TotalLoad += j.load
-		st.TreeNodesTopology += b.topologyNodes(j.nodes)
-		if len(j.nodes) == 1 {
-			n := t.name[j.nodes[0]]
-			r.Level, r.Aggregator = KindNode, n
-			r.Sends[0] = Send{Node: n, To: n}
-			st.LocalJobs++
-			exactLoad += j.load
-			out.Routes[i] = r
-			continue
-		}
-		collectorLoadSum += j.load
-		dest, used, over := b.distribute(j.nodes, j.la)
-		for k, n := range j.nodes {
-			r.Sends[k] = Send{Node: t.name[n], To: t.name[dest[k]]}
-		}
-		r.Collectors = make([]string, len(used))
-		agg := t.collectors[used[0]]
-		for k, s := range used {
-			c := t.collectors[s]
-			r.Collectors[k] = t.name[c]
-			agg = t.lca(agg, c)
-		}
-		r.Level, r.Aggregator = t.kind[agg], t.name[agg]
-		switch r.Level {
-		case KindCollector:
-			st.CollectorJobs++
-			exactLoad += j.load
-		case KindSync:
-			st.SyncJobs++
-		default:
-			st.FrontendJobs++
-		}
-		st.TreeNodesBalanced += b.balancedNodes(used, agg)
-		if over {
-			st.JobsOverLMax++
-		}
-		out.Routes[i] = r
+// route places one job. A one-node job stays with its node agent. Any other job is
+// spread over collectors (distribute) and merged at the lowest agent above all the
+// collectors that received part of it. route also returns the job's count for
+// Statistics.TreeNodesBalanced and whether it left a collector above l_max.
+func (b *balancer) route(id string, j resolvedJob) (r Route, balanced int, over bool) {
+	t := b.t
+	r = Route{JobID: id, Load: j.load, Sends: make([]Send, len(j.nodes))}
+	if len(j.nodes) == 1 {
+		n := t.name[j.nodes[0]]
+		r.Level, r.Aggregator = KindNode, n
+		r.Sends[0] = Send{Node: n, To: n}
+		return r, 0, false
 	}
+	dest, used, over := b.distribute(j.nodes, j.la)
+	for k, n := range j.nodes {
+		r.Sends[k] = Send{Node: t.name[n], To: t.name[dest[k]]}
+	}
+	r.Collectors = make([]string, len(used))
+	agg := t.collectors[used[0]]
+	for k, s := range used {
+		c := t.collectors[s]
+		r.Collectors[k] = t.name[c]
+		agg = t.lca(agg, c)
+	}
+	r.Level, r.Aggregator = t.kind[agg], t.name[agg]
+	return r, b.balancedNodes(used, agg), over
+}
+
+// tally adds up the Statistics of one balancing as the jobs are placed.
+type tally struct {
+	Statistics
+	exactLoad     int // load of the jobs aggregated exactly: locally or on one collector
+	collectorLoad int // load of the jobs sent to collectors (all but one-node jobs)
+}
+
+// add counts one placed job: its route, its topology and balanced tree-node counts,
+// and whether it left a collector above l_max.
+func (tl *tally) add(r Route, topology, balanced int, over bool) {
+	tl.TotalLoad += r.Load
+	tl.TreeNodesTopology += topology
+	tl.TreeNodesBalanced += balanced
+	if over {
+		tl.JobsOverLMax++
+	}
+	if r.Level != KindNode {
+		tl.collectorLoad += r.Load
+	}
+	switch r.Level {
+	case KindNode:
+		tl.LocalJobs++
+		tl.exactLoad += r.Load
+	case KindCollector:
+		tl.CollectorJobs++
+		tl.exactLoad += r.Load
+	case KindSync:
+		tl.SyncJobs++
+	default:
+		tl.FrontendJobs++
+	}
+}
+
+// finish works out the shares and the collectors' figures once every job is
+// placed; load is the final load of each collector.
+func (tl *tally) finish(load []int) Statistics {
+	st := tl.Statistics
 	if st.Jobs > 0 {
 		st.ExactShareJobs = float64(st.LocalJobs+st.CollectorJobs) / float64(st.Jobs)
 	}
 	if st.TotalLoad > 0 {
-		st.ExactShareLoad = float64(exactLoad) / float64(st.TotalLoad)
+		st.ExactShareLoad = float64(tl.exactLoad) / float64(st.TotalLoad)
 	}
-	st.RequiredCollectors = (collectorLoadSum + lmax - 1) / lmax
-	out.CollectorLoad = b.load
+	st.RequiredCollectors = (tl.collectorLoad + st.LMax - 1) / st.LMax
 	sum := 0
-	for _, l := range b.load {
+	for _, l := range load {
 		sum += l
 		st.MaxCollectorLoad = max(st.MaxCollectorLoad, l)
-		if l > lmax {
+		if l > st.LMax {
 			st.CollectorsOverLMax++
 		}
 	}
-	st.MeanCollectorLoad = float64(sum) / float64(len(b.load))
-	return out, nil
+	st.MeanCollectorLoad = float64(sum) / float64(len(load))
+	return st
 }
 
 // compareIDs orders job ids: numerically when both are decimal numbers,
@@ -438,125 +513,6 @@ func (b *balancer) minAvailLoad() int {
 		}
 	}
 	return m
-}
-
-// distribute is Algorithm 2 (DistributeLoadOnCollectors) for one job with
-// at least two nodes. It returns the destination collector (agent index) of
-// every node, the collector slots that received load in choice order, and
-// whether one of them ended above l_max.
-func (b *balancer) distribute(nodes []int32, la int) (dest []int32, used []int32, over bool) {
-	t := b.t
-	lj := len(nodes) * la
-	nc := min((lj+b.lmax-1)/b.lmax, len(t.collectors))
-
-	// Group job nodes by their own collector (counting sort over slots).
-	b.epoch++
-	var slots []int32
-	for _, a := range nodes {
-		s := t.colSlot[t.parent[a]]
-		if b.slotStamp[s] != b.epoch {
-			b.slotStamp[s] = b.epoch
-			b.slotCount[s] = 0
-			slots = append(slots, s)
-		}
-		b.slotCount[s]++
-	}
-	pos := int32(0)
-	for _, s := range slots {
-		b.slotStart[s] = pos
-		pos += b.slotCount[s]
-		b.slotCount[s] = 0
-	}
-	byCol := make([]int32, len(nodes)) // positions in the job, grouped by slot
-	for k, a := range nodes {
-		s := t.colSlot[t.parent[a]]
-		byCol[b.slotStart[s]+b.slotCount[s]] = int32(k)
-		b.slotCount[s]++
-	}
-
-	dest = make([]int32, len(nodes))
-	for k, a := range nodes {
-		dest[k] = -1
-		b.histAdd(a, 1)
-	}
-	left := len(nodes)
-	var chosen []int32
-	take := func(s int32) {
-		chosen = append(chosen, s)
-		b.avail[s] = false
-		c := t.collectors[s]
-		if b.slotStamp[s] != b.epoch {
-			return // none of c's children are in the job
-		}
-		for _, k := range byCol[b.slotStart[s] : b.slotStart[s]+b.slotCount[s]] {
-			if dest[k] < 0 && b.load[s]+la <= b.lmax {
-				dest[k] = c
-				b.load[s] += la
-				b.histAdd(nodes[k], -1)
-				left--
-			}
-		}
-	}
-	for iter := 0; iter < nc && left > 0; iter++ {
-		s := b.findBest()
-		if s < 0 {
-			break
-		}
-		take(s)
-	}
-	// The rest of the load: least-loaded chosen collector, ties by
-	// distance to the node, then choice order.
-	for k := 0; k < len(nodes) && left > 0; k++ {
-		if dest[k] >= 0 {
-			continue
-		}
-		a := nodes[k]
-		for {
-			best, bestD := int32(-1), int32(0)
-			for _, s := range chosen {
-				switch {
-				case best < 0 || b.load[s] < b.load[best]:
-					best, bestD = s, t.dist(t.collectors[s], a)
-				case b.load[s] == b.load[best]:
-					if d := t.dist(t.collectors[s], a); d < bestD {
-						best, bestD = s, d
-					}
-				}
-			}
-			if b.overflow == OverflowSpill && b.load[best]+la > b.lmax && b.minAvailLoad() <= b.lmax-la {
-				take(b.findBest())
-				if dest[k] >= 0 {
-					break // the new collector took this node as its child
-				}
-				continue
-			}
-			dest[k] = t.collectors[best]
-			b.load[best] += la
-			b.histAdd(a, -1)
-			left--
-			break
-		}
-	}
-	for _, s := range chosen {
-		b.avail[s] = true
-	}
-	// used = the chosen collectors that actually received load.
-	b.epoch++
-	for _, d := range dest {
-		s := t.colSlot[d]
-		if b.slotStamp[s] != b.epoch {
-			b.slotStamp[s] = b.epoch
-		}
-	}
-	for _, s := range chosen {
-		if b.slotStamp[s] == b.epoch {
-			used = append(used, s)
-			if b.load[s] > b.lmax {
-				over = true
-			}
-		}
-	}
-	return dest, used, over
 }
 
 // topologyNodes counts the inner agents that are ancestors of the nodes.

@@ -157,111 +157,149 @@ func ParseTopologyConf(r io.Reader) (*Tree, error) {
 // frontend; several top agents get a frontend named "frontend" above them.
 // With a Frontend= line every other agent must hang below it.
 func ParseTreeSpec(r io.Reader) (*Tree, error) {
-	const what = "tree description"
-	var entries []entry
-	budget := MaxTreeNames
-	type ref struct {
-		from, to string
-		kind     Kind
-		line     int
+	p := &specParser{budget: MaxTreeNames, declared: map[string]Kind{}, declaredLine: map[string]int{}, addrs: map[string]string{}}
+	if err := scanLines(specWhat, r, p.line); err != nil {
+		return nil, err
 	}
-	var refs []ref
-	declared := map[string]Kind{}
-	declaredLine := map[string]int{}
-	addrs := map[string]string{}
-	frontends := 0
-	err := scanLines(what, r, func(line int, words []kv) error {
-		var k Kind
-		switch strings.ToLower(words[0].key) {
-		case "frontend":
-			k = KindFrontend
-			frontends++
-			if frontends > 1 {
-				return fmt.Errorf("%s: line %d: second Frontend= line", what, line)
-			}
-		case "sync":
-			k = KindSync
-		case "collector":
-			k = KindCollector
-		default:
-			return fmt.Errorf("%s: line %d: expected Frontend=, Sync= or Collector=, got %s=", what, line, words[0].key)
-		}
-		e := entry{name: words[0].val, line: line, frontend: k == KindFrontend}
-		if e.name == "" {
-			return fmt.Errorf("%s: line %d: %s= is empty", what, line, words[0].key)
-		}
-		if strings.ContainsAny(e.name, "[],") {
-			return fmt.Errorf("%s: line %d: %s=%s: one agent name per line", what, line, words[0].key, e.name)
-		}
-		if l, dup := declaredLine[e.name]; dup {
-			return fmt.Errorf("%s: line %d: %q already defined on line %d", what, line, e.name, l)
-		}
-		declared[e.name] = k
-		declaredLine[e.name] = line
-		seen := map[string]bool{}
-		for _, w := range words[1:] {
-			key := strings.ToLower(w.key)
-			if seen[key] {
-				return fmt.Errorf("%s: line %d: %s= given twice", what, line, w.key)
-			}
-			seen[key] = true
-			switch {
-			case key == "addr":
-				if _, _, err := net.SplitHostPort(w.val); err != nil {
-					return fmt.Errorf("%s: line %d: Addr=%s: want host:port", what, line, w.val)
-				}
-				addrs[e.name] = w.val
-			case key == "nodes" && k == KindCollector:
-				names, err := expand(what, line, w.key, w.val, &budget)
-				if err != nil {
-					return err
-				}
-				e.nodes = names
-			case (key == "syncs" || key == "collectors") && k != KindCollector:
-				names, err := expand(what, line, w.key, w.val, &budget)
-				if err != nil {
-					return err
-				}
-				want := KindSync
-				if key == "collectors" {
-					want = KindCollector
-				}
-				for _, n := range names {
-					refs = append(refs, ref{from: e.name, to: n, kind: want, line: line})
-				}
-				e.subs = append(e.subs, names...)
-			default:
-				return fmt.Errorf("%s: line %d: key %s= not allowed on a %s= line", what, line, w.key, words[0].key)
-			}
-		}
-		if k == KindCollector && len(e.nodes) == 0 {
-			return fmt.Errorf("%s: line %d: collector %q needs Nodes=", what, line, e.name)
-		}
-		entries = append(entries, e)
-		return nil
-	})
+	if err := p.checkRefs(); err != nil {
+		return nil, err
+	}
+	t, err := build(specWhat, p.entries)
 	if err != nil {
 		return nil, err
 	}
-	for _, rf := range refs {
-		got, ok := declared[rf.to]
+	t.addr = p.addrs
+	return t, nil
+}
+
+// specWhat names a tree description in errors.
+const specWhat = "tree description"
+
+// specRef is one name listed in Syncs= or Collectors=, checked once every line is read
+// (an agent may be listed before the line that defines it).
+type specRef struct {
+	from, to string
+	kind     Kind // the kind it must name: KindSync for Syncs=, KindCollector for Collectors=
+	line     int
+}
+
+// specParser is what ParseTreeSpec has read so far.
+type specParser struct {
+	entries      []entry
+	budget       int // names the description may still expand to (MaxTreeNames)
+	refs         []specRef
+	declared     map[string]Kind
+	declaredLine map[string]int
+	addrs        map[string]string
+	frontends    int
+}
+
+// line reads one agent's line: the agent's kind and name first, then its other keys.
+func (p *specParser) line(line int, words []kv) error {
+	k, err := p.kind(line, words[0].key)
+	if err != nil {
+		return err
+	}
+	e := entry{name: words[0].val, line: line, frontend: k == KindFrontend}
+	if e.name == "" {
+		return fmt.Errorf("%s: line %d: %s= is empty", specWhat, line, words[0].key)
+	}
+	if strings.ContainsAny(e.name, "[],") {
+		return fmt.Errorf("%s: line %d: %s=%s: one agent name per line", specWhat, line, words[0].key, e.name)
+	}
+	if l, dup := p.declaredLine[e.name]; dup {
+		return fmt.Errorf("%s: line %d: %q already defined on line %d", specWhat, line, e.name, l)
+	}
+	p.declared[e.name] = k
+	p.declaredLine[e.name] = line
+	seen := map[string]bool{}
+	for _, w := range words[1:] {
+		key := strings.ToLower(w.key)
+		if seen[key] {
+			return fmt.Errorf("%s: line %d: %s= given twice", specWhat, line, w.key)
+		}
+		seen[key] = true
+		if err := p.attr(&e, k, line, words[0].key, w); err != nil {
+			return err
+		}
+	}
+	if k == KindCollector && len(e.nodes) == 0 {
+		return fmt.Errorf("%s: line %d: collector %q needs Nodes=", specWhat, line, e.name)
+	}
+	p.entries = append(p.entries, e)
+	return nil
+}
+
+// kind is the kind of agent a line's first key declares; a second Frontend= line is an error.
+func (p *specParser) kind(line int, key string) (Kind, error) {
+	switch strings.ToLower(key) {
+	case "frontend":
+		p.frontends++
+		if p.frontends > 1 {
+			return 0, fmt.Errorf("%s: line %d: second Frontend= line", specWhat, line)
+		}
+		return KindFrontend, nil
+	case "sync":
+		return KindSync, nil
+	case "collector":
+		return KindCollector, nil
+	}
+	return 0, fmt.Errorf("%s: line %d: expected Frontend=, Sync= or Collector=, got %s=", specWhat, line, key)
+}
+
+// attr reads one key after the first on the line of agent e, of kind k; head is the
+// line's first key as written, for errors. Addr= goes on any line, Nodes= on a
+// collector's, Syncs= and Collectors= on the others.
+func (p *specParser) attr(e *entry, k Kind, line int, head string, w kv) error {
+	key := strings.ToLower(w.key)
+	switch {
+	case key == "addr":
+		if _, _, err := net.SplitHostPort(w.val); err != nil {
+			return fmt.Errorf("%s: line %d: Addr=%s: want host:port", specWhat, line, w.val)
+		}
+		p.addrs[e.name] = w.val
+	case key == "nodes" && k == KindCollector:
+		names, err := expand(specWhat, line, w.key, w.val, &p.budget)
+		if err != nil {
+			return err
+		}
+		e.nodes = names
+	case (key == "syncs" || key == "collectors") && k != KindCollector:
+		names, err := expand(specWhat, line, w.key, w.val, &p.budget)
+		if err != nil {
+			return err
+		}
+		want := KindSync
+		if key == "collectors" {
+			want = KindCollector
+		}
+		for _, n := range names {
+			p.refs = append(p.refs, specRef{from: e.name, to: n, kind: want, line: line})
+		}
+		e.subs = append(e.subs, names...)
+	default:
+		return fmt.Errorf("%s: line %d: key %s= not allowed on a %s= line", specWhat, line, w.key, head)
+	}
+	return nil
+}
+
+// checkRefs checks, once every line is read, that Syncs= names only Sync agents
+// and Collectors= only collectors. build checks the rest of the tree's shape.
+func (p *specParser) checkRefs() error {
+	for _, rf := range p.refs {
+		got, ok := p.declared[rf.to]
 		if !ok {
-			return nil, fmt.Errorf("%s: line %d: %q refers to unknown agent %q", what, rf.line, rf.from, rf.to)
+			return fmt.Errorf("%s: line %d: %q refers to unknown agent %q", specWhat, rf.line, rf.from, rf.to)
 		}
 		if got != rf.kind {
 			key := "Syncs="
 			if rf.kind == KindCollector {
 				key = "Collectors="
 			}
-			return nil, fmt.Errorf("%s: line %d: %s lists %q, which is a %s", what, rf.line, key, rf.to, got)
+			return fmt.Errorf("%s: line %d: %s lists %q, which is a %s", specWhat, rf.line, key, rf.to, got)
 		}
 	}
-	t, err := build(what, entries)
-	if err != nil {
-		return nil, err
-	}
-	t.addr = addrs
-	return t, nil
+	return nil
 }
 
 // FlatTree builds the default tree for a cluster without topology

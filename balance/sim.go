@@ -314,92 +314,145 @@ func (c SimConfig) measuredLoads() bool { return c.MaxLoadShare > 0 }
 // calling measure for every measured cycle with that cycle's jobs. cfg must
 // be validated, with Cycles > 0.
 func generate(cfg SimConfig, measure func(t *Tree, cycle int, jobs []Job, busy int) error) (*Tree, error) {
-	turnover := cfg.Turnover
-	if turnover == 0 {
-		turnover = 0.3
-	}
-	width := len(strconv.Itoa(cfg.Nodes))
-	names := make([]string, cfg.Nodes)
-	for i := range names {
-		names[i] = fmt.Sprintf("n%0*d", width, i+1)
-	}
-	t, err := evenTree(names, cfg.Collectors, cfg.Syncs)
+	t, err := evenTree(simNodeNames(cfg.Nodes), cfg.Collectors, cfg.Syncs)
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewSource(cfg.Seed))
-	shares := rand.New(rand.NewSource(cfg.Seed ^ 0x10ad))
-	m := newMachine(t, cfg.Placement)
-	weights := 0.0
-	for _, sc := range cfg.Mix {
-		weights += sc.Weight
-	}
-	draw := func() int {
-		x := rng.Float64() * weights
-		sc := cfg.Mix[len(cfg.Mix)-1]
-		for _, c := range cfg.Mix {
-			if x < c.Weight {
-				sc = c
-				break
-			}
-			x -= c.Weight
-		}
-		if sc.Min == sc.Max {
-			return sc.Min
-		}
-		lo, hi := math.Log(float64(sc.Min)), math.Log(float64(sc.Max)+1)
-		n := int(math.Exp(lo + rng.Float64()*(hi-lo)))
-		return min(max(n, sc.Min), sc.Max)
-	}
-	type simJob struct {
-		id    string
-		nodes []int32
-		load  int // per node, when measured loads are modelled
-	}
-	var running []simJob
-	nextID := 1
+	w := newWorkload(cfg, t)
 	for cycle := 0; cycle < cfg.WarmupCycles+cfg.Cycles; cycle++ {
-		kept := running[:0]
-		for _, j := range running {
-			if rng.Float64() < turnover {
-				m.release(j.nodes)
-			} else {
-				kept = append(kept, j)
-			}
-		}
-		running = kept
-		target := cfg.MinJobs + rng.Intn(cfg.MaxJobs-cfg.MinJobs+1)
-		for fails := 0; len(running) < target && fails < 20; {
-			nodes := m.allocate(draw())
-			if nodes == nil {
-				fails++
-				continue
-			}
-			j := simJob{id: strconv.Itoa(nextID), nodes: nodes}
-			if cfg.measuredLoads() {
-				share := cfg.MinLoadShare + shares.Float64()*(cfg.MaxLoadShare-cfg.MinLoadShare)
-				j.load = ShareLoad(share, max(cfg.LoadPerNode, 1)*ShareUnits)
-			}
-			running = append(running, j)
-			nextID++
-		}
+		w.depart()
+		w.arrive()
 		if cycle < cfg.WarmupCycles {
 			continue
 		}
-		jobs := make([]Job, len(running))
-		busy := 0
-		for i, j := range running {
-			jobs[i] = Job{ID: j.id, Nodes: make([]string, len(j.nodes)), LoadPerNode: j.load}
-			for k, n := range j.nodes {
-				jobs[i].Nodes[k] = t.name[n]
-			}
-			busy += len(j.nodes)
-		}
+		jobs, busy := w.jobs()
 		if err := measure(t, cycle, jobs, busy); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// simNodeNames names the simulated cluster's n nodes n1, n2, ..., zero-padded to one
+// width so that the names sort in node order.
+func simNodeNames(n int) []string {
+	width := len(strconv.Itoa(n))
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%0*d", width, i+1)
+	}
+	return names
+}
+
+// simJob is a running job of the simulation.
+type simJob struct {
+	id    string
+	nodes []int32
+	load  int // per node, when measured loads are modelled
+}
+
+// workload is the simulated scheduler: the machine's free nodes, the running jobs,
+// and the random streams that decide departures, arrivals, sizes and load shares.
+// Every draw comes from the seed in a fixed order, so the simulation is repeatable.
+type workload struct {
+	cfg      SimConfig
+	t        *Tree
+	m        *machine
+	rng      *rand.Rand // departures, job counts and sizes
+	shares   *rand.Rand // load shares: a stream of its own, so the jobs do not depend on them
+	weights  float64    // sum of the job mix's weights
+	turnover float64
+	running  []simJob
+	nextID   int
+}
+
+// newWorkload starts the simulation on the idle machine t, with no job running.
+func newWorkload(cfg SimConfig, t *Tree) *workload {
+	w := &workload{
+		cfg:      cfg,
+		t:        t,
+		m:        newMachine(t, cfg.Placement),
+		rng:      rand.New(rand.NewSource(cfg.Seed)),
+		shares:   rand.New(rand.NewSource(cfg.Seed ^ 0x10ad)),
+		turnover: cfg.Turnover,
+		nextID:   1,
+	}
+	if w.turnover == 0 {
+		w.turnover = 0.3
+	}
+	for _, sc := range cfg.Mix {
+		w.weights += sc.Weight
+	}
+	return w
+}
+
+// depart ends each running job with probability turnover and frees its nodes.
+func (w *workload) depart() {
+	kept := w.running[:0]
+	for _, j := range w.running {
+		if w.rng.Float64() < w.turnover {
+			w.m.release(j.nodes)
+		} else {
+			kept = append(kept, j)
+		}
+	}
+	w.running = kept
+}
+
+// arrive starts jobs until the cycle's drawn number of jobs runs. A job that does
+// not fit is dropped; after 20 of them the machine counts as full for this cycle.
+func (w *workload) arrive() {
+	cfg := w.cfg
+	target := cfg.MinJobs + w.rng.Intn(cfg.MaxJobs-cfg.MinJobs+1)
+	for fails := 0; len(w.running) < target && fails < 20; {
+		nodes := w.m.allocate(w.drawSize())
+		if nodes == nil {
+			fails++
+			continue
+		}
+		j := simJob{id: strconv.Itoa(w.nextID), nodes: nodes}
+		if cfg.measuredLoads() {
+			share := cfg.MinLoadShare + w.shares.Float64()*(cfg.MaxLoadShare-cfg.MinLoadShare)
+			j.load = ShareLoad(share, max(cfg.LoadPerNode, 1)*ShareUnits)
+		}
+		w.running = append(w.running, j)
+		w.nextID++
+	}
+}
+
+// drawSize draws a job's node count: a size class with probability proportional to
+// its weight, then a count log-uniformly from the class's range.
+func (w *workload) drawSize() int {
+	mix := w.cfg.Mix
+	x := w.rng.Float64() * w.weights
+	sc := mix[len(mix)-1]
+	for _, c := range mix {
+		if x < c.Weight {
+			sc = c
+			break
+		}
+		x -= c.Weight
+	}
+	if sc.Min == sc.Max {
+		return sc.Min
+	}
+	lo, hi := math.Log(float64(sc.Min)), math.Log(float64(sc.Max)+1)
+	n := int(math.Exp(lo + w.rng.Float64()*(hi-lo)))
+	return min(max(n, sc.Min), sc.Max)
+}
+
+// jobs is the running jobs as Balance takes them, and the number of busy nodes.
+func (w *workload) jobs() ([]Job, int) {
+	jobs := make([]Job, len(w.running))
+	busy := 0
+	for i, j := range w.running {
+		jobs[i] = Job{ID: j.id, Nodes: make([]string, len(j.nodes)), LoadPerNode: j.load}
+		for k, n := range j.nodes {
+			jobs[i].Nodes[k] = w.t.name[n]
+		}
+		busy += len(j.nodes)
+	}
+	return jobs, busy
 }
 
 // WriteText prints the simulation summary next to the thesis's SuperMUC

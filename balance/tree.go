@@ -219,106 +219,188 @@ func build(what string, entries []entry) (*Tree, error) {
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%s: no agents defined", what)
 	}
-	byName := make(map[string]int, len(entries))
-	for i, e := range entries {
-		if p, dup := byName[e.name]; dup {
-			return nil, fmt.Errorf("%s: line %d: %q already defined on line %d", what, e.line, e.name, entries[p].line)
+	tb := &treeBuilder{what: what, entries: entries}
+	if err := tb.index(); err != nil {
+		return nil, err
+	}
+	if err := tb.link(); err != nil {
+		return nil, err
+	}
+	if err := tb.findRoots(); err != nil {
+		return nil, err
+	}
+	if err := tb.checkFrontend(); err != nil {
+		return nil, err
+	}
+	synth, err := tb.needsSyntheticRoot()
+	if err != nil {
+		return nil, err
+	}
+	return tb.assemble(synth), nil
+}
+
+// treeBuilder is what build learns about the entries while it checks them.
+type treeBuilder struct {
+	what      string // the source, for errors
+	entries   []entry
+	byName    map[string]int // entry index by agent name
+	parentOf  []int          // entry index of each entry's parent, -1 for a top-level one
+	nodeOwner map[string]int // entry index of each compute node's collector
+	roots     []int          // the top-level entries, in definition order
+}
+
+// index maps the agents' names to their entries; a name defined twice is an error.
+func (tb *treeBuilder) index() error {
+	tb.byName = make(map[string]int, len(tb.entries))
+	for i, e := range tb.entries {
+		if p, dup := tb.byName[e.name]; dup {
+			return fmt.Errorf("%s: line %d: %q already defined on line %d", tb.what, e.line, e.name, tb.entries[p].line)
 		}
-		byName[e.name] = i
+		tb.byName[e.name] = i
 	}
-	parentOf := make([]int, len(entries))
-	for i := range parentOf {
-		parentOf[i] = -1
+	return nil
+}
+
+// link finds every entry's parent and every node's collector, entry by entry so
+// that the first error in the description is the one reported. An entry holds
+// either nodes or child agents, never both.
+func (tb *treeBuilder) link() error {
+	tb.parentOf = make([]int, len(tb.entries))
+	for i := range tb.parentOf {
+		tb.parentOf[i] = -1
 	}
-	nodeOwner := make(map[string]int)
-	for i, e := range entries {
+	tb.nodeOwner = make(map[string]int)
+	for i, e := range tb.entries {
 		if len(e.nodes) > 0 && len(e.subs) > 0 {
-			return nil, fmt.Errorf("%s: line %d: %q has both nodes and child agents; only leaf switches/collectors hold nodes", what, e.line, e.name)
+			return fmt.Errorf("%s: line %d: %q has both nodes and child agents; only leaf switches/collectors hold nodes", tb.what, e.line, e.name)
 		}
 		if len(e.nodes) == 0 && len(e.subs) == 0 {
-			return nil, fmt.Errorf("%s: line %d: %q has no nodes and no child agents", what, e.line, e.name)
+			return fmt.Errorf("%s: line %d: %q has no nodes and no child agents", tb.what, e.line, e.name)
 		}
-		for _, s := range e.subs {
-			c, ok := byName[s]
-			if !ok {
-				return nil, fmt.Errorf("%s: line %d: %q refers to unknown agent %q", what, e.line, e.name, s)
-			}
-			if c == i {
-				return nil, fmt.Errorf("%s: line %d: %q lists itself as a child", what, e.line, e.name)
-			}
-			if parentOf[c] >= 0 {
-				if parentOf[c] == i {
-					return nil, fmt.Errorf("%s: line %d: %q lists child %q twice", what, e.line, e.name, s)
-				}
-				return nil, fmt.Errorf("%s: line %d: %q is already a child of %q (line %d)", what, e.line, s, entries[parentOf[c]].name, entries[parentOf[c]].line)
-			}
-			if entries[c].frontend {
-				return nil, fmt.Errorf("%s: line %d: frontend %q cannot be a child of %q", what, e.line, s, e.name)
-			}
-			parentOf[c] = i
+		if err := tb.linkChildren(i); err != nil {
+			return err
 		}
-		for _, n := range e.nodes {
-			if _, clash := byName[n]; clash {
-				return nil, fmt.Errorf("%s: line %d: node %q has the same name as an agent", what, e.line, n)
-			}
-			if o, dup := nodeOwner[n]; dup {
-				if o == i {
-					return nil, fmt.Errorf("%s: line %d: node %q listed twice under %q", what, e.line, n, e.name)
-				}
-				return nil, fmt.Errorf("%s: line %d: node %q is already under %q (line %d); every node needs exactly one collector", what, e.line, n, entries[o].name, entries[o].line)
-			}
-			nodeOwner[n] = i
+		if err := tb.ownNodes(i); err != nil {
+			return err
 		}
 	}
-	var roots []int
-	for i := range entries {
-		if parentOf[i] < 0 {
-			roots = append(roots, i)
+	return nil
+}
+
+// linkChildren makes entry i the parent of the agents it lists. Each agent has
+// one parent, is not its own child, and a declared frontend is no one's child.
+func (tb *treeBuilder) linkChildren(i int) error {
+	e := tb.entries[i]
+	for _, s := range e.subs {
+		c, ok := tb.byName[s]
+		if !ok {
+			return fmt.Errorf("%s: line %d: %q refers to unknown agent %q", tb.what, e.line, e.name, s)
+		}
+		if c == i {
+			return fmt.Errorf("%s: line %d: %q lists itself as a child", tb.what, e.line, e.name)
+		}
+		if p := tb.parentOf[c]; p >= 0 {
+			if p == i {
+				return fmt.Errorf("%s: line %d: %q lists child %q twice", tb.what, e.line, e.name, s)
+			}
+			return fmt.Errorf("%s: line %d: %q is already a child of %q (line %d)", tb.what, e.line, s, tb.entries[p].name, tb.entries[p].line)
+		}
+		if tb.entries[c].frontend {
+			return fmt.Errorf("%s: line %d: frontend %q cannot be a child of %q", tb.what, e.line, s, e.name)
+		}
+		tb.parentOf[c] = i
+	}
+	return nil
+}
+
+// ownNodes makes entry i the collector of the nodes it lists. A node's name is
+// not an agent's, and every node has exactly one collector.
+func (tb *treeBuilder) ownNodes(i int) error {
+	e := tb.entries[i]
+	for _, n := range e.nodes {
+		if _, clash := tb.byName[n]; clash {
+			return fmt.Errorf("%s: line %d: node %q has the same name as an agent", tb.what, e.line, n)
+		}
+		if o, dup := tb.nodeOwner[n]; dup {
+			if o == i {
+				return fmt.Errorf("%s: line %d: node %q listed twice under %q", tb.what, e.line, n, e.name)
+			}
+			return fmt.Errorf("%s: line %d: node %q is already under %q (line %d); every node needs exactly one collector", tb.what, e.line, n, tb.entries[o].name, tb.entries[o].line)
+		}
+		tb.nodeOwner[n] = i
+	}
+	return nil
+}
+
+// findRoots finds the top-level entries and checks that every entry hangs below
+// one of them: an entry they do not reach is part of a cycle.
+func (tb *treeBuilder) findRoots() error {
+	for i := range tb.entries {
+		if tb.parentOf[i] < 0 {
+			tb.roots = append(tb.roots, i)
 		}
 	}
-	if len(roots) == 0 {
-		return nil, fmt.Errorf("%s: line %d: cycle: every agent has a parent", what, entries[0].line)
+	if len(tb.roots) == 0 {
+		return fmt.Errorf("%s: line %d: cycle: every agent has a parent", tb.what, tb.entries[0].line)
 	}
-	// Reachability from the roots finds cycles (entries not reached).
-	reached := make([]bool, len(entries))
-	stack := append([]int(nil), roots...)
+	reached := make([]bool, len(tb.entries))
+	stack := append([]int(nil), tb.roots...)
 	for len(stack) > 0 {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		reached[i] = true
-		for _, s := range entries[i].subs {
-			stack = append(stack, byName[s])
+		for _, s := range tb.entries[i].subs {
+			stack = append(stack, tb.byName[s])
 		}
 	}
 	for i, ok := range reached {
 		if !ok {
-			return nil, fmt.Errorf("%s: line %d: %q is part of a cycle", what, entries[i].line, entries[i].name)
+			return fmt.Errorf("%s: line %d: %q is part of a cycle", tb.what, tb.entries[i].line, tb.entries[i].name)
 		}
 	}
+	return nil
+}
+
+// checkFrontend checks that, when an entry is declared frontend, it is the only
+// top-level entry: every other agent hangs below it.
+func (tb *treeBuilder) checkFrontend() error {
 	declared := -1
-	for i, e := range entries {
+	for i, e := range tb.entries {
 		if e.frontend {
 			declared = i
 		}
 	}
-	if declared >= 0 && (len(roots) > 1 || roots[0] != declared) {
-		for _, r := range roots {
+	if declared >= 0 && (len(tb.roots) > 1 || tb.roots[0] != declared) {
+		for _, r := range tb.roots {
 			if r != declared {
-				return nil, fmt.Errorf("%s: line %d: %q is not attached below frontend %q", what, entries[r].line, entries[r].name, entries[declared].name)
+				return fmt.Errorf("%s: line %d: %q is not attached below frontend %q", tb.what, tb.entries[r].line, tb.entries[r].name, tb.entries[declared].name)
 			}
 		}
 	}
-	synth := len(roots) > 1 || len(entries[roots[0]].nodes) > 0
-	if synth {
-		if p, clash := byName[syntheticRoot]; clash {
-			return nil, fmt.Errorf("%s: line %d: several top-level agents need a frontend named %q, but that name is taken", what, entries[p].line, syntheticRoot)
-		}
-		if _, clash := nodeOwner[syntheticRoot]; clash {
-			return nil, fmt.Errorf("%s: several top-level agents need a frontend named %q, but a node has that name", what, syntheticRoot)
-		}
-	}
+	return nil
+}
 
-	total := len(entries) + len(nodeOwner)
+// needsSyntheticRoot says whether a frontend named syntheticRoot goes above the
+// top-level entries (several of them, or a single collector), and checks that no
+// agent or node has that name already.
+func (tb *treeBuilder) needsSyntheticRoot() (bool, error) {
+	if len(tb.roots) == 1 && len(tb.entries[tb.roots[0]].nodes) == 0 {
+		return false, nil
+	}
+	if p, clash := tb.byName[syntheticRoot]; clash {
+		return false, fmt.Errorf("%s: line %d: several top-level agents need a frontend named %q, but that name is taken", tb.what, tb.entries[p].line, syntheticRoot)
+	}
+	if _, clash := tb.nodeOwner[syntheticRoot]; clash {
+		return false, fmt.Errorf("%s: several top-level agents need a frontend named %q, but a node has that name", tb.what, syntheticRoot)
+	}
+	return true, nil
+}
+
+// assemble numbers the agents in pre-order from the roots (below the synthetic
+// frontend when synth), children in definition order and a collector's nodes
+// right after it, and fills the Tree's tables.
+func (tb *treeBuilder) assemble(synth bool) *Tree {
+	total := len(tb.entries) + len(tb.nodeOwner)
 	if synth {
 		total++
 	}
@@ -329,55 +411,59 @@ func build(what string, entries []entry) (*Tree, error) {
 		depth:  make([]int32, 0, total),
 		index:  make(map[string]int32, total),
 	}
-	add := func(name string, k Kind, parent int32) int32 {
-		id := int32(len(t.name))
-		t.name = append(t.name, name)
-		t.kind = append(t.kind, k)
-		t.parent = append(t.parent, parent)
-		d := int32(0)
-		if parent >= 0 {
-			d = t.depth[parent] + 1
-		}
-		t.depth = append(t.depth, d)
-		t.index[name] = id
-		if d > t.height {
-			t.height = d
-		}
-		return id
-	}
-	// Pre-order walk from the roots, children in definition order.
-	var walk func(i int, parent int32)
-	walk = func(i int, parent int32) {
-		e := entries[i]
-		k := KindSync
-		switch {
-		case len(e.nodes) > 0:
-			k = KindCollector
-		case parent < 0:
-			k = KindFrontend
-		}
-		id := add(e.name, k, parent)
-		if k == KindCollector {
-			t.collectors = append(t.collectors, id)
-			for _, n := range e.nodes {
-				t.nodes = append(t.nodes, add(n, KindNode, id))
-			}
-			return
-		}
-		for _, s := range e.subs {
-			walk(byName[s], id)
-		}
-	}
 	if synth {
-		r := add(syntheticRoot, KindFrontend, -1)
-		for _, i := range roots {
-			walk(i, r)
+		r := addAgent(t, syntheticRoot, KindFrontend, -1)
+		for _, i := range tb.roots {
+			tb.walk(t, i, r)
 		}
 	} else {
-		walk(roots[0], -1)
+		tb.walk(t, tb.roots[0], -1)
 	}
 	t.finish()
-	return t, nil
+	return t
+}
+
+// walk adds entry i below the agent parent (-1: as the root), then its nodes or,
+// recursively, its child agents. An entry with nodes is a collector, a root
+// without them the frontend, any other a sync agent.
+func (tb *treeBuilder) walk(t *Tree, i int, parent int32) {
+	e := tb.entries[i]
+	k := KindSync
+	switch {
+	case len(e.nodes) > 0:
+		k = KindCollector
+	case parent < 0:
+		k = KindFrontend
+	}
+	id := addAgent(t, e.name, k, parent)
+	if k == KindCollector {
+		t.collectors = append(t.collectors, id)
+		for _, n := range e.nodes {
+			t.nodes = append(t.nodes, addAgent(t, n, KindNode, id))
+		}
+		return
+	}
+	for _, s := range e.subs {
+		tb.walk(t, tb.byName[s], id)
+	}
+}
+
+// addAgent appends an agent to the tree being built and returns its index.
+func addAgent(t *Tree, name string, k Kind, parent int32) int32 {
+	id := int32(len(t.name))
+	t.name = append(t.name, name)
+	t.kind = append(t.kind, k)
+	t.parent = append(t.parent, parent)
+	d := int32(0)
+	if parent >= 0 {
+		d = t.depth[parent] + 1
+	}
+	t.depth = append(t.depth, d)
+	t.index[name] = id
+	if d > t.height {
+		t.height = d
+	}
+	return id
 }
 
 // finish fills the derived tables: children, collector slots, binary lifting.

@@ -98,52 +98,111 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return Result{}, err
 		}
 	}
-	fsys := o.Host.Dir()
-	online, err := onlineCPUs(o.Host)
+	online, cpus, err := runCPUs(o)
 	if err != nil {
 		return Result{}, err
-	}
-	cpus := o.CPUs
-	if len(cpus) == 0 {
-		if err := checkAffinity(online); err != nil {
-			return Result{}, err
-		}
-		cpus = online
 	}
 	if o.NodeType == "" {
 		info, _ := o.Host.CPUInfo() // as properties.LoadForNode: no model is "unknown"
 		o.NodeType = properties.NodeType(info.Name, len(online))
 	}
-	res := Result{CPUs: len(cpus), Cores: PhysicalCores(fsys, cpus)}
-	if res.LLCBytes, err = LLCBytes(fsys, cpus); err != nil {
+	res, arrayBytes, err := survey(o.Host, cpus, o.ArrayBytes)
+	if err != nil {
 		return Result{}, err
 	}
-	var mem hostfs.MemInfo
-	if _, err := os.Stat(o.Host.Path("proc/meminfo")); err == nil {
-		if mem, err = o.Host.MemInfo(); err != nil {
-			return Result{}, err
+	if err := benchmark(ctx, o, cpus, arrayBytes, &res); err != nil {
+		return res, err
+	}
+	res.Calibration = calibration(o.Host, o.NodeType, len(online), len(cpus), res)
+	if o.Dir != "" {
+		if res.File, err = Save(o.Dir, res.Calibration); err != nil {
+			return res, err
 		}
 	}
-	info, _ := o.Host.CPUInfo() // no flags: scalar
+	res.Elapsed = time.Since(t0)
+	return res, nil
+}
+
+// runCPUs is the node's online CPUs and those the benchmarks run on: o.CPUs, or
+// else every online CPU, provided this process may run on all of them.
+func runCPUs(o Options) (online, cpus []int, err error) {
+	online, err = onlineCPUs(o.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	cpus = o.CPUs
+	if len(cpus) == 0 {
+		if err := checkAffinity(online); err != nil {
+			return nil, nil, err
+		}
+		cpus = online
+	}
+	return online, cpus, nil
+}
+
+// survey reads what the benchmarks need to know of the node before they start: its
+// physical cores and last-level caches below the CPUs, its vector extension, and the
+// size of the STREAM arrays (arrayBytes if positive, else from the caches and the
+// memory). The Result it starts has those filled in.
+func survey(h hostfs.FS, cpus []int, arrayBytes int64) (Result, int64, error) {
+	fsys := h.Dir()
+	res := Result{CPUs: len(cpus), Cores: PhysicalCores(fsys, cpus)}
+	var err error
+	if res.LLCBytes, err = LLCBytes(fsys, cpus); err != nil {
+		return Result{}, 0, err
+	}
+	var mem hostfs.MemInfo
+	if _, err := os.Stat(h.Path("proc/meminfo")); err == nil {
+		if mem, err = h.MemInfo(); err != nil {
+			return Result{}, 0, err
+		}
+	}
+	info, _ := h.CPUInfo() // no flags: scalar
 	res.Lanes, res.VectorExt = VectorLanes(info.Flags)
-	arrayBytes := o.ArrayBytes
 	if arrayBytes <= 0 {
 		arrayBytes = ArrayBytes(res.LLCBytes, mem.Total, mem.Available)
 	}
+	return res, arrayBytes, nil
+}
 
+// benchmark runs the memory-bandwidth benchmark on 60 % of the budget, then the
+// floating-point one on 40 %, into res. On an error res keeps what was measured.
+func benchmark(ctx context.Context, o Options, cpus []int, arrayBytes int64, res *Result) error {
+	var err error
 	progress(o.Progress, "persyst calibrate: %s: memory bandwidth, %d threads, 3 arrays of %s (%.1f s)",
 		o.NodeType, len(cpus), fmtSize(arrayBytes), 0.6*o.Budget.Seconds())
 	if res.Stream, err = Stream(ctx, StreamOptions{CPUs: cpus, ArrayBytes: arrayBytes, Duration: o.Budget * 6 / 10}); err != nil {
-		return res, err
+		return err
 	}
 	progress(o.Progress, "persyst calibrate: %s: floating point, %d threads (%.1f s)", o.NodeType, len(cpus), 0.4*o.Budget.Seconds())
 	if res.Flops, err = Flops(ctx, FlopsOptions{CPUs: cpus, Duration: o.Budget * 4 / 10}); err != nil {
-		return res, err
+		return err
 	}
+	return nil
+}
 
-	cal := properties.Calibration{NodeType: o.NodeType, Measured: time.Now().UTC().Truncate(time.Second),
+// calibration is the calibration of node type nodeType from a run's measurements
+// (res, on cpus CPUs) and what the node says about itself (online CPUs of host h),
+// each value with how it was obtained. Values that are not positive are left out,
+// as properties.LoadCalibration refuses them.
+func calibration(h hostfs.FS, nodeType string, online, cpus int, res Result) properties.Calibration {
+	cal := properties.Calibration{NodeType: nodeType, Measured: time.Now().UTC().Truncate(time.Second),
 		Values: map[string]float64{}, Methods: map[string]string{}}
-	for k, v := range properties.NodeFacts(o.Host, len(online)) {
+	addFacts(&cal, h, online)
+	addMeasured(&cal, res, cpus)
+	for k, v := range cal.Values {
+		if !(v > 0) {
+			delete(cal.Values, k)
+			delete(cal.Methods, k)
+		}
+	}
+	return cal
+}
+
+// addFacts adds what the node says about itself (properties.NodeFacts), with the
+// method of each fact it has.
+func addFacts(cal *properties.Calibration, h hostfs.FS, online int) {
+	for k, v := range properties.NodeFacts(h, online) {
 		cal.Values[k] = v
 	}
 	cal.Methods["mem_total_bytes"] = "MemTotal of /proc/meminfo"
@@ -154,16 +213,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			delete(cal.Methods, k)
 		}
 	}
+}
+
+// addMeasured adds the values derived from the benchmarks: cores, the STREAM
+// bandwidths and the floating-point peaks. The methods say how each was measured
+// and, for the vector factor, what it assumes.
+func addMeasured(cal *properties.Calibration, res Result, cpus int) {
 	cores := float64(res.Cores)
 	s, f := res.Stream, res.Flops
 	cal.Values["cores"] = cores
-	cal.Methods["cores"] = fmt.Sprintf("physical cores (distinct package and core_id in sysfs topology) of the %d CPUs measured", len(cpus))
+	cal.Methods["cores"] = fmt.Sprintf("physical cores (distinct package and core_id in sysfs topology) of the %d CPUs measured", cpus)
 	cal.Values["stream_bw_node"] = s.Average()
 	cal.Methods["stream_bw_node"] = fmt.Sprintf("average of the best rates of the 4 STREAM kernels (the PerSyst thesis, Table 7.10): "+
 		"copy %s/s, scale %s/s, add %s/s, triad %s/s; Go loops, one thread pinned to each of %d CPUs, each mapping and "+
 		"first-touching its share of 3 arrays of %s (at least 4 x the last-level caches of %s), all threads started by a barrier, "+
 		"best of %d rounds after a warm-up, bytes counted as STREAM does (no write-allocate)",
-		fmtBytes(s.Copy), fmtBytes(s.Scale), fmtBytes(s.Add), fmtBytes(s.Triad), len(cpus),
+		fmtBytes(s.Copy), fmtBytes(s.Scale), fmtBytes(s.Add), fmtBytes(s.Triad), cpus,
 		fmtSize(s.ArrayBytes), fmtSize(res.LLCBytes), max(s.Rounds-1, 1))
 	cal.Values["stream_bw_core"] = s.Average() / cores
 	cal.Methods["stream_bw_core"] = "stream_bw_node / cores"
@@ -173,23 +238,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		"best round; math.FMA %s, multiply-add %s for the node) x %d lanes of %s from /proc/cpuinfo flags. "+
 		"The vector factor is derived, not measured: Go has no SIMD instructions, so the benchmark cannot run vector code; "+
 		"it assumes the vector units issue as many operations per cycle as the scalar path",
-		fmtNum(scalarCore), f.Kernel(), len(cpus), fmtNum(f.FMARate), fmtNum(f.MulAddRate), res.Lanes, res.VectorExt)
+		fmtNum(scalarCore), f.Kernel(), cpus, fmtNum(f.FMARate), fmtNum(f.MulAddRate), res.Lanes, res.VectorExt)
 	cal.Values["peak_flops_node"] = cal.Values["peak_flops_core"] * cores
 	cal.Methods["peak_flops_node"] = "peak_flops_core x cores"
-	for k, v := range cal.Values {
-		if !(v > 0) { // properties.LoadCalibration refuses anything else
-			delete(cal.Values, k)
-			delete(cal.Methods, k)
-		}
-	}
-	res.Calibration = cal
-	if o.Dir != "" {
-		if res.File, err = Save(o.Dir, cal); err != nil {
-			return res, err
-		}
-	}
-	res.Elapsed = time.Since(t0)
-	return res, nil
 }
 
 // Save writes a calibration to properties.CalibrationFile(dir, c.NodeType) atomically (a

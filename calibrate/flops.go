@@ -85,84 +85,109 @@ func Flops(ctx context.Context, o FlopsOptions) (FlopsResult, error) {
 	if nt == 0 {
 		return FlopsResult{}, fmt.Errorf("flops: no CPUs")
 	}
-	res := FlopsResult{Threads: nt, FMA: hasFMA()}
-	kernels := []int{kernelMulAdd}
-	if res.FMA {
-		kernels = []int{kernelFMA, kernelMulAdd}
-	}
-	minRounds := 2 * len(kernels)
-	// Rounds long enough that the barrier's wake-ups do not count, short enough for a few
-	// per kernel.
-	roundDur := min(max(o.Duration/time.Duration(4*len(kernels)), 10*time.Millisecond), 500*time.Millisecond)
-	deadline := t0.Add(o.Duration)
-	rates := make([]float64, nt)
-	round := 0 // rounds started
-	var ctxErr error
-	next := func() bool {
-		if round > 0 {
-			sum := 0.0
-			for _, r := range rates {
-				sum += r
-			}
-			switch kernels[(round-1)%len(kernels)] {
-			case kernelFMA:
-				res.FMARate = max(res.FMARate, sum)
-			case kernelMulAdd:
-				res.MulAddRate = max(res.MulAddRate, sum)
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			ctxErr = err
-			return false
-		}
-		if round >= minRounds && round%len(kernels) == 0 && !time.Now().Before(deadline) {
-			res.Rounds = round
-			return false
-		}
-		round++
-		return true
-	}
-	bar := newBarrier(nt, next)
-	err := onCPUs(o.CPUs, bar, func(w int) error {
-		var fa [fmaChains]float64
-		var ma [mulAddChains]float64
-		for i := range fa {
-			fa[i] = 1 + float64(i)/64
-		}
-		for i := range ma {
-			ma[i] = 1 + float64(i)/64
-		}
-		const m, c = 1 - 1.0/(1<<20), 1.0 / (1 << 20)
-		for bar.wait() {
-			k := kernels[(round-1)%len(kernels)] // round is written under the barrier's lock, before the release
-			ops := 0
-			start := time.Now()
-			var d time.Duration
-			for d < roundDur {
-				if k == kernelFMA {
-					fmaKernel(flopsChunk, m, c, &fa)
-					ops += flopsChunk * fmaChains
-				} else {
-					mulAddKernel(flopsChunk, m, c, &ma)
-					ops += flopsChunk * mulAddChains
-				}
-				d = time.Since(start)
-			}
-			rates[w] = 2 * float64(ops) / d.Seconds()
-		}
-		if s := fa[0] + ma[0]; math.IsNaN(s) || math.IsInf(s, 0) {
-			return fmt.Errorf("flops: chains diverged (%v)", s)
-		}
-		return nil
-	})
-	res.Elapsed = time.Since(t0)
+	fr := newFlopsRun(nt, hasFMA(), o.Duration, t0.Add(o.Duration))
+	bar := newBarrier(nt, func() bool { return fr.next(ctx) })
+	err := onCPUs(o.CPUs, bar, func(w int) error { return fr.work(bar, w) })
+	fr.res.Elapsed = time.Since(t0)
 	if err != nil {
-		return res, err
+		return fr.res, err
 	}
-	if ctxErr != nil {
-		return res, ctxErr
+	if fr.ctxErr != nil {
+		return fr.res, fr.ctxErr
 	}
-	return res, nil
+	return fr.res, nil
+}
+
+// flopsRun is one run of Flops, shared by its threads. The last thread to reach the
+// barrier updates it (next) before the others are released; they only read it.
+type flopsRun struct {
+	kernels   []int         // the kernels the rounds alternate, in order
+	minRounds int           // two of each kernel
+	roundDur  time.Duration // each thread's time in one round
+	deadline  time.Time
+	rates     []float64 // per thread: its rate in the round just run
+	round     int       // rounds started
+	res       FlopsResult
+	ctxErr    error
+}
+
+// newFlopsRun plans a run of nt threads: with FMA, the rounds alternate the FMA and
+// multiply-add kernels, else only multiply-add runs. Rounds are long enough that the
+// barrier's wake-ups do not count, short enough for a few of each kernel in budget.
+func newFlopsRun(nt int, fma bool, budget time.Duration, deadline time.Time) *flopsRun {
+	fr := &flopsRun{kernels: []int{kernelMulAdd}, deadline: deadline, rates: make([]float64, nt),
+		res: FlopsResult{Threads: nt, FMA: fma}}
+	if fma {
+		fr.kernels = []int{kernelFMA, kernelMulAdd}
+	}
+	fr.minRounds = 2 * len(fr.kernels)
+	fr.roundDur = min(max(budget/time.Duration(4*len(fr.kernels)), 10*time.Millisecond), 500*time.Millisecond)
+	return fr
+}
+
+// next is the barrier's bookkeeping between rounds: it keeps the round just run if
+// it is its kernel's best (the sum of the threads' rates), then says whether to run
+// another. The run ends on ctx's error, or once the deadline has passed, each kernel
+// has run at least twice and every kernel as often as the others.
+func (fr *flopsRun) next(ctx context.Context) bool {
+	if fr.round > 0 {
+		sum := 0.0
+		for _, r := range fr.rates {
+			sum += r
+		}
+		switch fr.kernels[(fr.round-1)%len(fr.kernels)] {
+		case kernelFMA:
+			fr.res.FMARate = max(fr.res.FMARate, sum)
+		case kernelMulAdd:
+			fr.res.MulAddRate = max(fr.res.MulAddRate, sum)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		fr.ctxErr = err
+		return false
+	}
+	if fr.round >= fr.minRounds && fr.round%len(fr.kernels) == 0 && !time.Now().Before(fr.deadline) {
+		fr.res.Rounds = fr.round
+		return false
+	}
+	fr.round++
+	return true
+}
+
+// work is thread w of the run: each round it runs the round's kernel on its own
+// chains for roundDur and records its rate. At the end it checks that the chains
+// stayed finite.
+func (fr *flopsRun) work(bar *barrier, w int) error {
+	var fa [fmaChains]float64
+	var ma [mulAddChains]float64
+	for i := range fa {
+		fa[i] = 1 + float64(i)/64
+	}
+	for i := range ma {
+		ma[i] = 1 + float64(i)/64
+	}
+	const m, c = 1 - 1.0/(1<<20), 1.0 / (1 << 20)
+	for bar.wait() {
+		k := fr.kernels[(fr.round-1)%len(fr.kernels)] // round is written under the barrier's lock, before the release
+		ops := 0
+		start := time.Now()
+		var d time.Duration
+		for d < fr.roundDur {
+			if k == kernelFMA {
+				fmaKernel(flopsChunk, m, c, &fa)
+				ops += flopsChunk * fmaChains
+			} else {
+				mulAddKernel(flopsChunk, m, c, &ma)
+				ops += flopsChunk * mulAddChains
+			}
+			d = time.Since(start)
+		}
+		fr.rates[w] = 2 * float64(ops) / d.Seconds()
+	}
+	if s := fa[0] + ma[0]; math.IsNaN(s) || math.IsInf(s, 0) {
+		return fmt.Errorf("flops: chains diverged (%v)", s)
+	}
+	return nil
 }
 
 const (

@@ -67,91 +67,132 @@ func Stream(ctx context.Context, o StreamOptions) (StreamResult, error) {
 		return StreamResult{}, fmt.Errorf("stream: no CPUs")
 	}
 	n := ElementsPerThread(o.ArrayBytes, nt)
-	res := StreamResult{Threads: nt, ArrayBytes: int64(n) * 8 * int64(nt), ElementsPerThread: n}
-	deadline := t0.Add(o.Duration)
-	start, end := make([]time.Time, nt), make([]time.Time, nt)
-	var best, first [4]float64
-	step := 0 // steps started; step s runs kernel s%4 of round s/4
-	var ctxErr error
-	next := func() bool {
-		if step == 0 {
-			res.Setup = time.Since(t0)
-		} else {
-			k, round := (step-1)%4, (step-1)/4
-			d := span(start, end).Seconds()
-			rate := float64(streamKernels[k].bytes) * float64(n) * float64(nt) / d
-			if round == 0 {
-				first[k] = max(first[k], rate)
-			} else {
-				best[k] = max(best[k], rate)
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			ctxErr = err
+	sr := &streamRun{t0: t0, deadline: t0.Add(o.Duration), n: n, start: make([]time.Time, nt), end: make([]time.Time, nt),
+		res: StreamResult{Threads: nt, ArrayBytes: int64(n) * 8 * int64(nt), ElementsPerThread: n}}
+	bar := newBarrier(nt, func() bool { return sr.next(ctx) })
+	err := onCPUs(o.CPUs, bar, func(w int) error { return sr.work(bar, w) })
+	sr.res.Elapsed = time.Since(t0)
+	if err != nil {
+		return sr.res, err
+	}
+	if sr.ctxErr != nil {
+		return sr.res, sr.ctxErr
+	}
+	return sr.result(), nil
+}
+
+// streamRun is one run of Stream, shared by its threads. The last thread to reach the
+// barrier updates it (next) before the others are released; they only read step and
+// write their own start and end times.
+type streamRun struct {
+	t0, deadline time.Time
+	n            int         // elements of each array per thread
+	start, end   []time.Time // per thread: when it started and ended the step just run
+	best, first  [4]float64  // per kernel: the best rate after the warm-up round, and in it
+	step         int         // steps started; step s runs kernel s%4 of round s/4
+	res          StreamResult
+	ctxErr       error
+}
+
+// next is the barrier's bookkeeping between steps: it records the setup time or the
+// rate of the step just run, then says whether to run another. The run ends on ctx's
+// error, or after a whole round once there have been streamMaxRounds rounds, or
+// streamMinRounds and the deadline has passed.
+func (sr *streamRun) next(ctx context.Context) bool {
+	if sr.step == 0 {
+		sr.res.Setup = time.Since(sr.t0)
+	} else {
+		sr.record()
+	}
+	if err := ctx.Err(); err != nil {
+		sr.ctxErr = err
+		return false
+	}
+	if sr.step%4 == 0 && sr.step > 0 {
+		rounds := sr.step / 4
+		if rounds >= streamMaxRounds || (rounds >= streamMinRounds && !time.Now().Before(sr.deadline)) {
+			sr.res.Rounds = rounds
 			return false
 		}
-		if step%4 == 0 && step > 0 {
-			rounds := step / 4
-			if rounds >= streamMaxRounds || (rounds >= streamMinRounds && !time.Now().Before(deadline)) {
-				res.Rounds = rounds
-				return false
-			}
-		}
-		step++
-		return true
 	}
-	bar := newBarrier(nt, next)
-	// Padding between the arrays (512 B, not a multiple of the page size) keeps a[i], b[i]
-	// and c[i] off the same cache set and page offset.
-	const pad = 64
-	err := onCPUs(o.CPUs, bar, func(w int) error {
-		mem, err := unix.Mmap(-1, 0, (3*n+2*pad)*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			err = fmt.Errorf("stream: map %d MiB: %w", (3*n+2*pad)*8>>20, err)
-			bar.abort(err)
-			return err
-		}
-		defer unix.Munmap(mem)
-		// Huge pages where the kernel has them (THP "madvise" or "always"), as tuned HPC
-		// codes get them: fewer faults at first touch and TLB misses while streaming.
-		_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
-		all := unsafe.Slice((*float64)(unsafe.Pointer(&mem[0])), 3*n+2*pad)
-		a, b, c := all[:n:n], all[n+pad:2*n+pad:2*n+pad], all[2*n+2*pad:]
-		for i := range a {
-			a[i], b[i], c[i] = 1, 2, 0
-		}
-		const s = 3.0
-		for bar.wait() {
-			k := (step - 1) % 4 // step is only written under the barrier's lock, before the release
-			start[w] = time.Now()
-			switch k {
-			case 0:
-				streamCopy(c, a)
-			case 1:
-				streamScale(b, c, s)
-			case 2:
-				streamAdd(c, a, b)
-			case 3:
-				streamTriad(a, b, c, s)
-			}
-			end[w] = time.Now()
-		}
-		return nil
-	})
-	res.Elapsed = time.Since(t0)
+	sr.step++
+	return true
+}
+
+// record keeps the rate of the step just run, timed from the first thread's start to
+// the last one's end, if it is its kernel's best so far. The first round's rates are
+// kept apart: it is a warm-up, counted only when there is no other round.
+func (sr *streamRun) record() {
+	k, round := (sr.step-1)%4, (sr.step-1)/4
+	d := span(sr.start, sr.end).Seconds()
+	rate := float64(streamKernels[k].bytes) * float64(sr.n) * float64(sr.res.Threads) / d
+	if round == 0 {
+		sr.first[k] = max(sr.first[k], rate)
+	} else {
+		sr.best[k] = max(sr.best[k], rate)
+	}
+}
+
+// work is thread w of the run: it maps and first-touches its part of the arrays, then
+// runs each step's kernel on it, timing itself.
+func (sr *streamRun) work(bar *barrier, w int) error {
+	mem, a, b, c, err := mapStreamArrays(sr.n)
 	if err != nil {
-		return res, err
+		bar.abort(err)
+		return err
 	}
-	if ctxErr != nil {
-		return res, ctxErr
+	defer unix.Munmap(mem)
+	for i := range a {
+		a[i], b[i], c[i] = 1, 2, 0
 	}
-	for k := range best {
-		if res.Rounds < 2 {
-			best[k] = first[k]
+	const s = 3.0
+	for bar.wait() {
+		k := (sr.step - 1) % 4 // step is only written under the barrier's lock, before the release
+		sr.start[w] = time.Now()
+		switch k {
+		case 0:
+			streamCopy(c, a)
+		case 1:
+			streamScale(b, c, s)
+		case 2:
+			streamAdd(c, a, b)
+		case 3:
+			streamTriad(a, b, c, s)
 		}
+		sr.end[w] = time.Now()
+	}
+	return nil
+}
+
+// streamPad is the padding between the arrays, in elements. 512 B, not a multiple of
+// the page size, keeps a[i], b[i] and c[i] off the same cache set and page offset.
+const streamPad = 64
+
+// mapStreamArrays maps one thread's three arrays of n elements in one anonymous
+// mapping (mem, for the caller to unmap), not yet touched: the thread that touches
+// them first gets their pages on its NUMA node.
+func mapStreamArrays(n int) (mem []byte, a, b, c []float64, err error) {
+	mem, err = unix.Mmap(-1, 0, (3*n+2*streamPad)*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("stream: map %d MiB: %w", (3*n+2*streamPad)*8>>20, err)
+	}
+	// Huge pages where the kernel has them (THP "madvise" or "always"), as tuned HPC
+	// codes get them: fewer faults at first touch and TLB misses while streaming.
+	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
+	all := unsafe.Slice((*float64)(unsafe.Pointer(&mem[0])), 3*n+2*streamPad)
+	a, b, c = all[:n:n], all[n+streamPad:2*n+streamPad:2*n+streamPad], all[2*n+2*streamPad:]
+	return mem, a, b, c, nil
+}
+
+// result is the run's StreamResult once it has ended well: the best rate of each
+// kernel after the warm-up, or of the warm-up when there was no other round.
+func (sr *streamRun) result() StreamResult {
+	res, best := sr.res, sr.best
+	if res.Rounds < 2 {
+		best = sr.first
 	}
 	res.Copy, res.Scale, res.Add, res.Triad = best[0], best[1], best[2], best[3]
-	return res, nil
+	return res
 }
 
 // The kernels are plain loops: Go compiles them to scalar loads and stores, which is
