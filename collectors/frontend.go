@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -23,7 +22,6 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
-	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
@@ -90,14 +88,11 @@ type Frontend struct {
 	d    *dialer
 	tree []string // the addresses of the tree's agents, sorted (Heartbeat.tree)
 	agg  *Sync    // merges the cycles of the jobs aggregated here
+	jobs *jobBook // each running job's holders so far and its measured load
 
-	mu      sync.Mutex
-	holders map[uint32]map[string]bool // job → collectors routed part of it so far
-	shares  map[uint32]float64         // job → its largest measured share of the maximum load
-
-	// eps gathers the nodes' I/O stalls (their answers to the routes) into site-wide
+	// stalls gathers the nodes' I/O stalls (their answers to the routes) into site-wide
 	// episodes.
-	eps *episodes.Detector
+	stalls *siteStalls
 }
 
 // NewFrontend checks the configuration.
@@ -141,7 +136,7 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	if cfg.Period <= 0 {
 		cfg.Period = time.Minute
 	}
-	f := &Frontend{cfg: cfg, holders: map[uint32]map[string]bool{}, shares: map[uint32]float64{}, eps: episodes.NewDetector(cfg.Period)}
+	f := &Frontend{cfg: cfg, jobs: newJobBook(), stalls: newSiteStalls(cfg.Period, cfg.Store, cfg.Log)}
 	f.tree = f.agents()
 	nodes := make([]string, 0, len(cfg.Nodes))
 	for _, n := range cfg.Nodes {
@@ -213,7 +208,7 @@ func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, con
 			hb, err := cl.Ping(pctx, &pb.Heartbeat{Name: "frontend", Role: "frontend", Ts: f.cfg.Now().Unix(), Tree: f.tree})
 			alive[i] = err == nil
 			if err == nil {
-				f.noteLoads(hb.Jobs)
+				f.jobs.noteLoads(hb.Jobs)
 			}
 		}()
 	}
@@ -229,29 +224,9 @@ func (f *Frontend) ping(ctx context.Context, agents map[string]string, role, con
 	return out
 }
 
-// noteLoads keeps each job's largest measured share of its maximum load.
-func (f *Frontend) noteLoads(jobs []*pb.JobLoad) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, l := range jobs {
-		if l.MaxRecords == 0 {
-			continue
-		}
-		share := min(float64(l.Records)/float64(l.MaxRecords), 1)
-		if old, ok := f.shares[l.JobId]; !ok || share > old {
-			f.shares[l.JobId] = share
-		}
-	}
-}
-
 // Share is a job's measured load: the largest share of its maximum that one of its nodes
 // sent in one cycle, as the collectors reported it; false before any report.
-func (f *Frontend) Share(job uint32) (float64, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.shares[job]
-	return s, ok
-}
+func (f *Frontend) Share(job uint32) (float64, bool) { return f.jobs.share(job) }
 
 // balanceInput charges each job its load: the assumed maximum (the PerSyst thesis, §5.3), or, when
 // a collector has reported the job, its measured share of it, in thousandths of a node's
@@ -297,8 +272,40 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 		return nil, errors.New("frontend: no collector answers: nodes keep their jobs' data")
 	}
 	liveSyncs := f.AliveSyncs(ctx)
-	addrOf := map[string]string{}
-	var tree *balance.Tree
+	live, err := f.liveTree(alive, liveSyncs)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := f.cfg.Jobs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: job map: %w", err)
+	}
+	in, bcfg := f.balanceInput(onNodes(jobs, f.cfg.Nodes))
+	res, err := balance.Balance(live.tree, in, bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: %w", err)
+	}
+	out := &CycleResult{Alive: alive, Syncs: liveSyncs, Result: res, Routes: map[string]*pb.Routes{}, Errors: map[string]error{}, ByJob: map[uint32]*pb.Route{}}
+	ts := f.cfg.Now().Unix()
+	f.jobs.forgetEnded(f.routeJobs(out, live, ts))
+	f.pushAll(ctx, out, f.stalls.episodes(ctx, jobs), ts)
+	return out, nil
+}
+
+// cycleTree is one cycle's agent tree over the agents that answered, with where its
+// agents are.
+type cycleTree struct {
+	tree   *balance.Tree
+	addrOf map[string]string // the tree's collectors → their addresses
+	syncUp map[string]bool   // the sync agents that answered
+	syncs  map[string]string // sync agents → their addresses
+	self   string            // the frontend's own address
+}
+
+// liveTree builds this cycle's tree over the live collectors: the topology without the
+// collectors that did not answer, or a flat tree cutting the nodes evenly over them.
+func (f *Frontend) liveTree(alive, liveSyncs []string) (*cycleTree, error) {
+	t := &cycleTree{addrOf: map[string]string{}, syncUp: map[string]bool{}, syncs: f.cfg.Syncs, self: f.cfg.Self}
 	var err error
 	if f.cfg.Tree != nil {
 		// The topology without the collectors that did not answer: their nodes go to the
@@ -310,35 +317,40 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 		for _, a := range alive {
 			delete(dead, a)
 		}
-		if tree, err = balance.Without(f.cfg.Tree, dead); err != nil {
+		if t.tree, err = balance.Without(f.cfg.Tree, dead); err != nil {
 			return nil, fmt.Errorf("frontend: %w", err)
 		}
-		for _, name := range tree.Collectors() {
-			addrOf[name] = f.cfg.Collectors[name]
+		for _, name := range t.tree.Collectors() {
+			t.addrOf[name] = f.cfg.Collectors[name]
 		}
 	} else {
 		per := (len(f.cfg.Nodes) + len(alive) - 1) / len(alive)
-		if tree, err = balance.FlatTree(f.cfg.Nodes, per, 0); err != nil {
+		if t.tree, err = balance.FlatTree(f.cfg.Nodes, per, 0); err != nil {
 			return nil, fmt.Errorf("frontend: %w", err)
 		}
 		// FlatTree names its collectors c1, c2, ...: map them onto the live ones.
-		for i, name := range tree.Collectors() {
-			addrOf[name] = f.cfg.Collectors[alive[i]]
+		for i, name := range t.tree.Collectors() {
+			t.addrOf[name] = f.cfg.Collectors[alive[i]]
 		}
 	}
-	jobs, err := f.cfg.Jobs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("frontend: job map: %w", err)
+	for _, s := range liveSyncs {
+		t.syncUp[s] = true
 	}
-	known := map[string]bool{}
-	for _, n := range f.cfg.Nodes {
-		known[n] = true
+	return t, nil
+}
+
+// onNodes returns the running jobs to balance, each on those of its nodes that are among
+// the cluster's (known); a job on none of them is left out.
+func onNodes(jobs []balance.Job, known []string) []balance.Job {
+	isKnown := map[string]bool{}
+	for _, n := range known {
+		isKnown[n] = true
 	}
 	var in []balance.Job
 	for _, j := range jobs {
 		var nodes []string
 		for _, n := range j.Nodes {
-			if known[n] {
+			if isKnown[n] {
 				nodes = append(nodes, n)
 			}
 		}
@@ -346,35 +358,32 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 			in = append(in, balance.Job{ID: j.ID, Nodes: nodes, LoadPerNode: j.LoadPerNode})
 		}
 	}
-	in, bcfg := f.balanceInput(in)
-	res, err := balance.Balance(tree, in, bcfg)
-	if err != nil {
-		return nil, fmt.Errorf("frontend: %w", err)
-	}
-	out := &CycleResult{Alive: alive, Syncs: liveSyncs, Result: res, Routes: map[string]*pb.Routes{}, Errors: map[string]error{}, ByJob: map[uint32]*pb.Route{}}
-	syncUp := map[string]bool{}
-	for _, s := range liveSyncs {
-		syncUp[s] = true
-	}
-	ts := f.cfg.Now().Unix()
+	return in
+}
+
+// routeJobs turns the balancing's routes into each job's route (where each of its nodes
+// sends, its aggregation point, its holders so far) and each node's routes of cycle ts,
+// in out; it returns the jobs with a node sending to a collector (those the job book
+// keeps).
+func (f *Frontend) routeJobs(out *CycleResult, live *cycleTree, ts int64) map[uint32]bool {
 	running := map[uint32]bool{}
-	for _, r := range res.Routes {
+	for _, r := range out.Result.Routes {
 		id, err := strconv.ParseUint(r.JobID, 10, 32)
 		if err != nil {
 			continue
 		}
 		route := &pb.Route{JobId: uint32(id), NodeCollector: map[string]string{}}
 		for _, s := range r.Sends {
-			if a, ok := addrOf[s.To]; ok {
+			if a, ok := live.addrOf[s.To]; ok {
 				route.NodeCollector[s.Node] = a
 			} // else local: the node keeps the job (a one-node job)
 		}
 		if len(route.NodeCollector) > 0 {
-			route.AggregationPoint = f.aggregationPoint(tree, r, addrOf, syncUp)
+			route.AggregationPoint = live.aggregationPoint(r)
 			running[route.JobId] = true
 			// Over its life a job's records may reach several collectors (routes follow
 			// the loads); its aggregation point merges them all at its end.
-			route.Holders = f.addHolders(route.JobId, route.NodeCollector)
+			route.Holders = f.jobs.addHolders(route.JobId, route.NodeCollector)
 		}
 		out.ByJob[route.JobId] = route
 		for node := range route.NodeCollector {
@@ -386,9 +395,13 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 			rs.Routes = append(rs.Routes, route)
 		}
 	}
-	f.forgetEnded(running)
-	eps := f.episodes(ctx, jobs)
-	// Every node gets its routes, an empty list included (its jobs stay local).
+	return running
+}
+
+// pushAll pushes every node its routes of cycle ts, an empty list included (its jobs
+// stay local), with the keeper of final reports and the site-wide I/O episodes that
+// stalled its jobs, concurrently; the pushes that failed are in out.Errors.
+func (f *Frontend) pushAll(ctx context.Context, out *CycleResult, eps map[string][]*pb.Episode, ts int64) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	keeper := ""
@@ -414,62 +427,32 @@ func (f *Frontend) Cycle(ctx context.Context) (*CycleResult, error) {
 		}()
 	}
 	wg.Wait()
-	return out, nil
 }
 
 // aggregationPoint is the address of the agent holding a job whole: its one collector
 // (exact), else the sync agent where its collectors meet, or the nearest live agent above
 // a dead one, up to the frontend itself.
-func (f *Frontend) aggregationPoint(tree *balance.Tree, r balance.Route, addrOf map[string]string, syncUp map[string]bool) string {
+func (t *cycleTree) aggregationPoint(r balance.Route) string {
 	name := r.Aggregator
 	for {
-		k, ok := tree.Kind(name)
+		k, ok := t.tree.Kind(name)
 		if !ok {
-			return f.cfg.Self
+			return t.self
 		}
 		switch k {
 		case balance.KindCollector:
-			return addrOf[name]
+			return t.addrOf[name]
 		case balance.KindSync:
-			if syncUp[name] {
-				return f.cfg.Syncs[name]
+			if t.syncUp[name] {
+				return t.syncs[name]
 			}
 		case balance.KindFrontend:
-			return f.cfg.Self
+			return t.self
 		}
-		if name, ok = tree.Parent(name); !ok {
-			return f.cfg.Self
+		if name, ok = t.tree.Parent(name); !ok {
+			return t.self
 		}
 	}
-}
-
-// addHolders adds the collectors of a job's route this cycle to those of its life so
-// far and returns them all, sorted.
-func (f *Frontend) addHolders(job uint32, sends map[string]string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := f.holders[job]
-	if h == nil {
-		h = map[string]bool{}
-		f.holders[job] = h
-	}
-	for _, a := range sends {
-		h[a] = true
-	}
-	out := make([]string, 0, len(h))
-	for a := range h {
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// forgetEnded drops the holders of jobs that are no longer running.
-func (f *Frontend) forgetEnded(running map[uint32]bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	maps.DeleteFunc(f.holders, func(j uint32, _ map[string]bool) bool { return !running[j] })
-	maps.DeleteFunc(f.shares, func(j uint32, _ float64) bool { return !running[j] })
 }
 
 func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
@@ -486,71 +469,8 @@ func (f *Frontend) push(ctx context.Context, node string, rs *pb.Routes) error {
 	if !ack.Ok {
 		return errors.New(ack.Error)
 	}
-	f.noteStalls(node, ack.Stalls)
+	f.stalls.note(node, ack.Stalls)
 	return nil
-}
-
-// Bounds of a node's answer: the cycles, and the jobs in each.
-const (
-	maxStallCycles = 64
-	maxStallJobs   = 4096
-)
-
-// noteStalls takes a node's jobs' I/O stalls for the site-wide episodes; an answer
-// beyond the bounds is left out whole (and logged).
-func (f *Frontend) noteStalls(node string, stalls []*pb.CycleStall) {
-	if len(stalls) > maxStallCycles {
-		f.cfg.Log.Warn().Str("node", node).Int("cycles", len(stalls)).Msg("I/O stalls of too many cycles: left out")
-		return
-	}
-	cs := make([]episodes.Cycle, 0, len(stalls))
-	for _, s := range stalls {
-		if len(s.Measured) > maxStallJobs || len(s.Stalled) > maxStallJobs {
-			f.cfg.Log.Warn().Str("node", node).Int("jobs", len(s.Measured)).Msg("I/O stalls of too many jobs: left out")
-			return
-		}
-		cs = append(cs, episodes.Cycle{TS: s.Ts, Measured: s.Measured, Stalled: s.Stalled})
-	}
-	f.eps.Add(cs)
-}
-
-// episodes finds the site-wide I/O episodes in the cycles kept, keeps them in the store
-// (the site view), and returns, per node, those that stalled jobs running there, each
-// with those jobs.
-func (f *Frontend) episodes(ctx context.Context, jobs []balance.Job) map[string][]*pb.Episode {
-	eps := f.eps.Episodes()
-	if len(eps) == 0 {
-		return nil
-	}
-	if f.cfg.Store != nil {
-		for _, e := range eps {
-			if err := f.cfg.Store.PutEpisode(ctx, e); err != nil {
-				f.cfg.Log.Warn().Err(err).Msg("site-wide I/O episode not stored")
-			}
-		}
-	}
-	out := map[string][]*pb.Episode{}
-	for _, e := range eps {
-		per := map[string]*pb.Episode{}
-		for _, j := range jobs {
-			id, err := strconv.ParseUint(j.ID, 10, 32)
-			if err != nil || !e.Touched(uint32(id)) {
-				continue
-			}
-			for _, n := range j.Nodes {
-				p := per[n]
-				if p == nil {
-					p = &pb.Episode{From: e.From.Unix(), To: e.To.Unix(), Jobs: uint32(e.Jobs), Stalled: uint32(e.Stalled), Peak: e.Peak}
-					per[n] = p
-				}
-				p.JobIds = append(p.JobIds, uint32(id))
-			}
-		}
-		for n, p := range per {
-			out[n] = append(out[n], p)
-		}
-	}
-	return out
 }
 
 // keeps says whether the frontend keeps the jobs' final reports.

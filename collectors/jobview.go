@@ -81,17 +81,9 @@ func (v *jobView) addLocal(node string, ts int64, seconds float64, recs []proper
 
 // addRecords counts one node's push of one cycle: n records, record i from rec.
 func (v *jobView) addRecords(node string, ts int64, seconds float64, n int, rec func(i int) (key, device string, value, severity float64)) {
-	id := push{node, ts}
-	if v.pushed[id] || seconds <= 0 {
+	if !v.notePush(node, ts, seconds) {
 		return
 	}
-	v.pushed[id] = true
-	if v.first == 0 || ts < v.first {
-		v.first = ts
-	}
-	v.last = max(v.last, ts)
-	v.samples[ts] = true
-	v.seq++
 	v.touched = v.touched[:0]
 	for i := range n {
 		key, device, value, severity := rec(i)
@@ -101,22 +93,7 @@ func (v *jobView) addRecords(node string, ts int64, seconds float64, n int, rec 
 			a = &keyAgg{domain: store.DomainOf(device), sketch: sk}
 			v.keys[key] = a
 		}
-		if !v.sketchOnly {
-			a.values = append(a.values, value)
-		}
-		a.sketch.Add(value)
-		a.sevSum += severity * seconds
-		if severity > 0 {
-			a.severe += seconds
-			if a.severeAt == nil {
-				a.severeAt = map[int64]bool{}
-			}
-			if !a.severeAt[ts] {
-				a.severeAt[ts] = true
-				a.severeWall += seconds
-			}
-		}
-		a.maxS = math.Max(a.maxS, severity)
+		a.add(ts, seconds, value, severity, !v.sketchOnly)
 		if a.seq != v.seq { // records per key in this push
 			a.seq, a.n = v.seq, 0
 			v.touched = append(v.touched, a)
@@ -132,9 +109,54 @@ func (v *jobView) addRecords(node string, ts int64, seconds float64, n int, rec 
 			u[1] += seconds
 		}
 	}
-	// The node's devices per domain: the most records any property of the domain has
-	// (root properties are evaluated on every device of their domain). A few domains
-	// (node, cpu, core) are counted in a slice, more (a hostile push) in a map.
+	v.addDeviceTime(seconds)
+}
+
+// notePush notes one node's push of cycle ts (the job's first and last cycles, its
+// samples) and numbers it; false for a push counted already or of no time.
+func (v *jobView) notePush(node string, ts int64, seconds float64) bool {
+	id := push{node, ts}
+	if v.pushed[id] || seconds <= 0 {
+		return false
+	}
+	v.pushed[id] = true
+	if v.first == 0 || ts < v.first {
+		v.first = ts
+	}
+	v.last = max(v.last, ts)
+	v.samples[ts] = true
+	v.seq++
+	return true
+}
+
+// add counts one record of cycle ts, covering seconds, into the key: its value (kept
+// when keep, always in the sketch), its severity-time, and the wall-clock time of the
+// cycles it was severe in.
+func (a *keyAgg) add(ts int64, seconds, value, severity float64, keep bool) {
+	if keep {
+		a.values = append(a.values, value)
+	}
+	a.sketch.Add(value)
+	a.sevSum += severity * seconds
+	if severity > 0 {
+		a.severe += seconds
+		if a.severeAt == nil {
+			a.severeAt = map[int64]bool{}
+		}
+		if !a.severeAt[ts] {
+			a.severeAt[ts] = true
+			a.severeWall += seconds
+		}
+	}
+	a.maxS = math.Max(a.maxS, severity)
+}
+
+// addDeviceTime adds the push's device-time per domain (its seconds times the node's
+// devices there): the node's devices per domain are the most records any property of
+// the domain has (root properties are evaluated on every device of their domain),
+// among the keys the push touched. A few domains (node, cpu, core) are counted in a
+// slice, more (a hostile push) in a map.
+func (v *jobView) addDeviceTime(seconds float64) {
 	small := v.domains[:0]
 	var many map[string]int
 	for _, a := range v.touched {

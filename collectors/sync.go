@@ -86,6 +86,8 @@ func (s *Sync) PushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 	return ack, err
 }
 
+// pushPartial checks a part and whose it is, keeps it among its cycle's parts and stores
+// the cycle merged; a part refused is answered with the Ack's error.
 func (s *Sync) pushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, error) {
 	if err := checkPartialCycle(in); err != nil {
 		return &pb.Ack{Error: err.Error()}, nil
@@ -95,22 +97,25 @@ func (s *Sync) pushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 		// replace another's.
 		in.From = p.Identity.String()
 	}
-	s.mu.Lock()
-	now := s.cfg.Now()
-	if now.Sub(s.swept) > time.Minute {
-		s.swept = now
-		for job, t := range s.last {
-			if now.Sub(t) > JobIdle {
-				delete(s.last, job)
-				delete(s.parts, job)
-			}
-		}
+	cy, err := s.keepPart(in)
+	if err != nil {
+		return &pb.Ack{Error: err.Error()}, nil
 	}
+	return s.storeMerged(ctx, in, cy)
+}
+
+// keepPart keeps a collector's part among its cycle's parts, keeping the job's newest
+// cycles only, and returns the cycle's parts by collector; an error says why the part
+// is refused: too many jobs, a cycle older than those kept, too many collectors.
+func (s *Sync) keepPart(in *pb.PartialCycle) (map[string]*pb.PartialCycle, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Now()
+	s.sweepLocked(now)
 	jc := s.parts[in.JobId]
 	if jc == nil {
 		if len(s.parts) >= MaxJobs {
-			s.mu.Unlock()
-			return &pb.Ack{Error: fmt.Sprintf("sync agent %s merges %d jobs already, its most", s.cfg.Name, MaxJobs)}, nil
+			return nil, fmt.Errorf("sync agent %s merges %d jobs already, its most", s.cfg.Name, MaxJobs)
 		}
 		jc = map[int64]map[string]*pb.PartialCycle{}
 		s.parts[in.JobId] = jc
@@ -120,8 +125,7 @@ func (s *Sync) pushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 	if cy == nil && len(jc) >= s.cfg.Keep && in.Ts < slices.Min(slices.Collect(maps.Keys(jc))) {
 		// Its cycle's other parts are gone: merging this one alone would replace the
 		// stored merge of them with less.
-		s.mu.Unlock()
-		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d is older than the %d cycles kept for merging; its merged result stands", in.JobId, in.Ts, s.cfg.Keep)}, nil
+		return nil, fmt.Errorf("job %d: cycle %d is older than the %d cycles kept for merging; its merged result stands", in.JobId, in.Ts, s.cfg.Keep)
 	}
 	if cy == nil {
 		cy = map[string]*pb.PartialCycle{}
@@ -138,12 +142,31 @@ func (s *Sync) pushPartial(ctx context.Context, in *pb.PartialCycle) (*pb.Ack, e
 		}
 	}
 	if _, ok := cy[in.From]; !ok && len(cy) >= maxParts {
-		s.mu.Unlock()
-		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d has parts from %d collectors already", in.JobId, in.Ts, maxParts)}, nil
+		return nil, fmt.Errorf("job %d: cycle %d has parts from %d collectors already", in.JobId, in.Ts, maxParts)
 	}
 	cy[in.From] = in // a collector's newer summary of the cycle replaces its older one
 	s.seen[in.From] = true
-	s.mu.Unlock()
+	return cy, nil
+}
+
+// sweepLocked forgets, at most once a minute, the parts of the jobs idle for longer
+// than JobIdle.
+func (s *Sync) sweepLocked(now time.Time) {
+	if now.Sub(s.swept) <= time.Minute {
+		return
+	}
+	s.swept = now
+	for job, t := range s.last {
+		if now.Sub(t) > JobIdle {
+			delete(s.last, job)
+			delete(s.parts, job)
+		}
+	}
+}
+
+// storeMerged merges the parts of in's cycle (cy, kept under s.mu) over every collector
+// heard from so far and stores the cycle's results.
+func (s *Sync) storeMerged(ctx context.Context, in *pb.PartialCycle, cy map[string]*pb.PartialCycle) (*pb.Ack, error) {
 	// Merges are stored one at a time, each from the parts as they are when its turn
 	// comes: two pushes of one cycle merged at once could otherwise store the older
 	// merge last.

@@ -20,7 +20,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/digest"
@@ -50,8 +49,10 @@ type Uplink struct {
 	cfg Config
 	log zerolog.Logger
 
+	clients *clients // connections to the tree's agents
+	keeper  *keeper  // the final reports on their way to the keeper
+
 	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn // collector address → connection
 	routes  map[uint32]string           // job → collector, from the frontend
 	aggs    map[uint32]string           // job → its aggregation point
 	holders map[uint32][]string         // job → collectors holding parts of it
@@ -60,8 +61,6 @@ type Uplink struct {
 	dest    map[uint32]string           // where each pending cycle goes
 	wake    chan struct{}
 	down    map[string]bool
-	keeper  string // where final reports go (Routes.keeper), "" : nowhere
-	keep    chan keptReport
 	// stalls are the jobs measured and stalled on I/O per cycle since the frontend last
 	// asked (SetRoutes); episodes the site-wide I/O episodes it last sent.
 	stalls   map[int64]*stall
@@ -80,16 +79,6 @@ const (
 	maxEpisodeJobs = 4096
 )
 
-// keptReport is a job's final report waiting to be sent to the keeper.
-type keptReport struct {
-	job  uint32
-	json []byte
-}
-
-// MaxKeepQueue bounds the final reports waiting for the keeper; beyond it the newest is
-// dropped (and logged): a site view misses a report rather than the daemon growing.
-const MaxKeepQueue = 256
-
 // New prepares sending; connections are made lazily, on the first push.
 func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 	if cfg.Timeout <= 0 {
@@ -98,9 +87,10 @@ func New(cfg Config, log zerolog.Logger) (*Uplink, error) {
 	if cfg.Retries <= 0 {
 		cfg.Retries = 2
 	}
-	return &Uplink{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
+	cl := newClients(cfg.Dial)
+	return &Uplink{cfg: cfg, log: log, clients: cl, keeper: newKeeper(cfg.Node, cl, log), routes: map[uint32]string{}, aggs: map[uint32]string{}, holders: map[uint32][]string{},
 		pending: map[uint32]*pb.CycleRecords{}, dest: map[uint32]string{}, wake: make(chan struct{}, 1), down: map[string]bool{},
-		keep: make(chan keptReport, MaxKeepQueue), stalls: map[int64]*stall{}}, nil
+		stalls: map[int64]*stall{}}, nil
 }
 
 // Bounds of what a node keeps of its routes: routes in one message (a node runs at most
@@ -135,9 +125,7 @@ func (s *Uplink) SetRoutes(rs *pb.Routes) error {
 			return fmt.Errorf("job %d: %d holders and %d node routes, more than %d and %d", r.JobId, len(r.Holders), len(r.NodeCollector), maxHolders, MaxRoutes)
 		}
 	}
-	s.mu.Lock()
-	s.keeper = rs.Keeper
-	s.mu.Unlock()
+	s.keeper.set(rs.Keeper)
 	routes, aggs := map[uint32]string{}, map[uint32]string{}
 	holders := map[uint32][]string{}
 	for _, r := range rs.Routes {
@@ -185,24 +173,6 @@ func (s *Uplink) routeLocked(job uint32) string {
 		return "" // the frontend balances: no route means local
 	}
 	return s.cfg.Addr
-}
-
-func (s *Uplink) client(addr string) (pb.CollectorClient, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.conns[addr]
-	if !ok {
-		var err error
-		dial := s.cfg.Dial
-		if dial == nil {
-			dial = grpc.WithTransportCredentials(insecure.NewCredentials())
-		}
-		if c, err = grpc.NewClient(addr, dial); err != nil {
-			return nil, fmt.Errorf("collector %s: %w", addr, err)
-		}
-		s.conns[addr] = c
-	}
-	return pb.NewCollectorClient(c), nil
 }
 
 // Send queues a job's records of one interval; a newer cycle of the same job replaces an
@@ -313,70 +283,7 @@ func (s *Uplink) Pending() int {
 
 // Keep hands a job's final report to the tree's keeper (the frontend), in the
 // background; without a keeper (no frontend has sent routes) it is not sent.
-func (s *Uplink) Keep(job uint32, r digest.Report) {
-	s.mu.Lock()
-	keeper := s.keeper
-	s.mu.Unlock()
-	if keeper == "" {
-		return
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		s.log.Error().Err(err).Uint32("job", job).Msg("final report not kept")
-		return
-	}
-	select {
-	case s.keep <- keptReport{job, b}:
-	default:
-		s.log.Warn().Uint32("job", job).Int("queued", MaxKeepQueue).Msg("final report not sent to the keeper: too many waiting")
-	}
-}
-
-// sendKept sends the final reports to the keeper, each tried for a while, until ctx is
-// done.
-func (s *Uplink) sendKept(ctx context.Context) {
-	for {
-		var k keptReport
-		select {
-		case <-ctx.Done():
-			return
-		case k = <-s.keep:
-		}
-		s.mu.Lock()
-		keeper := s.keeper
-		s.mu.Unlock()
-		err := errors.New("no keeper")
-		for try := 0; try < 3 && keeper != ""; try++ {
-			if err = s.keepOnce(ctx, keeper, k); err == nil || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(try+1) * 2 * time.Second):
-			}
-		}
-		if err != nil {
-			s.log.Warn().Err(err).Uint32("job", k.job).Str("keeper", keeper).Msg("final report not kept by the tree")
-		}
-	}
-}
-
-func (s *Uplink) keepOnce(ctx context.Context, addr string, k keptReport) error {
-	cl, err := s.client(addr)
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ack, err := cl.KeepReport(pctx, &pb.JobSummary{JobId: k.job, Nodes: []string{s.cfg.Node}, ReportJson: k.json})
-	switch {
-	case err != nil:
-		return err
-	case !ack.Ok:
-		return errors.New(ack.Error)
-	}
-	return nil
-}
+func (s *Uplink) Keep(job uint32, r digest.Report) { s.keeper.keep(job, r) }
 
 // Run sends queued cycles until ctx is done; while cycles are left unsent (a collector
 // down) it retries every retry interval. Final reports go to the keeper meanwhile. With
@@ -386,17 +293,11 @@ func (s *Uplink) Run(ctx context.Context, retry time.Duration) {
 	if retry <= 0 {
 		retry = time.Second
 	}
-	go s.sendKept(ctx)
+	go s.keeper.run(ctx)
 	t := time.NewTimer(retry)
 	t.Stop()
 	defer t.Stop()
-	defer func() {
-		s.mu.Lock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-	}()
+	defer s.clients.close()
 	for {
 		select {
 		case <-ctx.Done():
@@ -459,7 +360,7 @@ func (s *Uplink) flush(ctx context.Context) {
 }
 
 func (s *Uplink) push(ctx context.Context, addr string, in *pb.CycleRecords) error {
-	cl, err := s.client(addr)
+	cl, err := s.clients.client(addr)
 	if err != nil {
 		return err
 	}
@@ -524,7 +425,7 @@ func (s *Uplink) Holders(job uint32) []string {
 // Fetch asks the agent at addr for the job's job-wide report, naming the collectors
 // that hold its parts.
 func (s *Uplink) Fetch(ctx context.Context, addr string, job uint32) (*digest.Report, error) {
-	cl, err := s.client(addr)
+	cl, err := s.clients.client(addr)
 	if err != nil {
 		return nil, err
 	}
