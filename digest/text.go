@@ -28,133 +28,190 @@ func Text(r Report, o TextOptions) string {
 	if o.MaxFindings <= 0 {
 		o.MaxFindings = 5
 	}
+	h := headOf(r)
+	if len(r.Findings) == 0 && len(r.Events) == 0 {
+		return quietText(r, h, o.Width)
+	}
 	var b strings.Builder
-	what := "job " + r.JobName()
+	writeRule(&b, "persyst: "+h.what, o.Width)
+	writeLead(&b, r, h, o.Width)
+	writeFindings(&b, r, o)
+	writeFoot(&b, r, o.Width)
+	return limitLines(b.String(), 30)
+}
+
+// head is what every digest opens with, findings or not: which job, the facts of its
+// run, and the lines stated with those facts.
+type head struct {
+	what  string // "job 1234", "job 1234, run 2", or persyst run's command
+	facts string // the CPUs and GPUs held, the time, the samples
+	// covered says what of the job the digest does not cover; around what happened to
+	// the job that was not its code's doing (Slurm suspended it, work outside it took its
+	// time, its nodes behaved unlike each other, the site stalled on I/O): stated with the
+	// facts, never as a finding against the job.
+	covered, around []string
+}
+
+// headOf gathers a report's head.
+func headOf(r Report) head {
+	h := head{what: "job " + r.JobName()}
 	if r.Run > 0 {
-		what += fmt.Sprintf(", run %d", r.Run)
+		h.what += fmt.Sprintf(", run %d", r.Run)
 	}
 	if r.Command != "" {
-		what = r.Command
+		h.what = r.Command
 	}
 	held := plural(r.CPUs, "CPU")
 	if r.GPUs > 0 {
 		held += " and " + plural(r.GPUs, "GPU")
 	}
-	facts := fmt.Sprintf("%s, %s, %d sample%s", held, Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
-	covered := coverageLines(r.Coverage, r.Nodes, r.NNodes)
+	h.facts = fmt.Sprintf("%s, %s, %d sample%s", held, Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	h.covered = coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	// Slurm's own doing comes with the facts: never a finding against the job.
-	slurm := suspendedLines(r.Suspended)
+	h.around = suspendedLines(r.Suspended)
 	// Was it the code or the system: the time lost to interference, stated with the
 	// facts whether or not there are findings.
-	slurm = append(slurm, interferenceLines(r.Interference, r.interferenceNode())...)
-	slurm = append(slurm, unlikeLines(r.Alike, r.Start)...)
-	slurm = append(slurm, episodeLines(r.Episodes)...)
-	if len(r.Findings) == 0 && len(r.Events) == 0 {
-		if r.Short {
-			facts += "; short job"
-		}
-		if len(r.Nodes) > 1 {
-			facts = strings.Replace(facts, ", ", fmt.Sprintf(" on %d nodes, ", len(r.Nodes)), 1)
-		}
-		if r.StartupOnly && len(covered) == 0 {
-			// Nothing was judged: saying "no issues" would claim more than was looked at.
-			wrap(&b, fmt.Sprintf("persyst: %s: too short to judge (%s): it ended within its start-up, the first second, which is never judged.", what, facts), o.Width, "  ")
-			return b.String()
-		}
-		if len(covered) == 0 && len(r.Notes) == 0 && len(slurm) == 0 {
-			return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n"
-		}
-		if len(covered) == 0 {
-			b.WriteString(clip(fmt.Sprintf("persyst: %s: no issues found (%s)", what, facts), o.Width) + "\n")
-		} else {
-			// "No issues" is said of what was measured only, and what was not follows.
-			wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", what, facts), o.Width, "  ")
-		}
-		for _, l := range append(slurm, covered...) {
-			wrap(&b, "  "+l, o.Width, "  ")
-		}
-		notes(&b, r.Notes, "  ", o.Width)
-		return limitLines(b.String(), 30)
+	h.around = append(h.around, interferenceLines(r.Interference, r.interferenceNode())...)
+	h.around = append(h.around, unlikeLines(r.Alike, r.Start)...)
+	h.around = append(h.around, episodeLines(r.Episodes)...)
+	return h
+}
+
+// quietText is the digest of a job without findings or events: one line when nothing
+// else is to be said; else a "no issues" line (of what was measured only, where the
+// digest does not cover the whole job) with, indented under it, what happened around the
+// job, what the digest does not cover, and the notes.
+func quietText(r Report, h head, width int) string {
+	facts := h.facts
+	if r.Short {
+		facts += "; short job"
 	}
-	rule := func(title string) {
-		s := clip("-- "+title+" ", o.Width)
-		if n := o.Width - utf8.RuneCountInString(s); n > 0 {
-			s += strings.Repeat("-", n)
-		}
-		b.WriteString(s + "\n")
+	if len(r.Nodes) > 1 {
+		facts = strings.Replace(facts, ", ", fmt.Sprintf(" on %d nodes, ", len(r.Nodes)), 1)
 	}
-	rule("persyst: " + what)
-	nodes := ""
+	var b strings.Builder
+	if r.StartupOnly && len(h.covered) == 0 {
+		// Nothing was judged: saying "no issues" would claim more than was looked at.
+		wrap(&b, fmt.Sprintf("persyst: %s: too short to judge (%s): it ended within its start-up, the first second, which is never judged.", h.what, facts), width, "  ")
+		return b.String()
+	}
+	if len(h.covered) == 0 && len(r.Notes) == 0 && len(h.around) == 0 {
+		return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width) + "\n"
+	}
+	if len(h.covered) == 0 {
+		b.WriteString(clip(fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width) + "\n")
+	} else {
+		// "No issues" is said of what was measured only, and what was not follows.
+		wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", h.what, facts), width, "  ")
+	}
+	for _, l := range append(h.around, h.covered...) {
+		wrap(&b, "  "+l, width, "  ")
+	}
+	notes(&b, r.Notes, "  ", width)
+	return limitLines(b.String(), 30)
+}
+
+// writeRule writes the digest's top line: title in a rule of dashes across the width.
+func writeRule(b *strings.Builder, title string, width int) {
+	s := clip("-- "+title+" ", width)
+	if n := width - utf8.RuneCountInString(s); n > 0 {
+		s += strings.Repeat("-", n)
+	}
+	b.WriteString(s + "\n")
+}
+
+// writeLead writes what comes between the top rule and the findings: the facts and the
+// nodes, what happened around the job and what the digest does not cover, what happened
+// to the job, its phases, and the findings' heading (or why there are none). With none
+// of these to say, the heading ends the facts' line.
+func writeLead(b *strings.Builder, r Report, h head, width int) {
+	nodes := onNodes(r)
+	if len(h.covered) == 0 && len(h.around) == 0 && len(r.Events) == 0 && len(phaseLines(r.Phases, r.Start, r.CPUs)) == 0 {
+		wrap(b, h.facts+nodes+". Findings, most important first:", width, "")
+		return
+	}
+	wrap(b, h.facts+nodes+".", width, "")
+	for _, l := range append(h.around, h.covered...) {
+		wrap(b, l, width, "  ")
+	}
+	// What happened to the job comes before any finding.
+	for _, ev := range r.Events {
+		wrap(b, "! "+ev.Text, width, "  ")
+		if ev.Recommendation != "" {
+			wrap(b, "  "+ev.Recommendation, width, "  ")
+		}
+	}
+	switch {
+	case len(r.Findings) > 0:
+		for _, l := range phaseLines(r.Phases, r.Start, r.CPUs) {
+			wrap(b, l, width, "     ")
+		}
+		b.WriteString("Findings, most important first:\n")
+	case r.StartupOnly:
+		wrap(b, "Nothing else to judge: the job ended within its start-up, the first second, which is never judged.", width, "")
+	default:
+		b.WriteString("No findings in what was measured.\n")
+	}
+}
+
+// onNodes says where the digest's data is from, to follow the facts: " on node1", " on 4
+// nodes", or the nodes covered of a job's more; "" when no node is named.
+func onNodes(r Report) string {
 	switch {
 	case r.NNodes > 1 && len(r.Nodes) < r.NNodes:
-		nodes = fmt.Sprintf(" on %s of %d nodes", strings.Join(r.Nodes, ","), r.NNodes)
+		return fmt.Sprintf(" on %s of %d nodes", strings.Join(r.Nodes, ","), r.NNodes)
 	case len(r.Nodes) == 1:
-		nodes = " on " + r.Nodes[0]
+		return " on " + r.Nodes[0]
 	case len(r.Nodes) > 1:
-		nodes = fmt.Sprintf(" on %d nodes", len(r.Nodes))
+		return fmt.Sprintf(" on %d nodes", len(r.Nodes))
 	}
-	switch {
-	case len(covered) == 0 && len(slurm) == 0 && len(r.Events) == 0 && len(phaseLines(r.Phases, r.Start, r.CPUs)) == 0:
-		wrap(&b, facts+nodes+". Findings, most important first:", o.Width, "")
-	default:
-		wrap(&b, facts+nodes+".", o.Width, "")
-		for _, l := range append(slurm, covered...) {
-			wrap(&b, l, o.Width, "  ")
-		}
-		// What happened to the job comes before any finding.
-		for _, ev := range r.Events {
-			wrap(&b, "! "+ev.Text, o.Width, "  ")
-			if ev.Recommendation != "" {
-				wrap(&b, "  "+ev.Recommendation, o.Width, "  ")
-			}
-		}
-		switch {
-		case len(r.Findings) > 0:
-			for _, l := range phaseLines(r.Phases, r.Start, r.CPUs) {
-				wrap(&b, l, o.Width, "     ")
-			}
-			b.WriteString("Findings, most important first:\n")
-		case r.StartupOnly:
-			wrap(&b, "Nothing else to judge: the job ended within its start-up, the first second, which is never judged.", o.Width, "")
-		default:
-			b.WriteString("No findings in what was measured.\n")
-		}
-	}
+	return ""
+}
+
+// writeFindings writes the first MaxFindings findings, most important first, each with
+// the phases it held in, and counts the rest (those left out of the report too), saying
+// where to see them.
+func writeFindings(b *strings.Builder, r Report, o TextOptions) {
 	shown := r.Findings
 	if len(shown) > o.MaxFindings {
 		shown = shown[:o.MaxFindings]
 	}
 	for i, f := range shown {
-		finding(&b, i+1, f, o.Width, r.GPUs, findingPhases(f, r.Phases, r.Start))
+		finding(b, i+1, f, o.Width, r.GPUs, findingPhases(f, r.Phases, r.Start))
 	}
 	if n := len(r.Findings) - len(shown) + r.Omitted; n > 0 {
 		more := "persyst report " + r.JobName()
 		if r.Command != "" {
 			more = "persyst run --json"
 		}
-		wrap(&b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
+		wrap(b, fmt.Sprintf("... and %d more (%s).", n, more), o.Width, "")
 	}
-	notes(&b, r.Notes, "", o.Width)
+}
+
+// writeFoot writes what follows the findings: the notes, how the counts were taken where
+// they are estimates, what a short job leaves out, what could not be assessed (two
+// reasons at most), where to see more or how to opt out, and the closing rule.
+func writeFoot(b *strings.Builder, r Report, width int) {
+	notes(b, r.Notes, "", width)
 	if how := r.Methods[sampledKey]; strings.Contains(how, "scaled") {
 		// Counted in samples: the counts the findings use are estimates, said as such.
-		wrap(&b, "File opens, closes, reads and writes and futex calls: "+how+".", o.Width, "")
+		wrap(b, "File opens, closes, reads and writes and futex calls: "+how+".", width, "")
 	}
 	if r.Short {
-		wrap(&b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), o.Width, "")
+		wrap(b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), width, "")
 	}
 	for i, na := range r.NotAssessed {
 		if i == 2 {
 			break
 		}
-		wrap(&b, "Not assessed: "+strings.Join(na.Properties, ", ")+" ("+na.Reason+").", o.Width, "  ")
+		wrap(b, "Not assessed: "+strings.Join(na.Properties, ", ")+" ("+na.Reason+").", width, "  ")
 	}
 	if r.Command != "" {
-		wrap(&b, "Every value: persyst run --json.", o.Width, "")
+		wrap(b, "Every value: persyst run --json.", width, "")
 	} else {
-		wrap(&b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+r.JobName()+".", o.Width, "")
+		wrap(b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+r.JobName()+".", width, "")
 	}
-	b.WriteString(strings.Repeat("-", o.Width) + "\n")
-	return limitLines(b.String(), 30)
+	b.WriteString(strings.Repeat("-", width) + "\n")
 }
 
 // sampledKey is the Methods entry of the system call counts.

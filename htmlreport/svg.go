@@ -76,7 +76,35 @@ func niceCeilIn(v float64, unit string) float64 {
 // chartSVG draws a chart: the job's phases (where it had more than one) as numbered grey
 // bands, shaded stretches, bands, lines, the reference, the axes.
 func chartSVG(c Chart, t0, t1 time.Time, ph []phases.Phase) template.HTML {
-	x := xScale{t0, t1}
+	x, y := xScale{t0, t1}, yScale{chartTop(c)}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s" data-lines="%d">`, chartW, chartH, html.EscapeString(c.Title), len(c.Lines))
+	if len(ph) > 1 {
+		phasesSVG(&b, ph, x)
+	}
+	for _, l := range c.Shade {
+		for _, s := range l.Spans {
+			x0, x1 := x.at(s.From), x.at(s.To)
+			fmt.Fprintf(&b, `<rect class="shade" data-finding="%s" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.13"/>`,
+				html.EscapeString(l.Key), x0, padT, math.Max(x1-x0, 1), chartH-padT-padB, l.Color)
+		}
+	}
+	y.grid(&b, c.Unit)
+	seriesSVG(&b, c, x, y)
+	if c.Ref != nil {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="ref"><title>%s</title></line>`, padL, chartW-padR, y.at(*c.Ref), y.at(*c.Ref),
+			html.EscapeString(c.RefName+": "+digest.FormatValue(*c.Ref, c.Unit)))
+	}
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" class="axis"/>`, padL, chartW-padR, chartH-padB, chartH-padB)
+	x.ticks(&b, chartH-8)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// chartTop is the top of a chart's value axis: a little above its lines, its bands and
+// its reference, rounded up so that its quarters are round numbers (a chart with no
+// positive value is scaled as if its top were 1).
+func chartTop(c Chart) float64 {
 	top := 0.0
 	for _, l := range c.Lines {
 		for _, p := range l.Points {
@@ -94,69 +122,69 @@ func chartSVG(c Chart, t0, t1 time.Time, ph []phases.Phase) template.HTML {
 	if top <= 0 || math.IsNaN(top) || math.IsInf(top, 0) {
 		top = 1
 	}
-	top = niceCeilIn(top*1.02, c.Unit)
-	y := func(v float64) float64 {
-		return padT + (1-math.Min(math.Max(v/top, 0), 1))*(chartH-padT-padB)
+	return niceCeilIn(top*1.02, c.Unit)
+}
+
+// yScale maps values from 0 to top onto the plot's height (values outside drawn at its
+// edges).
+type yScale struct{ top float64 }
+
+func (y yScale) at(v float64) float64 {
+	return padT + (1-math.Min(math.Max(v/y.top, 0), 1))*(chartH-padT-padB)
+}
+
+// grid draws the value axis: a line and a label at each quarter of the scale.
+func (y yScale) grid(b *strings.Builder, unit string) {
+	for i := 0; i <= 4; i++ {
+		v := y.top * float64(i) / 4
+		fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="grid"/>`, padL, chartW-padR, y.at(v), y.at(v))
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" class="tick">%s</text>`, padL-4, y.at(v)+4, html.EscapeString(digest.FormatValue(v, unit)))
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s" data-lines="%d">`, chartW, chartH, html.EscapeString(c.Title), len(c.Lines))
-	if len(ph) > 1 {
-		for _, p := range ph[:min(len(ph), phases.MaxPhases)] {
-			for _, s := range p.Stretches[:min(len(p.Stretches), MaxPoints)] {
-				x0, x1 := x.at(s.From), x.at(s.To)
-				fmt.Fprintf(&b, `<rect class="phase" data-phase="%d" x="%.1f" y="%d" width="%.1f" height="%d" fill="#000" fill-opacity="%.2f"><title>phase %d</title></rect>`,
-					p.N, x0, padT, math.Max(x1-x0, 1), chartH-padT-padB, 0.03+0.04*float64(p.N%2), p.N)
-				if x1-x0 >= 12 {
-					fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="tick phase-n">%d</text>`, x0+3, padT+11, p.N)
-				}
+}
+
+// phasesSVG draws the job's phases behind a chart: each stretch of each a grey band,
+// alternately lighter and darker, numbered where it is wide enough.
+func phasesSVG(b *strings.Builder, ph []phases.Phase, x xScale) {
+	for _, p := range ph[:min(len(ph), phases.MaxPhases)] {
+		for _, s := range p.Stretches[:min(len(p.Stretches), MaxPoints)] {
+			x0, x1 := x.at(s.From), x.at(s.To)
+			fmt.Fprintf(b, `<rect class="phase" data-phase="%d" x="%.1f" y="%d" width="%.1f" height="%d" fill="#000" fill-opacity="%.2f"><title>phase %d</title></rect>`,
+				p.N, x0, padT, math.Max(x1-x0, 1), chartH-padT-padB, 0.03+0.04*float64(p.N%2), p.N)
+			if x1-x0 >= 12 {
+				fmt.Fprintf(b, `<text x="%.1f" y="%d" class="tick phase-n">%d</text>`, x0+3, padT+11, p.N)
 			}
 		}
 	}
-	for _, l := range c.Shade {
-		for _, s := range l.Spans {
-			x0, x1 := x.at(s.From), x.at(s.To)
-			fmt.Fprintf(&b, `<rect class="shade" data-finding="%s" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.13"/>`,
-				html.EscapeString(l.Key), x0, padT, math.Max(x1-x0, 1), chartH-padT-padB, l.Color)
-		}
-	}
-	for i := 0; i <= 4; i++ {
-		v := top * float64(i) / 4
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="grid"/>`, padL, chartW-padR, y(v), y(v))
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" class="tick">%s</text>`, padL-4, y(v)+4, html.EscapeString(digest.FormatValue(v, c.Unit)))
-	}
+}
+
+// seriesSVG draws a chart's data: its bands (the range between Lo and Hi), then its
+// lines over them, a line of one point as a dot.
+func seriesSVG(b *strings.Builder, c Chart, x xScale, y yScale) {
 	for _, bd := range c.Bands {
 		if len(bd.Lo) == 0 {
 			continue
 		}
 		var pts []string
 		for _, p := range bd.Hi {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(p.T), y(p.V)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(p.T), y.at(p.V)))
 		}
 		for i := len(bd.Lo) - 1; i >= 0; i-- {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(bd.Lo[i].T), y(bd.Lo[i].V)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(bd.Lo[i].T), y.at(bd.Lo[i].V)))
 		}
-		fmt.Fprintf(&b, `<polygon class="band" points="%s" fill="#1f77b4" fill-opacity="0.18"><title>%s</title></polygon>`, strings.Join(pts, " "), html.EscapeString(bd.Name))
+		fmt.Fprintf(b, `<polygon class="band" points="%s" fill="#1f77b4" fill-opacity="0.18"><title>%s</title></polygon>`, strings.Join(pts, " "), html.EscapeString(bd.Name))
 	}
 	for i, l := range c.Lines {
 		pts := make([]string, 0, len(l.Points))
 		for _, p := range l.Points {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(p.T), y(p.V)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x.at(p.T), y.at(p.V)))
 		}
 		if len(pts) == 1 { // one interval: a dot
-			fmt.Fprintf(&b, `<circle cx="%s" r="3" fill="%s"><title>%s</title></circle>`, strings.Replace(pts[0], ",", `" cy="`, 1), lineColors[i%len(lineColors)], html.EscapeString(l.Name))
+			fmt.Fprintf(b, `<circle cx="%s" r="3" fill="%s"><title>%s</title></circle>`, strings.Replace(pts[0], ",", `" cy="`, 1), lineColors[i%len(lineColors)], html.EscapeString(l.Name))
 			continue
 		}
-		fmt.Fprintf(&b, `<polyline class="line" points="%s" fill="none" stroke="%s" stroke-width="1.5"><title>%s</title></polyline>`,
+		fmt.Fprintf(b, `<polyline class="line" points="%s" fill="none" stroke="%s" stroke-width="1.5"><title>%s</title></polyline>`,
 			strings.Join(pts, " "), lineColors[i%len(lineColors)], html.EscapeString(l.Name))
 	}
-	if c.Ref != nil {
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="ref"><title>%s</title></line>`, padL, chartW-padR, y(*c.Ref), y(*c.Ref),
-			html.EscapeString(c.RefName+": "+digest.FormatValue(*c.Ref, c.Unit)))
-	}
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" class="axis"/>`, padL, chartW-padR, chartH-padB, chartH-padB)
-	x.ticks(&b, chartH-8)
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
 }
 
 // lanesSVG draws the findings' timeline: a lane per finding, its stretches filled.

@@ -113,6 +113,8 @@ func (h *Helper) Start(ctx context.Context) (Hello, error) {
 	return h.startLocked(ctx)
 }
 
+// startLocked is Start with the helper's lock held: it starts persyst-nvml, reads its
+// greeting within StartTimeout, and keeps the process and its answers' channels.
 func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	if h.proc != nil {
 		return h.hello, nil
@@ -123,18 +125,7 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	if h.err != nil && h.o.Now().Before(h.retryAt) {
 		return Hello{}, h.err
 	}
-	args := []string{"-i", strconv.FormatInt(h.o.Interval.Milliseconds(), 10)}
-	if h.o.Library != "" {
-		args = append(args, "-l", h.o.Library)
-	}
-	cmd := exec.Command(h.o.Path, args...)
-	cmd.Env = append(os.Environ(), h.o.Env...)
-	// No Pdeathsig: it fires when the OS thread that started the helper ends, and Go ends
-	// threads (a goroutine that locked its thread, as the digest's writer does); the
-	// helper ends when its input closes with the daemon. Its own group: a terminal's
-	// signals to the daemon are not its.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = &stderrLog{log: h.o.Log}
+	cmd := helperCommand(h.o)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return Hello{}, h.fail(fmt.Errorf("persyst-nvml: %w", err))
@@ -146,49 +137,11 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	if err := cmd.Start(); err != nil {
 		return Hello{}, h.fail(fmt.Errorf("GPU helper not started: %w", err))
 	}
-	r := bufio.NewReaderSize(out, 1<<16)
-	type greeting struct {
-		hello Hello
-		err   error
-	}
 	helloc := make(chan greeting, 1)
 	lines := make(chan lineOrErr, 1)
 	exited := make(chan error, 1)
-	go func() {
-		// Wait closes the pipe: only once everything is read.
-		defer func() {
-			err := cmd.Wait()
-			if err == nil {
-				err = errors.New("exited")
-			}
-			exited <- fmt.Errorf("persyst-nvml %w", err)
-		}()
-		hello, err := parseHello(r)
-		helloc <- greeting{hello, err}
-		if err != nil {
-			return
-		}
-		for {
-			rs, err := parseRead(r)
-			select {
-			case lines <- lineOrErr{readings: rs, err: err}:
-			default: // nobody waits: the helper was stopped
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	timer := time.NewTimer(h.o.StartTimeout)
-	defer timer.Stop()
-	var res greeting
-	select {
-	case res = <-helloc:
-	case <-timer.C:
-		res.err = fmt.Errorf("NVML did not start within %s", h.o.StartTimeout)
-	case <-ctx.Done():
-		res.err = ctx.Err()
-	}
+	go readHelper(cmd, bufio.NewReaderSize(out, 1<<16), helloc, lines, exited)
+	res := awaitHello(ctx, helloc, h.o.StartTimeout)
 	if res.err != nil {
 		_ = cmd.Process.Kill()
 		_ = in.Close()
@@ -198,6 +151,75 @@ func (h *Helper) startLocked(ctx context.Context) (Hello, error) {
 	h.o.Log.Info().Str("driver", h.hello.Driver).Int("gpus", len(h.hello.Devices)).
 		Strs("absent", h.hello.Absent).Msg("NVIDIA GPUs measured through NVML")
 	return h.hello, nil
+}
+
+// helperCommand is the persyst-nvml command of o, not started: its sampling interval,
+// the library it loads, its environment, and its standard error to the log.
+func helperCommand(o Options) *exec.Cmd {
+	args := []string{"-i", strconv.FormatInt(o.Interval.Milliseconds(), 10)}
+	if o.Library != "" {
+		args = append(args, "-l", o.Library)
+	}
+	cmd := exec.Command(o.Path, args...)
+	cmd.Env = append(os.Environ(), o.Env...)
+	// No Pdeathsig: it fires when the OS thread that started the helper ends, and Go ends
+	// threads (a goroutine that locked its thread, as the digest's writer does); the
+	// helper ends when its input closes with the daemon. Its own group: a terminal's
+	// signals to the daemon are not its.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = &stderrLog{log: o.Log}
+	return cmd
+}
+
+// greeting is the helper's first answer: its greeting, or why there is none.
+type greeting struct {
+	hello Hello
+	err   error
+}
+
+// readHelper reads the helper's output, r, for as long as it runs: its greeting into
+// helloc, then each answer into lines, unless nobody waits for it (the helper was
+// stopped). When the output ends or breaks the protocol, it waits for the process and
+// sends why it ended into exited.
+func readHelper(cmd *exec.Cmd, r *bufio.Reader, helloc chan<- greeting, lines chan<- lineOrErr, exited chan<- error) {
+	// Wait closes the pipe: only once everything is read.
+	defer func() {
+		err := cmd.Wait()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		exited <- fmt.Errorf("persyst-nvml %w", err)
+	}()
+	hello, err := parseHello(r)
+	helloc <- greeting{hello, err}
+	if err != nil {
+		return
+	}
+	for {
+		rs, err := parseRead(r)
+		select {
+		case lines <- lineOrErr{readings: rs, err: err}:
+		default: // nobody waits: the helper was stopped
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// awaitHello waits for the helper's greeting, at most timeout (NVML's start can take
+// seconds) and no longer than ctx lasts.
+func awaitHello(ctx context.Context, helloc <-chan greeting, timeout time.Duration) greeting {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case res := <-helloc:
+		return res
+	case <-timer.C:
+		return greeting{err: fmt.Errorf("NVML did not start within %s", timeout)}
+	case <-ctx.Done():
+		return greeting{err: ctx.Err()}
+	}
 }
 
 // fail records err as why GPUs are not measured, until Retry has passed.

@@ -64,10 +64,10 @@ type behaviour struct {
 
 // Compare says how alike nodes behaved over the job: each node's phase is taken as one of
 // the job's behaviours (the nearest one found so far, the longest phases taken first,
-// whose centroid is within Alike of it; else a new one); at each of compareBins moments over the job's time, the behaviour most nodes had
-// (more than half of those judged then) is the job's; nodes unlike it for more than
-// UnlikeAbove of their judged moments are named. nil with fewer than MinCompared nodes
-// with phases.
+// whose centroid is within Alike of it; else a new one); at each of compareBins moments
+// over the job's time, the behaviour most nodes had (more than half of those judged
+// then) is the job's; nodes unlike it for more than UnlikeAbove of their judged moments
+// are named. nil with fewer than MinCompared nodes with phases.
 func Compare(nodes []NodePhases) *Alikeness {
 	var with []NodePhases
 	for _, n := range nodes {
@@ -79,7 +79,49 @@ func Compare(nodes []NodePhases) *Alikeness {
 		return nil
 	}
 	sort.Slice(with, func(i, j int) bool { return with[i].Node < with[j].Node })
-	// The job's behaviours, the largest phases placed first.
+	label := behaviourLabels(with)
+	c := judgedTime(with)
+	if c.span <= 0 {
+		return nil
+	}
+	beh, phs := c.moments(with, label)
+	// Made here, not in majority: they do not outlive Compare, and stay off the heap.
+	most, mostNode := make([]int, compareBins), make([]int, compareBins)
+	majority(beh, most, mostNode)
+	out := &Alikeness{Nodes: len(with)}
+	scored := 0
+	for i, n := range with {
+		l := likenessOf(beh[i], most)
+		if l.judged == 0 {
+			continue
+		}
+		share := float64(l.alike) / float64(l.judged)
+		out.Score += share
+		scored++
+		if 1-share <= UnlikeAbove || l.runLen == 0 {
+			continue
+		}
+		// What it and most nodes did in the middle of its longest stretch unlike them.
+		mid := l.runFrom + l.runLen/2
+		u := UnlikeNode{Node: n.Node, Alike: share, NCPUs: n.NCPUs,
+			Stretch: Stretch{From: c.start(l.runFrom), To: c.start(l.runFrom + l.runLen)},
+			Traits:  n.Phases[phs[i][mid]].Traits}
+		if o := mostNode[mid]; o >= 0 {
+			u.Others, u.OthersNCPUs = with[o].Phases[phs[o][mid]].Traits, with[o].NCPUs
+		}
+		out.Unlike = append(out.Unlike, u)
+	}
+	if scored > 0 {
+		out.Score /= float64(scored)
+	}
+	sort.SliceStable(out.Unlike, func(a, b int) bool { return out.Unlike[a].Alike < out.Unlike[b].Alike })
+	return out
+}
+
+// behaviourLabels labels each node's phases with the job's behaviour each is taken as
+// (label[node][phase]): the largest phases are placed first, each in the nearest
+// behaviour found so far whose centroid is within Alike of its own, else in a new one.
+func behaviourLabels(with []NodePhases) [][]int {
 	type ref struct{ node, phase int }
 	var refs []ref
 	for i, n := range with {
@@ -110,7 +152,19 @@ func Compare(nodes []NodePhases) *Alikeness {
 		bs[best].secs += ph.Seconds
 		label[r.node][r.phase] = best
 	}
-	// The moments compared.
+	return label
+}
+
+// clock is the job's time cut into compareBins equal moments, from its nodes' first
+// judged time over span.
+type clock struct {
+	from time.Time
+	span time.Duration
+}
+
+// judgedTime is the clock of the time the nodes' phases cover, from the first to the
+// last.
+func judgedTime(with []NodePhases) clock {
 	var from, to time.Time
 	for _, n := range with {
 		for _, ph := range n.Phases {
@@ -124,22 +178,29 @@ func Compare(nodes []NodePhases) *Alikeness {
 			}
 		}
 	}
-	span := to.Sub(from)
-	if span <= 0 {
-		return nil
-	}
-	bins := compareBins
-	at := func(b int) time.Time {
-		return from.Add(time.Duration((float64(b) + 0.5) / float64(bins) * float64(span)))
-	}
-	// at[node][bin]: the behaviour, and the phase (-1: not judged then).
-	beh := make([][]int, len(with))
-	phs := make([][]int, len(with))
+	return clock{from: from, span: to.Sub(from)}
+}
+
+// start is when moment b begins (b = compareBins: when the last ends).
+func (c clock) start(b int) time.Time {
+	return c.from.Add(time.Duration(float64(b) / float64(compareBins) * float64(c.span)))
+}
+
+// mid is the middle of moment b, where the nodes are compared.
+func (c clock) mid(b int) time.Time {
+	return c.from.Add(time.Duration((float64(b) + 0.5) / float64(compareBins) * float64(c.span)))
+}
+
+// moments says what each node did at each moment: beh[node][moment] the behaviour, and
+// phs[node][moment] the phase it was in (both -1: not judged then).
+func (c clock) moments(with []NodePhases, label [][]int) (beh, phs [][]int) {
+	beh = make([][]int, len(with))
+	phs = make([][]int, len(with))
 	for i, n := range with {
-		beh[i], phs[i] = make([]int, bins), make([]int, bins)
-		for b := 0; b < bins; b++ {
+		beh[i], phs[i] = make([]int, compareBins), make([]int, compareBins)
+		for b := 0; b < compareBins; b++ {
 			beh[i][b], phs[i][b] = -1, -1
-			t := at(b)
+			t := c.mid(b)
 			for k, ph := range n.Phases {
 				if ph.covers(t) {
 					beh[i][b], phs[i][b] = label[i][k], k
@@ -148,12 +209,17 @@ func Compare(nodes []NodePhases) *Alikeness {
 			}
 		}
 	}
-	most := make([]int, bins) // the job's behaviour at each moment, -1: none
-	mostNode := make([]int, bins)
-	for b := 0; b < bins; b++ {
+	return beh, phs
+}
+
+// majority sets the job's behaviour at each moment (most[moment]): the one more than
+// half the nodes judged then had, with at least MinCompared judged; -1: none. mostNode is
+// the first node that had it (-1: none).
+func majority(beh [][]int, most, mostNode []int) {
+	for b := 0; b < compareBins; b++ {
 		count := map[int]int{}
 		judged := 0
-		for i := range with {
+		for i := range beh {
 			if l := beh[i][b]; l >= 0 {
 				count[l]++
 				judged++
@@ -165,60 +231,46 @@ func Compare(nodes []NodePhases) *Alikeness {
 				most[b] = l
 			}
 		}
-		for i := range with {
+		for i := range beh {
 			if most[b] >= 0 && beh[i][b] == most[b] {
 				mostNode[b] = i
 				break
 			}
 		}
 	}
-	out := &Alikeness{Nodes: len(with)}
-	scored := 0
-	for i, n := range with {
-		alike, judged := 0, 0
-		runFrom, bestFrom, bestLen := -1, -1, 0
-		for b := 0; b <= bins; b++ {
-			unlike := b < bins && most[b] >= 0 && beh[i][b] >= 0 && beh[i][b] != most[b]
-			if b < bins && most[b] >= 0 && beh[i][b] >= 0 {
-				judged++
-				if !unlike {
-					alike++
-				}
+}
+
+// likeness is how a node's behaviour compares with the job's: judged counts the moments
+// when both had one, alike those when they were the same; its longest run of moments
+// unlike the job's (none: runLen 0) starts at runFrom.
+type likeness struct {
+	alike, judged   int
+	runFrom, runLen int
+}
+
+// likenessOf compares a node's behaviour at each moment (beh) with the job's (most).
+func likenessOf(beh, most []int) likeness {
+	l := likeness{runFrom: -1}
+	from := -1 // the start of the current unlike run
+	for b := 0; b <= compareBins; b++ {
+		unlike := b < compareBins && most[b] >= 0 && beh[b] >= 0 && beh[b] != most[b]
+		if b < compareBins && most[b] >= 0 && beh[b] >= 0 {
+			l.judged++
+			if !unlike {
+				l.alike++
 			}
-			switch {
-			case unlike && runFrom < 0:
-				runFrom = b
-			case !unlike && runFrom >= 0:
-				if b-runFrom > bestLen {
-					bestFrom, bestLen = runFrom, b-runFrom
-				}
-				runFrom = -1
+		}
+		switch {
+		case unlike && from < 0:
+			from = b
+		case !unlike && from >= 0:
+			if b-from > l.runLen {
+				l.runFrom, l.runLen = from, b-from
 			}
+			from = -1
 		}
-		if judged == 0 {
-			continue
-		}
-		share := float64(alike) / float64(judged)
-		out.Score += share
-		scored++
-		if 1-share <= UnlikeAbove || bestLen == 0 {
-			continue
-		}
-		mid := bestFrom + bestLen/2
-		u := UnlikeNode{Node: n.Node, Alike: share, NCPUs: n.NCPUs,
-			Stretch: Stretch{From: from.Add(time.Duration(float64(bestFrom) / float64(bins) * float64(span))),
-				To: from.Add(time.Duration(float64(bestFrom+bestLen) / float64(bins) * float64(span)))},
-			Traits: n.Phases[phs[i][mid]].Traits}
-		if o := mostNode[mid]; o >= 0 {
-			u.Others, u.OthersNCPUs = with[o].Phases[phs[o][mid]].Traits, with[o].NCPUs
-		}
-		out.Unlike = append(out.Unlike, u)
 	}
-	if scored > 0 {
-		out.Score /= float64(scored)
-	}
-	sort.SliceStable(out.Unlike, func(a, b int) bool { return out.Unlike[a].Alike < out.Unlike[b].Alike })
-	return out
+	return l
 }
 
 // covers says whether t lies in one of the phase's stretches.

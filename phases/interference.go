@@ -104,6 +104,7 @@ func FindInterference(samples []sample.Sample, phases []Phase, o Options) Interf
 	return interference(points(samples, o), phases, o)
 }
 
+// interference is FindInterference on the judged intervals (points) of the samples.
 func interference(pts []point, phases []Phase, o Options) Interference {
 	var in Interference
 	for _, p := range pts {
@@ -117,94 +118,17 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 	// Each interval's lost time and its cause: episodes first (slow for its phase, with
 	// an outside cause), then other work on the job's CPUs, which slows it in every
 	// interval it is there (its share of the waiting) and so may not move the median.
-	lostAt := make([]float64, len(pts))
-	causeAt := make([]string, len(pts))
-	assessed := make([]bool, len(pts))
-	throttled := make([]bool, len(pts))
+	v := newVerdicts(len(pts))
 	why := ""
 	for _, ph := range phases {
-		idx := inPhase(pts, ph)
-		if len(idx) < minPhaseIntervals {
-			why = "too few intervals in a phase for a robust median"
-			continue
-		}
-		prog := progress(pts, idx, o.NCPUs)
-		if prog == nil {
-			if why == "" {
-				why = "the job mostly waited: no progress to judge"
-			}
-			continue
-		}
-		for _, i := range idx {
-			assessed[i] = true
-		}
-		med := median(prog)
-		dev := make([]float64, len(prog))
-		for i, v := range prog {
-			dev[i] = math.Abs(v - med)
-		}
-		thr := med - max(madFactor*median(dev), minDrop*med)
-		if thr <= 0 {
-			continue
-		}
-		sig := signals(pts, idx, o.NCPUs)
-		typical := map[string]float64{}
-		for k, v := range sig {
-			typical[k] = median(v)
-		}
-		for n, i := range idx {
-			if sig["throttled"][n] >= causeShare {
-				throttled[i] = true
-			}
-			if prog[n] >= thr {
-				continue
-			}
-			lost := pts[i].s.Seconds * (1 - prog[n]/thr)
-			if throttled[i] {
-				in.Throttled += lost
-				continue
-			}
-			cause, excess := "", 0.0
-			for _, k := range []string{CauseCPU, CauseIO, CauseMemory} {
-				v := sig[k][n]
-				switch {
-				case k == CauseIO && sig["own_io"][n] > ownIOAbove*typical["own_io"]+minIOProgress:
-					continue // the job's own I/O: more than it usually did
-				case k == CauseMemory && sig["own_growth"][n] > ownGrowth:
-					continue // the job's own memory growing
-				}
-				if v >= causeShare && v-typical[k] >= causeAbove && v-typical[k] > excess {
-					cause, excess = k, v-typical[k]
-				}
-			}
-			if cause != "" {
-				lostAt[i], causeAt[i] = lost, cause
-			}
-			// else slow, but nothing outside shows: the job's own doing
+		// Why none could be judged: a phase of too few intervals outweighs one that waited.
+		if r := v.judgePhase(pts, ph, o.NCPUs); r == tooFewIntervals || r != "" && why == "" {
+			why = r
 		}
 	}
-	for i, p := range pts {
-		if throttled[i] || p.s.Job[sample.CPUThrottledSecs] >= causeShare*p.s.Seconds {
-			continue // its own quota: the wait is the scheduler's limit
-		}
-		if c := waitedForOthers(p.s, o.NCPUs); c > lostAt[i] {
-			lostAt[i], causeAt[i], assessed[i] = c, CauseCPU, true
-		}
-	}
-	var slows []slow
-	causes := map[string]float64{}
-	for i, p := range pts {
-		if assessed[i] {
-			in.Assessed += p.s.Seconds
-		}
-		if lostAt[i] <= 0 {
-			continue
-		}
-		causes[causeAt[i]] += lostAt[i]
-		in.LostSeconds += lostAt[i]
-		in.Intervals++
-		slows = append(slows, slow{from: p.from, to: p.to, lost: lostAt[i]})
-	}
+	v.judgeWaits(pts, o.NCPUs)
+	in.Throttled = v.throttledSecs
+	v.tally(pts, &in)
 	if in.Assessed == 0 {
 		in.NotAssessed = why
 	}
@@ -212,8 +136,142 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 		in.Share = in.LostSeconds / in.Seconds
 	}
 	in.Class = Class(in.Share)
-	for k, v := range causes {
-		in.Causes = append(in.Causes, Cause{Key: k, LostSeconds: v})
+	return in
+}
+
+// Why a phase's intervals could not be judged.
+const (
+	tooFewIntervals = "too few intervals in a phase for a robust median"
+	mostlyWaited    = "the job mostly waited: no progress to judge"
+)
+
+// verdicts are what was found of each interval of a job (by its index): the time it
+// lost to work outside the job and to what (lost 0: none), whether its progress was
+// judged, and whether its own CPU quota throttled it; throttledSecs is the time the slow
+// throttled intervals lost (the scheduler's limit, not interference).
+type verdicts struct {
+	lost          []float64
+	cause         []string
+	assessed      []bool
+	throttled     []bool
+	throttledSecs float64
+}
+
+func newVerdicts(n int) verdicts {
+	return verdicts{lost: make([]float64, n), cause: make([]string, n), assessed: make([]bool, n), throttled: make([]bool, n)}
+}
+
+// judgePhase judges the intervals of one phase against the phase's own progress: an
+// interval slower than its phase's typical one (slowBelow) lost the difference, to the
+// outside cause that shows most in it (outsideCause); slow with none showing, it was the
+// job's own doing. It returns why the phase could not be judged ("" when it was).
+func (v *verdicts) judgePhase(pts []point, ph Phase, ncpus int) string {
+	idx := inPhase(pts, ph)
+	if len(idx) < minPhaseIntervals {
+		return tooFewIntervals
+	}
+	prog := progress(pts, idx, ncpus)
+	if prog == nil {
+		return mostlyWaited
+	}
+	for _, i := range idx {
+		v.assessed[i] = true
+	}
+	thr := slowBelow(prog)
+	if thr <= 0 {
+		return ""
+	}
+	sig := signals(pts, idx, ncpus)
+	typical := map[string]float64{}
+	for k, x := range sig {
+		typical[k] = median(x)
+	}
+	for n, i := range idx {
+		if sig["throttled"][n] >= causeShare {
+			v.throttled[i] = true
+		}
+		if prog[n] >= thr {
+			continue
+		}
+		lost := pts[i].s.Seconds * (1 - prog[n]/thr)
+		if v.throttled[i] {
+			v.throttledSecs += lost
+			continue
+		}
+		if cause := outsideCause(sig, typical, n); cause != "" {
+			v.lost[i], v.cause[i] = lost, cause
+		}
+		// else slow, but nothing outside shows: the job's own doing
+	}
+	return ""
+}
+
+// slowBelow is the progress rate below which an interval of a phase is slow: madFactor
+// MADs below the phase's median, and at least minDrop of it.
+func slowBelow(prog []float64) float64 {
+	med := median(prog)
+	dev := make([]float64, len(prog))
+	for i, x := range prog {
+		dev[i] = math.Abs(x - med)
+	}
+	return med - max(madFactor*median(dev), minDrop*med)
+}
+
+// outsideCause is the outside cause that shows most in interval n of a phase: of those
+// that take at least causeShare of it and causeAbove more than in the phase's typical
+// interval, the one furthest above; "" when none does. The node's I/O stall is not one
+// where the job's own I/O was well above its usual, nor the memory stall where its own
+// memory grew.
+func outsideCause(sig map[string][]float64, typical map[string]float64, n int) string {
+	cause, excess := "", 0.0
+	for _, k := range []string{CauseCPU, CauseIO, CauseMemory} {
+		v := sig[k][n]
+		switch {
+		case k == CauseIO && sig["own_io"][n] > ownIOAbove*typical["own_io"]+minIOProgress:
+			continue // the job's own I/O: more than it usually did
+		case k == CauseMemory && sig["own_growth"][n] > ownGrowth:
+			continue // the job's own memory growing
+		}
+		if v >= causeShare && v-typical[k] >= causeAbove && v-typical[k] > excess {
+			cause, excess = k, v-typical[k]
+		}
+	}
+	return cause
+}
+
+// judgeWaits charges each interval the time its threads waited for other work on its
+// CPUs (waitedForOthers), where that is more than it lost otherwise; not where its own
+// CPU quota throttled it: then the wait is the scheduler's limit.
+func (v *verdicts) judgeWaits(pts []point, ncpus int) {
+	for i, p := range pts {
+		if v.throttled[i] || p.s.Job[sample.CPUThrottledSecs] >= causeShare*p.s.Seconds {
+			continue // its own quota: the wait is the scheduler's limit
+		}
+		if c := waitedForOthers(p.s, ncpus); c > v.lost[i] {
+			v.lost[i], v.cause[i], v.assessed[i] = c, CauseCPU, true
+		}
+	}
+}
+
+// tally adds the verdicts up into in: the time assessed, the time lost and the intervals
+// that lost it, the causes (most time lost first), and the worst stretch.
+func (v *verdicts) tally(pts []point, in *Interference) {
+	var slows []slow
+	causes := map[string]float64{}
+	for i, p := range pts {
+		if v.assessed[i] {
+			in.Assessed += p.s.Seconds
+		}
+		if v.lost[i] <= 0 {
+			continue
+		}
+		causes[v.cause[i]] += v.lost[i]
+		in.LostSeconds += v.lost[i]
+		in.Intervals++
+		slows = append(slows, slow{from: p.from, to: p.to, lost: v.lost[i]})
+	}
+	for k, lost := range causes {
+		in.Causes = append(in.Causes, Cause{Key: k, LostSeconds: lost})
 	}
 	sort.Slice(in.Causes, func(i, j int) bool {
 		if in.Causes[i].LostSeconds != in.Causes[j].LostSeconds {
@@ -222,7 +280,6 @@ func interference(pts []point, phases []Phase, o Options) Interference {
 		return in.Causes[i].Key < in.Causes[j].Key
 	})
 	in.Worst = worst(slows)
-	return in
 }
 
 // waitedForOthers is the time a job lost in an interval to other work on its CPUs:

@@ -162,11 +162,21 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 		a.labels = map[sample.Core]string{}
 		a.coreAt = map[sample.Core]int{}
 	}
-	e, f := a.e, &a.e.fixed
 	d := &a.devs
 	d.node, d.cpu, d.core = d.node[:0], d.cpu[:0], d.core[:0]
 	used := 0
 	node := a.next(&used, s.Seconds)
+	a.nodeValues(node, s)
+	d.node = append(d.node, device{domain: Node, label: string(Node), s: node})
+	a.cpuDevices(s, &used)
+	return d
+}
+
+// nodeValues fills the node's slots: the job's values of the sample, and what the engine
+// derives from them (flops, network totals, the job's CPUs, the memory it requested, its
+// CPUs' busy shares, its file opens and I/O calls).
+func (a *Accumulator) nodeValues(node *slots, s sample.Sample) {
+	e, f := a.e, &a.e.fixed
 	for k, v := range s.Job {
 		node.set(e.rawSlot(k), v)
 	}
@@ -188,31 +198,41 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 	if a.info.MemRequestedBytes > 0 {
 		node.set(f.memRequest, a.info.MemRequestedBytes)
 	}
-	// Busy shares per CPU from task-clock.
-	if len(s.CPU) > 0 && s.Seconds > 0 {
-		minB, maxB, sum, idle, n := math.Inf(1), math.Inf(-1), 0.0, 0, 0
-		for _, c := range s.CPU {
-			tc, ok := c.Values["task-clock"]
-			if !ok {
-				n = -1
-				break
-			}
-			b := tc / 1e9 / s.Seconds
-			minB, maxB, sum = math.Min(minB, b), math.Max(maxB, b), sum+b
-			if b < idleBusy {
-				idle++
-			}
-			n++
-		}
-		if n > 0 {
-			node.set(f.busyMin, minB)
-			node.set(f.busyMax, maxB)
-			node.set(f.busyMean, sum/float64(n))
-			node.set(f.idleCPUs, float64(idle))
-			node.set(f.busyCPUs, sum)
-		}
+	busyShares(node, f, s)
+	ioCalls(node, f, s)
+}
+
+// busyShares sets the node's busy shares of its CPUs, from each CPU's task-clock: the
+// least, the greatest and the mean, the CPUs busy in all, and the idle ones (busy less
+// than idleBusy). None unless every CPU counted its task-clock.
+func busyShares(node *slots, f *fixedSlots, s sample.Sample) {
+	if len(s.CPU) == 0 || s.Seconds <= 0 {
+		return
 	}
-	// Files opened by any of the open system calls that are traced.
+	minB, maxB, sum, idle, n := math.Inf(1), math.Inf(-1), 0.0, 0, 0
+	for _, c := range s.CPU {
+		tc, ok := c.Values["task-clock"]
+		if !ok {
+			return
+		}
+		b := tc / 1e9 / s.Seconds
+		minB, maxB, sum = math.Min(minB, b), math.Max(maxB, b), sum+b
+		if b < idleBusy {
+			idle++
+		}
+		n++
+	}
+	node.set(f.busyMin, minB)
+	node.set(f.busyMax, maxB)
+	node.set(f.busyMean, sum/float64(n))
+	node.set(f.idleCPUs, float64(idle))
+	node.set(f.busyCPUs, sum)
+}
+
+// ioCalls sets the node's file opens, counted by any of the open system calls that are
+// traced, and the I/O calls judged: those on files where they were counted apart
+// (FileReadCalls and FileWriteCalls measured), else all of them.
+func ioCalls(node *slots, f *fixedSlots, s sample.Sample) {
 	opens, traced := 0.0, false
 	for _, n := range perfevents.OpenTracepoints {
 		if v, ok := s.Job[n]; ok {
@@ -222,7 +242,6 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 	if traced {
 		node.set(f.opens, opens)
 	}
-	// The I/O calls judged: on files, where they were counted apart; else all of them.
 	files := false
 	if _, ok := s.Job[sample.FileReadCalls]; ok {
 		_, files = s.Job[sample.FileWriteCalls]
@@ -236,10 +255,16 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 			node.set(f.io[i], v)
 		}
 	}
-	d.node = append(d.node, device{domain: Node, label: string(Node), s: node})
+}
+
+// cpuDevices adds the sample's CPUs' devices, and a device per core they lie on: a
+// core's values are its CPUs' added up (threads counts them), its flops derived from
+// those.
+func (a *Accumulator) cpuDevices(s sample.Sample, used *int) {
+	e, f, d := a.e, &a.e.fixed, &a.devs
 	clear(a.coreAt)
 	for _, c := range s.CPU {
-		env := a.next(&used, s.Seconds)
+		env := a.next(used, s.Seconds)
 		env.set(f.threads, 1)
 		a.touched = a.touched[:0]
 		for k, v := range c.Values {
@@ -258,7 +283,7 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 		if !ok {
 			k = len(d.core)
 			a.coreAt[core] = k
-			ce := a.next(&used, s.Seconds)
+			ce := a.next(used, s.Seconds)
 			ce.set(f.threads, 0)
 			d.core = append(d.core, device{domain: Core, core: core, label: a.label(core), s: ce})
 		}
@@ -274,7 +299,6 @@ func (a *Accumulator) devices(s sample.Sample) *devSet {
 	for _, c := range d.core {
 		e.addFlops(c.s)
 	}
-	return d
 }
 
 // addFlops derives flop counts from the raw floating-point events of a device.

@@ -230,6 +230,8 @@ func ParseCatalog(r io.Reader, name string) (*Catalog, error) {
 	return c, nil
 }
 
+// set sets the property's key k to v, as a catalog's line "k = v" does; the error says
+// what is wrong with v (or that k is no key).
 func (p *Property) set(k, v string) error {
 	var err error
 	switch k {
@@ -237,13 +239,6 @@ func (p *Property) set(k, v string) error {
 		p.Name = v
 	case "unit":
 		p.Unit = v
-	case "domain":
-		switch d := Domain(v); d {
-		case CPU, Core, Node, Job:
-			p.Domain = d
-		default:
-			return fmt.Errorf("unknown domain %q (want cpu, core, node or job)", v)
-		}
 	case "value":
 		p.Value = v
 	case "threshold":
@@ -254,6 +249,39 @@ func (p *Property) set(k, v string) error {
 		p.Exponent, err = strconv.ParseFloat(v, 64)
 		if err == nil && !(p.Exponent > 0) {
 			err = fmt.Errorf("must be > 0, got %s", v)
+		}
+	case "domain", "condition", "report", "robust":
+		return p.setChoice(k, v)
+	case "recommendation":
+		p.Recommendation = v
+	case "folds", "optional":
+		return p.setList(k, v)
+	case "applies":
+		if v == "" || strings.ContainsAny(v, " \t,") {
+			return fmt.Errorf("want one metric name, got %q", v)
+		}
+		p.Applies = v
+	case "rank":
+		p.Rank, err = strconv.ParseFloat(v, 64)
+		if err == nil && !(p.Rank > 0 && p.Rank <= 10) {
+			err = fmt.Errorf("want a number in (0, 10], got %s", v)
+		}
+	default:
+		return fmt.Errorf("unknown key")
+	}
+	return err
+}
+
+// setChoice sets a key whose value is one of a few words (domain, condition, report,
+// robust); any other word leaves the property as it was, and the error lists the words.
+func (p *Property) setChoice(k, v string) error {
+	switch k {
+	case "domain":
+		switch d := Domain(v); d {
+		case CPU, Core, Node, Job:
+			p.Domain = d
+		default:
+			return fmt.Errorf("unknown domain %q (want cpu, core, node or job)", v)
 		}
 	case "condition":
 		switch c := Condition(v); c {
@@ -280,36 +308,30 @@ func (p *Property) set(k, v string) error {
 		default:
 			return fmt.Errorf("want short or long, got %q", v)
 		}
-	case "recommendation":
-		p.Recommendation = v
+	}
+	return nil
+}
+
+// setList adds to a key whose value is a list separated by commas: folds (property
+// keys) or optional (metric names).
+func (p *Property) setList(k, v string) error {
+	switch k {
 	case "folds":
-		for _, k := range strings.Split(v, ",") {
-			if k = strings.TrimSpace(k); !sectionKeyRE.MatchString(k) {
+		for _, key := range strings.Split(v, ",") {
+			if key = strings.TrimSpace(key); !sectionKeyRE.MatchString(key) {
 				return fmt.Errorf("want property keys separated by commas, got %q", v)
 			}
-			p.Folds = append(p.Folds, strings.TrimSpace(k))
+			p.Folds = append(p.Folds, strings.TrimSpace(key))
 		}
 	case "optional":
-		for _, k := range strings.Split(v, ",") {
-			if k = strings.TrimSpace(k); k == "" || strings.ContainsAny(k, " \t") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name == "" || strings.ContainsAny(name, " \t") {
 				return fmt.Errorf("want names separated by commas, got %q", v)
 			}
-			p.Optional = append(p.Optional, k)
+			p.Optional = append(p.Optional, name)
 		}
-	case "applies":
-		if v == "" || strings.ContainsAny(v, " \t,") {
-			return fmt.Errorf("want one metric name, got %q", v)
-		}
-		p.Applies = v
-	case "rank":
-		p.Rank, err = strconv.ParseFloat(v, 64)
-		if err == nil && !(p.Rank > 0 && p.Rank <= 10) {
-			err = fmt.Errorf("want a number in (0, 10], got %s", v)
-		}
-	default:
-		return fmt.Errorf("unknown key")
 	}
-	return err
+	return nil
 }
 
 func (p *Property) compile() error {

@@ -106,85 +106,117 @@ func (c *fastCompiler) num(n ast.Node) numFn {
 		x := n.Value
 		return func([]float64) float64 { return x }
 	case *ast.ConstantNode:
-		var x float64
-		switch k := n.Value.(type) {
-		case int:
-			x = float64(k)
-		case float64:
-			x = k
-		default:
-			return nil
-		}
-		return func([]float64) float64 { return x }
+		return constant(n)
 	case *ast.UnaryNode:
-		a := c.num(n.Node)
-		if a == nil {
-			return nil
-		}
-		switch n.Operator {
-		case "-":
-			return func(v []float64) float64 { return -a(v) }
-		case "+":
-			return a
-		}
+		return c.unary(n)
 	case *ast.BinaryNode:
-		a, b := c.num(n.Left), c.num(n.Right)
-		if a == nil || b == nil {
-			return nil
-		}
-		switch n.Operator {
-		case "+":
-			return func(v []float64) float64 { return a(v) + b(v) }
-		case "-":
-			return func(v []float64) float64 { return a(v) - b(v) }
-		case "*":
-			return func(v []float64) float64 { return a(v) * b(v) }
-		case "/":
-			return func(v []float64) float64 { return a(v) / b(v) }
-		case "**", "^":
-			return func(v []float64) float64 { return math.Pow(a(v), b(v)) }
-		}
+		return c.arithmetic(n)
 	case *ast.ConditionalNode:
-		cond, a, b := c.boolean(n.Cond), c.num(n.Exp1), c.num(n.Exp2)
-		if cond == nil || a == nil || b == nil {
+		return c.conditional(n)
+	case *ast.BuiltinNode:
+		return c.builtin(n)
+	}
+	c.fail()
+	return nil
+}
+
+// constant compiles a value expr's optimizer folded into a constant: a number (nil: another
+// kind of value).
+func constant(n *ast.ConstantNode) numFn {
+	var x float64
+	switch k := n.Value.(type) {
+	case int:
+		x = float64(k)
+	case float64:
+		x = k
+	default:
+		return nil
+	}
+	return func([]float64) float64 { return x }
+}
+
+// unary compiles a sign: - or +.
+func (c *fastCompiler) unary(n *ast.UnaryNode) numFn {
+	a := c.num(n.Node)
+	if a == nil {
+		return nil
+	}
+	switch n.Operator {
+	case "-":
+		return func(v []float64) float64 { return -a(v) }
+	case "+":
+		return a
+	}
+	c.fail()
+	return nil
+}
+
+// arithmetic compiles + - * / and ** or ^ (powers, as math.Pow).
+func (c *fastCompiler) arithmetic(n *ast.BinaryNode) numFn {
+	a, b := c.num(n.Left), c.num(n.Right)
+	if a == nil || b == nil {
+		return nil
+	}
+	switch n.Operator {
+	case "+":
+		return func(v []float64) float64 { return a(v) + b(v) }
+	case "-":
+		return func(v []float64) float64 { return a(v) - b(v) }
+	case "*":
+		return func(v []float64) float64 { return a(v) * b(v) }
+	case "/":
+		return func(v []float64) float64 { return a(v) / b(v) }
+	case "**", "^":
+		return func(v []float64) float64 { return math.Pow(a(v), b(v)) }
+	}
+	c.fail()
+	return nil
+}
+
+// conditional compiles cond ? a : b.
+func (c *fastCompiler) conditional(n *ast.ConditionalNode) numFn {
+	cond, a, b := c.boolean(n.Cond), c.num(n.Exp1), c.num(n.Exp2)
+	if cond == nil || a == nil || b == nil {
+		return nil
+	}
+	return func(v []float64) float64 {
+		if cond(v) {
+			return a(v)
+		}
+		return b(v)
+	}
+}
+
+// builtin compiles abs of one argument, and max and min of any (at least one).
+func (c *fastCompiler) builtin(n *ast.BuiltinNode) numFn {
+	args := make([]numFn, len(n.Arguments))
+	for i, x := range n.Arguments {
+		if args[i] = c.num(x); args[i] == nil {
 			return nil
 		}
+	}
+	switch {
+	case n.Name == "abs" && len(args) == 1:
+		a := args[0]
 		return func(v []float64) float64 {
-			if cond(v) {
-				return a(v)
-			}
-			return b(v)
-		}
-	case *ast.BuiltinNode:
-		args := make([]numFn, len(n.Arguments))
-		for i, x := range n.Arguments {
-			if args[i] = c.num(x); args[i] == nil {
-				return nil
+			if x := a(v); x < 0 {
+				return -x
+			} else {
+				return x
 			}
 		}
-		switch {
-		case n.Name == "abs" && len(args) == 1:
-			a := args[0]
-			return func(v []float64) float64 {
-				if x := a(v); x < 0 {
-					return -x
-				} else {
-					return x
+	case (n.Name == "max" || n.Name == "min") && len(args) >= 1:
+		// As expr's: the first argument, replaced by each later one that is greater
+		// (max) or less (min).
+		more := n.Name == "max"
+		return func(v []float64) float64 {
+			m := args[0](v)
+			for _, a := range args[1:] {
+				if x := a(v); more && m < x || !more && m > x {
+					m = x
 				}
 			}
-		case (n.Name == "max" || n.Name == "min") && len(args) >= 1:
-			// As expr's: the first argument, replaced by each later one that is greater
-			// (max) or less (min).
-			more := n.Name == "max"
-			return func(v []float64) float64 {
-				m := args[0](v)
-				for _, a := range args[1:] {
-					if x := a(v); more && m < x || !more && m > x {
-						m = x
-					}
-				}
-				return m
-			}
+			return m
 		}
 	}
 	c.fail()
