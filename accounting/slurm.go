@@ -53,15 +53,15 @@ func Write(ctx context.Context, run Runner, job string, id uint32, existing stri
 	return writeDatabase(ctx, run, job, id, tok)
 }
 
-// lowercases says whether sacctmgr lowercases the AdminComment it sets (before Slurm
-// 23.02; strip_quotes' lower argument), or may: when its release is not known.
+// lowercases says whether sacctmgr lowercases the AdminComment it sets (a release without
+// slurmver.SacctmgrKeepsCase), or may: when its release is not known.
 func lowercases(ctx context.Context, run Runner) bool {
 	out, err := run(ctx, "sacctmgr", "--version")
 	if err != nil {
 		return true
 	}
 	rel, err := slurmver.Parse(string(out))
-	return err != nil || !rel.AtLeast(23, 2)
+	return err != nil || !rel.Has(slurmver.SacctmgrKeepsCase)
 }
 
 // writeDatabase writes the token into the job's record in the database (Write), once the

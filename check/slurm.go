@@ -12,11 +12,11 @@ import (
 	"github.com/persyst/persyst/slurmver"
 )
 
-// Slurm releases persyst is tested with (the Slurm of Debian 12, 13 and 14), and the
-// newest it is made for.
+// The oldest and the newest Slurm releases persyst is tested with (slurmver.Tested: the
+// Slurm of each Debian release the tests run in); the newest is the newest it is made for.
 var (
-	oldestTested = slurmver.Release{Major: 22, Minor: 5}
-	newestTested = slurmver.Release{Major: 26, Minor: 5}
+	oldestTested = slurmver.OldestTested()
+	newestTested = slurmver.NewestTested()
 )
 
 func checkConfig(_ context.Context, n *Node) []Result {
@@ -38,10 +38,10 @@ func checkSlurm(_ context.Context, n *Node) []Result {
 	case !r.Known():
 		return []Result{fail(fmt.Sprintf("Slurm's release is not known: %v", n.releaseErr),
 			"run persyst check on a node of the cluster, with Slurm's commands (slurmd, scontrol) on PATH")}
-	case !r.AtLeast(oldestTested.Major, oldestTested.Minor):
+	case r.CompareSeries(oldestTested) < 0:
 		out = append(out, warn(fmt.Sprintf("Slurm %s (%s) is older than any persyst is tested with (%s)", r, n.releaseFrom, oldestTested.Series()),
 			"upgrade Slurm, or expect what persyst reads of Slurm to be incomplete"))
-	case r.AtLeast(newestTested.Major, newestTested.Minor+1):
+	case r.CompareSeries(newestTested) > 0:
 		out = append(out, warn(fmt.Sprintf("Slurm %s (%s) is newer than any persyst is tested with (%s)", r, n.releaseFrom, newestTested.Series()),
 			"check for a persyst release made for it"))
 	default:

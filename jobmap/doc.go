@@ -6,13 +6,16 @@
 //   - slurmrestd, through clients generated with oapi-codegen: jobmap/v0042 (Slurm 24.11
 //     to 26.05; the spec 24.11's slurmrestd --generate-openapi-spec writes) and
 //     jobmap/v0038 (22.05; the spec it serves at /openapi/v3, with overlay.yaml correcting
-//     where its responses differ from its spec); `make generate`. The server's
-//     /openapi/v3 says which it serves, asked once (RestSource.API). rest_auth/local on a
-//     unix socket, or JWT (X-SLURM-USER-NAME/-TOKEN) over TCP.
+//     where its responses differ from its spec); `make generate`. Each data parser is an
+//     adapter behind one interface (dataParser: its requests and its mapping to Job;
+//     v0042.go, v0038.go). The server's /openapi/v3 says which it serves, asked once
+//     (RestSource.API). rest_auth/local on a unix socket, or JWT (X-SLURM-USER-NAME/-TOKEN)
+//     over TCP.
 //   - Slurm's commands when slurmrestd is not configured or fails (logged once, and once
-//     when it answers again), by the release `scontrol --version` names:
-//     `scontrol --json=v0.0.42 show job` from 24.11, `squeue --json` on 22.05, `scontrol
-//     show job -o -d` otherwise or when the JSON cannot be read (v0042.go, cli.go).
+//     when it answers again), by the release `scontrol --version` names, which chooses the
+//     adapter (commandsParser): `scontrol --json=v0.0.42 show job` from 24.11, `squeue
+//     --json` on 22.05, `scontrol show job -o -d` otherwise or when the JSON cannot be
+//     read (cli.go, scontrol.go). What each release changes is a feature of slurmver.
 //
 // A job Slurm no longer knows is ErrNoJob: a normal result, not a failure.
 //

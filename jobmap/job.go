@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	v0038 "github.com/persyst/persyst/jobmap/v0038"
+	"github.com/persyst/persyst/slurmver"
 )
 
 // Job is what persyst needs to know of one Slurm job.
@@ -101,104 +101,75 @@ func (j *Job) ID() string {
 	return strconv.FormatUint(uint64(j.JobID), 10)
 }
 
-// fromV0038 converts one job of the v0.0.38 data parser (slurmrestd, squeue --json).
-// hostname maps a node name to its host name, for %N in output file names.
-func fromV0038(p *v0038.V0038JobResponseProperties, hostname func(string) string) (*Job, error) {
-	if p.JobId == nil || *p.JobId <= 0 {
-		return nil, fmt.Errorf("job without job_id")
+// setArray sets the job's array ids from a record's: arr the array's job id (0: not an
+// array task), task the task's id (<0 or NO_VAL: not given) and tasks the record's task
+// string. It says whether the record stands for array tasks not started yet, whose output
+// files are not known.
+func (j *Job) setArray(arr, task int64, tasks string) bool {
+	if arr <= 0 {
+		return false
 	}
-	j := &Job{
-		JobID:     uint32(*p.JobId),
-		Name:      str(p.Name),
-		User:      str(p.UserName),
-		Partition: str(p.Partition),
-		State:     str(p.JobState),
-		NodeList:  str(p.Nodes),
-		BatchHost: str(p.BatchHost),
-		WorkDir:   str(p.CurrentWorkingDirectory),
-		Submit:    unix(p.SubmitTime),
-		Start:     unix(p.StartTime),
-		End:       unix(p.EndTime),
-		Preempted: unix(p.PreemptTime),
+	if task >= 0 && task < int64(SlurmNoVal) {
+		j.IsArray, j.ArrayJobID, j.ArrayTaskID = true, uint32(arr), uint32(task)
+		return false
 	}
-	if p.RestartCnt != nil {
-		j.Restarts = *p.RestartCnt
+	if tasks == "" {
+		return false
 	}
-	j.setRequeue(j.State)
-	if p.UserId != nil {
-		j.UID = uint32(*p.UserId)
+	// A pending array's meta record: "5" is one task, "1-100" many whose files are not
+	// decided yet.
+	j.IsArray, j.ArrayJobID = true, uint32(arr)
+	t, err := strconv.ParseUint(tasks, 10, 32)
+	if err != nil {
+		return true
 	}
-	if p.GroupId != nil {
-		j.GID = uint32(*p.GroupId)
+	j.ArrayTaskID = uint32(t)
+	return false
+}
+
+// setMemory sets the memory the job was given, in MB per node and per CPU (0 or less:
+// none), and whether it is the site's default: where the record has flags, it lacks
+// asked, the flag of a job that asked for memory.
+func (j *Job) setMemory(perNode, perCPU int64, flags *[]string, asked string) {
+	if perNode > 0 {
+		j.MemPerNodeMB = int(perNode)
 	}
-	// A job array's tasks carry array_job_id ≠ 0 and an array_task_id; for other jobs
-	// array_task_id is null (slurmrestd) or NO_VAL.
-	pendingTasks := false
-	if p.ArrayJobId != nil && *p.ArrayJobId > 0 {
-		switch {
-		case p.ArrayTaskId != nil && *p.ArrayTaskId >= 0 && *p.ArrayTaskId < 0xfffffffe:
-			j.IsArray, j.ArrayJobID, j.ArrayTaskID = true, uint32(*p.ArrayJobId), uint32(*p.ArrayTaskId)
-		case p.ArrayTaskString != nil && *p.ArrayTaskString != "":
-			// A pending array's meta record: "5" is one task, "1-100" many whose files
-			// are not decided yet.
-			j.IsArray, j.ArrayJobID = true, uint32(*p.ArrayJobId)
-			if t, err := strconv.ParseUint(*p.ArrayTaskString, 10, 32); err == nil {
-				j.ArrayTaskID = uint32(t)
-			} else {
-				pendingTasks = true
-			}
-		}
+	if perCPU > 0 {
+		j.MemPerCPUMB = int(perCPU)
 	}
-	if p.AdminComment != nil {
-		j.AdminComment = *p.AdminComment
+	if flags != nil && (j.MemPerNodeMB > 0 || j.MemPerCPUMB > 0) {
+		j.MemDefault = !slices.Contains(*flags, asked)
 	}
-	if p.MemoryPerNode != nil && *p.MemoryPerNode > 0 {
-		j.MemPerNodeMB = *p.MemoryPerNode
+}
+
+// setTimeLimit sets the job's time limit from Slurm's minutes (0 or NO_VAL and above:
+// unlimited).
+func (j *Job) setTimeLimit(minutes int64) {
+	if minutes > 0 && minutes < int64(SlurmNoVal) {
+		j.TimeLimit = time.Duration(minutes) * time.Minute
 	}
-	if p.MemoryPerCpu != nil && *p.MemoryPerCpu > 0 {
-		j.MemPerCPUMB = *p.MemoryPerCpu
-	}
-	if p.Flags != nil && (j.MemPerNodeMB > 0 || j.MemPerCPUMB > 0) {
-		j.MemDefault = !slices.Contains(*p.Flags, "JOB_MEM_SET")
-	}
-	if p.TimeLimit != nil && *p.TimeLimit > 0 && *p.TimeLimit < 0xfffffffe {
-		j.TimeLimit = time.Duration(*p.TimeLimit) * time.Minute
-	}
-	if j.NodeList != "" && j.NodeList != "(null)" {
-		nodes, err := ExpandHostlist(j.NodeList)
-		if err != nil {
-			return nil, fmt.Errorf("job %d: nodes: %w", j.JobID, err)
-		}
-		j.Nodes = nodes
-	} else {
+}
+
+// setNodes expands the job's node list (Slurm's "(null)": none) and puts the allocation
+// of each node, byNode, in the order of the nodes; field names the list in an error.
+func (j *Job) setNodes(field string, byNode map[string]NodeAlloc) error {
+	if j.NodeList == "(null)" {
 		j.NodeList = ""
 	}
-	if r := p.JobResources; r != nil && r.AllocatedNodes != nil {
-		byNode := map[string]NodeAlloc{}
-		for _, a := range *r.AllocatedNodes {
-			n := NodeAlloc{Node: str(a.Nodename)}
-			if a.MemoryAllocated != nil {
-				n.MemoryMB = *a.MemoryAllocated
-			}
-			if a.Sockets != nil {
-				n.Cores = countAllocated(*a.Sockets)
-			}
-			byNode[n.Node] = n
-		}
-		for _, node := range j.Nodes {
-			if a, ok := byNode[node]; ok {
-				j.Alloc = append(j.Alloc, a)
-			}
+	if j.NodeList == "" {
+		return nil
+	}
+	nodes, err := ExpandHostlist(j.NodeList)
+	if err != nil {
+		return fmt.Errorf("job %d: %s: %w", j.JobID, field, err)
+	}
+	j.Nodes = nodes
+	for _, n := range nodes {
+		if a, ok := byNode[n]; ok {
+			j.Alloc = append(j.Alloc, a)
 		}
 	}
-	j.StdoutPattern, j.StderrPattern = str(p.StandardOutput), str(p.StandardError)
-	if pendingTasks {
-		return j, nil // Stdout/Stderr unknown until the tasks exist
-	}
-	if err := j.resolveOutput(hostname); err != nil {
-		return nil, err
-	}
-	return j, nil
+	return nil
 }
 
 // resolveOutput expands the output patterns as Slurm does for the batch step.
@@ -232,6 +203,39 @@ func (j *Job) resolveOutput(hostname func(string) string) error {
 	return err
 }
 
+// slurmOutput sets the job's output files from the paths Slurm gives (stdout, stderr:
+// "" when not given apart) as release rel expands them: with slurmver.OutputExpanded
+// wholly (Slurm's own expansion, %N the node's name); before, only %A %a %b %j %u %x, %%
+// and widths (OutputPartlyExpanded), so what the batch step expands besides (%J %N %n %s
+// %t) is finished here. The pattern as the user gave it is lost then: a width right
+// before a '%' ("%3%j") is the one case that cannot be told apart.
+func (j *Job) slurmOutput(stdout, stderr string, rel slurmver.Release, hostname func(string) string) error {
+	whole := rel.Has(slurmver.OutputExpanded)
+	pj := PatternJob{JobID: j.JobID, ArrayJobID: j.ArrayJobID, ArrayTaskID: j.ArrayTaskID, IsArray: j.IsArray,
+		StepID: "batch", User: j.User, Name: j.Name, BatchHost: j.BatchHost}
+	if hostname != nil && j.BatchHost != "" && !whole {
+		pj.BatchHost = hostname(j.BatchHost)
+	}
+	finish := func(p string) string {
+		if !whole {
+			p = finishBatchPattern(p, &pj)
+		}
+		return ResolvePath(j.WorkDir, p)
+	}
+	j.StdoutPattern, j.StderrPattern = stdout, stderr
+	if stdout == "" {
+		j.Stdout = ResolvePath(j.WorkDir, DefaultOutput(pj))
+	} else {
+		j.Stdout = finish(stdout)
+	}
+	if stderr == "" || stderr == stdout {
+		j.Stderr = j.Stdout
+	} else {
+		j.Stderr = finish(stderr)
+	}
+	return nil
+}
+
 // countAllocated counts the cores marked "allocated" in a node allocation's raw
 // {"<socket>": {"cores": {"<core>": "allocated"}}}: the keys are numbers and the values
 // Slurm's fixed words, so the quoted word occurs only as a value.
@@ -242,6 +246,14 @@ func countAllocated(raw []byte) int {
 func str(p *string) string {
 	if p == nil {
 		return ""
+	}
+	return *p
+}
+
+// num is *p, 0 when not given.
+func num[T int | int32 | int64](p *T) T {
+	if p == nil {
+		return 0
 	}
 	return *p
 }

@@ -17,10 +17,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of the recorded releases")
 
-// recordedReleases are the Slurm releases whose answers testdata/slurm-<series>/ holds
-// (scripts/record-slurm.sh, run on Debian 12, 13 and 14).
-var recordedReleases = []string{"22.05", "24.11", "26.05"}
-
 // sameFacts is what every source must read alike from the same job.
 type sameFacts struct {
 	State, User, Name, NodeList string
@@ -35,19 +31,25 @@ type sameFacts struct {
 // answer lost what the pattern was. The test checks that each is still wrong, so that the
 // list does not outlive the loss.
 var lossy = map[string]string{
-	"22.05 scontrol show job 6": `scontrol 22.05 prints "%%" as it is: "%%j" then reads as the pattern "%j" (cli.go)`,
+	"22.05 scontrol show job 6": `scontrol 22.05 prints "%%" as it is: "%%j" then reads as the pattern "%j" (scontrol.go)`,
 }
 
-// pendingTask is the loss every release has for job 10, a pending array task: Slurm
-// expands %a of its record as NO_VAL (4294967294) in every source, and gives the task's id
-// once it runs (a digest is made of running jobs only).
+// pendingTask is the loss every release has for job 10, a pending array task, in every
+// source that gives the output path as Slurm expanded it (scontrol's text, and every source
+// with slurmver.OutputPartlyExpanded): Slurm expands %a of its record as NO_VAL
+// (4294967294), and gives the task's id once it runs (a digest is made of running jobs only).
 const pendingTask = "Slurm expands %a of a pending array task as NO_VAL"
 
-func init() {
-	for _, k := range []string{"22.05 scontrol show job", "24.11 slurmrestd", "24.11 scontrol --json", "24.11 scontrol show job",
-		"26.05 slurmrestd", "26.05 scontrol --json", "26.05 scontrol show job"} {
-		lossy[k+" 10"] = pendingTask
+// lost says whether the reading of job id by source of release rel is known to be wrong,
+// and why.
+func lost(rel slurmver.Release, source string, id uint32) (string, bool) {
+	if why, ok := lossy[fmt.Sprintf("%s %s %d", rel.Series(), source, id)]; ok {
+		return why, true
 	}
+	if id == 10 && (source == "scontrol show job" || rel.Has(slurmver.OutputPartlyExpanded)) {
+		return pendingTask, true
+	}
+	return "", false
 }
 
 func factsOf(j *Job) sameFacts {
@@ -59,20 +61,19 @@ func factsOf(j *Job) sameFacts {
 	return f
 }
 
-// TestRecordedReleases reads what each recorded Slurm release said of the same jobs,
-// through every source persyst has for it: slurmrestd (v0.0.42 from 24.11, else v0.0.38),
-// the JSON command (scontrol --json=v0.0.42, else squeue --json) and scontrol's text. Each
+// TestRecordedReleases reads what each Slurm release persyst is tested with
+// (slurmver.Tested) said of the same jobs (testdata/slurm-<series>/, recorded by
+// scripts/record-slurm.sh), through every source persyst has for it, with the data parser
+// its commands print (commandsParser): slurmrestd, the JSON command (scontrol
+// --json=VERSION with the data parser plugins, else squeue --json) and scontrol's text. Each
 // job's output and error files are the ones Slurm wrote (truth.txt), and the sources
 // agree on its state, user, nodes, cores per node, memory and array ids. What slurmrestd
 // gives is kept in jobs.golden.json (go test ./jobmap -run TestRecordedReleases -update).
 func TestRecordedReleases(t *testing.T) {
-	for _, series := range recordedReleases {
+	for _, d := range slurmver.Tested {
+		rel, series := d.Slurm, d.Slurm.Series()
 		t.Run(series, func(t *testing.T) {
 			dir := filepath.Join("testdata", "slurm-"+series)
-			rel, err := slurmver.Parse(series)
-			if err != nil {
-				t.Fatal(err)
-			}
 			sources := readRecorded(t, dir, rel)
 			truth := readTruth(t, filepath.Join(dir, "truth.txt"))
 			restd := sources["slurmrestd"]
@@ -91,7 +92,7 @@ func TestRecordedReleases(t *testing.T) {
 						continue
 					}
 					right := j.Stdout == files[0] && j.Stderr == files[1]
-					switch why, known := lossy[fmt.Sprintf("%s %s %d", series, name, id)]; {
+					switch why, known := lost(rel, name, id); {
 					case known && right:
 						t.Errorf("%s: job %s is read right now: remove it from lossy (%s)", name, j.ID(), why)
 					case !known && !right:
@@ -122,22 +123,21 @@ func readRecorded(t *testing.T, dir string, rel slurmver.Release) map[string][]*
 		return b
 	}
 	hosts := func(n string) string { return n } // the test cluster's nodes are their hosts
+	p := commandsParser(rel)
+	if p == nil {
+		t.Fatalf("Slurm %v's commands print no JSON persyst reads", rel)
+	}
+	command, file := "squeue --json", "squeue.json"
+	if rel.Has(slurmver.DataParserPlugins) {
+		command, file = "scontrol --json", "scontrol-json.json"
+	}
 	out := map[string][]*Job{}
 	var err error
-	if rel.AtLeast(24, 11) {
-		if out["slurmrestd"], err = parseV0042JSON(read("restd-jobs.json"), hosts); err != nil {
-			t.Fatalf("slurmrestd: %v", err)
-		}
-		if out["scontrol --json"], err = parseV0042JSON(read("scontrol-json.json"), hosts); err != nil {
-			t.Fatalf("scontrol --json: %v", err)
-		}
-	} else {
-		if out["slurmrestd"], err = parseV0038JSON(read("restd-jobs.json"), hosts); err != nil {
-			t.Fatalf("slurmrestd: %v", err)
-		}
-		if out["squeue --json"], err = parseV0038JSON(read("squeue.json"), hosts); err != nil {
-			t.Fatalf("squeue --json: %v", err)
-		}
+	if out["slurmrestd"], err = p.parse(read("restd-jobs.json"), hosts); err != nil {
+		t.Fatalf("slurmrestd: %v", err)
+	}
+	if out[command], err = p.parse(read(file), hosts); err != nil {
+		t.Fatalf("%s: %v", command, err)
 	}
 	if out["scontrol show job"], err = parseScontrol(read("scontrol-show-job-o-d.txt"), rel, hosts); err != nil {
 		t.Fatalf("scontrol show job: %v", err)

@@ -13,16 +13,7 @@ import (
 	"sync"
 	"time"
 
-	v0038 "github.com/persyst/persyst/jobmap/v0038"
-	v0042 "github.com/persyst/persyst/jobmap/v0042"
-)
-
-// The slurmrestd data parsers this package speaks, preferred first: v0.0.42 (Slurm 24.11
-// to 26.05) and v0.0.38 (22.05, and 23.11 deprecated). Each has its generated client
-// (jobmap/v0042, jobmap/v0038) and converter. A server is asked once which it serves.
-const (
-	APIv0042 = "v0.0.42"
-	APIv0038 = "v0.0.38"
+	"github.com/persyst/persyst/slurmver"
 )
 
 // ErrNoJob means Slurm does not know the job (any more): a normal result for a job that
@@ -40,18 +31,17 @@ type RestConfig struct {
 	Timeout time.Duration
 }
 
-// RestSource reads jobs from slurmrestd with the client generated from the spec of the
-// newest data parser it serves.
+// RestSource reads jobs from slurmrestd through the adapter of the newest data parser it
+// serves (dataParser), chosen once.
 type RestSource struct {
-	url    string
-	hc     *http.Client
-	server string
-	edit   func(context.Context, *http.Request) error // JWT headers (nil: none)
-	c38    *v0038.ClientWithResponses
-	c42    *v0042.ClientWithResponses
+	url     string
+	hc      *http.Client
+	server  string
+	edit    func(context.Context, *http.Request) error // JWT headers (nil: none)
+	parsers []dataParser                               // preferred first, with their clients
 
-	mu  sync.Mutex
-	api string // the data parser in use ("": not asked yet)
+	mu sync.Mutex
+	dp dataParser // the data parser in use (nil: not asked yet)
 }
 
 // NewRestSource returns a source for the slurmrestd at cfg.URL.
@@ -87,17 +77,8 @@ func NewRestSource(cfg RestConfig) (*RestSource, error) {
 			return nil
 		}
 	}
-	opts38 := []v0038.ClientOption{v0038.WithHTTPClient(hc)}
-	opts42 := []v0042.ClientOption{v0042.WithHTTPClient(hc)}
-	if s.edit != nil {
-		opts38 = append(opts38, v0038.WithRequestEditorFn(s.edit))
-		opts42 = append(opts42, v0042.WithRequestEditorFn(s.edit))
-	}
 	var err error
-	if s.c38, err = v0038.NewClientWithResponses(server, opts38...); err != nil {
-		return nil, fmt.Errorf("slurmrestd client for %s: %w", cfg.URL, err)
-	}
-	if s.c42, err = v0042.NewClientWithResponses(server, opts42...); err != nil {
+	if s.parsers, err = restParsers(server, hc, s.edit); err != nil {
 		return nil, fmt.Errorf("slurmrestd client for %s: %w", cfg.URL, err)
 	}
 	return s, nil
@@ -107,105 +88,105 @@ func NewRestSource(cfg RestConfig) (*RestSource, error) {
 func (s *RestSource) Name() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.api == "" {
+	if s.dp == nil {
 		return "slurmrestd " + s.url
 	}
-	return "slurmrestd " + s.url + " (data parser " + s.api + ")"
+	return "slurmrestd " + s.url + " (data parser " + s.dp.version() + ")"
 }
 
 // API returns the data parser the source speaks with the server: the newest of
 // APIv0042 and APIv0038 that the server lists in its OpenAPI document (/openapi/v3),
 // asked for once.
 func (s *RestSource) API(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	api := s.api
-	s.mu.Unlock()
-	if api != "" {
-		return api, nil
+	p, err := s.parser(ctx)
+	if err != nil {
+		return "", err
 	}
+	return p.version(), nil
+}
+
+// parser is the adapter of the data parser the source speaks with the server (API),
+// chosen when first asked for.
+func (s *RestSource) parser(ctx context.Context) (dataParser, error) {
+	s.mu.Lock()
+	p := s.dp
+	s.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	paths, err := s.openAPIPaths(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var offered, speaks []string
+	for path := range paths {
+		if v, _, ok := strings.Cut(strings.TrimPrefix(path, "/slurm/"), "/"); ok && strings.HasPrefix(path, "/slurm/v") && !slices.Contains(offered, v) {
+			offered = append(offered, v)
+		}
+	}
+	for _, c := range s.parsers {
+		speaks = append(speaks, c.version())
+		if _, ok := paths["/slurm/"+c.version()+"/job/{job_id}"]; ok {
+			s.mu.Lock()
+			s.dp = c
+			s.mu.Unlock()
+			return c, nil
+		}
+	}
+	slices.Sort(offered)
+	return nil, fmt.Errorf("slurmrestd %s serves none of the data parsers persyst speaks (%s), only %v: set SlurmRestd to a slurmrestd of Slurm %s to %s, or leave it out to use Slurm's commands",
+		s.url, strings.Join(speaks, ", "), offered, slurmver.OldestTested().Series(), slurmver.NewestTested().Series())
+}
+
+// openAPIPaths are the paths the server's OpenAPI document (/openapi/v3) lists.
+func (s *RestSource) openAPIPaths(ctx context.Context) (map[string]json.RawMessage, error) {
 	const endpoint = "GET /openapi/v3"
 	req, err := http.NewRequestWithContext(ctx, "GET", s.server+"/openapi/v3", nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if s.edit != nil {
 		_ = s.edit(ctx, req)
 	}
 	resp, err := s.hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return "", fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", httpError(s.url, endpoint, resp, body)
+		return nil, httpError(s.url, endpoint, resp, body)
 	}
 	var doc struct {
 		Paths map[string]json.RawMessage `json:"paths"`
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return "", fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
-	var offered []string
-	for p := range doc.Paths {
-		if v, _, ok := strings.Cut(strings.TrimPrefix(p, "/slurm/"), "/"); ok && strings.HasPrefix(p, "/slurm/v") && !slices.Contains(offered, v) {
-			offered = append(offered, v)
-		}
-	}
-	for _, v := range []string{APIv0042, APIv0038} {
-		if _, ok := doc.Paths["/slurm/"+v+"/job/{job_id}"]; ok {
-			s.mu.Lock()
-			s.api = v
-			s.mu.Unlock()
-			return v, nil
-		}
-	}
-	slices.Sort(offered)
-	return "", fmt.Errorf("slurmrestd %s serves none of the data parsers persyst speaks (%s, %s), only %v: set SlurmRestd to a slurmrestd of Slurm 22.05 to 26.05, or leave it out to use Slurm's commands",
-		s.url, APIv0042, APIv0038, offered)
+	return doc.Paths, nil
 }
 
 // Jobs returns every job slurmctld knows, in one request.
 func (s *RestSource) Jobs(ctx context.Context) ([]*Job, error) {
-	api, err := s.API(ctx)
+	p, err := s.parser(ctx)
 	if err != nil {
 		return nil, err
 	}
-	endpoint := "GET /slurm/" + api + "/jobs"
-	fail := func(err error) error { return fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err) }
-	if api == APIv0042 {
-		rep, err := s.c42.SlurmV0042GetJobsWithResponse(ctx, nil)
-		if err != nil {
-			return nil, fail(err)
-		}
-		if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil {
-			return nil, fail(err)
-		}
-		if rep.JSON200 == nil {
-			return nil, httpError(s.url, endpoint, rep.HTTPResponse, rep.Body)
-		}
-		if err := v0042Errors(rep.JSON200.Errors); err != nil {
-			return nil, fail(err)
-		}
-		return convertV0042(rep.JSON200.Jobs, releaseOf(rep.JSON200.Meta), s.hostnames(ctx))
-	}
-	rep, err := s.c38.SlurmV0038GetJobsWithResponse(ctx, nil)
+	endpoint := "GET /slurm/" + p.version() + "/jobs"
+	a, err := p.getJobs(ctx, "")
 	if err != nil {
-		return nil, fail(err)
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
-	if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil {
-		return nil, fail(err)
+	if a.doc == nil {
+		return nil, httpError(s.url, endpoint, a.resp, a.body)
 	}
-	if rep.JSON200 == nil {
-		return nil, httpError(s.url, endpoint, rep.HTTPResponse, rep.Body)
+	if err := a.doc.slurmErrors(); err != nil {
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
-	if err := slurmErrors(rep.JSON200.Errors); err != nil {
-		return nil, fail(err)
-	}
-	return convertAll(rep.JSON200.Jobs, s.hostnames(ctx))
+	return a.doc.jobs(s.hostnames(ctx))
 }
 
 // Job returns one job ("123" or "120_3"); ErrNoJob if Slurm does not know it.
@@ -213,53 +194,24 @@ func (s *RestSource) Job(ctx context.Context, id string) (*Job, error) {
 	if _, _, _, err := parseJobID(id); err != nil {
 		return nil, err
 	}
-	api, err := s.API(ctx)
+	p, err := s.parser(ctx)
 	if err != nil {
 		return nil, err
 	}
-	endpoint := "GET /slurm/" + api + "/job/" + id
-	var jobs []*Job
-	var body []byte
-	var errs, cerr error
-	var resp *http.Response
-	if api == APIv0042 {
-		rep, err := s.c42.SlurmV0042GetJobWithResponse(ctx, id, nil)
-		if err != nil {
-			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
-		}
-		if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil {
-			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
-		}
-		body = rep.Body
-		resp = rep.HTTPResponse
-		if rep.JSON200 == nil {
-			return nil, s.jobError(id, endpoint, resp, body, nil)
-		}
-		if errs = v0042Errors(rep.JSON200.Errors); errs == nil {
-			jobs, cerr = convertV0042(rep.JSON200.Jobs, releaseOf(rep.JSON200.Meta), s.hostnames(ctx))
-		}
-	} else {
-		rep, err := s.c38.SlurmV0038GetJobWithResponse(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
-		}
-		if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil {
-			return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
-		}
-		body = rep.Body
-		resp = rep.HTTPResponse
-		if rep.JSON200 == nil {
-			return nil, s.jobError(id, endpoint, resp, body, nil)
-		}
-		if errs = slurmErrors(rep.JSON200.Errors); errs == nil {
-			jobs, cerr = convertAll(rep.JSON200.Jobs, s.hostnames(ctx))
-		}
+	endpoint := "GET /slurm/" + p.version() + "/job/" + id
+	a, err := p.getJobs(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("slurmrestd %s: %s: %w", s.url, endpoint, err)
 	}
-	if errs != nil {
-		return nil, s.jobError(id, endpoint, resp, body, errs)
+	if a.doc == nil {
+		return nil, s.jobError(id, endpoint, a.resp, a.body, nil)
 	}
-	if cerr != nil {
-		return nil, cerr
+	if errs := a.doc.slurmErrors(); errs != nil {
+		return nil, s.jobError(id, endpoint, a.resp, a.body, errs)
+	}
+	jobs, err := a.doc.jobs(s.hostnames(ctx))
+	if err != nil {
+		return nil, err
 	}
 	if len(jobs) == 0 {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
@@ -321,81 +273,11 @@ type node struct{ name, host, addr string }
 
 // nodes lists the cluster's nodes.
 func (s *RestSource) nodes(ctx context.Context) ([]node, error) {
-	api, err := s.API(ctx)
+	p, err := s.parser(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []node
-	if api == APIv0042 {
-		rep, err := s.c42.SlurmV0042GetNodesWithResponse(ctx, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil || rep.JSON200 == nil {
-			return nil, fmt.Errorf("slurmrestd: nodes: status %d %v", rep.StatusCode(), err)
-		}
-		for _, n := range rep.JSON200.Nodes {
-			out = append(out, node{str(n.Name), str(n.Hostname), str(n.Address)})
-		}
-		return out, nil
-	}
-	rep, err := s.c38.SlurmV0038GetNodesWithResponse(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	if rep.JSON200 == nil || rep.JSON200.Nodes == nil {
-		return nil, fmt.Errorf("slurmrestd: nodes: status %d", rep.StatusCode())
-	}
-	for _, n := range *rep.JSON200.Nodes {
-		out = append(out, node{str(n.Name), str(n.Hostname), str(n.Address)})
-	}
-	return out, nil
-}
-
-// decode200 parses a 200 answer whose Content-Type the generated client did not take
-// for JSON (it only decodes "application/json"); *dst stays as is otherwise.
-func decode200[T any](r *http.Response, body []byte, dst **T) error {
-	if *dst != nil || r == nil || r.StatusCode != http.StatusOK {
-		return nil
-	}
-	var v T
-	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Errorf("HTTP 200 with a body that is not the expected JSON: %w", err)
-	}
-	*dst = &v
-	return nil
-}
-
-func convertAll(src *[]v0038.V0038JobResponseProperties, hosts func(string) string) ([]*Job, error) {
-	if src == nil {
-		return nil, nil
-	}
-	out := make([]*Job, 0, len(*src))
-	var errs []error
-	for i := range *src {
-		j, err := fromV0038(&(*src)[i], hosts)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, j)
-	}
-	return collected(out, errs)
-}
-
-func slurmErrors(errs *[]v0038.V0038Error) error {
-	if errs == nil || len(*errs) == 0 {
-		return nil
-	}
-	var parts []string
-	for _, e := range *errs {
-		msg := str(e.Error)
-		if e.ErrorNumber != nil {
-			msg = fmt.Sprintf("%s (errno %d)", msg, *e.ErrorNumber)
-		}
-		parts = append(parts, msg)
-	}
-	return fmt.Errorf("slurm errors: %s", strings.Join(parts, "; "))
+	return p.getNodes(ctx)
 }
 
 func httpError(url, endpoint string, r *http.Response, body []byte) error {

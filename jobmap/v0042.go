@@ -1,12 +1,13 @@
 package jobmap
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	v0042 "github.com/persyst/persyst/jobmap/v0042"
@@ -16,7 +17,87 @@ import (
 // The data parser v0.0.42 (Slurm 24.11 to 26.05: slurmrestd, and `scontrol --json=v0.0.42
 // show job`): numbers wrapped in {set, infinite, number}, the job's state a list of a base
 // state and flags, the allocation every core of a node with its status, and the output
-// paths expanded by Slurm itself (partly before 25.11, wholly from 25.11 on).
+// paths expanded by Slurm itself (slurmver.OutputPartlyExpanded, OutputExpanded).
+
+// parserV0042 is the v0.0.42 adapter; c is nil where only documents are read.
+type parserV0042 struct{ c *v0042.ClientWithResponses }
+
+func newParserV0042(server string, hc *http.Client, edit func(context.Context, *http.Request) error) (parserV0042, error) {
+	opts := []v0042.ClientOption{v0042.WithHTTPClient(hc)}
+	if edit != nil {
+		opts = append(opts, v0042.WithRequestEditorFn(edit))
+	}
+	c, err := v0042.NewClientWithResponses(server, opts...)
+	return parserV0042{c}, err
+}
+
+func (parserV0042) version() string { return APIv0042 }
+
+func (parserV0042) inCommands(rel slurmver.Release) bool { return rel.Has(slurmver.DataParserV0042) }
+
+// parse reads a v0.0.42 jobs document (scontrol --json=v0.0.42's, or slurmrestd's).
+func (parserV0042) parse(b []byte, hosts func(string) string) ([]*Job, error) {
+	var doc v0042.V0042OpenapiJobInfoResp
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("parse v0.0.42 jobs JSON: %w", err)
+	}
+	return readDoc(jobsV0042{&doc}, hosts)
+}
+
+func (p parserV0042) getJobs(ctx context.Context, id string) (answer, error) {
+	doc := func(d *v0042.V0042OpenapiJobInfoResp) jobsDoc { return jobsV0042{d} }
+	if id == "" {
+		rep, err := p.c.SlurmV0042GetJobsWithResponse(ctx, nil)
+		if err != nil {
+			return answer{}, err
+		}
+		return answerOf(rep.HTTPResponse, rep.Body, rep.JSON200, doc)
+	}
+	rep, err := p.c.SlurmV0042GetJobWithResponse(ctx, id, nil)
+	if err != nil {
+		return answer{}, err
+	}
+	return answerOf(rep.HTTPResponse, rep.Body, rep.JSON200, doc)
+}
+
+func (p parserV0042) getNodes(ctx context.Context) ([]node, error) {
+	rep, err := p.c.SlurmV0042GetNodesWithResponse(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := decode200(rep.HTTPResponse, rep.Body, &rep.JSON200); err != nil || rep.JSON200 == nil {
+		return nil, fmt.Errorf("slurmrestd: nodes: status %d %v", rep.StatusCode(), err)
+	}
+	var out []node
+	for _, n := range rep.JSON200.Nodes {
+		out = append(out, node{str(n.Name), str(n.Hostname), str(n.Address)})
+	}
+	return out, nil
+}
+
+// jobsV0042 is a v0.0.42 jobs document.
+type jobsV0042 struct{ *v0042.V0042OpenapiJobInfoResp }
+
+func (d jobsV0042) slurmErrors() error {
+	if d.Errors == nil {
+		return nil
+	}
+	var msgs []string
+	for _, e := range *d.Errors {
+		msg := str(e.Error)
+		if desc := str(e.Description); desc != "" {
+			msg += ": " + desc
+		}
+		msgs = append(msgs, withErrno(msg, e.ErrorNumber))
+	}
+	return listedErrors(msgs)
+}
+
+// jobs are the document's jobs, as the Slurm release its meta names gives them.
+func (d jobsV0042) jobs(hosts func(string) string) ([]*Job, error) {
+	rel := releaseOf(d.Meta)
+	return convert(d.Jobs, func(p *v0042.V0042JobInfo) (*Job, error) { return fromV0042(p, rel, hosts) })
+}
 
 // releaseOf reads the Slurm release a v0.0.42 response names (zero: not said).
 func releaseOf(m *v0042.V0042OpenapiMeta) slurmver.Release {
@@ -30,7 +111,7 @@ func releaseOf(m *v0042.V0042OpenapiMeta) slurmver.Release {
 }
 
 // fromV0042 converts one job of the v0.0.42 data parser served by Slurm release rel;
-// hostname maps a node name to its host name (for %N before Slurm 25.11).
+// hostname maps a node name to its host name (for %N where Slurm leaves it).
 func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string) string) (*Job, error) {
 	if p.JobId == nil || *p.JobId <= 0 {
 		return nil, errors.New("job without job_id")
@@ -39,6 +120,8 @@ func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string
 		JobID:        uint32(*p.JobId),
 		Name:         str(p.Name),
 		User:         str(p.UserName),
+		UID:          uint32(num(p.UserId)),
+		GID:          uint32(num(p.GroupId)),
 		Partition:    str(p.Partition),
 		NodeList:     str(p.Nodes),
 		BatchHost:    str(p.BatchHost),
@@ -48,45 +131,28 @@ func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string
 		Start:        noValTime(p.StartTime),
 		End:          noValTime(p.EndTime),
 		Preempted:    noValTime(p.PreemptTime),
-	}
-	if p.RestartCnt != nil {
-		j.Restarts = int(*p.RestartCnt)
+		Restarts:     int(num(p.RestartCnt)),
 	}
 	if p.JobState != nil {
 		j.State = stateOf(*p.JobState)
 		j.setRequeue(*p.JobState...)
 	}
-	if p.UserId != nil {
-		j.UID = uint32(*p.UserId)
+	arr, _ := noVal32(p.ArrayJobId)
+	task, ok := noVal32(p.ArrayTaskId)
+	if !ok {
+		task = -1
 	}
-	if p.GroupId != nil {
-		j.GID = uint32(*p.GroupId)
-	}
-	pendingTasks := arrayOf(j, p)
-	if n, ok := noVal64(p.MemoryPerNode); ok && n > 0 {
-		j.MemPerNodeMB = int(n)
-	}
-	if n, ok := noVal64(p.MemoryPerCpu); ok && n > 0 {
-		j.MemPerCPUMB = int(n)
-	}
-	if p.Flags != nil && (j.MemPerNodeMB > 0 || j.MemPerCPUMB > 0) {
-		j.MemDefault = !slices.Contains(*p.Flags, "EXACT_MEMORY_REQUESTED")
-	}
+	pendingTasks := j.setArray(int64(arr), int64(task), str(p.ArrayTaskString))
+	perNode, _ := noVal64(p.MemoryPerNode)
+	perCPU, _ := noVal64(p.MemoryPerCpu)
+	j.setMemory(perNode, perCPU, p.Flags, "EXACT_MEMORY_REQUESTED")
 	if p.TimeLimit != nil && (p.TimeLimit.Infinite == nil || !*p.TimeLimit.Infinite) {
-		if n, ok := noVal32(p.TimeLimit); ok && n > 0 {
-			j.TimeLimit = time.Duration(n) * time.Minute
-		}
+		n, _ := noVal32(p.TimeLimit)
+		j.setTimeLimit(int64(n))
 	}
-	if j.NodeList != "" && j.NodeList != "(null)" {
-		nodes, err := ExpandHostlist(j.NodeList)
-		if err != nil {
-			return nil, fmt.Errorf("job %d: nodes: %w", j.JobID, err)
-		}
-		j.Nodes = nodes
-	} else {
-		j.NodeList = ""
+	if err := j.setNodes("nodes", allocV0042(p.JobResources)); err != nil {
+		return nil, err
 	}
-	j.Alloc = allocV0042(p.JobResources, j.Nodes)
 	if pendingTasks {
 		return j, nil // Stdout/Stderr unknown until the tasks exist
 	}
@@ -96,31 +162,9 @@ func fromV0042(p *v0042.V0042JobInfo, rel slurmver.Release, hostname func(string
 	return j, nil
 }
 
-// arrayOf sets the job's array ids; it says whether the record stands for array tasks
-// not started yet ("1-100"), whose output files are not known.
-func arrayOf(j *Job, p *v0042.V0042JobInfo) bool {
-	arr, ok := noVal32(p.ArrayJobId)
-	if !ok || arr <= 0 {
-		return false
-	}
-	if task, ok := noVal32(p.ArrayTaskId); ok && task >= 0 && uint32(task) < SlurmNoVal {
-		j.IsArray, j.ArrayJobID, j.ArrayTaskID = true, uint32(arr), uint32(task)
-		return false
-	}
-	if s := str(p.ArrayTaskString); s != "" {
-		j.IsArray, j.ArrayJobID = true, uint32(arr)
-		if t, err := strconv.ParseUint(s, 10, 32); err == nil {
-			j.ArrayTaskID = uint32(t)
-			return false
-		}
-		return true
-	}
-	return false
-}
-
-// allocV0042 is the allocation on each of the job's nodes, in their order: from 24.11 on
-// a node lists every core, and those held by the job say ALLOCATED.
-func allocV0042(r *v0042.V0042JobRes, nodes []string) []NodeAlloc {
+// allocV0042 is the allocation on each node of the job's resources, by node name: from
+// 24.11 on a node lists every core, and those held by the job say ALLOCATED.
+func allocV0042(r *v0042.V0042JobRes) map[string]NodeAlloc {
 	if r == nil || r.Nodes == nil || r.Nodes.Allocation == nil {
 		return nil
 	}
@@ -139,45 +183,7 @@ func allocV0042(r *v0042.V0042JobRes, nodes []string) []NodeAlloc {
 		}
 		byNode[n.Node] = n
 	}
-	var out []NodeAlloc
-	for _, node := range nodes {
-		if a, ok := byNode[node]; ok {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// slurmOutput sets the job's output files from the paths Slurm gives (stdout, stderr:
-// "" when not given apart) as release rel expands them: from 25.11 on wholly (Slurm's
-// own expansion, %N the NODE's name); before, only %A %a %b %j %u %x, %% and widths, so
-// what the batch step expands besides (%J %N %n %s %t) is finished here. The pattern as
-// the user gave it is lost then: a width right before a '%' ("%3%j") is the one case
-// that cannot be told apart.
-func (j *Job) slurmOutput(stdout, stderr string, rel slurmver.Release, hostname func(string) string) error {
-	pj := PatternJob{JobID: j.JobID, ArrayJobID: j.ArrayJobID, ArrayTaskID: j.ArrayTaskID, IsArray: j.IsArray,
-		StepID: "batch", User: j.User, Name: j.Name, BatchHost: j.BatchHost}
-	if hostname != nil && j.BatchHost != "" && !rel.AtLeast(25, 11) {
-		pj.BatchHost = hostname(j.BatchHost)
-	}
-	finish := func(p string) string {
-		if !rel.AtLeast(25, 11) {
-			p = finishBatchPattern(p, &pj)
-		}
-		return ResolvePath(j.WorkDir, p)
-	}
-	j.StdoutPattern, j.StderrPattern = stdout, stderr
-	if stdout == "" {
-		j.Stdout = ResolvePath(j.WorkDir, DefaultOutput(pj))
-	} else {
-		j.Stdout = finish(stdout)
-	}
-	if stderr == "" || stderr == stdout {
-		j.Stderr = j.Stdout
-	} else {
-		j.Stderr = finish(stderr)
-	}
-	return nil
+	return byNode
 }
 
 // stateOf is a job's state as one word, as Slurm's job_state_string() names it: a flag
@@ -218,48 +224,4 @@ func noValTime(v *v0042.V0042Uint64NoValStruct) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(n, 0).UTC()
-}
-
-// parseV0042JSON parses a v0.0.42 jobs document (slurmrestd's, or scontrol --json's).
-func parseV0042JSON(b []byte, hosts func(string) string) ([]*Job, error) {
-	var doc v0042.V0042OpenapiJobInfoResp
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("parse v0.0.42 jobs JSON: %w", err)
-	}
-	if err := v0042Errors(doc.Errors); err != nil {
-		return nil, err
-	}
-	return convertV0042(doc.Jobs, releaseOf(doc.Meta), hosts)
-}
-
-func convertV0042(src []v0042.V0042JobInfo, rel slurmver.Release, hosts func(string) string) ([]*Job, error) {
-	out := make([]*Job, 0, len(src))
-	var errs []error
-	for i := range src {
-		j, err := fromV0042(&src[i], rel, hosts)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, j)
-	}
-	return collected(out, errs)
-}
-
-func v0042Errors(errs *v0042.V0042OpenapiErrors) error {
-	if errs == nil || len(*errs) == 0 {
-		return nil
-	}
-	var parts []string
-	for _, e := range *errs {
-		msg := str(e.Error)
-		if d := str(e.Description); d != "" {
-			msg += ": " + d
-		}
-		if e.ErrorNumber != nil {
-			msg = fmt.Sprintf("%s (errno %d)", msg, *e.ErrorNumber)
-		}
-		parts = append(parts, msg)
-	}
-	return fmt.Errorf("slurm errors: %s", strings.Join(parts, "; "))
 }

@@ -1,10 +1,12 @@
 // Package slurmver is a Slurm release: what Slurm's commands print (`slurmd -V`,
-// `scontrol --version`), what its plugins carry (plugin_version, SLURM_VERSION_NUMBER)
-// and which releases speak which protocol. It is a leaf: the job map, `persyst check` and
-// the packaging read releases through it.
+// `scontrol --version`), what its plugins carry (plugin_version, SLURM_VERSION_NUMBER),
+// the releases persyst is tested with (Tested) and every change between releases that
+// persyst reads differently (features.go: one table, asked with Release.Has). It is a
+// leaf: the job map, accounting, `persyst check` and the packaging read releases through it.
 package slurmver
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,9 +18,19 @@ type Release struct{ Major, Minor, Micro int }
 // Known says whether r is a release at all.
 func (r Release) Known() bool { return r.Major != 0 }
 
-// AtLeast says whether r is release major.minor or later.
+// AtLeast says whether r is release major.minor or later. A decision of what a release
+// does asks Has with the change's name instead.
 func (r Release) AtLeast(major, minor int) bool {
 	return r.Major > major || (r.Major == major && r.Minor >= minor)
+}
+
+// CompareSeries compares the series (major.minor) of r and s: -1 when r's is older, 0
+// when they are the same, +1 when r's is newer.
+func (r Release) CompareSeries(s Release) int {
+	if c := cmp.Compare(r.Major, s.Major); c != 0 {
+		return c
+	}
+	return cmp.Compare(r.Minor, s.Minor)
 }
 
 // Series is the release's major.minor ("24.11"): plugins are built for one series.
