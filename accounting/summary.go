@@ -11,7 +11,9 @@
 // database path (sacctmgr 22.05 lowercases the AdminComment it sets). Decode also reads
 // version 1 tokens (base64url, case-sensitive). It holds what the text
 // digest shows: the job, its nodes and CPUs, how long it was measured, how it ended and
-// what happened to it, what the digest does not cover, and its findings (key, name, unit,
+// what happened to it, what the digest does not cover, what it says beside the findings
+// (Slurm's suspensions, the time lost to work outside the job, the nodes unlike the
+// rest, the site's I/O episodes, its notes), and its findings (key, name, unit,
 // deciles rounded to 4 significant digits, threshold, share of the job and severities).
 // Recommendations are not kept: Decode takes them from the property catalog of the
 // persyst that reads the summary. A token is at most MaxToken bytes: findings beyond
@@ -42,6 +44,8 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -85,7 +89,35 @@ type summary struct {
 	Coverage *coverage        `json:"cov,omitempty"`
 	EndState *digest.EndState `json:"es,omitempty"`
 	Events   []event          `json:"ev,omitempty"`
+	around
 }
+
+// around is what the digest says beside its findings: whether it was the job's code or
+// the system (Report.Suspended, Interference, Alike, Episodes) and its notes. A summary
+// too large for MaxToken loses the nodes unlike the rest and the episodes before any
+// finding, the time lost to others only after every finding.
+type around struct {
+	Suspended        []gap                `json:"su,omitempty"`
+	Interference     *phases.Interference `json:"in,omitempty"`
+	InterferenceNode string               `json:"inn,omitempty"`
+	Alike            *phases.Alikeness    `json:"al,omitempty"`
+	Episodes         []episode            `json:"ep,omitempty"`
+	Notes            []event              `json:"no,omitempty"`
+}
+
+type episode struct {
+	From    int64 `json:"f"`
+	To      int64 `json:"t"`
+	Jobs    int   `json:"j"`
+	Stalled int   `json:"s"`
+}
+
+// Bounds of the around facts a summary keeps (the digest shows fewer, and counts the rest).
+const (
+	maxSuspended = 32
+	maxUnlike    = 16
+	maxEpisodes  = 16
+)
 
 type finding struct {
 	Key       string    `json:"k"`
@@ -186,6 +218,7 @@ func Encode(r digest.Report) (string, error) {
 	for _, e := range r.Events {
 		s.Events = append(s.Events, event{Key: e.Key, Text: clipText(e.Text, 300), Rec: clipText(e.Recommendation, 300)})
 	}
+	s.around = aroundOf(r)
 	// Findings beyond what fits are counted, from the least important.
 	for {
 		tok, err := encode(s)
@@ -196,6 +229,8 @@ func Encode(r digest.Report) (string, error) {
 			return tok, nil
 		}
 		switch {
+		case s.Alike != nil || len(s.Episodes) > 0:
+			s.Alike, s.Episodes = nil, nil
 		case len(s.Findings) > 0:
 			s.Findings = s.Findings[:len(s.Findings)-1]
 			s.More++
@@ -203,9 +238,63 @@ func Encode(r digest.Report) (string, error) {
 			s.Coverage.Gaps, s.Coverage.Missing = nil, nil
 		case len(s.Events) > 0:
 			s.Events = s.Events[:len(s.Events)-1]
+		case s.Interference != nil || len(s.Suspended)+len(s.Notes) > 0:
+			s.around = around{}
 		default:
 			return "", fmt.Errorf("summary of job %d: %d bytes, more than %d", r.JobID, len(tok), MaxToken)
 		}
+	}
+}
+
+// aroundOf is what r says beside its findings, bounded (and its texts clipped).
+func aroundOf(r digest.Report) around {
+	var a around
+	for i, g := range r.Suspended {
+		if i == maxSuspended {
+			break
+		}
+		a.Suspended = append(a.Suspended, gap{From: g.From.Unix(), To: g.To.Unix()})
+	}
+	if in := r.Interference; in != nil && len(in.Causes) > 0 {
+		c := *in
+		c.Causes = c.Causes[:min(len(c.Causes), 3)]
+		a.Interference = &c
+		a.InterferenceNode = clipText(r.InterferenceNode, 64)
+		if a.InterferenceNode == "" {
+			a.InterferenceNode = clipText(r.PhasesNode, 64)
+		}
+	}
+	if al := r.Alike; al != nil && len(al.Unlike) > 0 {
+		c := *al
+		c.Unlike = c.Unlike[:min(len(c.Unlike), maxUnlike)]
+		for i := range c.Unlike {
+			c.Unlike[i].Node = clipText(c.Unlike[i].Node, 64)
+		}
+		a.Alike = &c
+	}
+	for i, e := range r.Episodes {
+		if i == maxEpisodes {
+			break
+		}
+		a.Episodes = append(a.Episodes, episode{From: e.From.Unix(), To: e.To.Unix(), Jobs: e.Jobs, Stalled: e.Stalled})
+	}
+	for _, n := range r.Notes {
+		a.Notes = append(a.Notes, event{Key: n.Key, Text: clipText(n.Text, 300), Rec: clipText(n.Recommendation, 300)})
+	}
+	return a
+}
+
+// report puts the around facts back into r.
+func (a around) report(r *digest.Report) {
+	for _, g := range a.Suspended {
+		r.Suspended = append(r.Suspended, sample.Gap{From: time.Unix(g.From, 0).UTC(), To: time.Unix(g.To, 0).UTC()})
+	}
+	r.Interference, r.InterferenceNode, r.Alike = a.Interference, a.InterferenceNode, a.Alike
+	for _, e := range a.Episodes {
+		r.Episodes = append(r.Episodes, episodes.Episode{From: time.Unix(e.From, 0).UTC(), To: time.Unix(e.To, 0).UTC(), Jobs: e.Jobs, Stalled: e.Stalled})
+	}
+	for _, n := range a.Notes {
+		r.Notes = append(r.Notes, digest.Event{Key: n.Key, Text: n.Text, Recommendation: n.Rec})
 	}
 }
 
@@ -298,6 +387,7 @@ func Decode(tok string, recommendation func(key string) string) (digest.Report, 
 	for _, e := range s.Events {
 		r.Events = append(r.Events, digest.Event{Key: e.Key, Text: e.Text, Recommendation: e.Rec})
 	}
+	s.around.report(&r)
 	return r, nil
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/episodes"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sample"
 )
@@ -25,7 +27,17 @@ func report(findings int) digest.Report {
 			Missing: []digest.MissingNode{{Node: "node3", Why: "unreachable"}}},
 		EndState: &digest.EndState{State: "OUT_OF_MEMORY", ExitCode: 0, Signal: 9},
 		Events:   []digest.Event{{Key: "oom_kill", Text: "The kernel killed 1 process for lack of memory.", Recommendation: "Ask for more memory."}},
-		Findings: []properties.Result{}, Properties: []properties.Result{}}
+		Findings: []properties.Result{}, Properties: []properties.Result{},
+		// What the digest says beside the findings.
+		Suspended: []sample.Gap{{From: t0.Add(10 * time.Second), To: t0.Add(20 * time.Second)}},
+		Interference: &phases.Interference{Seconds: 95, Assessed: 90, LostSeconds: 15.2, Share: 0.16, Class: "high", Intervals: 5,
+			Causes: []phases.Cause{{Key: phases.CauseCPU, LostSeconds: 15.2}},
+			Worst:  &phases.Stretch{From: t0.Add(30 * time.Second), To: t0.Add(40 * time.Second)}},
+		InterferenceNode: "node1",
+		Alike: &phases.Alikeness{Nodes: 2, Score: 0.6, Unlike: []phases.UnlikeNode{{Node: "node2", Alike: 0.4,
+			Stretch: phases.Stretch{From: t0.Add(50 * time.Second), To: t0.Add(70 * time.Second)}, NCPUs: 4, OthersNCPUs: 4}}},
+		Episodes: []episodes.Episode{{From: t0.Add(60 * time.Second), To: t0.Add(80 * time.Second), Jobs: 40, Stalled: 12}},
+		Notes:    []digest.Event{{Key: "memory_near_limit", Text: "Memory came close to the limit.", Recommendation: "Ask for a little more."}}}
 	for i := range findings {
 		d := make([]float64, 11)
 		for k := range d {
@@ -89,6 +101,11 @@ func TestManyFindingsAreCounted(t *testing.T) {
 	text := digest.Text(got, digest.TextOptions{})
 	if want := fmt.Sprintf("... and %d more", 60-5); !strings.Contains(text, want) {
 		t.Errorf("text does not say %q:\n%s", want, text)
+	}
+	// What qualifies every finding stays; the nodes unlike the rest and the episodes go
+	// first.
+	if got.Interference == nil || !strings.Contains(text, "lost to other work on node1") || got.Alike != nil || got.Episodes != nil {
+		t.Errorf("interference %+v, alike %+v, episodes %+v: want the time lost kept, the rest dropped first:\n%s", got.Interference, got.Alike, got.Episodes, text)
 	}
 }
 
