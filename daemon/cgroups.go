@@ -102,6 +102,19 @@ func (s slurmCgroups) cpus(cg map[string]string) map[string]listedCPUs {
 	return out
 }
 
+// hasKey says whether one of a job's cgroup hierarchies (cg's keys) has the controller ctrl.
+func hasKey(cg map[string]string, ctrl string) bool {
+	for k := range cg {
+		if keyHas(k, ctrl) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyHas says whether a v1 hierarchy's key ("cpu,cpuacct") names the controller ctrl.
+func keyHas(key, ctrl string) bool { return strings.Contains(","+key+",", ","+ctrl+",") }
+
 // ownedCgroups are persyst's own perf cgroups of jobs, made where Slurm's own cannot be
 // used for perf events (cgroup v1 without a perf_event hierarchy): <mount>/<parent>/job_<id>.
 type ownedCgroups struct {

@@ -47,6 +47,9 @@ type jobMeter struct {
 	refind   bool
 	// frozen: Slurm had the job's cgroups frozen (suspended) at the last look.
 	frozen bool
+	// digested: this run's digest was made (never twice; a requeued job's next run has a
+	// meter of its own).
+	digested bool
 }
 
 // setFrozen records whether the job's cgroups are frozen now, and says whether that
@@ -121,6 +124,19 @@ func (jm *jobMeter) now() (meterState, *pipeline.Job) {
 func (jm *jobMeter) pipeline() *pipeline.Job {
 	_, job := jm.now()
 	return job
+}
+
+// forDigest returns the job's pipeline for a digest of kind mode (nil: not measured, or
+// the digest was made): once per run, but an interactive job's report is made again at
+// each step's end and at the job's end (it goes into no file).
+func (jm *jobMeter) forDigest(mode digestMode) *pipeline.Job {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	if jm.job == nil || (jm.digested && mode != interactive) {
+		return nil
+	}
+	jm.digested = jm.digested || mode != interactive
+	return jm.job
 }
 
 // end marks the meter ended and returns its pipeline; first is false when it had ended

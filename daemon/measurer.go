@@ -13,6 +13,7 @@ import (
 	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/pipeline"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
@@ -53,7 +54,8 @@ type MeasureConfig struct {
 
 // Measurer measures the node's jobs: it opens a job's meter when the job starts (opener),
 // reads every meter at each cycle boundary and once more at the job's end, counts their
-// OOM kills (oomTracker) and makes their digests (digester).
+// OOM kills (oomTracker) and makes their digests (digestPass), with what the job map
+// says of them (jobLookups) and their reports kept (digester).
 type Measurer struct {
 	cfg   MeasureConfig
 	log   zerolog.Logger
@@ -65,11 +67,13 @@ type Measurer struct {
 	slurm slurmCgroups
 	owned ownedCgroups
 
-	meters *meterSet
-	open   *opener
-	oom    *oomTracker
-	dig    *digester
-	unann  *unannounced
+	meters  *meterSet
+	open    *opener
+	oom     *oomTracker
+	lookups *jobLookups
+	dig     *digester
+	pass    *digestPass
+	unann   *unannounced
 	// starts counts the meters being opened in the background (Prepare).
 	starts sync.WaitGroup
 }
@@ -125,8 +129,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	})
 	m.oom.following = m.env.GPUErrors.Following
 	m.unann = newUnannounced(m.host, node, reg, cfg.Metrics, log, now)
-	m.dig = &digester{cfg: cfg.Digest.withDefaults(), node: node, cycle: cfg.Cycle, uplink: cfg.Uplink, oom: m.oom,
-		reports: newReportStore(cfg.StateDir), metrics: cfg.Metrics, log: log, now: now, jobs: map[uint32]*jobDigest{}}
+	m.digests(cfg.Digest.withDefaults())
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
 		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2, GPUIndex: cfg.GPUIndex}}
 	if m.owned.parent == "" {
@@ -149,6 +152,17 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	return m, nil
 }
 
+// digests makes the parts of the digests: the job map's lookups, the reports kept and
+// written, and the pass that makes a digest with them.
+func (m *Measurer) digests(cfg DigestConfig) {
+	m.lookups = newJobLookups(cfg, m.cfg.Cycle, m.log, m.now)
+	m.dig = &digester{off: cfg.Off, appendText: cfg.Append, uplink: m.cfg.Uplink, reports: newReportStore(m.cfg.StateDir),
+		metrics: m.cfg.Metrics, log: m.log, kept: map[uint32]*digest.Report{}}
+	m.pass = &digestPass{engine: cfg.Engine, timeout: cfg.Timeout, node: m.node, cycle: m.cfg.Cycle, uplink: m.cfg.Uplink,
+		lookups: m.lookups, oom: m.oom, dig: m.dig, log: m.log, now: m.now,
+		acct: accountant{write: cfg.Accounting, facts: cfg.Facts, metrics: m.cfg.Metrics, log: m.log}}
+}
+
 // Prepare is called for a job or step start of a measured job: it creates persyst's perf
 // cgroup for the job when one is needed and returns it, so the plugin can move the
 // step's tasks into it; the job's meter is opened in the background if its cgroups are
@@ -159,14 +173,8 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
 	}
-	if old := m.meters.get(j.JobID); old != nil {
-		if st, _ := old.now(); st == ended {
-			// Slurm runs the job again (requeued): this run gets a digest of its own.
-			m.dig.newRun(j.JobID)
-		}
-	}
-	jm := m.meters.meter(j.JobID, true)
-	jm.lookAgain() // a step's cgroups appear with it
+	jm := m.meters.meter(j.JobID, true) // a new one when Slurm runs the job again (requeued)
+	jm.lookAgain()                      // a step's cgroups appear with it
 	m.slurm.layout.Invalidate()
 	m.oom.watch(j.JobID, j.UID)
 	if jm.ownedCgroup() == "" && m.owned.needed(j.Cgroups) {
@@ -183,7 +191,7 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 			m.finishOpen(j, jm)
 		}()
 	}
-	m.dig.prefetch(j) // nothing when the reconciler's answer is awaited (Restore)
+	m.lookups.prefetch(j) // nothing when the reconciler's answer is awaited (Restore)
 	return jm.ownedCgroup()
 }
 
@@ -195,7 +203,7 @@ func (m *Measurer) Restore(j *Job, mounts func() []jobcgroup.Mount) bool {
 	if m.cfg.Disabled || j.State != Running || !m.slurm.present(j, mounts()) {
 		return false
 	}
-	m.dig.await(j.JobID)
+	m.lookups.await(j)
 	m.Prepare(j)
 	return true
 }
@@ -281,6 +289,7 @@ func (m *Measurer) Forget(keep func(uint32) bool) {
 	for _, id := range m.meters.forget(keep) {
 		m.oom.forget(id)
 	}
+	m.lookups.forget(keep)
 	m.dig.forget(keep)
 }
 
@@ -412,20 +421,20 @@ func (m *Measurer) InteractiveDigest(ctx context.Context, j *Job) error {
 	return m.digest(ctx, j, interactive, nil)
 }
 
-// digest makes job j's digest once its meter's opening (if under way) is over.
-func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode, facts *jobmap.Job) error {
-	if m.dig.cfg.Engine == nil || j.State == OptedOut {
+// digest makes job j's digest once its meter's opening (if under way) is over, once per
+// run (digestPass.make).
+func (m *Measurer) digest(ctx context.Context, j *Job, mode digestMode, known *jobmap.Job) error {
+	if m.pass.engine == nil || j.State == OptedOut {
 		return nil
 	}
 	jm := m.meters.settled(j.JobID) // a job that ended moments after it started
 	if jm == nil {
 		return nil
 	}
-	job := jm.pipeline()
-	if job == nil || !m.dig.claim(j.JobID, mode) {
-		return nil
+	if pj := jm.forDigest(mode); pj != nil {
+		return m.pass.make(ctx, j, pj, mode, known)
 	}
-	return m.dig.make(ctx, j, job, mode, facts)
+	return nil
 }
 
 // WatchOOM counts the OOM kills the kernel logs in each measured job's cgroups until ctx

@@ -270,9 +270,7 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			prepareNow(m, j)
-			m.dig.mu.Lock()
-			done := m.dig.jobs[7].looked
-			m.dig.mu.Unlock()
+			done := lookupDone(m, 7)
 			if done == nil {
 				t.Fatal("no lookup started at the batch step's start")
 			}
@@ -320,6 +318,17 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lookupDone returns what is closed once the job map's lookup of job id at its batch
+// step's start is over (nil: none started).
+func lookupDone(m *Measurer, id uint32) <-chan struct{} {
+	m.lookups.mu.Lock()
+	defer m.lookups.mu.Unlock()
+	if lk := m.lookups.jobs[id]; lk != nil {
+		return lk.looked
+	}
+	return nil
 }
 
 // measured returns job id's pipeline (nil: its meter is not open).
@@ -593,9 +602,7 @@ func TestOneLookupPerDigest(t *testing.T) {
 	t.Run("ended unseen: the reconciler's lookup", func(t *testing.T) {
 		m, reg, facts, now, written := setup(t, "COMPLETED")
 		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "batch"}, *now))
-		m.dig.mu.Lock()
-		looked := m.dig.jobs[7].looked
-		m.dig.mu.Unlock()
+		looked := lookupDone(m, 7)
 		<-looked // the batch step's start
 		*now = now.Add(10 * time.Minute)
 		before := facts.lookups
@@ -639,16 +646,14 @@ func TestOneLookupPerDigest(t *testing.T) {
 		m, reg, facts, now, _ := setup(t, "RUNNING")
 		var mu sync.Mutex
 		var paths []string
-		m.dig.cfg.Append = func(_ context.Context, tg digest.Target, _ []byte) error {
+		m.dig.appendText = func(_ context.Context, tg digest.Target, _ []byte) error {
 			mu.Lock()
 			paths = append(paths, tg.Path)
 			mu.Unlock()
 			return nil
 		}
 		prepareNow(m, apply(t, reg, wire.StepStart, &wire.Event{StepID: "batch"}, *now))
-		m.dig.mu.Lock()
-		looked := m.dig.jobs[7].looked
-		m.dig.mu.Unlock()
+		looked := lookupDone(m, 7)
 		<-looked
 		facts.set(func(f *jobmap.Job) { f.State = "COMPLETED" })
 		facts.mu.Lock()

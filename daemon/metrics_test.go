@@ -206,15 +206,16 @@ func BenchmarkDigestAccounting(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			m, reg, _, _ := metricsNode(b, 1, "user,jobid")
-			m.dig.cfg.Accounting = tc.write
-			m.dig.cfg.Facts = fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out"}}
-			m.dig.cfg.Append = func(context.Context, digest.Target, []byte) error { return nil }
+			facts := fakeFacts{1: {JobID: 1, WorkDir: "/w", Stdout: "out"}}
+			m.pass.acct.write, m.pass.acct.facts, m.lookups.facts = tc.write, facts, facts
+			m.dig.appendText = func(context.Context, digest.Target, []byte) error { return nil }
 			j := reg.Job(1)
 			b.ResetTimer()
 			for b.Loop() {
-				m.dig.mu.Lock()
-				m.dig.jobs[1].made = false
-				m.dig.mu.Unlock()
+				jm := m.meters.get(1)
+				jm.mu.Lock()
+				jm.digested = false
+				jm.mu.Unlock()
 				if err := m.Digest(context.Background(), j); err != nil {
 					b.Fatal(err)
 				}

@@ -107,7 +107,7 @@ func (r *reconciler) round(ctx context.Context) {
 		why, facts := r.gone(cctx, j.JobID)
 		cancel()
 		if r.meas != nil {
-			r.meas.dig.found(j.JobID, facts) // a restored job's digest awaits this answer
+			r.meas.lookups.found(j.JobID, facts) // a restored job's digest awaits this answer
 		}
 		if why == "" {
 			continue

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"time"
 
-	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/jobmap"
@@ -17,65 +14,52 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// A job's report on its batch host: this node's results merged with the other nodes'
-// (the tree's or the peers'), what the report covers, and how the job ended, handed to
-// digest.Assemble.
+// A job's report on its batch host, made from what the job's end knows (jobEnd) alone:
+// this node's results merged with the other nodes' (the tree's or the peers'), what the
+// report covers, and how the job ended, handed to digest.Assemble. Nothing here reads or
+// asks anything: the same jobEnd gives the same report.
 
-// report evaluates the job's results on this node, merges the other nodes', and
-// assembles the report.
-func (d *digester) report(ctx context.Context, j *Job, pj *pipeline.Job, facts *jobmap.Job, mode digestMode, at time.Time) digest.Report {
-	ncpus := len(pj.Meter().Spec().CPUs)
-	req, judged := memRequest(facts, ncpus)
-	results := pj.Results(judged)
-	f := reportFacts(j, facts, d.node, ncpus, mode, at, 2*d.cycle+time.Second)
-	why := ""
+// report makes the job's report.
+func (e *jobEnd) report() digest.Report {
+	f := reportFacts(e)
+	results := e.measured.results
+	why := e.whyNot
 	reasons := map[string]string{}
-	wide, whyNot := d.jobWide(ctx, j, facts)
-	if wide != nil {
-		// What comes from other agents is taken for its numbers only (properties.Adopt).
-		results = properties.MergeResults(results, d.cfg.Engine.Adopt(wide.Properties))
-		f.Nodes = nodeNames(wide.Nodes)
-		if !slices.Contains(f.Nodes, d.node) {
+	if e.wide != nil {
+		results = properties.MergeResults(results, e.others)
+		f.Nodes = nodeNames(e.wide.Nodes)
+		if !slices.Contains(f.Nodes, e.node) {
 			// This node's own measurement covers it, judged or too short to be.
-			f.Nodes = append([]string{d.node}, f.Nodes...)
+			f.Nodes = append([]string{e.node}, f.Nodes...)
 		}
-		f.CPUs = jobCPUs(facts, f.Nodes, d.node, ncpus)
+		f.CPUs = jobCPUs(e.facts, f.Nodes, e.node, e.measured.cpus)
 		why = "no data of it reached the batch host"
-		if wide.Coverage != nil {
-			for _, mn := range wide.Coverage.Missing {
+		if e.wide.Coverage != nil {
+			for _, mn := range e.wide.Coverage.Missing {
 				reasons[mn.Node] = mn.Why
 			}
-			f.Short = nodeNames(wide.Coverage.Short)
+			f.Short = nodeNames(e.wide.Coverage.Short)
 		}
-	} else {
-		why = whyNot
 	}
-	f.Missing = missingNodes(append(slices.Clone(f.Nodes), f.Short...), facts, int(j.NNodes), why, reasons)
-	in := digest.Input{Facts: f, Results: results, MinSeconds: d.cfg.Engine.MinSeconds()}
-	if mode != interactive || (facts != nil && !facts.Running()) {
-		e := ending(j, facts, d.startFacts(j.JobID), req, f.JobEnd.Sub(f.JobStart), d.oom.kills(j.JobID), pj)
-		in.Ending = &e
-		in.Facts.Run = run(facts, e.Requeued)
+	f.Missing = missingNodes(append(slices.Clone(f.Nodes), f.Short...), e.facts, int(e.job.NNodes), why, reasons)
+	in := digest.Input{Facts: f, Results: results, MinSeconds: e.minSeconds, Measured: e.measured.summary,
+		Phases: e.measured.phases, Interference: e.measured.interference, PhasesNode: e.node}
+	if e.ended() {
+		end := ending(e, f.JobEnd.Sub(f.JobStart))
+		in.Ending = &end
+		in.Facts.Run = run(e.facts, end.Requeued)
 	}
-	in.Measured = pj.Summary()
-	in.Phases, in.Interference = pj.Phases(judged)
-	in.PhasesNode = d.node
-	if wide != nil {
-		whenAndWhy(&in, wide, f.Nodes)
+	if e.wide != nil {
+		whenAndWhy(&in, e.wide, f.Nodes)
 	}
-	in.Episodes = d.episodes(j.JobID, f.JobStart, f.JobEnd)
+	in.Episodes = within(e.episodes, f.JobStart, f.JobEnd)
 	return digest.Assemble(in)
 }
 
-// episodes are the site-wide I/O episodes that stalled the job within its life, as the
-// collector tree's frontend last sent them (none without a tree).
-func (d *digester) episodes(job uint32, start, end time.Time) []episodes.Episode {
-	e, ok := d.uplink.(episodes.Source)
-	if !ok {
-		return nil
-	}
+// within are the episodes that overlap the job's life from start to end.
+func within(eps []episodes.Episode, start, end time.Time) []episodes.Episode {
 	var out []episodes.Episode
-	for _, ep := range e.Episodes(job) {
+	for _, ep := range eps {
 		if ep.To.After(start) && ep.From.Before(end) {
 			out = append(out, ep)
 		}
@@ -121,18 +105,19 @@ func memRequest(facts *jobmap.Job, ncpus int) (req, judged float64) {
 	return req, req
 }
 
-// reportFacts are the report's facts of job j on this node (its ncpus) before other
-// nodes' are merged: which job, and its life on its batch host (at now; a late digest:
-// as Slurm recorded it).
-func reportFacts(j *Job, facts *jobmap.Job, node string, ncpus int, mode digestMode, now time.Time, tolerance time.Duration) digest.Facts {
-	f := digest.Facts{JobID: j.JobID, Nodes: []string{node}, NNodes: int(j.NNodes), CPUs: ncpus,
-		JobStart: j.Started, JobEnd: now, Tolerance: tolerance, Late: mode == late}
+// reportFacts are the report's facts of the job on this node (its CPUs as measured)
+// before other nodes' are merged: which job, and its life on its batch host (up to when
+// the digest began; a late digest: as Slurm recorded it).
+func reportFacts(e *jobEnd) digest.Facts {
+	j, facts := e.job, e.facts
+	f := digest.Facts{JobID: j.JobID, Nodes: []string{e.node}, NNodes: int(j.NNodes), CPUs: e.measured.cpus,
+		JobStart: j.Started, JobEnd: e.at, Tolerance: e.tolerance, Late: e.mode == late}
 	if j.ArrayJobID != 0 {
 		f.ArrayJobID, f.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
 	} else if facts != nil && facts.IsArray {
 		f.ArrayJobID, f.ArrayTaskID = facts.ArrayJobID, facts.ArrayTaskID
 	}
-	if mode == late {
+	if e.mode == late {
 		// The job's end as Slurm recorded it; else when this daemon found it ended.
 		switch {
 		case facts != nil && !facts.End.IsZero() && facts.End.After(j.Started) && facts.End.Before(f.JobEnd):
@@ -144,48 +129,29 @@ func reportFacts(j *Job, facts *jobmap.Job, node string, ncpus int, mode digestM
 	return f
 }
 
-// jobWide fetches a multi-node job's job-wide results through the uplink (the collector
-// tree, or the job's other node daemons); nil when there are none (the digest then
-// covers this node), with why.
-func (d *digester) jobWide(ctx context.Context, j *Job, facts *jobmap.Job) (*digest.Report, string) {
-	multi := j.NNodes > 1 || (facts != nil && len(facts.Nodes) > 1)
-	switch {
-	case !multi:
-		return nil, ""
-	case d.uplink == nil:
-		return nil, "this daemon gathers no other nodes' data"
-	}
-	wide, err := d.uplink.JobWide(ctx, j.JobID)
-	if err != nil {
-		d.log.Info().Err(err).Uint32("job", j.JobID).Msg("no job-wide results: the digest covers this node")
-		return nil, "their data could not be gathered (the persyst daemon's log says why)"
-	}
-	return wide, ""
-}
-
-// ending gathers what is known of how job j ended, for its digest's events: Slurm's
-// state, the batch script's exit status, the OOM kills, the memory peak against the
-// request (bytes), the time limit, and how busy the job was at its end.
-func ending(j *Job, facts, atStart *jobmap.Job, memRequested float64, elapsed time.Duration, kills int, pj *pipeline.Job) digest.Ending {
-	e := digest.Ending{MemRequested: memRequested, Elapsed: elapsed, LastCPUShare: -1}
+// ending is what is known of how the job ended (elapsed: its life), for its digest's
+// events: Slurm's state, the batch script's exit status, the OOM kills, the memory peak
+// against the request, the time limit, and how busy the job was at its end.
+func ending(e *jobEnd, elapsed time.Duration) digest.Ending {
+	j, facts, m := e.job, e.facts, e.measured
+	out := digest.Ending{MemRequested: m.memRequested, Elapsed: elapsed, LastCPUShare: -1}
 	if j.NNodes > 1 {
-		e.Node = j.Node
+		out.Node = j.Node
 	}
 	if facts != nil {
-		e.State, e.TimeLimit, e.MemDefault = facts.State, facts.TimeLimit, facts.MemDefault
-		e.Requeued, e.Held, e.Preempted = requeue(facts, atStart, j.Started)
+		out.State, out.TimeLimit, out.MemDefault = facts.State, facts.TimeLimit, facts.MemDefault
+		out.Requeued, out.Held, out.Preempted = requeue(facts, e.atStart, j.Started)
 	}
 	if s := j.step("batch"); s != nil {
-		e.Exit = s.ExitStatus
+		out.Exit = s.ExitStatus
 	}
-	sum := pj.Summary()
-	e.MemPeak = sum.Totals[sample.MemPeakBytes]
-	for _, x := range pj.Meter().Samples() {
-		e.AnonPeak = max(e.AnonPeak, x.Job[sample.MemAnonBytes])
+	out.MemPeak = m.summary.Totals[sample.MemPeakBytes]
+	for _, x := range m.samples {
+		out.AnonPeak = max(out.AnonPeak, x.Job[sample.MemAnonBytes])
 	}
-	e.OOMKills = max(int(sum.Totals[sample.OOMKills]), kills)
-	e.LastCPUShare = lastCPUShare(pj.Meter().Samples(), len(pj.Meter().Spec().CPUs))
-	return e
+	out.OOMKills = max(int(m.summary.Totals[sample.OOMKills]), e.kills)
+	out.LastCPUShare = lastCPUShare(m.samples, m.cpus)
+	return out
 }
 
 // requeue says whether Slurm requeued the job as its run that started at started ended
@@ -304,29 +270,4 @@ func nodeNames(in []string) []string {
 		}
 	}
 	return out
-}
-
-// Report returns a job's report: kept in memory, else from the state directory; else why
-// there is none.
-func (m *Measurer) Report(id uint32) (*digest.Report, error) {
-	r, err := m.dig.kept(id)
-	if !errors.Is(err, errNoReport) {
-		return r, err
-	}
-	j := m.reg.Job(id)
-	switch {
-	case j == nil:
-		return nil, fmt.Errorf("job %d: not known on this node", id)
-	case j.State == OptedOut:
-		return nil, fmt.Errorf("job %d opted out of persyst (--persyst=off)", id)
-	case j.step("batch") == nil && j.NodeID == 0 && len(j.Steps) > 0:
-		return nil, fmt.Errorf("job %d: no report yet; a job without a batch script gets one here at the end of each step and of the job", id)
-	case j.step("batch") == nil && j.Ended == nil:
-		return nil, fmt.Errorf("job %d: no report yet; it is made on the job's batch host at the end of the job (run there, or give --node)", id)
-	case j.step("batch") == nil:
-		return nil, fmt.Errorf("job %d ran here, but its report is on its batch host (give --node)", id)
-	case j.Ended == nil && j.step("batch").Ended == nil:
-		return nil, fmt.Errorf("job %d: no report yet; it is made when the job's batch script ends", id)
-	}
-	return nil, fmt.Errorf("job %d: no report was made (see the persyst daemon's log)", id)
 }

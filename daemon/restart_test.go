@@ -66,9 +66,7 @@ func (n *restartNode) startJob() *Measurer {
 	prepareNow(m, j)
 	// The lookup at the batch step's start runs in the background: done before a test
 	// changes what the job map says.
-	m.dig.mu.Lock()
-	looked := m.dig.jobs[7].looked
-	m.dig.mu.Unlock()
+	looked := lookupDone(m, 7)
 	if looked != nil {
 		<-looked
 	}

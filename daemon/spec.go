@@ -194,16 +194,3 @@ func statCgroups(cg map[string]string, owned string, ownedV2 bool) map[string]st
 	}
 	return out
 }
-
-// hasKey says whether one of a job's cgroup hierarchies (cg's keys) has the controller ctrl.
-func hasKey(cg map[string]string, ctrl string) bool {
-	for k := range cg {
-		if keyHas(k, ctrl) {
-			return true
-		}
-	}
-	return false
-}
-
-// keyHas says whether a v1 hierarchy's key ("cpu,cpuacct") names the controller ctrl.
-func keyHas(key, ctrl string) bool { return strings.Contains(","+key+",", ","+ctrl+",") }
