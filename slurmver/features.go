@@ -15,6 +15,7 @@ const (
 	DataParserV0042
 	OutputPartlyExpanded
 	OutputExpanded
+	SLUIDCgroups
 	numFeatures
 )
 
@@ -38,6 +39,8 @@ var changes = [numFeatures]change{
 		"scontrol's StdOut/StdErr and the data parser's output paths come from slurm_get_job_stdout: %A %a %b %j %u %x, %% and widths expanded, what the batch step expands besides left as it is"},
 	OutputExpanded: {"OutputExpanded", Release{25, 11, 0},
 		"the output paths Slurm gives are wholly expanded, %N as the node's name (not its host's)"},
+	SLUIDCgroups: {"SLUIDCgroups", Release{26, 5, 0},
+		"cgroup/v2 names a job's directory by the job's SLUID (job_<sluid>) unless CgroupJobIdPaths=yes: the daemon finds either by the layout it reads (daemon/jobcgroup), the virtual node tests both"},
 }
 
 // String is the feature's name ("DataParserV0042").

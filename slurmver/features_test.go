@@ -54,7 +54,7 @@ func TestReleaseFeatures(t *testing.T) {
 		{Release{24, 11, 0}, []string{"DataParserPlugins", "SacctmgrKeepsCase", "DataParserV0042", "OutputPartlyExpanded"}},
 		{Release{25, 5, 3}, []string{"DataParserPlugins", "SacctmgrKeepsCase", "DataParserV0042", "OutputPartlyExpanded"}},
 		{Release{25, 11, 0}, []string{"DataParserPlugins", "SacctmgrKeepsCase", "DataParserV0042", "OutputPartlyExpanded", "OutputExpanded"}},
-		{Release{26, 5, 3}, []string{"DataParserPlugins", "SacctmgrKeepsCase", "DataParserV0042", "OutputPartlyExpanded", "OutputExpanded"}},
+		{Release{26, 5, 3}, []string{"DataParserPlugins", "SacctmgrKeepsCase", "DataParserV0042", "OutputPartlyExpanded", "OutputExpanded", "SLUIDCgroups"}},
 	} {
 		if diff := cmp.Diff(tc.want, featuresOf(tc.rel)); diff != "" {
 			t.Errorf("Slurm %v (-want +got):\n%s", tc.rel, diff)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestNode(t *testing.T) {
 	t.Run("the daemon restarted by systemd mid-job keeps the job's coverage", testRestart)
 	t.Run("systemctl stop of the daemon neither fails nor delays a job", testStop)
 	t.Run("READY and the watchdog honoured", testWatchdog)
-	if rel.AtLeast(26, 5) {
+	if rel.Has(slurmver.SLUIDCgroups) {
 		t.Run("Slurm 26.05's SLUID directories, found without configuration", testSLUID)
 		t.Run("CgroupJobIdPaths=yes and a CgroupSlice of the site's", testJobIDPaths)
 	}
@@ -291,11 +292,41 @@ func testStarved(t *testing.T) {
 	if hasFinding(r, "idle_cores") {
 		t.Errorf("job %d: findings %v: its CPUs were busy, not idle; its output:\n%s", id, keys(r), text)
 	}
-	// The neighbour was there all along: every interval lost about half its time to it,
-	// and the digest says so beside the starvation (not "3 % lost" from episodes only).
-	if in := r.Interference; in == nil || in.Class != "high" || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU ||
-		!strings.Contains(text, "lost to other work") {
-		t.Errorf("job %d: interference %+v: want high, from other work on the CPUs, stated; its output:\n%s", id, in, text)
+	// How much the neighbour took is the emulated machine's scheduler's to decide (the
+	// job's and the neighbour's cgroups weigh against each other through systemd's
+	// slices; one run gave the job 87 % of its CPUs): the share the digest must state is
+	// what this run's own samples show its threads waited of the time they could have
+	// run (run-queue wait against CPU time and wait), whatever it is.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	samples, err := daemon.JobSamples(ctx, socket, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own, wait float64
+	for _, s := range samples {
+		own += s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
+		wait += s.Job[sample.SchedWaitSeconds]
+		t.Logf("%s %.2f s: user %.2f system %.2f run-queue wait %.2f its CPUs busy %.2f", s.Time.Format(time.TimeOnly), s.Seconds,
+			s.Job[sample.CPUUserSeconds], s.Job[sample.CPUSystemSeconds], s.Job[sample.SchedWaitSeconds], s.Job[sample.NodeCPUsBusySeconds])
+	}
+	if own+wait <= 0 {
+		t.Fatalf("job %d: no CPU time in its samples", id)
+	}
+	lost := wait / (own + wait)
+	in := r.Interference
+	t.Logf("job %d: %.1f CPU-s, %.1f s waited in the run queue: %.0f %% of its runnable time waited; interference %+v", id, own, wait, 100*lost, in)
+	if lost < phases.LowBelow {
+		t.Fatalf("job %d: its threads waited only %.0f %% of their time beside the neighbour: nothing to judge", id, 100*lost)
+	}
+	// The neighbour was there all along: every interval lost time to it, and the digest
+	// says so beside the starvation (not "3 % lost" from episodes only), in the class of
+	// what was lost (either neighbour where that lies within 3 points of a bound).
+	if in == nil || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU || !strings.Contains(text, "lost to other work") {
+		t.Errorf("job %d: interference %+v: want time lost to other work on the CPUs, stated; its output:\n%s", id, in, text)
+	} else if !slices.Contains([]string{phases.Class(lost - 0.03), phases.Class(lost), phases.Class(lost + 0.03)}, in.Class) || in.Share < lost/2 {
+		t.Errorf("job %d: interference %s, %.0f %% lost: want %s, about the %.0f %% of its runnable time the job waited; its output:\n%s",
+			id, in.Class, 100*in.Share, phases.Class(lost), 100*lost, text)
 	}
 }
 
