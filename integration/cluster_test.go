@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,12 +155,50 @@ func forgeEvent(sock string) int {
 	return 0
 }
 
+// instances are the clusters that may run at once (scripts/cluster.sh's
+// PERSYST_CLUSTER_INSTANCE: each its own directory, network, node names and ports): as
+// many as go test runs tests in parallel (-parallel), at most ten. A test that judges
+// no CPU time calls t.Parallel() before startCluster and runs beside the others; the
+// tests that do run first, alone (Go runs the sequential tests before the parallel
+// ones).
+var instancePool = sync.OnceValue(func() chan int {
+	n := 2
+	if f := flag.Lookup("test.parallel"); f != nil { // set once the tests run
+		if v, err := strconv.Atoi(f.Value.String()); err == nil {
+			n = v
+		}
+	}
+	n = min(max(n, 1), 10)
+	ch := make(chan int, n)
+	for i := range n {
+		ch <- i
+	}
+	return ch
+})
+
+// sideBySide marks a test that judges no CPU time (no finding, no bound, that another
+// test's load could change): it runs after the tests that do, beside other such tests,
+// each on a cluster of its own.
+func sideBySide(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
+// instanceDir is where cluster.sh keeps instance i's cluster.
+func instanceDir(i int) string {
+	if i == 0 {
+		return filepath.Join(repoRoot, "build/cluster")
+	}
+	return filepath.Join(repoRoot, "build", "cluster-"+strconv.Itoa(i))
+}
+
 // cluster is a running test cluster.
 type cluster struct {
-	dir   string   // build/cluster
-	env   []string // environment for Slurm commands
-	nodes []string
-	work  string // world-writable job working directory
+	instance int      // cluster.sh's PERSYST_CLUSTER_INSTANCE
+	dir      string   // build/cluster, or build/cluster-I for instance I
+	env      []string // environment for Slurm commands
+	nodes    []string
+	work     string // world-writable job working directory
 }
 
 // startCluster brings up a fresh cluster of n nodes; it is torn down when the test ends
@@ -168,17 +208,22 @@ func startCluster(t *testing.T, n int, extraEnv ...string) *cluster {
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}
+	inst := <-instancePool()
+	t.Cleanup(func() { instancePool() <- inst }) // after the cluster is down (cleanups run last first)
+	instance := "PERSYST_CLUSTER_INSTANCE=" + strconv.Itoa(inst)
 	cmd := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "up", strconv.Itoa(n))
 	// Slurm accounting (slurmdbd and MariaDB) costs 2-3 s per cluster: only the tests that
 	// read it ask for it (ACCOUNTING=1).
-	cmd.Env = append(append(os.Environ(), "ACCOUNTING=0"), extraEnv...)
+	cmd.Env = append(append(os.Environ(), "ACCOUNTING=0", instance), extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("cluster up: %v\n%s", err, out)
 	}
-	c := &cluster{dir: filepath.Join(repoRoot, "build/cluster")}
+	c := &cluster{instance: inst, dir: instanceDir(inst)}
 	t.Cleanup(func() {
-		if out, err := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "down").CombinedOutput(); err != nil {
+		down := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "down")
+		down.Env = append(os.Environ(), instance)
+		if out, err := down.CombinedOutput(); err != nil {
 			t.Errorf("cluster down: %v\n%s", err, out)
 		}
 	})

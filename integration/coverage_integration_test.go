@@ -25,6 +25,7 @@ import (
 )
 
 func TestCoverage(t *testing.T) {
+	sideBySide(t)
 	c := startCluster(t, 3)
 	persyst, _ := binaries(t)
 	out := func(name string, id uint32) string {

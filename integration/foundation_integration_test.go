@@ -26,6 +26,7 @@ import (
 // TestFoundation runs the lifecycle scenarios of the foundation issue, in order, on one
 // real 2-node cluster, and ends by tearing the cluster down and checking nothing is left.
 func TestFoundation(t *testing.T) {
+	sideBySide(t)
 	c := startCluster(t, 2)
 	ok := true
 	step := func(name string, f func(t *testing.T)) {
@@ -417,12 +418,16 @@ func daemonRestart(t *testing.T, c *cluster) {
 
 func clusterDown(t *testing.T, c *cluster) {
 	c.harness(t, "down")
-	nothingLeft(t)
+	nothingLeft(t, c.instance)
 }
 
-// nothingLeft fails t if a process, namespace or the bridge of a test cluster is left.
-func nothingLeft(t *testing.T) {
+// nothingLeft fails t if a process, namespace or the bridge of test cluster instance
+// inst is left. The clusters of the tests beside it run on: a process is the instance's
+// when the environment it was started with names the instance (cluster.sh's daemons and
+// what they start inherit it from the test's cluster.sh).
+func nothingLeft(t *testing.T, inst int) {
 	t.Helper()
+	mark := []byte("\x00PERSYST_CLUSTER_INSTANCE=" + strconv.Itoa(inst) + "\x00")
 	var left []string
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
@@ -437,22 +442,29 @@ func nothingLeft(t *testing.T) {
 				continue
 			}
 		}
+		if env, err := os.ReadFile(p + "/environ"); err != nil || !bytes.Contains(append([]byte{0}, env...), mark) {
+			continue
+		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged", "slurmdbd"}, name) ||
-			strings.Contains(cl, "persyst daemon") || strings.Contains(cl, filepath.Join(repoRoot, "build/cluster")) {
+		if slices.Contains([]string{"slurmctld", "slurmd", "slurmstepd", "slurmrestd", "munged", "slurmdbd", "mariadbd"}, name) ||
+			strings.Contains(cl, "persyst daemon") || strings.Contains(cl, instanceDir(inst)+"/") {
 			left = append(left, filepath.Base(p)+" "+cl)
 		}
 	}
 	if len(left) > 0 {
 		t.Errorf("processes left after cluster-down:\n%s", strings.Join(left, "\n"))
 	}
+	prefix, bridge := "persyst-", "persystbr"+strconv.Itoa(inst)
+	if inst > 0 {
+		prefix = "persyst" + string(rune('a'+inst)) + "-"
+	}
 	out, _ := exec.Command("ip", "netns", "list").CombinedOutput()
-	if strings.Contains(string(out), "persyst-") {
+	if strings.Contains(string(out), prefix) {
 		t.Errorf("namespaces left: %s", out)
 	}
-	if err := exec.Command("ip", "link", "show", "persystbr0").Run(); err == nil {
-		t.Errorf("bridge persystbr0 left")
+	if err := exec.Command("ip", "link", "show", bridge).Run(); err == nil {
+		t.Errorf("bridge %s left", bridge)
 	}
 }
 

@@ -28,6 +28,7 @@ device uuid=GPU-3333 bus=00000000:9D:00.0 minor=3 memory=85899345920 gpm=1 name=
 // job's GPUs reach the daemon from the prolog's SLURM_JOB_GPUS, and its digest says what
 // they did. bench/gpu_check.sh checks the same measurement on a real GPU.
 func TestGPUJobs(t *testing.T) {
+	sideBySide(t)
 	b := nvmltest.Build(t)
 	dir := t.TempDir()
 	scenario, procs := filepath.Join(dir, "scenario"), filepath.Join(dir, "procs")
@@ -61,13 +62,13 @@ func TestGPUJobs(t *testing.T) {
 			write(procs, tc.procs)
 			out := filepath.Join(c.work, strings.ReplaceAll(tc.name, " ", "_")+"-%j.out")
 			id := c.sbatch(t, nil, "--gres="+tc.gres, "-o", out, "--wrap", "sleep 6")
-			j := c.waitJob(t, "node1", id, "its GPUs", func(j *daemon.Job) bool { return j.GPUs != "" })
+			j := c.waitJob(t, c.nodes[0], id, "its GPUs", func(j *daemon.Job) bool { return j.GPUs != "" })
 			if want := map[string]string{"gpu:4": "0,1,2,3", "gpu:2": "0,1", "gpu:1": "0"}[tc.gres]; j.GPUs != want {
 				t.Errorf("the job's GPUs from the prolog: %q, want %q", j.GPUs, want)
 			}
 			if tc.name == "4 GPUs, 2 used" {
 				// Prometheus: the job's GPU gauges while it runs (MetricsJobLabels: jobid).
-				want := fmt.Sprintf(`persyst_job_gpus_unused{jobid="%d",node="node1"} 2`, id)
+				want := fmt.Sprintf(`persyst_job_gpus_unused{jobid="%d",node="%s"} 2`, id, c.nodes[0])
 				url := fmt.Sprintf("http://%s.11:%d/metrics", c.getenv("PERSYST_CLUSTER_NET"), daemonMetricsPort)
 				var body string
 				for range 40 {
@@ -91,7 +92,7 @@ func TestGPUJobs(t *testing.T) {
 				if err != nil {
 					t.Fatalf("persyst report --html: %v\n%s", err, errOut)
 				}
-				for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", `data-gpus="4"`, "node1 GPUs"} {
+				for _, want := range []string{`id="chart-gpu"`, `id="chart-gpu_memory"`, "dashed red: GPUs per node", `data-gpus="4"`, c.nodes[0] + " GPUs"} {
 					if !strings.Contains(page, want) {
 						t.Errorf("persyst report --html lacks %s", want)
 					}

@@ -170,6 +170,7 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	munge := filepath.Join(c.dir, "munge", "munge.sock")
 	col1, sync1, front := c.agentAddr(t, "Collector", "col1"), c.syncAddr(t, "sync1"), c.frontAddr(t)
 	node1, node2 := base+".11:16831", base+".12:16831"
+	n1, n2 := c.nodes[0], c.nodes[1] // the addresses' nodes
 	bin := selfCopy(t)
 
 	// The bait: an address the intruder names; no agent may ever connect to it.
@@ -191,7 +192,7 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	}()
 	bait := ln.Addr().String()
 
-	id := submit("-N1", "-w", "node1", "--wrap", "sleep 12")
+	id := submit("-N1", "-w", n1, "--wrap", "sleep 12")
 	c.waitRunning(t, id)
 
 	targets := map[string][]string{
@@ -203,8 +204,8 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	for target, methods := range targets {
 		for _, m := range methods {
 			for _, mode := range []string{"plain", "munge"} {
-				for _, as := range []string{"node/node1", "frontend/front", "collector/col1"} {
-					in := intrusion{Target: target, Mode: mode, As: as, Munge: munge, Method: m, Job: id, Node: "node1", Addr: bait}
+				for _, as := range []string{"node/" + n1, "frontend/front", "collector/col1"} {
+					in := intrusion{Target: target, Mode: mode, As: as, Munge: munge, Method: m, Job: id, Node: n1, Addr: bait}
 					o := attempt(t, bin, false, in)
 					if o.OK || (mode == "munge" && !strings.Contains(o.Error, "uid 65534")) {
 						t.Errorf("uid 65534, %s as %s: %s on %s: %+v; want refused (munge: for its uid)", mode, as, m, target, o)
@@ -219,7 +220,7 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 
 	// A node's root, as its node.
 	root := func(target, method string, job uint32, node string) outcome {
-		return attempt(t, bin, true, intrusion{Target: target, Mode: "munge", As: "node/node1", Munge: munge,
+		return attempt(t, bin, true, intrusion{Target: target, Mode: "munge", As: "node/" + n1, Munge: munge,
 			Method: method, Job: job, Node: node, Addr: bait})
 	}
 	refusals := []struct {
@@ -227,11 +228,11 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 		job                  uint32
 		node, want           string
 	}{
-		{"another node's records", col1, "Push", id, "node2", `may not push records of node "node2"`},
-		{"a job Slurm does not know", col1, "Push", 4_000_000, "node1", "Slurm does not know it"},
-		{"routes", node2, "SetRoutes", id, "node2", "may not call /persyst.v1.Node/SetRoutes"},
-		{"a collector's summary", col1, "PushPartial", id, "node1", "may not call"},
-		{"the frontend's ping", col1, "Ping", id, "node1", "may not call"},
+		{"another node's records", col1, "Push", id, n2, `may not push records of node "` + n2 + `"`},
+		{"a job Slurm does not know", col1, "Push", 4_000_000, n1, "Slurm does not know it"},
+		{"routes", node2, "SetRoutes", id, n2, "may not call /persyst.v1.Node/SetRoutes"},
+		{"a collector's summary", col1, "PushPartial", id, n1, "may not call"},
+		{"the frontend's ping", col1, "Ping", id, n1, "may not call"},
 	}
 	for _, r := range refusals {
 		if o := root(r.target, r.method, r.job, r.node); o.OK || !strings.Contains(o.Error, r.want) {
@@ -240,11 +241,11 @@ func testIntruder(t *testing.T, c *cluster, submit func(args ...string) uint32, 
 	}
 	// Its own job's records naming the bait as aggregation point, and a summary naming
 	// the bait as holder: taken or answered, but the bait is never called.
-	if o := root(col1, "Push", id, "node1"); !o.OK {
+	if o := root(col1, "Push", id, n1); !o.OK {
 		t.Errorf("node1's root pushing node1's records of job %d: %+v", id, o)
 	}
 	for _, target := range []string{col1, sync1, front} {
-		root(target, "Summary", id, "node1")
+		root(target, "Summary", id, n1)
 	}
 	if st := c.waitDone(t, id, time.Minute); st != "COMPLETED" {
 		t.Fatalf("job %d ended %s", id, st)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,12 +18,14 @@ import (
 
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/slurmver"
 )
 
 // TestJobmap checks jobmap against a real 3-node cluster, through slurmrestd (run by the
 // harness as a dedicated user) and through Slurm's commands: the nodes of each job and
 // the exact files Slurm wrote its output to.
 func TestJobmap(t *testing.T) {
+	sideBySide(t)
 	c := startCluster(t, 3)
 	restd := ""
 	for _, kv := range c.env {
@@ -38,11 +41,6 @@ func TestJobmap(t *testing.T) {
 	}
 	if err := os.Chmod(filepath.Join(c.work, "logs"), 0o1777); err != nil { // past the umask
 		t.Fatal(err)
-	}
-	for _, kv := range c.env { // the CLI source runs Slurm's commands with this env
-		if k, v, ok := strings.Cut(kv, "="); ok && k == "SLURM_CONF" {
-			t.Setenv(k, v)
-		}
 	}
 	rs, err := jobmap.NewRestSource(jobmap.RestConfig{URL: restd})
 	if err != nil {
@@ -139,6 +137,19 @@ func TestJobmap(t *testing.T) {
 	}
 }
 
+// slurmRunner runs Slurm's commands for the job map's CLI source with the cluster's
+// environment (its SLURM_CONF), not the process's: tests beside this one run clusters of
+// their own.
+func (c *cluster) slurmRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = c.env, &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
 func expandWithScontrol(t *testing.T, c *cluster, hostlist string) []string {
 	t.Helper()
 	out, _, err := c.run(t, nil, "scontrol", "show", "hostnames", hostlist)
@@ -175,19 +186,19 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32, ed
 	time.Sleep(time.Second) // the batch scripts have started writing
 	ctx := context.Background()
 	// Slurm 24.11 to 25.05 give output paths partly expanded (the pattern is lost).
-	v := c.slurmVersion(t)
-	partial := v >= "24.11" && v < "25.11"
+	rel := slurmRelease(t)
+	partial := rel.Has(slurmver.OutputPartlyExpanded) && !rel.Has(slurmver.OutputExpanded)
 	// A Slurm without JSON output: the CLI source must use `scontrol show job -o -d`.
 	noJSON := func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--json") }) {
 			return nil, fmt.Errorf("%s: unrecognized option '--json'", name)
 		}
-		return jobmap.ExecRunner(ctx, name, args...)
+		return c.slurmRunner(ctx, name, args...)
 	}
 	var running [3][]*jobmap.Job
 	for i, m := range []*jobmap.Map{
-		jobmap.NewMap(rs, jobmap.NewCLISource(nil, 0, zerolog.Nop()), zerolog.Nop()),
-		jobmap.NewMap(nil, jobmap.NewCLISource(nil, 0, zerolog.Nop()), zerolog.Nop()),
+		jobmap.NewMap(rs, jobmap.NewCLISource(c.slurmRunner, 0, zerolog.Nop()), zerolog.Nop()),
+		jobmap.NewMap(nil, jobmap.NewCLISource(c.slurmRunner, 0, zerolog.Nop()), zerolog.Nop()),
 		jobmap.NewMap(nil, jobmap.NewCLISource(noJSON, 0, zerolog.Nop()), zerolog.Nop()),
 	} {
 		var err error

@@ -325,6 +325,7 @@ func TestRunMeasures(t *testing.T) {
 }
 
 func TestRunExitAndSignals(t *testing.T) {
+	sideBySide(t)
 	testenv.Root(t, "persyst run creates cgroups")
 	persyst, _ := binaries(t)
 	t.Run("exit status", func(t *testing.T) {
@@ -402,6 +403,7 @@ func TestRunExitAndSignals(t *testing.T) {
 // TestRunUnprivileged: as an ordinary user persyst run says what it cannot do and
 // measures what it can, instead of failing.
 func TestRunUnprivileged(t *testing.T) {
+	sideBySide(t)
 	testenv.Root(t, "persyst run creates cgroups")
 	_, load := binaries(t)
 	dir, err := os.MkdirTemp("", "persyst-run-")

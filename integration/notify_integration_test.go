@@ -23,6 +23,7 @@ import (
 )
 
 func TestServicesNotifySystemd(t *testing.T) {
+	sideBySide(t)
 	persyst := persystBin()
 	if _, err := os.Stat(persyst); err != nil {
 		t.Fatalf("%s not built (make build)", persyst)
@@ -59,10 +60,10 @@ func TestServicesNotifySystemd(t *testing.T) {
 			return []string{"sync", "--listen", addr, "--db", filepath.Join(dir, "s.db"), "--config", conf}
 		}, func(addr string) error { return dial("tcp", addr) }},
 		{"frontend", func(addr string) []string {
-			return []string{"frontend", "--listen", addr, "--collectors", "c1=" + freePort(), "--nodes", "node1", "--cycle", "1s", "--config", conf}
+			return []string{"frontend", "--listen", addr, "--collectors", "c1=" + freePort(), "--nodes", "notify1", "--cycle", "1s", "--config", conf}
 		}, func(addr string) error { return dial("tcp", addr) }},
 		{"daemon", func(addr string) []string {
-			return []string{"daemon", "--socket", addr, "--state-dir", filepath.Join(dir, "state"), "--node", "node1", "--config", conf}
+			return []string{"daemon", "--socket", addr, "--state-dir", filepath.Join(dir, "state"), "--node", "notify1", "--config", conf}
 		}, func(addr string) error { return dial("unix", addr) }},
 	} {
 		t.Run(tc.role, func(t *testing.T) {
@@ -160,6 +161,7 @@ func dial(network, addr string) error {
 // test, with the unit's mode and group) and passes it as fd 3 (LISTEN_FDS, LISTEN_PID);
 // the view says READY once it serves there, and serves the proxy's user alone.
 func TestWebSocketActivation(t *testing.T) {
+	sideBySide(t)
 	testenv.Root(t, "plays systemd: makes the socket for group www-data, runs clients as other users")
 	dir, err := os.MkdirTemp("/tmp", "persyst-websock-")
 	if err != nil {

@@ -37,6 +37,7 @@ const (
 )
 
 func TestSiteTools(t *testing.T) {
+	sideBySide(t)
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}
@@ -45,6 +46,7 @@ func TestSiteTools(t *testing.T) {
 	// The site names jobs' users to its Prometheus (the default names job ids only).
 	c := startCluster(t, 2, "ACCOUNTING=1", "PERSYST_COLLECTORS=1", "PERSYST_SYNCS=1", "PERSYST_MAILPROG="+mail.slurmMail,
 		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg+"\nMetricsWebConfig="+metrics.webConfig+"\nMetricsJobLabels=user,jobid")
+	mail.forCluster(t, c)
 	_, load := binaries(t)
 	t.Run("Prometheus scrapes every agent; a running job's series come and go", func(t *testing.T) {
 		testPrometheus(t, c, load, metrics)
@@ -72,9 +74,9 @@ func newMailbox(t *testing.T) *mailbox {
 			t.Fatalf("%s not installed (Debian packages bsd-mailx, exim4-daemon-light; run scripts/deps.sh)", c)
 		}
 	}
-	// Under build/cluster but outside what cluster.sh up empties; exim runs as
-	// Debian-exim (a -C configuration drops its privileges), so its directories are open.
-	d := filepath.Join(repoRoot, "build/cluster/mail")
+	// Under build/, beside the clusters; exim runs as Debian-exim (a -C configuration
+	// drops its privileges), so its directories are open.
+	d := filepath.Join(repoRoot, "build/it-mail")
 	if err := os.RemoveAll(d); err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +94,11 @@ func newMailbox(t *testing.T) *mailbox {
 			"begin routers\nlocal:\n  driver = accept\n  check_local_user\n  transport = mbox\n" +
 			"begin transports\nmbox:\n  driver = appendfile\n  file = " + d + "/mail/$local_part_data\n  user = Debian-exim\n" +
 			"  mode = 0644\n  current_directory = /\n  delivery_date_add\n  envelope_to_add\n  return_path_add\n",
-		"sendmail":   "#!/bin/sh\nexec /usr/sbin/exim4 -C " + d + "/exim.conf -odi \"$@\"\n",
-		"mailrc":     "set sendmail=" + d + "/sendmail\nset sendwait\n",
-		"mailprog":   "#!/bin/sh\nMAILRC=" + d + "/mailrc exec /usr/bin/mail \"$@\"\n",
-		"slurm-mail": "#!/bin/sh\nSLURM_CONF=" + filepath.Join(repoRoot, "build/cluster/etc/slurm.conf") + " exec " + persystBin() + " mail \"$@\" 2>>" + d + "/log/persyst-mail.log\n",
+		"sendmail": "#!/bin/sh\nexec /usr/sbin/exim4 -C " + d + "/exim.conf -odi \"$@\"\n",
+		"mailrc":   "set sendmail=" + d + "/sendmail\nset sendwait\n",
+		"mailprog": "#!/bin/sh\nMAILRC=" + d + "/mailrc exec /usr/bin/mail \"$@\"\n",
+		// Until forCluster names the cluster's slurm.conf.
+		"slurm-mail": "#!/bin/sh\nexit 1\n",
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(d, name), []byte(text), 0o755); err != nil {
@@ -104,6 +107,16 @@ func newMailbox(t *testing.T) *mailbox {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return &mailbox{dir: d, slurmMail: filepath.Join(d, "slurm-mail"), mailProg: filepath.Join(d, "mailprog")}
+}
+
+// forCluster writes Slurm's MailProg for cluster c (named in its slurm.conf before the
+// cluster was up; slurmctld runs it only at a job's end).
+func (m *mailbox) forCluster(t *testing.T, c *cluster) {
+	t.Helper()
+	text := "#!/bin/sh\nSLURM_CONF=" + filepath.Join(c.dir, "etc/slurm.conf") + " exec " + persystBin() + " mail \"$@\" 2>>" + m.dir + "/log/persyst-mail.log\n"
+	if err := os.WriteFile(m.slurmMail, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // message returns the body of the first mail to user whose subject contains subject,
@@ -371,14 +384,16 @@ func testPrometheus(t *testing.T, c *cluster, load string, auth metricsAuth) {
 	}
 
 	// A 2-node job with one busy thread on each node's 2 CPUs: its CPU metrics are the
-	// job's values on each node (and its records reach the collector).
+	// job's values on each node (and its records reach the collector). The thread keeps
+	// at most one CPU busy, and with the tests beside this one on the machine's two cores
+	// it may get much less of one than all of it: a quarter at least.
 	id := c.sbatch(t, nil, "-N2", "--ntasks-per-node=1", "-c2", "-o", filepath.Join(c.work, "prom-%j.out"),
 		"--wrap", "srun "+load+" spin -seconds 8")
 	c.waitRunning(t, id)
 	job := strconv.FormatUint(uint64(id), 10)
 	var res []promResult
 	waitFor(t, 30*time.Second, "the job's CPU metric on both nodes", func() (bool, string) {
-		res = p.query(t, `persyst_job_cpus_busy{jobid="`+job+`"} > 0.8`)
+		res = p.query(t, `persyst_job_cpus_busy{jobid="`+job+`"} > 0.25`)
 		return len(res) == 2 && res[0].labels["node"] != res[1].labels["node"] && res[0].labels["user"] != "", fmt.Sprintf("%v", res)
 	})
 	for _, r := range res {

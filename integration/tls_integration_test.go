@@ -20,6 +20,7 @@ import (
 // a certificate of the site's CA without an identity, one of another CA, TLS without a
 // certificate and plain connections are refused.
 func TestTreeTLS(t *testing.T) {
+	sideBySide(t)
 	c := startCluster(t, 2, "PERSYST_COLLECTORS=1", "PERSYST_TREEAUTH=tls")
 	_, load := binaries(t)
 	id := c.sbatch(t, nil, "-N2", "-o", filepath.Join(c.work, "tls-%j.out"), "--wrap", "srun -N2 "+load+" spin -seconds 3")
@@ -37,6 +38,7 @@ func TestTreeTLS(t *testing.T) {
 	}
 	col1 := c.collectorAddr(t, "col1")
 	node1, node2 := netOf(col1)+".11:16831", netOf(col1)+".12:16831"
+	n1, n2 := c.nodes[0], c.nodes[1] // the addresses' nodes
 	scratch := t.TempDir()
 	noSAN := signed(t, scratch, "nosan", filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
 	rogue := signed(t, scratch, "rogue", "", "", "persyst://frontend/frontend")
@@ -52,18 +54,18 @@ func TestTreeTLS(t *testing.T) {
 		node, want     string // want: "" succeeds, else the refusal's code or text in it
 	}{
 		{"the frontend's certificate pings a node", true, "tls", files("frontend"), node1, "NodePing", 0, "", ""},
-		{"node1's certificate pushes node1's records", true, "tls", files("node1"), col1, "Push", id, "node1", ""},
-		{"node1's certificate pushes node2's records", true, "tls", files("node1"), col1, "Push", id, "node2", `may not push records of node "node2"`},
-		{"node1's certificate pushes a job Slurm does not know", true, "tls", files("node1"), col1, "Push", 4_000_000, "node1", "Slurm does not know it"},
-		{"node1's certificate sets node2's routes", true, "tls", files("node1"), node2, "SetRoutes", id, "node2", "may not call"},
-		{"the site CA's certificate without an identity", true, "tls", noSAN, col1, "Summary", id, "node1", "Unavailable"},
-		{"another CA's frontend certificate", true, "tls", rogue, node1, "SetRoutes", id, "node1", "Unavailable"},
-		{"an ordinary user without a certificate", false, "tls-nocert", treeauth.TLSFiles{}, col1, "Push", id, "node1", "Unavailable"},
-		{"an ordinary user, plain", false, "plain", treeauth.TLSFiles{}, node1, "SetRoutes", id, "node1", "Unavailable"},
+		{"node1's certificate pushes node1's records", true, "tls", files(n1), col1, "Push", id, n1, ""},
+		{"node1's certificate pushes node2's records", true, "tls", files(n1), col1, "Push", id, n2, `may not push records of node "` + n2 + `"`},
+		{"node1's certificate pushes a job Slurm does not know", true, "tls", files(n1), col1, "Push", 4_000_000, n1, "Slurm does not know it"},
+		{"node1's certificate sets node2's routes", true, "tls", files(n1), node2, "SetRoutes", id, n2, "may not call"},
+		{"the site CA's certificate without an identity", true, "tls", noSAN, col1, "Summary", id, n1, "Unavailable"},
+		{"another CA's frontend certificate", true, "tls", rogue, node1, "SetRoutes", id, n1, "Unavailable"},
+		{"an ordinary user without a certificate", false, "tls-nocert", treeauth.TLSFiles{}, col1, "Push", id, n1, "Unavailable"},
+		{"an ordinary user, plain", false, "plain", treeauth.TLSFiles{}, node1, "SetRoutes", id, n1, "Unavailable"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := attempt(t, bin, tc.asRoot, intrusion{Target: tc.target, Mode: tc.mode, As: "node/node1", TLS: tc.files,
+			o := attempt(t, bin, tc.asRoot, intrusion{Target: tc.target, Mode: tc.mode, As: "node/" + n1, TLS: tc.files,
 				Method: tc.method, Job: tc.job, Node: tc.node})
 			switch {
 			case tc.want == "" && !o.OK:

@@ -24,25 +24,49 @@ import (
 	"github.com/persyst/persyst/digest"
 )
 
-func TestTree(t *testing.T) {
-	// l_max 2: a collector takes 2 nodes, so the 4-node jobs are split over both collectors
-	// and merged at the sync agent; the 2-node jobs are exact on one collector. The
-	// frontend charges every job the assumed maximum (PerSyst's balancing) until the last
-	// subtest restarts it on measured loads.
+// treeCluster is the tree's test cluster, with how its tests submit jobs and read their
+// output.
+type treeCluster struct {
+	c    *cluster
+	load string
+}
+
+// newTreeCluster starts it. l_max 2: a collector takes 2 nodes, so the 4-node jobs are
+// split over both collectors and merged at the sync agent; the 2-node jobs are exact on
+// one collector. The frontend charges every job the assumed maximum (PerSyst's
+// balancing) until TestTreeAgents' last subtest restarts it on measured loads.
+func newTreeCluster(t *testing.T) *treeCluster {
 	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1", "PERSYST_LOADS=max")
 	_, load := binaries(t)
-	out := func(id uint32) string {
-		b, _ := os.ReadFile(filepath.Join(c.work, fmt.Sprintf("tree-%d.out", id)))
-		return string(b)
+	return &treeCluster{c: c, load: load}
+}
+
+func (tc *treeCluster) out(id uint32) string {
+	b, _ := os.ReadFile(filepath.Join(tc.c.work, fmt.Sprintf("tree-%d.out", id)))
+	return string(b)
+}
+
+func (tc *treeCluster) submit(t *testing.T) func(args ...string) uint32 {
+	return func(args ...string) uint32 {
+		return tc.c.sbatch(t, nil, append([]string{"-o", filepath.Join(tc.c.work, "tree-%j.out")}, args...)...)
 	}
-	submit := func(args ...string) uint32 {
-		return c.sbatch(t, nil, append([]string{"-o", filepath.Join(c.work, "tree-%j.out")}, args...)...)
-	}
-	// Node 4 of a 4-node job idles while the others spin: only the job-wide view shows it.
-	// The four nodes share this machine's two cores, and Slurm gives each node's part core
-	// 0: the three spinners also wait for a CPU, a finding of their own, and which of the
-	// two leads is a matter of a few percent (22.05 and 24.11 ordered them differently).
-	imbalanced := "#!/bin/sh\nsrun -N4 -n4 sh -c 'if [ \"$SLURM_NODEID\" = 3 ]; then sleep 5; else " + load + " spin -seconds 5; fi'\n"
+}
+
+// imbalanced is a 4-node job whose node 4 idles while the others spin: only the job-wide
+// view shows it. The four nodes share this machine's two cores, and Slurm gives each
+// node's part core 0: the three spinners also wait for a CPU, a finding of their own,
+// and which of the two leads is a matter of a few percent (22.05 and 24.11 ordered them
+// differently).
+func (tc *treeCluster) imbalanced() string {
+	return "#!/bin/sh\nsrun -N4 -n4 sh -c 'if [ \"$SLURM_NODEID\" = 3 ]; then sleep 5; else " + tc.load + " spin -seconds 5; fi'\n"
+}
+
+// TestTree: what the tree's digests judge (the imbalance between a 4-node job's nodes,
+// a site-wide I/O episode), and the pictures of the 4-node job. The tree's other tests,
+// which judge no CPU time, are TestTreeAgents.
+func TestTree(t *testing.T) {
+	tc := newTreeCluster(t)
+	c, load, out, submit, imbalanced := tc.c, tc.load, tc.out, tc.submit(t), tc.imbalanced()
 
 	var fourNode uint32
 	t.Run("4-node job: digest covers all nodes, imbalance between nodes", func(t *testing.T) {
@@ -128,6 +152,16 @@ func TestTree(t *testing.T) {
 			t.Errorf("%d of the 4 jobs told of a site-wide episode, %d episodes kept (%+v): want 3 or more told, one kept", told, len(kept), kept)
 		}
 	})
+
+}
+
+// TestTreeAgents: the tree's jobs follow the balancing, a job's digest appears when its
+// sync agent or collector dies mid-job, the frontend balances on measured loads, and an
+// intruder is refused. Nothing here is judged by CPU time: it runs beside other tests.
+func TestTreeAgents(t *testing.T) {
+	sideBySide(t)
+	tc := newTreeCluster(t)
+	c, load, out, submit, imbalanced := tc.c, tc.load, tc.out, tc.submit(t), tc.imbalanced()
 
 	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {
 		ids := []uint32{

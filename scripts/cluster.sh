@@ -36,32 +36,47 @@
 # PERSYST_FAKE_NVML=FILE (its scenario) and PERSYST_FAKE_NVML_PROCS=FILE make the
 # daemons' NVML helper load it.
 #
+# PERSYST_CLUSTER_INSTANCE=I (0 to 9, default 0) keeps up to ten clusters apart, so that
+# tests can run side by side: instance I > 0 lives in build/cluster-I, on 10.213.(47+I).0/24,
+# with its own bridge, namespaces (persyst<L>-*), veths (ps<L>-*), node names (<L>node1...,
+# so that Slurm's and persyst's cgroups of its nodes differ from the others') and host ports
+# (slurmctld, slurmdbd, the JWT slurmrestd: 100 × I above instance 0's), L being the I-th
+# letter from b. Instance 0 is the one people use: build/cluster, node1, node2...
+#
 # Everything lives under build/cluster/ (configs, spool, logs, state), never in /etc.
 # Must run as root. Namespaces are entered with nsenter --net, not ip netns exec:
 # `ip netns exec` remounts /sys, which hides the cgroup mounts slurmd needs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DIR=${PERSYST_CLUSTER_DIR:-$ROOT/build/cluster}
+INSTANCE=${PERSYST_CLUSTER_INSTANCE:-0}
+[[ "$INSTANCE" =~ ^[0-9]$ ]] || { echo "cluster: error: PERSYST_CLUSTER_INSTANCE must be 0 to 9, got '$INSTANCE'" >&2; exit 2; }
+# L: the instance's letter ("" for instance 0); instance I's ports are 100 × I higher.
+L="" OFF=$((100 * INSTANCE))
+[ "$INSTANCE" = 0 ] || L=$(printf "\\$(printf %o $((97 + INSTANCE)))")
+DIR=${PERSYST_CLUSTER_DIR:-$ROOT/build/cluster${L:+-$INSTANCE}}
 BIN=${PERSYST_BIN:-$ROOT/build/persyst}
 SPANK=${PERSYST_SPANK:-$ROOT/build/spank_persyst.so}
 # Private addresses used only inside the namespaces this script creates. 10.213.47.0/24 is
 # an arbitrary, rarely used block; override with PERSYST_CLUSTER_NET=a.b.c if it clashes.
-NET=${PERSYST_CLUSTER_NET:-10.213.47}
-BRIDGE=${PERSYST_CLUSTER_BRIDGE:-persystbr0}
-NSPREFIX=persyst-
-CTLD_PORT=${PERSYST_CTLD_PORT:-16817}
+NET=${PERSYST_CLUSTER_NET:-10.213.$((47 + INSTANCE))}
+BRIDGE=${PERSYST_CLUSTER_BRIDGE:-persystbr$INSTANCE}
+NSPREFIX=persyst$L-
+VETH=ps$L-
+# The nodes' names: NODE1, NODE2... (node1... in instance 0).
+NODE=${L}node
+CTLD_PORT=${PERSYST_CTLD_PORT:-$((16817 + OFF))}
 SLURMD_PORT=${PERSYST_SLURMD_PORT:-16818}
 # slurmrestd runs as this dedicated system user (it refuses to run as root); RESTD=0 skips it.
 RESTD_USER=${PERSYST_RESTD_USER:-persyst-restd}
 # An ordinary user for test jobs (digests must be written as the job's user).
 JOB_USER=${PERSYST_JOB_USER:-persyst-job}
 # A second slurmrestd with rest_auth/jwt on loopback TCP (the JWT path sites use).
-RESTD_JWT_PORT=${PERSYST_RESTD_JWT_PORT:-16820}
+RESTD_JWT_PORT=${PERSYST_RESTD_JWT_PORT:-$((16820 + OFF))}
 RESTD=${RESTD:-1}
 # ACCOUNTING=0 starts no MariaDB and no slurmdbd (accounting_storage/none).
 ACCOUNTING=${ACCOUNTING:-1}
-DBD_PORT=${PERSYST_DBD_PORT:-16819}
+DBD_PORT=${PERSYST_DBD_PORT:-$((16819 + OFF))}
 # slurm.conf's MailProg; empty: no MailProg line.
 MAILPROG=${PERSYST_MAILPROG:-}
 # PERSYST_CONF_EXTRA: lines added to the cluster's persyst.conf (e.g. MailProg=...).
@@ -98,6 +113,16 @@ die() { echo "cluster: error: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (it creates network namespaces and starts slurmd)"
 
 nodes_file="$DIR/nodes"
+
+# What the instances share on the host (users, tracefs) is changed under one lock, so that
+# clusters brought up side by side do not race.
+TRACEFS_MARK=$ROOT/build/tracefs.mounted
+host_lock() {
+	mkdir -p "$ROOT/build"
+	exec 9>"$ROOT/build/.cluster.lock"
+	flock 9
+}
+host_unlock() { flock -u 9; }
 
 node_names() { # the node names of the current (or last) cluster
 	[ -f "$nodes_file" ] && cat "$nodes_file"
@@ -193,7 +218,7 @@ down() {
 	# Every veth of the cluster (nodes' and agents'): the kernel would delete them with
 	# their namespaces, but in the background, after the next up may have begun.
 	local l
-	for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^ps-' || true); do
+	for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^$VETH" || true); do
 		ip link del "$l" 2>/dev/null || true
 	done
 	# Empty job cgroups left by a crashed slurmd (cgroup/v1 names them slurm_<node>) and the
@@ -204,11 +229,14 @@ down() {
 		done
 	done
 	rm -f "$DIR/env"
-	# tracefs, if this script mounted it (file-open tracepoints need it).
-	if [ -f "$DIR/tracefs.mounted" ]; then
+	# tracefs, if this script mounted it (file-open tracepoints need it) and no other
+	# instance's cluster is up.
+	host_lock
+	if [ -f "$TRACEFS_MARK" ] && ! compgen -G "$ROOT/build/cluster*/env" >/dev/null; then
 		umount /sys/kernel/tracing 2>/dev/null || true
-		rm -f "$DIR/tracefs.mounted"
+		rm -f "$TRACEFS_MARK"
 	fi
+	host_unlock
 }
 
 # make_keys: the munge key (kept between clusters) and a fresh JWT key.
@@ -253,7 +281,7 @@ make_tls() {
 	chmod 0700 "$tls"
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 		-subj /CN=persyst-test-ca -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null || die "openssl: the test CA"
-	for k in $(seq 1 "$n"); do tls_issue node "node$k"; done
+	for k in $(seq 1 "$n"); do tls_issue node "$NODE$k"; done
 	for k in $(seq 1 "$COLLECTORS"); do tls_issue collector "col$k"; done
 	for k in $(seq 1 "$SYNCS"); do tls_issue sync "sync$k"; done
 	tls_issue frontend frontend
@@ -339,10 +367,10 @@ PreemptMode=REQUEUE
 EOF
 		local k
 		for k in $(seq 1 "$n"); do
-			echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) NodeHostname=node$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN$([ "$GPUS" -gt 0 ] && echo " Gres=gpu:$GPUS")"
+			echo "NodeName=$NODE$k NodeAddr=$NET.$((10 + k)) NodeHostname=$NODE$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN$([ "$GPUS" -gt 0 ] && echo " Gres=gpu:$GPUS")"
 		done
-		echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
-		echo "PartitionName=urgent Nodes=node[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
+		echo "PartitionName=debug Nodes=$NODE[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
+		echo "PartitionName=urgent Nodes=$NODE[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
 		[ -z "$MAILPROG" ] || echo "MailProg=$MAILPROG"
 	} >"$etc/slurm.conf"
 
@@ -392,7 +420,7 @@ EOF
 	fi
 	[ -z "$CONF_EXTRA" ] || printf '%s\n' "$CONF_EXTRA" >>"$etc/persyst.conf"
 	if [ "$GPUS" -gt 0 ]; then
-		echo "NodeName=node[1-$n] Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >"$etc/gres.conf"
+		echo "NodeName=$NODE[1-$n] Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >"$etc/gres.conf"
 	fi
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
@@ -456,7 +484,7 @@ check_installed() {
 		need_cmd slurmdbd slurmdbd
 		for c in sacct sacctmgr; do need_cmd "$c" slurm-client; done
 	fi
-	for c in nsenter unshare setpriv setsid; do need_cmd "$c" util-linux; done
+	for c in nsenter unshare setpriv setsid flock; do need_cmd "$c" util-linux; done
 	need_cmd ip iproute2
 	need_cmd ss iproute2
 	need_cmd useradd passwd
@@ -496,16 +524,16 @@ setup_network() {
 	ip addr add "$NET.1/24" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
 	for k in $(seq 1 "$n"); do
-		add_ns "${NSPREFIX}node$k" "ps-node$k" "$NET.$((10 + k))"
+		add_ns "${NSPREFIX}$NODE$k" "$VETH$NODE$k" "$NET.$((10 + k))"
 	done
 	for k in $(seq 1 "$COLLECTORS"); do
-		add_ns "${NSPREFIX}col$k" "ps-col$k" "$NET.$((100 + k))"
+		add_ns "${NSPREFIX}col$k" "${VETH}col$k" "$NET.$((100 + k))"
 	done
 	for k in $(seq 1 "$SYNCS"); do
-		add_ns "${NSPREFIX}sync$k" "ps-sync$k" "$NET.$((90 + k))"
+		add_ns "${NSPREFIX}sync$k" "${VETH}sync$k" "$NET.$((90 + k))"
 	done
 	if [ "$COLLECTORS" -gt 0 ]; then
-		add_ns "${NSPREFIX}front" "ps-front" "$NET.99"
+		add_ns "${NSPREFIX}front" "${VETH}front" "$NET.99"
 	fi
 }
 
@@ -559,7 +587,7 @@ write_tree() {
 		for k in $(seq 1 "$COLLECTORS"); do
 			a=$(((k - 1) * n / COLLECTORS + 1)) b=$((k * n / COLLECTORS))
 			[ "$a" -le "$b" ] || die "PERSYST_COLLECTORS=$COLLECTORS: more collectors than nodes"
-			echo "Collector=col$k Nodes=node[$a-$b] Addr=$NET.$((100 + k)):16830"
+			echo "Collector=col$k Nodes=$NODE[$a-$b] Addr=$NET.$((100 + k)):16830"
 		done
 	} >"$DIR/etc/tree.conf"
 }
@@ -572,9 +600,9 @@ tree_start() {
 		cols="${cols:+$cols,}col$k=$NET.$((100 + k)):16830"
 	done
 	for k in $(seq 1 "$n"); do
-		addrs="${addrs:+$addrs,}node$k=$NET.$((10 + k)):16831"
+		addrs="${addrs:+$addrs,}$NODE$k=$NET.$((10 + k)):16831"
 	done
-	where=(--collectors "$cols" --nodes "node[1-$n]")
+	where=(--collectors "$cols" --nodes "$NODE[1-$n]")
 	if [ "$SYNCS" -gt 0 ]; then
 		write_tree "$n"
 		for k in $(seq 1 "$SYNCS"); do sync_start "sync$k"; done
@@ -626,7 +654,7 @@ daemon_start() {
 	# A daemon restarted later (daemon-start) keeps the tree the cluster was started with.
 	[ -f "$DIR/run/tree" ] && cols=$(cat "$DIR/run/tree")
 	if [ "$cols" -gt 0 ]; then
-		grpc="--grpc-listen $NET.$((10 + ${node#node})):16831"
+		grpc="--grpc-listen $NET.$((10 + ${node#"$NODE"})):16831"
 	fi
 	# The daemon asks Slurm's commands for job facts: they need this cluster's slurm.conf
 	# however this script was called. A fake NVML (make_gpus) reaches its GPU helper.
@@ -653,9 +681,6 @@ daemon_start() {
 # restd_start: slurmrestd (OpenAPI v0.0.38, rest_auth/local) on a unix socket, as the
 # dedicated user, created here if missing (a system account with no home and no shell).
 restd_start() {
-	if ! id "$RESTD_USER" >/dev/null 2>&1; then
-		useradd --system --no-create-home --shell /usr/sbin/nologin "$RESTD_USER"
-	fi
 	mkdir -p "$DIR/restd"
 	chown "$RESTD_USER:" "$DIR/restd"
 	chmod 0755 "$DIR/restd"
@@ -828,19 +853,24 @@ up() {
 	write_configs "$n" "$DIR/etc"
 	echo "$COLLECTORS" >"$DIR/run/tree"
 	make_gpus
+	host_lock
 	if ! id "$JOB_USER" >/dev/null 2>&1; then
 		useradd --no-create-home --shell /bin/sh --user-group "$JOB_USER"
 	fi
+	if ! id "$RESTD_USER" >/dev/null 2>&1; then
+		useradd --system --no-create-home --shell /usr/sbin/nologin "$RESTD_USER"
+	fi
 	: >"$nodes_file"
-	for k in $(seq 1 "$n"); do echo "node$k" >>"$nodes_file"; done
+	for k in $(seq 1 "$n"); do echo "$NODE$k" >>"$nodes_file"; done
 	step "creating the bridge $BRIDGE and the namespaces"
 	setup_network "$n"
 	# The daemons read tracepoint ids from tracefs (file open/close rates). A systemd host
 	# mounts it at boot; this machine may not: mount it, and unmount it in down.
 	if [ ! -e /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
-		mount -t tracefs tracefs /sys/kernel/tracing && : >"$DIR/tracefs.mounted" ||
+		mount -t tracefs tracefs /sys/kernel/tracing && : >"$TRACEFS_MARK" ||
 			echo "cluster: tracefs not mounted; file open/close rates will not be measured" >&2
 	fi
+	host_unlock
 
 	export SLURM_CONF="$DIR/etc/slurm.conf"
 	step "starting munged" "$DIR/log/munged.out" "$DIR/log/munged.log"
@@ -861,7 +891,7 @@ up() {
 	# slurmctld writes its own pid file (SlurmctldPidFile); we track our own copy with -D.
 	start_bg "$DIR/run/slurmctld.pid" slurmctld "$DIR/log/slurmctld.out" slurmctld -D -i -f "$SLURM_CONF"
 	for k in $(seq 1 "$n"); do
-		local node="node$k" ns="/run/netns/${NSPREFIX}node$k"
+		local node="$NODE$k" ns="/run/netns/${NSPREFIX}$NODE$k"
 		mkdir -p "$DIR/spool/$node" "$DIR/run/$node" "$DIR/run/local"
 		if [ "$DAEMONS" = 1 ]; then
 			step "starting the persyst daemon of $node" "$DIR/log/persyst-$node.log"
@@ -893,7 +923,8 @@ up() {
 		echo "export SLURM_CONF=$DIR/etc/slurm.conf"
 		echo "export PERSYST_CLUSTER_DIR=$DIR"
 		echo "export PERSYST_NODES=\"$(tr '\n' ' ' <"$nodes_file" | sed 's/ $//')\""
-		echo "export PERSYST_NODE_LIST=node[1-$n]"
+		echo "export PERSYST_NODE_LIST=$NODE[1-$n]"
+		echo "export PERSYST_CLUSTER_INSTANCE=$INSTANCE"
 		echo "export PERSYST_NETNS_PREFIX=$NSPREFIX"
 		echo "export PERSYST_CLUSTER_NET=$NET"
 		echo "export PERSYST_JOB_USER=$JOB_USER"
