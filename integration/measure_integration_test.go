@@ -465,12 +465,13 @@ func TestRunUnprivileged(t *testing.T) {
 	}
 
 	// tracefs mounted but closed to the user (mode 0700) is a permission problem, not
-	// "not mounted".
+	// "not mounted". It is mounted in a mount namespace of the run's own, unless it is
+	// mounted already (a test cluster beside this test mounts it on the host).
 	persyst, _ := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c",
-		`mount -t tracefs nodev /sys/kernel/tracing && exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`,
+		`{ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; } && exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`,
 		"sh", persyst, "run", "--json", "--log-level", "error", "--", "true")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
