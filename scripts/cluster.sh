@@ -230,9 +230,10 @@ down() {
 	done
 	rm -f "$DIR/env"
 	# tracefs, if this script mounted it (file-open tracepoints need it) and no other
-	# instance's cluster is up.
+	# instance's cluster uses it (one coming up included).
 	host_lock
-	if [ -f "$TRACEFS_MARK" ] && ! compgen -G "$ROOT/build/cluster*/env" >/dev/null; then
+	rm -f "$DIR/uses-tracefs"
+	if [ -f "$TRACEFS_MARK" ] && ! compgen -G "$ROOT/build/cluster*/uses-tracefs" >/dev/null; then
 		umount /sys/kernel/tracing 2>/dev/null || true
 		rm -f "$TRACEFS_MARK"
 	fi
@@ -870,6 +871,7 @@ up() {
 		mount -t tracefs tracefs /sys/kernel/tracing && : >"$TRACEFS_MARK" ||
 			echo "cluster: tracefs not mounted; file open/close rates will not be measured" >&2
 	fi
+	: >"$DIR/uses-tracefs"
 	host_unlock
 
 	export SLURM_CONF="$DIR/etc/slurm.conf"
