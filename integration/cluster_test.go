@@ -155,12 +155,15 @@ func forgeEvent(sock string) int {
 	return 0
 }
 
-// instances are the clusters that may run at once (scripts/cluster.sh's
-// PERSYST_CLUSTER_INSTANCE: each its own directory, network, node names and ports): as
-// many as go test runs tests in parallel (-parallel), at most ten. A test that judges
-// no CPU time calls t.Parallel() before startCluster and runs beside the others; the
-// tests that do run first, alone (Go runs the sequential tests before the parallel
-// ones).
+// instancePool holds the clusters that may run at once (scripts/cluster.sh's
+// PERSYST_CLUSTER_INSTANCE: each its own directory, network, node names and ports). A
+// test that judges no CPU time calls sideBySide before startCluster and runs beside the
+// others; the tests that do run first, alone (Go runs the sequential tests before the
+// parallel ones). There are more instances than tests running at once (-parallel): a
+// test whose own subtests run in parallel gives up its turn to them while it holds its
+// cluster, and a test waiting for an instance holds a turn; with as many instances as
+// turns, the two would wait for each other for ever. Four more than -parallel (at most
+// ten) leave room for every such test (TestCoverage, TestEndStates).
 var instancePool = sync.OnceValue(func() chan int {
 	n := 2
 	if f := flag.Lookup("test.parallel"); f != nil { // set once the tests run
@@ -168,7 +171,7 @@ var instancePool = sync.OnceValue(func() chan int {
 			n = v
 		}
 	}
-	n = min(max(n, 1), 10)
+	n = min(max(n, 1)+4, 10)
 	ch := make(chan int, n)
 	for i := range n {
 		ch <- i
