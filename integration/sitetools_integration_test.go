@@ -404,7 +404,10 @@ func testPrometheus(t *testing.T, c *cluster, load string, auth metricsAuth) {
 	if res := p.query(t, `persyst_job_cpus{jobid="`+job+`"}`); len(res) != 2 || res[0].value != 2 || res[1].value != 2 {
 		t.Errorf("persyst_job_cpus of job %d (-c2 on each node): %v", id, res)
 	}
-	if res := p.query(t, `persyst_job_idle_ratio{jobid="`+job+`"}`); len(res) != 2 || res[0].value < 0.3 || res[0].value > 0.7 {
+	// One thread leaves at least about half of the job's 2 CPUs idle, more when the tests
+	// beside this one take some of its CPU; never all of them (it kept a quarter of a CPU
+	// busy above).
+	if res := p.query(t, `persyst_job_idle_ratio{jobid="`+job+`"}`); len(res) != 2 || res[0].value < 0.3 || res[0].value > 0.95 {
 		t.Errorf("persyst_job_idle_ratio of job %d (1 thread on 2 CPUs): %v", id, res)
 	}
 	if res := p.query(t, `persyst_daemon_perf_counters{instance=~".*"} > 0`); len(res) == 0 {
