@@ -6,8 +6,7 @@
 #
 #   scripts/vm.sh                   (make test-vm; SUITE=trixie, Slurm 24.11, or forky, 26.05)
 #   scripts/vm.sh image | boot      the two halves alone: make the disk image (1 and 2
-#                                   below), or boot the one made (3); make test makes both
-#                                   nodes' images, then boots them side by side
+#                                   below), or boot the one made (3)
 #   PERSYST_VM_DEB=path.deb         the package to install (default: the one fresh-check.sh
 #                                   built in a pristine SUITE root, build/package-SUITE/,
 #                                   built there now when missing or older than the checkout)

