@@ -5,8 +5,6 @@
 # The node's tests (vmnode/, built with -tags vmnode) run inside it as root.
 #
 #   scripts/vm.sh                   (make test-vm; SUITE=trixie, Slurm 24.11, or forky, 26.05)
-#   scripts/vm.sh image | boot      the two halves alone: make the disk image (1 and 2
-#                                   below), or boot the one made (3)
 #   PERSYST_VM_DEB=path.deb         the package to install (default: the one fresh-check.sh
 #                                   built in a pristine SUITE root, build/package-SUITE/,
 #                                   built there now when missing or older than the checkout)
@@ -25,11 +23,6 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITE=${SUITE:-trixie}
-STAGE=${1:-all}
-case "$STAGE" in
-image | boot | all) ;;
-*) echo "vm: usage: $0 [image|boot|all]" >&2; exit 2 ;;
-esac
 case "$SUITE" in
 trixie | forky) ;;
 *) echo "vm: SUITE=$SUITE: want trixie (Slurm 24.11) or forky (Slurm 26.05)" >&2; exit 2 ;;
@@ -52,8 +45,6 @@ WORK=$ROOT/build/_vm-$SUITE
 TIMEOUT=${PERSYST_VM_TIMEOUT:-1200}
 t0=$SECONDS
 
-# image: the disk image of the node, with the package and the tests, in $WORK.
-image() {
 # The package for SUITE's Slurm.
 deb=${PERSYST_VM_DEB:-}
 if [ -z "$deb" ]; then
@@ -220,10 +211,6 @@ truncate -s 3G "$WORK/disk.img"
 mkfs.ext4 -q -F -L vmnode -d "$r" "$WORK/disk.img"
 rm -rf "$r"
 log "disk image ready after $((SECONDS - t0)) s"
-}
-[ "$STAGE" = boot ] || image
-[ "$STAGE" != image ] || exit 0
-[ -f "$WORK/disk.img" ] && [ -f "$WORK/vmlinuz" ] || die "no disk image in $WORK (scripts/vm.sh image first)"
 
 # 3. Boot it. A boot that never reaches the tests within PERSYST_VM_BOOT_TIMEOUT seconds
 # (default 300; software emulation has crashed a guest's kernel as it booted) is tried
