@@ -2,14 +2,14 @@ package slurmver
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // TestFeatures: the table has a row for each feature, named as its identifier, oldest
@@ -75,24 +75,10 @@ func TestEveryFeatureDecides(t *testing.T) {
 	root := ".."
 	used := map[string]bool{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	testenv.GoFiles(t, root, fset, func(rel string, f *ast.File, test bool) {
+		if strings.HasPrefix(rel, "slurmver"+string(filepath.Separator)) {
+			return
 		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "build" || n == "testdata" || n == "slurmver") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil || ast.IsGenerated(f) {
-			return err
-		}
-		test := strings.HasSuffix(p, "_test.go")
 		ast.Inspect(f, func(n ast.Node) bool {
 			sel, ok := n.(*ast.SelectorExpr)
 			if !ok {
@@ -106,11 +92,7 @@ func TestEveryFeatureDecides(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(used) == 0 {
 		t.Fatal("no use of slurmver found: the walk missed the tree")
 	}

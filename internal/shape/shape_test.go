@@ -2,13 +2,12 @@ package shape
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/persyst/persyst/internal/testenv"
 )
 
 // Limits that keep persyst's code one a newcomer can change (docs/development.md): a
@@ -29,32 +28,11 @@ func TestShape(t *testing.T) {
 	fset := token.NewFileSet()
 	methods := map[string]int{} // "dir.Type" → methods
 	files := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "build" || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		f, err := parser.ParseFile(fset, p, src, parser.SkipObjectResolution|parser.ParseComments)
-		if err != nil {
-			return err
-		}
-		if ast.IsGenerated(f) {
-			return nil
+	testenv.GoFiles(t, root, fset, func(rel string, f *ast.File, test bool) {
+		if test {
+			return
 		}
 		files++
-		rel, _ := filepath.Rel(root, p)
 		if n := fset.Position(f.End()).Line; n > maxFileLines {
 			t.Errorf("%s is %d lines long, more than %d: give a type or a stage a file of its own", rel, n, maxFileLines)
 		}
@@ -76,11 +54,7 @@ func TestShape(t *testing.T) {
 				t.Errorf("%s: %s is %d lines long, more than %d: split it by stage", rel, name, n, limit)
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if files < 100 || len(methods) == 0 {
 		t.Fatalf("read %d files and %d types with methods: the walk missed the tree", files, len(methods))
 	}
