@@ -117,7 +117,7 @@ else
 	for suite in ${PERSYST_SUITES:-bookworm trixie forky}; do
 		echo "== every test in a pristine Debian $suite root (scripts/fresh-check.sh)"
 		t=$SECONDS
-		PERSYST_FUZZ=$fuzz PERSYST_UNIT=$fuzz SUITE=$suite scripts/fresh-check.sh test-here
+		PERSYST_FUZZ=$fuzz PERSYST_UNIT=$fuzz PERSYST_FRESH_SETUP_CACHE=1 SUITE=$suite scripts/fresh-check.sh test-here
 		echo "== $suite: every test passed in $((SECONDS - t)) s"
 		fuzz=0
 		case "$suite" in trixie | forky) vms+=("$suite") ;; esac
