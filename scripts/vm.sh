@@ -5,6 +5,8 @@
 # The node's tests (vmnode/, built with -tags vmnode) run inside it as root.
 #
 #   scripts/vm.sh                   (make test-vm; SUITE=trixie, Slurm 24.11, or forky, 26.05)
+#   PERSYST_VM_SCOPE=release        TestNode's scenarios that Slurm's release decides only
+#                                   (default all: those of the node's kernel as well)
 #   PERSYST_VM_DEB=path.deb         the package to install (default: the one fresh-check.sh
 #                                   built in a pristine SUITE root, build/package-SUITE/,
 #                                   built there now when missing or older than the checkout)
@@ -58,7 +60,7 @@ if [ -z "$deb" ]; then
 	if [ -z "$deb" ] || [ -n "$stale" ]; then
 		log "building the package in a pristine $SUITE root (fresh-check.sh package)"
 		mkdir -p "$ROOT/build"
-		SUITE=$SUITE "$ROOT/scripts/fresh-check.sh" package >"$ROOT/build/vm-package-$SUITE.log" 2>&1 ||
+		PERSYST_FRESH_SETUP_CACHE=1 SUITE=$SUITE "$ROOT/scripts/fresh-check.sh" package >"$ROOT/build/vm-package-$SUITE.log" 2>&1 ||
 			{ tail -50 "$ROOT/build/vm-package-$SUITE.log"; die "the $SUITE package was not built"; }
 		deb=$(ls -t "$ROOT/build/package-$SUITE"/persyst_*.deb | head -1)
 	fi
@@ -93,6 +95,9 @@ cp "$deb" "$r/root/persyst.deb"
 # (go test -count: a rare failure run again and again).
 echo "${PERSYST_VM_RUN:-^TestNode\$}" >"$r/root/vmnode.run"
 echo "${PERSYST_VM_COUNT:-1}" >"$r/root/vmnode.count"
+# PERSYST_VM_SCOPE=release: only TestNode's scenarios that Slurm's release decides, not
+# those that judge what the kernel measures (scripts/test.sh: every node after the first).
+echo "${PERSYST_VM_SCOPE:-all}" >"$r/root/vmnode.scope"
 # The system call counter's tests that take each way of counting the kernel allows: the
 # host refuses fentry programs, the node's kernel takes them (PERSYST_VM_SYSCOUNT_RUN,
 # empty: none).
@@ -173,6 +178,7 @@ exec >/dev/ttyS1 2>&1
 mu=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target)
 echo "vmnode: multi-user.target reached $((mu / 1000000)) s after boot; the tests start at $(cut -d' ' -f1 /proc/uptime) s"
 echo "vmnode: PID 1 is $(cat /proc/1/comm): $(systemctl --version | head -1)"
+echo "vmnode: $(systemd-analyze time 2>&1 | head -1); slowest units: $(systemd-analyze blame 2>/dev/null | head -5 | tr -s ' ' | paste -sd, -)"
 echo "vmnode: /sys/fs/cgroup is $(stat -f -c %T /sys/fs/cgroup); controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "vmnode: $(sinfo --version); $(scontrol show config | grep -E '^CgroupPlugin ' | tr -s ' ')"
 if dpkg -i /root/persyst.deb >/root/dpkg.log 2>&1; then
@@ -182,7 +188,7 @@ if dpkg -i /root/persyst.deb >/root/dpkg.log 2>&1; then
 	if [ -s syscount.run ]; then
 		CI=1 ./syscount.test -test.v -test.timeout 5m -test.run "$(cat syscount.run)" || rc=$?
 	fi
-	./vmnode.test -test.v -test.timeout 20m -test.run "$(cat /root/vmnode.run)" -test.count "$(cat /root/vmnode.count)" || rc=$?
+	PERSYST_VM_SCOPE=$(cat /root/vmnode.scope) ./vmnode.test -test.v -test.timeout 20m -test.run "$(cat /root/vmnode.run)" -test.count "$(cat /root/vmnode.count)" || rc=$?
 else
 	cat /root/dpkg.log
 	rc=1
