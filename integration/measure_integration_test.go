@@ -374,30 +374,61 @@ func TestRunExitAndSignals(t *testing.T) {
 			t.Errorf("err %v, output %q; want exit 127 naming the program", err, out)
 		}
 	})
-	t.Run("SIGTERM is forwarded", func(t *testing.T) {
-		cmd := exec.Command(persyst, "run", "--json", "--log-level", "error", "--", "sleep", "30")
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+	// Slurm cancels a job with SIGTERM at any time: once the command runs, and while
+	// persyst still sets up (its handlers installed, the command not started yet).
+	for _, c := range []struct {
+		name  string
+		ready func(t *testing.T, pid int) // waits for the moment to send it
+	}{
+		{"SIGTERM is forwarded", func(t *testing.T, pid int) {
+			waitFor(t, 30*time.Second, "the command runs", func() (bool, string) { return childNamed(pid, "sleep"), "" })
+		}},
+		{"SIGTERM during the set-up is forwarded", func(t *testing.T, pid int) {
+			waitFor(t, 30*time.Second, "persyst makes the command's cgroups", func() (bool, string) {
+				made, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/persyst_run/run-%d", pid))
+				return len(made) > 0 && !childNamed(pid, "sleep"), ""
+			})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(persyst, "run", "--json", "--log-level", "error", "--", "sleep", "30")
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			c.ready(t, cmd.Process.Pid)
+			start := time.Now()
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			err := cmd.Wait()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 128+15 {
+				t.Fatalf("exit %v, want 143 (sleep killed by the forwarded SIGTERM); stderr:\n%s", err, errb.String())
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %v to stop after SIGTERM", d)
+			}
+			var res standalone.Result
+			if err := json.Unmarshal(errb.Bytes(), &res); err != nil || res.Signal != "SIGTERM" {
+				t.Errorf("result after SIGTERM: %v signal %q", err, res.Signal)
+			}
+			noCgroupsLeft(t, cmd.Process.Pid)
+		})
+	}
+}
+
+// childNamed says whether process pid has a child whose command is name.
+func childNamed(pid int, name string) bool {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			if comm, _ := os.ReadFile("/proc/" + c + "/comm"); strings.TrimSpace(string(comm)) == name {
+				return true
+			}
 		}
-		time.Sleep(500 * time.Millisecond)
-		start := time.Now()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		err := cmd.Wait()
-		ee, ok := err.(*exec.ExitError)
-		if !ok || ee.ExitCode() != 128+15 {
-			t.Fatalf("exit %v, want 143 (sleep killed by the forwarded SIGTERM); stderr:\n%s", err, errb.String())
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("took %v to stop after SIGTERM", d)
-		}
-		var res standalone.Result
-		if err := json.Unmarshal(errb.Bytes(), &res); err != nil || res.Signal != "SIGTERM" {
-			t.Errorf("result after SIGTERM: %v signal %q", err, res.Signal)
-		}
-		noCgroupsLeft(t, cmd.Process.Pid)
-	})
+	}
+	return false
 }
 
 // TestRunUnprivileged: as an ordinary user persyst run says what it cannot do and

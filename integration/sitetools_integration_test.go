@@ -539,11 +539,13 @@ func (p *prometheus) query(t *testing.T, q string) []promResult {
 	return out
 }
 
-// waitFor polls ok until it holds or timeout passes (then fails with its last words).
+// waitFor polls ok until it holds or timeout passes (then fails with its last words):
+// at once, then every 5 ms, twice as long each time up to 250 ms (a moment is not
+// missed, and a slow one is not asked too often).
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
 		done, why := ok()
 		if done {
 			return
@@ -551,6 +553,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() (bool, 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v: %s", what, timeout, why)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(wait)
 	}
 }

@@ -109,18 +109,30 @@ func Run(ctx context.Context, opts Options, argv []string) (int, error) {
 	}
 	r := &runner{opts: opts, argv: argv, host: hostfs.New(opts.Root)}
 	defer r.cleanup()
+	// The signals to pass on to CMD are taken from now: one that comes while persyst sets
+	// up (Slurm cancelling the job) reaches CMD once it runs, not nothing.
+	fwd := make(chan os.Signal, 4)
+	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(fwd)
 	cpus, err := r.cpus()
 	if err != nil {
 		return 1, err
 	}
 	env, spec := r.setup(cpus)
 	defer env.Close()
-	cmd, fwd, err := r.start(path)
+	cmd, err := r.start(path)
 	if err != nil {
 		return 126, err
 	}
 	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
-	defer signal.Stop(fwd)
+	if ctx.Err() != nil {
+		// A signal stopped persyst before fwd was set (ctx: the command line's), or
+		// while it set up: CMD stops as well.
+		select {
+		case fwd <- syscall.SIGTERM:
+		default:
+		}
+	}
 	job := r.measure(ctx, cmd, env, spec, fwd)
 	res, err := r.result(cmd, job, len(cpus))
 	if err != nil {
@@ -208,9 +220,8 @@ func visibleGPUs() (ids []string, all bool) {
 
 // start starts the command through a re-executed persyst that stops itself once its own
 // start is done (Child), and moves it into the command's cgroups. From then on persyst
-// ignores SIGINT and SIGQUIT (the terminal sends them to CMD), and fwd brings the
-// signals to pass on to CMD; the caller resets both.
-func (r *runner) start(path string) (_ *exec.Cmd, fwd chan os.Signal, _ error) {
+// ignores SIGINT and SIGQUIT (the terminal sends them to CMD); the caller resets them.
+func (r *runner) start(path string) (*exec.Cmd, error) {
 	// Without privileges, /proc/PID/io of the exited child is root's (the kernel makes an
 	// exited process's /proc files root-owned): its last writes are found instead in our
 	// own counters, to which the kernel adds a reaped child's totals.
@@ -220,12 +231,11 @@ func (r *runner) start(path string) (_ *exec.Cmd, fwd chan os.Signal, _ error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.opts.Stdin, r.opts.Stdout, r.opts.Stderr
 	cmd.Env = os.Environ()
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s: %w", r.argv[0], err)
+		return nil, fmt.Errorf("start %s: %w", r.argv[0], err)
 	}
-	// Only after the start, so that CMD does not inherit the ignored dispositions.
+	// Only after the start, so that CMD does not inherit the ignored dispositions (caught
+	// ones, as the forwarded, are reset by exec).
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
-	fwd = make(chan os.Signal, 4)
-	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	pid := cmd.Process.Pid
 	r.child = pid
 	// Wait until the child stopped itself (or died): its own start is then done, and
@@ -242,7 +252,7 @@ func (r *runner) start(path string) (_ *exec.Cmd, fwd chan os.Signal, _ error) {
 			fmt.Fprintf(r.opts.Stderr, "persyst: could not move %s into %s: %v (measured without it)\n", r.argv[0], filepath.Dir(f), err)
 		}
 	}
-	return cmd, fwd, nil
+	return cmd, nil
 }
 
 // measure opens the command's meter, lets it go on to exec CMD, and reads it at every

@@ -74,6 +74,11 @@ func init() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == standalone.ChildCommand {
+		// persyst run's child catches no signal: one forwarded to it before it execs CMD
+		// ends it as it would end CMD.
+		os.Exit(standalone.Child(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
@@ -89,8 +94,6 @@ func run(ctx context.Context, args []string, io stdio) int {
 	}
 	name, args := args[0], args[1:]
 	switch name {
-	case standalone.ChildCommand: // hidden: persyst run's child
-		return standalone.Child(args)
 	case "run":
 		return runRun(ctx, io, args)
 	case manCommand: // hidden: the manual pages (make package)
