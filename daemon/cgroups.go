@@ -165,6 +165,20 @@ func (o ownedCgroups) create(id uint32) (string, error) {
 	return dir, nil
 }
 
+// forJob returns persyst's perf cgroup of job j, made now if it is not there yet, when
+// j needs one ("": none needed, or it could not be made: logged).
+func (o ownedCgroups) forJob(j *Job) string {
+	if !o.needed(j.Cgroups) {
+		return ""
+	}
+	dir, err := o.create(j.JobID)
+	if err != nil {
+		o.log.Error().Err(err).Uint32("job", j.JobID).Msg("perf cgroup not created; perf events not measured for this job")
+		return ""
+	}
+	return dir
+}
+
 // remove removes job id's cgroup (dir; "": the one an earlier daemon may have made).
 func (o ownedCgroups) remove(id uint32, dir string) {
 	if dir == "" && o.parent != "" {

@@ -147,7 +147,7 @@ func benchmarkCycle(b *testing.B, jobs int, pause time.Duration) {
 				b.Fatal(err)
 			}
 		}
-		b.Cleanup(func() { m.End(id) }) // before the sleeps are killed and the cgroups removed
+		b.Cleanup(func() { m.end(id) }) // before the sleeps are killed and the cgroups removed
 	}
 	m.cycle() // every job measured: its meter is open and has its baseline
 	for i := range jobs {

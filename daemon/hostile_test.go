@@ -85,7 +85,7 @@ func TestDigestFromHostileTree(t *testing.T) {
 	}
 	prepareNow(m, j)
 	setCPU(3_000_000)
-	if err := m.Digest(context.Background(), j); err != nil {
+	if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(texts) != 1 {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/sample"
 )
@@ -90,6 +92,57 @@ func (jm *jobMeter) finishOpen(job *pipeline.Job) bool {
 	}
 	jm.state, jm.job = measuring, job
 	return true
+}
+
+// started readies the meter for a start of its job or of a step: a look for the step's
+// cgroups, and persyst's own perf cgroup of the job (owned, "": none) kept unless it has
+// one. It returns the cgroup the step's tasks are to join ("": none), and whether the
+// caller is to open the meter (claimOpen).
+func (jm *jobMeter) started(owned string) (join string, open bool) {
+	jm.lookAgain()
+	jm.mu.Lock()
+	if jm.owned == "" {
+		jm.owned = owned
+	}
+	join = jm.owned
+	jm.mu.Unlock()
+	return join, jm.claimOpen()
+}
+
+// atStepEnd is the end of one of the job's steps: the meter looks for the job's cgroups
+// again (the step's go; on v1 the job's may too). It returns the pipeline to read now
+// (nil: not measuring, or ended) and, when digest, the pipeline for a digest of kind
+// mode (forDigest).
+func (jm *jobMeter) atStepEnd(mode digestMode, digest bool) (read, pj *pipeline.Job) {
+	st, job := jm.now()
+	if st != ended {
+		jm.lookAgain()
+		read = job
+	}
+	if digest {
+		pj = jm.forDigest(mode)
+	}
+	return read, pj
+}
+
+// open ends the opening under way (claimOpen) with the pipeline open makes, and returns
+// it if the meter took it: nil when it was not opened (logged; the next event or cycle
+// tries again) or when the job ended meanwhile (it is closed then).
+func (jm *jobMeter) open(open func() (*pipeline.Job, error), log zerolog.Logger) *pipeline.Job {
+	job, err := open()
+	switch {
+	case err != nil && !notYet(err):
+		log.Error().Err(err).Uint32("job", jm.id).Msg("job not measured")
+	case err != nil:
+		log.Debug().Err(err).Uint32("job", jm.id).Msg("job's meter not opened yet")
+	}
+	if !jm.finishOpen(job) {
+		if job != nil {
+			job.Meter().Close() // the job ended meanwhile
+		}
+		return nil
+	}
+	return job
 }
 
 // startWait bounds how long the end of a job or step waits for its meter's opening.

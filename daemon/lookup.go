@@ -139,13 +139,13 @@ type answer struct {
 // atEnd returns what the job map says of job j for its digest, looked up at most once:
 // for a late digest what it said when the job's end was found (known), else the lookup
 // made at its batch step's start when that still holds, else a lookup now (its error:
-// the job map did not answer, or does not know the job).
-func (l *jobLookups) atEnd(ctx context.Context, j *Job, mode digestMode, known *jobmap.Job) (answer, error) {
-	var a answer
-	var err error
+// the job map did not answer, or does not know the job). When it did not answer at the
+// batch step's end (a busy slurmctld), later brings its answer once it does (again):
+// Slurm is not kept waiting for it.
+func (l *jobLookups) atEnd(ctx context.Context, j *Job, mode digestMode, known *jobmap.Job) (a answer, later <-chan answer, err error) {
 	switch {
 	case l.facts == nil:
-		return a, nil
+		return a, nil, nil
 	case mode == late:
 		a.fresh = true
 		if known != nil {
@@ -163,7 +163,12 @@ func (l *jobLookups) atEnd(ctx context.Context, j *Job, mode digestMode, known *
 		}
 	}
 	a.atStart = l.atStart(j)
-	return a, err
+	if a.facts == nil && mode == atBatchEnd && err != nil && !errors.Is(err, jobmap.ErrNoJob) {
+		ch := make(chan answer, 1)
+		go func() { ch <- l.again(j) }()
+		later = ch
+	}
+	return a, later, err
 }
 
 // prefetched returns the job's facts as looked up at its batch step's start (waiting,

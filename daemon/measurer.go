@@ -173,26 +173,22 @@ func (m *Measurer) Prepare(j *Job) (join string) {
 	if m.cfg.Disabled || j.State != Running {
 		return ""
 	}
-	jm := m.meters.meter(j.JobID, true) // a new one when Slurm runs the job again (requeued)
-	jm.lookAgain()                      // a step's cgroups appear with it
-	m.slurm.layout.Invalidate()
 	m.oom.watch(j.JobID, j.UID)
-	if jm.ownedCgroup() == "" && m.owned.needed(j.Cgroups) {
-		if dir, err := m.owned.create(j.JobID); err != nil {
-			m.log.Error().Err(err).Uint32("job", j.JobID).Msg("perf cgroup not created; perf events not measured for this job")
-		} else {
-			jm.setOwned(dir)
-		}
-	}
-	if jm.claimOpen() {
+	owned := m.owned.forJob(j)
+	jm := m.meters.meter(j.JobID, true) // a new one when Slurm runs the job again (requeued)
+	join, open := jm.started(owned)
+	m.slurm.layout.Invalidate() // a step's cgroups appear with it
+	if open {
 		m.starts.Add(1)
 		go func() {
 			defer m.starts.Done()
-			m.finishOpen(j, jm)
+			if job := jm.open(func() (*pipeline.Job, error) { return m.open.open(j, join) }, m.log); job != nil {
+				m.oom.measure(j.JobID, job.Meter().Spec().StatCgroups)
+			}
 		}()
 	}
 	m.lookups.prefetch(j) // nothing when the reconciler's answer is awaited (Restore)
-	return jm.ownedCgroup()
+	return join
 }
 
 // Restore measures again, at once, a running job a previous daemon left whose cgroups
@@ -208,49 +204,61 @@ func (m *Measurer) Restore(j *Job, mounts func() []jobcgroup.Mount) bool {
 	return true
 }
 
-// finishOpen opens jm's meter (claimOpen) and ends the opening.
-func (m *Measurer) finishOpen(j *Job, jm *jobMeter) {
-	job, err := m.open.open(j, jm.ownedCgroup())
-	switch {
-	case err != nil && !notYet(err):
-		m.log.Error().Err(err).Uint32("job", j.JobID).Msg("job not measured")
-	case err != nil:
-		m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("job's meter not opened yet")
+// StepEnded follows the end of one of job j's steps (step): a read while the job's
+// cgroups are still there (at the job's end Slurm may already have removed them), then
+// the job's digest at its batch step's end, or the report of a job without a batch
+// script at each of its steps' ends on its first node (interactive: kept for `persyst
+// report`, which srun runs at the end of a job it started, and written into no file; its
+// error is returned). A batch digest not written is the digester's to log, not an error
+// of the event: the plugin, which waits for the answer, must not take it for a daemon
+// that is down.
+func (m *Measurer) StepEnded(ctx context.Context, j *Job, step string) error {
+	mode, digest := atBatchEnd, step == "batch" && j.State == Running
+	if step != "batch" && step != "extern" {
+		mode, digest = interactive, reportsHere(j)
 	}
-	switch {
-	case !jm.finishOpen(job) && job != nil:
-		job.Meter().Close() // the job ended meanwhile
-	case job != nil:
-		m.oom.measure(j.JobID, job.Meter().Spec().StatCgroups)
-	}
-}
-
-// StepEnded takes a read when one of the job's steps ended: the job's cgroups still
-// exist then, while at job end Slurm may already have removed them.
-func (m *Measurer) StepEnded(id uint32) {
-	jm := m.meters.settled(id)
+	digest = digest && m.pass.engine != nil && j.State != OptedOut
+	jm := m.meters.settled(j.JobID)
 	if jm == nil {
-		return
+		return nil
 	}
-	st, job := jm.now()
-	if st == ended {
-		return
-	}
-	jm.lookAgain() // the step's cgroups go (on v1 the job's may too)
+	read, pj := jm.atStepEnd(mode, digest)
 	m.slurm.layout.Invalidate()
-	if job == nil {
-		return
+	if read != nil {
+		if _, err := read.Read(sample.Step); err != nil {
+			m.log.Debug().Err(err).Uint32("job", j.JobID).Msg("step-end read incomplete")
+		}
+		m.oom.stepEnded(m.host, j.JobID, read.Meter().Spec().StatCgroups)
 	}
-	if _, err := job.Read(sample.Step); err != nil {
-		m.log.Debug().Err(err).Uint32("job", id).Msg("step-end read incomplete")
+	if pj == nil {
+		return nil
 	}
-	m.oom.stepEnded(m.host, id, job.Meter().Spec().StatCgroups)
+	if err := m.pass.make(ctx, j, pj, mode, nil); err != nil && mode == interactive {
+		return err
+	}
+	return nil
 }
 
-// End takes the job's final read, stops its counters and removes persyst's cgroup. A job
+// reportsHere says whether this node makes job j's report at its steps' ends and its
+// end: a job without a batch script (srun, salloc) that ran a step, on its first node.
+func reportsHere(j *Job) bool {
+	return j.step("batch") == nil && j.NodeID == 0 && len(j.Steps) > 0
+}
+
+// End follows job j's end: its final read (end), then the report of a job without a
+// batch script, made on its first node (reportsHere; its error is returned).
+func (m *Measurer) End(ctx context.Context, j *Job) error {
+	m.end(j.JobID)
+	if !reportsHere(j) {
+		return nil
+	}
+	return m.digest(ctx, j, interactive, nil)
+}
+
+// end takes the job's final read, stops its counters and removes persyst's cgroup. A job
 // this daemon never measured (it ended while the daemon was down) gets what an earlier
 // daemon measured of it, for a late digest.
-func (m *Measurer) End(id uint32) {
+func (m *Measurer) end(id uint32) {
 	jm := m.meters.meter(id, false)
 	jm.waitOpened()
 	job, first := jm.end(func() *pipeline.Job {
@@ -358,8 +366,12 @@ func (m *Measurer) cycle() {
 		switch st, job := jm.now(); st {
 		case waiting:
 			if j := byID[jm.id]; j != nil && j.State == Running {
-				if jm.claimOpen() { // once: an opening under way or done is not repeated
-					m.finishOpen(j, jm) // its baseline is read now
+				// Once: an opening under way or done is not repeated. Its baseline is
+				// read now.
+				if jm.claimOpen() {
+					if job := jm.open(func() (*pipeline.Job, error) { return m.open.open(j, jm.ownedCgroup()) }, m.log); job != nil {
+						m.oom.measure(j.JobID, job.Meter().Spec().StatCgroups)
+					}
 				}
 			}
 		case measuring:
@@ -391,16 +403,6 @@ func (m *Measurer) cycle() {
 // plugin did not announce.
 func (m *Measurer) Unannounced() UnannouncedJobs { return m.unann.report() }
 
-// Digest evaluates a job's properties on this node, keeps the report, and (unless the
-// digest is off) appends the text digest to the job's output file as the job's user.
-// It is called at the end of the batch step on the batch host, once per job.
-func (m *Measurer) Digest(ctx context.Context, j *Job) error {
-	if j.State != Running {
-		return nil
-	}
-	return m.digest(ctx, j, atBatchEnd, nil)
-}
-
 // LateDigest makes the digest of a job that ended while this node's daemon was not
 // running (or missed its end): from what was measured of it, marked as made after the
 // job ended, and appended to its output file if that is still the job's. facts is what
@@ -408,17 +410,6 @@ func (m *Measurer) Digest(ctx context.Context, j *Job) error {
 // job is not looked up again.
 func (m *Measurer) LateDigest(ctx context.Context, j *Job, facts *jobmap.Job) error {
 	return m.digest(ctx, j, late, facts)
-}
-
-// InteractiveDigest makes the report of a job without a batch script (srun, salloc) on
-// its first node, at each step's end and at the job's end: kept for `persyst report`
-// (which srun runs at the end of a job it started, to print it), written into no file
-// (the job's output went to a terminal).
-func (m *Measurer) InteractiveDigest(ctx context.Context, j *Job) error {
-	if j.step("batch") != nil || j.NodeID != 0 || len(j.Steps) == 0 {
-		return nil
-	}
-	return m.digest(ctx, j, interactive, nil)
 }
 
 // digest makes job j's digest once its meter's opening (if under way) is over, once per

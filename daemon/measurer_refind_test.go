@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -77,7 +78,7 @@ func TestMeasurerRefind(t *testing.T) {
 		t.Fatal(err)
 	}
 	prepareNow(m, j)
-	t.Cleanup(func() { m.End(id) })
+	t.Cleanup(func() { m.end(id) })
 	m.cycle()
 	if measured(m, id) == nil {
 		t.Fatal("job not measured")
@@ -119,7 +120,7 @@ func TestMeasurerRefind(t *testing.T) {
 			perDir["pids"] = meter.OpenFiles() - files0 - perDir["memory"]
 			return state{Keys: []string{"cpuacct", "memory", "pids"}, Files: perDir["memory"] + perDir["pids"]}
 		}},
-		{"pids cgroup removed at a step end", func(t *testing.T) { rmdir(t, dir("pids")); m.StepEnded(id) }, 1, time.Second, func() state {
+		{"pids cgroup removed at a step end", func(t *testing.T) { rmdir(t, dir("pids")); _ = m.StepEnded(context.Background(), j, "0") }, 1, time.Second, func() state {
 			return state{Keys: []string{"cpuacct", "memory"}, Files: perDir["memory"]}
 		}},
 		{"memory cgroup removed without an event: gone at a read, dropped at the next", func(t *testing.T) { rmdir(t, dir("memory")) }, 2, time.Second, func() state {

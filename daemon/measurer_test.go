@@ -100,7 +100,7 @@ func TestMeasurerCycle(t *testing.T) {
 	// The batch step ended: the digest is written once, as the job's user, into the
 	// output file the job map names, and the report is kept.
 	for i := 0; i < 2; i++ {
-		if err := m.Digest(context.Background(), j); err != nil {
+		if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 			t.Fatalf("Digest: %v", err)
 		}
 	}
@@ -123,7 +123,7 @@ func TestMeasurerCycle(t *testing.T) {
 	if _, err := os.Stat(saved); err != nil {
 		t.Errorf("report not saved: %v", err)
 	}
-	m.End(7)
+	m.end(7)
 	s := m.Summary(7)
 	if s == nil || !s.Ended || s.Samples != 6 || s.Totals[sample.CPUUserSeconds] != 5.5 || s.CPUs != "2-3" {
 		t.Fatalf("summary after the end = %+v; want ended, 6 samples, 5.5 s user CPU, CPUs 2-3", s)
@@ -285,7 +285,7 @@ func TestDigestPrefetchesFacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := facts.lookups
-			if err := m.Digest(context.Background(), j); err != nil {
+			if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 				t.Fatal(err)
 			}
 			// The summary's write goes on in the background; wait for it.
@@ -377,9 +377,12 @@ func TestStartInBackground(t *testing.T) {
 		root, _ := fakeNode(t, 7)
 		now := time.Date(2026, 11, 21, 12, 0, 7, 0, time.UTC)
 		m, reg := testMeasurer(t, root, func() time.Time { return now })
-		m.Prepare(batchStart(t, reg, 7, "", now)) // returns before the meter is open
-		m.StepEnded(7)
-		m.End(7)
+		j := batchStart(t, reg, 7, "", now)
+		m.Prepare(j)                                                           // returns before the meter is open
+		if err := m.StepEnded(context.Background(), j, "extern"); err != nil { // a read, no digest
+			t.Fatal(err)
+		}
+		m.end(7)
 		if s := m.Summary(7); s == nil || !s.Ended || s.Started.IsZero() {
 			t.Fatalf("try %d: summary of a job that ended while its meter opened: %+v, want its measurement, ended", i, s)
 		}
@@ -427,7 +430,7 @@ func TestMeasurerWaitsForJobCPUset(t *testing.T) {
 			} else {
 				prepareNow(m, batchStart(t, reg, 7, tc.cores, now))
 			}
-			t.Cleanup(func() { m.End(7) })
+			t.Cleanup(func() { m.end(7) })
 			if got := measured(m, 7) != nil; got != tc.wantEarly {
 				t.Fatalf("measured at the start, cpuset %s, job cores %q: %v, want %v", tc.early, tc.cores, got, tc.wantEarly)
 			}
@@ -474,7 +477,7 @@ func TestOOMKillBeforeMeter(t *testing.T) {
 			}
 			now = now.Add(tc.age)
 			prepareNow(m, batchStart(t, reg, 7, "", now))
-			t.Cleanup(func() { m.End(7) })
+			t.Cleanup(func() { m.end(7) })
 			if measured(m, 7) == nil {
 				t.Fatal("not measured")
 			}
@@ -517,7 +520,7 @@ func TestOOMKillInSlurmLayout(t *testing.T) {
 			now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 			m, reg := testMeasurer(t, root, func() time.Time { return now })
 			prepareNow(m, batchStart(t, reg, 7, "", now))
-			t.Cleanup(func() { m.End(7) })
+			t.Cleanup(func() { m.end(7) })
 			m.oom.killed(kmsg.OOMKill{TaskCgroup: tc.task, PID: 10})
 			if got := m.oom.kills(7); got != tc.want {
 				t.Errorf("OOM kills counted: %d, want %d", got, tc.want)
@@ -552,7 +555,7 @@ func TestMeasurerWaitsForEmptyCPUset(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	m, reg := testMeasurer(t, root, func() time.Time { return now })
 	prepareNow(m, batchStart(t, reg, 7, "", now))
-	t.Cleanup(func() { m.End(7) })
+	t.Cleanup(func() { m.end(7) })
 	if measured(m, 7) != nil {
 		t.Fatalf("measured on %v while the job's cpuset listed no CPUs", measured(m, 7).Meter().Spec().CPUs)
 	}
@@ -633,7 +636,7 @@ func TestOneLookupPerDigest(t *testing.T) {
 		*now = now.Add(time.Minute)
 		status := 0
 		j = apply(t, reg, wire.StepEnd, &wire.Event{StepID: "batch", ExitStatus: &status}, *now)
-		if err := m.Digest(context.Background(), j); err != nil {
+		if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 			t.Fatal(err)
 		}
 		if facts.lookups != 1 || *written != 1 {
@@ -661,7 +664,7 @@ func TestOneLookupPerDigest(t *testing.T) {
 		facts.mu.Unlock()
 		status := 256 // (the clock stays: the meter's start-up read may still read it)
 		j := apply(t, reg, wire.StepEnd, &wire.Event{StepID: "batch", ExitStatus: &status}, *now)
-		if err := m.Digest(context.Background(), j); err != nil {
+		if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(30 * time.Second)
@@ -693,15 +696,13 @@ func TestOneLookupPerDigest(t *testing.T) {
 			}
 			*now = now.Add(time.Minute)
 			j := apply(t, reg, wire.StepEnd, &wire.Event{StepID: step}, *now)
-			m.StepEnded(7)
-			if err := m.InteractiveDigest(context.Background(), j); err != nil {
+			if err := m.StepEnded(context.Background(), j, step); err != nil {
 				t.Fatal(err)
 			}
 		}
 		facts.set(func(f *jobmap.Job) { f.State = "COMPLETED" })
 		j := apply(t, reg, wire.JobEnd, &wire.Event{}, *now)
-		m.End(7)
-		if err := m.InteractiveDigest(context.Background(), j); err != nil {
+		if err := m.End(context.Background(), j); err != nil {
 			t.Fatal(err)
 		}
 		if facts.lookups != 3 {

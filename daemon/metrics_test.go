@@ -135,7 +135,7 @@ func TestJobMetricsFollowRunningJobs(t *testing.T) {
 	if _, err := reg.Apply(wire.JobEnd, &wire.Event{JobID: 1, UID: 1001, Persyst: wire.On, Time: *now}, *now); err != nil {
 		t.Fatal(err)
 	}
-	m.End(1)
+	m.end(1)
 	body = scrape(t, h)
 	if strings.Contains(body, `jobid="1"`) {
 		t.Errorf("job 1 ended but its series remain:\n%s", body)
@@ -216,7 +216,7 @@ func BenchmarkDigestAccounting(b *testing.B) {
 				jm.mu.Lock()
 				jm.digested = false
 				jm.mu.Unlock()
-				if err := m.Digest(context.Background(), j); err != nil {
+				if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -258,11 +258,10 @@ func TestAccountingOncePerJob(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	m.cycle()
 	// The batch job: at its digest. The srun job: not at its step's end, at its end.
-	if err := m.Digest(context.Background(), reg.Job(1)); err != nil {
+	if err := m.digest(context.Background(), reg.Job(1), atBatchEnd, nil); err != nil {
 		t.Fatal(err)
 	}
-	m.StepEnded(2)
-	if err := m.InteractiveDigest(context.Background(), apply(wire.StepEnd, 2, "0")); err != nil {
+	if err := m.StepEnded(context.Background(), apply(wire.StepEnd, 2, "0"), "0"); err != nil {
 		t.Fatal(err)
 	}
 	// Summaries are written in the background: wait for them (a little longer for one
@@ -287,8 +286,7 @@ func TestAccountingOncePerJob(t *testing.T) {
 		t.Errorf("summaries before the srun job's end (-want +got):\n%s", diff)
 	}
 	j := apply(wire.JobEnd, 2, "")
-	m.End(2)
-	if err := m.InteractiveDigest(context.Background(), j); err != nil {
+	if err := m.End(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
 	got = settled(2)

@@ -124,7 +124,9 @@ func (r *reconciler) round(ctx context.Context) {
 		if r.meas == nil {
 			continue
 		}
-		r.meas.End(j.JobID)
+		if err := r.meas.End(ctx, ended); err != nil {
+			r.log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
+		}
 		if ended.step("batch") != nil || (facts != nil && facts.BatchHost == r.node) {
 			// This is the batch host (the batch script's start may have come while the
 			// daemon was down): the digest the job's end would have made.

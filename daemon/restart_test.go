@@ -108,7 +108,7 @@ func TestMeasurerRestart(t *testing.T) {
 	j := reg.Job(7)
 	prepareNow(m, j)
 	n.cycles(m, 2) // 12:01:00, :01:10
-	if err := m.Digest(context.Background(), j); err != nil {
+	if err := m.digest(context.Background(), j, atBatchEnd, nil); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := m.Report(7)
@@ -135,7 +135,7 @@ func TestMeasurerRestart(t *testing.T) {
 	if len(n.appended) != 1 || !strings.Contains(strings.Join(strings.Fields(n.appended[0]), " "), "not measured: 12:00:30-12:00:55 (the persyst daemon was not running)") {
 		t.Errorf("digest:\n%s", strings.Join(n.appended, "\n"))
 	}
-	m.End(7)
+	m.end(7)
 	if _, err := os.Stat(filepath.Join(n.state, "samples", "7.jsonl")); !os.IsNotExist(err) {
 		t.Errorf("samples of an ended job still on disk: %v", err)
 	}

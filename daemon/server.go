@@ -362,29 +362,20 @@ func (s *Server) event(ctx context.Context, x exchange, req *wire.Request) (rep 
 // They are made to the end even while the daemon stops (each has its own deadline).
 func (s *Server) measure(ctx context.Context, log zerolog.Logger, kind wire.Kind, step string, j *Job) string {
 	ctx = context.WithoutCancel(ctx)
+	var err error
 	switch kind {
 	case wire.JobStart:
 		s.meas.Prepare(j)
 	case wire.StepStart:
 		return s.meas.Prepare(j)
 	case wire.StepEnd:
-		s.meas.StepEnded(j.JobID)
-		if step != "batch" && step != "extern" {
-			if err := s.meas.InteractiveDigest(ctx, j); err != nil {
-				log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
-			}
-		}
-		if step == "batch" {
-			// A digest that could not be written is the daemon's to log, not an error of
-			// the event: the plugin must not take it for a daemon that is down.
-			_ = s.meas.Digest(ctx, j)
-		}
+		err = s.meas.StepEnded(ctx, j, step)
 	case wire.JobEnd:
-		s.meas.End(j.JobID)
-		if err := s.meas.InteractiveDigest(ctx, j); err != nil {
-			log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
-		}
+		err = s.meas.End(ctx, j)
 		s.meas.Forget(func(id uint32) bool { return s.reg.Job(id) != nil })
+	}
+	if err != nil {
+		log.Info().Err(err).Uint32("job", j.JobID).Msg("report of an interactive job not made")
 	}
 	return ""
 }

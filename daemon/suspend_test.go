@@ -20,7 +20,7 @@ func TestSuspendWatch(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	m, reg := testMeasurer(t, root, func() time.Time { return now })
 	prepareNow(m, batchStart(t, reg, 7, "", now))
-	t.Cleanup(func() { m.End(7) })
+	t.Cleanup(func() { m.end(7) })
 	job := measured(m, 7)
 	if job == nil {
 		t.Fatal("job 7 not measured")
