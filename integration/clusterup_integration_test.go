@@ -12,11 +12,16 @@ import (
 
 // TestClusterUpFailure makes scripts/cluster.sh up fail at different steps and checks that
 // it says which step failed, with the log line that tells why, and leaves no process,
-// namespace or bridge behind.
+// namespace or bridge behind. It judges no CPU time: beside the other such tests, on a
+// cluster instance of its own.
 func TestClusterUpFailure(t *testing.T) {
+	sideBySide(t)
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}
+	inst := <-instancePool()
+	t.Cleanup(func() { instancePool() <- inst })
+	instance := "PERSYST_CLUSTER_INSTANCE=" + strconv.Itoa(inst)
 	// busy returns a port on loopback that another program (this test) listens on.
 	busy := func(t *testing.T) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,12 +53,11 @@ func TestClusterUpFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "up", "2")
-			// Instance 0: this test runs alone, before the tests beside each other.
-			cmd.Env = append(append(os.Environ(), "ACCOUNTING=0", "PERSYST_CLUSTER_INSTANCE=0"), tc.env(t)...)
+			cmd.Env = append(append(os.Environ(), "ACCOUNTING=0", instance), tc.env(t)...)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
 				down := exec.Command(filepath.Join(repoRoot, "scripts/cluster.sh"), "down")
-				down.Env = append(os.Environ(), "PERSYST_CLUSTER_INSTANCE=0")
+				down.Env = append(os.Environ(), instance)
 				down.Run()
 				t.Fatalf("cluster up succeeded, want a failure:\n%s", out)
 			}
@@ -65,9 +69,9 @@ func TestClusterUpFailure(t *testing.T) {
 				}
 				rest = rest[i+len(w):]
 			}
-			nothingLeft(t, 0)
-			if _, err := os.Stat(filepath.Join(repoRoot, "build/cluster/env")); err == nil {
-				t.Errorf("build/cluster/env exists after a failed up")
+			nothingLeft(t, inst)
+			if _, err := os.Stat(filepath.Join(instanceDir(inst), "env")); err == nil {
+				t.Errorf("%s/env exists after a failed up", instanceDir(inst))
 			}
 		})
 	}
