@@ -187,6 +187,15 @@ func sideBySide(t *testing.T) {
 	t.Parallel()
 }
 
+// instanceLetter is what cluster.sh puts before instance i's node names and namespaces
+// ("" for instance 0, then b, c, ...).
+func instanceLetter(i int) string {
+	if i == 0 {
+		return ""
+	}
+	return string(rune('a' + i))
+}
+
 // instanceDir is where cluster.sh keeps instance i's cluster.
 func instanceDir(i int) string {
 	if i == 0 {

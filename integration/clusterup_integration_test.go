@@ -22,6 +22,7 @@ func TestClusterUpFailure(t *testing.T) {
 	inst := <-instancePool()
 	t.Cleanup(func() { instancePool() <- inst })
 	instance := "PERSYST_CLUSTER_INSTANCE=" + strconv.Itoa(inst)
+	node1 := instanceLetter(inst) + "node1" // scripts/cluster.sh names instance I's nodes
 	// busy returns a port on loopback that another program (this test) listens on.
 	busy := func(t *testing.T) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -47,7 +48,7 @@ func TestClusterUpFailure(t *testing.T) {
 		{"slurmctld's port is taken", func(t *testing.T) []string { return []string{"PERSYST_CTLD_PORT=" + busy(t)} },
 			[]string{"slurmctld exited", "up failed at step: waiting for 2 idle node(s)", "Address already in use", "stopping everything up started"}},
 		{"the node daemon does not start", func(*testing.T) []string { return []string{"PERSYST_BIN=" + fake} },
-			[]string{"persyst daemon of node1 did not answer", "up failed at step: starting the persyst daemon of node1", "fake persyst: refusing to start", "stopping everything"}},
+			[]string{"persyst daemon of " + node1 + " did not answer", "up failed at step: starting the persyst daemon of " + node1, "fake persyst: refusing to start", "stopping everything"}},
 		{"slurmrestd's port is taken", func(t *testing.T) []string { return []string{"PERSYST_RESTD_JWT_PORT=" + busy(t)} },
 			[]string{"slurmrestd-jwt exited", "up failed at step: starting slurmrestd", "Address already in use", "stopping everything"}},
 	} {

@@ -455,10 +455,7 @@ func nothingLeft(t *testing.T, inst int) {
 	if len(left) > 0 {
 		t.Errorf("processes left after cluster-down:\n%s", strings.Join(left, "\n"))
 	}
-	prefix, bridge := "persyst-", "persystbr"+strconv.Itoa(inst)
-	if inst > 0 {
-		prefix = "persyst" + string(rune('a'+inst)) + "-"
-	}
+	prefix, bridge := "persyst"+instanceLetter(inst)+"-", "persystbr"+strconv.Itoa(inst)
 	out, _ := exec.Command("ip", "netns", "list").CombinedOutput()
 	if strings.Contains(string(out), prefix) {
 		t.Errorf("namespaces left: %s", out)

@@ -434,7 +434,6 @@ func childNamed(pid int, name string) bool {
 // TestRunUnprivileged: as an ordinary user persyst run says what it cannot do and
 // measures what it can, instead of failing.
 func TestRunUnprivileged(t *testing.T) {
-	sideBySide(t)
 	testenv.Root(t, "persyst run creates cgroups")
 	_, load := binaries(t)
 	dir, err := os.MkdirTemp("", "persyst-run-")
