@@ -67,10 +67,10 @@ func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, err
 		return nil, fmt.Errorf("%s: %w", o.ConfigPath, err)
 	}
 	if o.DB != "" {
-		if a.store, err = store.Open(ctx, o.DB, store.Options{}); err != nil {
+		if a.store, err = store.Open(ctx, o.DB, store.Options{Cluster: o.Config.ClusterOf(o.ConfigPath)}); err != nil {
 			return nil, err
 		}
-		go a.prune(ctx, o.Config.CollectorRetention, o.Log)
+		go a.prune(ctx, store.Retention{Cycles: o.Config.CollectorRetention, Jobs: o.Config.JobRetention, Rollups: o.Config.RollupRetention}, o.Log)
 	}
 	if o.Listen != "" {
 		if a.ln, err = net.Listen("tcp", o.Listen); err != nil {
@@ -81,20 +81,21 @@ func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, err
 	return a, nil
 }
 
-// prune removes the results of jobs not updated for the retention from the agent's
-// database, every hour until ctx is done.
-func (a *agent) prune(ctx context.Context, retention time.Duration, log zerolog.Logger) {
-	if a.store == nil || retention <= 0 {
+// prune removes what is older than the retention's tiers from the agent's database,
+// every hour until ctx is done.
+func (a *agent) prune(ctx context.Context, r store.Retention, log zerolog.Logger) {
+	if a.store == nil || r == (store.Retention{}) {
 		return
 	}
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		n, err := a.store.Prune(ctx, time.Now().Add(-retention))
+		p, err := a.store.Prune(ctx, time.Now(), r)
 		if err != nil {
 			log.Warn().Err(err).Msg("old results not pruned")
-		} else if n > 0 {
-			log.Info().Int("jobs", n).Dur("retention", retention).Msg("old results pruned")
+		} else if p != (store.Pruned{}) {
+			log.Info().Int("cycles_of_jobs", p.CycleJobs).Int("jobs", p.Jobs).Int64("rollup_rows", p.RollupRows).
+				Dur("cycle_retention", r.Cycles).Dur("job_retention", r.Jobs).Dur("rollup_retention", r.Rollups).Msg("old results pruned")
 		}
 		select {
 		case <-ctx.Done():

@@ -516,20 +516,30 @@ func (f *Frontend) KeepReport(ctx context.Context, in *pb.JobSummary) (*pb.Ack, 
 		f.cfg.Log.Warn().Uint32("job", in.JobId).Str("node", node).Str("batch_host", first).Msg("final report refused: not from the job's batch host")
 		return &pb.Ack{Error: fmt.Sprintf("job %d: reports come from its batch host %s, not %q", in.JobId, first, node)}, nil
 	}
-	// No Start: the row may hold the job's cycles merged here, under the start its report
-	// gave (PutJob would take a different start for an earlier job of the same id and
-	// delete them).
-	j := store.Job{ID: in.JobId, User: facts.User, Nodes: facts.NodeList, NNodes: len(facts.Nodes)}
-	if !facts.Running() && !facts.End.IsZero() {
-		j.End = facts.End
-	}
-	if err := f.cfg.Store.PutJob(ctx, j); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := f.cfg.Store.PutReport(ctx, r); err != nil {
+	if err := f.cfg.Store.Keep(ctx, factsOf(facts), r); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &pb.Ack{Ok: true}, nil
+}
+
+// factsOf is what the store keeps of a job's facts from the job map: who and what it was
+// charged to, what it asked for, and, once it ended, its end and end state. The cluster
+// is the store's own (its cycles were written under it).
+func factsOf(j *jobmap.Job) store.Job {
+	sj := store.Job{ID: j.JobID, User: j.User, Account: j.Account, Partition: j.Partition, QOS: j.QOS,
+		Nodes: j.NodeList, NNodes: len(j.Nodes), Start: j.Start, TimeLimit: j.TimeLimit}
+	// The memory given per node where the job map has it (a per-CPU request counts only
+	// through the nodes' allocations: CPUs and cores are not always the same count).
+	for _, a := range j.Alloc {
+		sj.ReqMemMB += int64(a.MemoryMB)
+	}
+	if sj.ReqMemMB == 0 && j.MemPerNodeMB > 0 {
+		sj.ReqMemMB = int64(j.MemPerNodeMB) * int64(len(j.Nodes))
+	}
+	if !j.Running() && !j.End.IsZero() {
+		sj.End, sj.State = j.End, j.State
+	}
+	return sj
 }
 
 // ParseCollectors reads "name=host:port,name=host:port".

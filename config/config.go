@@ -92,9 +92,15 @@ type Config struct {
 	// AdminGroup's members read every job's data through the node daemons (a group
 	// name or gid); other users read their own jobs only.
 	AdminGroup string
-	// CollectorRetention is how long the agents of the tree keep a job's results in
-	// their databases after its last update (CollectorRetention=30d; h or d).
-	CollectorRetention time.Duration
+	// CollectorRetention is how long the agents of the tree keep a job's per-cycle
+	// results in their databases after its end (CollectorRetention=30d; h or d);
+	// JobRetention how long they keep its row and report (JobRetention=400d), and
+	// RollupRetention how long the site's daily figures stay (RollupRetention=3650d).
+	CollectorRetention, JobRetention, RollupRetention time.Duration
+	// ClusterName names the cluster in the tree's databases, so that its jobs never
+	// meet another cluster's with the same ids ("": slurm.conf's ClusterName beside
+	// persyst.conf, see ClusterOf).
+	ClusterName string
 	// Collector is the collector (host:port) node daemons send property records to,
 	// until the frontend's routes exist; "" keeps them on the node.
 	Collector string
@@ -134,6 +140,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 // Defaults is the configuration without a file.
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
+		JobRetention: 400 * 24 * time.Hour, RollupRetention: 3650 * 24 * time.Hour,
 		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
 		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
 }
@@ -176,6 +183,23 @@ var fields = []field{
 		}
 		c.CollectorRetention = d
 		return nil
+	}},
+	{"ClusterName", func(c *Config, v string) error {
+		if !clusterRE.MatchString(v) {
+			return fmt.Errorf("want a cluster name (letters, digits, '_', '-', '.'; at most 64), got %q", v)
+		}
+		c.ClusterName = v
+		return nil
+	}},
+	{"JobRetention", func(c *Config, v string) error {
+		d, err := parseDays(v)
+		c.JobRetention = d
+		return err
+	}},
+	{"RollupRetention", func(c *Config, v string) error {
+		d, err := parseDays(v)
+		c.RollupRetention = d
+		return err
 	}},
 	{"TreeAuth", func(c *Config, v string) error {
 		switch v {
@@ -417,6 +441,34 @@ func Load(path string, optional bool) (Config, error) {
 	}
 	defer f.Close()
 	return Parse(f, path)
+}
+
+var clusterRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ClusterOf is the cluster's name: persyst.conf's ClusterName, else the ClusterName of
+// the slurm.conf beside path (persyst.conf's path), else "".
+func (c Config) ClusterOf(path string) string {
+	if c.ClusterName != "" {
+		return c.ClusterName
+	}
+	f, err := os.Open(filepath.Join(filepath.Dir(path), "slurm.conf"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), maxLine)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "ClusterName") {
+			if v = strings.TrimSpace(v); clusterRE.MatchString(v) {
+				return v
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // maxLine bounds a line of persyst.conf (tree lines carry hostlists).

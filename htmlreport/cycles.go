@@ -166,15 +166,16 @@ func fromResults(rs []properties.Result) []propertyName {
 	return out
 }
 
-// FromStore builds a job's view from a database of the agent tree (FromCycles).
-func FromStore(ctx context.Context, st *store.Store, source string, r *digest.Report) (View, error) {
-	keys, err := st.Keys(ctx, r.JobID)
+// FromStore builds the view of the job with the store's key from a database of the
+// agent tree (FromCycles).
+func FromStore(ctx context.Context, st *store.Store, source string, job store.Key, r *digest.Report) (View, error) {
+	keys, err := st.KeysAt(ctx, job)
 	if err != nil {
 		return View{}, err
 	}
 	in := CyclesInput{Report: *r, Source: "the database " + source, Cycles: map[string][]Cycle{}}
 	for _, k := range keys {
-		cs, err := st.Cycles(ctx, r.JobID, k)
+		cs, err := st.CyclesAt(ctx, job, k)
 		if err != nil {
 			return View{}, err
 		}

@@ -25,7 +25,13 @@ type Job struct {
 	UID         uint32 `json:"uid"`
 	GID         uint32 `json:"gid"`
 	Partition   string `json:"partition"`
-	State       string `json:"state"` // RUNNING, PENDING, COMPLETED, ...
+	// Account and QOS are the job's (what Slurm charges it to and its quality of
+	// service); Cluster is the cluster Slurm names (slurmrestd and squeue --json give it,
+	// scontrol does not: "").
+	Account string `json:"account,omitempty"`
+	QOS     string `json:"qos,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+	State   string `json:"state"` // RUNNING, PENDING, COMPLETED, ...
 	// NodeList is Slurm's hostlist expression; Nodes its expansion, in order.
 	NodeList string   `json:"node_list"`
 	Nodes    []string `json:"nodes"`

@@ -90,6 +90,8 @@ var scontrolFields = map[string]func(j *scontrolJob, v string){
 	"GroupId":      func(j *scontrolJob, v string) { _, j.GID = nameID(v) },
 	"JobState":     func(j *scontrolJob, v string) { j.State = v; j.setRequeue(v) },
 	"Partition":    func(j *scontrolJob, v string) { j.Partition = v },
+	"Account":      func(j *scontrolJob, v string) { j.Account = nullText(v) },
+	"QOS":          func(j *scontrolJob, v string) { j.QOS = nullText(v) },
 	"NodeList": func(j *scontrolJob, v string) {
 		if v != "(null)" {
 			j.NodeList = v
@@ -263,4 +265,12 @@ func parseSlurmDuration(s string) time.Duration {
 		return 0
 	}
 	return time.Duration(days)*24*time.Hour + time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second
+}
+
+// nullText is scontrol's text value, "" for its "(null)".
+func nullText(v string) string {
+	if v == "(null)" {
+		return ""
+	}
+	return v
 }

@@ -19,11 +19,12 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 		return fmt.Sprintf("%.2g", h)
 	},
 	"pct": func(share float64) float64 { return 100 * share },
-	"jobs": func(n int) string {
-		if n == 1 {
-			return "1 job"
+	// used is the share used of the hours measured, or a dash where none was.
+	"used": func(used, measured float64) string {
+		if !(measured > 0) {
+			return "–"
 		}
-		return fmt.Sprintf("%d jobs", n)
+		return fmt.Sprintf("%.0f%%", 100*used/measured)
 	},
 }).Parse(pagesTemplate))
 

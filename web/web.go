@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -153,7 +152,7 @@ func viewerOf(r *http.Request) viewer { v, _ := r.Context().Value(ctxKey{}).(vie
 // filter reads the job list's filters from the query; a user sees their own jobs only.
 func (s *server) filter(r *http.Request, v viewer) (store.JobFilter, listQuery, error) {
 	q := r.URL.Query()
-	lq := listQuery{User: q.Get("user"), Finding: q.Get("finding"), Since: q.Get("since"), MinNodes: q.Get("min_nodes")}
+	lq := listQuery{User: q.Get("user"), Finding: q.Get("finding"), Since: q.Get("since"), MinNodes: q.Get("min_nodes"), Job: q.Get("job")}
 	f := store.JobFilter{User: lq.User, Finding: lq.Finding, Limit: 500}
 	if !v.Admin {
 		f.User, lq.User = v.User, v.User
@@ -170,6 +169,13 @@ func (s *server) filter(r *http.Request, v viewer) (store.JobFilter, listQuery, 
 			return f, lq, err
 		}
 		f.Since = s.o.Now().Add(-d)
+	}
+	if lq.Job != "" {
+		id, err := strconv.ParseUint(lq.Job, 10, 32)
+		if err != nil || id == 0 {
+			return f, lq, fmt.Errorf("job %q: want a Slurm job id", lq.Job)
+		}
+		f.ID = uint32(id)
 	}
 	if lq.MinNodes != "" {
 		n, err := strconv.Atoi(lq.MinNodes)
@@ -195,11 +201,13 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 // listQuery are the filters as given (to fill the form again).
-type listQuery struct{ User, Finding, Since, MinNodes string }
+type listQuery struct{ User, Finding, Since, MinNodes, Job string }
 
 // row is a job in the list.
 type row struct {
 	ID                    uint32
+	Key                   store.Key
+	Cluster               string
 	User, Nodes           string
 	NNodes, CPUs          int
 	Start                 string
@@ -211,7 +219,7 @@ type row struct {
 }
 
 func toRow(l store.Listed) row {
-	rw := row{ID: l.Job.ID, User: l.Job.User, Nodes: l.Job.Nodes, NNodes: l.Job.NNodes, CPUs: l.Job.CPUs}
+	rw := row{ID: l.Job.ID, Key: l.Job.Key, Cluster: l.Job.Cluster, User: l.Job.User, Nodes: l.Job.Nodes, NNodes: l.Job.NNodes, CPUs: l.Job.CPUs}
 	if !l.Job.Start.IsZero() {
 		rw.Start = l.Job.Start.UTC().Format("2006-01-02 15:04")
 	}
@@ -266,16 +274,37 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := viewerOf(r)
-	j, err := s.o.Store.Job(r.Context(), uint32(id))
-	if errors.Is(err, store.ErrNotFound) || err == nil && !v.Admin && j.User != v.User {
-		http.NotFound(w, r) // another user's job is not found, not forbidden
-		return
-	}
+	// Another user's job is not found, not forbidden. A job id Slurm gave out again, or
+	// one of another cluster, is a job of its own: the list of them when the link names
+	// none (?key=, the store's key, as the job list links).
+	js, err := s.o.Store.Jobs(r.Context(), uint32(id))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	rep, err := s.o.Store.Report(r.Context(), uint32(id))
+	var key int64
+	if k := r.URL.Query().Get("key"); k != "" {
+		if key, err = strconv.ParseInt(k, 10, 64); err != nil {
+			http.NotFound(w, r)
+			return
+		}
+	}
+	var seen []store.Job
+	for _, j := range js {
+		if (v.Admin || j.User == v.User) && (key == 0 || j.Key == store.Key(key)) {
+			seen = append(seen, j)
+		}
+	}
+	switch {
+	case len(seen) == 0:
+		http.NotFound(w, r)
+		return
+	case len(seen) > 1:
+		http.Redirect(w, r, "/?job="+strconv.FormatUint(id, 10), http.StatusSeeOther)
+		return
+	}
+	j := seen[0]
+	rep, err := s.o.Store.ReportAt(r.Context(), j.Key)
 	if errors.Is(err, store.ErrNotFound) {
 		http.Error(w, fmt.Sprintf("job %d has no report yet", id), http.StatusNotFound)
 		return
@@ -284,7 +313,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	view, err := htmlreport.FromStore(r.Context(), s.o.Store, s.o.Source, rep)
+	view, err := htmlreport.FromStore(r.Context(), s.o.Store, s.o.Source, j.Key, rep)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -295,100 +324,46 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// cost is what one finding cost over the jobs it was found in.
-type cost struct {
-	Key, Name string
-	Jobs      int
-	CoreHours float64
-	Users     []named
-	TopJobs   []named
-	byUser    map[string]float64
-	byJob     map[uint32]float64
-}
+// siteDays is how many days the site page sums by default (today and the 6 before it).
+const siteDays = 7
 
-type named struct {
-	Name      string
-	ID        uint32
-	CoreHours float64
-}
-
-// site is the week's findings: for each, the jobs it was found in and the core-hours it
-// held for (the job's CPUs × its measured hours × the finding's share of the job).
+// site is the figures of the last days (?days=, default 7), from the store's roll-ups:
+// the jobs, the CPU- and GPU-hours they held and used, and each finding's cost with the
+// users and jobs behind it. A user sees the figures of their own jobs.
 func (s *server) site(w http.ResponseWriter, r *http.Request) {
 	v := viewerOf(r)
-	f := store.JobFilter{Since: s.o.Now().Add(-7 * 24 * time.Hour)}
+	days := siteDays
+	if d := r.URL.Query().Get("days"); d != "" {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > 3660 {
+			http.Error(w, fmt.Sprintf("days %q: want 1 to 3660", d), http.StatusBadRequest)
+			return
+		}
+		days = n
+	}
+	now := s.o.Now()
+	f := store.SiteFilter{From: now.AddDate(0, 0, 1-days), To: now}
 	if !v.Admin {
 		f.User = v.User
 	}
-	list, err := s.o.Store.ListJobs(r.Context(), f)
+	site, err := s.o.Store.Site(r.Context(), f)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	costs := map[string]*cost{}
-	total, jobs := 0.0, 0
-	for _, l := range list {
-		rep := l.Report
-		if rep == nil {
-			continue
-		}
-		jobs++
-		cpus := rep.CPUs
-		if cpus == 0 {
-			cpus = l.Job.CPUs
-		}
-		total += float64(cpus) * rep.Seconds / 3600
-		for _, fd := range rep.Findings {
-			c := costs[fd.Key]
-			if c == nil {
-				c = &cost{Key: fd.Key, Name: fd.Name, byUser: map[string]float64{}, byJob: map[uint32]float64{}}
-				costs[fd.Key] = c
-			}
-			h := float64(cpus) * rep.Seconds / 3600 * fd.TimeShare
-			c.Jobs++
-			c.CoreHours += h
-			u := l.Job.User
-			if u == "" {
-				u = "(unknown)"
-			}
-			c.byUser[u] += h
-			c.byJob[l.Job.ID] += h
-		}
-	}
-	out := make([]*cost, 0, len(costs))
-	for _, c := range costs {
-		for u, h := range c.byUser {
-			c.Users = append(c.Users, named{Name: u, CoreHours: h})
-		}
-		for id, h := range c.byJob {
-			c.TopJobs = append(c.TopJobs, named{ID: id, CoreHours: h})
-		}
-		sort.Slice(c.Users, func(a, b int) bool { return c.Users[a].CoreHours > c.Users[b].CoreHours })
-		sort.Slice(c.TopJobs, func(a, b int) bool { return c.TopJobs[a].CoreHours > c.TopJobs[b].CoreHours })
-		c.Users, c.TopJobs = c.Users[:min(5, len(c.Users))], c.TopJobs[:min(5, len(c.TopJobs))]
-		out = append(out, c)
-	}
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].CoreHours != out[b].CoreHours {
-			return out[a].CoreHours > out[b].CoreHours
-		}
-		return out[a].Key < out[b].Key
-	})
 	// The site-wide I/O episodes are counts of jobs, no user's: every viewer sees them.
-	eps, err := s.o.Store.Episodes(r.Context(), s.o.Now().Add(-7*24*time.Hour))
+	eps, err := s.o.Store.Episodes(r.Context(), site.From)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	s.page(w, "site", struct {
-		Viewer    viewer
-		Costs     []*cost
-		Jobs      int
-		CoreHours float64
-		Truncated bool
-		Limit     int
-		Episodes  []episodes.Episode
-	}{v, out, jobs, total, len(list) == store.MaxListed, store.MaxListed, eps})
+		Viewer   viewer
+		Days     int
+		Site     *store.Site
+		Last     time.Time
+		Episodes []episodes.Episode
+	}{v, days, site, site.To.Add(-time.Second), eps})
 }
 
 func (s *server) fail(w http.ResponseWriter, err error) {

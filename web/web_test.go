@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"fmt"
+	"math"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
@@ -22,6 +24,7 @@ import (
 	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sitesim"
 )
 
 var now = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -156,10 +159,10 @@ func TestSite(t *testing.T) {
 	// Small writes: bob's job 3, 8 CPUs × 1 h × 100% = 8.0; idle CPUs: alice's 1 (4 × 1 ×
 	// 0.5 = 2.0) and bob's 3 (8 × 1 × 0.5 = 4.0): 6.0 (carol's is older than a week).
 	for _, want := range []string{
-		`data-key="io_write_request_size"><td><a href="/?finding=io_write_request_size">Small writes</a></td><td class="num">1</td><td class="num">8</td>`,
-		`data-key="idle_cores"><td><a href="/?finding=idle_cores">Allocated CPUs left idle</a></td><td class="num">2</td><td class="num">6</td>`,
+		`data-key="io_write_request_size" data-jobs="1" data-cpu-hours="8.000000"><td><a href="/?finding=io_write_request_size">Small writes</a></td><td class="num">1</td><td class="num">8</td>`,
+		`data-key="idle_cores" data-jobs="2" data-cpu-hours="6.000000"><td><a href="/?finding=idle_cores">Allocated CPUs left idle</a></td><td class="num">2</td><td class="num">6</td>`,
 		"<td>bob (4), alice (2)</td>",
-		"3 jobs with a report, 14 core-hours measured",
+		`<td class="num" id="jobs">3</td><td class="num" id="cpu-hours">14</td>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the site page lacks %q:\n%s", want, body)
@@ -168,12 +171,12 @@ func TestSite(t *testing.T) {
 	if strings.Index(body, "Small writes") > strings.Index(body, "Allocated CPUs left idle") {
 		t.Error("findings are not ordered by core-hours")
 	}
-	if !strings.Contains(body, "None this week.") {
+	if !strings.Contains(body, "None in these days.") {
 		t.Errorf("the site page lists episodes there were none of:\n%s", body)
 	}
 	// A user's site page counts their own jobs only.
 	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
-	if strings.Contains(body, "bob") || !strings.Contains(body, "in alice's jobs") {
+	if strings.Contains(body, "bob") || !strings.Contains(body, "of alice's jobs") {
 		t.Errorf("alice's site page shows others' jobs:\n%s", body)
 	}
 	// The week's site-wide I/O episodes, to every viewer; last week's not.
@@ -186,6 +189,91 @@ func TestSite(t *testing.T) {
 	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
 	if n := strings.Count(body, `<tr class="episode">`); n != 1 || !strings.Contains(body, `<td class="num">37</td><td class="num">120</td><td class="num">30%</td>`) {
 		t.Errorf("alice's site page shows %d episodes, want this week's one:\n%s", n, body)
+	}
+}
+
+var (
+	siteJobsRE    = regexp.MustCompile(`id="jobs">(\d+)<`)
+	siteCPUHRE    = regexp.MustCompile(`data-cpu-hours="([0-9.]+)"`)
+	siteFindingRE = regexp.MustCompile(`data-key="([a-z0-9_:]+)" data-jobs="(\d+)" data-cpu-hours="([0-9.]+)"`)
+)
+
+// TestSiteManyJobs: with more jobs in the week than a list holds, the site page counts
+// every one: its totals and each finding's equal the sums over every job stored.
+func TestSiteManyJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stores 10,500 jobs")
+	}
+	st := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	tot, err := sitesim.Fill(context.Background(), st, sitesim.FillOptions{Jobs: 10500, Now: now, Seed: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The jobs ended within 7 × 24 hours before noon: 8 UTC days.
+	code, body, _ := get(t, Options{Store: st, All: true}, "unix:0", "", "/site?days=8")
+	if code != 200 {
+		t.Fatalf("%d\n%s", code, body)
+	}
+	if m := siteJobsRE.FindStringSubmatch(body); m == nil || m[1] != strconv.FormatInt(tot.Jobs, 10) {
+		t.Errorf("the site page counts %v jobs, %d were stored", m, tot.Jobs)
+	}
+	if strings.Contains(body, "Only the newest") || strings.Contains(body, "only the newest") {
+		t.Error("the site page says it counts a part")
+	}
+	got := map[string]sitesim.FindingTotal{}
+	for _, m := range siteFindingRE.FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		h, _ := strconv.ParseFloat(m[3], 64)
+		got[m[1]] = sitesim.FindingTotal{Jobs: n, CPUHours: h}
+	}
+	if len(got) != len(tot.Findings) {
+		t.Errorf("the site page shows %d findings, the jobs had %d", len(got), len(tot.Findings))
+	}
+	for k, w := range tot.Findings {
+		g := got[k]
+		if g.Jobs != w.Jobs || math.Abs(g.CPUHours-w.CPUHours) > 1e-6*math.Max(1, w.CPUHours) {
+			t.Errorf("finding %s: page %d jobs, %.6f CPU-hours; stored %d, %.6f", k, g.Jobs, g.CPUHours, w.Jobs, w.CPUHours)
+		}
+	}
+}
+
+// TestSameIDTwice: two jobs with one Slurm id (two clusters, or an id given out again)
+// are both listed; the id's link lists them, each one's own link shows it.
+func TestSameIDTwice(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	for i, c := range []string{"alpha", "beta", "alpha"} {
+		start := now.Add(-time.Duration(10*(3-i)) * time.Hour)
+		r := digest.Report{Schema: digest.SchemaVersion, JobID: 77, Nodes: []string{"n1"}, NNodes: 1, CPUs: 2 + i,
+			Start: start, End: start.Add(time.Hour), Seconds: 3600, Findings: []properties.Result{}}
+		if err := st.Keep(ctx, store.Job{Cluster: c, User: "alice", Start: start}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := Options{Store: st, UserHeader: "X-Remote-User"}
+	const proxy = "127.0.0.1:40000"
+	code, body, jobs := get(t, o, proxy, "alice", "/?job=77")
+	if code != 200 || len(jobs) != 3 {
+		t.Fatalf("the list of job 77: %d, %v\n%s", code, jobs, body)
+	}
+	keys := regexp.MustCompile(`href="/job/77\?key=(\d+)"`).FindAllStringSubmatch(body, -1)
+	if len(keys) != 3 || keys[0][1] == keys[1][1] || keys[1][1] == keys[2][1] {
+		t.Fatalf("links %v", keys)
+	}
+	for _, k := range keys {
+		if code, body, _ := get(t, o, proxy, "alice", "/job/77?key="+k[1]); code != 200 {
+			t.Errorf("job 77 key %s: %d\n%s", k[1], code, body)
+		}
+		if code, _, _ := get(t, o, proxy, "bob", "/job/77?key="+k[1]); code != 404 {
+			t.Errorf("bob sees alice's job 77 key %s: %d", k[1], code)
+		}
+	}
+	if code, _, _ := get(t, o, proxy, "alice", "/job/77"); code != http.StatusSeeOther {
+		t.Errorf("/job/77 with three jobs: %d, want a redirect to their list", code)
+	}
+	site, err := st.Site(ctx, store.SiteFilter{From: now.AddDate(0, 0, -6), To: now})
+	if err != nil || site.Jobs != 3 || site.CPUHours != 2+3+4 {
+		t.Errorf("the site counts %+v, %v; want 3 jobs, 9 CPU-hours", site, err)
 	}
 }
 

@@ -44,7 +44,11 @@ func viewFromDB(ctx context.Context, db string, r *digest.Report) (htmlreport.Vi
 		return htmlreport.View{}, err
 	}
 	defer st.Close()
-	return htmlreport.FromStore(ctx, st, db, r)
+	j, err := st.Job(ctx, r.JobID)
+	if err != nil {
+		return htmlreport.View{}, err
+	}
+	return htmlreport.FromStore(ctx, st, db, j.Key, r)
 }
 
 // viewFromDaemons is a job's view from its nodes' daemons: this machine's through its

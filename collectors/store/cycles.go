@@ -131,10 +131,10 @@ func (r *CycleResult) check() error {
 	return nil
 }
 
-const upsertCycle = `INSERT INTO cycles (job_id, ts, key, count, nonfinite, sum, min, max, mean, quantiles,
+const upsertCycle = `INSERT INTO cycles (job, ts, key, count, nonfinite, sum, min, max, mean, quantiles,
 		sev0, sev1, sev2, sev3, sev4, sev_invalid, devices, time_share)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (job_id, ts, key) DO UPDATE SET
+	ON CONFLICT (job, ts, key) DO UPDATE SET
 		count = excluded.count, nonfinite = excluded.nonfinite, sum = excluded.sum,
 		min = excluded.min, max = excluded.max, mean = excluded.mean, quantiles = excluded.quantiles,
 		sev0 = excluded.sev0, sev1 = excluded.sev1, sev2 = excluded.sev2, sev3 = excluded.sev3,
@@ -144,7 +144,9 @@ const upsertCycle = `INSERT INTO cycles (job_id, ts, key, count, nonfinite, sum,
 // PutCycle stores a job's results of one cycle (ts, truncated to whole Unix
 // seconds) in one transaction. Storing the same (job, ts, key) again replaces
 // the row (upsert), so a resent cycle is idempotent. The job's row is created
-// if needed; its samples count goes up by one when ts is new for the job.
+// if needed; its samples count goes up by one when ts is new for the job. The job is
+// the newest of the id in the store's cluster, unless ts lies well after it ended or was
+// last seen: then Slurm gave the id to a new job, which gets a row of its own (resolve).
 // Duplicate keys in results are refused.
 func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results []CycleResult) error {
 	if job == 0 {
@@ -165,11 +167,15 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 	}
 	unix, now := ts.Unix(), s.now().Unix()
 	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-		if err := ensureJob(ctx, tx, job, now); err != nil {
+		key, err := resolve(ctx, tx, s.cluster, job, time.Time{}, unix, now)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET updated_ts = ? WHERE key = ?`, now, key); err != nil {
 			return err
 		}
 		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cycles WHERE job_id = ? AND ts = ?)`, job, unix).Scan(&exists); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM cycles WHERE job = ? AND ts = ?)`, key, unix).Scan(&exists); err != nil {
 			return err
 		}
 		stmt, err := tx.PrepareContext(ctx, upsertCycle)
@@ -181,7 +187,7 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 		for _, r := range results {
 			qbuf = appendQuantiles(qbuf[:0], r.Summary.Quantiles)
 			sv := r.Severity
-			if _, err := stmt.ExecContext(ctx, job, unix, r.Key, r.Summary.Count, r.Summary.NonFinite,
+			if _, err := stmt.ExecContext(ctx, key, unix, r.Key, r.Summary.Count, r.Summary.NonFinite,
 				nullable(r.Summary.Sum), nullable(r.Summary.Min), nullable(r.Summary.Max), nullable(r.Summary.Mean), string(qbuf),
 				sv.Counts[0], sv.Counts[1], sv.Counts[2], sv.Counts[3], sv.Counts[4], sv.Invalid,
 				r.Devices, r.TimeShare); err != nil {
@@ -189,7 +195,7 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 			}
 		}
 		if !exists {
-			_, err = tx.ExecContext(ctx, `UPDATE jobs SET samples = samples + 1 WHERE job_id = ?`, job)
+			_, err = tx.ExecContext(ctx, `UPDATE jobs SET samples = samples + 1 WHERE key = ?`, key)
 		}
 		return err
 	})
@@ -199,12 +205,25 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 	return nil
 }
 
-// Cycles returns the time series of one property of a job, oldest first
-// (empty, without error, if there is none).
+// Cycles returns the time series of one property of the newest job with the Slurm id,
+// oldest first (empty, without error, if there is none); CyclesAt those of a job by the
+// store's key.
 func (s *Store) Cycles(ctx context.Context, job uint32, key string) ([]StoredCycle, error) {
+	k, err := s.newest(ctx, job)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: cycles of job %d %s: %w", job, key, err)
+	}
+	return s.CyclesAt(ctx, k, key)
+}
+
+// CyclesAt returns the time series of one property of the job with the store's key.
+func (s *Store) CyclesAt(ctx context.Context, job Key, key string) ([]StoredCycle, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT ts, count, nonfinite, sum, min, max, mean, quantiles,
 			sev0, sev1, sev2, sev3, sev4, sev_invalid, devices, time_share
-		FROM cycles WHERE job_id = ? AND key = ? ORDER BY ts`, job, key)
+		FROM cycles WHERE job = ? AND key = ? ORDER BY ts`, job, key)
 	if err != nil {
 		return nil, fmt.Errorf("store: cycles of job %d %s: %w", job, key, err)
 	}
@@ -304,9 +323,21 @@ func parseQuantiles(s string) ([]float64, error) {
 	return out, nil
 }
 
-// Keys returns the property keys stored for a job, sorted.
+// Keys returns the property keys stored for the newest job with the Slurm id, sorted.
 func (s *Store) Keys(ctx context.Context, job uint32) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT key FROM cycles WHERE job_id = ? ORDER BY key`, job)
+	k, err := s.newest(ctx, job)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: keys of job %d: %w", job, err)
+	}
+	return s.KeysAt(ctx, k)
+}
+
+// KeysAt returns the property keys stored for the job with the store's key, sorted.
+func (s *Store) KeysAt(ctx context.Context, job Key) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT key FROM cycles WHERE job = ? ORDER BY key`, job)
 	if err != nil {
 		return nil, fmt.Errorf("store: keys of job %d: %w", job, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,7 +81,7 @@ func TestOpenFresh(t *testing.T) {
 	}
 	var n int
 	var desc string
-	if err := s.w.QueryRow(`SELECT count(*), max(description) FROM schema_version`).Scan(&n, &desc); err != nil || n != SchemaVersion || desc != migrations[SchemaVersion-1].description {
+	if err := s.w.QueryRow(`SELECT count(*), (SELECT description FROM schema_version ORDER BY version DESC LIMIT 1) FROM schema_version`).Scan(&n, &desc); err != nil || n != SchemaVersion || desc != migrations[SchemaVersion-1].description {
 		t.Errorf("schema_version: %d rows, %q, %v", n, desc, err)
 	}
 	sch := schemaOf(t, s.w)
@@ -154,7 +155,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		description: "broken",
 		steps: []string{
 			`CREATE TABLE extra (x INTEGER)`,
-			`ALTER TABLE jobs ADD COLUMN partition TEXT`,
+			`ALTER TABLE jobs ADD COLUMN broken_column TEXT`,
 			`INSERT INTO no_such_table VALUES (1)`,
 		},
 	})
@@ -172,7 +173,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		t.Errorf("version %d after the failed migration, want %d", v, SchemaVersion)
 	}
 	sch := schemaOf(t, s.w)
-	if sch["extra"] != "" || strings.Contains(sch["jobs"], "partition") {
+	if sch["extra"] != "" || strings.Contains(sch["jobs"], "broken_column") {
 		t.Errorf("the failed migration's first steps were kept: %q, %q", sch["extra"], sch["jobs"])
 	}
 
@@ -239,8 +240,13 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCycle(ctx, 7, T0, []CycleResult{Result("a", 1, 2, 3)}); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{
+		`INSERT INTO jobs (job_id, user, updated_ts) VALUES (7, 'alice', 0)`,
+		`INSERT INTO cycles VALUES (7, 1740830400, 'a', 3, 0, 6, 1, 3, 2, '[1,2,3]', 3, 0, 0, 0, 0, 0, 3, 0)`,
+	} {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.Close()
 	s, err = Open(ctx, path, Options{Now: FixedNow})
@@ -256,5 +262,71 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	if schemaOf(t, s.w)["episodes"] == "" {
 		t.Error("no episodes table after the migration")
+	}
+}
+
+// TestMigrateRelease: the database the release before keyed jobs wrote
+// (testdata/release-v2.db, made by TestMakeReleaseFixture at that release) is brought to
+// the current schema with every job, cycle, report and episode, its report rolled up.
+func TestMigrateRelease(t *testing.T) {
+	ctx := context.Background()
+	b, err := os.ReadFile("testdata/release-v2.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "p.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, path, Options{Now: FixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(ctx); v != SchemaVersion {
+		t.Errorf("version %d, want %d", v, SchemaVersion)
+	}
+	for _, id := range []uint32{101, 102, 103} {
+		js, err := s.Jobs(ctx, id)
+		if err != nil || len(js) != 1 || js[0].Key != Key(id) {
+			t.Errorf("job %d after the migration: %+v, %v", id, js, err)
+		}
+	}
+	if j, _ := s.Job(ctx, 101); j == nil || j.User != "alice" || j.CPUs != 64 || j.Nodes != "node[1-2]" || j.Samples != 3 || j.Start.IsZero() || j.End.IsZero() {
+		t.Errorf("job 101's facts: %+v", j)
+	}
+	for id, want := range map[uint32]int{101: 3, 102: 3, 103: 1} {
+		k := "idle_cores"
+		if id == 103 {
+			k = "io_wait"
+		}
+		if cs, err := s.Cycles(ctx, id, k); err != nil || len(cs) != want {
+			t.Errorf("job %d's %s cycles: %d, %v; want %d", id, k, len(cs), err, want)
+		}
+	}
+	if r, err := s.Report(ctx, 101); err != nil || r.JobID != 101 {
+		t.Errorf("job 101's report: %v", err)
+	}
+	if _, err := s.Report(ctx, 102); !errors.Is(err, ErrNotFound) {
+		t.Errorf("job 102 had no report: %v", err)
+	}
+	if eps, err := s.Episodes(ctx, T0.Add(-2*time.Hour)); err != nil || len(eps) != 1 || eps[0].Stalled != 3 {
+		t.Errorf("episodes: %+v, %v", eps, err)
+	}
+	site, err := s.Site(ctx, SiteFilter{From: T0.AddDate(0, 0, -1), To: T0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Job 101: 64 CPUs for the report's hour, idle_cores over its whole time.
+	if site.Jobs != 1 || site.CPUHours != 64 || len(site.Findings) != 1 || site.Findings[0].CPUHours != 64 || site.Findings[0].Users[0].User != "alice" {
+		t.Errorf("site after the migration: %+v", site)
+	}
+	// A job written after the migration with a migrated job's id and another start is a
+	// job of its own.
+	if err := s.PutJob(ctx, Job{ID: 101, User: "bob", Start: T0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := s.Jobs(ctx, 101); len(js) != 2 || js[0].User != "bob" || js[1].User != "alice" {
+		t.Errorf("job 101 reused: %+v", js)
 	}
 }

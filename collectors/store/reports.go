@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,65 +11,147 @@ import (
 	"github.com/persyst/persyst/digest"
 )
 
-// PutReport stores a job's digest (replacing an earlier one) for `persyst
-// report`. It creates the job's row if needed and fills the job facts the row
-// does not know yet (nodes, nnodes, cpus, start, end) from the report; known
-// facts are kept, since PutJob's come from the job map and the report's from
-// the measurement.
+// PutReport stores a job's digest, as Keep does without facts from the job map: the job
+// is the report's (the store's cluster, its id and start).
 func (s *Store) PutReport(ctx context.Context, r digest.Report) error {
-	if r.JobID == 0 {
-		return errors.New("store: put report: job id 0 (a persyst run report has no job)")
-	}
-	if r.Schema <= 0 {
-		return fmt.Errorf("store: put report of job %d: no schema version", r.JobID)
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("store: put report of job %d: %w", r.JobID, err)
-	}
-	nodes := nullString(strings.Join(r.Nodes, ","))
-	now := s.now().Unix()
-	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (job_id, nodes, nnodes, cpus, start_ts, end_ts, updated_ts)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (job_id) DO UPDATE SET
-				nodes = coalesce(nodes, excluded.nodes), nnodes = coalesce(nnodes, excluded.nnodes),
-				cpus = coalesce(cpus, excluded.cpus), start_ts = coalesce(start_ts, excluded.start_ts),
-				end_ts = coalesce(end_ts, excluded.end_ts), updated_ts = excluded.updated_ts`,
-			r.JobID, nodes, nullInt(r.NNodes), nullInt(r.CPUs), nullTime(r.Start), nullTime(r.End), now); err != nil {
-			return err
+	return s.Keep(ctx, Job{}, r)
+}
+
+// Keep stores a job's digest (replacing an earlier one of the same job) with its facts
+// from the job map, and rolls the job up into the site's daily figures. The job is found
+// by facts' cluster, the report's job id and facts' start (Slurm's), or the report's
+// start where facts have none (resolve). Facts' non-zero fields are written over the
+// stored ones; the report then fills the facts the row still lacks (nodes, nnodes, cpus,
+// gpus, start, end, end state). A replaced report, or changed facts, take the job's old
+// figures out of the roll-ups before adding the new ones: the roll-ups always sum the
+// stored reports' figures exactly.
+func (s *Store) Keep(ctx context.Context, facts Job, r digest.Report) error {
+	return s.KeepAll(ctx, []Kept{{Facts: facts, Report: r}})
+}
+
+// Kept is a job's report with its facts, for KeepAll.
+type Kept struct {
+	Facts  Job
+	Report digest.Report
+}
+
+// KeepAll keeps several jobs' reports as Keep does, in one transaction: all or none.
+func (s *Store) KeepAll(ctx context.Context, jobs []Kept) error {
+	texts := make([][]byte, len(jobs))
+	for i := range jobs {
+		facts, r := &jobs[i].Facts, &jobs[i].Report
+		if r.JobID == 0 {
+			return errors.New("store: put report: job id 0 (a persyst run report has no job)")
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO reports (job_id, schema, report, updated_ts) VALUES (?, ?, ?, ?)
-			ON CONFLICT (job_id) DO UPDATE SET schema = excluded.schema, report = excluded.report, updated_ts = excluded.updated_ts`,
-			r.JobID, r.Schema, string(b), now)
-		return err
+		if facts.ID != 0 && facts.ID != r.JobID {
+			return fmt.Errorf("store: put report of job %d with the facts of job %d", r.JobID, facts.ID)
+		}
+		if r.Schema <= 0 {
+			return fmt.Errorf("store: put report of job %d: no schema version", r.JobID)
+		}
+		var err error
+		if texts[i], err = s.codec.encode(r); err != nil {
+			return fmt.Errorf("store: put report of job %d: %w", r.JobID, err)
+		}
+	}
+	now := s.now().Unix()
+	var cur uint32
+	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+		for i := range jobs {
+			cur = jobs[i].Report.JobID
+			if err := s.keep(ctx, tx, jobs[i].Facts, &jobs[i].Report, texts[i], now); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: put report of job %d: %w", r.JobID, err)
+		return fmt.Errorf("store: put report of job %d: %w", cur, err)
 	}
 	return nil
 }
 
-// Report returns a job's digest, or ErrNotFound. A report in a newer schema
+// keep is Keep's work in tx; text is r as stored (codec.encode).
+func (s *Store) keep(ctx context.Context, tx *sql.Tx, facts Job, r *digest.Report, text []byte, now int64) error {
+	facts.ID = r.JobID
+	start := facts.Start
+	if start.IsZero() {
+		start = r.Start
+	}
+	fromReport := Job{Nodes: strings.Join(r.Nodes, ","), NNodes: r.NNodes, CPUs: r.CPUs, GPUs: r.GPUs, Start: r.Start, End: r.End}
+	if r.EndState != nil {
+		fromReport.State = r.EndState.State
+	}
+	key, err := resolve(ctx, tx, s.clusterOf(facts.Cluster), r.JobID, start, 0, now)
+	if err != nil {
+		return err
+	}
+	if err := unroll(ctx, tx, key); err != nil {
+		return err
+	}
+	if err := writeFacts(ctx, tx, key, facts, now, false); err != nil {
+		return err
+	}
+	if err := writeFacts(ctx, tx, key, fromReport, now, true); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET start_ts = coalesce(start_ts, ?) WHERE key = ?`, nullTime(start), key); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reports (job, schema, codec, report, updated_ts) VALUES (?, ?, 'zstd', ?, ?)
+		ON CONFLICT (job) DO UPDATE SET schema = excluded.schema, codec = excluded.codec, report = excluded.report,
+			updated_ts = excluded.updated_ts`,
+		key, r.Schema, text, now); err != nil {
+		return err
+	}
+	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.key = ?`, key))
+	if err != nil {
+		return err
+	}
+	end := j.End // Slurm's, else the report's, else now
+	if end.IsZero() {
+		end = r.End
+	}
+	if end.IsZero() {
+		end = time.Unix(now, 0)
+	}
+	if err := setFigures(ctx, tx, key, figuresOf(r, end, j.CPUs, j.GPUs)); err != nil {
+		return err
+	}
+	return roll(ctx, tx, key)
+}
+
+// Report returns the digest of the newest job with the Slurm id (of any cluster), or
+// ErrNotFound; ReportAt that of a job by the store's key. A report in a newer schema
 // than digest.SchemaVersion is refused (its fields may mean something else).
 func (s *Store) Report(ctx context.Context, job uint32) (*digest.Report, error) {
-	var schema int
-	var text string
-	err := s.r.QueryRowContext(ctx, `SELECT schema, report FROM reports WHERE job_id = ?`, job).Scan(&schema, &text)
-	if errors.Is(err, sql.ErrNoRows) {
+	k, err := s.newest(ctx, job)
+	if err != nil {
 		return nil, fmt.Errorf("store: report of job %d: %w", job, ErrNotFound)
 	}
+	r, err := s.ReportAt(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("store: report of job %d: %w", job, err)
 	}
+	return r, nil
+}
+
+// ReportAt returns the digest of the job with the store's key, or ErrNotFound.
+func (s *Store) ReportAt(ctx context.Context, key Key) (*digest.Report, error) {
+	var schema int
+	var codec string
+	var text []byte
+	err := s.r.QueryRowContext(ctx, `SELECT schema, codec, report FROM reports WHERE job = ?`, key).Scan(&schema, &codec, &text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
 	if schema > digest.SchemaVersion {
-		return nil, fmt.Errorf("store: report of job %d has schema %d, this persyst reads up to %d", job, schema, digest.SchemaVersion)
+		return nil, fmt.Errorf("its report has schema %d, this persyst reads up to %d", schema, digest.SchemaVersion)
 	}
-	var r digest.Report
-	if err := json.Unmarshal([]byte(text), &r); err != nil {
-		return nil, fmt.Errorf("store: report of job %d: %w", job, err)
-	}
-	return &r, nil
+	return s.codec.decode(codec, text)
 }
 
 // JobFilter selects jobs for ListJobs: each set field narrows the list.
@@ -79,6 +160,8 @@ type JobFilter struct {
 	Finding  string    // a property key among the report's findings
 	Since    time.Time // updated at or after
 	MinNodes int
+	ID       uint32 // the Slurm job id
+	Cluster  string
 	// Limit bounds the rows (default and most: MaxListed).
 	Limit int
 }
@@ -93,41 +176,38 @@ type Listed struct {
 }
 
 // ListJobs returns the jobs the filter selects, the most recently updated first, with
-// their reports. A report in a newer schema, or one that cannot be read, is left out
+// their reports: a page of jobs, at most MaxListed (the site's figures are Site's, from
+// the roll-ups, not from a list). A report in a newer schema, or one that cannot be read, is left out
 // (the job is listed).
 func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 	limit := f.Limit
 	if limit <= 0 || limit > MaxListed {
 		limit = MaxListed
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT j.job_id, j.cluster, j.user, j.nodes, j.nnodes, j.cpus, j.start_ts, j.end_ts, j.samples, j.updated_ts,
-			r.schema, r.report
-		FROM jobs j LEFT JOIN reports r ON r.job_id = j.job_id
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, r.schema, r.codec, r.report
+		FROM jobs j LEFT JOIN reports r ON r.job = j.key
 		WHERE (?1 = '' OR j.user = ?1) AND j.updated_ts >= ?2 AND coalesce(j.nnodes, 0) >= ?3
-			AND (?4 = '' OR EXISTS (SELECT 1 FROM json_each(r.report, '$.findings') f WHERE json_extract(f.value, '$.key') = ?4))
-		ORDER BY j.updated_ts DESC, j.job_id DESC LIMIT ?5`,
-		f.User, f.Since.Unix(), f.MinNodes, f.Finding, limit)
+			AND (?4 = '' OR EXISTS (SELECT 1 FROM job_findings f WHERE f.job = j.key AND f.finding = ?4))
+			AND (?6 = 0 OR j.job_id = ?6) AND (?7 = '' OR j.cluster = ?7)
+		ORDER BY j.updated_ts DESC, j.key DESC LIMIT ?5`,
+		f.User, f.Since.Unix(), f.MinNodes, f.Finding, limit, f.ID, f.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("store: list jobs: %w", err)
 	}
 	defer rows.Close()
 	var out []Listed
 	for rows.Next() {
-		var cluster, user, nodes, report sql.NullString
-		var nnodes, cpus, start, end, schema sql.NullInt64
-		var updated int64
+		var report []byte
+		var codec sql.NullString
+		var schema sql.NullInt64
 		var l Listed
-		if err := rows.Scan(&l.Job.ID, &cluster, &user, &nodes, &nnodes, &cpus, &start, &end, &l.Job.Samples, &updated, &schema, &report); err != nil {
+		var err error
+		if l.Job, err = scanJob(rows, &schema, &codec, &report); err != nil {
 			return nil, fmt.Errorf("store: list jobs: %w", err)
 		}
-		l.Job.Cluster, l.Job.User, l.Job.Nodes = cluster.String, user.String, nodes.String
-		l.Job.NNodes, l.Job.CPUs = int(nnodes.Int64), int(cpus.Int64)
-		l.Job.Start, l.Job.End = fromUnix(start), fromUnix(end)
-		l.Job.Updated = time.Unix(updated, 0).UTC()
-		if report.Valid && schema.Int64 <= digest.SchemaVersion {
-			var r digest.Report
-			if json.Unmarshal([]byte(report.String), &r) == nil {
-				l.Report = &r
+		if codec.Valid && schema.Int64 <= digest.SchemaVersion {
+			if r, err := s.codec.decode(codec.String, report); err == nil {
+				l.Report = r
 			}
 		}
 		out = append(out, l)

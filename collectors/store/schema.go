@@ -1,8 +1,13 @@
 package store
 
+import (
+	"context"
+	"database/sql"
+)
+
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -13,6 +18,9 @@ const applicationID = 0x50525354
 type migration struct {
 	description string
 	steps       []string
+	// after, if set, runs in the migration's transaction after its steps: what SQL
+	// alone cannot do (reading reports' JSON into figures).
+	after func(ctx context.Context, tx *sql.Tx) error
 }
 
 // migrations is the schema history; migrations[i] brings a database from
@@ -78,5 +86,129 @@ var migrations = []migration{
 				peak    REAL NOT NULL
 			) STRICT`,
 		},
+	},
+	{
+		// Jobs keyed by (cluster, job id, start): a reused id or a second cluster's job is
+		// a new row, never an overwrite. The store's own key (jobs.key) is what cycles,
+		// reports and job_findings refer to; a migrated job's key is its old job id, so
+		// the copy keeps every reference. The job's figures (day, hours allocated and
+		// used) are kept on its row as they were rolled up, so that a replaced report or
+		// changed facts take exactly their old contribution out of the roll-ups.
+		description: "jobs keyed by cluster, id and start; the site's facts and daily roll-ups",
+		steps: []string{
+			`CREATE TABLE jobs_new (
+				key          INTEGER PRIMARY KEY,
+				cluster      TEXT NOT NULL DEFAULT '',
+				job_id       INTEGER NOT NULL CHECK (job_id BETWEEN 1 AND 4294967295),
+				start_ts     INTEGER,
+				end_ts       INTEGER,
+				user         TEXT,
+				account      TEXT,
+				partition    TEXT,
+				qos          TEXT,
+				state        TEXT,
+				nodes        TEXT,
+				nnodes       INTEGER,
+				cpus         INTEGER,
+				gpus         INTEGER,
+				req_mem_mb   INTEGER,
+				time_limit_s INTEGER,
+				samples      INTEGER NOT NULL DEFAULT 0,
+				updated_ts   INTEGER NOT NULL,
+				day          INTEGER,
+				cpu_h        REAL,
+				cpu_used_h   REAL,
+				cpu_meas_h   REAL,
+				gpu_h        REAL,
+				gpu_used_h   REAL,
+				gpu_meas_h   REAL
+			) STRICT`,
+			`INSERT INTO jobs_new (key, cluster, job_id, start_ts, end_ts, user, nodes, nnodes, cpus, samples, updated_ts)
+				SELECT job_id, coalesce(cluster, ''), job_id, start_ts, end_ts, user, nodes, nnodes, cpus, samples, updated_ts FROM jobs`,
+			`CREATE TABLE cycles_new (
+				job         INTEGER NOT NULL REFERENCES jobs_new (key) ON DELETE CASCADE,
+				ts          INTEGER NOT NULL,
+				key         TEXT NOT NULL,
+				count       INTEGER NOT NULL,
+				nonfinite   INTEGER NOT NULL,
+				sum         REAL,
+				min         REAL,
+				max         REAL,
+				mean        REAL,
+				quantiles   TEXT NOT NULL CHECK (json_type(quantiles) = 'array'),
+				sev0        INTEGER NOT NULL,
+				sev1        INTEGER NOT NULL,
+				sev2        INTEGER NOT NULL,
+				sev3        INTEGER NOT NULL,
+				sev4        INTEGER NOT NULL,
+				sev_invalid INTEGER NOT NULL,
+				devices     INTEGER NOT NULL,
+				time_share  REAL NOT NULL,
+				PRIMARY KEY (job, ts, key)
+			) STRICT, WITHOUT ROWID`,
+			`INSERT INTO cycles_new SELECT * FROM cycles`,
+			`CREATE TABLE reports_new (
+				job        INTEGER PRIMARY KEY REFERENCES jobs_new (key) ON DELETE CASCADE,
+				schema     INTEGER NOT NULL,
+				codec      TEXT NOT NULL CHECK (codec IN ('json', 'zstd')),
+				report     BLOB NOT NULL,
+				updated_ts INTEGER NOT NULL
+			) STRICT`,
+			`INSERT INTO reports_new SELECT job_id, schema, 'json', CAST(report AS BLOB), updated_ts FROM reports`,
+			`DROP TABLE cycles`,
+			`DROP TABLE reports`,
+			`DROP TABLE jobs`,
+			`ALTER TABLE jobs_new RENAME TO jobs`,
+			`ALTER TABLE cycles_new RENAME TO cycles`,
+			`ALTER TABLE reports_new RENAME TO reports`,
+			`CREATE UNIQUE INDEX jobs_identity ON jobs (cluster, job_id, start_ts)`,
+			`CREATE INDEX jobs_id ON jobs (job_id)`,
+			`CREATE INDEX jobs_updated ON jobs (updated_ts)`,
+			`CREATE INDEX jobs_user ON jobs (user, updated_ts)`,
+			`CREATE INDEX jobs_ended ON jobs (coalesce(end_ts, updated_ts))`,
+			`CREATE TABLE job_findings (
+				job     INTEGER NOT NULL REFERENCES jobs (key) ON DELETE CASCADE,
+				finding TEXT NOT NULL,
+				day     INTEGER NOT NULL,
+				cpu_h   REAL NOT NULL,
+				gpu_h   REAL NOT NULL,
+				PRIMARY KEY (job, finding)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE INDEX job_findings_cost ON job_findings (finding, cpu_h)`,
+			`CREATE TABLE usage_daily (
+				day        INTEGER NOT NULL,
+				cluster    TEXT NOT NULL,
+				account    TEXT NOT NULL,
+				user       TEXT NOT NULL,
+				partition  TEXT NOT NULL,
+				qos        TEXT NOT NULL,
+				jobs       INTEGER NOT NULL,
+				cpu_h      REAL NOT NULL,
+				cpu_used_h REAL NOT NULL,
+				cpu_meas_h REAL NOT NULL,
+				gpu_h      REAL NOT NULL,
+				gpu_used_h REAL NOT NULL,
+				gpu_meas_h REAL NOT NULL,
+				PRIMARY KEY (day, cluster, account, user, partition, qos)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE TABLE findings_daily (
+				day       INTEGER NOT NULL,
+				cluster   TEXT NOT NULL,
+				account   TEXT NOT NULL,
+				user      TEXT NOT NULL,
+				partition TEXT NOT NULL,
+				qos       TEXT NOT NULL,
+				finding   TEXT NOT NULL,
+				jobs      INTEGER NOT NULL,
+				cpu_h     REAL NOT NULL,
+				gpu_h     REAL NOT NULL,
+				PRIMARY KEY (day, cluster, account, user, partition, qos, finding)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE TABLE finding_names (
+				finding TEXT PRIMARY KEY,
+				name    TEXT NOT NULL
+			) STRICT, WITHOUT ROWID`,
+		},
+		after: rollAll,
 	},
 }

@@ -37,6 +37,10 @@ type Options struct {
 	ReadConns int
 	// Now stamps the updated_ts columns (default time.Now).
 	Now func() time.Time
+	// Cluster is the cluster this store's writer writes for: the cluster of the jobs
+	// that PutCycle, and PutJob or PutReport without a Job.Cluster, write ("": a
+	// cluster without a name). Readers see every cluster's jobs.
+	Cluster string
 }
 
 // Store is a persyst database. It is safe for concurrent use. Writes are
@@ -49,6 +53,9 @@ type Store struct {
 	w    *sql.DB // one connection, write transactions are BEGIN IMMEDIATE
 	r    *sql.DB // read-only connections
 	now  func() time.Time
+	// cluster is Options.Cluster.
+	cluster string
+	codec   *codec
 }
 
 // Open opens the database at path, creating it if needed, and brings its
@@ -117,12 +124,19 @@ func open(ctx context.Context, path string, opts Options, migs []migration) (*St
 	}
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
-	return &Store{path: path, w: w, r: r, now: opts.Now}, nil
+	c, err := newCodec()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Store{path: path, w: w, r: r, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
 }
 
 // Close closes the database. The WAL is checkpointed by SQLite when the last
 // connection closes.
 func (s *Store) Close() error {
+	s.codec.close()
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
@@ -182,6 +196,11 @@ func migrate(ctx context.Context, db *sql.DB, migs []migration, now func() time.
 			for i, step := range m.steps {
 				if _, err := tx.ExecContext(ctx, step); err != nil {
 					return fmt.Errorf("step %d: %w", i+1, err)
+				}
+			}
+			if m.after != nil {
+				if err := m.after(ctx, tx); err != nil {
+					return err
 				}
 			}
 			_, err = tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_ts, description) VALUES (?, ?, ?)`,

@@ -88,7 +88,7 @@ func TestCycleRoundTrip(t *testing.T) {
 	// The quantiles column is JSON that SQLite's json functions read.
 	var median float64
 	var nulls int
-	if err := s.Reader().QueryRow(`SELECT json_extract(quantiles, '$[5]') FROM cycles WHERE job_id = 42 AND key = 'cpu_user_pct' AND ts = ?`, store.T0.Unix()).Scan(&median); err != nil || median != cycle1[0].Summary.Quantiles[5] {
+	if err := s.Reader().QueryRow(`SELECT json_extract(quantiles, '$[5]') FROM cycles WHERE job = (SELECT key FROM jobs WHERE job_id = 42) AND key = 'cpu_user_pct' AND ts = ?`, store.T0.Unix()).Scan(&median); err != nil || median != cycle1[0].Summary.Quantiles[5] {
 		t.Errorf("json median %v, %v; want %v", median, err, cycle1[0].Summary.Quantiles[5])
 	}
 	if err := s.Reader().QueryRow(`SELECT count(*) FROM cycles, json_each(quantiles) WHERE cycles.key = 'empty' AND json_each.type = 'null'`).Scan(&nulls); err != nil || nulls != 5 {
@@ -219,7 +219,7 @@ func TestReportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &store.Job{ID: 6, User: "alice", Nodes: "node1,node2", NNodes: 2, CPUs: 8,
+	want := &store.Job{Key: j.Key, ID: 6, User: "alice", Nodes: "node1,node2", NNodes: 2, CPUs: 8,
 		Start: time.Unix(r6.Start.Unix(), 0).UTC(), End: r6.End.UTC(), Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("job row (-want +got):\n%s", d)
@@ -234,7 +234,7 @@ func TestReportRoundTrip(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := s.Writer().Exec(`UPDATE reports SET schema = ? WHERE job_id = 5`, digest.SchemaVersion+1); err != nil {
+	if _, err := s.Writer().Exec(`UPDATE reports SET schema = ? WHERE job = (SELECT key FROM jobs WHERE job_id = 5)`, digest.SchemaVersion+1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Report(ctx, 5); err == nil {
@@ -243,9 +243,9 @@ func TestReportRoundTrip(t *testing.T) {
 }
 
 func TestPutJobAndReuse(t *testing.T) {
-	s := storetest.Open(t, store.Options{Now: store.FixedNow})
+	s := storetest.Open(t, store.Options{Now: store.FixedNow, Cluster: "c1"})
 	ctx := context.Background()
-	start := store.T0.Add(-time.Hour)
+	start := testReport(3).Start.Truncate(time.Second).UTC() // Slurm's start, the report's within a second
 	if err := s.PutJob(ctx, store.Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,24 +263,31 @@ func TestPutJobAndReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &store.Job{ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start, End: store.T0, Samples: 1, Updated: store.T0}
+	want := &store.Job{Key: j.Key, ID: 3, Cluster: "c1", User: "bob", Nodes: "n[1-4]", NNodes: 4, CPUs: 128, Start: start, End: store.T0, Samples: 1, Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("job (-want +got):\n%s", d)
 	}
-	// The same id with another start: a new job; the old one's data goes.
+	// The same id with another start: a new job; the earlier one is kept whole.
 	if err := s.PutJob(ctx, store.Job{ID: 3, User: "carol", Start: store.T0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	j, _ = s.Job(ctx, 3)
-	want = &store.Job{ID: 3, User: "carol", Start: store.T0.Add(time.Hour), Updated: store.T0}
+	want = &store.Job{Key: j.Key, Cluster: "c1", ID: 3, User: "carol", Start: store.T0.Add(time.Hour), Updated: store.T0}
 	if d := cmp.Diff(want, j); d != "" {
 		t.Errorf("reused id (-want +got):\n%s", d)
 	}
-	if cs, _ := s.Cycles(ctx, 3, "a"); len(cs) != 0 {
-		t.Errorf("the earlier job's cycles survived: %v", cs)
+	all, err := s.Jobs(ctx, 3)
+	if err != nil || len(all) != 2 || all[1].User != "bob" || all[1].Start != start {
+		t.Fatalf("jobs with id 3: %+v, %v; want carol's and bob's", all, err)
+	}
+	if cs, _ := s.CyclesAt(ctx, all[1].Key, "a"); len(cs) != 1 {
+		t.Errorf("the earlier job's cycles: %v", cs)
+	}
+	if _, err := s.ReportAt(ctx, all[1].Key); err != nil {
+		t.Errorf("the earlier job's report: %v", err)
 	}
 	if _, err := s.Report(ctx, 3); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the earlier job's report survived: %v", err)
+		t.Errorf("the new job has no report yet: %v", err)
 	}
 	if _, err := s.Job(ctx, 4); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown job: %v", err)
@@ -327,12 +334,13 @@ func TestPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := s.Prune(ctx, store.T0.Add(-24*time.Hour))
-	if err != nil || n != 4 {
-		t.Fatalf("pruned %d, %v; want 4 (jobs 1, 2, 4, 6)", n, err)
-	}
 	count := func(table string) (jobs []uint32) {
-		rows, err := s.Reader().Query(`SELECT DISTINCT job_id FROM ` + table + ` ORDER BY job_id`)
+		t.Helper()
+		q := `SELECT DISTINCT j.job_id FROM ` + table + ` t JOIN jobs j ON j.key = t.job ORDER BY j.job_id`
+		if table == "jobs" {
+			q = `SELECT DISTINCT job_id FROM jobs ORDER BY job_id`
+		}
+		rows, err := s.Reader().Query(q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,13 +352,53 @@ func TestPrune(t *testing.T) {
 		}
 		return jobs
 	}
-	for table, want := range map[string][]uint32{"jobs": {3, 5}, "cycles": {3, 5}, "reports": {3}} {
-		if d := cmp.Diff(want, count(table)); d != "" {
-			t.Errorf("%s after prune (-want +got):\n%s", table, d)
+	site := func() *store.Site {
+		t.Helper()
+		st, err := s.Site(ctx, store.SiteFilter{From: store.T0.AddDate(0, 0, -10), To: store.T0.AddDate(0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
 		}
+		return st
 	}
-	if n, err := s.Prune(ctx, store.T0.Add(-24*time.Hour)); n != 0 || err != nil {
-		t.Errorf("second prune: %d, %v", n, err)
+	before := site()
+	if before.Jobs != 4 {
+		t.Fatalf("site before pruning: %d jobs, want 4 (1, 2, 3, 6 have reports)", before.Jobs)
+	}
+	day := 24 * time.Hour
+	for _, step := range []struct {
+		name      string
+		now       time.Time
+		r         store.Retention
+		want      store.Pruned
+		remaining map[string][]uint32
+		siteJobs  int64
+	}{
+		{"cycles", store.T0, store.Retention{Cycles: day}, store.Pruned{CycleJobs: 3, CycleRows: 5},
+			map[string][]uint32{"jobs": {1, 2, 3, 4, 5, 6}, "cycles": {3, 5}, "reports": {1, 2, 3, 6}}, 4},
+		{"again", store.T0, store.Retention{Cycles: day}, store.Pruned{},
+			map[string][]uint32{"jobs": {1, 2, 3, 4, 5, 6}, "cycles": {3, 5}, "reports": {1, 2, 3, 6}}, 4},
+		// Deleting jobs keeps their figures in the roll-ups.
+		{"jobs", store.T0, store.Retention{Cycles: day, Jobs: day}, store.Pruned{Jobs: 4},
+			map[string][]uint32{"jobs": {3, 5}, "cycles": {3, 5}, "reports": {3}, "job_findings": {3}}, 4},
+		// A year later with roll-ups kept for 100 days: they go, the rest by its own tiers.
+		{"rollups", store.T0.AddDate(1, 0, 0), store.Retention{Rollups: 100 * day}, store.Pruned{RollupRows: 4},
+			map[string][]uint32{"jobs": {3, 5}, "cycles": {3, 5}, "reports": {3}}, 0},
+	} {
+		got, err := s.Prune(ctx, step.now, step.r)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if d := cmp.Diff(step.want, got); d != "" {
+			t.Errorf("%s: pruned (-want +got):\n%s", step.name, d)
+		}
+		for table, want := range step.remaining {
+			if d := cmp.Diff(want, count(table)); d != "" {
+				t.Errorf("%s: %s after prune (-want +got):\n%s", step.name, table, d)
+			}
+		}
+		if after := site(); after.Jobs != step.siteJobs || step.siteJobs == before.Jobs && after.CPUHours != before.CPUHours {
+			t.Errorf("%s: site after prune: %d jobs, %g CPU-hours; before %d, %g", step.name, after.Jobs, after.CPUHours, before.Jobs, before.CPUHours)
+		}
 	}
 }
 
@@ -451,7 +499,7 @@ func TestEpisodes(t *testing.T) {
 	if diff := cmp.Diff([]ep{{60, 63, 12}, {0, 5, 40}}, gs); diff != "" {
 		t.Errorf("episodes (-want +got):\n%s", diff)
 	}
-	if _, err := s.Prune(ctx, t0.Add(30*time.Minute)); err != nil {
+	if _, err := s.Prune(ctx, t0.Add(31*time.Minute), store.Retention{Jobs: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Episodes(ctx, t0.Add(-time.Hour)); len(got) != 1 || got[0].Stalled != 12 {

@@ -1,0 +1,166 @@
+package store_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/sitesim"
+)
+
+// near says whether two sums of many float terms agree (summed in different orders).
+func near(a, b float64) bool {
+	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// checkSite compares the site's figures over every day with what was stored.
+func checkSite(t *testing.T, s *store.Store, now time.Time, want sitesim.Totals) {
+	t.Helper()
+	site, err := s.Site(context.Background(), store.SiteFilter{From: now.AddDate(0, 0, -30), To: now, Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if site.Jobs != want.Jobs || !near(site.CPUHours, want.CPUHours) || !near(site.GPUHours, want.GPUHours) {
+		t.Errorf("site: %d jobs, %.6f CPU-hours, %.6f GPU-hours; stored %d, %.6f, %.6f",
+			site.Jobs, site.CPUHours, site.GPUHours, want.Jobs, want.CPUHours, want.GPUHours)
+	}
+	if len(site.Findings) != len(want.Findings) {
+		t.Errorf("site: %d findings, stored %d", len(site.Findings), len(want.Findings))
+	}
+	for i, f := range site.Findings {
+		w := want.Findings[f.Key]
+		if f.Jobs != w.Jobs || !near(f.CPUHours, w.CPUHours) {
+			t.Errorf("finding %s: %d jobs, %.6f CPU-hours; stored %d, %.6f", f.Key, f.Jobs, f.CPUHours, w.Jobs, w.CPUHours)
+		}
+		if i > 0 && f.CPUHours > site.Findings[i-1].CPUHours {
+			t.Errorf("finding %s above %s: not ordered by CPU-hours", site.Findings[i-1].Key, f.Key)
+		}
+		if f.Name == "" || f.Name == f.Key || len(f.Users) == 0 || len(f.TopJobs) == 0 || len(f.TopJobs) > 3 {
+			t.Errorf("finding %s: name %q, %d users, %d top jobs", f.Key, f.Name, len(f.Users), len(f.TopJobs))
+		}
+		for j := 1; j < len(f.TopJobs); j++ {
+			if f.TopJobs[j].CPUHours > f.TopJobs[j-1].CPUHours {
+				t.Errorf("finding %s: top jobs not ordered", f.Key)
+			}
+		}
+	}
+}
+
+// TestSiteExact: with more jobs than a list shows, the site's figures are the sums over
+// every job stored (the roll-ups), and stay exact as reports are replaced and facts
+// change.
+func TestSiteExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stores 12,000 jobs")
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	const n = 12000
+	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: n, Now: now, Seed: 7, Reused: 0.02}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot.Jobs != n || n <= store.MaxListed {
+		t.Fatalf("stored %d jobs", tot.Jobs)
+	}
+	checkSite(t, s, now, tot)
+
+	// Every job is kept, those with a reused id and those of the two clusters that share
+	// ids among them: the site counts n jobs, the list by id shows each.
+	var both int
+	for id := uint32(1_000_000); id < 1_000_050; id++ {
+		js, err := s.Jobs(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) >= 2 {
+			both++
+		}
+	}
+	if both == 0 {
+		t.Error("no job id is kept twice among the first 50 ids of two clusters")
+	}
+
+	// The same reports again (a batch host that resent them): nothing changes.
+	again, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: 500, Now: now, Seed: 7, Reused: 0.02}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = again
+	checkSite(t, s, now, tot)
+}
+
+// TestRollupsFollowChanges: a replaced report and changed facts move a job's figures in
+// the roll-ups; nothing is counted twice or left behind.
+func TestRollupsFollowChanges(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.Open(t, store.Options{Now: store.FixedNow, Cluster: "c1"})
+	r := testReport(11) // 64 CPUs for an hour, idle_cores over all of it
+	facts := store.Job{User: "alice", Account: "a1", Partition: "cpu", Start: r.Start}
+	if err := s.Keep(ctx, facts, r); err != nil {
+		t.Fatal(err)
+	}
+	site := func(user string) *store.Site {
+		t.Helper()
+		st, err := s.Site(ctx, store.SiteFilter{From: store.T0.AddDate(0, 0, -1), To: store.T0.AddDate(0, 0, 1), User: user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	type fig struct {
+		Jobs     int64
+		CPUHours float64
+		Findings map[string]float64
+	}
+	figOf := func(st *store.Site) fig {
+		f := fig{Jobs: st.Jobs, CPUHours: st.CPUHours, Findings: map[string]float64{}}
+		for _, c := range st.Findings {
+			f.Findings[c.Key] = c.CPUHours
+		}
+		return f
+	}
+	for _, step := range []struct {
+		name       string
+		change     func() error
+		alice, bob fig
+	}{
+		{"kept", func() error { return nil },
+			fig{1, 64, map[string]float64{"idle_cores": 64}}, fig{0, 0, map[string]float64{}}},
+		{"user changed", func() error { return s.PutJob(ctx, store.Job{ID: 11, User: "bob", Start: r.Start}) },
+			fig{0, 0, map[string]float64{}}, fig{1, 64, map[string]float64{"idle_cores": 64}}},
+		{"report replaced", func() error {
+			r2 := testReport(11)
+			r2.Findings[0].Key, r2.Findings[0].TimeShare, r2.Seconds = "io_wait", 0.5, 7200
+			return s.Keep(ctx, store.Job{}, r2)
+		}, fig{0, 0, map[string]float64{}}, fig{1, 128, map[string]float64{"io_wait": 64}}},
+		{"same report again", func() error {
+			r2 := testReport(11)
+			r2.Findings[0].Key, r2.Findings[0].TimeShare, r2.Seconds = "io_wait", 0.5, 7200
+			return s.Keep(ctx, store.Job{Start: r.Start}, r2)
+		}, fig{0, 0, map[string]float64{}}, fig{1, 128, map[string]float64{"io_wait": 64}}},
+	} {
+		if err := step.change(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if d := cmp.Diff(step.alice, figOf(site("alice"))); d != "" {
+			t.Errorf("%s: alice (-want +got):\n%s", step.name, d)
+		}
+		if d := cmp.Diff(step.bob, figOf(site("bob"))); d != "" {
+			t.Errorf("%s: bob (-want +got):\n%s", step.name, d)
+		}
+		if all := figOf(site("")); all.Jobs != 1 {
+			t.Errorf("%s: the site counts %d jobs", step.name, all.Jobs)
+		}
+	}
+	var rows int
+	if err := s.Reader().QueryRow(`SELECT (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM findings_daily)`).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("roll-up rows left: %d, %v; want 2 (the job's day, its one finding)", rows, err)
+	}
+}
