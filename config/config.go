@@ -367,6 +367,10 @@ func parseSeconds(v string) (time.Duration, error) {
 }
 
 // parseDays reads a retention: days ("30d") or hours ("12h"), from an hour to ten years.
+// ParseDays reads a retention as persyst.conf writes it: days (30d) or hours (12h), from
+// 1h to 3650d.
+func ParseDays(v string) (time.Duration, error) { return parseDays(v) }
+
 func parseDays(v string) (time.Duration, error) {
 	unit := time.Duration(0)
 	switch {

@@ -223,21 +223,17 @@ func toRow(l store.Listed) row {
 	if !l.Job.Start.IsZero() {
 		rw.Start = l.Job.Start.UTC().Format("2006-01-02 15:04")
 	}
-	if r := l.Report; r != nil {
+	if r := l.Summary; r != nil {
 		rw.HasReport = true
 		rw.Duration = digest.Duration(r.Seconds)
-		if rw.CPUs == 0 {
-			rw.CPUs = r.CPUs
-		}
-		rw.Findings = len(r.Findings) + r.Omitted
-		if len(r.Findings) > 0 {
-			f := r.Findings[0]
-			while := f.MeanSeverity
-			if f.TimeShare > 0 {
-				while = f.MeanSeverity / f.TimeShare
+		rw.Findings = r.Findings
+		if r.TopKey != "" {
+			while := r.TopMeanSeverity
+			if r.TopShare > 0 {
+				while = r.TopMeanSeverity / r.TopShare
 			}
-			rw.Top, rw.TopKey, rw.Severity = f.Name, f.Key, digest.SeverityWord(while)
-			rw.Share = fmt.Sprintf("%.0f%%", 100*f.TimeShare)
+			rw.Top, rw.TopKey, rw.Severity = r.TopName, r.TopKey, digest.SeverityWord(while)
+			rw.Share = fmt.Sprintf("%.0f%%", 100*r.TopShare)
 		}
 	}
 	return rw

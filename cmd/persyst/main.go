@@ -46,6 +46,7 @@ var commands = []command{
 	{"frontend", "balances jobs over collectors and pushes routes: persyst frontend --collectors c1=ADDR,... --nodes HOSTLIST", runFrontend},
 	{"jobs", "show a node daemon's jobs", runJobs},
 	{"check", "does persyst work on this node? each link from Slurm to the digest, and what to fix", runCheck},
+	{"db", "the tree's database, for admins: persyst db stats|check|prune|vacuum|export --db PATH", runDb},
 	{"web", "a read-only web view of the jobs and the site's findings: persyst web --db PATH --user-header X-Remote-User", runWeb},
 	{"mail", "Slurm's MailProg: appends the digest to end-of-job mails, then runs the mail program: persyst mail -s SUBJECT USER", runMail},
 	{"jobmap", "show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)", runJobmap},

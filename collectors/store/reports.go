@@ -158,7 +158,7 @@ func (s *Store) ReportAt(ctx context.Context, key Key) (*digest.Report, error) {
 type JobFilter struct {
 	User     string    // the job's user
 	Finding  string    // a property key among the report's findings
-	Since    time.Time // updated at or after
+	Since    time.Time // ended (or, without an end, updated) at or after
 	MinNodes int
 	ID       uint32 // the Slurm job id
 	Cluster  string
@@ -169,27 +169,39 @@ type JobFilter struct {
 // MaxListed bounds the jobs one ListJobs returns.
 const MaxListed = 10000
 
-// Listed is a job's row with its report (nil when none is stored).
+// Listed is a job in a list: its row and its report's summary (nil when no report is
+// stored).
 type Listed struct {
-	Job    Job
-	Report *digest.Report
+	Job     Job
+	Summary *Summary
 }
 
-// ListJobs returns the jobs the filter selects, the most recently updated first, with
-// their reports: a page of jobs, at most MaxListed (the site's figures are Site's, from
-// the roll-ups, not from a list). A report in a newer schema, or one that cannot be read, is left out
-// (the job is listed).
+// Summary is what a job list shows of a report.
+type Summary struct {
+	Seconds  float64 // measured
+	Findings int     // the report's findings, those the digest left out counted
+	// Top is the first finding (nil: none): its key, name, share of the job's time and
+	// mean severity over the job's time.
+	TopKey, TopName           string
+	TopShare, TopMeanSeverity float64
+}
+
+// ListJobs returns a page of the jobs the filter selects, the latest to end first (a
+// job without an end by its last update), with their reports' summaries, at most
+// MaxListed: the site's figures are Site's, from the roll-ups, never from a list. It
+// reads the jobs' rows only, never their reports.
 func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 	limit := f.Limit
 	if limit <= 0 || limit > MaxListed {
 		limit = MaxListed
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, r.schema, r.codec, r.report
-		FROM jobs j LEFT JOIN reports r ON r.job = j.key
-		WHERE (?1 = '' OR j.user = ?1) AND j.updated_ts >= ?2 AND coalesce(j.nnodes, 0) >= ?3
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, j.day IS NOT NULL, coalesce(j.seconds, 0), coalesce(j.findings, 0),
+			coalesce(j.top_key, ''), coalesce(j.top_name, ''), coalesce(j.top_share, 0), coalesce(j.top_severity, 0)
+		FROM jobs j
+		WHERE (?1 = '' OR j.user = ?1) AND coalesce(j.end_ts, j.updated_ts) >= ?2 AND coalesce(j.nnodes, 0) >= ?3
 			AND (?4 = '' OR EXISTS (SELECT 1 FROM job_findings f WHERE f.job = j.key AND f.finding = ?4))
 			AND (?6 = 0 OR j.job_id = ?6) AND (?7 = '' OR j.cluster = ?7)
-		ORDER BY j.updated_ts DESC, j.key DESC LIMIT ?5`,
+		ORDER BY coalesce(j.end_ts, j.updated_ts) DESC, j.key DESC LIMIT ?5`,
 		f.User, f.Since.Unix(), f.MinNodes, f.Finding, limit, f.ID, f.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("store: list jobs: %w", err)
@@ -197,18 +209,15 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 	defer rows.Close()
 	var out []Listed
 	for rows.Next() {
-		var report []byte
-		var codec sql.NullString
-		var schema sql.NullInt64
 		var l Listed
+		var has bool
+		var sum Summary
 		var err error
-		if l.Job, err = scanJob(rows, &schema, &codec, &report); err != nil {
+		if l.Job, err = scanJob(rows, &has, &sum.Seconds, &sum.Findings, &sum.TopKey, &sum.TopName, &sum.TopShare, &sum.TopMeanSeverity); err != nil {
 			return nil, fmt.Errorf("store: list jobs: %w", err)
 		}
-		if codec.Valid && schema.Int64 <= digest.SchemaVersion {
-			if r, err := s.codec.decode(codec.String, report); err == nil {
-				l.Report = r
-			}
+		if has {
+			l.Summary = &sum
 		}
 		out = append(out, l)
 	}

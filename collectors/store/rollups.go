@@ -19,6 +19,11 @@ type figures struct {
 	cpuH, cpuUsedH, cpuMeasH float64
 	gpuH, gpuUsedH, gpuMeasH float64
 	findings                 []findingHours
+	// For the job list: the measured seconds, the findings (those the digest left out
+	// counted), the first finding.
+	seconds float64
+	count   int
+	top     *properties.Result
 }
 
 type findingHours struct {
@@ -53,7 +58,11 @@ func figuresOf(r *digest.Report, end time.Time, cpus, gpus int) figures {
 	if !(hours > 0) || math.IsInf(hours, 0) {
 		hours = 0
 	}
-	f := figures{day: day(end), cpuH: float64(cpus) * hours, gpuH: float64(gpus) * hours}
+	f := figures{day: day(end), cpuH: float64(cpus) * hours, gpuH: float64(gpus) * hours,
+		seconds: hours * 3600, count: len(r.Findings) + r.Omitted}
+	if len(r.Findings) > 0 {
+		f.top = &r.Findings[0]
+	}
 	byKey := map[string]properties.Result{}
 	for _, p := range r.Properties {
 		byKey[p.Key] = p
@@ -108,8 +117,14 @@ func clamp01(v float64) float64 {
 // setFigures keeps a job's figures on its row and in job_findings (the job's roll-ups
 // must be out: unroll first, roll after).
 func setFigures(ctx context.Context, tx *sql.Tx, key Key, f figures) error {
-	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET day = ?, cpu_h = ?, cpu_used_h = ?, cpu_meas_h = ?, gpu_h = ?, gpu_used_h = ?, gpu_meas_h = ?
-		WHERE key = ?`, f.day, f.cpuH, f.cpuUsedH, f.cpuMeasH, f.gpuH, f.gpuUsedH, f.gpuMeasH, key); err != nil {
+	var topKey, topName, topShare, topSev any
+	if f.top != nil {
+		topKey, topName, topShare, topSev = f.top.Key, f.top.Name, f.top.TimeShare, f.top.MeanSeverity
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET day = ?, cpu_h = ?, cpu_used_h = ?, cpu_meas_h = ?, gpu_h = ?, gpu_used_h = ?, gpu_meas_h = ?,
+			seconds = ?, findings = ?, top_key = ?, top_name = ?, top_share = ?, top_severity = ?
+		WHERE key = ?`, f.day, f.cpuH, f.cpuUsedH, f.cpuMeasH, f.gpuH, f.gpuUsedH, f.gpuMeasH,
+		f.seconds, f.count, topKey, topName, topShare, topSev, key); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_findings WHERE job = ?`, key); err != nil {

@@ -121,7 +121,13 @@ var migrations = []migration{
 				cpu_meas_h   REAL,
 				gpu_h        REAL,
 				gpu_used_h   REAL,
-				gpu_meas_h   REAL
+				gpu_meas_h   REAL,
+				seconds      REAL,
+				findings     INTEGER,
+				top_key      TEXT,
+				top_name     TEXT,
+				top_share    REAL,
+				top_severity REAL
 			) STRICT`,
 			`INSERT INTO jobs_new (key, cluster, job_id, start_ts, end_ts, user, nodes, nnodes, cpus, samples, updated_ts)
 				SELECT job_id, coalesce(cluster, ''), job_id, start_ts, end_ts, user, nodes, nnodes, cpus, samples, updated_ts FROM jobs`,
@@ -163,9 +169,8 @@ var migrations = []migration{
 			`ALTER TABLE reports_new RENAME TO reports`,
 			`CREATE UNIQUE INDEX jobs_identity ON jobs (cluster, job_id, start_ts)`,
 			`CREATE INDEX jobs_id ON jobs (job_id)`,
-			`CREATE INDEX jobs_updated ON jobs (updated_ts)`,
-			`CREATE INDEX jobs_user ON jobs (user, updated_ts)`,
 			`CREATE INDEX jobs_ended ON jobs (coalesce(end_ts, updated_ts))`,
+			`CREATE INDEX jobs_user ON jobs (user, coalesce(end_ts, updated_ts))`,
 			`CREATE TABLE job_findings (
 				job     INTEGER NOT NULL REFERENCES jobs (key) ON DELETE CASCADE,
 				finding TEXT NOT NULL,
@@ -204,6 +209,7 @@ var migrations = []migration{
 				gpu_h     REAL NOT NULL,
 				PRIMARY KEY (day, cluster, account, user, partition, qos, finding)
 			) STRICT, WITHOUT ROWID`,
+			`CREATE INDEX findings_daily_finding ON findings_daily (finding, day)`,
 			`CREATE TABLE finding_names (
 				finding TEXT PRIMARY KEY,
 				name    TEXT NOT NULL

@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +164,46 @@ func TestRollupsFollowChanges(t *testing.T) {
 	var rows int
 	if err := s.Reader().QueryRow(`SELECT (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM findings_daily)`).Scan(&rows); err != nil || rows != 2 {
 		t.Errorf("roll-up rows left: %d, %v; want 2 (the job's day, its one finding)", rows, err)
+	}
+}
+
+// TestAdmin: stats count what is stored, check finds a damaged roll-up and nothing in a
+// sound database, export writes every job of the days asked.
+func TestAdmin(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: 800, Now: now, Seed: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows["jobs"] != tot.Jobs || st.Rows["reports"] != tot.Jobs || st.Reports["zstd"] != tot.Jobs ||
+		st.Clusters["alpha"]+st.Clusters["beta"] != tot.Jobs || st.Bytes["reports"] <= 0 || st.FileBytes < st.Bytes["reports"] {
+		t.Errorf("stats: %+v", st)
+	}
+	if p, err := s.Check(ctx); err != nil || len(p) != 0 {
+		t.Errorf("check of a sound database: %v, %v", p, err)
+	}
+	if _, err := s.Writer().Exec(`UPDATE usage_daily SET jobs = jobs + 1 WHERE day = (SELECT max(day) FROM usage_daily)`); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.Check(ctx); err != nil || len(p) == 0 || !strings.Contains(p[0], "roll-up of") {
+		t.Errorf("check of a damaged roll-up: %v, %v", p, err)
+	}
+	var b strings.Builder
+	n, err := s.Export(ctx, now.AddDate(0, 0, -30), now.AddDate(0, 0, 1), &b)
+	if err != nil || int64(n) != tot.Jobs || strings.Count(b.String(), "\n") != n {
+		t.Errorf("export: %d jobs, %v; stored %d", n, err, tot.Jobs)
+	}
+	var e store.ExportedJob
+	if err := json.Unmarshal([]byte(b.String()[:strings.IndexByte(b.String(), '\n')]), &e); err != nil || e.Cluster == "" || e.User == "" || e.Account == "" || e.CPUHours <= 0 {
+		t.Errorf("an exported job: %+v, %v", e, err)
+	}
+	if err := st.Write(&b); err != nil || !strings.Contains(b.String(), "cluster alpha") {
+		t.Errorf("stats as text: %v", err)
 	}
 }

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# site.sh — persyst's site side at scale.
+#
+#   bench/site.sh --fill JOBS --db PATH [--days D] [--seed S]
+#       stores JOBS finished jobs of the last D days (default 7) into the database at PATH
+#       (created if absent; several clusters whose job ids meet, every end state, accounts,
+#       users, partitions, CPU and GPU jobs of 1 to 256 nodes, array tasks, findings of
+#       every kind: sitesim.Fill), fast, and exits. Its last line:
+#       fill: jobs=… seconds=… jobs_per_s=… db_bytes=… db_bytes_per_job=… …
+#   bench/site.sh --query --db PATH [--n N]
+#       serves PATH with the real web view (persyst web --all on a unix socket, as root)
+#       and asks each page N times (default 20): the site page over 7 days and over a
+#       year, the job list unfiltered and with each filter (user, finding, age, nodes, job
+#       id), a job's page, and `persyst report --db`. Its last line:
+#       query: jobs=… site_p50_ms=… site_p95_ms=… site365_p95_ms=… jobs_p95_ms=…
+#       jobs_user_p95_ms=… jobs_finding_p95_ms=… jobs_since_p95_ms=… jobs_nodes_p95_ms=…
+#       jobs_id_p95_ms=… job_p50_ms=… job_p95_ms=… report_p50_ms=… report_p95_ms=…
+#       web_rss_mb=…
+#
+# Needs build/persyst (make build); builds build/persyst-sitesim. Times are wall-clock per
+# request over the unix socket (curl), the report's with the process's start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="" db="" jobs="" days=7 seed=1 n=20
+while [ $# -gt 0 ]; do
+	case $1 in
+	--fill) mode=fill jobs=$2; shift ;;
+	--query) mode=query ;;
+	--db) db=$2; shift ;;
+	--days) days=$2; shift ;;
+	--seed) seed=$2; shift ;;
+	--n) n=$2; shift ;;
+	*) echo "site.sh: unknown argument $1 (see the head of bench/site.sh)" >&2; exit 2 ;;
+	esac
+	shift
+done
+[ -n "$mode" ] && [ -n "$db" ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ -x build/persyst ] || { echo "site.sh: build/persyst is missing: run make build" >&2; exit 1; }
+go build -o build/persyst-sitesim ./bench/sitesim
+
+if [ "$mode" = fill ]; then
+	exec build/persyst-sitesim fill -db "$db" -jobs "$jobs" -days "$days" -seed "$seed"
+fi
+
+command -v curl >/dev/null || { echo "site.sh: curl is missing (scripts/deps.sh installs it)" >&2; exit 1; }
+tmp=$(mktemp -d)
+web_pid=""
+cleanup() {
+	[ -n "$web_pid" ] && kill "$web_pid" 2>/dev/null && wait "$web_pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+sock=$tmp/web.sock
+build/persyst web --all --db "$db" --listen "unix:$sock" --config /dev/null 2>"$tmp/web.log" &
+web_pid=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { cat "$tmp/web.log" >&2; echo "site.sh: persyst web did not start" >&2; exit 1; }
+
+# ms URL: one request's wall time in ms; fails on a status other than 200.
+ms() {
+	local out
+	out=$(curl -sS --unix-socket "$sock" -o "$tmp/page" -w '%{http_code} %{time_total}' "http://web$1")
+	[ "${out%% *}" = 200 ] || { echo "site.sh: $1: HTTP ${out%% *}" >&2; head -c 500 "$tmp/page" >&2; exit 1; }
+	awk -v t="${out#* }" 'BEGIN {printf "%.1f\n", t * 1000}'
+}
+# pct P FILE: the P-th percentile (nearest rank) of the numbers in FILE.
+pct() { sort -n "$2" | awk -v p="$1" '{v[NR] = $1} END {i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; print v[i]}'; }
+# series NAME URL...: time the URLs, round-robin, n requests in all, into $tmp/NAME.
+series() {
+	local name=$1 i=0
+	shift
+	local urls=("$@")
+	: >"$tmp/$name"
+	while [ $i -lt "$n" ]; do
+		ms "${urls[$((i % ${#urls[@]}))]}" >>"$tmp/$name"
+		i=$((i + 1))
+	done
+}
+
+ms / >/dev/null # warm the page cache as a running view would be
+grep -o 'data-job="[0-9]*" data-user="[^"]*" data-finding="[^"]*" data-key="[0-9]*"' "$tmp/page" >"$tmp/listed" || true
+[ -s "$tmp/listed" ] || { echo "site.sh: the database lists no jobs" >&2; exit 1; }
+mapfile -t ids < <(sed 's/data-job="\([0-9]*\)".*data-key="\([0-9]*\)"/\1?key=\2/' "$tmp/listed" | shuf -n "$n" --random-source=<(yes))
+user=$(sed -n 's/.*data-user="\([^"]*\)".*/\1/p' "$tmp/listed" | awk 'NR == 1')
+finding=$(sed -n 's/.*data-finding="\([^"]\+\)".*/\1/p' "$tmp/listed" | awk 'NR == 1')
+job_urls=() report_ids=()
+for x in "${ids[@]}"; do job_urls+=("/job/$x"); report_ids+=("${x%%\?*}"); done
+
+series site "/site?days=7"
+series site365 "/site?days=365"
+series jobs "/"
+series jobs_user "/?user=$user"
+series jobs_finding "/?finding=${finding:-idle_cores}"
+series jobs_since "/?since=1d"
+series jobs_nodes "/?min_nodes=8"
+series jobs_id "/?job=${report_ids[0]}"
+series job "${job_urls[@]}"
+: >"$tmp/report"
+for id in "${report_ids[@]}"; do
+	t0=$EPOCHREALTIME
+	build/persyst report --db "$db" "$id" >/dev/null
+	t1=$EPOCHREALTIME
+	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f\n", (b - a) * 1000}' >>"$tmp/report"
+done
+rss=$(awk '$1 == "VmHWM:" {printf "%.0f", $2 / 1024}' "/proc/$web_pid/status")
+jobs_stored=$(build/persyst db stats --db "$db" | sed -n 's/^jobs: \([0-9]*\),.*/\1/p')
+echo "query: jobs=$jobs_stored n=$n site_p50_ms=$(pct 50 "$tmp/site") site_p95_ms=$(pct 95 "$tmp/site")" \
+	"site365_p95_ms=$(pct 95 "$tmp/site365") jobs_p95_ms=$(pct 95 "$tmp/jobs") jobs_user_p95_ms=$(pct 95 "$tmp/jobs_user")" \
+	"jobs_finding_p95_ms=$(pct 95 "$tmp/jobs_finding") jobs_since_p95_ms=$(pct 95 "$tmp/jobs_since")" \
+	"jobs_nodes_p95_ms=$(pct 95 "$tmp/jobs_nodes") jobs_id_p95_ms=$(pct 95 "$tmp/jobs_id")" \
+	"job_p50_ms=$(pct 50 "$tmp/job") job_p95_ms=$(pct 95 "$tmp/job") report_p50_ms=$(pct 50 "$tmp/report")" \
+	"report_p95_ms=$(pct 95 "$tmp/report") web_rss_mb=$rss"
