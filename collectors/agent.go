@@ -90,7 +90,7 @@ func (a *agent) prune(ctx context.Context, r store.Retention, log zerolog.Logger
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		p, err := a.store.Prune(ctx, time.Now(), r)
+		p, err := a.store.Admin().Prune(ctx, time.Now(), r)
 		if err != nil {
 			log.Warn().Err(err).Msg("old results not pruned")
 		} else if p != (store.Pruned{}) {

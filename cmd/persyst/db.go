@@ -10,46 +10,57 @@ import (
 	"github.com/persyst/persyst/config"
 )
 
+// dbOptions are persyst db's flags.
+type dbOptions struct {
+	db, config            string
+	cycles, jobs, rollups days
+	from, to              dateFlag
+}
+
 // runDb is `persyst db ACTION`: the tree's database for admins.
 func runDb(ctx context.Context, io stdio, args []string) error {
 	if len(args) == 0 {
 		return usagef("persyst db stats|check|prune|vacuum|export --db PATH")
 	}
 	action := args[0]
+	var o dbOptions
 	fs := flagSet("db "+action, io)
-	db := fs.String("db", "/var/lib/persyst/frontend.db", "the tree's database (the frontend's, a collector's or a sync agent's)")
-	confPath := fs.String("config", config.DefaultFile(), "persyst.conf (the retention of prune)")
-	var cycles, jobs, rollups days
-	var from, to dateFlag
+	fs.StringVar(&o.db, "db", "/var/lib/persyst/frontend.db", "the tree's database (the frontend's, a collector's or a sync agent's)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (the retention of prune)")
 	switch action {
 	case "stats", "check", "vacuum":
 	case "prune":
-		fs.Var(&cycles, "cycles", "keep per-cycle results this long after a job's end (default: persyst.conf's CollectorRetention)")
-		fs.Var(&jobs, "jobs", "keep jobs and reports this long (default: JobRetention)")
-		fs.Var(&rollups, "rollups", "keep the daily roll-ups this long (default: RollupRetention)")
+		fs.Var(&o.cycles, "cycles", "keep per-cycle results this long after a job's end (default: persyst.conf's CollectorRetention)")
+		fs.Var(&o.jobs, "jobs", "keep jobs and reports this long (default: JobRetention)")
+		fs.Var(&o.rollups, "rollups", "keep the daily roll-ups this long (default: RollupRetention)")
 	case "export":
-		fs.Var(&from, "from", "the first day (YYYY-MM-DD, UTC; default: 7 days ago)")
-		fs.Var(&to, "to", "the day after the last (default: tomorrow)")
+		fs.Var(&o.from, "from", "the first day (YYYY-MM-DD, UTC; default: 7 days ago)")
+		fs.Var(&o.to, "to", "the day after the last (default: tomorrow)")
 	default:
 		return usagef("persyst db %s: want stats, check, prune, vacuum or export", action)
 	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, *db, store.Options{})
+	st, err := store.Open(ctx, o.db, store.Options{})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	return dbAction(ctx, io, st.Admin(), action, o)
+}
+
+// dbAction does one of persyst db's actions.
+func dbAction(ctx context.Context, io stdio, a store.Admin, action string, o dbOptions) error {
 	switch action {
 	case "stats":
-		s, err := st.Stats(ctx)
+		s, err := a.Stats(ctx)
 		if err != nil {
 			return err
 		}
 		return s.Write(io.out)
 	case "check":
-		problems, err := st.Check(ctx)
+		problems, err := a.Check(ctx)
 		if err != nil {
 			return err
 		}
@@ -57,33 +68,32 @@ func runDb(ctx context.Context, io stdio, args []string) error {
 			fmt.Fprintln(io.out, p)
 		}
 		if len(problems) > 0 {
-			return fmt.Errorf("%s: %d problems", *db, len(problems))
+			return fmt.Errorf("%s: %d problems", o.db, len(problems))
 		}
-		fmt.Fprintf(io.out, "%s: no problems found\n", *db)
+		fmt.Fprintf(io.out, "%s: no problems found\n", o.db)
 		return nil
 	case "vacuum":
-		return st.Vacuum(ctx)
+		return a.Vacuum(ctx)
 	case "prune":
-		conf, err := loadConfig(*confPath)
+		conf, err := loadConfig(o.config)
 		if err != nil {
 			return err
 		}
-		r := store.Retention{Cycles: cycles.or(conf.CollectorRetention), Jobs: jobs.or(conf.JobRetention), Rollups: rollups.or(conf.RollupRetention)}
-		p, err := st.Prune(ctx, time.Now(), r)
+		r := store.Retention{Cycles: o.cycles.or(conf.CollectorRetention), Jobs: o.jobs.or(conf.JobRetention), Rollups: o.rollups.or(conf.RollupRetention)}
+		p, err := a.Prune(ctx, time.Now(), r)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(io.out, "pruned: cycles of %d jobs (%d rows), %d jobs, %d roll-up rows, %d episodes\n", p.CycleJobs, p.CycleRows, p.Jobs, p.RollupRows, p.EpisodeRows)
 		return nil
-	default: // export
-		now := time.Now().UTC()
-		f, t := from.or(now.AddDate(0, 0, -7).Truncate(24*time.Hour)), to.or(now.Truncate(24*time.Hour).AddDate(0, 0, 1))
-		if !t.After(f) {
-			return usagef("--to %s is not after --from %s", t.Format(time.DateOnly), f.Format(time.DateOnly))
-		}
-		_, err := st.Export(ctx, f, t, io.out)
-		return err
 	}
+	now := time.Now().UTC()
+	f, t := o.from.or(now.AddDate(0, 0, -7).Truncate(24*time.Hour)), o.to.or(now.Truncate(24*time.Hour).AddDate(0, 0, 1))
+	if !t.After(f) {
+		return usagef("--to %s is not after --from %s", t.Format(time.DateOnly), f.Format(time.DateOnly))
+	}
+	_, err := a.Export(ctx, f, t, io.out)
+	return err
 }
 
 // days is a duration flag in persyst.conf's form (30d, 12h).

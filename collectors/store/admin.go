@@ -29,11 +29,19 @@ type Stats struct {
 // tables are the store's tables, in the order stats list them.
 var tables = []string{"jobs", "cycles", "reports", "job_findings", "usage_daily", "findings_daily", "finding_names", "episodes", "schema_version"}
 
+// Admin is what an admin does with a database: its sizes, checks, retention and exports
+// (`persyst db`).
+type Admin struct{ s *Store }
+
+// Admin returns the database's admin operations.
+func (s *Store) Admin() Admin { return Admin{s} }
+
 // Stats reads the database's sizes and counts.
-func (s *Store) Stats(ctx context.Context) (*Stats, error) {
+func (a Admin) Stats(ctx context.Context) (*Stats, error) {
+	s := a.s
 	st := &Stats{Path: s.path, Rows: map[string]int64{}, Bytes: map[string]int64{}, Clusters: map[string]int64{}, Reports: map[string]int64{}}
 	var err error
-	if st.Version, err = s.Version(ctx); err != nil {
+	if st.Version, err = a.Version(ctx); err != nil {
 		return nil, fmt.Errorf("store: stats: %w", err)
 	}
 	var pages, free, size int64
@@ -100,7 +108,8 @@ func scanPairs(ctx context.Context, db *sql.DB, q string, out map[string]int64) 
 // do not sum the jobs' figures on the days whose jobs are all still kept (after the
 // oldest kept job's day: pruning jobs keeps their figures in the roll-ups). It returns
 // each problem found, none for a sound database.
-func (s *Store) Check(ctx context.Context) ([]string, error) {
+func (a Admin) Check(ctx context.Context) ([]string, error) {
+	s := a.s
 	var problems []string
 	rows, err := s.r.QueryContext(ctx, `PRAGMA integrity_check`)
 	if err != nil {
@@ -161,8 +170,8 @@ func (s *Store) Check(ctx context.Context) ([]string, error) {
 
 // Vacuum rebuilds the database compactly, giving its free pages back to the file system
 // (it needs as much free disk as the database, and holds the write lock meanwhile).
-func (s *Store) Vacuum(ctx context.Context) error {
-	if err := s.vacuum(ctx); err != nil {
+func (a Admin) Vacuum(ctx context.Context) error {
+	if err := vacuum(ctx, a.s); err != nil {
 		return fmt.Errorf("store: vacuum: %w", err)
 	}
 	return nil
@@ -194,7 +203,8 @@ type ExportedJob struct {
 
 // Export writes the jobs that ended in [from, to) as JSON lines, oldest first, without
 // holding the database's write lock.
-func (s *Store) Export(ctx context.Context, from, to time.Time, w io.Writer) (int, error) {
+func (a Admin) Export(ctx context.Context, from, to time.Time, w io.Writer) (int, error) {
+	s := a.s
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, coalesce(j.cpu_h, 0), j.cpu_used_h, coalesce(j.cpu_meas_h, 0),
 			coalesce(j.gpu_h, 0), j.gpu_used_h, coalesce(j.gpu_meas_h, 0),
 			(SELECT json_group_object(finding, cpu_h) FROM job_findings WHERE job = j.key)

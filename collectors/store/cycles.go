@@ -209,7 +209,7 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 // oldest first (empty, without error, if there is none); CyclesAt those of a job by the
 // store's key.
 func (s *Store) Cycles(ctx context.Context, job uint32, key string) ([]StoredCycle, error) {
-	k, err := s.newest(ctx, job)
+	k, err := newest(ctx, s, job)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
@@ -325,7 +325,7 @@ func parseQuantiles(s string) ([]float64, error) {
 
 // Keys returns the property keys stored for the newest job with the Slurm id, sorted.
 func (s *Store) Keys(ctx context.Context, job uint32) ([]string, error) {
-	k, err := s.newest(ctx, job)
+	k, err := newest(ctx, s, job)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}

@@ -134,7 +134,7 @@ func insertJob(ctx context.Context, tx *sql.Tx, cluster string, id uint32, start
 }
 
 // clusterOf is the cluster a write goes to.
-func (s *Store) clusterOf(c string) string {
+func clusterOf(s *Store, c string) string {
 	if c == "" {
 		return s.cluster
 	}
@@ -152,7 +152,7 @@ func (s *Store) clusterOf(c string) string {
 func (s *Store) PutJob(ctx context.Context, j Job) error {
 	now := s.now().Unix()
 	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-		key, err := resolve(ctx, tx, s.clusterOf(j.Cluster), j.ID, j.Start, 0, now)
+		key, err := resolve(ctx, tx, clusterOf(s, j.Cluster), j.ID, j.Start, 0, now)
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (s *Store) JobAt(ctx context.Context, key Key) (*Job, error) {
 }
 
 // newest is the key of the newest job with the Slurm id (any cluster), or ErrNotFound.
-func (s *Store) newest(ctx context.Context, id uint32) (Key, error) {
+func newest(ctx context.Context, s *Store, id uint32) (Key, error) {
 	var k Key
 	err := s.r.QueryRowContext(ctx, `SELECT key FROM jobs WHERE job_id = ? ORDER BY key DESC LIMIT 1`, id).Scan(&k)
 	if errors.Is(err, sql.ErrNoRows) {

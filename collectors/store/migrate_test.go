@@ -58,7 +58,7 @@ func TestOpenFresh(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	v, err := s.Version(ctx)
+	v, err := s.Admin().Version(ctx)
 	if err != nil || v != SchemaVersion {
 		t.Fatalf("version %d, %v; want %d", v, err, SchemaVersion)
 	}
@@ -169,7 +169,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(ctx); v != SchemaVersion {
+	if v, _ := s.Admin().Version(ctx); v != SchemaVersion {
 		t.Errorf("version %d after the failed migration, want %d", v, SchemaVersion)
 	}
 	sch := schemaOf(t, s.w)
@@ -189,7 +189,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if v, _ := s2.Version(ctx); v != 0 {
+	if v, _ := s2.Admin().Version(ctx); v != 0 {
 		t.Errorf("version %d, want 0", v)
 	}
 	if sch := schemaOf(t, s2.w); len(sch) != 1 || sch["schema_version"] == "" {
@@ -254,7 +254,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(ctx); v != SchemaVersion {
+	if v, _ := s.Admin().Version(ctx); v != SchemaVersion {
 		t.Errorf("version %d, want %d", v, SchemaVersion)
 	}
 	if cs, err := s.Cycles(ctx, 7, "a"); err != nil || len(cs) != 1 {
@@ -283,7 +283,7 @@ func TestMigrateRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(ctx); v != SchemaVersion {
+	if v, _ := s.Admin().Version(ctx); v != SchemaVersion {
 		t.Errorf("version %d, want %d", v, SchemaVersion)
 	}
 	for _, id := range []uint32{101, 102, 103} {

@@ -145,10 +145,10 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 		return s
 	}
 	size := func(s *Store) int64 {
-		if err := s.vacuum(ctx); err != nil {
+		if err := vacuum(ctx, s); err != nil {
 			tb.Fatal(err)
 		}
-		n, err := s.size(ctx)
+		n, err := size(ctx, s)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func (s *Store) KeepAll(ctx context.Context, jobs []Kept) error {
 	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
 		for i := range jobs {
 			cur = jobs[i].Report.JobID
-			if err := s.keep(ctx, tx, jobs[i].Facts, &jobs[i].Report, texts[i], now); err != nil {
+			if err := keep(ctx, tx, clusterOf(s, jobs[i].Facts.Cluster), jobs[i].Facts, &jobs[i].Report, texts[i], now); err != nil {
 				return err
 			}
 		}
@@ -71,8 +71,8 @@ func (s *Store) KeepAll(ctx context.Context, jobs []Kept) error {
 	return nil
 }
 
-// keep is Keep's work in tx; text is r as stored (codec.encode).
-func (s *Store) keep(ctx context.Context, tx *sql.Tx, facts Job, r *digest.Report, text []byte, now int64) error {
+// keep is Keep's work in tx for a job of cluster; text is r as stored (codec.encode).
+func keep(ctx context.Context, tx *sql.Tx, cluster string, facts Job, r *digest.Report, text []byte, now int64) error {
 	facts.ID = r.JobID
 	start := facts.Start
 	if start.IsZero() {
@@ -82,7 +82,7 @@ func (s *Store) keep(ctx context.Context, tx *sql.Tx, facts Job, r *digest.Repor
 	if r.EndState != nil {
 		fromReport.State = r.EndState.State
 	}
-	key, err := resolve(ctx, tx, s.clusterOf(facts.Cluster), r.JobID, start, 0, now)
+	key, err := resolve(ctx, tx, cluster, r.JobID, start, 0, now)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (s *Store) keep(ctx context.Context, tx *sql.Tx, facts Job, r *digest.Repor
 // ErrNotFound; ReportAt that of a job by the store's key. A report in a newer schema
 // than digest.SchemaVersion is refused (its fields may mean something else).
 func (s *Store) Report(ctx context.Context, job uint32) (*digest.Report, error) {
-	k, err := s.newest(ctx, job)
+	k, err := newest(ctx, s, job)
 	if err != nil {
 		return nil, fmt.Errorf("store: report of job %d: %w", job, ErrNotFound)
 	}

@@ -39,92 +39,109 @@ const pruneBatch = 500
 // stopped midway (ctx), what it deleted stays deleted and the rest is consistent. Freed
 // pages are reused by later writes; the file does not shrink (VACUUM, `persyst db
 // vacuum`, gives them back).
-func (s *Store) Prune(ctx context.Context, now time.Time, r Retention) (Pruned, error) {
+func (a Admin) Prune(ctx context.Context, now time.Time, r Retention) (Pruned, error) {
 	var p Pruned
+	var err error
 	if r.Cycles > 0 {
-		t := now.Add(-r.Cycles).Unix()
-		for {
-			var n int
-			var rows int64
-			err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-				keys, err := keysOf(ctx, tx, `SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ?
-					AND EXISTS (SELECT 1 FROM cycles WHERE job = jobs.key) LIMIT ?`, t, pruneBatch)
-				if err != nil || len(keys) == 0 {
-					return err
-				}
-				n = len(keys)
-				for _, k := range keys {
-					res, err := tx.ExecContext(ctx, `DELETE FROM cycles WHERE job = ?`, k)
-					if err != nil {
-						return err
-					}
-					d, _ := res.RowsAffected()
-					rows += d
-				}
-				return nil
-			})
-			if err != nil {
-				return p, fmt.Errorf("store: prune cycles: %w", err)
-			}
-			p.CycleJobs += n
-			p.CycleRows += rows
-			if n < pruneBatch {
-				break
-			}
+		if p.CycleJobs, p.CycleRows, err = pruneCycles(ctx, a.s, now.Add(-r.Cycles).Unix()); err != nil {
+			return p, err
 		}
 	}
 	if r.Jobs > 0 {
-		t := now.Add(-r.Jobs).Unix()
-		for {
-			var n int
-			err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-				// The roll-ups keep the jobs' figures: deleting a job does not unroll it.
-				res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE key IN
-					(SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ? LIMIT ?)`, t, pruneBatch)
-				if err != nil {
-					return err
-				}
-				d, err := res.RowsAffected()
-				n = int(d)
-				return err
-			})
-			if err != nil {
-				return p, fmt.Errorf("store: prune jobs: %w", err)
-			}
-			p.Jobs += n
-			if n < pruneBatch {
-				break
-			}
-		}
-		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM episodes WHERE to_ts < ?`, t)
-			if err == nil {
-				p.EpisodeRows, err = res.RowsAffected()
-			}
-			return err
-		})
-		if err != nil {
-			return p, fmt.Errorf("store: prune episodes: %w", err)
+		if p.Jobs, p.EpisodeRows, err = pruneJobs(ctx, a.s, now.Add(-r.Jobs).Unix()); err != nil {
+			return p, err
 		}
 	}
 	if r.Rollups > 0 {
-		t := day(now.Add(-r.Rollups))
+		if p.RollupRows, err = pruneRollups(ctx, a.s, day(now.Add(-r.Rollups))); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// pruneCycles deletes the cycles of the jobs that ended before t, a batch at a time.
+func pruneCycles(ctx context.Context, s *Store, t int64) (jobs int, rows int64, err error) {
+	for {
+		var keys []Key
 		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-			for _, tbl := range []string{"usage_daily", "findings_daily"} {
-				res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE day < ?`, t)
+			var err error
+			keys, err = keysOf(ctx, tx, `SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ?
+				AND EXISTS (SELECT 1 FROM cycles WHERE job = jobs.key) LIMIT ?`, t, pruneBatch)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				res, err := tx.ExecContext(ctx, `DELETE FROM cycles WHERE job = ?`, k)
 				if err != nil {
 					return err
 				}
 				d, _ := res.RowsAffected()
-				p.RollupRows += d
+				rows += d
 			}
 			return nil
 		})
 		if err != nil {
-			return p, fmt.Errorf("store: prune roll-ups: %w", err)
+			return jobs, rows, fmt.Errorf("store: prune cycles: %w", err)
+		}
+		jobs += len(keys)
+		if len(keys) < pruneBatch {
+			return jobs, rows, nil
 		}
 	}
-	return p, nil
+}
+
+// pruneJobs deletes the jobs (their rows, reports and findings' hours, not their
+// roll-ups: deleting a job does not unroll it) and the episodes that ended before t.
+func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64, err error) {
+	for {
+		var n int64
+		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE key IN
+				(SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ? LIMIT ?)`, t, pruneBatch)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return jobs, 0, fmt.Errorf("store: prune jobs: %w", err)
+		}
+		jobs += int(n)
+		if n < pruneBatch {
+			break
+		}
+	}
+	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM episodes WHERE to_ts < ?`, t)
+		if err == nil {
+			episodes, err = res.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return jobs, 0, fmt.Errorf("store: prune episodes: %w", err)
+	}
+	return jobs, episodes, nil
+}
+
+// pruneRollups deletes the roll-ups of the days before day.
+func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err error) {
+	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
+		for _, tbl := range []string{"usage_daily", "findings_daily"} {
+			res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE day < ?`, day)
+			if err != nil {
+				return err
+			}
+			d, _ := res.RowsAffected()
+			rows += d
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: prune roll-ups: %w", err)
+	}
+	return rows, nil
 }
 
 func keysOf(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Key, error) {

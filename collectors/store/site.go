@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -98,7 +99,7 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 	}
 	for i := range out.Findings {
 		c := &out.Findings[i]
-		if err := s.findingTops(ctx, c, where, args, f.Top); err != nil {
+		if err := findingTops(ctx, s.r, c, where, args, f.Top); err != nil {
 			return nil, fmt.Errorf("store: site: %s: %w", c.Key, err)
 		}
 	}
@@ -107,8 +108,8 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 
 // findingTops fills a finding's top users (from the roll-ups) and top jobs (from the
 // jobs kept).
-func (s *Store) findingTops(ctx context.Context, c *FindingCost, where string, args []any, top int) error {
-	rows, err := s.r.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM findings_daily
+func findingTops(ctx context.Context, db *sql.DB, c *FindingCost, where string, args []any, top int) error {
+	rows, err := db.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM findings_daily
 		WHERE `+where+` AND finding = ?5 GROUP BY user ORDER BY sum(cpu_h) DESC, user LIMIT ?6`, append(args, c.Key, top)...)
 	if err != nil {
 		return err
@@ -125,7 +126,7 @@ func (s *Store) findingTops(ctx context.Context, c *FindingCost, where string, a
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = s.r.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
+	rows, err = db.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
 		FROM job_findings f JOIN jobs j ON j.key = f.job
 		WHERE f.finding = ?5 AND f.day >= ?1 AND f.day < ?2 AND (?3 = '' OR j.cluster = ?3) AND (?4 = '' OR j.user = ?4)
 		ORDER BY f.cpu_h DESC, f.job LIMIT ?6`, append(args, c.Key, top)...)

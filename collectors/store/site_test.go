@@ -177,7 +177,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Stats(ctx)
+	st, err := s.Admin().Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,17 +185,17 @@ func TestAdmin(t *testing.T) {
 		st.Clusters["alpha"]+st.Clusters["beta"] != tot.Jobs || st.Bytes["reports"] <= 0 || st.FileBytes < st.Bytes["reports"] {
 		t.Errorf("stats: %+v", st)
 	}
-	if p, err := s.Check(ctx); err != nil || len(p) != 0 {
+	if p, err := s.Admin().Check(ctx); err != nil || len(p) != 0 {
 		t.Errorf("check of a sound database: %v, %v", p, err)
 	}
 	if _, err := s.Writer().Exec(`UPDATE usage_daily SET jobs = jobs + 1 WHERE day = (SELECT max(day) FROM usage_daily)`); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := s.Check(ctx); err != nil || len(p) == 0 || !strings.Contains(p[0], "roll-up of") {
+	if p, err := s.Admin().Check(ctx); err != nil || len(p) == 0 || !strings.Contains(p[0], "roll-up of") {
 		t.Errorf("check of a damaged roll-up: %v, %v", p, err)
 	}
 	var b strings.Builder
-	n, err := s.Export(ctx, now.AddDate(0, 0, -30), now.AddDate(0, 0, 1), &b)
+	n, err := s.Admin().Export(ctx, now.AddDate(0, 0, -30), now.AddDate(0, 0, 1), &b)
 	if err != nil || int64(n) != tot.Jobs || strings.Count(b.String(), "\n") != n {
 		t.Errorf("export: %d jobs, %v; stored %d", n, err, tot.Jobs)
 	}

@@ -140,9 +140,6 @@ func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
-// Path is the database file.
-func (s *Store) Path() string { return s.path }
-
 // migrate brings the database to len(migs). Each migration runs in its own
 // IMMEDIATE transaction that re-reads the version, so two processes opening
 // a fresh file at once apply each migration once.
@@ -221,7 +218,8 @@ func version(ctx context.Context, tx *sql.Tx) (int, error) {
 }
 
 // Version returns the database's schema version.
-func (s *Store) Version(ctx context.Context) (int, error) {
+func (a Admin) Version(ctx context.Context) (int, error) {
+	s := a.s
 	var v int
 	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v)
 	return v, err
@@ -250,7 +248,7 @@ func ignoreDone(err error) error {
 // size returns the database's size in bytes (page_count × page_size; in WAL
 // mode this includes committed pages still in the WAL). After vacuum it is
 // the size of the file as a fresh copy.
-func (s *Store) size(ctx context.Context) (int64, error) {
+func size(ctx context.Context, s *Store) (int64, error) {
 	var pages, pageSize int64
 	if err := s.w.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
 		return 0, err
@@ -262,7 +260,7 @@ func (s *Store) size(ctx context.Context) (int64, error) {
 }
 
 // vacuum rebuilds the database compactly and truncates the WAL.
-func (s *Store) vacuum(ctx context.Context) error {
+func vacuum(ctx context.Context, s *Store) error {
 	if _, err := s.w.ExecContext(ctx, `VACUUM`); err != nil {
 		return err
 	}

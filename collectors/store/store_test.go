@@ -384,7 +384,7 @@ func TestPrune(t *testing.T) {
 		{"rollups", store.T0.AddDate(1, 0, 0), store.Retention{Rollups: 100 * day}, store.Pruned{RollupRows: 4},
 			map[string][]uint32{"jobs": {3, 5}, "cycles": {3, 5}, "reports": {3}}, 0},
 	} {
-		got, err := s.Prune(ctx, step.now, step.r)
+		got, err := s.Admin().Prune(ctx, step.now, step.r)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
@@ -499,7 +499,7 @@ func TestEpisodes(t *testing.T) {
 	if diff := cmp.Diff([]ep{{60, 63, 12}, {0, 5, 40}}, gs); diff != "" {
 		t.Errorf("episodes (-want +got):\n%s", diff)
 	}
-	if _, err := s.Prune(ctx, t0.Add(31*time.Minute), store.Retention{Jobs: time.Minute}); err != nil {
+	if _, err := s.Admin().Prune(ctx, t0.Add(31*time.Minute), store.Retention{Jobs: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Episodes(ctx, t0.Add(-time.Hour)); len(got) != 1 || got[0].Stalled != 12 {
