@@ -297,7 +297,9 @@ func TestKeepReport(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.Options{})
 	facts := map[string]*jobmap.Job{
-		"7": {JobID: 7, User: "alice", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]", BatchHost: "n2", State: "COMPLETED"},
+		"7": {JobID: 7, User: "alice", Account: "chem", Partition: "gpu", QOS: "high", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]",
+			BatchHost: "n2", State: "COMPLETED", Start: time.Unix(1_700_000_000, 0).UTC(), End: time.Unix(1_700_003_600, 0).UTC(),
+			Alloc: []jobmap.NodeAlloc{{Node: "n1", MemoryMB: 1000}, {Node: "n2", MemoryMB: 1000}}},
 		"8": {JobID: 8, User: "bob", Nodes: []string{"n3"}, NodeList: "n3", State: "RUNNING"}, // srun: first node
 	}
 	f, err := NewFrontend(FrontendConfig{Collectors: map[string]string{"c1": "127.0.0.1:1"}, Nodes: []string{"n1", "n2", "n3"},
@@ -347,6 +349,28 @@ func TestKeepReport(t *testing.T) {
 		}
 		if _, err := st.Report(ctx, id); err != nil {
 			t.Errorf("job %d's report not kept: %v", id, err)
+		}
+	}
+	j, _ := st.Job(ctx, 7)
+	want := store.Job{Key: j.Key, ID: 7, User: "alice", Account: "chem", Partition: "gpu", QOS: "high", State: "COMPLETED",
+		Nodes: "n[1-2]", NNodes: 2, ReqMemMB: 2000, Start: facts["7"].Start, End: facts["7"].End, Updated: j.Updated}
+	if d := cmp.Diff(want, *j); d != "" {
+		t.Errorf("job 7's facts (-want +got):\n%s", d)
+	}
+	// Slurm gives id 7 to another job (slurmctld started again from FirstJobId): it is
+	// kept beside the first, which stays whole.
+	facts["7"] = &jobmap.Job{JobID: 7, User: "carol", Nodes: []string{"n2"}, NodeList: "n2", State: "FAILED",
+		Start: time.Unix(1_710_000_000, 0).UTC(), End: time.Unix(1_710_000_600, 0).UTC()}
+	if ack, err := f.KeepReport(ctx, &pb.JobSummary{JobId: 7, Nodes: []string{"n2"}, ReportJson: report(7)}); err != nil || !ack.GetOk() {
+		t.Fatalf("the second job 7: %v, %v", ack, err)
+	}
+	js, err := st.Jobs(ctx, 7)
+	if err != nil || len(js) != 2 || js[0].User != "carol" || js[1].User != "alice" {
+		t.Errorf("jobs with id 7: %+v, %v; want carol's and alice's", js, err)
+	}
+	for _, j := range js {
+		if _, err := st.ReportAt(ctx, j.Key); err != nil {
+			t.Errorf("%s: no report: %v", j.Name(), err)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func writeHTML(ctx context.Context, io stdio, o reportOptions, r *digest.Report)
 	switch {
 	case o.db != "":
 		var err error
-		if v, err = viewFromDB(ctx, o.db, r); err != nil {
+		if v, err = viewFromDB(ctx, o, r); err != nil {
 			return err
 		}
 	case o.sacct:
@@ -38,17 +38,18 @@ func writeHTML(ctx context.Context, io stdio, o reportOptions, r *digest.Report)
 }
 
 // viewFromDB is a job's view from a collector's (or sync agent's, or frontend's) database.
-func viewFromDB(ctx context.Context, db string, r *digest.Report) (htmlreport.View, error) {
-	st, err := store.Open(ctx, db, store.Options{})
+func viewFromDB(ctx context.Context, o reportOptions, r *digest.Report) (htmlreport.View, error) {
+	st, err := store.Open(ctx, o.db, store.Options{})
 	if err != nil {
 		return htmlreport.View{}, err
 	}
 	defer st.Close()
-	j, err := st.Job(ctx, r.JobID)
+	o.warn = nil // said once, by dbReport
+	j, err := dbJob(ctx, st, o, r.JobID)
 	if err != nil {
 		return htmlreport.View{}, err
 	}
-	return htmlreport.FromStore(ctx, st, db, j.Key, r)
+	return htmlreport.FromStore(ctx, st, o.db, j.Key, r)
 }
 
 // viewFromDaemons is a job's view from its nodes' daemons: this machine's through its

@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/standalone"
 )
 
@@ -36,6 +40,7 @@ func TestWiring(t *testing.T) {
 	badSource := conf("source.conf", "\nMetricSource.shedstat=off\n")
 	badThreshold := conf("threshold.conf", "Threshold.no_such_property=3\n")
 	missingSock := filepath.Join(dir, "no.sock")
+	db := twoJobsOneID(t, filepath.Join(dir, "front.db"))
 	tests := []struct {
 		name     string
 		args     []string
@@ -72,6 +77,18 @@ func TestWiring(t *testing.T) {
 		{"run of a missing command", []string{"run", "--config", empty, "--", filepath.Join(dir, "nothing")}, 127, "", "nothing"},
 		{"run of a file that cannot be run", []string{"run", "--config", empty, "--", empty}, 126, "", "permission denied"},
 		{"run with an interval beyond an hour", []string{"run", "--interval", "100000h", "--", "true"}, 2, "", "between 1s and 1h"},
+		{"db without an action", []string{"db"}, 2, "", "persyst db stats|check"},
+		{"db with an unknown action", []string{"db", "drop", "--db", db}, 2, "", "want stats, check, prune, vacuum or export"},
+		{"db stats", []string{"db", "stats", "--db", db}, 0, "cluster b: 1 jobs", ""},
+		{"db check", []string{"db", "check", "--db", db}, 0, "no problems found", ""},
+		{"db export", []string{"db", "export", "--db", db, "--from", "2000-01-01", "--to", "2100-01-01"}, 0, `"cluster":"a","job_id":5,"user":"alice"`, ""},
+		{"db export, days the wrong way", []string{"db", "export", "--db", db, "--from", "2026-01-02", "--to", "2026-01-01"}, 2, "", "is not after"},
+		{"report of an id two clusters share", []string{"report", "--db", db, "5"}, 0, "job 5", "2 jobs in " + db + " have id 5"},
+		{"report of one cluster's job", []string{"report", "--db", db, "--cluster", "a", "5"}, 0, "job 5", "of cluster a"},
+		{"report of a cluster without the job", []string{"report", "--db", db, "--cluster", "c", "5"}, 1, "", "none of cluster c"},
+		{"report --cluster without --db", []string{"report", "--cluster", "a", "5"}, 2, "", "--cluster needs --db"},
+		{"db prune", []string{"db", "prune", "--db", db, "--config", empty, "--jobs", "1h"}, 0, "2 jobs", ""},
+		{"db prune, a bad retention", []string{"db", "prune", "--db", db, "--jobs", "soon"}, 2, "", "want days"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,4 +115,26 @@ func TestUsageListsEveryCommand(t *testing.T) {
 			t.Errorf("usage does not list %q:\n%s", c.name, u)
 		}
 	}
+}
+
+// twoJobsOneID writes a database at path with job 5 of cluster a (alice's) and job 5 of
+// cluster b (bob's), both ended two hours ago.
+func twoJobsOneID(t *testing.T, path string) string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	end := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	for i, c := range []string{"a", "b"} {
+		start := end.Add(-time.Duration(i+1) * time.Hour)
+		r := digest.Report{Schema: digest.SchemaVersion, JobID: 5, Nodes: []string{"n1"}, NNodes: 1, CPUs: 4,
+			Start: start, End: end, Seconds: end.Sub(start).Seconds(), Findings: []properties.Result{}}
+		if err := st.Keep(ctx, store.Job{Cluster: c, User: []string{"alice", "bob"}[i], Start: start, End: end}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -26,6 +27,8 @@ import (
 
 type reportOptions struct {
 	node, socket, db, config string
+	cluster                  string
+	warn                     io.Writer // where a note on other jobs of the id goes
 	json, sacct, html        bool
 	width                    int
 	wait                     time.Duration
@@ -37,6 +40,7 @@ func (o *reportOptions) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON (docs/digest.md)")
 	fs.IntVar(&o.width, "width", 80, "columns of the text digest")
 	fs.StringVar(&o.db, "db", "", "read the job-wide report from a collector's database instead of the batch host's daemon")
+	fs.StringVar(&o.cluster, "cluster", "", "with --db: the job of this cluster (where clusters share job ids; default: the newest job of the id)")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (to reach the batch host's daemon from another machine)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for the report to be made (a job that is ending)")
 	fs.BoolVar(&o.html, "html", false, "write the report as one self-contained HTML page (charts over the job's life, a CPU heat map)")
@@ -92,6 +96,10 @@ func runReport(ctx context.Context, io stdio, args []string) error {
 	if o.html && o.json {
 		return usagef("report: --html and --json exclude each other")
 	}
+	if o.cluster != "" && o.db == "" {
+		return usagef("report: --cluster needs --db")
+	}
+	o.warn = io.err
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+o.wait)
 	defer cancel()
 	deadline := time.Now().Add(o.wait)
@@ -126,7 +134,7 @@ func findReport(ctx context.Context, o reportOptions, name string, id uint64, ar
 	var err error
 	switch {
 	case o.db != "":
-		if r, err = dbReport(ctx, o.db, uint32(id)); err != nil {
+		if r, err = dbReport(ctx, o, uint32(id)); err != nil {
 			return nil, err
 		}
 	default:
@@ -150,17 +158,38 @@ func findReport(ctx context.Context, o reportOptions, name string, id uint64, ar
 	return r, nil
 }
 
-func dbReport(ctx context.Context, db string, id uint32) (*digest.Report, error) {
-	st, err := store.Open(ctx, db, store.Options{})
+func dbReport(ctx context.Context, o reportOptions, id uint32) (*digest.Report, error) {
+	st, err := store.Open(ctx, o.db, store.Options{})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	r, err := st.Report(ctx, id)
+	j, err := dbJob(ctx, st, o, id)
 	if err != nil {
-		return nil, fmt.Errorf("report of job %d in %s: %w", id, db, err)
+		return nil, err
+	}
+	r, err := st.ReportAt(ctx, j.Key)
+	if err != nil {
+		return nil, fmt.Errorf("report of %s in %s: %w", j.Name(), o.db, err)
 	}
 	return r, nil
+}
+
+// dbJob is the job of the id that --db and --cluster name: the newest, and a note on the
+// others where the id names several.
+func dbJob(ctx context.Context, st *store.Store, o reportOptions, id uint32) (*store.Job, error) {
+	js, err := st.Jobs(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	j, err := store.Choose(js, o.cluster)
+	if err != nil {
+		return nil, fmt.Errorf("job %d in %s: %w", id, o.db, err)
+	}
+	if len(js) > 1 && o.warn != nil {
+		fmt.Fprintf(o.warn, "persyst report: %d jobs in %s have id %d; this is %s (--cluster picks another cluster's)\n", len(js), o.db, id, j.Name())
+	}
+	return j, nil
 }
 
 // errNotHere: this machine's daemon does not have the job (or there is none).

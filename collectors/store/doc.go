@@ -9,10 +9,11 @@
 //	rs, err := store.Summarize(cycleRecords, quantile.DefaultQ) // a cycle of the whole job
 //	err = s.PutCycle(ctx, jobID, cycleTS, rs)                  // one transaction, upsert
 //	err = s.PutJob(ctx, store.Job{ID: jobID, User: "alice", End: end})
-//	err = s.PutReport(ctx, report)                              // digest.Report, for persyst report
-//	r, err := s.Report(ctx, jobID)                              // ErrNotFound if absent
+//	err = s.Keep(ctx, facts, report)                            // the report with the job map's facts
+//	r, err := s.Report(ctx, jobID)                              // the newest job of the id; ErrNotFound if absent
 //	series, err := s.Cycles(ctx, jobID, "io_wait")              // one property over time
-//	n, err := s.Prune(ctx, time.Now().AddDate(0, 0, -90))       // retention
+//	site, err := s.Site(ctx, store.SiteFilter{From: from, To: to}) // the site's figures, from the roll-ups
+//	p, err := s.Admin().Prune(ctx, time.Now(), retention)         // retention in tiers
 //
 // A collector holding a whole job calls Summarize on each cycle's records
 // (exact type-7 quantiles, quantile.Summarize) and PutCycle. Where a job is
@@ -33,32 +34,34 @@
 // never fail with SQLITE_BUSY; reads use a pool of query-only connections.
 // The file must be a path (no ":memory:": the two pools must share it).
 //
-// # Schema (version 1)
+// # Schema (version 3)
 //
-// Migrations are an ordered list of SQL steps in the binary (schema.go).
-// schema_version (version, applied_ts, description) has one row per applied
-// migration; the database's version is the largest. Open applies the missing
-// migrations, each in its own transaction together with its schema_version
-// row, so a failing migration changes nothing and leaves the version as it
-// was. A database of a newer version is refused (ErrSchemaTooNew, naming both
-// versions); a SQLite file of another application is refused (ErrNotStore:
-// PRAGMA application_id is "PRST", 0x50525354). All tables are STRICT; times
-// are Unix seconds (INTEGER).
+// Migrations are an ordered list of SQL steps in the binary (schema.go), with an
+// optional Go step in the same transaction. schema_version (version, applied_ts,
+// description) has one row per applied migration; the database's version is the largest.
+// Open applies the missing migrations, each in its own transaction together with its
+// schema_version row, so a failing migration changes nothing and leaves the version as it
+// was. A database of a newer version is refused (ErrSchemaTooNew, naming both versions);
+// a SQLite file of another application is refused (ErrNotStore: PRAGMA application_id is
+// "PRST", 0x50525354). All tables are STRICT; times are Unix seconds (INTEGER).
 //
-//	jobs: one row per job
-//	  job_id      INTEGER PRIMARY KEY   Slurm job id, 1..2³²-1
-//	  cluster     TEXT                  NULL: unknown (so are the facts below)
-//	  user        TEXT
-//	  nodes       TEXT                  Slurm hostlist or comma-separated names
-//	  nnodes      INTEGER
-//	  cpus        INTEGER
-//	  start_ts    INTEGER               Slurm's start time
+//	jobs: one row per job, keyed by (cluster, job_id, start_ts) (unique)
+//	  key         INTEGER PRIMARY KEY   the store's own key (Key): what other tables refer to
+//	  cluster     TEXT NOT NULL         Options.Cluster of the writer ("": unnamed)
+//	  job_id      INTEGER               Slurm job id, 1..2³²-1
+//	  start_ts    INTEGER               Slurm's start; NULL: not known yet
 //	  end_ts      INTEGER               NULL: running or unknown
+//	  user, account, partition, qos, state (end state), nodes   TEXT
+//	  nnodes, cpus, gpus, req_mem_mb, time_limit_s              INTEGER
 //	  samples     INTEGER NOT NULL      cycle timestamps stored (kept by PutCycle)
 //	  updated_ts  INTEGER NOT NULL      last write of the row, its cycles or report
+//	  day, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h
+//	                                    the figures the job added to the roll-ups (NULL: none)
+//	  seconds, findings, top_key, top_name, top_share, top_severity
+//	                                    the report's summary, for job lists
 //
 //	cycles: one row per job, cycle timestamp and property; WITHOUT ROWID
-//	  job_id      INTEGER → jobs ON DELETE CASCADE
+//	  job         INTEGER → jobs.key ON DELETE CASCADE
 //	  ts          INTEGER               the cycle timestamp (epoch-aligned)
 //	  key         TEXT                  property key ("io_wait", "memory_bw:memory_bound")
 //	  count       INTEGER               finite values (devices with a value)
@@ -69,13 +72,38 @@
 //	  sev_invalid INTEGER               severities outside [0, 1] or NaN
 //	  devices     INTEGER               the domain's devices in the cycle: TimeShare's base
 //	  time_share  REAL                  (severities > 0) / devices
-//	  PRIMARY KEY (job_id, ts, key)
+//	  PRIMARY KEY (job, ts, key)
 //
-//	reports: the digest of a job, for `persyst report`
-//	  job_id      INTEGER PRIMARY KEY → jobs ON DELETE CASCADE
+//	reports: the digest of a job, for `persyst report` and the job's page
+//	  job         INTEGER PRIMARY KEY → jobs.key ON DELETE CASCADE
 //	  schema      INTEGER               the Report JSON's schema (digest.SchemaVersion)
-//	  report      TEXT                  digest.Report as JSON (docs/digest.md)
+//	  codec       TEXT                  'zstd' (compressed JSON) or 'json' (before schema 3)
+//	  report      BLOB                  digest.Report (docs/digest.md)
 //	  updated_ts  INTEGER
+//
+//	job_findings: the hours each finding of a job held (its top jobs per finding)
+//	  job, finding, day, cpu_h, gpu_h; PRIMARY KEY (job, finding)
+//
+//	usage_daily: per day × cluster × account × user × partition × QOS
+//	  jobs, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h
+//	findings_daily: the same, per finding: jobs, cpu_h, gpu_h
+//	finding_names: finding → its name
+//
+//	episodes: site-wide I/O episodes (from_ts, to_ts, jobs, stalled, peak)
+//
+// A job is found by its cluster, id and start (resolve): Slurm reuses job ids (they wrap
+// at MaxJobId, and restart at FirstJobId when slurmctld loses its state), and several
+// clusters' frontends may write one view, so an id alone names nothing. A report or
+// facts with a start find the row with that start (within two minutes: Slurm's start and
+// the measurement's), or adopt the id's row whose cycles came before any start was known;
+// a cycle, which carries no start, goes to the newest row of its id unless that job ended
+// an hour before the cycle or was last seen a week before (then it is a new job).
+//
+// Roll-ups: every kept report adds its job's figures (figuresOf) to usage_daily and,
+// per finding, findings_daily, on the day the job ended; a replaced report or changed
+// facts take the old figures out first (unroll, roll), so the roll-ups always sum the
+// stored reports exactly, and the site's figures read days, not jobs. Pruning jobs keeps
+// their figures in the roll-ups, which have a retention of their own (Retention).
 //
 // Choices:
 //
@@ -99,11 +127,9 @@
 //   - sum is kept next to mean so that aggregates of parts merge exactly
 //     (quantile.MergeEstimate needs Count and Sum); devices next to
 //     time_share so that shares of parts merge exactly too.
-//   - Slurm job ids wrap (MaxJobId) and restart when slurmctld loses its
-//     state: PutJob with a Start that differs from the stored one deletes the
-//     earlier job's rows first.
-//   - Prune deletes by end_ts, or by updated_ts for a job whose end was never
-//     recorded; freed pages are reused, the file does not shrink.
+//   - Admin.Prune deletes by tier (Retention: cycles, jobs, roll-ups) by end_ts,
+//     or by updated_ts for a job whose end was never recorded, in short
+//     transactions; freed pages are reused, the file does not shrink.
 //
 // # Data reduction (§7.4.3)
 //

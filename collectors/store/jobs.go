@@ -234,10 +234,14 @@ func (s *Store) Job(ctx context.Context, id uint32) (*Job, error) {
 	return &js[0], nil
 }
 
+// newestFirst orders the jobs of one id: the latest to start first, a job whose start is
+// not known yet (its cycles came first: it runs now) before all.
+const newestFirst = `j.start_ts IS NULL DESC, j.start_ts DESC, j.key DESC`
+
 // Jobs returns every job with the Slurm id, of every cluster, the newest first (none:
 // an empty list).
 func (s *Store) Jobs(ctx context.Context, id uint32) ([]Job, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.job_id = ? ORDER BY j.key DESC LIMIT ?`, id, MaxListed)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs j WHERE j.job_id = ? ORDER BY `+newestFirst+` LIMIT ?`, id, MaxListed)
 	if err != nil {
 		return nil, fmt.Errorf("store: jobs %d: %w", id, err)
 	}
@@ -268,7 +272,7 @@ func (s *Store) JobAt(ctx context.Context, key Key) (*Job, error) {
 // newest is the key of the newest job with the Slurm id (any cluster), or ErrNotFound.
 func newest(ctx context.Context, s *Store, id uint32) (Key, error) {
 	var k Key
-	err := s.r.QueryRowContext(ctx, `SELECT key FROM jobs WHERE job_id = ? ORDER BY key DESC LIMIT 1`, id).Scan(&k)
+	err := s.r.QueryRowContext(ctx, `SELECT key FROM jobs j WHERE job_id = ? ORDER BY `+newestFirst+` LIMIT 1`, id).Scan(&k)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("store: job %d: %w", id, ErrNotFound)
 	}
@@ -308,4 +312,18 @@ func fromUnix(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(v.Int64, 0).UTC()
+}
+
+// Choose picks among the jobs of one Slurm id (Jobs' answer, newest first) the newest of
+// the cluster ("": of any cluster), or ErrNotFound.
+func Choose(js []Job, cluster string) (*Job, error) {
+	for i := range js {
+		if cluster == "" || js[i].Cluster == cluster {
+			return &js[i], nil
+		}
+	}
+	if len(js) > 0 && cluster != "" {
+		return nil, fmt.Errorf("none of cluster %s: %w", cluster, ErrNotFound)
+	}
+	return nil, ErrNotFound
 }
