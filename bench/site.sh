@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # site.sh — persyst's site side at scale.
 #
+#   bench/site.sh NODES CYCLES [--cpus C] [--cycle 2s] [--per-collector 500]
+#       a site in a box: NODES simulated nodes (sitesim live: the node daemons' own uplink
+#       code, each with its TLS identity, running jobs of 1 to 64 nodes that start and end
+#       as the cycles go, each sending every cycle C CPUs × 6 CPU properties + 12 node
+#       properties of records, and its final report from the batch host at the end) against
+#       real persyst collectors (one per --per-collector nodes) and a real frontend with
+#       its database, TreeAuth=tls as deployed, the jobs served by a fake slurmrestd;
+#       a 60 s cycle played every --cycle. After CYCLES cycles the nodes stop, the tree
+#       drains, and the web view and persyst report are asked as in --query. Its last line:
+#       site: nodes=… cycles=… jobs=… records=… job_cycles_lost=… reports_lost=…
+#       frontend_cpu_s_per_cycle=… frontend_rss_mb=… collector_cpu_s_per_cycle_max=…
+#       collector_rss_mb_max=… sim_cpu_s_per_cycle=… db_bytes_per_job=… site_p95_ms=…
+#       jobs_p95_ms=… job_p95_ms=… report_p95_ms=…
 #   bench/site.sh --fill JOBS --db PATH [--days D] [--seed S]
 #       stores JOBS finished jobs of the last D days (default 7) into the database at PATH
 #       (created if absent; several clusters whose job ids meet, every end state, accounts,
@@ -23,8 +36,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="" db="" jobs="" days=7 seed=1 n=20
+nodes="" cycles="" cpus=16 cycle=2s per_collector=500
 while [ $# -gt 0 ]; do
 	case $1 in
+	[0-9]*) if [ -z "$nodes" ]; then nodes=$1; else cycles=$1; fi; mode=${mode:-live} ;;
+	--cpus) cpus=$2; shift ;;
+	--cycle) cycle=$2; shift ;;
+	--per-collector) per_collector=$2; shift ;;
 	--fill) mode=fill jobs=$2; shift ;;
 	--query) mode=query ;;
 	--db) db=$2; shift ;;
@@ -35,7 +53,8 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -n "$mode" ] && [ -n "$db" ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ -n "$mode" ] && { [ -n "$db" ] || [ "$mode" = live ]; } || { sed -n '2,36p' "$0" >&2; exit 2; }
+[ "$mode" != live ] || [ -n "$cycles" ] || { echo "site.sh: NODES CYCLES" >&2; exit 2; }
 [ -x build/persyst ] || { echo "site.sh: build/persyst is missing: run make build" >&2; exit 1; }
 go build -o build/persyst-sitesim ./bench/sitesim
 
@@ -46,11 +65,89 @@ fi
 command -v curl >/dev/null || { echo "site.sh: curl is missing (scripts/deps.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 web_pid=""
+pids=()
 cleanup() {
 	[ -n "$web_pid" ] && kill "$web_pid" 2>/dev/null && wait "$web_pid" 2>/dev/null
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	[ -n "${SITE_KEEP:-}" ] && { echo "site.sh: kept $tmp" >&2; return; }
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+HZ=$(getconf CLK_TCK)
+ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+hwm_mb() { awk '$1 == "VmHWM:" {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+if [ "$mode" = live ]; then
+	secs=$(awk -v c="$cycle" 'BEGIN {sub(/s$/, "", c); print c}')
+	ncol=$(( (nodes + per_collector - 1) / per_collector ))
+	ulimit -n "$(ulimit -Hn)" # a socket per node, and its connections
+	build/persyst-sitesim certs -dir "$tmp/certs" -nodes "$nodes" -collectors "$ncol"
+	conf=$tmp/persyst.conf
+	cat >"$conf" <<-CONF
+		TreeAuth=tls
+		TLSCert=$tmp/certs/%n.crt
+		TLSKey=$tmp/certs/%n.key
+		TLSCA=$tmp/certs/frontend-ca.crt
+		SlurmRestd=unix:$tmp/restd.sock
+		ClusterName=sim
+		CycleSeconds=${secs%.*}
+	CONF
+	cols=""
+	for i in $(seq "$ncol"); do cols+="${cols:+,}c$i=127.0.0.1:$((17000 + i))"; done
+	build/persyst-sitesim live -nodes "$nodes" -cpus "$cpus" -cycle "$cycle" -port-base 20000 -collector 127.0.0.1:17001 \
+		-certs "$tmp/certs" -restd "$tmp/restd.sock" -addrs "$tmp/addrs" -stats "$tmp/stats.json" 2>"$tmp/sim.log" &
+	sim=$!
+	pids+=("$sim")
+	for _ in $(seq 100); do [ -S "$tmp/restd.sock" ] && break; sleep 0.1; done
+	col_pids=()
+	for i in $(seq "$ncol"); do
+		build/persyst collector --name "c$i" --listen "127.0.0.1:$((17000 + i))" --db "$tmp/c$i.db" --config "$conf" 2>"$tmp/c$i.log" &
+		col_pids+=("$!")
+		pids+=("$!")
+	done
+	build/persyst frontend --config "$conf" --collectors "$cols" --nodes "s[00001-$(printf %05d "$nodes")]" \
+		--node-addrs "@$tmp/addrs" --listen 127.0.0.1:16999 --db "$tmp/front.db" --cycle "$cycle" 2>"$tmp/frontend.log" &
+	fe=$!
+	pids+=("$fe")
+	sleep "$(awk -v s="$secs" 'BEGIN {print 3 * s}')" # the first routes, the nodes' first jobs
+	t0=$EPOCHREALTIME fe0=$(ticks "$fe") sim0=$(ticks "$sim")
+	col0=()
+	for p in "${col_pids[@]}"; do col0+=("$(ticks "$p")"); done
+	sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * c}')"
+	t1=$EPOCHREALTIME fe1=$(ticks "$fe") sim1=$(ticks "$sim")
+	played=$(awk -v a="$t0" -v b="$t1" -v s="$secs" 'BEGIN {printf "%.1f", (b - a) / s}')
+	col_max=0 col_rss=0
+	for i in "${!col_pids[@]}"; do
+		c=$(( $(ticks "${col_pids[$i]}") - col0[i] ))
+		[ "$c" -gt "$col_max" ] && col_max=$c
+		r=$(hwm_mb "${col_pids[$i]}")
+		[ "$r" -gt "$col_rss" ] && col_rss=$r
+	done
+	fe_rss=$(hwm_mb "$fe")
+	kill -TERM "$sim" && wait "$sim" || true # it stops its cycles, drains for 3 more, exits
+	sleep "$(awk -v s="$secs" 'BEGIN {print 2 * s}')" # the collectors store the last cycles
+	for p in "$fe" "${col_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "$fe" "${col_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+	counted=$(build/persyst-sitesim count -stats "$tmp/stats.json" "$tmp"/c*.db "$tmp/front.db")
+	echo "$counted"
+	kv() { sed -n "s/.*[ :]$1=\([0-9]*\).*/\1/p" <<<"$2"; }
+	jobs_ended=$(jq '.JobsEnded' "$tmp/stats.json")
+	records=$(jq '.Records' "$tmp/stats.json")
+	db="$tmp/front.db"
+	dbb=$(stat -c %s "$db")
+	query=$("$0" --query --db "$db" --n "$n" | tail -1)
+	q() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$query"; }
+	echo "site: nodes=$nodes cycles=$played jobs=$jobs_ended records=$records" \
+		"job_cycles_lost=$(kv job_cycles_lost "$counted") reports_lost=$(( $(kv reports_sent "$counted") - $(kv reports_kept "$counted") ))" \
+		"frontend_cpu_s_per_cycle=$(awk -v t=$((fe1 - fe0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') frontend_rss_mb=$fe_rss" \
+		"collector_cpu_s_per_cycle_max=$(awk -v t="$col_max" -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') collector_rss_mb_max=$col_rss" \
+		"sim_cpu_s_per_cycle=$(awk -v t=$((sim1 - sim0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}')" \
+		"db_bytes_per_job=$(( dbb / (jobs_ended > 0 ? jobs_ended : 1) ))" \
+		"site_p95_ms=$(q site_p95_ms) jobs_p95_ms=$(q jobs_p95_ms) job_p95_ms=$(q job_p95_ms) report_p95_ms=$(q report_p95_ms)"
+	exit 0
+fi
 sock=$tmp/web.sock
 build/persyst web --all --db "$db" --listen "unix:$sock" --config /dev/null 2>"$tmp/web.log" &
 web_pid=$!

@@ -371,9 +371,18 @@ func parseFile(path string, parse func(io.Reader) (*balance.Tree, error)) (*bala
 func (o FrontendOptions) nodeAddr() (func(string) string, error) {
 	explicit := map[string]string{}
 	if o.NodeAddrs != "" {
+		list := o.NodeAddrs
+		if file, ok := strings.CutPrefix(list, "@"); ok {
+			// A site's thousands of node=host:port pairs, one or more per line.
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return nil, fmt.Errorf("--node-addrs: %w", err)
+			}
+			list = strings.Join(strings.Fields(string(b)), ",")
+		}
 		var err error
-		if explicit, err = ParseCollectors(o.NodeAddrs); err != nil {
-			return nil, fmt.Errorf("--node-addrs: %w", err)
+		if explicit, err = ParseCollectors(list); err != nil {
+			return nil, fmt.Errorf("--node-addrs %s: %w", o.NodeAddrs, err)
 		}
 	}
 	tmpl := o.NodeAddr

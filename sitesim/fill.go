@@ -195,7 +195,7 @@ func (g *generator) job() store.Kept {
 	// Elapsed: a minute to a day, lognormal around half an hour; the end within the days.
 	secs := math.Min(86400, math.Max(60, math.Exp(r.NormFloat64()*1.3+math.Log(1800))))
 	span := time.Duration(g.o.Days) * 24 * time.Hour
-	end := g.o.Now.Add(-time.Duration(r.Int64N(int64(span - time.Minute))) - time.Minute).Truncate(time.Second)
+	end := g.o.Now.Add(-time.Duration(r.Int64N(int64(span-time.Minute))) - time.Minute).Truncate(time.Second)
 	start := end.Add(-time.Duration(secs) * time.Second)
 	if g.starts[cluster] == nil {
 		g.starts[cluster] = map[uint32][]time.Time{}

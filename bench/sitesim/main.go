@@ -4,47 +4,84 @@
 //	    stores N finished jobs of the last D days (sitesim.Fill: several clusters whose
 //	    ids meet, every end state, accounts, users, partitions, CPU and GPU jobs) into the
 //	    persyst database at PATH, and prints a line with what it stored and how fast.
+//	sitesim certs -dir D -nodes N [-prefix s] -collectors K
+//	    a CA and the tree's certificates (persyst://ROLE/NAME): the frontend's, K
+//	    collectors' (c1..cK) and N nodes' (s00001...), as TreeAuth=tls deploys them.
+//	sitesim live -nodes N -cpus C -cycle D -port-base P -collector ADDR [-certs D]
+//	    -restd PATH -addrs FILE -stats FILE [-cluster NAME]
+//	    plays N nodes (sitesim.Live) until SIGTERM, serving the fake slurmrestd on the unix
+//	    socket PATH; writes the nodes' addresses (node=host:port lines) to FILE first, and
+//	    its counts as JSON to -stats at the end.
+//	sitesim count -stats FILE -skip N DB...
+//	    what of the nodes' sends reached a database: the (job, cycle) pairs sent, those
+//	    found in none of the DBs (lost), leaving out each job's last N cycles (in flight when
+//	    the nodes stopped); and the reports the batch hosts handed over against those kept.
 package main
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+	_ "modernc.org/sqlite" // the databases are read directly, read-only
+
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/sitesim"
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "fill" {
-		fmt.Fprintln(os.Stderr, "usage: sitesim fill -db PATH -jobs N [-days D] [-seed S]")
-		os.Exit(2)
+	if len(os.Args) < 2 {
+		usage()
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "fill":
+		err = fill(ctx, os.Args[2:])
+	case "certs":
+		err = certs(os.Args[2:])
+	case "live":
+		err = live(ctx, os.Args[2:])
+	case "count":
+		err = count(ctx, os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sitesim %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: sitesim fill|certs|live [flags] (see bench/sitesim/main.go)")
+	os.Exit(2)
+}
+
+func fill(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sitesim fill", flag.ExitOnError)
 	db := fs.String("db", "", "persyst database (created if absent)")
 	var o sitesim.FillOptions
 	fs.IntVar(&o.Jobs, "jobs", 100000, "finished jobs to store")
 	fs.IntVar(&o.Days, "days", 7, "the jobs ended within the last this many days")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random seed")
-	fs.Parse(os.Args[2:])
+	_ = fs.Parse(args)
 	if *db == "" {
-		fmt.Fprintln(os.Stderr, "sitesim fill: -db PATH")
-		os.Exit(2)
+		return fmt.Errorf("-db PATH")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := fill(ctx, *db, o); err != nil {
-		fmt.Fprintln(os.Stderr, "sitesim fill:", err)
-		os.Exit(1)
-	}
-}
-
-func fill(ctx context.Context, db string, o sitesim.FillOptions) error {
-	st, err := store.Open(ctx, db, store.Options{})
+	st, err := store.Open(ctx, *db, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -63,11 +100,161 @@ func fill(ctx context.Context, db string, o sitesim.FillOptions) error {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
-	fi, err := os.Stat(db) // after Close: the WAL is in the file
+	fi, err := os.Stat(*db) // after Close: the WAL is in the file
 	if err != nil {
 		return err
 	}
 	fmt.Printf("fill: jobs=%d seconds=%.1f jobs_per_s=%.0f db_bytes=%d db_bytes_per_job=%.0f cpu_hours=%.0f gpu_hours=%.0f findings=%d\n",
 		tot.Jobs, secs, float64(tot.Jobs)/secs, fi.Size(), float64(fi.Size())/float64(max(tot.Jobs, 1)), tot.CPUHours, tot.GPUHours, len(tot.Findings))
+	return nil
+}
+
+func certs(args []string) error {
+	fs := flag.NewFlagSet("sitesim certs", flag.ExitOnError)
+	dir := fs.String("dir", "", "where the certificates go")
+	nodes := fs.Int("nodes", 0, "nodes")
+	prefix := fs.String("prefix", "s", "node name prefix")
+	cols := fs.Int("collectors", 1, "collectors")
+	_ = fs.Parse(args)
+	if *dir == "" {
+		return fmt.Errorf("-dir D")
+	}
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := tlstest.New("sitesim CA")
+	if err != nil {
+		return err
+	}
+	issue := func(role, name string) error {
+		_, err := ca.Issue(*dir, name, "persyst://"+role+"/"+name)
+		return err
+	}
+	if err := issue("frontend", "frontend"); err != nil {
+		return err
+	}
+	for i := 1; i <= *cols; i++ {
+		if err := issue("collector", fmt.Sprintf("c%d", i)); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= *nodes; i++ {
+		if err := issue("node", fmt.Sprintf("%s%05d", *prefix, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func live(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sitesim live", flag.ExitOnError)
+	var o sitesim.LiveOptions
+	fs.IntVar(&o.Nodes, "nodes", 100, "simulated nodes")
+	fs.IntVar(&o.CPUs, "cpus", 16, "CPUs per node")
+	fs.DurationVar(&o.Cycle, "cycle", 2*time.Second, "the compressed cycle")
+	fs.IntVar(&o.PortBase, "port-base", 20000, "node i serves routes on 127.0.0.1:port-base+i")
+	fs.StringVar(&o.Collector, "collector", "", "the collector before the frontend's routes")
+	fs.StringVar(&o.CertDir, "certs", "", "the nodes' certificates (sitesim certs); none: plain")
+	fs.StringVar(&o.Cluster, "cluster", "sim", "the cluster's name in the job map")
+	restd := fs.String("restd", "", "unix socket of the fake slurmrestd")
+	addrs := fs.String("addrs", "", "file to write the nodes' addresses to (node=host:port lines)")
+	statsFile := fs.String("stats", "", "file to write the counts to, as JSON, at the end")
+	_ = fs.Parse(args)
+	o.Log = zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("role", "sitesim").Logger()
+	l, err := sitesim.NewLive(o)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for i, n := range l.Names() {
+		fmt.Fprintf(&b, "%s=%s\n", n, l.Addr(i))
+	}
+	if err := os.WriteFile(*addrs, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	os.Remove(*restd)
+	ln, err := net.Listen("unix", *restd)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: l.Slurm(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	// SIGTERM stops the cycles; the nodes and Slurm stay for three more, so that what
+	// is on its way (the last cycles, the final reports) reaches the tree.
+	run, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		l.Stop()
+		time.Sleep(3 * o.Cycle)
+		cancel()
+	}()
+	if err := l.Run(run); err != nil {
+		return err
+	}
+	js, err := json.Marshal(l.Stats())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*statsFile, js, 0o644)
+}
+
+func count(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sitesim count", flag.ExitOnError)
+	statsFile := fs.String("stats", "", "the live run's counts")
+	skip := fs.Int("skip", 2, "leave out each job's last N cycles (in flight at the end)")
+	_ = fs.Parse(args)
+	b, err := os.ReadFile(*statsFile)
+	if err != nil {
+		return err
+	}
+	var st sitesim.LiveStats
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	stored := map[[2]int64]bool{}
+	reports := 0
+	for _, path := range fs.Args() {
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			return err
+		}
+		rows, err := db.QueryContext(ctx, `SELECT DISTINCT j.job_id, c.ts FROM cycles c JOIN jobs j ON j.key = c.job`)
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for rows.Next() {
+			var k [2]int64
+			if err := rows.Scan(&k[0], &k[1]); err != nil {
+				rows.Close()
+				db.Close()
+				return err
+			}
+			stored[k] = true
+		}
+		rows.Close()
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM reports`).Scan(&n); err == nil && strings.Contains(path, "front") {
+			reports = n
+		}
+		db.Close()
+	}
+	sent, lost := 0, 0
+	for job, tss := range st.SentJobCycles {
+		if len(tss) > *skip {
+			tss = tss[:len(tss)-*skip]
+		} else {
+			tss = nil
+		}
+		for _, ts := range tss {
+			sent++
+			if !stored[[2]int64{int64(job), ts}] {
+				lost++
+			}
+		}
+	}
+	fmt.Printf("count: job_cycles_sent=%d job_cycles_lost=%d reports_sent=%d reports_kept=%d\n", sent, lost, st.ReportsKept, reports)
 	return nil
 }

@@ -16,7 +16,7 @@ func frontendFlags(fs *flag.FlagSet, o *collectors.FrontendOptions) (confPath *s
 	fs.StringVar(&o.TopologyFile, "topology", "", "Slurm topology.conf: leaf switches are the collectors, upper switches the sync agents")
 	fs.StringVar(&o.TreeFile, "tree", "", "persyst's agent tree description (Frontend=, Sync=, Collector= lines); default: the tree lines of persyst.conf")
 	fs.StringVar(&o.NodeAddr, "node-addr", "%n:16831", "a node daemon's gRPC address (%n: node name)")
-	fs.StringVar(&o.NodeAddrs, "node-addrs", "", "explicit node daemon addresses: node=host:port,... (override --node-addr)")
+	fs.StringVar(&o.NodeAddrs, "node-addrs", "", "explicit node daemon addresses: node=host:port,... or @FILE of such pairs (override --node-addr)")
 	fs.IntVar(&o.LMax, "lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
 	fs.StringVar(&o.Loads, "loads", "measured", "what a job is charged: measured (the share of its maximum its nodes sent, once reported) or max (every property on every device, as PerSyst assumed)")
 	fs.StringVar(&o.Listen, "listen", "", "address where the frontend merges jobs split over collectors without a live sync agent in common (\"\": such jobs' digests cover their batch host)")

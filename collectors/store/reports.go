@@ -195,14 +195,28 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 	if limit <= 0 || limit > MaxListed {
 		limit = MaxListed
 	}
+	// Only the filters set are in the query, so that SQLite picks the index of each (a
+	// user's jobs by their end, an id's jobs, a finding's jobs).
+	where, args := []string{"coalesce(j.end_ts, j.updated_ts) >= ?"}, []any{f.Since.Unix()}
+	for _, c := range []struct {
+		set  bool
+		cond string
+		arg  any
+	}{
+		{f.User != "", "j.user = ?", f.User},
+		{f.MinNodes > 0, "coalesce(j.nnodes, 0) >= ?", f.MinNodes},
+		{f.Finding != "", "j.key IN (SELECT job FROM job_findings WHERE finding = ?)", f.Finding},
+		{f.ID != 0, "j.job_id = ?", f.ID},
+		{f.Cluster != "", "j.cluster = ?", f.Cluster},
+	} {
+		if c.set {
+			where, args = append(where, c.cond), append(args, c.arg)
+		}
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, j.day IS NOT NULL, coalesce(j.seconds, 0), coalesce(j.findings, 0),
 			coalesce(j.top_key, ''), coalesce(j.top_name, ''), coalesce(j.top_share, 0), coalesce(j.top_severity, 0)
-		FROM jobs j
-		WHERE (?1 = '' OR j.user = ?1) AND coalesce(j.end_ts, j.updated_ts) >= ?2 AND coalesce(j.nnodes, 0) >= ?3
-			AND (?4 = '' OR EXISTS (SELECT 1 FROM job_findings f WHERE f.job = j.key AND f.finding = ?4))
-			AND (?6 = 0 OR j.job_id = ?6) AND (?7 = '' OR j.cluster = ?7)
-		ORDER BY coalesce(j.end_ts, j.updated_ts) DESC, j.key DESC LIMIT ?5`,
-		f.User, f.Since.Unix(), f.MinNodes, f.Finding, limit, f.ID, f.Cluster)
+		FROM jobs j WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY coalesce(j.end_ts, j.updated_ts) DESC, j.key DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list jobs: %w", err)
 	}

@@ -128,7 +128,7 @@ func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64
 // pruneRollups deletes the roll-ups of the days before day.
 func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err error) {
 	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
-		for _, tbl := range []string{"usage_daily", "findings_daily"} {
+		for _, tbl := range []string{"usage_daily", "findings_daily", "findings_site_daily", "finding_users_daily"} {
 			res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE day < ?`, day)
 			if err != nil {
 				return err

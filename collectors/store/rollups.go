@@ -168,24 +168,45 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return err // no figures: nothing rolled
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO findings_daily (day, cluster, account, user, partition, qos, finding, jobs, cpu_h, gpu_h)
-		SELECT j.day, `+rollGroup+`, f.finding, ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
+	for _, q := range []string{
+		`INSERT INTO findings_daily (day, cluster, account, user, partition, qos, finding, jobs, cpu_h, gpu_h)
+		SELECT j.day, ` + rollGroup + `, f.finding, ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
 		FROM jobs j JOIN job_findings f ON f.job = j.key WHERE j.key = ?2 AND j.day IS NOT NULL
 		ON CONFLICT (day, cluster, account, user, partition, qos, finding) DO UPDATE SET
-			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`, sign, key); err != nil {
-		return err
+			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`,
+		`INSERT INTO findings_site_daily (day, cluster, finding, jobs, cpu_h, gpu_h)
+		SELECT j.day, j.cluster, f.finding, ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
+		FROM jobs j JOIN job_findings f ON f.job = j.key WHERE j.key = ?2 AND j.day IS NOT NULL
+		ON CONFLICT (day, cluster, finding) DO UPDATE SET
+			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`,
+		`INSERT INTO finding_users_daily (finding, day, cluster, user, jobs, cpu_h, gpu_h)
+		SELECT f.finding, j.day, j.cluster, coalesce(j.user, ''), ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
+		FROM jobs j JOIN job_findings f ON f.job = j.key WHERE j.key = ?2 AND j.day IS NOT NULL
+		ON CONFLICT (finding, day, cluster, user) DO UPDATE SET
+			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`,
+	} {
+		if _, err := tx.ExecContext(ctx, q, sign, key); err != nil {
+			return err
+		}
 	}
 	if sign > 0 {
 		return nil
 	}
 	// Groups left without jobs go (their hours are sums that came back to zero).
-	if _, err := tx.ExecContext(ctx, `DELETE FROM usage_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
-		(SELECT day, `+rollGroup+` FROM jobs WHERE key = ?)`, key); err != nil {
-		return err
+	for _, q := range []string{
+		`DELETE FROM usage_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
+			(SELECT day, ` + rollGroup + ` FROM jobs WHERE key = ?)`,
+		`DELETE FROM findings_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
+			(SELECT day, ` + rollGroup + ` FROM jobs WHERE key = ?)`,
+		`DELETE FROM findings_site_daily WHERE jobs <= 0 AND (day, cluster) IN (SELECT day, cluster FROM jobs WHERE key = ?)`,
+		`DELETE FROM finding_users_daily WHERE jobs <= 0 AND (day, cluster, user) IN
+			(SELECT day, cluster, coalesce(user, '') FROM jobs WHERE key = ?)`,
+	} {
+		if _, err := tx.ExecContext(ctx, q, key); err != nil {
+			return err
+		}
 	}
-	_, err = tx.ExecContext(ctx, `DELETE FROM findings_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
-		(SELECT day, `+rollGroup+` FROM jobs WHERE key = ?)`, key)
-	return err
+	return nil
 }
 
 // rollAll rolls up every stored report that is in no roll-up yet (a database of an

@@ -210,6 +210,28 @@ var migrations = []migration{
 				PRIMARY KEY (day, cluster, account, user, partition, qos, finding)
 			) STRICT, WITHOUT ROWID`,
 			`CREATE INDEX findings_daily_finding ON findings_daily (finding, day)`,
+			// Coarser roll-ups of the same figures, for the site's page: a finding's
+			// total per day and cluster, and its users'.
+			`CREATE TABLE findings_site_daily (
+				day     INTEGER NOT NULL,
+				cluster TEXT NOT NULL,
+				finding TEXT NOT NULL,
+				jobs    INTEGER NOT NULL,
+				cpu_h   REAL NOT NULL,
+				gpu_h   REAL NOT NULL,
+				PRIMARY KEY (day, cluster, finding)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE TABLE finding_users_daily (
+				finding TEXT NOT NULL,
+				day     INTEGER NOT NULL,
+				cluster TEXT NOT NULL,
+				user    TEXT NOT NULL,
+				jobs    INTEGER NOT NULL,
+				cpu_h   REAL NOT NULL,
+				gpu_h   REAL NOT NULL,
+				PRIMARY KEY (finding, day, cluster, user)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE INDEX finding_users_daily_user ON finding_users_daily (user, day)`,
 			`CREATE TABLE finding_names (
 				finding TEXT PRIMARY KEY,
 				name    TEXT NOT NULL

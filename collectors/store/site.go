@@ -79,9 +79,15 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 		&u.GPUHours, &u.GPUUsedHours, &u.GPUMeasuredHours); err != nil {
 		return nil, fmt.Errorf("store: site: %w", err)
 	}
+	// The findings' totals: per day and cluster, or a user's (by their own index).
+	table := `findings_site_daily d`
+	if f.User != "" {
+		table = `finding_users_daily d INDEXED BY finding_users_daily_user`
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
-		FROM findings_daily d LEFT JOIN finding_names n ON n.finding = d.finding
-		WHERE `+where+` GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
+		FROM `+table+` LEFT JOIN finding_names n ON n.finding = d.finding
+		WHERE d.day >= ?1 AND d.day < ?2 AND (?3 = '' OR d.cluster = ?3) AND (?4 = ?4)`+userCond(f.User)+`
+		GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: site: %w", err)
 	}
@@ -106,11 +112,19 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 	return out, nil
 }
 
+// userCond narrows the findings' totals to a user's.
+func userCond(user string) string {
+	if user == "" {
+		return ""
+	}
+	return ` AND d.user = ?4`
+}
+
 // findingTops fills a finding's top users (from the roll-ups) and top jobs (from the
 // jobs kept).
 func findingTops(ctx context.Context, db *sql.DB, c *FindingCost, where string, args []any, top int) error {
-	rows, err := db.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM findings_daily
-		WHERE `+where+` AND finding = ?5 GROUP BY user ORDER BY sum(cpu_h) DESC, user LIMIT ?6`, append(args, c.Key, top)...)
+	rows, err := db.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM finding_users_daily
+		WHERE finding = ?5 AND `+where+` GROUP BY user ORDER BY sum(cpu_h) DESC, user LIMIT ?6`, append(args, c.Key, top)...)
 	if err != nil {
 		return err
 	}
