@@ -38,14 +38,14 @@ type LiveOptions struct {
 
 // LiveStats count what the simulated nodes did.
 type LiveStats struct {
-	Cycles        int64
-	JobsStarted   int64
-	JobsEnded     int64
-	Records       int64 // records handed to the uplinks of nodes the frontend routed to a collector
-	Sends         int64 // such (job, node, cycle) sends
+	Cycles      int64
+	JobsStarted int64
+	JobsEnded   int64
+	Records     int64 // records handed to the uplinks of nodes the frontend routed to a collector
+	Sends       int64 // such (job, node, cycle) sends
 	// Local are the sends of jobs the frontend left on their node (one-node jobs: the
 	// node's daemon aggregates them itself, as PerSyst does).
-	Local int64
+	Local         int64
 	ReportsKept   int64 // final reports handed to the keeper by batch hosts
 	EndedJobIDs   []uint32
 	SentJobCycles map[uint32][]int64 // job → the cycle timestamps its nodes sent
