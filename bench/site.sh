@@ -82,6 +82,12 @@ if [ "$mode" = live ]; then
 	secs=$(awk -v c="$cycle" 'BEGIN {sub(/s$/, "", c); print c}')
 	ncol=$(( (nodes + per_collector - 1) / per_collector ))
 	ulimit -n "$(ulimit -Hn)" # a socket per node, and its connections
+	# A process plays at most per_sim nodes: each needs its listener, the frontend's
+	# connection and one or two to collectors (about 4 open files), and a process may
+	# have `ulimit -Hn`.
+	per_sim=$(( ($(ulimit -n) - 1000) / 4 ))
+	nsim=$(( (nodes + per_sim - 1) / per_sim ))
+	per_sim=$(( (nodes + nsim - 1) / nsim ))
 	build/persyst-sitesim certs -dir "$tmp/certs" -nodes "$nodes" -collectors "$ncol"
 	conf=$tmp/persyst.conf
 	cat >"$conf" <<-CONF
@@ -95,11 +101,22 @@ if [ "$mode" = live ]; then
 	CONF
 	cols=""
 	for i in $(seq "$ncol"); do cols+="${cols:+,}c$i=127.0.0.1:$((17000 + i))"; done
-	build/persyst-sitesim live -nodes "$nodes" -cpus "$cpus" -cycle "$cycle" -port-base 20000 -collector 127.0.0.1:17001 \
-		-certs "$tmp/certs" -restd "$tmp/restd.sock" -addrs "$tmp/addrs" -stats "$tmp/stats.json" 2>"$tmp/sim.log" &
-	sim=$!
-	pids+=("$sim")
+	build/persyst-sitesim slurm -restd "$tmp/restd.sock" -cluster sim 2>"$tmp/slurm.log" &
+	slurm_pid=$!
+	pids+=("$slurm_pid")
 	for _ in $(seq 100); do [ -S "$tmp/restd.sock" ] && break; sleep 0.1; done
+	sims=() stats=()
+	for p in $(seq 0 $((nsim - 1))); do
+		first=$((p * per_sim))
+		count=$(( nodes - first < per_sim ? nodes - first : per_sim ))
+		build/persyst-sitesim live -nodes "$count" -first "$first" -job-base $(( (p + 1) * 1000000 )) -cpus "$cpus" -cycle "$cycle" \
+			-port-base 20000 -collector 127.0.0.1:17001 -certs "$tmp/certs" -slurm "$tmp/restd.sock" \
+			-addrs "$tmp/addrs.$p" -stats "$tmp/stats.$p.json" 2>"$tmp/sim.$p.log" &
+		sims+=("$!") stats+=("$tmp/stats.$p.json")
+		pids+=("$!")
+	done
+	for _ in $(seq 100); do [ "$(cat "$tmp"/addrs.* 2>/dev/null | wc -l)" -ge "$nodes" ] && break; sleep 0.1; done
+	cat "$tmp"/addrs.* >"$tmp/addrs"
 	col_pids=()
 	for i in $(seq "$ncol"); do
 		build/persyst collector --name "c$i" --listen "127.0.0.1:$((17000 + i))" --db "$tmp/c$i.db" --config "$conf" 2>"$tmp/c$i.log" &
@@ -111,11 +128,13 @@ if [ "$mode" = live ]; then
 	fe=$!
 	pids+=("$fe")
 	sleep "$(awk -v s="$secs" 'BEGIN {print 3 * s}')" # the first routes, the nodes' first jobs
-	t0=$EPOCHREALTIME fe0=$(ticks "$fe") sim0=$(ticks "$sim")
+	t0=$EPOCHREALTIME fe0=$(ticks "$fe") sim0=0
+	for p in "${sims[@]}"; do sim0=$((sim0 + $(ticks "$p"))); done
 	col0=()
 	for p in "${col_pids[@]}"; do col0+=("$(ticks "$p")"); done
 	sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * c}')"
-	t1=$EPOCHREALTIME fe1=$(ticks "$fe") sim1=$(ticks "$sim")
+	t1=$EPOCHREALTIME fe1=$(ticks "$fe") sim1=0
+	for p in "${sims[@]}"; do sim1=$((sim1 + $(ticks "$p"))); done
 	played=$(awk -v a="$t0" -v b="$t1" -v s="$secs" 'BEGIN {printf "%.1f", (b - a) / s}')
 	col_max=0 col_rss=0
 	for i in "${!col_pids[@]}"; do
@@ -125,21 +144,22 @@ if [ "$mode" = live ]; then
 		[ "$r" -gt "$col_rss" ] && col_rss=$r
 	done
 	fe_rss=$(hwm_mb "$fe")
-	kill -TERM "$sim" && wait "$sim" || true # it stops its cycles, drains for 3 more, exits
+	for p in "${sims[@]}"; do kill -TERM "$p"; done # they stop their cycles, drain for 3 more, exit
+	for p in "${sims[@]}"; do wait "$p" || true; done
 	sleep "$(awk -v s="$secs" 'BEGIN {print 2 * s}')" # the collectors store the last cycles
 	for p in "$fe" "${col_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "$fe" "${col_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	pids=()
-	counted=$(build/persyst-sitesim count -stats "$tmp/stats.json" "$tmp"/c*.db "$tmp/front.db")
+	pids=("$slurm_pid") # the fake Slurm goes at the end (cleanup)
+	counted=$(build/persyst-sitesim count -stats "$(IFS=,; echo "${stats[*]}")" "$tmp"/c*.db "$tmp/front.db")
 	echo "$counted"
 	kv() { sed -n "s/.*[ :]$1=\([0-9]*\).*/\1/p" <<<"$2"; }
-	jobs_ended=$(jq '.JobsEnded' "$tmp/stats.json")
-	records=$(jq '.Records' "$tmp/stats.json")
+	jobs_ended=$(jq -s 'map(.JobsEnded) | add' "${stats[@]}")
+	records=$(jq -s 'map(.Records) | add' "${stats[@]}")
 	db="$tmp/front.db"
 	dbb=$(stat -c %s "$db")
 	query=$("$0" --query --db "$db" --n "$n" | tail -1)
 	q() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$query"; }
-	echo "site: nodes=$nodes cycles=$played jobs=$jobs_ended records=$records" \
+	echo "site: nodes=$nodes sim_processes=$nsim cycles=$played jobs=$jobs_ended records=$records" \
 		"job_cycles_lost=$(kv job_cycles_lost "$counted") reports_lost=$(( $(kv reports_sent "$counted") - $(kv reports_kept "$counted") ))" \
 		"frontend_cpu_s_per_cycle=$(awk -v t=$((fe1 - fe0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') frontend_rss_mb=$fe_rss" \
 		"collector_cpu_s_per_cycle_max=$(awk -v t="$col_max" -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') collector_rss_mb_max=$col_rss" \

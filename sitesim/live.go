@@ -28,6 +28,13 @@ type LiveOptions struct {
 	PortBase int
 	// Collector is where nodes send before the frontend's first routes.
 	Collector string
+	// First is the number of the first node (0: s00001 is node 0), JobBase the first job
+	// id: several processes play parts of one site (a process's open files bound the nodes
+	// it can hold).
+	First   int
+	JobBase uint32
+	// Slurm is where jobs are announced ("": Live serves its own, Slurm()).
+	Slurm string
 	// CertDir holds each node's certificate NAME.crt, key NAME.key and the CA NAME-ca.crt
 	// (TreeAuth=tls, as deployed); "": plain connections (TreeAuth=none).
 	CertDir string
@@ -63,6 +70,7 @@ type Live struct {
 	names  []string
 	links  []*uplink.Uplink
 	slurm  *Slurm
+	book   jobBook
 	cpuKey []string
 	nodKey []string
 	tmpl   *generator
@@ -99,7 +107,11 @@ func NewLive(o LiveOptions) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Live{o: o, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(o.Seed, 0x11fe)), jobs: map[uint32]*liveJob{}, next: 1000, busy: make([]uint32, o.Nodes)}
+	if o.JobBase == 0 {
+		o.JobBase = 1000
+	}
+	l := &Live{o: o, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(o.Seed+uint64(o.First), 0x11fe)), jobs: map[uint32]*liveJob{},
+		next: o.JobBase, busy: make([]uint32, o.Nodes)}
 	l.tmpl = &generator{o: FillOptions{Clusters: []string{o.Cluster + "x"}, Accounts: 40, Users: 400, Days: 1, Now: time.Now()}, rng: rand.New(rand.NewPCG(o.Seed, 7)), cat: cat,
 		next: map[string]uint32{}, starts: map[string]map[uint32][]time.Time{}}
 	for _, k := range cat.Keys() {
@@ -116,16 +128,20 @@ func NewLive(o LiveOptions) (*Live, error) {
 		}
 	}
 	for i := range o.Nodes {
-		l.names = append(l.names, fmt.Sprintf("%s%05d", o.Prefix, i+1))
+		l.names = append(l.names, fmt.Sprintf("%s%05d", o.Prefix, o.First+i+1))
 	}
-	l.slurm = newSlurm(o.Cluster)
+	l.slurm = NewSlurm(o.Cluster)
+	l.book = l.slurm
+	if o.Slurm != "" {
+		l.book = newSlurmClient(o.Slurm)
+	}
 	return l, nil
 }
 
 // Names are the nodes' names, in order; Addr is node i's route service.
 func (l *Live) Names() []string { return l.names }
 func (l *Live) Addr(i int) string {
-	return fmt.Sprintf("127.0.0.1:%d", l.o.PortBase+i)
+	return fmt.Sprintf("127.0.0.1:%d", l.o.PortBase+l.o.First+i)
 }
 
 // Slurm is the site's fake slurmrestd.
@@ -187,7 +203,7 @@ func (l *Live) cycle(now time.Time) {
 			l.busy[k] = 0
 		}
 		j.kept.End, j.kept.Seconds = now, now.Sub(j.start).Seconds()
-		l.slurm.end(id, now)
+		l.book.end(id, now)
 		l.links[j.first].Keep(id, j.kept)
 		l.stats.JobsEnded++
 		l.stats.ReportsKept++
@@ -259,7 +275,7 @@ func (l *Live) startJobs(now time.Time) {
 			l.busy[k] = j.id
 		}
 		l.jobs[j.id] = j
-		l.slurm.start(j, l.names[i:i+n], now)
+		l.book.start(j, l.names[i:i+n], now)
 		l.stats.JobsStarted++
 		i += n
 	}

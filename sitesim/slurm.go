@@ -1,8 +1,12 @@
 package sitesim
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,7 +30,14 @@ type Slurm struct {
 // when its report arrives).
 const keepEnded = 10 * time.Minute
 
-func newSlurm(cluster string) *Slurm {
+// jobBook is where Live announces its jobs: its own Slurm, or another process's.
+type jobBook interface {
+	start(j *liveJob, nodes []string, now time.Time)
+	end(id uint32, now time.Time)
+}
+
+// NewSlurm is a fake slurmrestd of the cluster, without jobs.
+func NewSlurm(cluster string) *Slurm {
 	return &Slurm{cluster: cluster, jobs: map[uint32]map[string]any{}, ended: map[uint32]time.Time{}}
 }
 
@@ -108,9 +119,61 @@ func (s *Slurm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		_, _ = w.Write(b)
+	case r.Method == http.MethodPost && r.URL.Path == "/sim/start":
+		var in announce
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.start(&liveJob{id: in.ID, user: in.User, acct: in.Account}, in.Nodes, time.Unix(in.Time, 0))
+	case r.Method == http.MethodPost && r.URL.Path == "/sim/end":
+		var in announce
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.end(in.ID, time.Unix(in.Time, 0))
 	case strings.TrimSuffix(r.URL.Path, "/") == "/slurm/v0.0.42/nodes":
 		_, _ = w.Write([]byte(`{"nodes": [], "errors": [], "warnings": []}`))
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// announce is a job's start or end, from a Live of another process (POST /sim/start,
+// /sim/end: the simulation's own, not Slurm's).
+type announce struct {
+	ID      uint32   `json:"id"`
+	User    string   `json:"user,omitempty"`
+	Account string   `json:"account,omitempty"`
+	Nodes   []string `json:"nodes,omitempty"`
+	Time    int64    `json:"time"`
+}
+
+// slurmClient announces a Live's jobs to the Slurm of another process.
+type slurmClient struct {
+	hc *http.Client
+}
+
+func newSlurmClient(socket string) *slurmClient {
+	return &slurmClient{hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}}
+}
+
+func (c *slurmClient) post(path string, a announce) {
+	b, _ := json.Marshal(a)
+	resp, err := c.hc.Post("http://sim"+path, "application/json", bytes.NewReader(b))
+	if err == nil {
+		resp.Body.Close()
+	}
+}
+
+func (c *slurmClient) start(j *liveJob, nodes []string, now time.Time) {
+	c.post("/sim/start", announce{ID: j.id, User: j.user, Account: j.acct, Nodes: nodes, Time: now.Unix()})
+}
+
+func (c *slurmClient) end(id uint32, now time.Time) {
+	c.post("/sim/end", announce{ID: id, Time: now.Unix()})
 }

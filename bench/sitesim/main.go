@@ -12,7 +12,10 @@
 //	    plays N nodes (sitesim.Live) until SIGTERM, serving the fake slurmrestd on the unix
 //	    socket PATH; writes the nodes' addresses (node=host:port lines) to FILE first, and
 //	    its counts as JSON to -stats at the end.
-//	sitesim count -stats FILE -skip N DB...
+//	sitesim slurm -restd PATH [-cluster NAME]
+//	    serves the fake slurmrestd alone, for several live processes (-slurm PATH), until
+//	    SIGTERM.
+//	sitesim count -stats FILE[,FILE...] -skip N DB...
 //	    what of the nodes' sends reached a database: the (job, cycle) pairs sent, those
 //	    found in none of the DBs (lost), leaving out each job's last N cycles (in flight when
 //	    the nodes stopped); and the reports the batch hosts handed over against those kept.
@@ -54,6 +57,8 @@ func main() {
 		err = certs(os.Args[2:])
 	case "live":
 		err = live(ctx, os.Args[2:])
+	case "slurm":
+		err = slurm(ctx, os.Args[2:])
 	case "count":
 		err = count(ctx, os.Args[2:])
 	default:
@@ -156,10 +161,15 @@ func live(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Collector, "collector", "", "the collector before the frontend's routes")
 	fs.StringVar(&o.CertDir, "certs", "", "the nodes' certificates (sitesim certs); none: plain")
 	fs.StringVar(&o.Cluster, "cluster", "sim", "the cluster's name in the job map")
-	restd := fs.String("restd", "", "unix socket of the fake slurmrestd")
+	fs.IntVar(&o.First, "first", 0, "the number of the first node (its name is first+1)")
+	var base uint
+	fs.UintVar(&base, "job-base", 1000, "the first job id")
+	fs.StringVar(&o.Slurm, "slurm", "", "the fake slurmrestd of another process (sitesim slurm) to announce jobs to")
+	restd := fs.String("restd", "", "unix socket of the fake slurmrestd to serve (without -slurm)")
 	addrs := fs.String("addrs", "", "file to write the nodes' addresses to (node=host:port lines)")
 	statsFile := fs.String("stats", "", "file to write the counts to, as JSON, at the end")
 	_ = fs.Parse(args)
+	o.JobBase = uint32(base)
 	o.Log = zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("role", "sitesim").Logger()
 	l, err := sitesim.NewLive(o)
 	if err != nil {
@@ -172,14 +182,13 @@ func live(ctx context.Context, args []string) error {
 	if err := os.WriteFile(*addrs, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	os.Remove(*restd)
-	ln, err := net.Listen("unix", *restd)
-	if err != nil {
-		return err
+	if o.Slurm == "" {
+		stop, err := serveSlurm(*restd, l.Slurm())
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
-	srv := &http.Server{Handler: l.Slurm(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
 	// SIGTERM stops the cycles; the nodes and Slurm stay for three more, so that what
 	// is on its way (the last cycles, the final reports) reaches the tree.
 	run, cancel := context.WithCancel(context.Background())
@@ -200,18 +209,51 @@ func live(ctx context.Context, args []string) error {
 	return os.WriteFile(*statsFile, js, 0o644)
 }
 
+// serveSlurm serves a fake slurmrestd on the unix socket path.
+func serveSlurm(path string, h http.Handler) (stop func(), err error) {
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { srv.Close() }, nil
+}
+
+func slurm(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sitesim slurm", flag.ExitOnError)
+	restd := fs.String("restd", "", "unix socket to serve")
+	cluster := fs.String("cluster", "sim", "the cluster's name")
+	_ = fs.Parse(args)
+	stop, err := serveSlurm(*restd, sitesim.NewSlurm(*cluster))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	<-ctx.Done()
+	return nil
+}
+
 func count(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sitesim count", flag.ExitOnError)
 	statsFile := fs.String("stats", "", "the live run's counts")
 	skip := fs.Int("skip", 2, "leave out each job's last N cycles (in flight at the end)")
 	_ = fs.Parse(args)
-	b, err := os.ReadFile(*statsFile)
-	if err != nil {
-		return err
-	}
-	var st sitesim.LiveStats
-	if err := json.Unmarshal(b, &st); err != nil {
-		return err
+	st := sitesim.LiveStats{SentJobCycles: map[uint32][]int64{}}
+	for _, f := range strings.Split(*statsFile, ",") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var part sitesim.LiveStats
+		if err := json.Unmarshal(b, &part); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		st.ReportsKept += part.ReportsKept
+		for j, ts := range part.SentJobCycles {
+			st.SentJobCycles[j] = ts
+		}
 	}
 	stored := map[[2]int64]bool{}
 	reports := 0
