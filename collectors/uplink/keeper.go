@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,7 +25,24 @@ type keeper struct {
 	mu    sync.Mutex
 	addr  string // where final reports go, "" : nowhere
 	queue chan keptReport
+
+	// A report the keeper could not take (it is down, restarting, or cannot reach the job
+	// map) is tried again after retryMin, doubling up to retryMax, for retryFor in all; one
+	// it refused is not.
+	retryMin, retryMax, retryFor time.Duration
 }
+
+// Keeper retries: a frontend restarted, or down for a quarter of an hour (its host
+// rebooted), still gets every report; the queue (MaxKeepQueue) bounds what waits.
+const (
+	keepRetryMin = 2 * time.Second
+	keepRetryMax = time.Minute
+	keepRetryFor = 15 * time.Minute
+)
+
+// errRefused is a keeper's answer that it will not keep a report: trying again would not
+// help.
+var errRefused = errors.New("refused by the keeper")
 
 // keptReport is a job's final report waiting to be sent to the keeper.
 type keptReport struct {
@@ -37,7 +55,8 @@ type keptReport struct {
 const MaxKeepQueue = 256
 
 func newKeeper(node string, cl *clients, log zerolog.Logger) *keeper {
-	return &keeper{node: node, clients: cl, log: log, queue: make(chan keptReport, MaxKeepQueue)}
+	return &keeper{node: node, clients: cl, log: log, queue: make(chan keptReport, MaxKeepQueue),
+		retryMin: keepRetryMin, retryMax: keepRetryMax, retryFor: keepRetryFor}
 }
 
 // set takes the keeper's address from the frontend's routes.
@@ -71,7 +90,9 @@ func (k *keeper) keep(job uint32, r digest.Report) {
 	}
 }
 
-// run sends the final reports to the keeper, each tried for a while, until ctx is done.
+// run sends the final reports to the keeper, in order, until ctx is done: each is tried
+// until the keeper takes or refuses it, or for retryFor (the reports behind it wait: the
+// keeper is one).
 func (k *keeper) run(ctx context.Context) {
 	for {
 		var r keptReport
@@ -80,19 +101,27 @@ func (k *keeper) run(ctx context.Context) {
 			return
 		case r = <-k.queue:
 		}
-		addr := k.address()
 		err := errors.New("no keeper")
-		for try := 0; try < 3 && addr != ""; try++ {
-			if err = k.send(ctx, addr, r); err == nil || ctx.Err() != nil {
+		first, wait := time.Now(), k.retryMin
+		for tries := 1; ; tries++ {
+			addr := k.address() // the frontend may have moved meanwhile
+			if addr != "" {
+				err = k.send(ctx, addr, r)
+			}
+			if err == nil || errors.Is(err, errRefused) || ctx.Err() != nil || time.Since(first) >= k.retryFor {
+				if err != nil && ctx.Err() == nil {
+					k.log.Warn().Err(err).Uint32("job", r.job).Str("keeper", addr).Int("tries", tries).Msg("final report not kept by the tree")
+				}
 				break
+			}
+			if tries == 1 {
+				k.log.Info().Err(err).Uint32("job", r.job).Str("keeper", addr).Msg("final report not taken yet; trying again")
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Duration(try+1) * 2 * time.Second):
+			case <-time.After(wait):
 			}
-		}
-		if err != nil {
-			k.log.Warn().Err(err).Uint32("job", r.job).Str("keeper", addr).Msg("final report not kept by the tree")
+			wait = min(2*wait, k.retryMax)
 		}
 	}
 }
@@ -110,7 +139,7 @@ func (k *keeper) send(ctx context.Context, addr string, r keptReport) error {
 	case err != nil:
 		return err
 	case !ack.Ok:
-		return errors.New(ack.Error)
+		return fmt.Errorf("%w: %s", errRefused, ack.Error)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 )
@@ -226,5 +227,73 @@ func TestStartWhileTheAddressIsHeld(t *testing.T) {
 			t.Fatalf("the node service never took the freed address: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// keeperServer is a frontend's report service alone: it takes reports, or refuses them.
+type keeperServer struct {
+	pb.UnimplementedCollectorServer
+	refuse bool
+	got    chan uint32
+}
+
+func (k *keeperServer) KeepReport(_ context.Context, in *pb.JobSummary) (*pb.Ack, error) {
+	k.got <- in.JobId
+	if k.refuse {
+		return &pb.Ack{Error: "not from the batch host"}, nil
+	}
+	return &pb.Ack{Ok: true}, nil
+}
+
+// serveKeeper serves k at addr until the test ends; it returns the address.
+func serveKeeper(t *testing.T, addr string, k *keeperServer) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pb.RegisterCollectorServer(s, k)
+	go s.Serve(ln)
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
+}
+
+// TestKeeperOutlivesARestart: a final report sent while the frontend is down reaches it
+// once it is back; one the frontend refuses is not sent again.
+func TestKeeperOutlivesARestart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the frontend is down
+	k := newKeeper("node1", newClients(grpc.WithTransportCredentials(insecure.NewCredentials())), zerolog.Nop())
+	k.retryMin, k.retryMax, k.retryFor = 50*time.Millisecond, 200*time.Millisecond, time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.run(ctx)
+	k.set(addr)
+	k.keep(41, digest.Report{Schema: digest.SchemaVersion, JobID: 41})
+	time.Sleep(1500 * time.Millisecond) // down through many more tries than 3 (the old keeper gave up after 3)
+	up := &keeperServer{got: make(chan uint32, 10)}
+	serveKeeper(t, addr, up) // back, at the same address
+	select {
+	case id := <-up.got:
+		if id != 41 {
+			t.Errorf("got job %d's report, want 41", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the report sent while the frontend was down never arrived")
+	}
+
+	refusing := &keeperServer{refuse: true, got: make(chan uint32, 10)}
+	k.set(serveKeeper(t, "127.0.0.1:0", refusing))
+	k.keep(42, digest.Report{Schema: digest.SchemaVersion, JobID: 42})
+	<-refusing.got
+	select {
+	case id := <-refusing.got:
+		t.Errorf("job %d's refused report was sent again", id)
+	case <-time.After(400 * time.Millisecond): // two retry intervals
 	}
 }
