@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # site.sh — persyst's site side at scale.
 #
-#   bench/site.sh NODES CYCLES [--cpus C] [--cycle 2s] [--per-collector 500]
+#   bench/site.sh NODES CYCLES [--cpus C] [--cycle 2s] [--per-collector 500] [--restart frontend|collector]
 #       a site in a box: NODES simulated nodes (sitesim live: the node daemons' own uplink
 #       code, each with its TLS identity, running jobs of 1 to 64 nodes that start and end
 #       as the cycles go, each sending every cycle C CPUs × 6 CPU properties + 12 node
@@ -9,7 +9,9 @@
 #       real persyst collectors (one per --per-collector nodes) and a real frontend with
 #       its database, TreeAuth=tls as deployed, the jobs served by a fake slurmrestd;
 #       a 60 s cycle played every --cycle. After CYCLES cycles the nodes stop, the tree
-#       drains, and the web view and persyst report are asked as in --query. Its last line:
+#       drains, and the web view and persyst report are asked as in --query. --restart
+#       kills the frontend or the first collector half-way (SIGKILL) and starts it again
+#       a cycle later. Its last line:
 #       site: nodes=… cycles=… jobs=… records=… job_cycles_lost=… reports_lost=…
 #       frontend_cpu_s_per_cycle=… frontend_rss_mb=… collector_cpu_s_per_cycle_max=…
 #       collector_rss_mb_max=… sim_cpu_s_per_cycle=… db_bytes_per_job=… site_p95_ms=…
@@ -36,13 +38,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="" db="" jobs="" days=7 seed=1 n=20
-nodes="" cycles="" cpus=16 cycle=2s per_collector=500
+nodes="" cycles="" cpus=16 cycle=2s per_collector=500 restart=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	[0-9]*) if [ -z "$nodes" ]; then nodes=$1; else cycles=$1; fi; mode=${mode:-live} ;;
 	--cpus) cpus=$2; shift ;;
 	--cycle) cycle=$2; shift ;;
 	--per-collector) per_collector=$2; shift ;;
+	--restart) restart=$2; shift
+		case $restart in frontend | collector) ;; *) echo "site.sh: --restart frontend or collector" >&2; exit 2 ;; esac ;;
 	--fill) mode=fill jobs=$2; shift ;;
 	--query) mode=query ;;
 	--db) db=$2; shift ;;
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -n "$mode" ] && { [ -n "$db" ] || [ "$mode" = live ]; } || { sed -n '2,36p' "$0" >&2; exit 2; }
+[ -n "$mode" ] && { [ -n "$db" ] || [ "$mode" = live ]; } || { sed -n '2,40p' "$0" >&2; exit 2; }
 [ "$mode" != live ] || [ -n "$cycles" ] || { echo "site.sh: NODES CYCLES" >&2; exit 2; }
 [ -x build/persyst ] || { echo "site.sh: build/persyst is missing: run make build" >&2; exit 1; }
 go build -o build/persyst-sitesim ./bench/sitesim
@@ -117,22 +121,46 @@ if [ "$mode" = live ]; then
 	done
 	for _ in $(seq 100); do [ "$(cat "$tmp"/addrs.* 2>/dev/null | wc -l)" -ge "$nodes" ] && break; sleep 0.1; done
 	cat "$tmp"/addrs.* >"$tmp/addrs"
-	col_pids=()
-	for i in $(seq "$ncol"); do
-		build/persyst collector --name "c$i" --listen "127.0.0.1:$((17000 + i))" --db "$tmp/c$i.db" --config "$conf" 2>"$tmp/c$i.log" &
-		col_pids+=("$!")
+	# start_collector I, start_frontend: the agents as an admin starts them (logs appended:
+	# a restarted agent's follow its first life's).
+	start_collector() {
+		build/persyst collector --name "c$1" --listen "127.0.0.1:$((17000 + $1))" --db "$tmp/c$1.db" --config "$conf" 2>>"$tmp/c$1.log" &
+		col_pids[$1 - 1]=$!
 		pids+=("$!")
-	done
-	build/persyst frontend --config "$conf" --collectors "$cols" --nodes "s[00001-$(printf %05d "$nodes")]" \
-		--node-addrs "@$tmp/addrs" --listen 127.0.0.1:16999 --db "$tmp/front.db" --cycle "$cycle" 2>"$tmp/frontend.log" &
-	fe=$!
-	pids+=("$fe")
+	}
+	start_frontend() {
+		build/persyst frontend --config "$conf" --collectors "$cols" --nodes "s[00001-$(printf %05d "$nodes")]" \
+			--node-addrs "@$tmp/addrs" --listen 127.0.0.1:16999 --db "$tmp/front.db" --cycle "$cycle" 2>>"$tmp/frontend.log" &
+		fe=$!
+		pids+=("$fe")
+	}
+	col_pids=()
+	for i in $(seq "$ncol"); do start_collector "$i"; done
+	start_frontend
 	sleep "$(awk -v s="$secs" 'BEGIN {print 3 * s}')" # the first routes, the nodes' first jobs
 	t0=$EPOCHREALTIME fe0=$(ticks "$fe") sim0=0
 	for p in "${sims[@]}"; do sim0=$((sim0 + $(ticks "$p"))); done
 	col0=()
 	for p in "${col_pids[@]}"; do col0+=("$(ticks "$p")"); done
-	sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * c}')"
+	if [ -n "$restart" ]; then
+		# Half-way, an agent is killed (SIGKILL: no goodbye), and started again a cycle
+		# later; the CPU figures then leave its first life out.
+		sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * int(c / 2)}')"
+		case $restart in
+		frontend) victim=$fe ;;
+		collector) victim=${col_pids[0]} ;;
+		esac
+		kill -KILL "$victim"
+		wait "$victim" 2>/dev/null || true
+		sleep "$secs"
+		case $restart in
+		frontend) start_frontend; fe0=0 ;;
+		collector) start_collector 1; col0[0]=0 ;;
+		esac
+		sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * (c - int(c / 2) - 1)}')"
+	else
+		sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * c}')"
+	fi
 	t1=$EPOCHREALTIME fe1=$(ticks "$fe") sim1=0
 	for p in "${sims[@]}"; do sim1=$((sim1 + $(ticks "$p"))); done
 	played=$(awk -v a="$t0" -v b="$t1" -v s="$secs" 'BEGIN {printf "%.1f", (b - a) / s}')
@@ -159,7 +187,7 @@ if [ "$mode" = live ]; then
 	dbb=$(stat -c %s "$db")
 	query=$("$0" --query --db "$db" --n "$n" | tail -1)
 	q() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$query"; }
-	echo "site: nodes=$nodes sim_processes=$nsim cycles=$played jobs=$jobs_ended records=$records" \
+	echo "site: nodes=$nodes sim_processes=$nsim${restart:+ restarted=$restart} cycles=$played jobs=$jobs_ended records=$records" \
 		"job_cycles_lost=$(kv job_cycles_lost "$counted") reports_lost=$(( $(kv reports_sent "$counted") - $(kv reports_kept "$counted") ))" \
 		"frontend_cpu_s_per_cycle=$(awk -v t=$((fe1 - fe0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') frontend_rss_mb=$fe_rss" \
 		"collector_cpu_s_per_cycle_max=$(awk -v t="$col_max" -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') collector_rss_mb_max=$col_rss" \
