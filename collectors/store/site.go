@@ -86,7 +86,7 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
 		FROM `+table+` LEFT JOIN finding_names n ON n.finding = d.finding
-		WHERE d.day >= ?1 AND d.day < ?2 AND (?3 = '' OR d.cluster = ?3) AND (?4 = ?4)`+userCond(f.User)+`
+		WHERE d.day >= ?1 AND d.day < ?2 AND (?3 = '' OR d.cluster = ?3)`+userCond(f.User)+`
 		GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: site: %w", err)
@@ -112,10 +112,12 @@ func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 	return out, nil
 }
 
-// userCond narrows the findings' totals to a user's.
+// userCond narrows the findings' totals to a user's; without one it still names ?4 (the
+// empty user), so that the query takes the same arguments (findings_site_daily has no
+// user column).
 func userCond(user string) string {
 	if user == "" {
-		return ""
+		return ` AND ?4 = ''`
 	}
 	return ` AND d.user = ?4`
 }
