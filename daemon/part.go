@@ -5,7 +5,6 @@ import (
 
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/properties"
-	"github.com/persyst/persyst/sample"
 )
 
 // partWhy says, for the batch host of a multi-node job, why this node has no part of it
@@ -13,7 +12,7 @@ import (
 // was too short to judge, which is no gap in the job's coverage. "" when the job is not
 // known here.
 func partWhy(reg *Registry, meters *meterSet, engine *properties.Engine) func(job uint32) (string, bool) {
-	startup := 1.0
+	startup := float64(properties.DefaultStartupSeconds)
 	if engine != nil {
 		startup = engine.Startup().Seconds()
 	}
@@ -25,14 +24,16 @@ func partWhy(reg *Registry, meters *meterSet, engine *properties.Engine) func(jo
 		if j.Persyst == wire.Off {
 			return "the job opted out there", false
 		}
-		var job interface{ Summary() sample.Summary }
+		var job interface{ Judged() float64 }
 		if jm := meters.get(id); jm != nil {
 			if _, pj := jm.now(); pj != nil {
 				job = pj
 			}
 		}
 		switch {
-		case job != nil && judgedSeconds(job.Summary(), startup) <= 0:
+		case job != nil && job.Judged() <= 0:
+			// What the properties judged, not the time measured less the start-up: under
+			// load the start-up read comes late and holds more than the start-up.
 			return "its part ended within its start-up, which is never judged", true
 		case job != nil:
 			return "its persyst daemon measured the job but kept no part of it", false
@@ -43,15 +44,6 @@ func partWhy(reg *Registry, meters *meterSet, engine *properties.Engine) func(jo
 		}
 		return "its persyst daemon has not measured the job yet", false
 	}
-}
-
-// judgedSeconds is the time of a measurement past the start-up and not suspended.
-func judgedSeconds(s sample.Summary, startup float64) float64 {
-	judged := s.Seconds - startup
-	for _, g := range s.Suspended {
-		judged -= g.Seconds()
-	}
-	return judged
 }
 
 // partPhases returns this node's phases and interference of a job as JSON

@@ -179,6 +179,19 @@ func (j *Job) evaluate(s sample.Sample) {
 	}
 }
 
+// Judged is how much of the job's measured time its properties judged so far, in
+// seconds: not its start-up (the start-up read counts whole, however late it came), not
+// the time Slurm held it suspended. 0 without an engine.
+func (j *Job) Judged() float64 {
+	if j.opts.Engine == nil {
+		return 0
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	judged, _ := j.accumulator().Judged()
+	return judged
+}
+
 // accumulator returns the job's accumulator, created with what the meter knows of the
 // job (its CPUs and their topology). j.mu is held.
 func (j *Job) accumulator() *properties.Accumulator {
