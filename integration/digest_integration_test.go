@@ -157,14 +157,16 @@ func TestDigest(t *testing.T) {
 				t.Errorf("output file owned by uid %d, want the job user %d", sys.Uid, uid)
 			}
 			rep := c.report(t, id)
-			defer func() {
-				if t.Failed() {
-					c.debugJob(t, id)
-				}
-			}()
+			// What the daemon said and measured first, the failure last: CI shows the
+			// end of a failed test's output.
+			fail := func(format string, args ...any) {
+				t.Helper()
+				c.debugJob(t, id)
+				t.Fatalf(format, args...)
+			}
 			if bc.top == "" {
 				if len(rep.Findings) != 0 || !strings.Contains(text, fmt.Sprintf("persyst: job %d: no issues found", id)) {
-					t.Errorf("balanced job: findings %v; output:\n%s", keys(rep.Findings), text)
+					fail("balanced job: findings %v; output:\n%s", keys(rep.Findings), text)
 				}
 				return
 			}
@@ -173,11 +175,11 @@ func TestDigest(t *testing.T) {
 				at = 1
 			}
 			if len(rep.Findings) == 0 || rep.Findings[at].Key != bc.top {
-				t.Fatalf("first finding %v, want %s; output:\n%s", keys(rep.Findings), bc.top, text)
+				fail("first finding %v, want %s; output:\n%s", keys(rep.Findings), bc.top, text)
 			}
 			first := fmt.Sprintf("%d. %s", at+1, rep.Findings[at].Name)
 			if !strings.Contains(text, first) || !strings.Contains(strings.Join(strings.Fields(text), " "), bc.advice) {
-				t.Errorf("output file lacks %q or the advice %q:\n%s", first, bc.advice, text)
+				fail("output file lacks %q or the advice %q:\n%s", first, bc.advice, text)
 			}
 			for _, l := range strings.Split(text[strings.Index(text, "-- persyst:"):], "\n") {
 				if len(l) > 80 {
@@ -259,7 +261,7 @@ func (c *cluster) debugJob(t *testing.T, id uint32) {
 		t.Logf("samples: %v", err)
 	}
 	for _, l := range strings.Split(c.readLog(t, "slurmd-"+node), "\n") {
-		if strings.Contains(l, "persyst") && strings.Contains(l, strconv.FormatUint(uint64(id), 10)) {
+		if strings.Contains(l, "persyst") && (strings.Contains(l, fmt.Sprintf("[%d.", id)) || strings.Contains(l, fmt.Sprintf("job %d:", id))) {
 			t.Logf("slurmd: %s", l)
 		}
 	}
