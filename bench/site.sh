@@ -2,6 +2,7 @@
 # site.sh — persyst's site side at scale.
 #
 #   bench/site.sh NODES CYCLES [--cpus C] [--cycle 2s] [--per-collector 500] [--restart frontend|collector]
+#                 [--hostile H]
 #       a site in a box: NODES simulated nodes (sitesim live: the node daemons' own uplink
 #       code, each with its TLS identity, running jobs of 1 to 64 nodes that start and end
 #       as the cycles go, each sending every cycle C CPUs × 6 CPU properties + 12 node
@@ -11,11 +12,17 @@
 #       a 60 s cycle played every --cycle. After CYCLES cycles the nodes stop, the tree
 #       drains, and the web view and persyst report are asked as in --query. --restart
 #       kills the frontend or the first collector half-way (SIGKILL) and starts it again
-#       a cycle later. Its last line:
+#       a cycle later. --hostile adds H hostile nodes (sitesim hostile, with the site's own
+#       certificates) that push malformed and oversized records, records under another
+#       node's name or of a job not theirs, forged final reports, and reconnect in storms
+#       or connect without authentication, all through the run. The collectors' metrics
+#       (refusals by reason, the delay from a cycle's read to its summary stored) are read
+#       at the end. Its last line:
 #       site: nodes=… cycles=… jobs=… records=… job_cycles_lost=… reports_lost=…
-#       frontend_cpu_s_per_cycle=… frontend_rss_mb=… collector_cpu_s_per_cycle_max=…
-#       collector_rss_mb_max=… sim_cpu_s_per_cycle=… db_bytes_per_job=… site_p95_ms=…
-#       jobs_p95_ms=… job_p95_ms=… report_p95_ms=…
+#       late=… store_delay_p50_s=… store_delay_p95_s=… frontend_cpu_s_per_cycle=…
+#       frontend_rss_mb=… collector_cpu_s_per_cycle_max=… collector_rss_mb_max=…
+#       sim_cpu_s_per_cycle=… db_bytes_per_job=… site_p95_ms=… jobs_p95_ms=… job_p95_ms=…
+#       report_p95_ms=… [hostile_sent=… hostile_refused=… hostile_taken=… hostile_stored=…]
 #   bench/site.sh --fill JOBS --db PATH [--days D] [--seed S]
 #       stores JOBS finished jobs of the last D days (default 7) into the database at PATH
 #       (created if absent; several clusters whose job ids meet, every end state, accounts,
@@ -38,7 +45,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="" db="" jobs="" days=7 seed=1 n=20
-nodes="" cycles="" cpus=16 cycle=2s per_collector=500 restart=""
+nodes="" cycles="" cpus=16 cycle=2s per_collector=500 restart="" hostile=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	[0-9]*) if [ -z "$nodes" ]; then nodes=$1; else cycles=$1; fi; mode=${mode:-live} ;;
@@ -47,6 +54,7 @@ while [ $# -gt 0 ]; do
 	--per-collector) per_collector=$2; shift ;;
 	--restart) restart=$2; shift
 		case $restart in frontend | collector) ;; *) echo "site.sh: --restart frontend or collector" >&2; exit 2 ;; esac ;;
+	--hostile) hostile=$2; shift ;;
 	--fill) mode=fill jobs=$2; shift ;;
 	--query) mode=query ;;
 	--db) db=$2; shift ;;
@@ -92,7 +100,7 @@ if [ "$mode" = live ]; then
 	per_sim=$(( ($(ulimit -n) - 1000) / 4 ))
 	nsim=$(( (nodes + per_sim - 1) / per_sim ))
 	per_sim=$(( (nodes + nsim - 1) / nsim ))
-	build/persyst-sitesim certs -dir "$tmp/certs" -nodes "$nodes" -collectors "$ncol"
+	build/persyst-sitesim certs -dir "$tmp/certs" -nodes "$nodes" -collectors "$ncol" -hostile "$hostile"
 	conf=$tmp/persyst.conf
 	cat >"$conf" <<-CONF
 		TreeAuth=tls
@@ -124,7 +132,9 @@ if [ "$mode" = live ]; then
 	# start_collector I, start_frontend: the agents as an admin starts them (logs appended:
 	# a restarted agent's follow its first life's).
 	start_collector() {
-		build/persyst collector --name "c$1" --listen "127.0.0.1:$((17000 + $1))" --db "$tmp/c$1.db" --config "$conf" 2>>"$tmp/c$1.log" &
+		# Each its own metrics address (read at the end), in a persyst.conf of its own.
+		[ -f "$conf.c$1" ] || { cat "$conf"; echo "CollectorMetricsAddr=127.0.0.1:$((18000 + $1))"; } >"$conf.c$1"
+		build/persyst collector --name "c$1" --listen "127.0.0.1:$((17000 + $1))" --db "$tmp/c$1.db" --config "$conf.c$1" 2>>"$tmp/c$1.log" &
 		col_pids[$1 - 1]=$!
 		pids+=("$!")
 	}
@@ -138,6 +148,15 @@ if [ "$mode" = live ]; then
 	for i in $(seq "$ncol"); do start_collector "$i"; done
 	start_frontend
 	sleep "$(awk -v s="$secs" 'BEGIN {print 3 * s}')" # the first routes, the nodes' first jobs
+	hostile_pid="" hostile_stats=""
+	if [ "$hostile" -gt 0 ]; then
+		# They name the first jobs of the first sim process (running, or ended lately).
+		hostile_stats=$tmp/hostile.json
+		build/persyst-sitesim hostile -nodes "$hostile" -collector 127.0.0.1:17001 -frontend 127.0.0.1:16999 -certs "$tmp/certs" \
+			-victim s00001 -jobs 1000001-1000100 -cycle "$cycle" -stats "$hostile_stats" 2>"$tmp/hostile.log" &
+		hostile_pid=$!
+		pids+=("$hostile_pid")
+	fi
 	t0=$EPOCHREALTIME fe0=$(ticks "$fe") sim0=0
 	for p in "${sims[@]}"; do sim0=$((sim0 + $(ticks "$p"))); done
 	col0=()
@@ -172,13 +191,21 @@ if [ "$mode" = live ]; then
 		[ "$r" -gt "$col_rss" ] && col_rss=$r
 	done
 	fe_rss=$(hwm_mb "$fe")
+	if [ -n "$hostile_pid" ]; then
+		kill -TERM "$hostile_pid"
+		wait "$hostile_pid" || { cat "$tmp/hostile.log" >&2; echo "site.sh: the hostile nodes failed" >&2; exit 1; }
+	fi
 	for p in "${sims[@]}"; do kill -TERM "$p"; done # they stop their cycles, drain for 3 more, exit
 	for p in "${sims[@]}"; do wait "$p" || true; done
 	sleep "$(awk -v s="$secs" 'BEGIN {print 2 * s}')" # the collectors store the last cycles
+	urls=()
+	for i in $(seq "$ncol"); do urls+=("http://127.0.0.1:$((18000 + i))/metrics"); done
+	scraped=$(build/persyst-sitesim scrape "${urls[@]}")
+	echo "$scraped"
 	for p in "$fe" "${col_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "$fe" "${col_pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	pids=("$slurm_pid") # the fake Slurm goes at the end (cleanup)
-	counted=$(build/persyst-sitesim count -stats "$(IFS=,; echo "${stats[*]}")" "$tmp"/c*.db "$tmp/front.db")
+	counted=$(build/persyst-sitesim count -stats "$(IFS=,; echo "${stats[*]}")" ${hostile_stats:+-hostile "$hostile_stats"} "$tmp"/c*.db "$tmp/front.db")
 	echo "$counted"
 	kv() { sed -n "s/.*[ :]$1=\([0-9]*\).*/\1/p" <<<"$2"; }
 	jobs_ended=$(jq -s 'map(.JobsEnded) | add' "${stats[@]}")
@@ -187,13 +214,22 @@ if [ "$mode" = live ]; then
 	dbb=$(stat -c %s "$db")
 	query=$("$0" --query --db "$db" --n "$n" | tail -1)
 	q() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$query"; }
+	sv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+	hostile_figures=""
+	if [ -n "$hostile_pid" ]; then
+		hostile_figures=" hostile=$hostile"
+		for k in hostile_sent hostile_refused hostile_taken hostile_stored; do hostile_figures+=" $k=$(kv $k "$counted")"; done
+		hostile_figures+=" tree_refused_handshake=$(sv tree_refused_handshake "$scraped") tree_refused_storm=$(sv tree_refused_storm "$scraped")"
+		hostile_figures+=" tree_refused_call=$(sv tree_refused_call "$scraped")"
+	fi
 	echo "site: nodes=$nodes sim_processes=$nsim${restart:+ restarted=$restart} cycles=$played jobs=$jobs_ended records=$records" \
 		"job_cycles_lost=$(kv job_cycles_lost "$counted") reports_lost=$(( $(kv reports_sent "$counted") - $(kv reports_kept "$counted") ))" \
+		"late=$(sv refused_late "$scraped") store_delay_p50_s=$(sv store_delay_p50_s "$scraped") store_delay_p95_s=$(sv store_delay_p95_s "$scraped")" \
 		"frontend_cpu_s_per_cycle=$(awk -v t=$((fe1 - fe0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') frontend_rss_mb=$fe_rss" \
 		"collector_cpu_s_per_cycle_max=$(awk -v t="$col_max" -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') collector_rss_mb_max=$col_rss" \
 		"sim_cpu_s_per_cycle=$(awk -v t=$((sim1 - sim0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}')" \
 		"db_bytes_per_job=$(( dbb / (jobs_ended > 0 ? jobs_ended : 1) ))" \
-		"site_p95_ms=$(q site_p95_ms) jobs_p95_ms=$(q jobs_p95_ms) job_p95_ms=$(q job_p95_ms) report_p95_ms=$(q report_p95_ms)"
+		"site_p95_ms=$(q site_p95_ms) jobs_p95_ms=$(q jobs_p95_ms) job_p95_ms=$(q job_p95_ms) report_p95_ms=$(q report_p95_ms)$hostile_figures"
 	exit 0
 fi
 sock=$tmp/web.sock

@@ -66,6 +66,7 @@ func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, err
 	if a.serverOpt, err = a.auth.ServerOptions(); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.ConfigPath, err)
 	}
+	exporter.TreeRefusals(a.metrics, a.auth.RefusedBy)
 	if o.DB != "" {
 		if a.store, err = store.Open(ctx, o.DB, store.Options{Cluster: o.Config.ClusterOf(o.ConfigPath)}); err != nil {
 			return nil, err

@@ -130,21 +130,31 @@ func defaults(q, keep *int, now *func() time.Time) {
 // before any question about the job: a cycle of many nodes costs time linear in its
 // records, not a summary per push.
 func (c *Collector) Push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
-	ack, err := c.push(ctx, in)
-	c.cfg.Metrics.Push(len(in.GetRecords()), err == nil && ack.GetOk())
+	ack, reason, err := c.push(ctx, in)
+	c.cfg.Metrics.Push(len(in.GetRecords()), reason)
 	return ack, err
 }
 
-func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
+// Why a push is refused (persyst_collector_refused_pushes_total's reasons).
+const (
+	refusedMalformed = "malformed"   // a bad field, or more records than a push may hold
+	refusedNotOnNode = "not_on_node" // records of a job Slurm does not run on the node
+	refusedFull      = "full"        // the collector's bounds: jobs followed, records per cycle
+	refusedLate      = "late"        // a cycle summarized and let go already
+	refusedNoSlurm   = "no_slurm"    // Slurm could not be asked where the job runs: sent again
+)
+
+// push takes a push, or refuses it and says why (reason; "" : taken).
+func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, string, error) {
 	if err := checkPush(in); err != nil {
-		return &pb.Ack{Error: err.Error()}, nil
+		return &pb.Ack{Error: err.Error()}, refusedMalformed, nil
 	}
 	if err := c.place.check(ctx, in.JobId, in.Node); err != nil {
 		if errors.Is(err, errPlacement) {
-			return &pb.Ack{Error: err.Error()}, nil
+			return &pb.Ack{Error: err.Error()}, refusedNotOnNode, nil
 		}
 		// Slurm could not be asked: the node keeps the cycle and sends it again.
-		return nil, status.Error(codes.Unavailable, err.Error())
+		return nil, refusedNoSlurm, status.Error(codes.Unavailable, err.Error())
 	}
 	recs := make([]properties.Record, 0, len(in.Records))
 	ts := time.Unix(in.Ts, 0).UTC()
@@ -157,7 +167,7 @@ func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 	if jc == nil {
 		if len(c.cycles) >= MaxJobs {
 			c.mu.Unlock()
-			return &pb.Ack{Error: fmt.Sprintf("collector %s follows %d jobs already, its most", c.cfg.Name, MaxJobs)}, nil
+			return &pb.Ack{Error: fmt.Sprintf("collector %s follows %d jobs already, its most", c.cfg.Name, MaxJobs)}, refusedFull, nil
 		}
 		jc = map[int64]*cycle{}
 		c.cycles[in.JobId] = jc
@@ -165,13 +175,19 @@ func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 	cy := jc[in.Ts]
 	var dropped []cycleWork
 	if cy == nil {
+		if oldest, full := c.oldest(jc); full && in.Ts < oldest {
+			// The cycle was summarized and let go: taken now, it would be let go again at
+			// once, unsummarized, and the push lost while acknowledged.
+			c.mu.Unlock()
+			return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d came late: the collector holds its cycles from %d on", in.JobId, in.Ts, oldest)}, refusedLate, nil
+		}
 		cy = &cycle{byNode: map[string][]properties.Record{}}
 		jc[in.Ts] = cy
 		dropped = c.trim(in.JobId, jc)
 	}
 	if n := cy.records - len(cy.byNode[in.Node]) + len(recs); n > MaxCycleRecords {
 		c.mu.Unlock()
-		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d would hold %d records, more than %d", in.JobId, in.Ts, n, MaxCycleRecords)}, nil
+		return &pb.Ack{Error: fmt.Sprintf("job %d: cycle %d would hold %d records, more than %d", in.JobId, in.Ts, n, MaxCycleRecords)}, refusedFull, nil
 	}
 	cy.records += len(recs) - len(cy.byNode[in.Node])
 	cy.byNode[in.Node] = recs // a repeated push from a node replaces its records
@@ -199,7 +215,23 @@ func (c *Collector) push(ctx context.Context, in *pb.CycleRecords) (*pb.Ack, err
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return &pb.Ack{Ok: true}, nil
+	return &pb.Ack{Ok: true}, "", nil
+}
+
+// oldest returns the oldest cycle a job's buffer holds, and whether the buffer is full
+// (older cycles were let go). Caller holds mu.
+func (c *Collector) oldest(jc map[int64]*cycle) (int64, bool) {
+	if len(jc) < c.cfg.Keep {
+		return 0, false
+	}
+	first := true
+	var oldest int64
+	for ts := range jc {
+		if first || ts < oldest {
+			oldest, first = ts, false
+		}
+	}
+	return oldest, true
 }
 
 // settle summarizes and stores the cycles that received records since their last summary
@@ -262,6 +294,9 @@ func (c *Collector) summarize(ctx context.Context, w cycleWork) {
 		results, err := store.Summarize(w.all, c.cfg.Q)
 		if err == nil {
 			err = c.cfg.Store.PutCycle(ctx, w.job, time.Unix(w.ts, 0).UTC(), results)
+		}
+		if err == nil {
+			c.cfg.Metrics.Stored(c.cfg.Now().Sub(time.Unix(w.ts, 0)))
 		}
 		if err != nil {
 			c.cfg.Log.Error().Err(err).Uint32("job", w.job).Int64("ts", w.ts).Msg("cycle not stored")

@@ -7,10 +7,12 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,6 +21,7 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/quantile"
@@ -180,5 +183,70 @@ func TestJobWideReport(t *testing.T) {
 	// One node idle the whole job: the imbalance between nodes leads.
 	if len(rep.Findings) != 2 || rep.Findings[0].Key != "inter_node_imbalance" || rep.Findings[1].Key != "io_write_request_size" {
 		t.Errorf("findings %v", rep.Findings)
+	}
+}
+
+// TestCollectorRefusesLatePushes: a push of a cycle the collector summarized and let go
+// (older than the Keep cycles it holds) is refused as late and counted: taken, it was
+// let go at once, unsummarized, and lost while acknowledged. A late node of a cycle still
+// held refines it. Refusals are counted by reason.
+func TestCollectorRefusesLatePushes(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.Options{})
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Name: "c1", Store: st, Log: zerolog.Nop(), Metrics: exporter.NewCollector(reg, func() int { return 0 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const t0 = 1_800_000_000
+	push := func(node string, ts int64) *pb.Ack {
+		in := &pb.CycleRecords{JobId: 5, Node: node, Ts: ts, Seconds: 60}
+		for i := range 4 {
+			in.Records = append(in.Records, &pb.Record{Key: "cpi", Device: "cpu" + strconv.Itoa(i), Value: 1})
+		}
+		ack, err := c.Push(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack
+	}
+	for i := range int64(5) { // cycles 0 to 4: the collector holds 2, 3 and 4
+		for _, n := range []string{"node1", "node2"} {
+			if ack := push(n, t0+60*i); !ack.Ok {
+				t.Fatalf("cycle %d from %s: %s", i, n, ack.Error)
+			}
+		}
+	}
+	c.settle(ctx, 0)
+	if ack := push("node3", t0+60); ack.Ok || !strings.Contains(ack.Error, "came late") {
+		t.Errorf("node3's push of cycle 1, let go: %v, want refused as late", ack)
+	}
+	if ack := push("node3", t0+120); !ack.Ok {
+		t.Errorf("node3's push of cycle 2, still held: %v", ack)
+	}
+	c.settle(ctx, 0)
+	c.Push(ctx, &pb.CycleRecords{JobId: 5, Node: "node1", Ts: t0, Records: []*pb.Record{{Key: "Bad Key", Device: "node"}}})
+	cycles, err := st.Cycles(ctx, 5, "cpi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]int64{}
+	for _, cy := range cycles {
+		got[cy.Time.Unix()-t0] = cy.Summary.Count
+	}
+	if want := map[int64]int64{0: 8, 60: 8, 120: 12, 180: 8, 240: 8}; !cmp.Equal(got, want) {
+		t.Errorf("records per stored cycle (s after the first: count) %v, want %v", got, want)
+	}
+	refused := map[string]float64{}
+	fams, _ := reg.Gather()
+	for _, f := range fams {
+		if f.GetName() == "persyst_collector_refused_pushes_total" {
+			for _, m := range f.Metric {
+				refused[m.Label[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if want := map[string]float64{"late": 1, "malformed": 1}; !cmp.Equal(refused, want) {
+		t.Errorf("refused pushes by reason %v, want %v", refused, want)
 	}
 }

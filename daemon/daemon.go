@@ -53,6 +53,9 @@ type MetricsConfig struct {
 	// JobLabels is what the per-job gauges name: "user,jobid", "jobid" ("": the same) or
 	// "none" (no per-job gauges).
 	JobLabels string
+	// TreeRefused counts what the agent tree's authentication refused, by stage
+	// (treeauth.Tree.RefusedBy; nil: no tree service).
+	TreeRefused func() map[string]uint64
 }
 
 // Run serves until ctx is cancelled. READY is notified to systemd only after the socket is
@@ -88,6 +91,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, clock Clock) error
 	}
 	promReg := exporter.NewRegistry(exporter.RoleDaemon, cfg.Metrics.Version)
 	cfg.Measure.Metrics = exporter.NewDaemon(promReg)
+	if cfg.Metrics.TreeRefused != nil {
+		exporter.TreeRefusals(promReg, cfg.Metrics.TreeRefused)
+	}
 	meas, err := NewMeasurer(cfg.Measure, reg, cfg.Node, log, clock)
 	if err != nil {
 		return err

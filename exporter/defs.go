@@ -40,6 +40,9 @@ type Def struct {
 // Durations of handling one thing (an event, a cycle, a write): 100 µs to 10 s.
 var durationBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
 
+// Delays of data on its way through the tree: 0.125 s to 128 s.
+var delayBuckets = prometheus.ExponentialBuckets(0.125, 2, 11)
+
 // jobLabels are the labels of every job metric (user only where the site says so:
 // persyst.conf's MetricsJobLabels).
 var jobLabels = []string{"jobid", "user", "node"}
@@ -100,10 +103,17 @@ var catalog = []Def{
 	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "property"},
 		Help: "Severity (0 to 1) of the job's most severe property in its latest interval, and which property it is."},
 
+	{Name: "persyst_tree_refused_total", Kind: Counter, Role: RoleAll, Labels: []string{"stage"},
+		Help: "Connections and calls of the agent tree this agent refused, by stage: handshake (authentication failed, or too many handshakes at once), storm (one agent's connections beyond 60 a minute), call (a call its identity may not make, such as a node pushing another node's records)."},
+
 	{Name: "persyst_collector_records_total", Kind: Counter, Role: RoleCollector,
 		Help: "Property records received from node daemons."},
 	{Name: "persyst_collector_pushes_total", Kind: Counter, Role: RoleCollector, Labels: []string{"result"},
 		Help: "Pushes of a cycle's records received, by result (ok, refused)."},
+	{Name: "persyst_collector_refused_pushes_total", Kind: Counter, Role: RoleCollector, Labels: []string{"reason"},
+		Help: "Pushes refused, by reason: malformed (a bad field, or more records than a push may hold), not_on_node (a job Slurm does not run on the node), full (the jobs a collector follows, the records a cycle holds), late (a cycle summarized and let go already), no_slurm (Slurm could not be asked; the node sends again)."},
+	{Name: "persyst_collector_store_delay_seconds", Kind: Histogram, Role: RoleCollector,
+		Help: "Time from a cycle's timestamp (the node's read) to its summary stored, per summary stored.", Buckets: delayBuckets},
 	{Name: "persyst_collector_jobs", Kind: Gauge, Role: RoleCollector,
 		Help: "Jobs the collector holds cycles of."},
 

@@ -96,6 +96,8 @@ func (m *Daemon) Unannounced() {
 type Collector struct {
 	records prometheus.Counter
 	pushes  *prometheus.CounterVec
+	refused *prometheus.CounterVec
+	delay   prometheus.Histogram
 }
 
 // NewCollector registers a collector's metrics on r; jobs says how many jobs it holds.
@@ -103,20 +105,39 @@ func NewCollector(r prometheus.Registerer, jobs func() int) *Collector {
 	NewSnapshot(r, []string{"persyst_collector_jobs"}, func(emit Emit) {
 		emit("persyst_collector_jobs", float64(jobs()))
 	})
-	return &Collector{records: counter(r, "persyst_collector_records_total"), pushes: counterVec(r, "persyst_collector_pushes_total")}
+	return &Collector{records: counter(r, "persyst_collector_records_total"), pushes: counterVec(r, "persyst_collector_pushes_total"),
+		refused: counterVec(r, "persyst_collector_refused_pushes_total"), delay: histogram(r, "persyst_collector_store_delay_seconds")}
 }
 
-// Push counts a push of n records, accepted or refused.
-func (m *Collector) Push(n int, ok bool) {
+// Push counts a push of n records, taken (refused "") or refused, and why.
+func (m *Collector) Push(n int, refused string) {
 	if m == nil {
 		return
 	}
-	if !ok {
+	if refused != "" {
 		m.pushes.WithLabelValues("refused").Inc()
+		m.refused.WithLabelValues(refused).Inc()
 		return
 	}
 	m.pushes.WithLabelValues("ok").Inc()
 	m.records.Add(float64(n))
+}
+
+// Stored records the time from a cycle's timestamp to its summary stored.
+func (m *Collector) Stored(d time.Duration) {
+	if m != nil {
+		m.delay.Observe(d.Seconds())
+	}
+}
+
+// TreeRefusals registers, on r, what the agent tree's authentication of this agent
+// refused (refused: the counts by stage, treeauth.Tree.RefusedBy).
+func TreeRefusals(r prometheus.Registerer, refused func() map[string]uint64) {
+	NewSnapshot(r, []string{"persyst_tree_refused_total"}, func(emit Emit) {
+		for stage, n := range refused() {
+			emit("persyst_tree_refused_total", float64(n), stage)
+		}
+	})
 }
 
 // Sync is a sync agent's own metrics. A nil *Sync counts nothing.

@@ -172,8 +172,16 @@ func (l *Live) Run(ctx context.Context) error {
 		}
 		l.links = append(l.links, u)
 	}
+	// The cycles begin at multiples of the cycle on the wall clock, as the node daemons'
+	// reads do: a cycle's timestamp is when its records were read.
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(time.Until(time.Now().Truncate(l.o.Cycle).Add(l.o.Cycle))):
+	}
 	t := time.NewTicker(l.o.Cycle)
 	defer t.Stop()
+	l.cycle(time.Now())
 	for {
 		select {
 		case <-ctx.Done():
@@ -190,7 +198,7 @@ func (l *Live) Run(ctx context.Context) error {
 // cycle plays one cycle at now: jobs end (their batch hosts send their reports), new jobs
 // start on free nodes, every running job's nodes send their records.
 func (l *Live) cycle(now time.Time) {
-	ts := now.Truncate(l.o.Cycle)
+	ts := now.Add(l.o.Cycle / 2).Truncate(l.o.Cycle) // the boundary, whichever side the tick fell
 	l.mu.Lock()
 	l.stats.Cycles++
 	for id, j := range l.jobs {

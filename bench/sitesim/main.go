@@ -4,9 +4,10 @@
 //	    stores N finished jobs of the last D days (sitesim.Fill: several clusters whose
 //	    ids meet, every end state, accounts, users, partitions, CPU and GPU jobs) into the
 //	    persyst database at PATH, and prints a line with what it stored and how fast.
-//	sitesim certs -dir D -nodes N [-prefix s] -collectors K
+//	sitesim certs -dir D -nodes N [-prefix s] -collectors K [-hostile H]
 //	    a CA and the tree's certificates (persyst://ROLE/NAME): the frontend's, K
-//	    collectors' (c1..cK) and N nodes' (s00001...), as TreeAuth=tls deploys them.
+//	    collectors' (c1..cK), N nodes' (s00001...) and H hostile nodes' (h00001...), as
+//	    TreeAuth=tls deploys them.
 //	sitesim live -nodes N -cpus C -cycle D -port-base P -collector ADDR [-certs D]
 //	    -restd PATH -addrs FILE -stats FILE [-cluster NAME]
 //	    plays N nodes (sitesim.Live) until SIGTERM, serving the fake slurmrestd on the unix
@@ -15,10 +16,20 @@
 //	sitesim slurm -restd PATH [-cluster NAME]
 //	    serves the fake slurmrestd alone, for several live processes (-slurm PATH), until
 //	    SIGTERM.
-//	sitesim count -stats FILE[,FILE...] -skip N DB...
+//	sitesim hostile -nodes H -collector ADDR -frontend ADDR -certs D -victim NODE
+//	    -jobs FIRST-LAST -cycle D -stats FILE
+//	    plays H hostile nodes (sitesim.Hostile: malformed, oversized, other nodes'
+//	    records, a job not theirs, forged reports, reconnection storms, connections
+//	    without authentication) until SIGTERM, and writes its counts as JSON to FILE.
+//	sitesim scrape URL...
+//	    sums what the collectors at the URLs (their /metrics) refused, and their delay from
+//	    a cycle's read to its summary stored, into one line.
+//	sitesim count -stats FILE[,FILE...] -skip N [-hostile FILE] DB...
 //	    what of the nodes' sends reached a database: the (job, cycle) pairs sent, those
 //	    found in none of the DBs (lost), leaving out each job's last N cycles (in flight when
-//	    the nodes stopped); and the reports the batch hosts handed over against those kept.
+//	    the nodes stopped); and the reports the batch hosts handed over against those kept;
+//	    with -hostile, the hostile nodes' counts, and what of theirs the DBs hold (cycles
+//	    whose largest value is sitesim.Marker, jobs of Marker seconds).
 package main
 
 import (
@@ -31,6 +42,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +73,10 @@ func main() {
 		err = slurm(ctx, os.Args[2:])
 	case "count":
 		err = count(ctx, os.Args[2:])
+	case "hostile":
+		err = hostile(ctx, os.Args[2:])
+	case "scrape":
+		err = scrape(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -120,6 +136,7 @@ func certs(args []string) error {
 	nodes := fs.Int("nodes", 0, "nodes")
 	prefix := fs.String("prefix", "s", "node name prefix")
 	cols := fs.Int("collectors", 1, "collectors")
+	hostile := fs.Int("hostile", 0, "hostile nodes (h00001...)")
 	_ = fs.Parse(args)
 	if *dir == "" {
 		return fmt.Errorf("-dir D")
@@ -148,7 +165,77 @@ func certs(args []string) error {
 			return err
 		}
 	}
+	for i := 1; i <= *hostile; i++ {
+		if err := issue("node", fmt.Sprintf("h%05d", i)); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+func hostile(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sitesim hostile", flag.ExitOnError)
+	var o sitesim.HostileOptions
+	fs.IntVar(&o.Nodes, "nodes", len(sitesim.HostileKinds), "hostile nodes (node i plays kind i of "+strings.Join(sitesim.HostileKinds, ", ")+")")
+	fs.StringVar(&o.Collector, "collector", "", "the collector they push to")
+	fs.StringVar(&o.Frontend, "frontend", "", "the frontend they send forged reports to")
+	fs.StringVar(&o.CertDir, "certs", "", "their certificates (sitesim certs -hostile)")
+	fs.StringVar(&o.Victim, "victim", "s00001", "a real node whose name they push under")
+	jobs := fs.String("jobs", "", "the real jobs they name, FIRST-LAST")
+	fs.DurationVar(&o.Cycle, "cycle", 2*time.Second, "the compressed cycle")
+	statsFile := fs.String("stats", "", "file to write the counts to, as JSON, at the end")
+	_ = fs.Parse(args)
+	var first, last uint32
+	if _, err := fmt.Sscanf(*jobs, "%d-%d", &first, &last); err != nil || first == 0 || last < first {
+		return fmt.Errorf("-jobs FIRST-LAST: %q", *jobs)
+	}
+	for j := first; j <= last; j++ {
+		o.Jobs = append(o.Jobs, j)
+	}
+	o.Log = zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("role", "sitesim").Logger()
+	h, err := sitesim.NewHostile(o)
+	if err != nil {
+		return err
+	}
+	if err := h.Run(ctx); err != nil {
+		return err
+	}
+	js, err := json.Marshal(h.Stats())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*statsFile, js, 0o644)
+}
+
+func scrape(ctx context.Context, urls []string) error {
+	f, err := sitesim.Scrape(ctx, urls)
+	if err != nil {
+		return err
+	}
+	// A reason or stage never seen has no series: 0.
+	for _, r := range []string{"malformed", "not_on_node", "full", "late", "no_slurm"} {
+		f.RefusedPushes[r] += 0
+	}
+	for _, s := range []string{"handshake", "storm", "call"} {
+		f.RefusedTree[s] += 0
+	}
+	fmt.Printf("scrape: stored=%.0f store_delay_p50_s=%g store_delay_p95_s=%g%s%s\n", f.Stored, f.DelayP50, f.DelayP95,
+		pairs(" refused_", f.RefusedPushes), pairs(" tree_refused_", f.RefusedTree))
+	return nil
+}
+
+// pairs writes m as " PREFIXkey=value" pairs, by key.
+func pairs(prefix string, m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s%s=%.0f", prefix, k, m[k])
+	}
+	return b.String()
 }
 
 func live(ctx context.Context, args []string) error {
@@ -239,6 +326,7 @@ func count(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sitesim count", flag.ExitOnError)
 	statsFile := fs.String("stats", "", "the live run's counts")
 	skip := fs.Int("skip", 2, "leave out each job's last N cycles (in flight at the end)")
+	hostileFile := fs.String("hostile", "", "the hostile nodes' counts")
 	_ = fs.Parse(args)
 	st := sitesim.LiveStats{SentJobCycles: map[uint32][]int64{}}
 	for _, f := range strings.Split(*statsFile, ",") {
@@ -256,7 +344,7 @@ func count(ctx context.Context, args []string) error {
 		}
 	}
 	stored := map[[2]int64]bool{}
-	reports := 0
+	reports, marked := 0, 0
 	for _, path := range fs.Args() {
 		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 		if err != nil {
@@ -281,6 +369,18 @@ func count(ctx context.Context, args []string) error {
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM reports`).Scan(&n); err == nil && strings.Contains(path, "front") {
 			reports = n
 		}
+		// What hostile nodes sent carries sitesim.Marker: a cycle of theirs has it as
+		// its largest value, a forged report as its job's seconds.
+		var m1, m2 int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM cycles WHERE max >= ?`, sitesim.Marker).Scan(&m1); err != nil {
+			db.Close()
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE seconds = ?`, sitesim.Marker).Scan(&m2); err != nil {
+			db.Close()
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		marked += m1 + m2
 		db.Close()
 	}
 	sent, lost := 0, 0
@@ -297,6 +397,25 @@ func count(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	fmt.Printf("count: job_cycles_sent=%d job_cycles_lost=%d reports_sent=%d reports_kept=%d\n", sent, lost, st.ReportsKept, reports)
+	fmt.Printf("count: job_cycles_sent=%d job_cycles_lost=%d reports_sent=%d reports_kept=%d", sent, lost, st.ReportsKept, reports)
+	if *hostileFile != "" {
+		b, err := os.ReadFile(*hostileFile)
+		if err != nil {
+			return err
+		}
+		var h sitesim.HostileStats
+		if err := json.Unmarshal(b, &h); err != nil {
+			return fmt.Errorf("%s: %w", *hostileFile, err)
+		}
+		var sent, refused, taken int64
+		for _, k := range sitesim.HostileKinds {
+			sent, refused, taken = sent+h.Sent[k], refused+h.Refused[k], taken+h.Taken[k]
+		}
+		fmt.Printf(" hostile_sent=%d hostile_refused=%d hostile_taken=%d hostile_stored=%d", sent, refused, taken, marked)
+		for _, k := range sitesim.HostileKinds {
+			fmt.Printf(" hostile_%s=%d/%d", k, h.Refused[k], h.Sent[k])
+		}
+	}
+	fmt.Println()
 	return nil
 }

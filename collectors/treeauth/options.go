@@ -96,6 +96,7 @@ type auth struct {
 	sem        chan struct{}
 	handshakes atomic.Int64
 	refusals   *refusalLog
+	rate       *connRate
 }
 
 // Tree is an agent's authentication, made once and used for all its servers and
@@ -120,7 +121,7 @@ func New(o Options) (*Tree, error) {
 		return nil, fmt.Errorf("treeauth: users authenticate with MUNGE only (TreeAuth=%s)", o.Mode)
 	}
 	return &Tree{o: o, a: &auth{self: o.Self, munge: o.Munge, uids: o.AgentUIDs, users: o.AcceptUsers, sem: make(chan struct{}, maxMunge),
-		refusals: &refusalLog{log: o.Log, now: o.Now}}}, nil
+		refusals: &refusalLog{log: o.Log, now: o.Now}, rate: &connRate{now: o.Now}}}, nil
 }
 
 // Mode returns how the tree authenticates.
@@ -173,7 +174,7 @@ func (t *Tree) interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := Authorize(ctx, info.FullMethod, req, t.o.Mode != None); err != nil {
 			p := PeerOf(ctx)
-			t.a.refusals.add(p.Addr.String(), p.Identity.String()+": "+err.Error())
+			t.a.refusals.add(StageCall, p.Addr.String(), p.Identity.String()+": "+err.Error())
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -182,6 +183,10 @@ func (t *Tree) interceptor() grpc.UnaryServerInterceptor {
 
 // Refused returns how many connections and calls were refused since the start.
 func (t *Tree) Refused() uint64 { return t.a.refusals.total() }
+
+// RefusedBy returns how many connections and calls were refused since the start, by
+// stage (StageHandshake, StageStorm, StageCall).
+func (t *Tree) RefusedBy() map[string]uint64 { return t.a.refusals.byStageMap() }
 
 // tlsCreds is mutual TLS whose peers' identities come from their certificates: a URI
 // SAN persyst://ROLE/NAME.
@@ -214,17 +219,29 @@ func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw ne
 }
 
 func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if c.a.handshakes.Add(1) > maxHandshakes {
+		c.a.handshakes.Add(-1)
+		raw.Close()
+		c.a.refused(StageHandshake, raw.RemoteAddr(), "too many handshakes at once")
+		return nil, nil, errors.New("too many handshakes at once")
+	}
+	defer c.a.handshakes.Add(-1)
+	raw.SetDeadline(time.Now().Add(handshakeTime))
 	conn, ai, err := c.inner.ServerHandshake(raw)
 	if err != nil {
-		c.a.refusals.add(addrHost(raw.RemoteAddr()), "TLS: "+err.Error())
+		c.a.refused(StageHandshake, raw.RemoteAddr(), "TLS: "+err.Error())
 		return nil, nil, err
 	}
 	info, err := tlsIdentity(ai)
+	if err == nil {
+		err = c.a.admit(info.Identity)
+	}
 	if err != nil {
-		c.a.refusals.add(addrHost(raw.RemoteAddr()), err.Error())
+		c.a.refused(stageOf(err), raw.RemoteAddr(), err.Error())
 		conn.Close()
 		return nil, nil, err
 	}
+	raw.SetDeadline(time.Time{})
 	return conn, info, nil
 }
 
@@ -257,25 +274,40 @@ func CertIdentity(c *x509.Certificate) (Identity, error) {
 	return ids[0], nil
 }
 
-// refusalLog counts refused connections and calls and logs them without letting a flood
-// fill the log: at most one line in ten seconds, which says how many were refused since
-// the last line.
+// The stages at which the tree refuses a peer: its connection's authentication (the
+// TLS or MUNGE handshake), too many connections of one agent in a minute (a storm), or
+// a call its identity may not make (Authorize).
+const (
+	StageHandshake = "handshake"
+	StageStorm     = "storm"
+	StageCall      = "call"
+)
+
+// refusalLog counts refused connections and calls, by stage, and logs them without
+// letting a flood fill the log: at most one line in ten seconds, which says how many were
+// refused since the last line.
 type refusalLog struct {
 	log zerolog.Logger
 	now func() time.Time
 
-	mu     sync.Mutex
-	last   time.Time
-	since  int
-	totalN uint64
+	mu      sync.Mutex
+	last    time.Time
+	since   int
+	totalN  uint64
+	byStage [3]uint64 // handshake, storm, call
 }
 
 const refusalEvery = 10 * time.Second
 
-func (r *refusalLog) add(from, why string) {
+var stages = [...]string{StageHandshake, StageStorm, StageCall}
+
+func (r *refusalLog) add(stage, from, why string) {
 	r.mu.Lock()
 	r.totalN++
 	r.since++
+	if i := slices.Index(stages[:], stage); i >= 0 {
+		r.byStage[i]++
+	}
 	now := r.now()
 	if !r.last.IsZero() && now.Sub(r.last) < refusalEvery {
 		r.mu.Unlock()
@@ -284,7 +316,7 @@ func (r *refusalLog) add(from, why string) {
 	n := r.since
 	r.last, r.since = now, 0
 	r.mu.Unlock()
-	r.log.Warn().Str("peer", clean(from)).Str("why", clean(why)).Int("refused_since_last_line", n).
+	r.log.Warn().Str("peer", clean(from)).Str("stage", stage).Str("why", clean(why)).Int("refused_since_last_line", n).
 		Msg("refused a connection or call of the agent tree (at most one line in 10 s)")
 }
 
@@ -294,6 +326,61 @@ func (r *refusalLog) total() uint64 {
 	return r.totalN
 }
 
+func (r *refusalLog) byStageMap() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]uint64, len(stages))
+	for i, s := range stages {
+		out[s] = r.byStage[i]
+	}
+	return out
+}
+
+// MaxConnsPerMinute bounds how many connections one agent opens to a server in a
+// minute: an agent reconnecting in a loop (a bug, or an intruder holding one node's key)
+// is refused beyond it, and counted, so that its handshakes cannot crowd out the rest of
+// the tree. The tree's own agents reconnect with gRPC's backoff (1 s, then longer), far
+// below it; users (persyst report) are bounded by the MUNGE decodes a server runs at
+// once instead.
+const MaxConnsPerMinute = 60
+
+// maxTracked bounds the agents a server counts connections of in one minute; beyond,
+// connections are admitted uncounted (the handshakes at once stay bounded).
+const maxTracked = 1 << 16
+
+// connRate counts each agent's connections in the current minute.
+type connRate struct {
+	now func() time.Time
+
+	mu     sync.Mutex
+	minute int64
+	n      map[Identity]int
+}
+
+var errStorm = errors.New("connections in a storm")
+
+// admit counts one connection of id and refuses it beyond MaxConnsPerMinute.
+func (r *connRate) admit(id Identity) error {
+	if id.Role == User {
+		return nil
+	}
+	m := r.now().Unix() / 60
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m != r.minute || r.n == nil {
+		r.minute, r.n = m, map[Identity]int{}
+	}
+	k := r.n[id]
+	switch {
+	case k >= MaxConnsPerMinute:
+		return fmt.Errorf("%w: %s opened more than %d connections in a minute", errStorm, id, MaxConnsPerMinute)
+	case k == 0 && len(r.n) >= maxTracked:
+		return nil
+	}
+	r.n[id] = k + 1
+	return nil
+}
+
 func addrHost(a net.Addr) string {
 	if a == nil {
 		return ""
@@ -301,4 +388,17 @@ func addrHost(a net.Addr) string {
 	return a.String()
 }
 
-func (a *auth) refused(from net.Addr, why string) { a.refusals.add(addrHost(from), why) }
+func (a *auth) refused(stage string, from net.Addr, why string) {
+	a.refusals.add(stage, addrHost(from), why)
+}
+
+// admit counts a connection of an authenticated peer (connRate).
+func (a *auth) admit(id Identity) error { return a.rate.admit(id) }
+
+// stageOf is the stage of a refusal after the handshake: a storm, else the handshake's.
+func stageOf(err error) string {
+	if errors.Is(err, errStorm) {
+		return StageStorm
+	}
+	return StageHandshake
+}

@@ -3,9 +3,12 @@ package treeauth
 import (
 	"crypto/x509"
 	"io"
+	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func newCA(t *testing.T, name string) *tlstest.CA {
@@ -126,6 +130,60 @@ func TestFromConfig(t *testing.T) {
 		}
 		if tc.name == "%n" && (o.TLS.Cert != "/tls/n1.crt" || o.TLS.Key != "/tls/n1.key") {
 			t.Errorf("%%n: files %+v, want n1's", o.TLS)
+		}
+	}
+}
+
+// TestStormRefused: an agent that reconnects in a loop is refused after
+// MaxConnsPerMinute connections in a minute, and counted as a storm; another agent
+// connecting meanwhile is not, and the storming agent is taken again the next minute.
+// A connection that is not TLS at all is refused at the handshake.
+func TestStormRefused(t *testing.T) {
+	site := newCA(t, "site")
+	log := zerolog.New(io.Discard)
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	collector := tree(t, Options{Mode: TLS, Self: Identity{Collector, "col1"}, TLS: issue(t, site, "col1", "persyst://collector/col1"), Log: log, Now: clock})
+	addr, _ := serve(t, collector)
+	node1 := tree(t, Options{Mode: TLS, Self: Identity{Node, "node1"}, TLS: issue(t, site, "node1", "persyst://node/node1"), Log: log})
+	node2 := tree(t, Options{Mode: TLS, Self: Identity{Node, "node2"}, TLS: issue(t, site, "node2", "persyst://node/node2"), Log: log})
+	for i := range MaxConnsPerMinute {
+		if err := call(addr, dialOf(t, node1), "Push"); err != nil {
+			t.Fatalf("connection %d of node1 in its minute: %v", i+1, err)
+		}
+	}
+	if err := call(addr, dialOf(t, node1), "Push"); status.Code(err) != codes.Unavailable {
+		t.Errorf("connection %d of node1 in a minute: %v, want refused (Unavailable)", MaxConnsPerMinute+1, err)
+	}
+	if err := call(addr, dialOf(t, node2), "Summary"); err != nil {
+		t.Errorf("node2 beside node1's storm: %v", err)
+	}
+	if n := collector.RefusedBy()[StageStorm]; n < 1 {
+		t.Errorf("storm refusals counted: %d, want at least 1 (%v)", n, collector.RefusedBy())
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if err := call(addr, dialOf(t, node1), "Push"); err != nil {
+		t.Errorf("node1 the next minute: %v", err)
+	}
+	before := collector.RefusedBy()[StageHandshake]
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, c) // until the server closes it
+	c.Close()
+	for deadline := time.Now().Add(5 * time.Second); collector.RefusedBy()[StageHandshake] == before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a plain connection was not counted as refused at the handshake: %v", collector.RefusedBy())
 		}
 	}
 }

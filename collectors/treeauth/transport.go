@@ -142,19 +142,19 @@ func (c *mungeCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	if c.a.handshakes.Add(1) > maxHandshakes {
 		c.a.handshakes.Add(-1)
 		raw.Close()
-		c.a.refused(raw.RemoteAddr(), "too many handshakes at once")
+		c.a.refused(StageHandshake, raw.RemoteAddr(), "too many handshakes at once")
 		return nil, nil, errors.New("too many handshakes at once")
 	}
 	defer c.a.handshakes.Add(-1)
 	conn, ai, err := c.inner.ServerHandshake(raw)
 	if err != nil {
-		c.a.refused(raw.RemoteAddr(), "TLS: "+err.Error())
+		c.a.refused(StageHandshake, raw.RemoteAddr(), "TLS: "+err.Error())
 		return nil, nil, err
 	}
 	conn.SetDeadline(time.Now().Add(handshakeTime))
 	info, err := c.serverMunge(conn, ai)
 	if err != nil {
-		c.a.refused(raw.RemoteAddr(), err.Error())
+		c.a.refused(stageOf(err), raw.RemoteAddr(), err.Error())
 		io.WriteString(conn, greeting+refusedPrefix+err.Error()+"\n")
 		conn.Close()
 		return nil, nil, err
@@ -179,6 +179,9 @@ func (c *mungeCreds) serverMunge(conn net.Conn, ai credentials.AuthInfo) (AuthIn
 		return AuthInfo{}, err
 	}
 	id := Identity{Role: p.Role, Name: p.Name}
+	if err := c.a.admit(id); err != nil {
+		return AuthInfo{}, err
+	}
 	cred, err := c.a.encode(ctx, payload{V: 1, Role: c.a.self.Role, Name: c.a.self.Name, Bind: bind, Peer: id.String()})
 	if err != nil {
 		return AuthInfo{}, fmt.Errorf("this agent's own credential: %w", err)

@@ -363,7 +363,7 @@ func TestRefusalLogBounded(t *testing.T) {
 		if i%1000 == 0 {
 			now = now.Add(time.Second) // 100 s of flood
 		}
-		r.add("10.0.0.9:4242", "garbage\x1b[31m")
+		r.add(stages[i%len(stages)], "10.0.0.9:4242", "garbage\x1b[31m")
 	}
 	lines := strings.Count(buf.String(), "\n")
 	if lines > 11 || lines < 9 {
@@ -374,6 +374,10 @@ func TestRefusalLogBounded(t *testing.T) {
 	}
 	if r.total() != 100_000 {
 		t.Errorf("counted %d refusals, want 100000", r.total())
+	}
+	by := r.byStageMap()
+	if by[StageHandshake]+by[StageStorm]+by[StageCall] != 100_000 || by[StageCall] != 33_333 {
+		t.Errorf("counted by stage %v, want 33,334 + 33,333 + 33,333", by)
 	}
 }
 
