@@ -142,8 +142,9 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 		return err
 	}
 	m := &collectorMetrics{}
+	cm := exporter.NewCollector(a.metrics, m.jobs)
 	c, err := New(Config{Name: o.Name, Store: a.store, Q: o.Q, Log: o.Log, Engine: a.engine, Self: self, Auth: a.auth,
-		Placement: JobmapPlacement(jm), Metrics: exporter.NewCollector(a.metrics, m.jobs)})
+		Placement: JobmapPlacement(jm), Metrics: cm})
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func RunCollector(ctx context.Context, o AgentOptions, self string) error {
 	go c.Run(ctx)
 	o.Log.Info().Str("listen", a.ln.Addr().String()).Str("db", o.DB).Msg("persyst collector ready")
 	defer sdnotify.Serving(ctx, o.Log)()
-	return Serve(ctx, a.ln, c, a.serverOpt...)
+	return Serve(ctx, a.ln, c, append(a.serverOpt, countOversized(cm))...)
 }
 
 // RunSync runs a sync agent until ctx is done; collectors (name=host:port,...) are asked

@@ -21,6 +21,7 @@ import (
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/internal/ratelog"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -76,6 +77,9 @@ type Collector struct {
 	fwd      map[fwdKey]*pb.PartialCycle // newest unsent cycle summary per aggregation point and job
 	down     map[string]bool             // aggregation points that did not answer
 	wake     chan struct{}
+	// refusedFwd logs the cycle summaries an aggregation point refused, at most a line in
+	// 10 s: a refusal repeats every cycle of a job.
+	refusedFwd *ratelog.Log
 }
 
 type fwdKey struct {
@@ -108,7 +112,8 @@ func New(cfg Config) (*Collector, error) {
 	}
 	defaults(&cfg.Q, &cfg.Keep, &cfg.Now)
 	return &Collector{cfg: cfg, d: newDialer(cfg.Auth), place: &placements{look: cfg.Placement, now: cfg.Now}, cycles: map[uint32]map[int64]*cycle{}, views: map[uint32]*jobView{}, seen: map[uint32]time.Time{},
-		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+		nodes: map[string]bool{}, loads: map[uint32]*pb.JobLoad{}, fwd: map[fwdKey]*pb.PartialCycle{}, down: map[string]bool{}, wake: make(chan struct{}, 1),
+		refusedFwd: ratelog.New(cfg.Log, 10*time.Second, cfg.Now)}, nil
 }
 
 // defaults fills in the quantile steps (deciles), the cycles kept per job (3) and the
@@ -453,7 +458,7 @@ func (c *Collector) flush(ctx context.Context) {
 			if c.fwd[k] == pc {
 				delete(c.fwd, k) // resending would not help
 			}
-			c.cfg.Log.Error().Err(err).Str("aggregation_point", k.to).Uint32("job", k.job).Msg("cycle summary refused")
+			c.refusedFwd.Warn().Err(err).Str("aggregation_point", k.to).Uint32("job", k.job).Msg("cycle summary refused (at most one line in 10 s)")
 		default:
 			failed[k.to] = true
 			if !c.down[k.to] {

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/collectors/store"
@@ -237,6 +239,13 @@ func TestCollectorRefusesLatePushes(t *testing.T) {
 	if want := map[int64]int64{0: 8, 60: 8, 120: 12, 180: 8, 240: 8}; !cmp.Equal(got, want) {
 		t.Errorf("records per stored cycle (s after the first: count) %v, want %v", got, want)
 	}
+	if got, want := refusedPushes(reg), map[string]float64{"late": 1, "malformed": 1}; !cmp.Equal(got, want) {
+		t.Errorf("refused pushes by reason %v, want %v", got, want)
+	}
+}
+
+// refusedPushes are a collector's refused pushes by reason, from its metrics.
+func refusedPushes(reg *prometheus.Registry) map[string]float64 {
 	refused := map[string]float64{}
 	fams, _ := reg.Gather()
 	for _, f := range fams {
@@ -246,7 +255,41 @@ func TestCollectorRefusesLatePushes(t *testing.T) {
 			}
 		}
 	}
-	if want := map[string]float64{"late": 1, "malformed": 1}; !cmp.Equal(refused, want) {
-		t.Errorf("refused pushes by reason %v, want %v", refused, want)
+	return refused
+}
+
+// TestOversizedPushCounted: a push over gRPC's message limit, refused by gRPC before the
+// collector reads it, is counted as a refused push all the same.
+func TestOversizedPushCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := storetest.Open(t, store.Options{})
+	reg := prometheus.NewRegistry()
+	m := exporter.NewCollector(reg, func() int { return 0 })
+	c, err := New(Config{Name: "c1", Store: st, Log: zerolog.Nop(), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, c, countOversized(m)) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	big := &pb.CycleRecords{JobId: 1, Node: "n", Ts: 60, Records: []*pb.Record{{Key: "cpi", Device: strings.Repeat("x", 5<<20)}}}
+	if _, err := pb.NewCollectorClient(conn).Push(ctx, big); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a push of 5 MiB: %v, want refused by gRPC (ResourceExhausted)", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); refusedPushes(reg)["malformed"] != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("refused pushes %v, want the oversized one counted as malformed", refusedPushes(reg))
+		}
 	}
 }

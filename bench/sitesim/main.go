@@ -34,7 +34,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -48,7 +47,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	_ "modernc.org/sqlite" // the databases are read directly, read-only
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/treeauth/tlstest"
@@ -330,92 +328,44 @@ func count(ctx context.Context, args []string) error {
 	_ = fs.Parse(args)
 	st := sitesim.LiveStats{SentJobCycles: map[uint32][]int64{}}
 	for _, f := range strings.Split(*statsFile, ",") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
 		var part sitesim.LiveStats
-		if err := json.Unmarshal(b, &part); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
+		if err := readJSON(f, &part); err != nil {
+			return err
 		}
 		st.ReportsKept += part.ReportsKept
 		for j, ts := range part.SentJobCycles {
 			st.SentJobCycles[j] = ts
 		}
 	}
-	stored := map[[2]int64]bool{}
-	reports, marked := 0, 0
-	for _, path := range fs.Args() {
-		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-		if err != nil {
-			return err
-		}
-		rows, err := db.QueryContext(ctx, `SELECT DISTINCT j.job_id, c.ts FROM cycles c JOIN jobs j ON j.key = c.job`)
-		if err != nil {
-			db.Close()
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		for rows.Next() {
-			var k [2]int64
-			if err := rows.Scan(&k[0], &k[1]); err != nil {
-				rows.Close()
-				db.Close()
-				return err
-			}
-			stored[k] = true
-		}
-		rows.Close()
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM reports`).Scan(&n); err == nil && strings.Contains(path, "front") {
-			reports = n
-		}
-		// What hostile nodes sent carries sitesim.Marker: a cycle of theirs has it as
-		// its largest value, a forged report as its job's seconds.
-		var m1, m2 int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM cycles WHERE max >= ?`, sitesim.Marker).Scan(&m1); err != nil {
-			db.Close()
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE seconds = ?`, sitesim.Marker).Scan(&m2); err != nil {
-			db.Close()
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		marked += m1 + m2
-		db.Close()
+	stored, err := sitesim.ReadStored(ctx, fs.Args())
+	if err != nil {
+		return err
 	}
-	sent, lost := 0, 0
-	for job, tss := range st.SentJobCycles {
-		if len(tss) > *skip {
-			tss = tss[:len(tss)-*skip]
-		} else {
-			tss = nil
-		}
-		for _, ts := range tss {
-			sent++
-			if !stored[[2]int64{int64(job), ts}] {
-				lost++
-			}
-		}
-	}
-	fmt.Printf("count: job_cycles_sent=%d job_cycles_lost=%d reports_sent=%d reports_kept=%d", sent, lost, st.ReportsKept, reports)
+	sent, lost := sitesim.Lost(st.SentJobCycles, stored.Cycles, *skip)
+	fmt.Printf("count: job_cycles_sent=%d job_cycles_lost=%d reports_sent=%d reports_kept=%d", sent, lost, st.ReportsKept, stored.Reports)
 	if *hostileFile != "" {
-		b, err := os.ReadFile(*hostileFile)
-		if err != nil {
+		var h sitesim.HostileStats
+		if err := readJSON(*hostileFile, &h); err != nil {
 			return err
 		}
-		var h sitesim.HostileStats
-		if err := json.Unmarshal(b, &h); err != nil {
-			return fmt.Errorf("%s: %w", *hostileFile, err)
-		}
-		var sent, refused, taken int64
-		for _, k := range sitesim.HostileKinds {
-			sent, refused, taken = sent+h.Sent[k], refused+h.Refused[k], taken+h.Taken[k]
-		}
-		fmt.Printf(" hostile_sent=%d hostile_refused=%d hostile_taken=%d hostile_stored=%d", sent, refused, taken, marked)
+		sent, refused, taken := h.Totals()
+		fmt.Printf(" hostile_sent=%d hostile_refused=%d hostile_taken=%d hostile_stored=%d", sent, refused, taken, stored.Marked)
 		for _, k := range sitesim.HostileKinds {
 			fmt.Printf(" hostile_%s=%d/%d", k, h.Refused[k], h.Sent[k])
 		}
 	}
 	fmt.Println()
+	return nil
+}
+
+// readJSON reads the JSON file path into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	return nil
 }

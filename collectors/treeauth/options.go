@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/internal/ratelog"
 )
 
 // Options are one agent's side of the tree's authentication.
@@ -121,7 +122,7 @@ func New(o Options) (*Tree, error) {
 		return nil, fmt.Errorf("treeauth: users authenticate with MUNGE only (TreeAuth=%s)", o.Mode)
 	}
 	return &Tree{o: o, a: &auth{self: o.Self, munge: o.Munge, uids: o.AgentUIDs, users: o.AcceptUsers, sem: make(chan struct{}, maxMunge),
-		refusals: &refusalLog{log: o.Log, now: o.Now}, rate: &connRate{now: o.Now}}}, nil
+		refusals: newRefusalLog(o.Log, o.Now), rate: &connRate{now: o.Now}}}, nil
 }
 
 // Mode returns how the tree authenticates.
@@ -284,15 +285,12 @@ const (
 )
 
 // refusalLog counts refused connections and calls, by stage, and logs them without
-// letting a flood fill the log: at most one line in ten seconds, which says how many were
-// refused since the last line.
+// letting a flood fill the log (ratelog: at most one line in ten seconds, which says how
+// many were refused since the last line).
 type refusalLog struct {
-	log zerolog.Logger
-	now func() time.Time
+	lines *ratelog.Log
 
 	mu      sync.Mutex
-	last    time.Time
-	since   int
 	totalN  uint64
 	byStage [3]uint64 // handshake, storm, call
 }
@@ -301,22 +299,18 @@ const refusalEvery = 10 * time.Second
 
 var stages = [...]string{StageHandshake, StageStorm, StageCall}
 
+func newRefusalLog(log zerolog.Logger, now func() time.Time) *refusalLog {
+	return &refusalLog{lines: ratelog.New(log, refusalEvery, now)}
+}
+
 func (r *refusalLog) add(stage, from, why string) {
 	r.mu.Lock()
 	r.totalN++
-	r.since++
 	if i := slices.Index(stages[:], stage); i >= 0 {
 		r.byStage[i]++
 	}
-	now := r.now()
-	if !r.last.IsZero() && now.Sub(r.last) < refusalEvery {
-		r.mu.Unlock()
-		return
-	}
-	n := r.since
-	r.last, r.since = now, 0
 	r.mu.Unlock()
-	r.log.Warn().Str("peer", clean(from)).Str("stage", stage).Str("why", clean(why)).Int("refused_since_last_line", n).
+	r.lines.Warn().Str("peer", clean(from)).Str("stage", stage).Str("why", clean(why)).
 		Msg("refused a connection or call of the agent tree (at most one line in 10 s)")
 }
 

@@ -358,7 +358,7 @@ func TestMungeHandshakeAttacks(t *testing.T) {
 func TestRefusalLogBounded(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Unix(1_700_000_000, 0)
-	r := &refusalLog{log: zerolog.New(&buf), now: func() time.Time { return now }}
+	r := newRefusalLog(zerolog.New(&buf), func() time.Time { return now })
 	for i := 0; i < 100_000; i++ {
 		if i%1000 == 0 {
 			now = now.Add(time.Second) // 100 s of flood

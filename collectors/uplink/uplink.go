@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/digest"
@@ -350,9 +351,13 @@ func (s *Uplink) flush(ctx context.Context) {
 				s.log.Warn().Err(err).Str("collector", it.addr).Msg("collector does not answer: keeping each job's last cycle until it does or the job is rerouted")
 				s.down[it.addr] = true
 			}
-			// A reroute from the frontend sends the kept cycle to the new collector.
-			if d := s.routeLocked(it.in.JobId); d != "" && d != it.addr {
-				s.dest[it.in.JobId] = d
+			// A reroute from the frontend sends the kept cycle to the new collector, with
+			// the route's aggregation point: the one it was made with may be the old
+			// collector, which merges no parts.
+			if d := s.routeLocked(it.in.JobId); d != "" && d != it.addr && s.pending[it.in.JobId] == it.in {
+				in := proto.Clone(it.in).(*pb.CycleRecords)
+				in.AggregationPoint = s.aggs[in.JobId]
+				s.pending[in.JobId], s.dest[in.JobId] = in, d
 			}
 		}
 		s.mu.Unlock()

@@ -297,3 +297,62 @@ func TestKeeperOutlivesARestart(t *testing.T) {
 	case <-time.After(400 * time.Millisecond): // two retry intervals
 	}
 }
+
+// pushRecorder is a collector that takes every push and hands it to the test.
+type pushRecorder struct {
+	pb.UnimplementedCollectorServer
+	got chan *pb.CycleRecords
+}
+
+func (r *pushRecorder) Push(_ context.Context, in *pb.CycleRecords) (*pb.Ack, error) {
+	r.got <- in
+	return &pb.Ack{Ok: true}, nil
+}
+
+// TestReroutedCycleTakesTheRoute: a cycle kept for a collector that does not answer goes
+// to the collector the frontend routes the job to next, with that route's aggregation
+// point, not the one it was made with (the old collector, which merges no parts).
+func TestReroutedCycleTakesTheRoute(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nobody answers there
+	rec := &pushRecorder{got: make(chan *pb.CycleRecords, 4)}
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pb.RegisterCollectorServer(s, rec)
+	go s.Serve(ln)
+	defer s.Stop()
+	live, agg := ln.Addr().String(), "127.0.0.1:7"
+
+	up, err := New(Config{Node: "node1", Timeout: 300 * time.Millisecond, Retries: 1}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(to, agg string) {
+		if err := up.SetRoutes(&pb.Routes{Routes: []*pb.Route{{JobId: 7, NodeCollector: map[string]string{"node1": to}, AggregationPoint: agg}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	route(dead, dead) // the job whole at one collector
+	up.Send(7, time.Unix(1_800_000_000, 0), 60, recs(time.Unix(1_800_000_000, 0), 50), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	up.flush(ctx) // the collector does not answer: the cycle is kept
+	route(live, agg)
+	up.flush(ctx) // the kept cycle is rerouted
+	up.flush(ctx) // and sent
+	select {
+	case in := <-rec.got:
+		if in.JobId != 7 || in.AggregationPoint != agg {
+			t.Errorf("the rerouted cycle: job %d, aggregation point %q; want job 7 and %s", in.JobId, in.AggregationPoint, agg)
+		}
+	case <-ctx.Done():
+		t.Fatal("the kept cycle never reached the job's new collector")
+	}
+}
