@@ -9,8 +9,9 @@
 #       properties of records, and its final report from the batch host at the end) against
 #       real persyst collectors (one per --per-collector nodes) and a real frontend with
 #       its database, TreeAuth=tls as deployed, the jobs served by a fake slurmrestd;
-#       a 60 s cycle played every --cycle. After CYCLES cycles the nodes stop, the tree
-#       drains, and the web view and persyst report are asked as in --query. --restart
+#       a 60 s cycle played every --cycle. Two thirds of the way the web view and persyst
+#       report are asked as in --query, while the site runs (after the run, with
+#       --restart); after CYCLES cycles the nodes stop and the tree drains. --restart
 #       kills the frontend or the first collector half-way (SIGKILL) and starts it again
 #       a cycle later. --hostile adds H hostile nodes (sitesim hostile, with the site's own
 #       certificates) that push malformed and oversized records, records under another
@@ -68,7 +69,7 @@ done
 [ -n "$mode" ] && { [ -n "$db" ] || [ "$mode" = live ]; } || { sed -n '2,40p' "$0" >&2; exit 2; }
 [ "$mode" != live ] || [ -n "$cycles" ] || { echo "site.sh: NODES CYCLES" >&2; exit 2; }
 [ -x build/persyst ] || { echo "site.sh: build/persyst is missing: run make build" >&2; exit 1; }
-go build -o build/persyst-sitesim ./bench/sitesim
+[ -n "${SITE_NOBUILD:-}" ] || go build -o build/persyst-sitesim ./bench/sitesim
 
 if [ "$mode" = fill ]; then
 	exec build/persyst-sitesim fill -db "$db" -jobs "$jobs" -days "$days" -seed "$seed"
@@ -178,6 +179,11 @@ if [ "$mode" = live ]; then
 		esac
 		sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * (c - int(c / 2) - 1)}')"
 	else
+		# The web view and persyst report are asked while the site runs, from two thirds
+		# of the way (the database has finished jobs by then).
+		( sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * int(c * 2 / 3)}')"
+		  SITE_NOBUILD=1 "$0" --query --db "$tmp/front.db" --n "$n" >"$tmp/query.live" 2>&1 || true ) &
+		query_pid=$!
 		sleep "$(awk -v s="$secs" -v c="$cycles" 'BEGIN {print s * c}')"
 	fi
 	t1=$EPOCHREALTIME fe1=$(ticks "$fe") sim1=0
@@ -212,7 +218,13 @@ if [ "$mode" = live ]; then
 	records=$(jq -s 'map(.Records) | add' "${stats[@]}")
 	db="$tmp/front.db"
 	dbb=$(stat -c %s "$db")
-	query=$("$0" --query --db "$db" --n "$n" | tail -1)
+	queried=live
+	[ -n "${query_pid:-}" ] && wait "$query_pid"
+	query=$(tail -1 "$tmp/query.live" 2>/dev/null || true)
+	if [ "${query#query:}" = "$query" ]; then
+		queried=after # a restart run, or no finished job yet two thirds of the way
+		query=$(SITE_NOBUILD=1 "$0" --query --db "$db" --n "$n" | tail -1)
+	fi
 	q() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$query"; }
 	sv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 	hostile_figures=""
@@ -229,7 +241,7 @@ if [ "$mode" = live ]; then
 		"collector_cpu_s_per_cycle_max=$(awk -v t="$col_max" -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}') collector_rss_mb_max=$col_rss" \
 		"sim_cpu_s_per_cycle=$(awk -v t=$((sim1 - sim0)) -v h="$HZ" -v c="$played" 'BEGIN {printf "%.3f", t / h / c}')" \
 		"db_bytes_per_job=$(( dbb / (jobs_ended > 0 ? jobs_ended : 1) ))" \
-		"site_p95_ms=$(q site_p95_ms) jobs_p95_ms=$(q jobs_p95_ms) job_p95_ms=$(q job_p95_ms) report_p95_ms=$(q report_p95_ms)$hostile_figures"
+		"queried=$queried site_p95_ms=$(q site_p95_ms) jobs_p95_ms=$(q jobs_p95_ms) job_p95_ms=$(q job_p95_ms) report_p95_ms=$(q report_p95_ms)$hostile_figures"
 	exit 0
 fi
 sock=$tmp/web.sock

@@ -43,6 +43,11 @@ var (
 	errTreeUnknown = errors.New("the tree's agents are not known yet (no ping from the frontend since the start)")
 )
 
+// smallBuffers are the options of the agents' connections: no read or write buffer of
+// their own (gRPC's are 32 KiB each way). The frontend holds a connection to every
+// node's route service, idle but for a small message a cycle (docs/performance.md).
+var smallBuffers = []grpc.DialOption{grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0)}
+
 // maxTree bounds the addresses a frontend's ping names.
 const maxTree = 1 << 16
 
@@ -92,7 +97,7 @@ func (d *dialer) conn(addr string, expect ...treeauth.Role) (*grpc.ClientConn, e
 			return nil, err
 		}
 	}
-	c, err := grpc.NewClient(addr, opt)
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{opt}, smallBuffers...)...)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", addr, err)
 	}

@@ -49,6 +49,9 @@ type Accumulator struct {
 	// startup is the measured time of the job's start-up, not judged (Startup);
 	// suspended the time Slurm held the job suspended, not judged either.
 	startup, suspended float64
+	// jobEnv are the job's totals and facts at Finish, by name (what job-domain
+	// expressions see).
+	jobEnv map[string]any
 	// devSeconds is the job's device-time per domain (Σ interval × devices): the base of
 	// time shares, so a refined property's share is of the whole job, not only of the
 	// intervals its parent let it be evaluated in.

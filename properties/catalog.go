@@ -107,6 +107,12 @@ type Property struct {
 	// CPUs left idle make the load between CPUs unequal): they are not reported beside
 	// it (Fold).
 	Folds []string
+	// KernelCalls, if set, counts the job's calls whose kernel time this cause explains
+	// (an expression over the job's totals): it folds the kernel time (cpu_system_pct)
+	// only when those calls, at the node's cost of a call (syscall_seconds), come to a
+	// quarter of the job's kernel time or more. A Go or Java runtime's futex calls, a few
+	// thousand a second, explain none of a storm of other system calls.
+	KernelCalls string
 	// Optional are names of the value that count as 0 where they were not measured (a
 	// branch of the value that needs them falls silent); any other name that was not
 	// measured leaves the property not assessed.
@@ -115,8 +121,9 @@ type Property struct {
 	Line           int // where it is defined
 
 	value, threshold *vm.Program
-	needs            []string // names the expressions use (sanitized)
-	valueNames       []string // names the value expression uses
+	kernelCalls      *vm.Program // KernelCalls, over the job's totals (nil: none)
+	needs            []string    // names the expressions use (sanitized)
+	valueNames       []string    // names the value expression uses
 }
 
 // Key is the property's name in strategies: id, or id:variant for a replica.
@@ -254,6 +261,8 @@ func (p *Property) set(k, v string) error {
 		return p.setChoice(k, v)
 	case "recommendation":
 		p.Recommendation = v
+	case "kernel_calls":
+		p.KernelCalls = v
 	case "folds", "optional":
 		return p.setList(k, v)
 	case "applies":
@@ -357,6 +366,14 @@ func (p *Property) compile() error {
 	}
 	p.needs = needs
 	p.valueNames = append([]string(nil), needs...)
+	if p.KernelCalls != "" {
+		if !slices.Contains(p.Folds, KernelTime) {
+			return fmt.Errorf("kernel_calls: the property does not fold %s", KernelTime)
+		}
+		if p.kernelCalls, _, err = compileExpr(p.KernelCalls, Job); err != nil {
+			return fmt.Errorf("kernel_calls: %w", err)
+		}
+	}
 	for _, o := range p.Optional {
 		if !slices.Contains(needs, o) {
 			return fmt.Errorf("optional: %s is not a name the value uses", o)

@@ -1,6 +1,7 @@
 package properties
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -236,5 +237,43 @@ func TestSuspendedNotJudged(t *testing.T) {
 				t.Errorf("judged %v s, want %v", judged, tc.wantJudged)
 			}
 		})
+	}
+}
+
+// TestKernelTimeNeedsItsCalls: lock contention explains a job's kernel time only when
+// its futex calls, at the node's cost of a call, come to a quarter of it or more. A Go
+// program in a storm of stat calls (70 % of its time in the kernel) whose runtime makes
+// 12,000 futex calls a second is told of its kernel time first; a contended lock (two
+// million futex calls a second, half the time in the kernel) still folds it.
+func TestKernelTimeNeedsItsCalls(t *testing.T) {
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	findings := func(futex, system float64) []string {
+		acc := e.NewAccumulator(JobInfo{NCPUs: 1})
+		t0 := time.Unix(1_800_000_000, 0)
+		totals := map[string]float64{}
+		for i := range 10 {
+			s := sample.Sample{Time: t0.Add(time.Duration(i+2) * time.Second), Reason: sample.Cycle, Seconds: 1,
+				Job: map[string]float64{sample.CPUUserSeconds: 1 - system, sample.CPUSystemSeconds: system, "syscalls:sys_enter_futex": futex,
+					"context-switches": 500, "sched:sched_process_exec": 0, sample.ReadSyscalls: 10, sample.ReadChars: 1000, sample.WriteSyscalls: 10, sample.WriteChars: 1000},
+				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": 1e9}}}}
+			acc.Add(s)
+			for k, v := range s.Job {
+				totals[k] += v
+			}
+		}
+		var keys []string
+		for _, r := range Findings(Fold(acc.Finish(nil, sample.Summary{Seconds: 10, Samples: 10, Totals: totals}))) {
+			keys = append(keys, r.Key)
+		}
+		return keys
+	}
+	if got := findings(12000, 0.7); !slices.Contains(got, KernelTime) || !slices.Contains(got, "lock_contention") || got[0] != KernelTime {
+		t.Errorf("a storm of other calls beside a runtime's futex calls: findings %v, want the kernel time first, lock contention too", got)
+	}
+	if got := findings(2e6, 0.5); slices.Contains(got, KernelTime) || len(got) == 0 || got[0] != "lock_contention" {
+		t.Errorf("a contended lock: findings %v, want lock contention, the kernel time folded under it", got)
 	}
 }

@@ -5,9 +5,12 @@ package properties
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/expr-lang/expr"
 
 	"github.com/persyst/persyst/quantile"
 	"github.com/persyst/persyst/sample"
@@ -100,7 +103,7 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 		if pe := a.e.evals[p]; pe != nil && a.accs[pe.i].reached {
 			x = &a.accs[pe.i]
 		}
-		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation, Folds: p.Folds}
+		r := Result{Key: p.Key(), ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Recommendation: p.Recommendation, Folds: a.folds(p)}
 		if t, ok := a.e.thresholds[p]; ok {
 			t := t
 			r.Threshold = &t
@@ -234,6 +237,7 @@ func (e *Engine) SeverityOf(key string, v float64) (float64, bool) {
 func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
 	a.seq++
 	env := map[string]any{NameSeconds: sum.Seconds, NameSamples: float64(a.samples)}
+	a.jobEnv = env
 	for k, v := range a.e.cfg.Calibration {
 		env[k] = v
 	}
@@ -256,6 +260,35 @@ func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
 	for _, n := range a.e.roots {
 		a.evalJob(n, &sl, sum.Seconds)
 	}
+}
+
+// KernelTime is the property of the job's time in the kernel: a symptom of many causes.
+const KernelTime = "cpu_system_pct"
+
+// folds are the properties p explains in this job: its Folds, less the kernel time where
+// the calls p counts (KernelCalls), at the node's cost of a call, come to less than a
+// quarter of the job's kernel time. Without the job's totals (a merge of nodes' parts),
+// its Folds.
+func (a *Accumulator) folds(p *Property) []string {
+	if p.kernelCalls == nil || a.jobEnv == nil {
+		return p.Folds
+	}
+	env := envTemplate(Job)
+	for k, v := range a.jobEnv {
+		if f, ok := v.(float64); ok {
+			env[k] = f
+		}
+	}
+	sys, cost := env[Sanitize(sample.CPUSystemSeconds)], env[NameSyscallSeconds]
+	if cost <= 0 {
+		cost = defaultSyscallSeconds
+	}
+	out, err := expr.Run(p.kernelCalls, env)
+	calls, ok := out.(float64)
+	if err != nil || !ok || sys <= 0 || calls*cost >= sys/4 {
+		return p.Folds
+	}
+	return slices.DeleteFunc(slices.Clone(p.Folds), func(k string) bool { return k == KernelTime })
 }
 
 func (a *Accumulator) evalJob(n *enode, sl *slots, w float64) {

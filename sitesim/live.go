@@ -172,16 +172,11 @@ func (l *Live) Run(ctx context.Context) error {
 		}
 		l.links = append(l.links, u)
 	}
-	// The cycles begin at multiples of the cycle on the wall clock, as the node daemons'
-	// reads do: a cycle's timestamp is when its records were read.
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(time.Until(time.Now().Truncate(l.o.Cycle).Add(l.o.Cycle))):
-	}
+	// The nodes' cycles keep the phase this process started in: on this one machine,
+	// cycles at the wall clock's multiples would meet the frontend's balancing, which in
+	// a site runs on a host of its own. A cycle's timestamp is when it was read.
 	t := time.NewTicker(l.o.Cycle)
 	defer t.Stop()
-	l.cycle(time.Now())
 	for {
 		select {
 		case <-ctx.Done():
@@ -198,7 +193,7 @@ func (l *Live) Run(ctx context.Context) error {
 // cycle plays one cycle at now: jobs end (their batch hosts send their reports), new jobs
 // start on free nodes, every running job's nodes send their records.
 func (l *Live) cycle(now time.Time) {
-	ts := now.Add(l.o.Cycle / 2).Truncate(l.o.Cycle) // the boundary, whichever side the tick fell
+	ts := now.Truncate(time.Second)
 	l.mu.Lock()
 	l.stats.Cycles++
 	for id, j := range l.jobs {
