@@ -405,9 +405,17 @@ func daemonRestart(t *testing.T, c *cluster) {
 	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
 		t.Fatalf("job %d ended %s", id, st)
 	}
-	j := c.waitJob(t, node, id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen })
+	// The end comes from the job_end event, or, where the epilog ran while the restarted
+	// daemon was not yet taking events (the plugin never holds a job up for it), from
+	// Slurm's word at the daemon's next look: either way the job is kept and ended, and
+	// says how it learnt the end.
+	j := c.waitJob(t, node, id, "ended", func(j *daemon.Job) bool { return j.JobEndSeen || (j.State == daemon.Ended && j.EndReason != "") })
 	if !j.JobStartSeen || j.State != daemon.Ended {
 		t.Errorf("after restart: job_start_seen=%v state=%s, want true/ended", j.JobStartSeen, j.State)
+	}
+	if !j.JobEndSeen {
+		t.Logf("job %d's end learnt from Slurm: %s", id, j.EndReason)
+		return
 	}
 	for _, s := range j.Steps {
 		if s.ID == "0" && (s.State != daemon.Ended || s.Exit != "0:0") {

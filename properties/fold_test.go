@@ -277,3 +277,40 @@ func TestKernelTimeNeedsItsCalls(t *testing.T) {
 		t.Errorf("a contended lock: findings %v, want lock contention, the kernel time folded under it", got)
 	}
 }
+
+// TestOthersTookTheCPU: an interval in which other work (another process, the
+// hypervisor's steal) took a job's CPU is not held against the job's use of its CPUs: a
+// balanced two-thread job that lost most of one CPU for a second of its four gets no
+// finding (its digest says what it lost to interference), while a job that left a CPU
+// idle, nobody else using it, is still told so.
+func TestOthersTookTheCPU(t *testing.T) {
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	findings := func(busy [][2]float64, node []float64) []string {
+		acc := e.NewAccumulator(JobInfo{NCPUs: 2})
+		t0 := time.Unix(1_800_000_000, 0)
+		for i, b := range busy {
+			s := sample.Sample{Time: t0.Add(time.Duration(i+2) * time.Second), Reason: sample.Cycle, Seconds: 1,
+				Job: map[string]float64{sample.CPUUserSeconds: b[0] + b[1], sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: 0,
+					"sched_wait_seconds": 0, "sched_busy_thread_seconds": b[0] + b[1], "context-switches": 500, "syscalls:sys_enter_futex": 100,
+					"sched:sched_process_exec": 0, sample.NodeCPUsBusySeconds: node[i]},
+				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": b[0] * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": b[1] * 1e9}}}}
+			acc.Add(s)
+		}
+		var keys []string
+		for _, r := range Findings(Fold(acc.Finish(nil, sample.Summary{Seconds: float64(len(busy)), Samples: len(busy)}))) {
+			keys = append(keys, r.Key)
+		}
+		return keys
+	}
+	taken := findings([][2]float64{{0.95, 0.95}, {0.95, 0.95}, {0.95, 0.95}, {0.36, 0.89}}, []float64{1.95, 1.95, 1.95, 1.98})
+	if len(taken) != 0 {
+		t.Errorf("a balanced job that others took a CPU from for a second: findings %v, want none", taken)
+	}
+	idle := findings([][2]float64{{0.95, 0.02}, {0.95, 0.02}, {0.95, 0.02}, {0.95, 0.02}}, []float64{1.0, 1.0, 1.0, 1.0})
+	if !slices.Contains(idle, "idle_cores") {
+		t.Errorf("a job that left a CPU idle, nobody else on it: findings %v, want idle_cores", idle)
+	}
+}
