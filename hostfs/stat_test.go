@@ -25,6 +25,23 @@ func TestParseCPUBusy(t *testing.T) {
 	}
 }
 
+func TestParseCPUTimes(t *testing.T) {
+	f, err := os.Open("testdata/stat-4cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := ParseCPUTimes(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The eighth field is steal; cpu2 is offline.
+	want := []CPUTimes{{6.23, 0.02}, {6.1, 0}, {-1, -1}, {8.9, 0.05}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseCPUTimes (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseCPUBusyErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"empty", "", "no cpuN line"},

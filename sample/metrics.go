@@ -98,6 +98,7 @@ const (
 	// What happened on the node outside the job (interference): CPU time its CPUs spent
 	// on anything, the job's own included; the node's I/O and memory pressure stall.
 	NodeCPUsBusySeconds    = "node_cpus_busy_seconds"
+	NodeCPUsStealSeconds   = "node_cpus_steal_seconds"
 	NodeIOPressureSeconds  = "node_io_pressure_seconds"
 	NodeMemPressureSeconds = "node_memory_pressure_seconds"
 )
@@ -187,6 +188,7 @@ var metrics = []Metric{
 	{GPUThermalSeconds, Counter, "seconds", "GPU-seconds in which heat held the clocks down (GPUs not shared)"},
 	{GPUPowerCappedSeconds, Counter, "seconds", "GPU-seconds in which the power limit held the clocks down (GPUs not shared; usual at full load)"},
 	{NodeCPUsBusySeconds, Counter, "seconds", "CPU time the job's CPUs spent on anything, the job and other work (/proc/stat); less the job's own: other work on its CPUs"},
+	{NodeCPUsStealSeconds, Counter, "seconds", "of that, the hypervisor's steal: time the job's virtual CPUs wanted to run and the host ran something else (/proc/stat; 0 on bare metal)"},
 	{NodeIOPressureSeconds, Counter, "seconds", "time some task on the node stalled on I/O (the node's pressure stall information, whoever caused it)"},
 	{NodeMemPressureSeconds, Counter, "seconds", "time some task on the node stalled on memory (the node's pressure stall information)"},
 	{GPUErrors, Counter, "count", "hardware errors of the job's GPUs: uncorrected ECC memory errors and the driver's hardware Xid reports"},

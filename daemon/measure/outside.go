@@ -19,7 +19,7 @@ import (
 // daemons, the hypervisor's steal), and the node's I/O and memory pressure stall
 // (/proc/pressure, whoever caused it).
 var outsideRegistration = Registration{Name: "outside", Default: true, New: newOutside,
-	Metrics: vocabulary(sample.NodeCPUsBusySeconds, sample.NodeIOPressureSeconds, sample.NodeMemPressureSeconds)}
+	Metrics: vocabulary(sample.NodeCPUsBusySeconds, sample.NodeCPUsStealSeconds, sample.NodeIOPressureSeconds, sample.NodeMemPressureSeconds)}
 
 // NodeView reads the node-wide files every job's outside source needs, once for all
 // jobs read at about the same time (the cycle reads every job within milliseconds). It
@@ -33,10 +33,10 @@ type NodeView struct {
 	last  nodeNow
 }
 
-// nodeNow is one read of the node: busy seconds per CPU (-1: offline), pressure stall
-// totals in seconds, and why any could not be read.
+// nodeNow is one read of the node: busy and steal seconds per CPU (-1: offline), pressure
+// stall totals in seconds, and why any could not be read.
 type nodeNow struct {
-	busy              []float64
+	busy              []hostfs.CPUTimes
 	busyErr           error
 	ioStall, memStall float64
 	ioErr, memErr     error
@@ -91,13 +91,13 @@ func (f nodeFiles) close() error {
 	return errors.Join(f.stat.Close(), f.io.Close(), f.mem.Close())
 }
 
-// cpuBusy is the time each CPU has been busy since boot (hostfs.ParseCPUBusy).
-func cpuBusy(k *hostfs.Kept) ([]float64, error) {
+// cpuBusy is the time each CPU has been busy since boot, and stolen (hostfs.ParseCPUTimes).
+func cpuBusy(k *hostfs.Kept) ([]hostfs.CPUTimes, error) {
 	b, err := k.Read()
 	if err != nil {
 		return nil, err
 	}
-	busy, err := hostfs.ParseCPUBusy(bytes.NewReader(b))
+	busy, err := hostfs.ParseCPUTimes(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", k.Path(), err)
 	}
@@ -142,23 +142,30 @@ func (o *outsideSource) Read(r *Read) error {
 	if o.have && r.Reason != sample.Start {
 		o.counter(r, sample.NodeIOPressureSeconds, cur.ioStall, o.prev.ioStall, cur.ioErr, o.prev.ioErr)
 		o.counter(r, sample.NodeMemPressureSeconds, cur.memStall, o.prev.memStall, cur.memErr, o.prev.memErr)
+		why := ""
 		switch {
 		case cur.busyErr != nil:
-			r.NotMeasured(sample.NodeCPUsBusySeconds, cur.busyErr.Error())
+			why = cur.busyErr.Error()
 		case o.prev.busyErr != nil:
-			r.NotMeasured(sample.NodeCPUsBusySeconds, o.prev.busyErr.Error())
+			why = o.prev.busyErr.Error()
 		case len(cpus) == 0:
-			r.NotMeasured(sample.NodeCPUsBusySeconds, "the job's CPUs are not known")
+			why = "the job's CPUs are not known"
 		case !slices.Equal(cpus, o.cpus):
-			r.NotMeasured(sample.NodeCPUsBusySeconds, "the job's CPUs changed in the interval")
-		default:
-			sum := 0.0
+			why = "the job's CPUs changed in the interval"
+		}
+		if why != "" {
+			r.NotMeasured(sample.NodeCPUsBusySeconds, why)
+			r.NotMeasured(sample.NodeCPUsStealSeconds, why)
+		} else {
+			busy, steal := 0.0, 0.0
 			for _, c := range cpus {
-				if c < len(cur.busy) && c < len(o.prev.busy) && cur.busy[c] >= 0 && o.prev.busy[c] >= 0 {
-					sum += max(cur.busy[c]-o.prev.busy[c], 0)
+				if c < len(cur.busy) && c < len(o.prev.busy) && cur.busy[c].Busy >= 0 && o.prev.busy[c].Busy >= 0 {
+					busy += max(cur.busy[c].Busy-o.prev.busy[c].Busy, 0)
+					steal += max(cur.busy[c].Steal-o.prev.busy[c].Steal, 0)
 				}
 			}
-			r.Sample.Job[sample.NodeCPUsBusySeconds] = sum
+			r.Sample.Job[sample.NodeCPUsBusySeconds] = busy
+			r.Sample.Job[sample.NodeCPUsStealSeconds] = steal
 		}
 	}
 	o.prev, o.cpus, o.have = cur, append(o.cpus[:0], cpus...), true
