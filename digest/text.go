@@ -32,13 +32,26 @@ func Text(r Report, o TextOptions) string {
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		return quietText(r, h, o.Width)
 	}
-	var b strings.Builder
-	writeRule(&b, "persyst: "+h.what, o.Width)
-	writeLead(&b, r, h, o.Width)
-	writeFindings(&b, r, o)
-	writeFoot(&b, r, o.Width)
-	return limitLines(b.String(), 30)
+	render := func(o TextOptions) string {
+		var b strings.Builder
+		writeRule(&b, "persyst: "+h.what, o.Width)
+		writeLead(&b, r, h, o.Width)
+		writeFindings(&b, r, o)
+		writeFoot(&b, r, o.Width)
+		return b.String()
+	}
+	// Over 30 lines, fewer findings are shown (the rest counted) before anything is cut:
+	// the notes after them (memory near the limit) and the foot stay.
+	s := render(o)
+	for o.MaxFindings > 1 && strings.Count(s, "\n") > maxLines {
+		o.MaxFindings--
+		s = render(o)
+	}
+	return limitLines(s, maxLines)
 }
+
+// maxLines bounds a text digest.
+const maxLines = 30
 
 // head is what every digest opens with, findings or not: which job, the facts of its
 // run, and the lines stated with those facts.
@@ -108,7 +121,7 @@ func quietText(r Report, h head, width int) string {
 		wrap(&b, "  "+l, width, "  ")
 	}
 	notes(&b, r.Notes, "  ", width)
-	return limitLines(b.String(), 30)
+	return limitLines(b.String(), maxLines)
 }
 
 // writeRule writes the digest's top line: title in a rule of dashes across the width.

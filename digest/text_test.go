@@ -2,6 +2,7 @@ package digest
 
 import (
 	"flag"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -341,5 +342,26 @@ func TestTextSampledCounts(t *testing.T) {
 				t.Errorf("the digest says how (%v), want %v:\n%s", has, tc.want, got)
 			}
 		})
+	}
+}
+
+// TestTextKeepsNotes: a digest that would run over 30 lines shows fewer findings (the
+// rest counted) before it cuts anything: the note that memory came close to the limit,
+// after the findings, stays. (A CI run's digest of a job near its limit, beside a noisy
+// neighbour, had three findings and lost the note to the cut.)
+func TestTextKeepsNotes(t *testing.T) {
+	var fs []properties.Result
+	for i := range 5 {
+		f := smallWrites
+		f.Key, f.Name = fmt.Sprintf("finding_%d", i), fmt.Sprintf("Finding %d", i)
+		f.Recommendation = strings.Repeat("A recommendation long enough to take several lines of the digest. ", 3)
+		fs = append(fs, f)
+	}
+	r := assemble(covering(Facts{JobID: 9, Nodes: []string{"n1"}, NNodes: 1, CPUs: 1}, 600, 10), fs, 300)
+	r.Notes = []Event{{Key: "memory_near_limit", Text: "Memory came close to the limit: the job used 186.6 MiB, 93% of the 200.0 MiB requested."}}
+	got := Text(r, TextOptions{})
+	if n := strings.Count(got, "\n"); n > maxLines || !strings.Contains(got, "Note: Memory came close to the limit") ||
+		strings.Contains(got, "digest cut") || !strings.Contains(got, "more (persyst report") {
+		t.Errorf("a long digest with a note (%d lines):\n%s", n, got)
 	}
 }
