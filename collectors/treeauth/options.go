@@ -220,11 +220,8 @@ func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw ne
 }
 
 func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if c.a.handshakes.Add(1) > maxHandshakes {
-		c.a.handshakes.Add(-1)
-		raw.Close()
-		c.a.refused(StageHandshake, raw.RemoteAddr(), "too many handshakes at once")
-		return nil, nil, errors.New("too many handshakes at once")
+	if err := c.a.enter(raw); err != nil {
+		return nil, nil, err
 	}
 	defer c.a.handshakes.Add(-1)
 	raw.SetDeadline(time.Now().Add(handshakeTime))
@@ -384,6 +381,18 @@ func addrHost(a net.Addr) string {
 
 func (a *auth) refused(stage string, from net.Addr, why string) {
 	a.refusals.add(stage, addrHost(from), why)
+}
+
+// enter counts a handshake begun (a server runs at most maxHandshakes at once; beyond,
+// the connection is closed and counted); the caller ends it with handshakes.Add(-1).
+func (a *auth) enter(raw net.Conn) error {
+	if a.handshakes.Add(1) > maxHandshakes {
+		a.handshakes.Add(-1)
+		raw.Close()
+		a.refused(StageHandshake, raw.RemoteAddr(), "too many handshakes at once")
+		return errors.New("too many handshakes at once")
+	}
+	return nil
 }
 
 // admit counts a connection of an authenticated peer (connRate).

@@ -139,11 +139,8 @@ func (c *mungeCreds) clientMunge(ctx context.Context, conn net.Conn, ai credenti
 
 // ServerHandshake checks a client's credential and answers with the server's own.
 func (c *mungeCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if c.a.handshakes.Add(1) > maxHandshakes {
-		c.a.handshakes.Add(-1)
-		raw.Close()
-		c.a.refused(StageHandshake, raw.RemoteAddr(), "too many handshakes at once")
-		return nil, nil, errors.New("too many handshakes at once")
+	if err := c.a.enter(raw); err != nil {
+		return nil, nil, err
 	}
 	defer c.a.handshakes.Add(-1)
 	conn, ai, err := c.inner.ServerHandshake(raw)
