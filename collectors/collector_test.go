@@ -32,19 +32,26 @@ import (
 // startCollector serves a collector on a loopback TCP port and returns a client.
 func startCollector(t *testing.T) (pb.CollectorClient, *store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	st := storetest.Open(t, store.Options{})
 	c, err := New(Config{Name: "c1", Store: st, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clientOf(t, c, nil), st
+}
+
+// clientOf serves c on a loopback TCP port with the server options srv until the
+// test ends, and returns a client dialed with the options dial.
+func clientOf(t *testing.T, c *Collector, srv []grpc.ServerOption, dial ...grpc.DialOption) pb.CollectorClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, c) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	go func() { done <- Serve(ctx, ln, c, srv...) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +61,8 @@ func startCollector(t *testing.T) (pb.CollectorClient, *store.Store) {
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
-		st.Close()
 	})
-	return pb.NewCollectorClient(conn), st
+	return pb.NewCollectorClient(conn)
 }
 
 // TestCollectorExactQuantiles: two nodes push a job's cycle over real gRPC; the
@@ -270,21 +276,9 @@ func TestOversizedPushCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, c, countOversized(m)) }()
-	defer func() { cancel(); <-done }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	cl := clientOf(t, c, []grpc.ServerOption{countOversized(m)}, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 	big := &pb.CycleRecords{JobId: 1, Node: "n", Ts: 60, Records: []*pb.Record{{Key: "cpi", Device: strings.Repeat("x", 5<<20)}}}
-	if _, err := pb.NewCollectorClient(conn).Push(ctx, big); status.Code(err) != codes.ResourceExhausted {
+	if _, err := cl.Push(ctx, big); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a push of 5 MiB: %v, want refused by gRPC (ResourceExhausted)", err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); refusedPushes(reg)["malformed"] != 1; time.Sleep(10 * time.Millisecond) {
