@@ -33,9 +33,11 @@
 #   bench/site.sh --query --db PATH [--n N]
 #       serves PATH with the real web view (persyst web --all on a unix socket, as root)
 #       and asks each page N times (default 20): the site page over 7 days and over a
-#       year, the job list unfiltered and with each filter (user, finding, age, nodes, job
+#       year, a quarter by user, an account's users over a year, a quarter's accounts as
+#       CSV, the job list unfiltered and with each filter (user, finding, age, nodes, job
 #       id), a job's page, and `persyst report --db`. Its last line:
-#       query: jobs=… site_p50_ms=… site_p95_ms=… site365_p95_ms=… jobs_p95_ms=…
+#       query: jobs=… site_p50_ms=… site_p95_ms=… site365_p95_ms=…
+#       site_quarter_user_p95_ms=… site_account_p95_ms=… site_csv_p95_ms=… jobs_p95_ms=…
 #       jobs_user_p95_ms=… jobs_finding_p95_ms=… jobs_since_p95_ms=… jobs_nodes_p95_ms=…
 #       jobs_id_p95_ms=… job_p50_ms=… job_p95_ms=… report_p50_ms=… report_p95_ms=…
 #       web_rss_mb=…
@@ -276,12 +278,16 @@ grep -o 'data-job="[0-9]*" data-user="[^"]*" data-finding="[^"]*" data-key="[0-9
 [ -s "$tmp/listed" ] || { echo "site.sh: the database lists no jobs" >&2; exit 1; }
 mapfile -t ids < <(sed 's/data-job="\([0-9]*\)".*data-key="\([0-9]*\)"/\1?key=\2/' "$tmp/listed" | shuf -n "$n" --random-source=<(yes))
 user=$(sed -n 's/.*data-user="\([^"]*\)".*/\1/p' "$tmp/listed" | awk 'NR == 1')
+account=$(grep -o 'data-account="[^"]*"' "$tmp/page" | sed 's/data-account="\([^"]*\)"/\1/' | awk 'NR == 1')
 finding=$(sed -n 's/.*data-finding="\([^"]\+\)".*/\1/p' "$tmp/listed" | awk 'NR == 1')
 job_urls=() report_ids=()
 for x in "${ids[@]}"; do job_urls+=("/job/$x"); report_ids+=("${x%%\?*}"); done
 
 series site "/site?days=7"
 series site365 "/site?days=365"
+series site_quarter_user "/site?period=quarter&by=user"
+series site_account "/site?period=365d&account=$account&by=user"
+series site_csv "/site?period=quarter&format=csv&table=groups"
 series jobs "/"
 series jobs_user "/?user=$user"
 series jobs_finding "/?finding=${finding:-idle_cores}"
@@ -299,7 +305,8 @@ done
 rss=$(awk '$1 == "VmHWM:" {printf "%.0f", $2 / 1024}' "/proc/$web_pid/status")
 jobs_stored=$(build/persyst db stats --db "$db" | sed -n 's/^jobs: \([0-9]*\),.*/\1/p')
 echo "query: jobs=$jobs_stored n=$n site_p50_ms=$(pct 50 "$tmp/site") site_p95_ms=$(pct 95 "$tmp/site")" \
-	"site365_p95_ms=$(pct 95 "$tmp/site365") jobs_p95_ms=$(pct 95 "$tmp/jobs") jobs_user_p95_ms=$(pct 95 "$tmp/jobs_user")" \
+	"site365_p95_ms=$(pct 95 "$tmp/site365") site_quarter_user_p95_ms=$(pct 95 "$tmp/site_quarter_user")" \
+	"site_account_p95_ms=$(pct 95 "$tmp/site_account") site_csv_p95_ms=$(pct 95 "$tmp/site_csv") jobs_p95_ms=$(pct 95 "$tmp/jobs") jobs_user_p95_ms=$(pct 95 "$tmp/jobs_user")" \
 	"jobs_finding_p95_ms=$(pct 95 "$tmp/jobs_finding") jobs_since_p95_ms=$(pct 95 "$tmp/jobs_since")" \
 	"jobs_nodes_p95_ms=$(pct 95 "$tmp/jobs_nodes") jobs_id_p95_ms=$(pct 95 "$tmp/jobs_id")" \
 	"job_p50_ms=$(pct 50 "$tmp/job") job_p95_ms=$(pct 95 "$tmp/job") report_p50_ms=$(pct 50 "$tmp/report")" \

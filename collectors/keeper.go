@@ -81,7 +81,7 @@ func (k *reportKeeper) keep(ctx context.Context, in *pb.JobSummary) (*pb.Ack, er
 // charged to, what it asked for, and, once it ended, its end and end state. The cluster
 // is the store's own (its cycles were written under it).
 func factsOf(j *jobmap.Job) store.Job {
-	sj := store.Job{ID: j.JobID, User: j.User, Account: j.Account, Partition: j.Partition, QOS: j.QOS,
+	sj := store.Job{ID: j.JobID, JobName: j.Name, User: j.User, Account: j.Account, Partition: j.Partition, QOS: j.QOS,
 		Nodes: j.NodeList, NNodes: len(j.Nodes), Start: j.Start, TimeLimit: j.TimeLimit}
 	// The memory given per node where the job map has it (a per-CPU request counts only
 	// through the nodes' allocations: CPUs and cores are not always the same count).

@@ -74,6 +74,14 @@ type Config struct {
 	Digest bool
 	// MailProg is the site's mail program, which `persyst mail` hands mails to.
 	MailProg string
+	// WebURL is where users reach the web view (persyst web behind the site's proxy),
+	// for links in mails ("": none).
+	WebURL string
+	// ReportOptOut names a file of users (one a line, # comments) who get no efficiency
+	// report by mail (`persyst site --mail`); ReportMinWastedHours: a user or account
+	// whose jobs left fewer CPU- and GPU-hours idle in the period gets none.
+	ReportOptOut         string
+	ReportMinWastedHours float64
 	// AccountingSummary keeps a summary of each job's digest in its AdminComment in
 	// Slurm's accounting (accounting.Write).
 	AccountingSummary bool
@@ -141,7 +149,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
 		JobRetention: 400 * 24 * time.Hour, RollupRetention: 3650 * 24 * time.Hour,
-		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
+		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", ReportMinWastedHours: 10, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
 		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
 }
 
@@ -172,6 +180,23 @@ var fields = []field{
 	}},
 	{"Digest", func(c *Config, v string) error { return onOff(&c.Digest, v) }},
 	{"MailProg", func(c *Config, v string) error { return absPath(&c.MailProg, v) }},
+	{"WebURL", func(c *Config, v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("want the web view's address (https://host/path), got %q", v)
+		}
+		c.WebURL = strings.TrimSuffix(v, "/")
+		return nil
+	}},
+	{"ReportOptOut", func(c *Config, v string) error { return absPath(&c.ReportOptOut, v) }},
+	{"ReportMinWastedHours", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0 && f <= 1e9) {
+			return fmt.Errorf("want hours (0 or more), got %q", v)
+		}
+		c.ReportMinWastedHours = f
+		return nil
+	}},
 	{"AccountingSummary", func(c *Config, v string) error { return onOff(&c.AccountingSummary, v) }},
 	{"TLSCert", func(c *Config, v string) error { return absPath(&c.TLSCert, v) }},
 	{"TLSKey", func(c *Config, v string) error { return absPath(&c.TLSKey, v) }},

@@ -208,6 +208,9 @@ func startWeb(t *testing.T, c *cluster, db string, args ...string) string {
 	sock := filepath.Join(dir, "web.sock")
 	cmd := exec.Command(persystBin(), append([]string{"web", "--db", db, "--listen", "unix:" + sock, "--socket-group", "www-data",
 		"--config", filepath.Join(c.dir, "etc", "persyst.conf")}, args...)...)
+	// The cluster's environment: sacctmgr, which names the accounts' coordinators, reads
+	// its slurm.conf.
+	cmd.Env = append(os.Environ(), c.env...)
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

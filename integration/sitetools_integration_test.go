@@ -74,9 +74,10 @@ func newMailbox(t *testing.T) *mailbox {
 			t.Fatalf("%s not installed (Debian packages bsd-mailx, exim4-daemon-light; run scripts/deps.sh)", c)
 		}
 	}
-	// Under build/, beside the clusters; exim runs as Debian-exim (a -C configuration
-	// drops its privileges), so its directories are open.
-	d := filepath.Join(repoRoot, "build/it-mail")
+	// Under build/, beside the clusters, one per test (tests side by side have their
+	// own); exim runs as Debian-exim (a -C configuration drops its privileges), so its
+	// directories are open.
+	d := filepath.Join(repoRoot, "build", "it-mail-"+strings.ToLower(strings.TrimPrefix(t.Name(), "Test")))
 	if err := os.RemoveAll(d); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -164,6 +165,42 @@ func notSelf(mailer string) error {
 	}
 	if strings.TrimSpace(mailer) == "" {
 		return errors.New("no mail program")
+	}
+	return nil
+}
+
+// recipientRE is a recipient Mail hands to the mail program: a user name or an address,
+// never one that starts with '-' (it would be an option of the mail program).
+var recipientRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,127}$`)
+
+// Mail hands one mail persyst wrote (an efficiency report) to the site's mail program:
+// `MAILER -s SUBJECT RECIPIENT`, the body on its input, within a minute. The subject's
+// control characters are replaced by spaces (no header can be forged).
+func Mail(ctx context.Context, mailer, to, subject, body string) error {
+	if mailer == "" {
+		mailer = DefaultMailer
+	}
+	if err := notSelf(mailer); err != nil {
+		return err
+	}
+	if !recipientRE.MatchString(to) {
+		return fmt.Errorf("recipient %q: not a user name or address", to)
+	}
+	subject = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, subject)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mailer, "-s", subject, to)
+	cmd.Stdin = strings.NewReader(body)
+	cmd.Env = append(os.Environ(), loopGuard+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("mail program %s: %w: %s", mailer, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

@@ -45,6 +45,19 @@ type Totals struct {
 	Findings map[string]FindingTotal
 	// ByUser are the CPU-hours per user.
 	ByUser map[string]float64
+	// ByAccount are per account what its jobs held and requested, computed from their
+	// facts and reports as the admin's view should (independently of the store's SQL).
+	ByAccount map[string]AccountTotal
+}
+
+// AccountTotal is an account's sum: jobs, CPU- and GPU-hours, memory requested and
+// unused (GiB × the jobs' hours; unused above the peak, memory_unused's value), and the
+// time limits' CPU-hours requested and not run.
+type AccountTotal struct {
+	Jobs                               int64
+	CPUHours, GPUHours                 float64
+	MemGiBHours, MemUnusedGiBHours     float64
+	LimitCPUHours, LimitUnusedCPUHours float64
 }
 
 // FindingTotal is one finding's sum.
@@ -105,7 +118,7 @@ func Fill(ctx context.Context, st *store.Store, o FillOptions, progress func(don
 			g.findable = append(g.findable, p)
 		}
 	}
-	tot := Totals{Findings: map[string]FindingTotal{}, ByUser: map[string]float64{}}
+	tot := Totals{Findings: map[string]FindingTotal{}, ByUser: map[string]float64{}, ByAccount: map[string]AccountTotal{}}
 	batch := make([]store.Kept, 0, o.Batch)
 	for done := 0; done < o.Jobs; {
 		batch = batch[:0]
@@ -135,6 +148,22 @@ func (t *Totals) add(k *store.Kept) {
 	t.CPUHours += cpuH
 	t.GPUHours += gpuH
 	t.ByUser[k.Facts.User] += cpuH
+	a := t.ByAccount[k.Facts.Account]
+	a.Jobs++
+	a.CPUHours += cpuH
+	a.GPUHours += gpuH
+	mem := float64(k.Facts.ReqMemMB) / 1024 * h
+	a.MemGiBHours += mem
+	for _, p := range r.Properties {
+		if p.Key == "memory_unused" && p.Assessed {
+			a.MemUnusedGiBHours += mem * (1 - min(max(p.Deciles[0], 0), 1))
+		}
+	}
+	if lim := k.Facts.TimeLimit.Hours(); lim > 0 {
+		a.LimitCPUHours += float64(r.CPUs) * lim
+		a.LimitUnusedCPUHours += float64(r.CPUs) * max(lim-k.Facts.End.Sub(k.Facts.Start).Hours(), 0)
+	}
+	t.ByAccount[k.Facts.Account] = a
 	for _, f := range r.Findings {
 		ft := t.Findings[f.Key]
 		ft.Jobs++
@@ -277,6 +306,12 @@ func (g *generator) results(gpu bool) (all, findings []properties.Result) {
 		d := make([]float64, 11)
 		for i := range d {
 			d[i] = math.Round((lo+float64(i)*r.Float64()*5)*1000) / 1000
+		}
+		if k == "memory_unused" { // one value per job: the peak's share of the request
+			v := math.Round(r.Float64()*1000) / 1000
+			for i := range d {
+				d[i] = v
+			}
 		}
 		res := properties.Result{Key: k, ID: p.ID, Name: p.Name, Unit: p.Unit, Domain: p.Domain, Assessed: true,
 			Count: int64(1 + r.IntN(10000)), Deciles: d}

@@ -19,12 +19,16 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +39,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/htmlreport"
+	"github.com/persyst/persyst/siteview"
 )
 
 // Options configure the view.
@@ -54,17 +59,35 @@ type Options struct {
 	All bool
 	// IsAdmin says whether a user sees every job.
 	IsAdmin func(user string) bool
-	Now     func() time.Time
-	Log     zerolog.Logger
-	Version string
+	// Coordinated returns the accounts a user coordinates in Slurm's accounting (and
+	// those below them): the user sees their jobs and figures too (nil: none).
+	Coordinated func(ctx context.Context, user string) []string
+	Now         func() time.Time
+	Log         zerolog.Logger
+	Version     string
 }
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
-// viewer is who asks: a user, or everyone (admin).
+// viewer is who asks: a user, or everyone (admin); Accounts are those the user
+// coordinates.
 type viewer struct {
-	User  string
-	Admin bool
+	User     string
+	Admin    bool
+	Accounts []string
+}
+
+// scope is what the viewer may see in the store.
+func (v viewer) scope() store.Scope {
+	if v.Admin {
+		return store.Scope{All: true}
+	}
+	return store.Scope{User: v.User, Accounts: v.Accounts}
+}
+
+// sees says whether the viewer may see a job.
+func (v viewer) sees(j store.Job) bool {
+	return v.Admin || j.User == v.User || j.Account != "" && slices.Contains(v.Accounts, j.Account)
 }
 
 // Handler returns the view's handler, or why the options do not make a safe view.
@@ -135,7 +158,11 @@ func (s *server) who(r *http.Request) (viewer, int, string) {
 	if !userRE.MatchString(u) {
 		return viewer{}, http.StatusUnauthorized, "unauthorized: no user named by the proxy"
 	}
-	return viewer{User: u, Admin: s.o.IsAdmin(u)}, 0, ""
+	v := viewer{User: u, Admin: s.o.IsAdmin(u)}
+	if !v.Admin && s.o.Coordinated != nil {
+		v.Accounts = s.o.Coordinated(r.Context(), u)
+	}
+	return v, 0, ""
 }
 
 func contains(nets []netip.Prefix, a netip.Addr) bool {
@@ -152,13 +179,25 @@ func viewerOf(r *http.Request) viewer { v, _ := r.Context().Value(ctxKey{}).(vie
 // filter reads the job list's filters from the query; a user sees their own jobs only.
 func (s *server) filter(r *http.Request, v viewer) (store.JobFilter, listQuery, error) {
 	q := r.URL.Query()
-	lq := listQuery{User: q.Get("user"), Finding: q.Get("finding"), Since: q.Get("since"), MinNodes: q.Get("min_nodes"), Job: q.Get("job")}
-	f := store.JobFilter{User: lq.User, Finding: lq.Finding, Limit: 500}
-	if !v.Admin {
-		f.User, lq.User = v.User, v.User
-	}
+	lq := listQuery{User: q.Get("user"), Finding: q.Get("finding"), Since: q.Get("since"), MinNodes: q.Get("min_nodes"), Job: q.Get("job"),
+		Period: q.Get("period"), Account: q.Get("account"), Partition: q.Get("partition"), QOS: q.Get("qos"), Cluster: q.Get("cluster")}
+	// Another user's or account's jobs, asked for without the right, are none (scope).
+	f := store.JobFilter{Scope: v.scope(), User: lq.User, Finding: lq.Finding, Limit: 500, Account: lq.Account,
+		Partition: lq.Partition, QOS: lq.QOS, Cluster: lq.Cluster}
 	if f.User != "" && !userRE.MatchString(f.User) {
 		return f, lq, fmt.Errorf("user %q: not a user name", f.User)
+	}
+	for _, n := range []struct{ what, v string }{{"account", f.Account}, {"partition", f.Partition}, {"qos", f.QOS}, {"cluster", f.Cluster}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return f, lq, err
+		}
+	}
+	if lq.Period != "" {
+		p, err := siteview.ParsePeriod(lq.Period, s.o.Now())
+		if err != nil {
+			return f, lq, err
+		}
+		f.Since, f.Before = p.From, p.To
 	}
 	if f.Finding != "" && !keyRE.MatchString(f.Finding) {
 		return f, lq, fmt.Errorf("finding %q: not a property key", f.Finding)
@@ -201,13 +240,27 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 // listQuery are the filters as given (to fill the form again).
-type listQuery struct{ User, Finding, Since, MinNodes, Job string }
+type listQuery struct {
+	User, Finding, Since, MinNodes, Job      string
+	Period, Account, Partition, QOS, Cluster string
+}
+
+// checkName refuses a name no account, partition, QOS or cluster has: control
+// characters, or more than 256 bytes. Any other text is looked up as it is (the store's
+// queries take it as a value, the pages escape it).
+func checkName(what, v string) error {
+	if len(v) > 256 || strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+		return fmt.Errorf("%s %q: not a name", what, v)
+	}
+	return nil
+}
 
 // row is a job in the list.
 type row struct {
 	ID                    uint32
 	Key                   store.Key
 	Cluster               string
+	Name, Account         string
 	User, Nodes           string
 	NNodes, CPUs          int
 	Start                 string
@@ -219,7 +272,7 @@ type row struct {
 }
 
 func toRow(l store.Listed) row {
-	rw := row{ID: l.Job.ID, Key: l.Job.Key, Cluster: l.Job.Cluster, User: l.Job.User, Nodes: l.Job.Nodes, NNodes: l.Job.NNodes, CPUs: l.Job.CPUs}
+	rw := row{ID: l.Job.ID, Key: l.Job.Key, Cluster: l.Job.Cluster, Name: l.Job.JobName, Account: l.Job.Account, User: l.Job.User, Nodes: l.Job.Nodes, NNodes: l.Job.NNodes, CPUs: l.Job.CPUs}
 	if !l.Job.Start.IsZero() {
 		rw.Start = l.Job.Start.UTC().Format("2006-01-02 15:04")
 	}
@@ -287,7 +340,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	}
 	var seen []store.Job
 	for _, j := range js {
-		if (v.Admin || j.User == v.User) && (key == 0 || j.Key == store.Key(key)) {
+		if v.sees(j) && (key == 0 || j.Key == store.Key(key)) {
 			seen = append(seen, j)
 		}
 	}
@@ -320,46 +373,228 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// siteDays is how many days the site page sums by default (today and the 6 before it).
-const siteDays = 7
+// sitePeriod is the period the site page sums by default: today and the 6 days before.
+const sitePeriod = "7d"
 
-// site is the figures of the last days (?days=, default 7), from the store's roll-ups:
-// the jobs, the CPU- and GPU-hours they held and used, and each finding's cost with the
-// users and jobs behind it. A user sees the figures of their own jobs.
+// site is the admin's view (siteview): a period's jobs, the CPU-, GPU- and memory-hours
+// they held, used and left unused, by account (user, partition, QOS, cluster), the
+// findings that cost the most, and the trend per week over a year; each group a link
+// down (account → its users → a user's jobs → a job). A viewer sees what their scope
+// allows: an admin every job, a user their own and their coordinated accounts'.
+// ?format=csv or json gives one table (?table=groups, total, findings, weeks or jobs).
 func (s *server) site(w http.ResponseWriter, r *http.Request) {
 	v := viewerOf(r)
-	days := siteDays
-	if d := r.URL.Query().Get("days"); d != "" {
-		n, err := strconv.Atoi(d)
-		if err != nil || n < 1 || n > 3660 {
-			http.Error(w, fmt.Sprintf("days %q: want 1 to 3660", d), http.StatusBadRequest)
-			return
-		}
-		days = n
+	q, sq, err := s.siteQuery(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
-	now := s.o.Now()
-	f := store.SiteFilter{From: now.AddDate(0, 0, 1-days), To: now}
-	if !v.Admin {
-		f.User = v.User
-	}
-	site, err := s.o.Store.Site(r.Context(), f)
+	view, err := siteview.Build(r.Context(), s.o.Store, q, v.scope())
 	if err != nil {
 		s.fail(w, err)
+		return
+	}
+	if f := r.URL.Query().Get("format"); f != "" {
+		s.siteTable(w, r, view, v, f)
 		return
 	}
 	// The site-wide I/O episodes are counts of jobs, no user's: every viewer sees them.
-	eps, err := s.o.Store.Episodes(r.Context(), site.From)
+	eps, err := s.o.Store.Episodes(r.Context(), view.Site.From)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.page(w, "site", struct {
-		Viewer   viewer
-		Days     int
-		Site     *store.Site
-		Last     time.Time
-		Episodes []episodes.Episode
-	}{v, days, site, site.To.Add(-time.Second), eps})
+	eps = slices.DeleteFunc(eps, func(e episodes.Episode) bool { return !e.From.Before(view.Site.To) })
+	groups := make([]groupRow, len(view.Groups))
+	for i, g := range view.Groups {
+		groups[i] = groupRow{Group: g, Link: groupLink(sq, q.By, g.Name)}
+	}
+	s.page(w, "site", sitePage{Viewer: v, Query: sq, View: view, Groups: groups, Links: siteLinks(sq), Episodes: eps,
+		CPUChart: template.HTML(siteview.Chart(view.Weeks, siteview.CPU)), GPUChart: gpuChart(view)})
+}
+
+// gpuChart is the GPU trend where the year had GPU-hours.
+func gpuChart(v *siteview.View) template.HTML {
+	for _, w := range v.Weeks {
+		if w.GPUHours > 0 {
+			return template.HTML(siteview.Chart(v.Weeks, siteview.GPU))
+		}
+	}
+	return ""
+}
+
+// siteQuery reads the site page's query: period (or days), cluster, account, user,
+// partition, qos, by.
+func (s *server) siteQuery(r *http.Request) (siteview.Query, siteQuery, error) {
+	in := r.URL.Query()
+	sq := siteQuery{Period: in.Get("period"), Cluster: in.Get("cluster"), Account: in.Get("account"), User: in.Get("user"),
+		Partition: in.Get("partition"), QOS: in.Get("qos"), By: in.Get("by")}
+	if d := in.Get("days"); d != "" && sq.Period == "" {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > 3660 {
+			return siteview.Query{}, sq, fmt.Errorf("days %q: want 1 to 3660", d)
+		}
+		sq.Period = d + "d"
+	}
+	if sq.Period == "" {
+		sq.Period = sitePeriod
+	}
+	p, err := siteview.ParsePeriod(sq.Period, s.o.Now())
+	if err != nil {
+		return siteview.Query{}, sq, err
+	}
+	q := siteview.Query{Period: p, Cluster: sq.Cluster, Account: sq.Account, User: sq.User, Partition: sq.Partition, QOS: sq.QOS}
+	if sq.User != "" && !userRE.MatchString(sq.User) {
+		return q, sq, fmt.Errorf("user %q: not a user name", sq.User)
+	}
+	for _, n := range []struct{ what, v string }{{"account", q.Account}, {"partition", q.Partition}, {"qos", q.QOS}, {"cluster", q.Cluster}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return q, sq, err
+		}
+	}
+	if sq.By == "" {
+		sq.By = string(defaultBy(q))
+	}
+	if q.By, err = store.ParseDim(sq.By); err != nil {
+		return q, sq, fmt.Errorf("by %w", err)
+	}
+	return q, sq, nil
+}
+
+// defaultBy is the next step down from what the query names: accounts, then an
+// account's users.
+func defaultBy(q siteview.Query) store.Dim {
+	if q.Account != "" {
+		return store.ByUser
+	}
+	return store.ByAccount
+}
+
+// siteQuery is the site page's query as given (links and the form keep it).
+type siteQuery struct{ Period, Cluster, Account, User, Partition, QOS, By string }
+
+// values is the query as URL values, with changes (a key set to "" is left out).
+func (q siteQuery) values(change ...string) url.Values {
+	v := url.Values{}
+	for k, x := range map[string]string{"period": q.Period, "cluster": q.Cluster, "account": q.Account, "user": q.User,
+		"partition": q.Partition, "qos": q.QOS, "by": q.By} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	for i := 0; i+1 < len(change); i += 2 {
+		if change[i+1] == "" {
+			v.Del(change[i])
+		} else {
+			v.Set(change[i], change[i+1])
+		}
+	}
+	return v
+}
+
+// sitePage is what the site page shows.
+type sitePage struct {
+	Viewer             viewer
+	Query              siteQuery
+	View               *siteview.View
+	Groups             []groupRow
+	Links              siteLinkSet
+	Episodes           []episodes.Episode
+	CPUChart, GPUChart template.HTML
+}
+
+// siteLinkSet are the site page's links: periods, groupings, tables to download, and
+// each group's drill-down.
+type siteLinkSet struct {
+	Periods, Bys, Tables []link
+}
+
+type link struct{ Text, URL string }
+
+// groupRow is a group of the site page and where it leads.
+type groupRow struct {
+	store.Group
+	Link string
+}
+
+// siteLinks makes the site page's links: a group leads down (an account to its users, a
+// user to their jobs, a partition, QOS or cluster to its accounts).
+func siteLinks(sq siteQuery) siteLinkSet {
+	var l siteLinkSet
+	for _, p := range []struct{ text, period string }{{"7 days", "7d"}, {"this month", "month"}, {"last month", "last-month"},
+		{"this quarter", "quarter"}, {"last quarter", "last-quarter"}, {"this year", "year"}, {"12 months", "365d"}} {
+		l.Periods = append(l.Periods, link{p.text, "/site?" + sq.values("period", p.period).Encode()})
+	}
+	for _, b := range []store.Dim{store.ByAccount, store.ByUser, store.ByPartition, store.ByQOS, store.ByCluster} {
+		l.Bys = append(l.Bys, link{string(b), "/site?" + sq.values("by", string(b)).Encode()})
+	}
+	for _, t := range []string{"groups", "total", "findings", "weeks", "jobs"} {
+		for _, f := range []string{"csv", "json"} {
+			l.Tables = append(l.Tables, link{t + "." + f, "/site?" + sq.values("format", f, "table", t).Encode()})
+		}
+	}
+	return l
+}
+
+// groupLink is where a group of the site page leads.
+func groupLink(sq siteQuery, by store.Dim, name string) string {
+	switch by {
+	case store.ByAccount:
+		return "/site?" + sq.values("account", name, "by", string(store.ByUser)).Encode()
+	case store.ByUser:
+		v := url.Values{"user": {name}, "period": {sq.Period}}
+		for k, x := range map[string]string{"account": sq.Account, "partition": sq.Partition, "qos": sq.QOS, "cluster": sq.Cluster} {
+			if x != "" {
+				v.Set(k, x)
+			}
+		}
+		return "/?" + v.Encode()
+	}
+	return "/site?" + sq.values(string(by), name, "by", string(store.ByAccount)).Encode()
+}
+
+// siteTable writes one of the view's tables as CSV or JSON.
+func (s *server) siteTable(w http.ResponseWriter, r *http.Request, view *siteview.View, v viewer, format string) {
+	var t siteview.Table
+	switch name := r.URL.Query().Get("table"); name {
+	case "", "groups":
+		t = view.GroupsTable()
+	case "total":
+		t = view.TotalTable()
+	case "findings":
+		t = view.FindingsTable()
+	case "weeks":
+		t = view.WeeksTable()
+	case "jobs":
+		list, err := siteview.Jobs(r.Context(), s.o.Store, view.Query, v.scope(), store.MaxListed)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		t = siteview.JobsTable(list)
+	default:
+		http.Error(w, fmt.Sprintf("table %q: want groups, total, findings, weeks or jobs", name), http.StatusBadRequest)
+		return
+	}
+	var b bytes.Buffer
+	var err error
+	switch format {
+	case "csv":
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		err = siteview.WriteCSV(&b, t)
+	case "json":
+		w.Header().Set("Content-Type", "application/json")
+		err = siteview.WriteJSON(&b, t)
+	default:
+		http.Error(w, fmt.Sprintf("format %q: want csv or json", format), http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="persyst-site-%s.%s"`, strings.ReplaceAll(t.Name, " ", "-"), format))
+	_, _ = w.Write(b.Bytes())
 }
 
 func (s *server) fail(w http.ResponseWriter, err error) {

@@ -2,10 +2,13 @@ package web
 
 import (
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -104,7 +107,7 @@ func TestWhoSeesWhat(t *testing.T) {
 		jobs                     []string
 	}{
 		{"a user sees their own jobs", proxy, "alice", "/", 200, []string{"1", "2"}},
-		{"and cannot list another's", proxy, "alice", "/?user=bob", 200, []string{"1", "2"}},
+		{"and gets nothing of another's", proxy, "alice", "/?user=bob", 200, []string{}},
 		{"an admin sees every job", proxy, "root", "/", 200, []string{"1", "2", "3", "4"}},
 		{"an admin filters by user", proxy, "root", "/?user=bob", 200, []string{"3"}},
 		{"by finding", proxy, "root", "/?finding=idle_cores", 200, []string{"1", "3", "4"}},
@@ -159,8 +162,8 @@ func TestSite(t *testing.T) {
 	// Small writes: bob's job 3, 8 CPUs × 1 h × 100% = 8.0; idle CPUs: alice's 1 (4 × 1 ×
 	// 0.5 = 2.0) and bob's 3 (8 × 1 × 0.5 = 4.0): 6.0 (carol's is older than a week).
 	for _, want := range []string{
-		`data-key="io_write_request_size" data-jobs="1" data-cpu-hours="8.000000"><td><a href="/?finding=io_write_request_size">Small writes</a></td><td class="num">1</td><td class="num">8</td>`,
-		`data-key="idle_cores" data-jobs="2" data-cpu-hours="6.000000"><td><a href="/?finding=idle_cores">Allocated CPUs left idle</a></td><td class="num">2</td><td class="num">6</td>`,
+		`data-key="io_write_request_size" data-jobs="1" data-cpu-hours="8.000000"><td><a href="/?finding=io_write_request_size&amp;period=7d">Small writes</a></td><td class="num">1</td><td class="num">8</td>`,
+		`data-key="idle_cores" data-jobs="2" data-cpu-hours="6.000000"><td><a href="/?finding=idle_cores&amp;period=7d">Allocated CPUs left idle</a></td><td class="num">2</td><td class="num">6</td>`,
 		"<td>bob (4), alice (2)</td>",
 		`<td class="num" id="jobs">3</td><td class="num" id="cpu-hours">14</td>`,
 	} {
@@ -176,7 +179,7 @@ func TestSite(t *testing.T) {
 	}
 	// A user's site page counts their own jobs only.
 	_, body, _ = get(t, Options{Store: st, UserHeader: "X-Remote-User"}, "127.0.0.1:1", "alice", "/site")
-	if strings.Contains(body, "bob") || !strings.Contains(body, "of alice's jobs") {
+	if strings.Contains(body, "bob") || !strings.Contains(body, "The site: alice's jobs") {
 		t.Errorf("alice's site page shows others' jobs:\n%s", body)
 	}
 	// The week's site-wide I/O episodes, to every viewer; last week's not.
@@ -271,7 +274,7 @@ func TestSameIDTwice(t *testing.T) {
 	if code, _, _ := get(t, o, proxy, "alice", "/job/77"); code != http.StatusSeeOther {
 		t.Errorf("/job/77 with three jobs: %d, want a redirect to their list", code)
 	}
-	site, err := st.Site(ctx, store.SiteFilter{From: now.AddDate(0, 0, -6), To: now})
+	site, err := st.Rollups().Site(ctx, store.SiteFilter{From: now.AddDate(0, 0, -6), To: now, Scope: store.Scope{All: true}})
 	if err != nil || site.Jobs != 3 || site.CPUHours != 2+3+4 {
 		t.Errorf("the site counts %+v, %v; want 3 jobs, 9 CPU-hours", site, err)
 	}
@@ -341,5 +344,124 @@ func TestOptionsMustSayWhoSeesWhat(t *testing.T) {
 		if _, err := Handler(o); err == nil {
 			t.Errorf("Handler(%+v) made a view", o)
 		}
+	}
+}
+
+// accounts is a database with jobs of two accounts, one of them named as no site should
+// (markup, quotes, a comma): chem's 11 (alice) and 12 (bob), and 13 of carol in the
+// other; every job 4 CPUs for an hour.
+func accounts(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	ctx := context.Background()
+	st := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	const odd = `<b>phys</b>, "q"`
+	for _, j := range []store.Job{
+		{ID: 11, User: "alice", Account: "chem", JobName: "<i>run</i>, \"1\""},
+		{ID: 12, User: "bob", Account: "chem"},
+		{ID: 13, User: "carol", Account: odd},
+	} {
+		j.Nodes, j.NNodes, j.Start, j.End = "node1", 1, now.Add(-2*time.Hour), now.Add(-time.Hour)
+		if err := st.PutJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutReport(ctx, digest.Report{Schema: digest.SchemaVersion, JobID: j.ID, Nodes: []string{"node1"}, NNodes: 1, CPUs: 4,
+			Start: j.Start, End: j.End, Seconds: 3600, Samples: 60, Findings: []properties.Result{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, odd
+}
+
+var groupRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)" data-cpu-hours="([0-9.]+)"`)
+
+// TestSiteByWhom: the site by account, an account's users, a coordinator's view of
+// their account (and nothing of another's), names escaped in HTML and intact in CSV.
+func TestSiteByWhom(t *testing.T) {
+	st, odd := accounts(t)
+	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" },
+		Coordinated: func(_ context.Context, u string) []string {
+			if u == "alice" {
+				return []string{"chem"}
+			}
+			return nil
+		}}
+	const proxy = "127.0.0.1:40000"
+	groups := func(user, path string) map[string]string {
+		t.Helper()
+		code, body, _ := get(t, o, proxy, user, path)
+		if code != 200 {
+			t.Fatalf("%s as %s: %d\n%s", path, user, code, body)
+		}
+		out := map[string]string{}
+		for _, m := range groupRE.FindAllStringSubmatch(body, -1) {
+			out[m[1]] = m[2] + " jobs, " + m[3]
+		}
+		return out
+	}
+	escaped := "&lt;b&gt;phys&lt;/b&gt;, &#34;q&#34;"
+	for _, c := range []struct {
+		name, user, path string
+		want             map[string]string
+	}{
+		{"an admin by account", "root", "/site", map[string]string{"chem": "2 jobs, 8.000000", escaped: "1 jobs, 4.000000"}},
+		{"an account's users", "root", "/site?account=chem", map[string]string{"alice": "1 jobs, 4.000000", "bob": "1 jobs, 4.000000"}},
+		{"a coordinator by account", "alice", "/site", map[string]string{"chem": "2 jobs, 8.000000"}},
+		{"a coordinator's account", "alice", "/site?account=chem&by=user", map[string]string{"alice": "1 jobs, 4.000000", "bob": "1 jobs, 4.000000"}},
+		{"another account, to a coordinator", "alice", "/site?account=" + url.QueryEscape(odd), map[string]string{}},
+		{"a user", "bob", "/site", map[string]string{"chem": "1 jobs, 4.000000"}},
+		{"another user, to a user", "bob", "/site?user=alice", map[string]string{}},
+		{"by partition", "root", "/site?by=partition", map[string]string{"": "3 jobs, 12.000000"}},
+	} {
+		if d := cmp.Diff(c.want, groups(c.user, c.path)); d != "" {
+			t.Errorf("%s: %s (-want +got):\n%s", c.name, c.path, d)
+		}
+	}
+	// Drill-down: an account leads to its users, a user to their jobs, a job to its page.
+	_, body, _ := get(t, o, proxy, "root", "/site")
+	if !strings.Contains(body, `href="/site?account=chem&amp;by=user&amp;period=7d"`) {
+		t.Errorf("no link from account chem to its users:\n%s", body)
+	}
+	_, body, _ = get(t, o, proxy, "root", "/site?account=chem")
+	if !strings.Contains(body, `href="/?account=chem&amp;period=7d&amp;user=alice"`) {
+		t.Errorf("no link from alice to her jobs of chem:\n%s", body)
+	}
+	if strings.Contains(body, "<b>phys") || strings.Contains(body, "<i>run") {
+		t.Errorf("a name's markup is in the page:\n%s", body)
+	}
+	for _, c := range []struct {
+		user, path string
+		code       int
+		jobs       []string
+	}{
+		{"root", "/?account=chem&period=7d&user=alice", 200, []string{"11"}},
+		{"alice", "/?account=chem", 200, []string{"11", "12"}},
+		{"alice", "/job/12", 200, nil},
+		{"alice", "/job/13", 404, nil},
+		{"bob", "/job/11", 404, nil},
+		{"bob", "/?account=chem", 200, []string{"12"}},
+		{"root", "/?account=a%0Ab", 400, nil},
+	} {
+		code, body, jobs := get(t, o, proxy, c.user, c.path)
+		if code != c.code || c.jobs != nil && !cmp.Equal(c.jobs, sorted(jobs)) {
+			t.Errorf("%s as %s: %d, jobs %v; want %d, %v\n%s", c.path, c.user, code, jobs, c.code, c.jobs, body)
+		}
+	}
+	// The same figures as CSV and JSON, names intact.
+	code, body, _ := get(t, o, proxy, "root", "/site?format=csv")
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if code != 200 || err != nil || len(recs) != 3 || recs[0][2] != "account" || recs[2][2] != odd || recs[2][3] != "1" || recs[2][4] != "4" {
+		t.Errorf("CSV by account: %d, %v\n%q", code, err, recs)
+	}
+	code, body, _ = get(t, o, proxy, "root", "/site?format=json&table=jobs&account=chem")
+	var jobs []struct {
+		JobID int    `json:"job_id"`
+		Name  string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(body), &jobs); code != 200 || err != nil || len(jobs) != 2 || jobs[1].Name != "<i>run</i>, \"1\"" {
+		t.Errorf("JSON jobs of chem: %d, %v, %+v\n%s", code, err, jobs, body)
+	}
+	code, body, _ = get(t, o, proxy, "bob", "/site?format=csv&table=jobs&user=alice")
+	if recs, err := csv.NewReader(strings.NewReader(body)).ReadAll(); code != 200 || err != nil || len(recs) != 1 {
+		t.Errorf("alice's jobs as CSV, to bob: %d, %v, %q", code, err, recs)
 	}
 }

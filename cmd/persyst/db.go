@@ -25,7 +25,7 @@ func runDb(ctx context.Context, io stdio, args []string) error {
 	action := args[0]
 	var o dbOptions
 	fs := flagSet("db "+action, io)
-	fs.StringVar(&o.db, "db", "/var/lib/persyst/frontend.db", "the tree's database (the frontend's, a collector's or a sync agent's)")
+	fs.StringVar(&o.db, "db", frontendDB, "the tree's database (the frontend's, a collector's or a sync agent's)")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (the retention of prune)")
 	switch action {
 	case "stats", "check", "vacuum":

@@ -47,6 +47,7 @@ var commands = []command{
 	{"jobs", "show a node daemon's jobs", runJobs},
 	{"check", "does persyst work on this node? each link from Slurm to the digest, and what to fix", runCheck},
 	{"db", "the tree's database, for admins: persyst db stats|check|prune|vacuum|export --db PATH", runDb},
+	{"site", "where the site's CPU and GPU hours went, by account, user, partition or QOS: persyst site [--period quarter] [--by user] [--csv|--json]", runSite},
 	{"web", "a read-only web view of the jobs and the site's findings: persyst web --db PATH --user-header X-Remote-User", runWeb},
 	{"mail", "Slurm's MailProg: appends the digest to end-of-job mails, then runs the mail program: persyst mail -s SUBJECT USER", runMail},
 	{"jobmap", "show the cluster's jobs as persyst sees them (slurmrestd or Slurm's commands)", runJobmap},

@@ -87,6 +87,13 @@ func TestWiring(t *testing.T) {
 		{"report of one cluster's job", []string{"report", "--db", db, "--cluster", "a", "5"}, 0, "job 5", "of cluster a"},
 		{"report of a cluster without the job", []string{"report", "--db", db, "--cluster", "c", "5"}, 1, "", "none of cluster c"},
 		{"report --cluster without --db", []string{"report", "--cluster", "a", "5"}, 2, "", "--cluster needs --db"},
+		{"site", []string{"site", "--db", db, "--config", empty, "--period", "7d"}, 0, "2 jobs. CPU-hours: 12 allocated", ""},
+		{"site by cluster as CSV", []string{"site", "--db", db, "--config", empty, "--period", "7d", "--by", "cluster", "--csv"}, 0, ",b,1,8,", ""},
+		{"site's jobs as JSON", []string{"site", "--db", db, "--config", empty, "--table", "jobs", "--json"}, 0, `"cluster": "a", "job_id": 5,`, ""},
+		{"site with a bad period", []string{"site", "--db", db, "--period", "soon"}, 2, "", `period "soon"`},
+		{"site as CSV and JSON", []string{"site", "--db", db, "--csv", "--json"}, 2, "", "not both"},
+		{"site by what it has not", []string{"site", "--db", db, "--by", "project"}, 2, "", `"project": want cluster`},
+		{"site with an unknown table", []string{"site", "--db", db, "--config", empty, "--table", "all"}, 2, "", `--table "all"`},
 		{"db prune", []string{"db", "prune", "--db", db, "--config", empty, "--jobs", "1h"}, 0, "2 jobs", ""},
 		{"db prune, a bad retention", []string{"db", "prune", "--db", db, "--jobs", "soon"}, 2, "", "want days"},
 	}

@@ -9,20 +9,27 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/internal/ratelog"
+	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/sdnotify"
 	"github.com/persyst/persyst/web"
 )
 
 type webOptions struct {
 	db, listen, userHeader, proxyUsers, socketGroup, webConfig, proxies, admins, config string
+	coordinators                                                                        string
 	all                                                                                 bool
 }
 
 func (o *webOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.db, "db", "/var/lib/persyst-frontend/frontend.db", "the database to show (the frontend's keeps every job's final report)")
+	fs.StringVar(&o.db, "db", frontendDB, "the database to show (the frontend's keeps every job's final report)")
 	fs.StringVar(&o.listen, "listen", "unix:/run/persyst-web/web.sock", "where to serve: unix:PATH (only --proxy-user's processes and root are served there), systemd (the socket of persyst-web.socket), or HOST:PORT (needs --web-config-file)")
 	fs.StringVar(&o.userHeader, "user-header", "", "request header in which the site's reverse proxy names the authenticated user (e.g. X-Remote-User)")
 	fs.StringVar(&o.proxyUsers, "proxy-user", "www-data", "the reverse proxy's users (comma-separated names or uids): on the unix socket only their processes (and root) may name a user")
@@ -30,6 +37,7 @@ func (o *webOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.webConfig, "web-config-file", "", "for a TCP --listen: the web configuration file with which the proxy proves itself (client certificates or basic auth; the exporter toolkit's format, as persyst.conf's MetricsWebConfig)")
 	fs.StringVar(&o.proxies, "proxy", "127.0.0.1/32,::1/128", "for a TCP --listen: networks the reverse proxy connects from")
 	fs.StringVar(&o.admins, "admins", "", "users who see every job (comma-separated), besides root and persyst.conf's AdminGroup")
+	fs.StringVar(&o.coordinators, "coordinators", "sacctmgr", "who sees their accounts' jobs and figures: sacctmgr (the accounts' coordinators in Slurm's accounting, read every 5 minutes) or none")
 	fs.BoolVar(&o.all, "all", false, "without --user-header: show every job, to root on the unix socket only")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (AdminGroup)")
 }
@@ -63,6 +71,9 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 	defer st.Close()
 	wo := web.Options{Store: st, Source: o.db, UserHeader: o.userHeader, ProxyUIDs: uids, Proxies: proxies, All: o.all,
 		IsAdmin: isAdmin(strings.Split(o.admins, ","), conf.AdminGroup), Log: log, Version: version}
+	if wo.Coordinated, err = coordinated(o.coordinators, log); err != nil {
+		return err
+	}
 	where := web.ListenOptions{Addr: o.listen, Group: group, WebConfig: o.webConfig}
 	h, err := web.Handler(wo)
 	if err == nil {
@@ -143,4 +154,24 @@ func isAdmin(admins []string, group string) func(string) bool {
 		}
 		return slices.Contains(gids, g.Gid)
 	}
+}
+
+// coordinated is how the web view learns the accounts a user coordinates (--coordinators):
+// from sacctmgr, read at most every 5 minutes, or not at all.
+func coordinated(how string, log zerolog.Logger) (func(context.Context, string) []string, error) {
+	switch how {
+	case "none":
+		return nil, nil
+	case "sacctmgr":
+		cache := accounting.NewCoordinatorCache(accounting.Runner(jobmap.ExecRunner), 5*time.Minute, nil)
+		failed := ratelog.New(log, 10*time.Minute, nil)
+		return func(ctx context.Context, u string) []string {
+			accounts, err := cache.Accounts(ctx, u)
+			if err != nil {
+				failed.Warn().Err(err).Msg("web: the accounts' coordinators are not known: they see their own jobs only (at most one line in 10 minutes)")
+			}
+			return accounts
+		}, nil
+	}
+	return nil, usagef("web: --coordinators %q: want sacctmgr or none", how)
 }

@@ -12,7 +12,7 @@
 //	err = s.Keep(ctx, facts, report)                            // the report with the job map's facts
 //	r, err := s.Report(ctx, jobID)                              // the newest job of the id; ErrNotFound if absent
 //	series, err := s.Cycles(ctx, jobID, "io_wait")              // one property over time
-//	site, err := s.Site(ctx, store.SiteFilter{From: from, To: to}) // the site's figures, from the roll-ups
+//	site, err := s.Rollups().Site(ctx, store.SiteFilter{From: from, To: to}) // the site's figures, from the roll-ups
 //	p, err := s.Admin().Prune(ctx, time.Now(), retention)         // retention in tiers
 //
 // A collector holding a whole job calls Summarize on each cycle's records

@@ -20,6 +20,9 @@ type Job struct {
 	Key     Key
 	Cluster string // "": the store's cluster (Options.Cluster) when writing
 	ID      uint32
+	// JobName is the name the job was submitted with (sbatch --job-name); the user's
+	// text, shown escaped.
+	JobName string
 	User    string
 	Account string
 	// Partition and QOS are the job's (Slurm's names; several partitions as Slurm
@@ -182,13 +185,13 @@ func writeFacts(ctx context.Context, tx *sql.Tx, key Key, j Job, now int64, fill
 	if fill {
 		set = `coalesce(%[1]s, ?)`
 	}
-	cols := []string{"user", "account", "partition", "qos", "state", "nodes", "nnodes", "cpus", "gpus", "req_mem_mb", "time_limit_s", "end_ts"}
+	cols := []string{"name", "user", "account", "partition", "qos", "state", "nodes", "nnodes", "cpus", "gpus", "req_mem_mb", "time_limit_s", "end_ts"}
 	q := "UPDATE jobs SET updated_ts = ?"
 	for _, c := range cols {
 		q += ", " + c + " = " + fmt.Sprintf(set, c)
 	}
 	q += " WHERE key = ?"
-	if _, err := tx.ExecContext(ctx, q, now, nullString(j.User), nullString(j.Account), nullString(j.Partition), nullString(j.QOS),
+	if _, err := tx.ExecContext(ctx, q, now, nullString(j.JobName), nullString(j.User), nullString(j.Account), nullString(j.Partition), nullString(j.QOS),
 		nullString(j.State), nullString(j.Nodes), nullInt(j.NNodes), nullInt(j.CPUs), nullInt(j.GPUs), nullInt64(j.ReqMemMB),
 		nullInt64(int64(j.TimeLimit/time.Second)), nullTime(j.End), key); err != nil {
 		return err
@@ -197,7 +200,7 @@ func writeFacts(ctx context.Context, tx *sql.Tx, key Key, j Job, now int64, fill
 }
 
 // jobColumns are the columns scanJob reads, in its order.
-const jobColumns = `j.key, j.cluster, j.job_id, j.user, j.account, j.partition, j.qos, j.state, j.nodes, j.nnodes, j.cpus, j.gpus,
+const jobColumns = `j.key, j.cluster, j.job_id, j.name, j.user, j.account, j.partition, j.qos, j.state, j.nodes, j.nnodes, j.cpus, j.gpus,
 	j.req_mem_mb, j.time_limit_s, j.start_ts, j.end_ts, j.samples, j.updated_ts`
 
 type scanner interface{ Scan(...any) error }
@@ -205,14 +208,15 @@ type scanner interface{ Scan(...any) error }
 // scanJob reads a row of jobColumns, followed by the extra destinations.
 func scanJob(r scanner, extra ...any) (Job, error) {
 	var j Job
-	var user, account, partition, qos, state, nodes sql.NullString
+	var name, user, account, partition, qos, state, nodes sql.NullString
 	var nnodes, cpus, gpus, mem, limit, start, end sql.NullInt64
 	var updated int64
-	dst := append([]any{&j.Key, &j.Cluster, &j.ID, &user, &account, &partition, &qos, &state, &nodes, &nnodes, &cpus, &gpus,
+	dst := append([]any{&j.Key, &j.Cluster, &j.ID, &name, &user, &account, &partition, &qos, &state, &nodes, &nnodes, &cpus, &gpus,
 		&mem, &limit, &start, &end, &j.Samples, &updated}, extra...)
 	if err := r.Scan(dst...); err != nil {
 		return j, err
 	}
+	j.JobName = name.String
 	j.User, j.Account, j.Partition, j.QOS, j.State, j.Nodes = user.String, account.String, partition.String, qos.String, state.String, nodes.String
 	j.NNodes, j.CPUs, j.GPUs = int(nnodes.Int64), int(cpus.Int64), int(gpus.Int64)
 	j.ReqMemMB, j.TimeLimit = mem.Int64, time.Duration(limit.Int64)*time.Second

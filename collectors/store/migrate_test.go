@@ -159,7 +159,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 			`INSERT INTO no_such_table VALUES (1)`,
 		},
 	})
-	_, err := open(ctx, path, Options{}, broken)
+	_, err := open(ctx, path, Options{}, broken, nil)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("migration to schema version %d (broken): step 3", SchemaVersion+1)) {
 		t.Fatalf("open with a broken migration: %v", err)
 	}
@@ -180,11 +180,11 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 	// A fresh database whose first migration fails has version 0 and no tables
 	// but schema_version.
 	path2 := filepath.Join(t.TempDir(), "q.db")
-	_, err = open(ctx, path2, Options{}, []migration{{description: "bad", steps: []string{`CREATE TABLE a (x)`, `bogus`}}})
+	_, err = open(ctx, path2, Options{}, []migration{{description: "bad", steps: []string{`CREATE TABLE a (x)`, `bogus`}}}, nil)
 	if err == nil {
 		t.Fatal("no error")
 	}
-	s2, err := open(ctx, path2, Options{}, nil)
+	s2, err := open(ctx, path2, Options{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestNotAStore(t *testing.T) {
 func TestMigrateFromVersion1(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "p.db")
-	s, err := open(ctx, path, Options{Now: FixedNow}, migrations[:1])
+	s, err := open(ctx, path, Options{Now: FixedNow}, migrations[:1], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestMigrateRelease(t *testing.T) {
 	if eps, err := s.Episodes(ctx, T0.Add(-2*time.Hour)); err != nil || len(eps) != 1 || eps[0].Stalled != 3 {
 		t.Errorf("episodes: %+v, %v", eps, err)
 	}
-	site, err := s.Site(ctx, SiteFilter{From: T0.AddDate(0, 0, -1), To: T0})
+	site, err := s.Rollups().Site(ctx, SiteFilter{From: T0.AddDate(0, 0, -1), To: T0, Scope: Scope{All: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,15 +156,24 @@ func (s *Store) ReportAt(ctx context.Context, key Key) (*digest.Report, error) {
 
 // JobFilter selects jobs for ListJobs: each set field narrows the list.
 type JobFilter struct {
+	// Scope is whose jobs the reader may see (the zero Scope: none).
+	Scope    Scope
 	User     string    // the job's user
 	Finding  string    // a property key among the report's findings
 	Since    time.Time // ended (or, without an end, updated) at or after
+	Before   time.Time // ended (or updated) before (zero: any time)
 	MinNodes int
 	ID       uint32 // the Slurm job id
 	Cluster  string
+	// Account, Partition and QOS are the job's, as Slurm names them.
+	Account, Partition, QOS string
 	// Limit bounds the rows (default and most: MaxListed).
 	Limit int
 }
+
+// jobUsage is a job's row's figures as the roll-ups add them (Usage's order).
+var jobUsage = `1, coalesce(j.cpu_h, 0), coalesce(j.cpu_used_h, 0), coalesce(j.cpu_meas_h, 0), coalesce(j.gpu_h, 0),
+	coalesce(j.gpu_used_h, 0), coalesce(j.gpu_meas_h, 0), ` + wasteOf("1")
 
 // MaxListed bounds the jobs one ListJobs returns.
 const MaxListed = 10000
@@ -184,6 +193,8 @@ type Summary struct {
 	// mean severity over the job's time.
 	TopKey, TopName           string
 	TopShare, TopMeanSeverity float64
+	// Usage is what the job held, used and left unused (Jobs 1), as the roll-ups sum it.
+	Usage Usage
 }
 
 // ListJobs returns a page of the jobs the filter selects, the latest to end first (a
@@ -208,13 +219,32 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 		{f.Finding != "", "j.key IN (SELECT job FROM job_findings WHERE finding = ?)", f.Finding},
 		{f.ID != 0, "j.job_id = ?", f.ID},
 		{f.Cluster != "", "j.cluster = ?", f.Cluster},
+		{f.Account != "", "j.account = ?", f.Account},
+		{f.Partition != "", "j.partition = ?", f.Partition},
+		{f.QOS != "", "j.qos = ?", f.QOS},
+		{!f.Before.IsZero(), "coalesce(j.end_ts, j.updated_ts) < ?", f.Before.Unix()},
 	} {
 		if c.set {
 			where, args = append(where, c.cond), append(args, c.arg)
 		}
 	}
+	if sc := f.Scope; !sc.All {
+		// The user's own jobs, and their accounts' (each condition by its index).
+		in, inArgs := []string{"j.user = ?"}, []any{sc.User}
+		if sc.User == "" {
+			in, inArgs = nil, nil
+		}
+		for _, a := range sc.Accounts {
+			in, inArgs = append(in, "j.account = ?"), append(inArgs, a)
+		}
+		if len(in) == 0 {
+			return nil, nil // nobody's jobs
+		}
+		where, args = append(where, "("+strings.Join(in, " OR ")+")"), append(args, inArgs...)
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+`, j.day IS NOT NULL, coalesce(j.seconds, 0), coalesce(j.findings, 0),
-			coalesce(j.top_key, ''), coalesce(j.top_name, ''), coalesce(j.top_share, 0), coalesce(j.top_severity, 0)
+			coalesce(j.top_key, ''), coalesce(j.top_name, ''), coalesce(j.top_share, 0), coalesce(j.top_severity, 0),
+			`+jobUsage+`
 		FROM jobs j WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY coalesce(j.end_ts, j.updated_ts) DESC, j.key DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
@@ -227,7 +257,10 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 		var has bool
 		var sum Summary
 		var err error
-		if l.Job, err = scanJob(rows, &has, &sum.Seconds, &sum.Findings, &sum.TopKey, &sum.TopName, &sum.TopShare, &sum.TopMeanSeverity); err != nil {
+		u := &sum.Usage
+		if l.Job, err = scanJob(rows, &has, &sum.Seconds, &sum.Findings, &sum.TopKey, &sum.TopName, &sum.TopShare, &sum.TopMeanSeverity,
+			&u.Jobs, &u.CPUHours, &u.CPUUsedHours, &u.CPUMeasuredHours, &u.GPUHours, &u.GPUUsedHours, &u.GPUMeasuredHours,
+			&u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours); err != nil {
 			return nil, fmt.Errorf("store: list jobs: %w", err)
 		}
 		if has {

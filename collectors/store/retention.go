@@ -128,7 +128,7 @@ func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64
 // pruneRollups deletes the roll-ups of the days before day.
 func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err error) {
 	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
-		for _, tbl := range []string{"usage_daily", "findings_daily", "findings_site_daily", "finding_users_daily"} {
+		for _, tbl := range []string{"usage_daily", "usage_site_daily", "findings_daily", "findings_site_daily", "finding_users_daily"} {
 			res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE day < ?`, day)
 			if err != nil {
 				return err
@@ -136,7 +136,9 @@ func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err err
 			d, _ := res.RowsAffected()
 			rows += d
 		}
-		return nil
+		// The mails of those days go with them (their record is kept as long).
+		_, err := tx.ExecContext(ctx, `DELETE FROM mails_sent WHERE sent_ts < ?`, day)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: prune roll-ups: %w", err)

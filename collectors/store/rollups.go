@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/persyst/persyst/digest"
@@ -19,6 +20,9 @@ type figures struct {
 	cpuH, cpuUsedH, cpuMeasH float64
 	gpuH, gpuUsedH, gpuMeasH float64
 	findings                 []findingHours
+	// memPeakShare is the job's highest memory against its request (memory_unused),
+	// where it was measured.
+	memPeakShare *float64
 	// For the job list: the measured seconds, the findings (those the digest left out
 	// counted), the first finding.
 	seconds float64
@@ -79,6 +83,10 @@ func figuresOf(r *digest.Report, end time.Time, cpus, gpus int) figures {
 		f.gpuMeasH = f.gpuH
 		f.gpuUsedH = f.gpuH * clamp01(1-u)
 	}
+	if m, ok := meanOf(byKey["memory_unused"]); ok {
+		m = max(m, 0)
+		f.memPeakShare = &m
+	}
 	for _, p := range r.Findings {
 		share := clamp01(p.TimeShare)
 		f.findings = append(f.findings, findingHours{key: p.Key, name: p.Name, cpuH: f.cpuH * share, gpuH: f.gpuH * share})
@@ -121,10 +129,14 @@ func setFigures(ctx context.Context, tx *sql.Tx, key Key, f figures) error {
 	if f.top != nil {
 		topKey, topName, topShare, topSev = f.top.Key, f.top.Name, f.top.TimeShare, f.top.MeanSeverity
 	}
+	var peak any
+	if f.memPeakShare != nil {
+		peak = *f.memPeakShare
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET day = ?, cpu_h = ?, cpu_used_h = ?, cpu_meas_h = ?, gpu_h = ?, gpu_used_h = ?, gpu_meas_h = ?,
-			seconds = ?, findings = ?, top_key = ?, top_name = ?, top_share = ?, top_severity = ?
+			seconds = ?, findings = ?, top_key = ?, top_name = ?, top_share = ?, top_severity = ?, mem_peak_share = ?
 		WHERE key = ?`, f.day, f.cpuH, f.cpuUsedH, f.cpuMeasH, f.gpuH, f.gpuUsedH, f.gpuMeasH,
-		f.seconds, f.count, topKey, topName, topShare, topSev, key); err != nil {
+		f.seconds, f.count, topKey, topName, topShare, topSev, peak, key); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_findings WHERE job = ?`, key); err != nil {
@@ -153,15 +165,60 @@ func unroll(ctx context.Context, tx *sql.Tx, key Key) error { return rollBy(ctx,
 
 const rollGroup = `cluster, coalesce(account, ''), coalesce(user, ''), coalesce(partition, ''), coalesce(qos, '')`
 
+// wasteColumns are usage_daily's figures of what a job requested and left unused, and
+// wasteOf computes them from a job's row (in this order): memory requested, in
+// GiB-hours over the job's measured hours; of it, unused (1 − the peak's share of the
+// request) and measured (where the peak was); CPU-hours of the time limit requested
+// (CPUs × the limit), and left unused (CPUs × the limit less the job's elapsed time,
+// Slurm's where known). A job without a memory request or a time limit adds none.
+var wasteColumns = []string{"mem_gbh", "mem_unused_gbh", "mem_meas_gbh", "limit_cpu_h", "limit_unused_cpu_h"}
+
+const (
+	memGBH = `(coalesce(req_mem_mb, 0) / 1024.0 * coalesce(seconds, 0) / 3600)`
+	limitS = `(CASE WHEN time_limit_s > 0 THEN time_limit_s ELSE 0 END)`
+)
+
+var wasteExprs = []string{
+	memGBH,
+	`(CASE WHEN mem_peak_share IS NULL THEN 0 ELSE ` + memGBH + ` * (1 - min(max(mem_peak_share, 0), 1)) END)`,
+	`(CASE WHEN mem_peak_share IS NULL THEN 0 ELSE ` + memGBH + ` END)`,
+	`(coalesce(cpus, 0) * ` + limitS + ` / 3600.0)`,
+	`(coalesce(cpus, 0) * max(` + limitS + ` - coalesce(end_ts - start_ts, seconds, 0), 0) / 3600.0)`,
+}
+
+// wasteOf is the select list of the waste figures of a job's row, each times sign and
+// named as its column.
+func wasteOf(sign string) string {
+	out := make([]string, len(wasteExprs))
+	for i, e := range wasteExprs {
+		out[i] = sign + " * " + e + " AS " + wasteColumns[i]
+	}
+	return strings.Join(out, ", ")
+}
+
+// usageColumns are the figures usage_daily and usage_site_daily sum, and usageOf their
+// values from a job's row times sign.
+var usageColumns = append([]string{"jobs", "cpu_h", "cpu_used_h", "cpu_meas_h", "gpu_h", "gpu_used_h", "gpu_meas_h"}, wasteColumns...)
+
+func usageOf(sign string) string {
+	return sign + ", " + sign + " * cpu_h, " + sign + " * cpu_used_h, " + sign + " * cpu_meas_h, " + sign + " * gpu_h, " +
+		sign + " * gpu_used_h, " + sign + " * gpu_meas_h, " + wasteOf(sign)
+}
+
+// addUsage is the upsert that adds a job's figures (?1: the sign, ?2: the job's key) to a
+// usage table by its group columns (groupExprs: their values from the job's row).
+func addUsage(table, groupCols, groupExprs string) string {
+	set := make([]string, len(usageColumns))
+	for i, c := range usageColumns {
+		set[i] = c + " = " + c + " + excluded." + c
+	}
+	return `INSERT INTO ` + table + ` (` + groupCols + `, ` + strings.Join(usageColumns, ", ") + `)
+		SELECT ` + groupExprs + `, ` + usageOf("?1") + ` FROM jobs WHERE key = ?2 AND day IS NOT NULL
+		ON CONFLICT (` + groupCols + `) DO UPDATE SET ` + strings.Join(set, ", ")
+}
+
 func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
-	res, err := tx.ExecContext(ctx, `INSERT INTO usage_daily (day, cluster, account, user, partition, qos,
-			jobs, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h)
-		SELECT day, `+rollGroup+`, ?1, ?1 * cpu_h, ?1 * cpu_used_h, ?1 * cpu_meas_h, ?1 * gpu_h, ?1 * gpu_used_h, ?1 * gpu_meas_h
-		FROM jobs WHERE key = ?2 AND day IS NOT NULL
-		ON CONFLICT (day, cluster, account, user, partition, qos) DO UPDATE SET
-			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, cpu_used_h = cpu_used_h + excluded.cpu_used_h,
-			cpu_meas_h = cpu_meas_h + excluded.cpu_meas_h, gpu_h = gpu_h + excluded.gpu_h,
-			gpu_used_h = gpu_used_h + excluded.gpu_used_h, gpu_meas_h = gpu_meas_h + excluded.gpu_meas_h`, sign, key)
+	res, err := tx.ExecContext(ctx, addUsage("usage_daily", "day, cluster, account, user, partition, qos", "day, "+rollGroup), sign, key)
 	if err != nil {
 		return err
 	}
@@ -169,6 +226,7 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 		return err // no figures: nothing rolled
 	}
 	for _, q := range []string{
+		addUsage("usage_site_daily", "day, cluster", "day, cluster"),
 		`INSERT INTO findings_daily (day, cluster, account, user, partition, qos, finding, jobs, cpu_h, gpu_h)
 		SELECT j.day, ` + rollGroup + `, f.finding, ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
 		FROM jobs j JOIN job_findings f ON f.job = j.key WHERE j.key = ?2 AND j.day IS NOT NULL
@@ -196,6 +254,7 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 	for _, q := range []string{
 		`DELETE FROM usage_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
 			(SELECT day, ` + rollGroup + ` FROM jobs WHERE key = ?)`,
+		`DELETE FROM usage_site_daily WHERE jobs <= 0 AND (day, cluster) IN (SELECT day, cluster FROM jobs WHERE key = ?)`,
 		`DELETE FROM findings_daily WHERE jobs <= 0 AND (day, cluster, account, user, partition, qos) IN
 			(SELECT day, ` + rollGroup + ` FROM jobs WHERE key = ?)`,
 		`DELETE FROM findings_site_daily WHERE jobs <= 0 AND (day, cluster) IN (SELECT day, cluster FROM jobs WHERE key = ?)`,
@@ -261,4 +320,77 @@ func rollAll(ctx context.Context, tx *sql.Tx) error {
 		}
 	}
 	return nil
+}
+
+// rollWaste is schema 4's migration: the memory peaks of the jobs already rolled up,
+// from their reports, and what they requested and left unused added to their days'
+// roll-ups (a job pruned before adds nothing: its memory and time limit are not
+// known). The jobs not rolled up yet are rolled after the migration, whole (rollAll).
+func rollWaste(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT j.key, r.schema, r.codec, r.report FROM jobs j JOIN reports r ON r.job = j.key
+		WHERE j.day IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	c, err := newCodec()
+	if err != nil {
+		rows.Close()
+		return err
+	}
+	defer c.close()
+	peaks := map[Key]float64{}
+	for rows.Next() {
+		var key Key
+		var schema int
+		var codec string
+		var text []byte
+		if err := rows.Scan(&key, &schema, &codec, &text); err != nil {
+			rows.Close()
+			return err
+		}
+		if schema > digest.SchemaVersion {
+			continue
+		}
+		r, err := c.decode(codec, text)
+		if err != nil {
+			continue // an unreadable report is in no list either
+		}
+		for _, p := range r.Properties {
+			if m, ok := meanOf(p); ok && p.Key == "memory_unused" {
+				peaks[key] = max(m, 0)
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for key, m := range peaks {
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET mem_peak_share = ? WHERE key = ?`, m, key); err != nil {
+			return err
+		}
+	}
+	// Summed per roll-up group, then set on the groups' rows (which hold no waste yet).
+	sums, set := make([]string, len(wasteColumns)), make([]string, len(wasteColumns))
+	for i, c := range wasteColumns {
+		sums[i] = "sum(" + c + ") AS " + c
+		set[i] = c + " = w." + c
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE usage_daily AS u SET `+strings.Join(set, ", ")+`
+		FROM (SELECT day, c, a, us, p, q, `+strings.Join(sums, ", ")+`
+			FROM (SELECT day, cluster AS c, coalesce(account, '') AS a, coalesce(user, '') AS us, coalesce(partition, '') AS p,
+				coalesce(qos, '') AS q, `+wasteOf("1")+` FROM jobs WHERE day IS NOT NULL)
+			GROUP BY day, c, a, us, p, q) AS w
+		WHERE u.day = w.day AND u.cluster = w.c AND u.account = w.a AND u.user = w.us AND u.partition = w.p AND u.qos = w.q`)
+	if err != nil {
+		return err
+	}
+	// The site's daily figures: usage_daily's per day and cluster.
+	sums = make([]string, len(usageColumns))
+	for i, c := range usageColumns {
+		sums[i] = "sum(" + c + ")"
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO usage_site_daily (day, cluster, `+strings.Join(usageColumns, ", ")+`)
+		SELECT day, cluster, `+strings.Join(sums, ", ")+` FROM usage_daily GROUP BY day, cluster`)
+	return err
 }

@@ -7,7 +7,7 @@ import (
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -19,7 +19,10 @@ type migration struct {
 	description string
 	steps       []string
 	// after, if set, runs in the migration's transaction after its steps: what SQL
-	// alone cannot do (reading reports' JSON into figures).
+	// alone cannot do (reading reports into figures). It is today's code: it may touch
+	// only what its own and the earlier migrations made. Jobs whose reports are in no
+	// roll-up yet are rolled up once, after the newest migration (rollAll), with the
+	// newest figures.
 	after func(ctx context.Context, tx *sql.Tx) error
 }
 
@@ -237,6 +240,55 @@ var migrations = []migration{
 				name    TEXT NOT NULL
 			) STRICT, WITHOUT ROWID`,
 		},
-		after: rollAll,
+		// The reports are rolled up after the newest migration (rollAll).
+	},
+	{
+		// What jobs requested and left unused, for the admin's view: memory (GiB-hours
+		// requested, and unused where the job's peak was measured) and the time limit
+		// (CPU-hours of it requested, and left unused when the job ended before it), and
+		// the job's name. The roll-ups compute them from the job's row (wasteColumns), so
+		// changed facts move them as they move the hours; mem_peak_share is the report's
+		// (memory_unused: the peak against the request).
+		description: "memory and time limit requested and unused; job names",
+		steps: []string{
+			`ALTER TABLE jobs ADD COLUMN name TEXT`,
+			`ALTER TABLE jobs ADD COLUMN mem_peak_share REAL`,
+			`ALTER TABLE usage_daily ADD COLUMN mem_gbh REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_daily ADD COLUMN mem_unused_gbh REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_daily ADD COLUMN mem_meas_gbh REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_daily ADD COLUMN limit_cpu_h REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_daily ADD COLUMN limit_unused_cpu_h REAL NOT NULL DEFAULT 0`,
+			`CREATE INDEX jobs_account ON jobs (account, coalesce(end_ts, updated_ts))`,
+			// The site's figures per day and cluster (the site's totals and trend read a
+			// row per day), and usage_daily by account and by user (theirs).
+			`CREATE TABLE usage_site_daily (
+				day                INTEGER NOT NULL,
+				cluster            TEXT NOT NULL,
+				jobs               INTEGER NOT NULL,
+				cpu_h              REAL NOT NULL,
+				cpu_used_h         REAL NOT NULL,
+				cpu_meas_h         REAL NOT NULL,
+				gpu_h              REAL NOT NULL,
+				gpu_used_h         REAL NOT NULL,
+				gpu_meas_h         REAL NOT NULL,
+				mem_gbh            REAL NOT NULL,
+				mem_unused_gbh     REAL NOT NULL,
+				mem_meas_gbh       REAL NOT NULL,
+				limit_cpu_h        REAL NOT NULL,
+				limit_unused_cpu_h REAL NOT NULL,
+				PRIMARY KEY (day, cluster)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE INDEX usage_daily_account ON usage_daily (account, day)`,
+			`CREATE INDEX usage_daily_user ON usage_daily (user, day)`,
+			// The efficiency reports mailed: one per period, kind and recipient, ever.
+			`CREATE TABLE mails_sent (
+				period    TEXT NOT NULL,
+				kind      TEXT NOT NULL,
+				recipient TEXT NOT NULL,
+				sent_ts   INTEGER NOT NULL,
+				PRIMARY KEY (period, kind, recipient)
+			) STRICT, WITHOUT ROWID`,
+		},
+		after: rollWaste,
 	},
 }

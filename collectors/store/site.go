@@ -2,30 +2,58 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
+// Scope is whose figures a reader may see: every job (All), or the jobs of one user and
+// of the accounts they coordinate. The zero Scope sees nothing.
+type Scope struct {
+	All      bool
+	User     string
+	Accounts []string
+}
+
 // SiteFilter selects the jobs the site's figures sum: those that ended in [From, To)
 // (whole UTC days: From's day to the day before To's, To's own day included when To is
-// not midnight), of one cluster and one user where set.
+// not midnight), within Scope, narrowed to one cluster, account, user, partition and QOS
+// where set.
 type SiteFilter struct {
 	From, To time.Time
+	Scope    Scope
 	Cluster  string
+	Account  string
 	User     string
+	// Partition is a job's partition as Slurm names it (several, comma-separated, for a
+	// job submitted to several).
+	Partition string
+	QOS       string
 	// Top is how many users and jobs each finding lists (default 5).
 	Top int
 }
 
-// Usage is what a set of jobs held and used.
+// Usage is what a set of jobs held, used and left unused.
 type Usage struct {
 	Jobs int64
 	// CPUHours are the CPU-hours allocated; CPUUsedHours those used, of the
 	// CPUMeasuredHours in which use was measured. The same for GPUs.
 	CPUHours, CPUUsedHours, CPUMeasuredHours float64
 	GPUHours, GPUUsedHours, GPUMeasuredHours float64
+	// MemGiBHours is the memory requested (GiB × the jobs' hours); MemUnusedGiBHours
+	// the part of it above the jobs' peaks, of the MemMeasuredGiBHours whose peak was
+	// measured.
+	MemGiBHours, MemUnusedGiBHours, MemMeasuredGiBHours float64
+	// LimitCPUHours are the CPU-hours of the jobs' time limits (jobs with one);
+	// LimitUnusedCPUHours those the jobs did not run for, ending before their limit.
+	LimitCPUHours, LimitUnusedCPUHours float64
 }
+
+// CPUIdleHours are the allocated CPU-hours not used, where use was measured.
+func (u Usage) CPUIdleHours() float64 { return max(u.CPUMeasuredHours-u.CPUUsedHours, 0) }
+
+// GPUIdleHours are the allocated GPU-hours in which the GPUs ran nothing, where measured.
+func (u Usage) GPUIdleHours() float64 { return max(u.GPUMeasuredHours-u.GPUUsedHours, 0) }
 
 // FindingCost is what one finding cost the site: the jobs it was found in and the
 // CPU- and GPU-hours it held (each job's hours × the finding's share of the job's time),
@@ -58,75 +86,159 @@ type Site struct {
 	Findings []FindingCost
 }
 
-// Site sums the daily roll-ups the filter selects: exact at any number of jobs (every
-// stored report is in them, and they outlive the reports by their own retention),
-// reading days, not jobs. The findings' top jobs come from the jobs still kept.
-func (s *Store) Site(ctx context.Context, f SiteFilter) (*Site, error) {
-	if f.Top <= 0 {
-		f.Top = 5
-	}
-	from, to := day(f.From), day(f.To)
+// span is the filter's whole UTC days, as roll-up days [from, to).
+func (f SiteFilter) span() (from, to int64) {
+	from, to = day(f.From), day(f.To)
 	if f.To.Unix() > to {
 		to += 86400
 	}
-	out := &Site{From: time.Unix(from, 0).UTC(), To: time.Unix(to, 0).UTC()}
-	const where = `day >= ?1 AND day < ?2 AND (?3 = '' OR cluster = ?3) AND (?4 = '' OR user = ?4)`
-	args := []any{from, to, f.Cluster, f.User}
-	u := &out.Usage
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(jobs), 0), coalesce(sum(cpu_h), 0), coalesce(sum(cpu_used_h), 0),
-			coalesce(sum(cpu_meas_h), 0), coalesce(sum(gpu_h), 0), coalesce(sum(gpu_used_h), 0), coalesce(sum(gpu_meas_h), 0)
-		FROM usage_daily WHERE `+where, args...).Scan(&u.Jobs, &u.CPUHours, &u.CPUUsedHours, &u.CPUMeasuredHours,
-		&u.GPUHours, &u.GPUUsedHours, &u.GPUMeasuredHours); err != nil {
-		return nil, fmt.Errorf("store: site: %w", err)
-	}
-	// The findings' totals: per day and cluster, or a user's (by their own index).
-	table := `findings_site_daily d`
-	if f.User != "" {
-		table = `finding_users_daily d INDEXED BY finding_users_daily_user`
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
-		FROM `+table+` LEFT JOIN finding_names n ON n.finding = d.finding
-		WHERE d.day >= ?1 AND d.day < ?2 AND (?3 = '' OR d.cluster = ?3)`+userCond(f.User)+`
-		GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: site: %w", err)
-	}
-	for rows.Next() {
-		var c FindingCost
-		if err := rows.Scan(&c.Key, &c.Name, &c.Jobs, &c.CPUHours, &c.GPUHours); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("store: site: %w", err)
+	return from, to
+}
+
+// where is the filter as conditions on a roll-up table with every group column (and
+// "day"), or on jobs (j.) with onJobs; with its arguments. A job without an account,
+// user, partition or QOS has the empty name in the roll-ups.
+func (f SiteFilter) where(prefix string, onJobs bool) (string, []any) {
+	from, to := f.span()
+	col := func(c string) string {
+		if onJobs {
+			return "coalesce(" + prefix + c + ", '')"
 		}
-		out.Findings = append(out.Findings, c)
+		return prefix + c
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	day := prefix + "day"
+	conds, args := []string{day + " >= ?", day + " < ?"}, []any{from, to}
+	for _, c := range []struct{ col, v string }{{"cluster", f.Cluster}, {"account", f.Account}, {"user", f.User}, {"partition", f.Partition}, {"qos", f.QOS}} {
+		if c.v != "" {
+			conds, args = append(conds, col(c.col)+" = ?"), append(args, c.v)
+		}
+	}
+	if s := f.Scope; !s.All {
+		in := []string{col("user") + " = ?"}
+		args = append(args, s.User)
+		if len(s.Accounts) > 0 {
+			in = append(in, col("account")+" IN (?"+strings.Repeat(", ?", len(s.Accounts)-1)+")")
+			for _, a := range s.Accounts {
+				args = append(args, a)
+			}
+		}
+		if s.User == "" && len(s.Accounts) == 0 {
+			in = []string{"0"} // nobody's: nothing
+		}
+		conds = append(conds, "("+strings.Join(in, " OR ")+")")
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// coarse says whether the finding's totals can come from the roll-ups per day and
+// cluster (or per user): the filter names no account, partition or QOS, and sees all.
+func (f SiteFilter) coarse() bool {
+	return f.Account == "" && f.Partition == "" && f.QOS == "" && f.Scope.All
+}
+
+// usage is the table the filter's usage sums read, with its conditions: the site's
+// figures per day and cluster where the filter names no account, user, partition or QOS
+// and sees all, else usage_daily.
+func (f SiteFilter) usage() (table, where string, args []any) {
+	if f.coarse() && f.User == "" {
+		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, Scope: Scope{All: true}}.where("", false)
+		return "usage_site_daily", where, args
+	}
+	where, args = f.where("", false)
+	return "usage_daily", where, args
+}
+
+// usageSums is the select list of Usage's figures summed over usage_daily's rows, in
+// scanUsage's order.
+const usageSums = `coalesce(sum(jobs), 0), coalesce(sum(cpu_h), 0), coalesce(sum(cpu_used_h), 0), coalesce(sum(cpu_meas_h), 0),
+	coalesce(sum(gpu_h), 0), coalesce(sum(gpu_used_h), 0), coalesce(sum(gpu_meas_h), 0),
+	coalesce(sum(mem_gbh), 0), coalesce(sum(mem_unused_gbh), 0), coalesce(sum(mem_meas_gbh), 0),
+	coalesce(sum(limit_cpu_h), 0), coalesce(sum(limit_unused_cpu_h), 0)`
+
+// scanUsage reads usageSums after the extra destinations.
+func scanUsage(r scanner, u *Usage, extra ...any) error {
+	return r.Scan(append(extra, &u.Jobs, &u.CPUHours, &u.CPUUsedHours, &u.CPUMeasuredHours, &u.GPUHours, &u.GPUUsedHours,
+		&u.GPUMeasuredHours, &u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours)...)
+}
+
+// Rollups reads the site's figures from the daily roll-ups: a period's totals and
+// findings (Site), per group (By) and per week (Weeks).
+type Rollups struct{ s *Store }
+
+// Rollups is the store's reader of the site's figures.
+func (s *Store) Rollups() Rollups { return Rollups{s} }
+
+// Site sums the daily roll-ups the filter selects: exact at any number of jobs (every
+// stored report is in them, and they outlive the reports by their own retention),
+// reading days, not jobs. The findings' top jobs come from the jobs still kept.
+func (r Rollups) Site(ctx context.Context, f SiteFilter) (*Site, error) {
+	s := r.s
+	if f.Top <= 0 {
+		f.Top = 5
+	}
+	from, to := f.span()
+	out := &Site{From: time.Unix(from, 0).UTC(), To: time.Unix(to, 0).UTC()}
+	table, where, args := f.usage()
+	if err := scanUsage(s.r.QueryRowContext(ctx, `SELECT `+usageSums+` FROM `+table+` WHERE `+where, args...), &out.Usage); err != nil {
+		return nil, fmt.Errorf("store: site: %w", err)
+	}
+	var err error
+	if out.Findings, err = r.findingTotals(ctx, f); err != nil {
 		return nil, fmt.Errorf("store: site: %w", err)
 	}
 	for i := range out.Findings {
 		c := &out.Findings[i]
-		if err := findingTops(ctx, s.r, c, where, args, f.Top); err != nil {
+		if err := r.findingTops(ctx, c, f); err != nil {
 			return nil, fmt.Errorf("store: site: %s: %w", c.Key, err)
 		}
 	}
 	return out, nil
 }
 
-// userCond narrows the findings' totals to a user's; without one it still names ?4 (the
-// empty user), so that the query takes the same arguments (findings_site_daily has no
-// user column).
-func userCond(user string) string {
-	if user == "" {
-		return ` AND ?4 = ''`
+// findingTotals are the findings' totals, costliest first: from the roll-ups per day and
+// cluster, or a user's (by their own index), where the filter allows; else from the
+// roll-ups with every group column.
+func (r Rollups) findingTotals(ctx context.Context, f SiteFilter) ([]FindingCost, error) {
+	table, where, args := `findings_daily d`, "", []any(nil)
+	switch {
+	case f.coarse() && f.User == "":
+		table = `findings_site_daily d`
+		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, Scope: Scope{All: true}}.where("d.", false)
+	case f.coarse():
+		table = `finding_users_daily d INDEXED BY finding_users_daily_user`
+		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, User: f.User, Scope: Scope{All: true}}.where("d.", false)
+	default:
+		where, args = f.where("d.", false)
 	}
-	return ` AND d.user = ?4`
+	rows, err := r.s.r.QueryContext(ctx, `SELECT d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
+		FROM `+table+` LEFT JOIN finding_names n ON n.finding = d.finding
+		WHERE `+where+` GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FindingCost
+	for rows.Next() {
+		var c FindingCost
+		if err := rows.Scan(&c.Key, &c.Name, &c.Jobs, &c.CPUHours, &c.GPUHours); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // findingTops fills a finding's top users (from the roll-ups) and top jobs (from the
 // jobs kept).
-func findingTops(ctx context.Context, db *sql.DB, c *FindingCost, where string, args []any, top int) error {
-	rows, err := db.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM finding_users_daily
-		WHERE finding = ?5 AND `+where+` GROUP BY user ORDER BY sum(cpu_h) DESC, user LIMIT ?6`, append(args, c.Key, top)...)
+func (r Rollups) findingTops(ctx context.Context, c *FindingCost, f SiteFilter) error {
+	table := `findings_daily`
+	where, args := f.where("", false)
+	if f.coarse() {
+		table = `finding_users_daily`
+		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, User: f.User, Scope: Scope{All: true}}.where("", false)
+	}
+	rows, err := r.s.r.QueryContext(ctx, `SELECT user, sum(cpu_h), sum(gpu_h) FROM `+table+`
+		WHERE finding = ? AND `+where+` GROUP BY user ORDER BY sum(cpu_h) DESC, user LIMIT ?`, append(append([]any{c.Key}, args...), f.Top)...)
 	if err != nil {
 		return err
 	}
@@ -142,10 +254,13 @@ func findingTops(ctx context.Context, db *sql.DB, c *FindingCost, where string, 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = db.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
+	// The jobs' conditions, with the finding's day in place of the job's.
+	where, args = f.where("j.", true)
+	where = strings.Replace(where, "j.day >= ? AND j.day < ?", "f.day >= ? AND f.day < ?", 1)
+	rows, err = r.s.r.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
 		FROM job_findings f JOIN jobs j ON j.key = f.job
-		WHERE f.finding = ?5 AND f.day >= ?1 AND f.day < ?2 AND (?3 = '' OR j.cluster = ?3) AND (?4 = '' OR j.user = ?4)
-		ORDER BY f.cpu_h DESC, f.job LIMIT ?6`, append(args, c.Key, top)...)
+		WHERE f.finding = ? AND `+where+`
+		ORDER BY f.cpu_h DESC, f.job LIMIT ?`, append(append([]any{c.Key}, args...), f.Top)...)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sitesim"
 )
 
@@ -23,7 +25,7 @@ func near(a, b float64) bool {
 // checkSite compares the site's figures over every day with what was stored.
 func checkSite(t *testing.T, s *store.Store, now time.Time, want sitesim.Totals) {
 	t.Helper()
-	site, err := s.Site(context.Background(), store.SiteFilter{From: now.AddDate(0, 0, -30), To: now, Top: 3})
+	site, err := s.Rollups().Site(context.Background(), store.SiteFilter{From: now.AddDate(0, 0, -30), To: now, Top: 3, Scope: store.Scope{All: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func TestRollupsFollowChanges(t *testing.T) {
 	}
 	site := func(user string) *store.Site {
 		t.Helper()
-		st, err := s.Site(ctx, store.SiteFilter{From: store.T0.AddDate(0, 0, -1), To: store.T0.AddDate(0, 0, 1), User: user})
+		st, err := s.Rollups().Site(ctx, store.SiteFilter{From: store.T0.AddDate(0, 0, -1), To: store.T0.AddDate(0, 0, 1), User: user, Scope: store.Scope{All: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,5 +204,173 @@ func TestAdmin(t *testing.T) {
 	}
 	if err := st.Write(&b); err != nil || !strings.Contains(b.String(), "cluster alpha") {
 		t.Errorf("stats as text: %v", err)
+	}
+}
+
+// TestSiteByAccount: each account's figures are the sums over its jobs' facts and
+// reports (sitesim's own sums: hours, memory requested and unused, time limits
+// requested and not run), and its CPU- and GPU-hours used the sums of its jobs'
+// listed figures; the weeks add up to the period; a scope sees what it may, nothing
+// else.
+func TestSiteByAccount(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
+	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: 3000, Now: now, Seed: 11, Accounts: 6, Users: 30}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := store.SiteFilter{From: now.AddDate(0, 0, -30), To: now, Scope: store.Scope{All: true}}
+	groups, err := s.Rollups().By(ctx, all, store.ByAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != len(tot.ByAccount) {
+		t.Errorf("%d accounts, stored %d", len(groups), len(tot.ByAccount))
+	}
+	list, err := s.ListJobs(ctx, store.JobFilter{Scope: store.Scope{All: true}})
+	if err != nil || len(list) != 3000 {
+		t.Fatalf("%d jobs listed, %v", len(list), err)
+	}
+	used := map[string][2]float64{}
+	for _, l := range list {
+		u := used[l.Job.Account]
+		u[0] += l.Summary.Usage.CPUUsedHours
+		u[1] += l.Summary.Usage.GPUUsedHours
+		used[l.Job.Account] = u
+	}
+	for i, g := range groups {
+		w := tot.ByAccount[g.Name]
+		for _, c := range []struct {
+			what      string
+			got, want float64
+		}{
+			{"jobs", float64(g.Jobs), float64(w.Jobs)}, {"CPU-hours", g.CPUHours, w.CPUHours}, {"GPU-hours", g.GPUHours, w.GPUHours},
+			{"memory GiB-hours", g.MemGiBHours, w.MemGiBHours}, {"memory unused", g.MemUnusedGiBHours, w.MemUnusedGiBHours},
+			{"time limit CPU-hours", g.LimitCPUHours, w.LimitCPUHours}, {"time limit not run", g.LimitUnusedCPUHours, w.LimitUnusedCPUHours},
+			{"CPU-hours used", g.CPUUsedHours, used[g.Name][0]}, {"GPU-hours used", g.GPUUsedHours, used[g.Name][1]},
+		} {
+			if !near(c.got, c.want) {
+				t.Errorf("account %s: %s %.6f, its jobs sum to %.6f", g.Name, c.what, c.got, c.want)
+			}
+		}
+		if g.MemUnusedGiBHours <= 0 || g.LimitUnusedCPUHours <= 0 || g.Top == nil || g.CPUIdleHours() <= 0 {
+			t.Errorf("account %s: nothing unused, or no finding: %+v", g.Name, g)
+		}
+		if i > 0 && g.CPUHours+g.GPUHours > groups[i-1].CPUHours+groups[i-1].GPUHours {
+			t.Errorf("account %s above %s: not ordered by hours", groups[i-1].Name, g.Name)
+		}
+	}
+	site, err := s.Rollups().Site(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weeks, err := s.Rollups().Weeks(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs int64
+	var cpuH float64
+	for i, w := range weeks {
+		jobs, cpuH = jobs+w.Jobs, cpuH+w.CPUHours
+		if w.From.Weekday() != time.Monday || i > 0 && w.From.Sub(weeks[i-1].From) != 7*24*time.Hour {
+			t.Errorf("week %d begins %s", i, w.From)
+		}
+	}
+	// The days from Saturday 2026-10-31 to Monday 2026-11-30: 6 weeks from Monday 10-26.
+	if jobs != site.Jobs || !near(cpuH, site.CPUHours) || len(weeks) != 6 || !weeks[0].From.Equal(time.Date(2026, 10, 26, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("%d weeks sum to %d jobs, %.3f CPU-hours; the period has %d, %.3f", len(weeks), jobs, cpuH, site.Jobs, site.CPUHours)
+	}
+
+	// Scopes: a user sees their own; a coordinator their accounts' and their own; the
+	// zero scope nothing; a filter outside the scope nothing.
+	var user string
+	for _, l := range list {
+		if l.Job.Account != groups[0].Name {
+			user = l.Job.User
+			break
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		f     store.SiteFilter
+		want  float64
+		empty bool
+	}{
+		{"a user", store.SiteFilter{Scope: store.Scope{User: user}}, tot.ByUser[user], false},
+		{"a coordinator", store.SiteFilter{Scope: store.Scope{User: "nobody", Accounts: []string{groups[0].Name}}}, groups[0].CPUHours, false},
+		{"a coordinator and their own", store.SiteFilter{Scope: store.Scope{User: user, Accounts: []string{groups[0].Name}}}, groups[0].CPUHours + tot.ByUser[user], false},
+		{"nobody", store.SiteFilter{}, 0, true},
+		{"another's account", store.SiteFilter{Scope: store.Scope{User: user}, Account: groups[0].Name}, 0, true},
+		{"another user in a coordinated account", store.SiteFilter{Scope: store.Scope{User: "nobody", Accounts: []string{groups[0].Name}}, User: user}, 0, true},
+	} {
+		c.f.From, c.f.To = all.From, all.To
+		st, err := s.Rollups().Site(ctx, c.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(st.CPUHours, c.want) || c.empty && (st.Jobs != 0 || len(st.Findings) != 0) {
+			t.Errorf("%s: %d jobs, %.3f CPU-hours, %d findings; want %.3f", c.name, st.Jobs, st.CPUHours, len(st.Findings), c.want)
+		}
+		for _, f := range st.Findings {
+			for _, j := range f.TopJobs {
+				if j.Job.User != c.f.Scope.User && !slices.Contains(c.f.Scope.Accounts, j.Job.Account) {
+					t.Errorf("%s: finding %s lists job %d of %s (%s)", c.name, f.Key, j.Job.ID, j.Job.User, j.Job.Account)
+				}
+			}
+			for _, u := range f.Users {
+				if c.name == "a user" && u.User != user {
+					t.Errorf("%s: finding %s lists user %s", c.name, f.Key, u.User)
+				}
+			}
+		}
+		l, err := s.ListJobs(ctx, store.JobFilter{Scope: c.f.Scope, Account: c.f.Account, User: c.f.User})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h float64
+		for _, j := range l {
+			h += j.Summary.Usage.CPUHours
+		}
+		if !near(h, c.want) {
+			t.Errorf("%s: the jobs listed hold %.3f CPU-hours, want %.3f", c.name, h, c.want)
+		}
+	}
+}
+
+// TestWasteFollowsFacts: a job's memory and time limit, written after its report, move
+// what the roll-ups count as requested and unused.
+func TestWasteFollowsFacts(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
+	r := testReport(12) // 64 CPUs for an hour
+	r.Properties = append(r.Properties, properties.Result{Key: "memory_unused", Assessed: true, Deciles: []float64{0.25, 0.25}})
+	if err := s.Keep(ctx, store.Job{User: "alice", Account: "a", Start: r.Start, End: r.End}, r); err != nil {
+		t.Fatal(err)
+	}
+	f := store.SiteFilter{From: store.T0.AddDate(0, 0, -1), To: store.T0.AddDate(0, 0, 1), Scope: store.Scope{All: true}}
+	usage := func() store.Usage {
+		t.Helper()
+		st, err := s.Rollups().Site(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Usage
+	}
+	if u := usage(); u.MemGiBHours != 0 || u.LimitCPUHours != 0 {
+		t.Errorf("no request known: %+v", u)
+	}
+	// 8 GiB and a 4 h limit for a job of an hour: 8 GiB-hours, 6 unused; 256 CPU-hours
+	// of limit, 192 not run.
+	if err := s.PutJob(ctx, store.Job{ID: 12, Start: r.Start, ReqMemMB: 8192, TimeLimit: 4 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	u := usage()
+	got := [4]float64{u.MemGiBHours, u.MemUnusedGiBHours, u.LimitCPUHours, u.LimitUnusedCPUHours}
+	if want := [4]float64{8, 6, 256, 192}; !near(got[0], want[0]) || !near(got[1], want[1]) || !near(got[2], want[2]) || !near(got[3], want[3]) {
+		t.Errorf("memory and limit: %v, want %v", got, want)
+	}
+	if u.Jobs != 1 || u.MemMeasuredGiBHours != u.MemGiBHours {
+		t.Errorf("usage %+v", u)
 	}
 }

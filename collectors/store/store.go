@@ -63,10 +63,10 @@ type Store struct {
 // NORMAL (durable against process crashes; a power loss may lose the last
 // transactions, never corrupt the file), foreign keys and a busy timeout.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	return open(ctx, path, opts, migrations)
+	return open(ctx, path, opts, migrations, rollAll)
 }
 
-func open(ctx context.Context, path string, opts Options, migs []migration) (*Store, error) {
+func open(ctx context.Context, path string, opts Options, migs []migration, final func(context.Context, *sql.Tx) error) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("store: %q: need a file path (no URI, no '?' or '#')", path)
 	}
@@ -108,7 +108,7 @@ func open(ctx context.Context, path string, opts Options, migs []migration) (*St
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, w, migs, opts.Now); err != nil {
+	if err := migrate(ctx, w, migs, final, opts.Now); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
@@ -142,8 +142,9 @@ func (s *Store) Close() error {
 
 // migrate brings the database to len(migs). Each migration runs in its own
 // IMMEDIATE transaction that re-reads the version, so two processes opening
-// a fresh file at once apply each migration once.
-func migrate(ctx context.Context, db *sql.DB, migs []migration, now func() time.Time) error {
+// a fresh file at once apply each migration once. final (if set) runs in the
+// newest migration's transaction, after it.
+func migrate(ctx context.Context, db *sql.DB, migs []migration, final func(context.Context, *sql.Tx) error, now func() time.Time) error {
 	var cur int
 	err := inTx(ctx, db, func(tx *sql.Tx) error {
 		var app int64
@@ -197,6 +198,11 @@ func migrate(ctx context.Context, db *sql.DB, migs []migration, now func() time.
 			}
 			if m.after != nil {
 				if err := m.after(ctx, tx); err != nil {
+					return err
+				}
+			}
+			if final != nil && v == len(migs) {
+				if err := final(ctx, tx); err != nil {
 					return err
 				}
 			}

@@ -1,0 +1,80 @@
+// Package siteview is the admin's view of the site: where a period's CPU- and GPU-hours
+// went, by cluster, account, user, partition or QOS, what was left unused (CPUs and
+// GPUs idle, memory and time limits requested and never used), the findings that cost
+// the most hours with their users and jobs, and the trend per week over a year. The
+// same figures come out as text, CSV and JSON (`persyst site`) and as HTML pages with
+// SVG charts (`persyst web`, /site); all from the store's daily roll-ups, so that a
+// year of a site with a million jobs a week reads days, not jobs.
+//
+// # Who sees what
+//
+// A reader sees what their store.Scope allows: admins every job; a user their own jobs
+// and, as an account's coordinator in Slurm's accounting (sacctmgr), every job of the
+// accounts they coordinate and their sub-accounts. Asking for another user's or
+// account's figures without that right gives nothing of them, the same as a filter that
+// selects no job: the view does not say which accounts or users exist.
+package siteview
+
+import (
+	"context"
+
+	"github.com/persyst/persyst/collectors/store"
+)
+
+// Query is what a reader asks for: a period, narrowed to a cluster, account, user,
+// partition and QOS where set, grouped by a dimension.
+type Query struct {
+	Period                                 Period
+	Cluster, Account, User, Partition, QOS string
+	By                                     store.Dim
+	// Top is how many users and jobs each finding lists (default 5).
+	Top int
+}
+
+// Filter is the query as the store's filter, within scope.
+func (q Query) Filter(scope store.Scope) store.SiteFilter {
+	return store.SiteFilter{From: q.Period.From, To: q.Period.To, Scope: scope, Cluster: q.Cluster, Account: q.Account,
+		User: q.User, Partition: q.Partition, QOS: q.QOS, Top: q.Top}
+}
+
+// TrendWeeks is how far back the trend goes: a year of weeks to the period's end.
+const TrendWeeks = 53
+
+// View is the figures of a query: the period's totals and findings, its groups, and the
+// trend per week over the year that ends with the period.
+type View struct {
+	Query  Query
+	Site   *store.Site
+	Groups []store.Group
+	Weeks  []store.Week
+}
+
+// Build reads a query's figures from the store, within scope.
+func Build(ctx context.Context, st *store.Store, q Query, scope store.Scope) (*View, error) {
+	if q.By == "" {
+		q.By = store.ByAccount
+	}
+	f := q.Filter(scope)
+	site, err := st.Rollups().Site(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := st.Rollups().By(ctx, f, q.By)
+	if err != nil {
+		return nil, err
+	}
+	tf := f
+	tf.From = q.Period.To.AddDate(0, 0, -7*TrendWeeks)
+	weeks, err := st.Rollups().Weeks(ctx, tf)
+	if err != nil {
+		return nil, err
+	}
+	return &View{Query: q, Site: site, Groups: groups, Weeks: weeks}, nil
+}
+
+// Jobs lists the jobs of a query (the newest to end first, at most limit), within scope:
+// the drill-down below a user.
+func Jobs(ctx context.Context, st *store.Store, q Query, scope store.Scope, limit int) ([]store.Listed, error) {
+	return st.ListJobs(ctx, store.JobFilter{Scope: scope, Since: q.Period.From, Before: q.Period.To, Cluster: q.Cluster,
+		Account: q.Account, User: q.User, Partition: q.Partition, QOS: q.QOS, Limit: limit})
+}
