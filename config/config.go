@@ -82,6 +82,13 @@ type Config struct {
 	// whose jobs left fewer CPU- and GPU-hours idle in the period gets none.
 	ReportOptOut         string
 	ReportMinWastedHours float64
+	// NoticeIdleGPUAfter and NoticeIdleCPUAfter: a running job whose GPUs all ran
+	// nothing (whose CPUs were busy under a tenth of the time) this long is told, once
+	// (0: never); NoticeMail sends the notice to the user by mail too; NoticeCommand is
+	// run with the job, its user and the reason.
+	NoticeIdleGPUAfter, NoticeIdleCPUAfter time.Duration
+	NoticeMail                             bool
+	NoticeCommand                          string
 	// AccountingSummary keeps a summary of each job's digest in its AdminComment in
 	// Slurm's accounting (accounting.Write).
 	AccountingSummary bool
@@ -149,7 +156,8 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 func Defaults() Config {
 	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
 		JobRetention: 400 * 24 * time.Hour, RollupRetention: 3650 * 24 * time.Hour,
-		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", ReportMinWastedHours: 10, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
+		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", ReportMinWastedHours: 10,
+		NoticeIdleGPUAfter: time.Hour, NoticeIdleCPUAfter: 2 * time.Hour, NoticeMail: true, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
 		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
 }
 
@@ -189,6 +197,10 @@ var fields = []field{
 		return nil
 	}},
 	{"ReportOptOut", func(c *Config, v string) error { return absPath(&c.ReportOptOut, v) }},
+	{"NoticeIdleGPUAfter", func(c *Config, v string) error { return noticeAfter(&c.NoticeIdleGPUAfter, v) }},
+	{"NoticeIdleCPUAfter", func(c *Config, v string) error { return noticeAfter(&c.NoticeIdleCPUAfter, v) }},
+	{"NoticeMail", func(c *Config, v string) error { return onOff(&c.NoticeMail, v) }},
+	{"NoticeCommand", func(c *Config, v string) error { return absPath(&c.NoticeCommand, v) }},
 	{"ReportMinWastedHours", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f >= 0 && f <= 1e9) {
@@ -659,5 +671,20 @@ func absPath(dst *string, v string) error {
 		return fmt.Errorf("want an absolute path, got %q", v)
 	}
 	*dst = v
+	return nil
+}
+
+// noticeAfter reads how long a job must hold a resource idle before it is told: 0 (never)
+// or a duration (90s, 30m, 1h30m) of at most 30 days.
+func noticeAfter(d *time.Duration, v string) error {
+	if v == "0" {
+		*d = 0
+		return nil
+	}
+	x, err := time.ParseDuration(v)
+	if err != nil || x < time.Second || x > 30*24*time.Hour {
+		return fmt.Errorf("want 0 (never) or a duration from 1s to 720h (e.g. 1h or 90m), got %q", v)
+	}
+	*d = x
 	return nil
 }

@@ -50,6 +50,8 @@ type MeasureConfig struct {
 	GPUIndex string
 	// Metrics counts the daemon's work for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
+	// Notice says when a running job that holds resources without using them is told.
+	Notice NoticeConfig
 }
 
 // Measurer measures the node's jobs: it opens a job's meter when the job starts (opener),
@@ -74,6 +76,7 @@ type Measurer struct {
 	dig     *digester
 	pass    *digestPass
 	unann   *unannounced
+	notices *noticer
 	// starts counts the meters being opened in the background (Prepare).
 	starts sync.WaitGroup
 }
@@ -130,6 +133,11 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m.oom.following = m.env.GPUErrors.Following
 	m.unann = newUnannounced(m.host, node, reg, cfg.Metrics, log, now)
 	m.digests(cfg.Digest.withDefaults())
+	var appendNotice func(ctx context.Context, t digest.Target, text []byte) error
+	if !cfg.Digest.Off {
+		appendNotice = cfg.Digest.Append // a line in the output file, where digests go
+	}
+	m.notices = newNoticer(cfg.Notice, appendNotice, cfg.Metrics, log, now)
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
 		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2, GPUIndex: cfg.GPUIndex}}
 	if m.owned.parent == "" {
@@ -299,6 +307,7 @@ func (m *Measurer) Forget(keep func(uint32) bool) {
 	}
 	m.lookups.forget(keep)
 	m.dig.forget(keep)
+	m.notices.forget(keep)
 }
 
 // Vanished returns the running jobs whose cgroups Slurm removed: a sign, not a proof
@@ -394,6 +403,12 @@ func (m *Measurer) cycle() {
 		}
 		if _, err := r.job.Read(sample.Cycle); err != nil {
 			m.log.Debug().Err(err).Uint32("job", r.jm.id).Msg("cycle read incomplete")
+		}
+		// A job that holds what it does not use is told, by its batch host.
+		if j := byID[r.jm.id]; j != nil && m.notices.on() && j.step("batch") != nil {
+			if l, ok := r.job.Latest(); ok {
+				m.notices.judge(j, l.Sample, len(r.job.Meter().Spec().CPUs), m.lookups.atStart(j))
+			}
 		}
 	}
 	m.unann.atCycle(look)

@@ -65,6 +65,8 @@ var catalog = []Def{
 		Help: "perf_event counters open for the node's running jobs."},
 	{Name: "persyst_daemon_digests_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"result"},
 		Help: "Digests for job output files, by result: written, or why not (no_output, not_regular, symlink, not_owner, unlinked, not_found, permission, timeout, off, no_job_facts, error)."},
+	{Name: "persyst_daemon_notices_total", Kind: Counter, Role: RoleDaemon, Labels: []string{"reason", "part", "result"},
+		Help: "Notices to running jobs that hold resources without using them (NoticeIdleGPUAfter, NoticeIdleCPUAfter), by reason (gpu_idle, cpu_idle), part (output: the line in the job's output file; mail; command: the site's NoticeCommand) and result (sent, failed, no_file)."},
 	{Name: "persyst_daemon_unannounced_jobs_total", Kind: Counter, Role: RoleDaemon,
 		Help: "Jobs Slurm ran on the node (a step's cgroup existed for 10 s) that persyst's SPANK plugin never announced to the daemon: more than 0 means slurmd did not load the plugin (run persyst check)."},
 	{Name: "persyst_daemon_ship_queue", Kind: Gauge, Role: RoleDaemon,
@@ -100,6 +102,8 @@ var catalog = []Def{
 		Help: "GPU memory the job held at its highest over its latest interval, all its GPUs on the node."},
 	{Name: "persyst_job_gpu_power_watts", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
 		Help: "Power of the job's GPUs over its latest interval (GPUs not shared with other jobs)."},
+	{Name: "persyst_job_idle_seconds", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "reason"},
+		Help: "How long a running job has held resources without using them, on its batch host, by reason: gpu_idle (every GPU ran nothing), cpu_idle (CPUs under a tenth busy); no series while it uses them. Only where notices are on (NoticeIdleGPUAfter, NoticeIdleCPUAfter)."},
 	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "property"},
 		Help: "Severity (0 to 1) of the job's most severe property in its latest interval, and which property it is."},
 

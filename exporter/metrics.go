@@ -28,6 +28,7 @@ type Daemon struct {
 	accountingWrites  *prometheus.CounterVec
 	accountingSeconds prometheus.Histogram
 	unannounced       prometheus.Counter
+	notices           *prometheus.CounterVec
 }
 
 // NewDaemon registers the node daemon's metrics on r.
@@ -40,6 +41,15 @@ func NewDaemon(r prometheus.Registerer) *Daemon {
 		accountingWrites:  counterVec(r, "persyst_daemon_accounting_writes_total"),
 		accountingSeconds: histogram(r, "persyst_daemon_accounting_write_duration_seconds"),
 		unannounced:       counter(r, "persyst_daemon_unannounced_jobs_total"),
+		notices:           counterVec(r, "persyst_daemon_notices_total"),
+	}
+}
+
+// Notice counts a part of a notice to a running job (output, mail, command) for a reason
+// (gpu_idle, cpu_idle), sent or not.
+func (m *Daemon) Notice(reason, part, result string) {
+	if m != nil {
+		m.notices.WithLabelValues(reason, part, result).Inc()
 	}
 }
 

@@ -40,9 +40,15 @@ func TestAdminView(t *testing.T) {
 		}
 	}
 	mail := newMailbox(t)
+	// The site's NoticeCommand logs what it is called with.
+	noticeLog := filepath.Join(dir, "notices.log")
+	noticeCmd := filepath.Join(dir, "notice.sh")
+	if err := os.WriteFile(noticeCmd, []byte("#!/bin/sh\necho \"$@\" >> "+noticeLog+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	c := startCluster(t, 2, "ACCOUNTING=1", "PERSYST_COLLECTORS=1", "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
 		"PERSYST_FAKE_NVML="+scenario, "PERSYST_FAKE_NVML_PROCS="+procs,
-		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg+"\nWebURL=https://hpc.persyst.test/persyst")
+		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg+"\nWebURL=https://hpc.persyst.test/persyst\nNoticeIdleGPUAfter=3s\nNoticeCommand="+noticeCmd)
 	_, load := binaries(t)
 
 	// Two accounts, three users (system users of every Debian: nobody, daemon, bin);
@@ -263,6 +269,8 @@ func TestAdminView(t *testing.T) {
 	if code != 200 || err != nil || len(recs) != 4 || !strings.Contains(body, `"<b>train</b>, ""v2"""`) {
 		t.Errorf("chem's jobs as CSV: %d, %v\n%s", code, err, body)
 	}
+
+	testNotices(t, c, mail, scenario, noticeLog)
 }
 
 var groupRowRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)"`)
@@ -305,4 +313,47 @@ func mean(r *digest.Report, key string) (float64, bool) {
 		sum += (p.Deciles[i-1] + p.Deciles[i]) / 2
 	}
 	return sum / float64(len(p.Deciles)-1), true
+}
+
+// testNotices: a job whose GPU runs nothing for 3 s (NoticeIdleGPUAfter=3s) is told while
+// it runs, once: a line in its output, a mail, the site's command; a job that opted out
+// is not.
+func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog string) {
+	t.Helper()
+	if err := os.WriteFile(scenario, []byte(gpuDevices), 0o644); err != nil { // every GPU idle
+		t.Fatal(err)
+	}
+	out := filepath.Join(c.work, "idle-%j.out")
+	id := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[0], "-o", out, "--wrap", "sleep 12")
+	off := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[1], "--persyst=off", "-o", out, "--wrap", "sleep 12")
+	file := func(id uint32) string {
+		b, _ := os.ReadFile(strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
+		return string(b)
+	}
+	line := fmt.Sprintf("persyst: job %d (holds GPUs that run nothing): its 1 GPU ran nothing for", id)
+	waitFor(t, 30*time.Second, "the notice in the job's output", func() (bool, string) {
+		return strings.Contains(file(id), line), file(id)
+	})
+	if st := c.jobInfo(t, id)["JobState"]; st != "RUNNING" {
+		t.Errorf("job %d was told once it was %s, not while it ran", id, st)
+	}
+	for _, j := range []uint32{id, off} {
+		if st := c.waitDone(t, j, time.Minute); st != "COMPLETED" {
+			t.Fatalf("job %d ended %s", j, st)
+		}
+	}
+	if n := strings.Count(file(id), "(holds GPUs that run nothing)"); n != 1 {
+		t.Errorf("%d notices in job %d's output, want 1:\n%s", n, id, file(id))
+	}
+	if strings.Contains(file(off), "persyst") {
+		t.Errorf("the job that opted out was told:\n%s", file(off))
+	}
+	b, _ := os.ReadFile(noticeLog)
+	calls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], fmt.Sprintf("%d nobody gpu_idle ", id)) {
+		t.Errorf("NoticeCommand called with %q, want once for job %d", calls, id)
+	}
+	if body := mail.message(t, "nobody", fmt.Sprintf("persyst: job %d holds GPUs", id)); !strings.Contains(body, "scancel") {
+		t.Errorf("the notice by mail:\n%s", body)
+	}
 }

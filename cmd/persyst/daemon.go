@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
+	"github.com/persyst/persyst/mailprog"
 	"github.com/persyst/persyst/properties"
 )
 
@@ -86,7 +88,8 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version,
 			WebConfig: conf.MetricsWebConfig, JobLabels: conf.MetricsJobLabels, TreeRefused: auth.RefusedBy},
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget, GPUIndex: conf.GPUIndex,
-			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf)}},
+			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf)},
+			Notice: noticeConfig(conf, expand(o.stateDir))},
 	}, log, time.Now)
 }
 
@@ -104,4 +107,19 @@ func accountingWriter(conf config.Config) func(ctx context.Context, job string, 
 // appendDigest writes a digest at the end of a job's output file, as the job's user.
 func appendDigest(ctx context.Context, t digest.Target, text []byte) error {
 	return digest.Append(ctx, t, text, digest.AppendOptions{})
+}
+
+// noticeConfig is when running jobs are told they hold what they do not use
+// (persyst.conf's Notice keys), the notices sent kept under the daemon's state.
+func noticeConfig(conf config.Config, stateDir string) daemon.NoticeConfig {
+	n := daemon.NoticeConfig{IdleGPUAfter: conf.NoticeIdleGPUAfter, IdleCPUAfter: conf.NoticeIdleCPUAfter, Command: conf.NoticeCommand}
+	if stateDir != "" {
+		n.Dir = filepath.Join(stateDir, "notices")
+	}
+	if conf.NoticeMail {
+		n.Mail = func(ctx context.Context, to, subject, body string) error {
+			return mailprog.Mail(ctx, conf.MailProg, to, subject, body)
+		}
+	}
+	return n
 }

@@ -532,7 +532,7 @@ func watchFresh(t *testing.T, c *Counter) (id uint64, leaf string) {
 
 // TestSampledEstimate: counting forced to sample (a budget nothing fits in) counts a
 // steady storm in a share of the time, and the counts scaled by the time counted
-// estimate the calls made (within 20 %). The virtual node does not run it (scripts/vm.sh
+// estimate the calls made (within 20 %, over 3 s of windows). The virtual node does not run it (scripts/vm.sh
 // says why). Between the windows the raw tracepoint is detached; fentry programs
 // stay attached with their gate closed (programs).
 func TestSampledEstimate(t *testing.T) {
@@ -556,7 +556,10 @@ func TestSampledEstimate(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			n := stormIn(t, leaf, 2*time.Second)
+			// 3 s: the windows' share of the storm varies with what else the machine
+			// runs (the unit tests' other packages, side by side); 2 s once came to 23 %
+			// over.
+			n := stormIn(t, leaf, 3*time.Second)
 			close(stop)
 			<-looked
 			t1, a1 := c.AttachedTime()
