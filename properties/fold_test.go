@@ -282,19 +282,27 @@ func TestKernelTimeNeedsItsCalls(t *testing.T) {
 // against the job's use of its CPUs: a balanced two-thread job that lost most of one CPU
 // to steal for a second of its four gets no finding (its digest says what it lost to
 // interference), while a one-thread job whose idle second CPU another process filled,
-// nothing stolen, is still told it left a CPU idle.
+// nothing stolen, is still told it left a CPU idle. A balanced job whose two busy threads
+// lost a fifth of a CPU to other processes for a second, waiting for it (under
+// starvation's threshold), left no CPU idle either.
 func TestStolenCPU(t *testing.T) {
 	e, err := Load(Settings{MinSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	findings := func(busy [][2]float64, node, steal []float64) []string {
+	// threads are the seconds of busy threads (ran or waited half the interval; nil:
+	// the CPU time, as when nothing waited).
+	findingsOf := func(busy [][2]float64, node, steal, threads []float64) []string {
 		acc := e.NewAccumulator(JobInfo{NCPUs: 2})
 		t0 := time.Unix(1_800_000_000, 0)
 		for i, b := range busy {
+			th := b[0] + b[1]
+			if threads != nil {
+				th = threads[i]
+			}
 			s := sample.Sample{Time: t0.Add(time.Duration(i+2) * time.Second), Reason: sample.Cycle, Seconds: 1,
 				Job: map[string]float64{sample.CPUUserSeconds: b[0] + b[1], sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: 0,
-					"sched_wait_seconds": 0, "sched_busy_thread_seconds": b[0] + b[1], "context-switches": 500, "syscalls:sys_enter_futex": 100,
+					"sched_wait_seconds": 0, "sched_busy_thread_seconds": th, "context-switches": 500, "syscalls:sys_enter_futex": 100,
 					"sched:sched_process_exec": 0, sample.NodeCPUsBusySeconds: node[i], sample.NodeCPUsStealSeconds: steal[i]},
 				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": b[0] * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": b[1] * 1e9}}}}
 			acc.Add(s)
@@ -304,6 +312,16 @@ func TestStolenCPU(t *testing.T) {
 			keys = append(keys, r.Key)
 		}
 		return keys
+	}
+	findings := func(busy [][2]float64, node, steal []float64) []string { return findingsOf(busy, node, steal, nil) }
+	taken := findingsOf([][2]float64{{0.95, 0.95}, {0.95, 0.45}, {0.95, 0.45}, {0.95, 0.45}}, []float64{1.95, 1.9, 1.9, 1.9}, []float64{0, 0, 0, 0},
+		[]float64{2, 2, 2, 2})
+	if len(taken) != 0 {
+		t.Errorf("a balanced job whose busy threads waited while others took a CPU: findings %v, want none", taken)
+	}
+	if nothing := findingsOf([][2]float64{{0.95, 0.95}, {0.95, 0.45}, {0.95, 0.45}, {0.95, 0.45}}, []float64{1.95, 1.9, 1.9, 1.9}, []float64{0, 0, 0, 0},
+		[]float64{1.9, 1.4, 1.4, 1.4}); !slices.Contains(nothing, "idle_cores") {
+		t.Errorf("the same CPU use with one thread that slept: findings %v, want idle_cores", nothing)
 	}
 	stolen := findings([][2]float64{{0.95, 0.95}, {0.95, 0.95}, {0.95, 0.95}, {0.36, 0.89}}, []float64{1.95, 1.95, 1.95, 1.98}, []float64{0, 0, 0, 0.62})
 	if len(stolen) != 0 {
