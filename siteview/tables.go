@@ -1,6 +1,9 @@
 package siteview
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -140,4 +143,29 @@ func listText(l []Named) string {
 		b.WriteString(n.Name + " (" + hours(n.CPUHours+n.GPUHours) + ")")
 	}
 	return b.String()
+}
+
+// ErrNoTable is the error of a table name Named does not know.
+var ErrNoTable = errors.New("want groups, total, findings, weeks or jobs")
+
+// Named returns the view's table of a name: groups ("" too), total, findings, weeks, or
+// jobs (the query's jobs within scope, read from st, at most store.MaxListed).
+func (v *View) Named(ctx context.Context, st *store.Store, scope store.Scope, name string) (Table, error) {
+	switch name {
+	case "", "groups":
+		return v.GroupsTable(), nil
+	case "total":
+		return v.TotalTable(), nil
+	case "findings":
+		return v.FindingsTable(), nil
+	case "weeks":
+		return v.WeeksTable(), nil
+	case "jobs":
+		list, err := Jobs(ctx, st, v.Query, scope, store.MaxListed)
+		if err != nil {
+			return Table{}, err
+		}
+		return JobsTable(list), nil
+	}
+	return Table{}, fmt.Errorf("table %q: %w", name, ErrNoTable)
 }

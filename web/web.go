@@ -555,29 +555,16 @@ func groupLink(sq siteQuery, by store.Dim, name string) string {
 
 // siteTable writes one of the view's tables as CSV or JSON.
 func (s *server) siteTable(w http.ResponseWriter, r *http.Request, view *siteview.View, v viewer, format string) {
-	var t siteview.Table
-	switch name := r.URL.Query().Get("table"); name {
-	case "", "groups":
-		t = view.GroupsTable()
-	case "total":
-		t = view.TotalTable()
-	case "findings":
-		t = view.FindingsTable()
-	case "weeks":
-		t = view.WeeksTable()
-	case "jobs":
-		list, err := siteview.Jobs(r.Context(), s.o.Store, view.Query, v.scope(), store.MaxListed)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		t = siteview.JobsTable(list)
-	default:
-		http.Error(w, fmt.Sprintf("table %q: want groups, total, findings, weeks or jobs", name), http.StatusBadRequest)
+	t, err := view.Named(r.Context(), s.o.Store, v.scope(), r.URL.Query().Get("table"))
+	if errors.Is(err, siteview.ErrNoTable) {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
 	var b bytes.Buffer
-	var err error
 	switch format {
 	case "csv":
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -105,25 +106,12 @@ func runSite(ctx context.Context, io stdio, args []string) error {
 
 // writeSiteTable prints one of the view's tables (--table) as text, CSV or JSON.
 func writeSiteTable(ctx context.Context, io stdio, st *store.Store, v *siteview.View, scope store.Scope, o siteOptions) error {
-	q := v.Query
-	var t siteview.Table
-	switch o.tb {
-	case "", "groups":
-		t = v.GroupsTable()
-	case "total":
-		t = v.TotalTable()
-	case "findings":
-		t = v.FindingsTable()
-	case "weeks":
-		t = v.WeeksTable()
-	case "jobs":
-		list, err := siteview.Jobs(ctx, st, q, scope, store.MaxListed)
-		if err != nil {
-			return err
-		}
-		t = siteview.JobsTable(list)
-	default:
-		return usagef("site: --table %q: want groups, total, findings, weeks or jobs", o.tb)
+	t, err := v.Named(ctx, st, scope, o.tb)
+	if errors.Is(err, siteview.ErrNoTable) {
+		return usagef("site: --%v", err)
+	}
+	if err != nil {
+		return err
 	}
 	switch {
 	case o.csv:
