@@ -199,6 +199,15 @@ func (f *Frontend) KeepReport(ctx context.Context, in *pb.JobSummary) (*pb.Ack, 
 	return f.keeper.keep(ctx, in)
 }
 
+// KeepNotice keeps what a running job's batch host told its user, for the site's view
+// of the running jobs that hold what they do not use.
+func (f *Frontend) KeepNotice(ctx context.Context, in *pb.JobNotice) (*pb.Ack, error) {
+	if f.keeper == nil {
+		return &pb.Ack{Error: "this frontend keeps no notices (no store)"}, nil
+	}
+	return f.keeper.notice(ctx, in)
+}
+
 // ParseCollectors reads "name=host:port,name=host:port".
 func ParseCollectors(s string) (map[string]string, error) {
 	out := map[string]string{}

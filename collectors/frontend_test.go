@@ -291,17 +291,10 @@ func TestFrontendTopology(t *testing.T) {
 	}
 }
 
-// TestKeepReport: the frontend keeps a job's final report, with its user from the job map,
-// when its batch host sends it; anything else is refused.
-func TestKeepReport(t *testing.T) {
-	ctx := context.Background()
-	st := storetest.Open(t, store.Options{})
-	facts := map[string]*jobmap.Job{
-		"7": {JobID: 7, User: "alice", Account: "chem", Partition: "gpu", QOS: "high", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]",
-			BatchHost: "n2", State: "COMPLETED", Start: time.Unix(1_700_000_000, 0).UTC(), End: time.Unix(1_700_003_600, 0).UTC(),
-			Alloc: []jobmap.NodeAlloc{{Node: "n1", MemoryMB: 1000}, {Node: "n2", MemoryMB: 1000}}},
-		"8": {JobID: 8, User: "bob", Nodes: []string{"n3"}, NodeList: "n3", State: "RUNNING"}, // srun: first node
-	}
+// keepingFrontend is a frontend of nodes n1-n3 that keeps reports and notices in st, with
+// the job map's facts (a job not there is not known).
+func keepingFrontend(t *testing.T, st *store.Store, facts map[string]*jobmap.Job) *Frontend {
+	t.Helper()
 	f, err := NewFrontend(FrontendConfig{Collectors: map[string]string{"c1": "127.0.0.1:1"}, Nodes: []string{"n1", "n2", "n3"},
 		Self: "127.0.0.1:2", Store: st, Log: zerolog.Nop(), NodeAddr: func(string) string { return "127.0.0.1:3" },
 		Jobs: func(context.Context) ([]balance.Job, error) { return nil, nil },
@@ -314,7 +307,22 @@ func TestKeepReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(f.Close)
+	return f
+}
+
+// TestKeepReport: the frontend keeps a job's final report, with its user from the job map,
+// when its batch host sends it; anything else is refused.
+func TestKeepReport(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.Options{})
+	facts := map[string]*jobmap.Job{
+		"7": {JobID: 7, User: "alice", Account: "chem", Partition: "gpu", QOS: "high", Nodes: []string{"n1", "n2"}, NodeList: "n[1-2]",
+			BatchHost: "n2", State: "COMPLETED", Start: time.Unix(1_700_000_000, 0).UTC(), End: time.Unix(1_700_003_600, 0).UTC(),
+			Alloc: []jobmap.NodeAlloc{{Node: "n1", MemoryMB: 1000}, {Node: "n2", MemoryMB: 1000}}},
+		"8": {JobID: 8, User: "bob", Nodes: []string{"n3"}, NodeList: "n3", State: "RUNNING"}, // srun: first node
+	}
+	f := keepingFrontend(t, st, facts)
 	report := func(id uint32) []byte {
 		b, _ := json.Marshal(digest.Report{Schema: digest.SchemaVersion, JobID: id, Nodes: []string{"n1"}, Findings: []properties.Result{{Key: "idle_cores"}}})
 		return b

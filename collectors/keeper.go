@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -23,6 +24,7 @@ import (
 // facts from the job map: it owns the store's job rows, reports and roll-ups.
 type reportKeeper struct {
 	store *store.Store
+	now   func() time.Time
 	facts func(ctx context.Context, job string) (*jobmap.Job, error)
 	// refused logs the reports refused: at most a line in 10 s (a node gone wrong sends
 	// one a job).
@@ -30,7 +32,7 @@ type reportKeeper struct {
 }
 
 func newReportKeeper(st *store.Store, facts func(ctx context.Context, job string) (*jobmap.Job, error), log zerolog.Logger, now func() time.Time) *reportKeeper {
-	return &reportKeeper{store: st, facts: facts, refused: ratelog.New(log, 10*time.Second, now)}
+	return &reportKeeper{store: st, now: now, facts: facts, refused: ratelog.New(log, 10*time.Second, now)}
 }
 
 // MaxKeptReport bounds a final report sent to the frontend (a report with every property
@@ -52,29 +54,100 @@ func (k *reportKeeper) keep(ctx context.Context, in *pb.JobSummary) (*pb.Ack, er
 	if r.JobID == 0 || r.JobID != in.JobId || r.Schema <= 0 || r.Schema > digest.SchemaVersion {
 		return &pb.Ack{Error: fmt.Sprintf("report of job %d (schema %d) for job %d", r.JobID, r.Schema, in.JobId)}, nil
 	}
-	node := ""
+	claimed := ""
+	if len(in.Nodes) == 1 {
+		claimed = in.Nodes[0]
+	}
+	facts, refused, err := k.fromFirstNode(ctx, in.JobId, claimed, "final report")
+	if refused != nil || err != nil {
+		return refused, err
+	}
+	if err := k.store.Keep(ctx, factsOf(facts), r); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.Ack{Ok: true}, nil
+}
+
+// fromFirstNode returns the job's facts when the caller is the job's batch host (its
+// first node for a job without a batch script), or the answer refusing it (what: what
+// it sent). The caller is who the tree authenticated, else (TreeAuth=none) the node its
+// message names (claimed).
+func (k *reportKeeper) fromFirstNode(ctx context.Context, job uint32, claimed, what string) (*jobmap.Job, *pb.Ack, error) {
+	node := claimed
 	if p := treeauth.PeerOf(ctx); p.OK {
 		node = p.Identity.Name
-	} else if len(in.Nodes) == 1 {
-		node = in.Nodes[0] // TreeAuth=none: the node's word
 	}
-	facts, err := k.facts(ctx, strconv.FormatUint(uint64(in.JobId), 10))
+	facts, err := k.facts(ctx, strconv.FormatUint(uint64(job), 10))
 	if err != nil {
-		return nil, status.Error(codes.Unavailable, fmt.Sprintf("job %d: %v", in.JobId, err))
+		return nil, nil, status.Error(codes.Unavailable, fmt.Sprintf("job %d: %v", job, err))
 	}
 	first := facts.BatchHost
 	if first == "" && len(facts.Nodes) > 0 {
 		first = facts.Nodes[0]
 	}
 	if node == "" || node != first {
-		k.refused.Warn().Uint32("job", in.JobId).Str("node", node).Str("batch_host", first).
-			Msg("final report refused: not from the job's batch host (at most one line in 10 s)")
-		return &pb.Ack{Error: fmt.Sprintf("job %d: reports come from its batch host %s, not %q", in.JobId, first, node)}, nil
+		k.refused.Warn().Uint32("job", job).Str("node", node).Str("batch_host", first).
+			Msg(what + " refused: not from the job's batch host (at most one line in 10 s)")
+		return nil, &pb.Ack{Error: fmt.Sprintf("job %d: %ss come from its batch host %s, not %q", job, what, first, node)}, nil
 	}
-	if err := k.store.Keep(ctx, factsOf(facts), r); err != nil {
+	return facts, nil, nil
+}
+
+// maxNoticeAhead is how far a notice's times may lie after the keeper's clock (the
+// nodes' clocks are not the frontend's).
+const maxNoticeAhead = 10 * time.Minute
+
+// notice keeps what a running job's batch host told its user, and whether it still
+// holds. Only the job's batch host may send it.
+func (k *reportKeeper) notice(ctx context.Context, in *pb.JobNotice) (*pb.Ack, error) {
+	n, err := noticeOf(in, k.now().Add(maxNoticeAhead))
+	if err != nil {
+		return &pb.Ack{Error: fmt.Sprintf("notice of job %d: %v", in.JobId, err)}, nil
+	}
+	facts, refused, err := k.fromFirstNode(ctx, in.JobId, in.Node, "notice")
+	if refused != nil || err != nil {
+		return refused, err
+	}
+	if p := treeauth.PeerOf(ctx); p.OK {
+		n.Node = p.Identity.Name
+	}
+	if err := k.store.Admin().KeepNotice(ctx, factsOf(facts), n); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &pb.Ack{Ok: true}, nil
+}
+
+// noticeOf reads a notice from its message: a reason persyst knows, and times in order,
+// none after latest.
+func noticeOf(in *pb.JobNotice, latest time.Time) (digest.Notice, error) {
+	n := digest.Notice{JobID: in.JobId, Node: in.Node, Reason: in.Reason, Since: unixTime(in.Since), Told: unixTime(in.Told), Seen: unixTime(in.Seen), Until: unixTime(in.Until)}
+	switch {
+	case in.JobId == 0:
+		return n, errors.New("job id 0")
+	case digest.NoticeSubject(in.Reason) == "":
+		return n, fmt.Errorf("reason %q: want %s or %s", clip(in.Reason), digest.NoticeGPUIdle, digest.NoticeCPUIdle)
+	case in.Since <= 0 || in.Told < in.Since || in.Seen < in.Since || (in.Until != 0 && in.Until < in.Since):
+		return n, fmt.Errorf("times out of order: since %d, told %d, seen %d, until %d", in.Since, in.Told, in.Seen, in.Until)
+	case n.Told.After(latest) || n.Seen.After(latest) || n.Until.After(latest):
+		return n, fmt.Errorf("times after %s: told %d, seen %d, until %d", latest.UTC().Format(time.RFC3339), in.Told, in.Seen, in.Until)
+	}
+	return n, nil
+}
+
+// unixTime is a Unix time of a message (0: none, the zero time).
+func unixTime(s int64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, 0).UTC()
+}
+
+// clip bounds a text from the network in an answer.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // factsOf is what the store keeps of a job's facts from the job map: who and what it was

@@ -75,6 +75,8 @@ type Tree interface {
 	Pending() int
 	// Keep hands a job's final report to the tree's keeper (the frontend).
 	Keep(job uint32, r digest.Report)
+	// KeepNotice hands what a running job's user was told to the tree's keeper.
+	KeepNotice(n digest.Notice)
 }
 
 // Episodes are the site-wide I/O episodes that stalled a job, as the collector tree's
@@ -90,6 +92,14 @@ func (p *Peers) Episodes(job uint32) []episodes.Episode {
 func (p *Peers) Keep(job uint32, r digest.Report) {
 	if p.tree != nil {
 		p.tree.Keep(job, r)
+	}
+}
+
+// KeepNotice hands what a running job's user was told to the collector tree's keeper,
+// when there is a tree.
+func (p *Peers) KeepNotice(n digest.Notice) {
+	if p.tree != nil {
+		p.tree.KeepNotice(n)
 	}
 }
 

@@ -150,6 +150,7 @@ func (c *countingTree) Forget(uint32)              {}
 func (c *countingTree) Aggregation(uint32) string  { return "" }
 func (c *countingTree) Pending() int               { return 0 }
 func (c *countingTree) Keep(uint32, digest.Report) {}
+func (c *countingTree) KeepNotice(digest.Notice)   {}
 
 // TestTreeCoverageCompleted: the collector tree's job-wide report covers the nodes whose
 // data reached it; the job's other nodes are asked why not, so that a part that ended

@@ -65,6 +65,9 @@ type Uplink interface {
 	// Keep hands a job's final report to the tree, which keeps every job's report for
 	// the site's view (persyst web); it never blocks.
 	Keep(job uint32, r digest.Report)
+	// KeepNotice hands what a running job's user was told to the tree, which keeps the
+	// site's view of the running jobs that hold what they do not use; it never blocks.
+	KeepNotice(n digest.Notice)
 }
 
 // digestMode is when a digest is made.

@@ -137,7 +137,11 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if !cfg.Digest.Off {
 		appendNotice = cfg.Digest.Append // a line in the output file, where digests go
 	}
-	m.notices = newNoticer(cfg.Notice, appendNotice, cfg.Metrics, log, now)
+	ncfg := cfg.Notice
+	if cfg.Uplink != nil {
+		ncfg.Up = cfg.Uplink.KeepNotice // the site's view of the running jobs told
+	}
+	m.notices = newNoticer(ncfg, appendNotice, cfg.Metrics, log, now)
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
 		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2, GPUIndex: cfg.GPUIndex}}
 	if m.owned.parent == "" {

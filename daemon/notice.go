@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,12 +40,16 @@ type NoticeConfig struct {
 	// Dir records the notices sent (StateDir/notices), so that a restarted daemon sends
 	// none twice ("": kept in memory only).
 	Dir string
+	// Up, if set, hands what a job was told up the tree (Uplink.KeepNotice): when it is
+	// told, every digest.NoticeRefresh while the reason holds, and when it stops
+	// holding. It never blocks.
+	Up func(digest.Notice)
 }
 
 // The reasons a job is told.
 const (
-	noticeGPUIdle = "gpu_idle"
-	noticeCPUIdle = "cpu_idle"
+	noticeGPUIdle = digest.NoticeGPUIdle
+	noticeCPUIdle = digest.NoticeCPUIdle
 )
 
 // idleCPUShare: a job whose CPUs were busy less than this share of its allocation is
@@ -66,12 +72,21 @@ type noticer struct {
 }
 
 // noticeState is one run of a job: since when each reason held (zero: it does not), the
-// latest interval judged, and the reasons told.
+// latest interval judged, the reasons told and when, and what went up the tree of each.
 type noticeState struct {
 	run   time.Time
 	since map[string]time.Time
 	last  time.Time
 	sent  map[string]bool
+	told  map[string]time.Time
+	up    map[string]upState
+}
+
+// upState is what the tree was last told of a reason: since when it held, when that was
+// said, and whether it held then.
+type upState struct {
+	since, at time.Time
+	holds     bool
 }
 
 func newNoticer(cfg NoticeConfig, appendText func(ctx context.Context, t digest.Target, text []byte) error, metrics *exporter.Daemon, log zerolog.Logger, now func() time.Time) *noticer {
@@ -111,7 +126,8 @@ func (n *noticer) judge(j *Job, s sample.Sample, cpus int, facts *jobmap.Job) {
 	n.mu.Lock()
 	st := n.jobs[j.JobID]
 	if st == nil || !st.run.Equal(j.Recorded) {
-		st = &noticeState{run: j.Recorded, since: map[string]time.Time{}, sent: map[string]bool{}}
+		st = &noticeState{run: j.Recorded, since: map[string]time.Time{}, sent: map[string]bool{}, told: map[string]time.Time{},
+			up: map[string]upState{}}
 		n.jobs[j.JobID] = st
 	}
 	if !s.Time.After(st.last) {
@@ -121,7 +137,7 @@ func (n *noticer) judge(j *Job, s sample.Sample, cpus int, facts *jobmap.Job) {
 	st.last = s.Time
 	idle := idleReasons(s, cpus)
 	var due []string
-	for reason, after := range map[string]time.Duration{noticeGPUIdle: n.cfg.IdleGPUAfter, noticeCPUIdle: n.cfg.IdleCPUAfter} {
+	for reason, after := range n.after() {
 		if !idle[reason] {
 			delete(st.since, reason)
 			continue
@@ -131,6 +147,7 @@ func (n *noticer) judge(j *Job, s sample.Sample, cpus int, facts *jobmap.Job) {
 		}
 		if after > 0 && !st.sent[reason] && s.Time.Sub(st.since[reason]) >= after {
 			st.sent[reason] = true
+			st.told[reason] = s.Time
 			due = append(due, reason)
 		}
 	}
@@ -138,7 +155,11 @@ func (n *noticer) judge(j *Job, s sample.Sample, cpus int, facts *jobmap.Job) {
 	for _, r := range due {
 		since[r] = st.since[r]
 	}
+	ups := n.ups(j, st, s, idle)
 	n.mu.Unlock()
+	for _, u := range ups {
+		n.cfg.Up(u)
+	}
 	for _, r := range due {
 		n.running.Add(1)
 		go func() {
@@ -146,6 +167,36 @@ func (n *noticer) judge(j *Job, s sample.Sample, cpus int, facts *jobmap.Job) {
 			n.tell(j, r, since[r], s, facts)
 		}()
 	}
+}
+
+// after is how long each reason must hold before the job is told (0: never).
+func (n *noticer) after() map[string]time.Duration {
+	return map[string]time.Duration{noticeGPUIdle: n.cfg.IdleGPUAfter, noticeCPUIdle: n.cfg.IdleCPUAfter}
+}
+
+// ups is what goes up the tree of a job's told reasons after interval s (n.mu held): a
+// reason that holds (again as long as the notice asks, after it stopped), when it was
+// not said to or not for digest.NoticeRefresh; one that stopped holding, once.
+func (n *noticer) ups(j *Job, st *noticeState, s sample.Sample, idle map[string]bool) []digest.Notice {
+	if n.cfg.Up == nil {
+		return nil
+	}
+	var out []digest.Notice
+	after := n.after()
+	for _, reason := range slices.Sorted(maps.Keys(st.told)) {
+		told, u := st.told[reason], st.up[reason]
+		held := idle[reason] && s.Time.Sub(st.since[reason]) >= after[reason]
+		switch {
+		case held && (!u.holds || s.Time.Sub(u.at) >= digest.NoticeRefresh):
+			u = upState{since: st.since[reason], at: s.Time, holds: true}
+			out = append(out, digest.Notice{JobID: j.JobID, Node: j.Node, Reason: reason, Since: u.since, Told: told, Seen: s.Time})
+		case !idle[reason] && u.holds:
+			u.holds = false
+			out = append(out, digest.Notice{JobID: j.JobID, Node: j.Node, Reason: reason, Since: u.since, Told: told, Seen: s.From(), Until: s.From()})
+		}
+		st.up[reason] = u
+	}
+	return out
 }
 
 // idleFor says how long each reason has held for a running job (for the per-job gauge).
@@ -215,7 +266,7 @@ func (n *noticer) tell(j *Job, reason string, since time.Time, s sample.Sample, 
 		n.count(reason, "output", err)
 	}
 	if n.cfg.Mail != nil && j.User != "" {
-		subject := fmt.Sprintf("persyst: job %d %s", j.JobID, noticeSubject[reason])
+		subject := fmt.Sprintf("persyst: job %d %s", j.JobID, digest.NoticeSubject(reason))
 		err := n.cfg.Mail(ctx, j.User, subject, text)
 		n.count(reason, "mail", err)
 	}
@@ -235,11 +286,6 @@ func outputPath(facts *jobmap.Job) string {
 	return filepath.Join(facts.WorkDir, facts.Stdout)
 }
 
-var noticeSubject = map[string]string{
-	noticeGPUIdle: "holds GPUs that run nothing",
-	noticeCPUIdle: "holds CPUs that do almost nothing",
-}
-
 // noticeText is the notice as the user reads it, in the job's output and the mail.
 func noticeText(j *Job, reason string, since time.Time, idle time.Duration, s sample.Sample) string {
 	var what, advice string
@@ -255,7 +301,7 @@ func noticeText(j *Job, reason string, since time.Time, idle time.Duration, s sa
 			") and hold CPUs only while the program computes."
 	}
 	return fmt.Sprintf("persyst: job %d (%s): %s for %s, since %s UTC, on %s. %s Others wait for them. This notice comes once.\n",
-		j.JobID, noticeSubject[reason], what, digest.Duration(idle.Seconds()), since.UTC().Format("15:04"), j.Node, strings.TrimSpace(advice))
+		j.JobID, digest.NoticeSubject(reason), what, digest.Duration(idle.Seconds()), since.UTC().Format("15:04"), j.Node, strings.TrimSpace(advice))
 }
 
 // command runs the site's NoticeCommand with the job, its user, the reason and the

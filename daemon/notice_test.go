@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,5 +150,40 @@ func TestNotices(t *testing.T) {
 	off.judge(j, minute(20, 2, 4, false), 4, facts)
 	if off.on() || len(off.idleFor(42)) != 0 {
 		t.Error("notices off judged a job")
+	}
+}
+
+// TestNoticesUp: what a job was told goes up the tree (to the site's view) when it is
+// told, again every digest.NoticeRefresh while the reason holds, once when it stops
+// holding, and again once it held as long as the notice asks; never for a reason not told.
+func TestNoticesUp(t *testing.T) {
+	j := &Job{JobID: 42, UID: 1000, GID: 1000, User: "alice", Node: "n1", State: Running, Recorded: nt0.Add(-time.Hour)}
+	s := &noticeSink{}
+	n := newSinkNoticer(t, s)
+	var ups []string
+	n.cfg.Up = func(x digest.Notice) {
+		ups = append(ups, fmt.Sprintf("%d %s %s since %s told %s seen %s until %s", x.JobID, x.Node, x.Reason,
+			x.Since.Format("15:04"), x.Told.Format("15:04"), x.Seen.Format("15:04"), x.Until.Format("15:04")))
+	}
+	// GPUs idle minutes 1-10, busy in 11, idle 12-16; CPUs busy throughout (never told).
+	for i := 1; i <= 16; i++ {
+		idle := 2.0
+		if i == 11 {
+			idle = 0
+		}
+		n.judge(j, minute(i, idle, 4, false), 4, nil)
+		n.wait()
+	}
+	want := []string{
+		"42 n1 gpu_idle since 10:00 told 10:03 seen 10:03 until 00:00", // told after 3 minutes idle
+		"42 n1 gpu_idle since 10:00 told 10:03 seen 10:08 until 00:00", // still holds 5 minutes on
+		"42 n1 gpu_idle since 10:00 told 10:03 seen 10:10 until 10:10", // the busy minute
+		"42 n1 gpu_idle since 10:11 told 10:03 seen 10:14 until 00:00", // idle as long again
+	}
+	if d := cmp.Diff(want, ups); d != "" {
+		t.Errorf("notices up the tree (-want +got):\n%s", d)
+	}
+	if got := s.commands(t); len(got) != 1 {
+		t.Errorf("the user told %d times (%q), want once", len(got), got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,7 +271,7 @@ func TestAdminView(t *testing.T) {
 		t.Errorf("chem's jobs as CSV: %d, %v\n%s", code, err, body)
 	}
 
-	testNotices(t, c, mail, scenario, noticeLog)
+	testNotices(t, c, mail, scenario, noticeLog, site)
 }
 
 var groupRowRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)"`)
@@ -318,14 +319,14 @@ func mean(r *digest.Report, key string) (float64, bool) {
 // testNotices: a job whose GPU runs nothing for 3 s (NoticeIdleGPUAfter=3s) is told while
 // it runs, once: a line in its output, a mail, the site's command; a job that opted out
 // is not.
-func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog string) {
+func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog string, site func(args ...string) [][]string) {
 	t.Helper()
 	if err := os.WriteFile(scenario, []byte(gpuDevices), 0o644); err != nil { // every GPU idle
 		t.Fatal(err)
 	}
 	out := filepath.Join(c.work, "idle-%j.out")
-	id := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[0], "-o", out, "--wrap", "sleep 12")
-	off := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[1], "--persyst=off", "-o", out, "--wrap", "sleep 12")
+	id := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[0], "-o", out, "--wrap", "sleep 20")
+	off := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[1], "--persyst=off", "-o", out, "--wrap", "sleep 20")
 	file := func(id uint32) string {
 		b, _ := os.ReadFile(strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
 		return string(b)
@@ -337,11 +338,28 @@ func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog st
 	if st := c.jobInfo(t, id)["JobState"]; st != "RUNNING" {
 		t.Errorf("job %d was told once it was %s, not while it ran", id, st)
 	}
+	// The admins see it running, through the tree's frontend; once it ended, no more.
+	running := func() []string {
+		var out []string
+		for _, r := range site("--table", "running")[1:] {
+			out = append(out, r[1]+" "+r[3]+" "+r[9])
+		}
+		return out
+	}
+	want := []string{fmt.Sprintf("%d nobody gpu_idle", id)}
+	waitFor(t, 15*time.Second, "the running job told in persyst site", func() (bool, string) {
+		got := running()
+		return slices.Equal(got, want), fmt.Sprint(got)
+	})
 	for _, j := range []uint32{id, off} {
 		if st := c.waitDone(t, j, time.Minute); st != "COMPLETED" {
 			t.Fatalf("job %d ended %s", j, st)
 		}
 	}
+	waitFor(t, time.Minute, "the ended job no longer running in persyst site", func() (bool, string) {
+		got := running()
+		return len(got) == 0, fmt.Sprint(got)
+	})
 	if n := strings.Count(file(id), "(holds GPUs that run nothing)"); n != 1 {
 		t.Errorf("%d notices in job %d's output, want 1:\n%s", n, id, file(id))
 	}

@@ -31,7 +31,8 @@ const (
 	OtherNode = "other_node"
 	// NotPlaced pushes records of a job Slurm runs on other nodes, under its own name.
 	NotPlaced = "not_placed"
-	// Forged sends a final report of a job whose batch host it is not.
+	// Forged sends a final report, or a notice told to its user, of a job whose batch
+	// host it is not.
 	Forged = "forged_report"
 	// Storm opens a connection, pushes, and closes it, in a loop.
 	Storm = "storm"
@@ -163,6 +164,9 @@ func (h *Hostile) play(ctx context.Context, i int, name, kind string, dial grpc.
 			})
 		case Forged:
 			err = h.once(kind, h.o.Frontend, dial, func(c pb.CollectorClient) (*pb.Ack, error) {
+				if n%2 == 1 {
+					return c.KeepNotice(cctx, h.forgedNotice(h.job(n)))
+				}
 				return c.KeepReport(cctx, h.forged(h.job(n)))
 			})
 		default:
@@ -295,6 +299,12 @@ func (h *Hostile) forged(job uint32) *pb.JobSummary {
 	r := digest.Report{Schema: digest.SchemaVersion, JobID: job, Nodes: []string{h.o.Victim}, Seconds: Marker}
 	b, _ := json.Marshal(r)
 	return &pb.JobSummary{JobId: job, Nodes: []string{h.o.Victim}, ReportJson: b}
+}
+
+// forgedNotice is a notice of job as if the victim, its batch host, sent it.
+func (h *Hostile) forgedNotice(job uint32) *pb.JobNotice {
+	t := time.Now().Unix()
+	return &pb.JobNotice{JobId: job, Node: h.o.Victim, Reason: digest.NoticeGPUIdle, Since: t - 3600, Told: t, Seen: t}
 }
 
 // Stats returns the counts so far.

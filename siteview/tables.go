@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
 )
 
 // Table is one of the view's tables: named columns, and rows of values (strings,
@@ -115,6 +116,19 @@ func JobsTable(list []store.Listed) Table {
 	return t
 }
 
+// RunningTable lists the running jobs that hold what they do not use: the reason, since
+// when it held, when the user was told, and the end of the latest interval it held in.
+func (v *View) RunningTable() Table {
+	t := Table{Name: "running", Columns: []string{"cluster", "job_id", "name", "user", "account", "partition", "qos", "cpus", "gpus",
+		"reason", "what", "since", "told", "seen_until", "idle_hours", "node"}}
+	for _, r := range v.Running {
+		j := r.Job
+		t.Rows = append(t.Rows, []any{j.Cluster, int64(j.ID), j.JobName, j.User, j.Account, j.Partition, j.QOS, int64(j.CPUs), int64(j.GPUs),
+			r.Reason, digest.NoticeSubject(r.Reason), stamp(r.Since), stamp(r.Told), stamp(r.SeenUntil), r.SeenUntil.Sub(r.Since).Hours(), r.Node})
+	}
+	return t
+}
+
 // stamp is a time as the tables give it ("" when unknown).
 func stamp(t time.Time) string {
 	if t.IsZero() {
@@ -146,10 +160,14 @@ func listText(l []Named) string {
 }
 
 // ErrNoTable is the error of a table name Named does not know.
-var ErrNoTable = errors.New("want groups, total, findings, weeks or jobs")
+var ErrNoTable = errors.New("want groups, total, findings, weeks, jobs or running")
 
-// Named returns the view's table of a name: groups ("" too), total, findings, weeks, or
-// jobs (the query's jobs within scope, read from st, at most store.MaxListed).
+// TableNames are the tables Named knows, in the order the view shows them.
+var TableNames = []string{"groups", "total", "findings", "weeks", "jobs", "running"}
+
+// Named returns the view's table of a name: groups ("" too), total, findings, weeks,
+// jobs (the query's jobs within scope, read from st, at most store.MaxListed), or
+// running.
 func (v *View) Named(ctx context.Context, st *store.Store, scope store.Scope, name string) (Table, error) {
 	switch name {
 	case "", "groups":
@@ -160,6 +178,8 @@ func (v *View) Named(ctx context.Context, st *store.Store, scope store.Scope, na
 		return v.FindingsTable(), nil
 	case "weeks":
 		return v.WeeksTable(), nil
+	case "running":
+		return v.RunningTable(), nil
 	case "jobs":
 		list, err := Jobs(ctx, st, v.Query, scope, store.MaxListed)
 		if err != nil {

@@ -17,8 +17,10 @@ package siteview
 
 import (
 	"context"
+	"time"
 
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/digest"
 )
 
 // Query is what a reader asks for: a period, narrowed to a cluster, account, user,
@@ -29,6 +31,9 @@ type Query struct {
 	By                                     store.Dim
 	// Top is how many users and jobs each finding lists (default 5).
 	Top int
+	// Now is the reader's time: the running jobs listed are those whose notice still
+	// held within 3 × digest.NoticeRefresh of it (zero: none listed).
+	Now time.Time
 }
 
 // Filter is the query as the store's filter, within scope.
@@ -47,6 +52,10 @@ type View struct {
 	Site   *store.Site
 	Groups []store.Group
 	Weeks  []store.Week
+	// Running are the running jobs that hold what they do not use, as their batch hosts
+	// last said (at Query.Now), within the query's scope, cluster, account, user,
+	// partition and QOS.
+	Running []store.Running
 }
 
 // Build reads a query's figures from the store, within scope.
@@ -69,7 +78,13 @@ func Build(ctx context.Context, st *store.Store, q Query, scope store.Scope) (*V
 	if err != nil {
 		return nil, err
 	}
-	return &View{Query: q, Site: site, Groups: groups, Weeks: weeks}, nil
+	var running []store.Running
+	if !q.Now.IsZero() {
+		if running, err = st.Rollups().Running(ctx, f, q.Now.Add(-3*digest.NoticeRefresh)); err != nil {
+			return nil, err
+		}
+	}
+	return &View{Query: q, Site: site, Groups: groups, Weeks: weeks, Running: running}, nil
 }
 
 // Jobs lists the jobs of a query (the newest to end first, at most limit), within scope:

@@ -166,7 +166,14 @@ func WriteSummary(w io.Writer, v *View, who string) error {
 		return err
 	}
 	fmt.Fprintf(w, "\nFindings that cost the most hours:\n")
-	return WriteText(w, v.FindingsTable(), "finding", "jobs", "cpu_hours", "gpu_hours", "top_users", "top_jobs")
+	if err := WriteText(w, v.FindingsTable(), "finding", "jobs", "cpu_hours", "gpu_hours", "top_users", "top_jobs"); err != nil {
+		return err
+	}
+	if len(v.Running) > 0 {
+		fmt.Fprintf(w, "\nRunning now, holding what they do not use (their users were told):\n")
+		return WriteText(w, v.RunningTable(), "job_id", "user", "account", "cpus", "gpus", "reason", "since", "idle_hours", "node")
+	}
+	return nil
 }
 
 // measured says what part of the hours use was measured in, where not all.

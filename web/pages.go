@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"time"
+
+	"github.com/persyst/persyst/digest"
 )
 
 //go:embed pages.html.tmpl
@@ -19,6 +22,9 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 		return fmt.Sprintf("%.2g", h)
 	},
 	"pct": func(share float64) float64 { return 100 * share },
+	// held is how long from to to, as digests say it.
+	"held":   func(from, to time.Time) string { return digest.Duration(to.Sub(from).Seconds()) },
+	"notice": digest.NoticeSubject,
 	// used is the share used of the hours measured, or a dash where none was.
 	"used": func(used, measured float64) string {
 		if !(measured > 0) {

@@ -381,7 +381,8 @@ const sitePeriod = "7d"
 // findings that cost the most, and the trend per week over a year; each group a link
 // down (account → its users → a user's jobs → a job). A viewer sees what their scope
 // allows: an admin every job, a user their own and their coordinated accounts'.
-// ?format=csv or json gives one table (?table=groups, total, findings, weeks or jobs).
+// ?format=csv or json gives one table (?table=groups, total, findings, weeks, jobs or
+// running).
 func (s *server) site(w http.ResponseWriter, r *http.Request) {
 	v := viewerOf(r)
 	q, sq, err := s.siteQuery(r)
@@ -443,7 +444,7 @@ func (s *server) siteQuery(r *http.Request) (siteview.Query, siteQuery, error) {
 	if err != nil {
 		return siteview.Query{}, sq, err
 	}
-	q := siteview.Query{Period: p, Cluster: sq.Cluster, Account: sq.Account, User: sq.User, Partition: sq.Partition, QOS: sq.QOS}
+	q := siteview.Query{Period: p, Cluster: sq.Cluster, Account: sq.Account, User: sq.User, Partition: sq.Partition, QOS: sq.QOS, Now: s.o.Now()}
 	if sq.User != "" && !userRE.MatchString(sq.User) {
 		return q, sq, fmt.Errorf("user %q: not a user name", sq.User)
 	}
@@ -528,7 +529,7 @@ func siteLinks(sq siteQuery) siteLinkSet {
 	for _, b := range []store.Dim{store.ByAccount, store.ByUser, store.ByPartition, store.ByQOS, store.ByCluster} {
 		l.Bys = append(l.Bys, link{string(b), "/site?" + sq.values("by", string(b)).Encode()})
 	}
-	for _, t := range []string{"groups", "total", "findings", "weeks", "jobs"} {
+	for _, t := range siteview.TableNames {
 		for _, f := range []string{"csv", "json"} {
 			l.Tables = append(l.Tables, link{t + "." + f, "/site?" + sq.values("format", f, "table", t).Encode()})
 		}

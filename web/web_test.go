@@ -465,3 +465,73 @@ func TestSiteByWhom(t *testing.T) {
 		t.Errorf("alice's jobs as CSV, to bob: %d, %v, %q", code, err, recs)
 	}
 }
+
+var runningRE = regexp.MustCompile(`<tr class="running" data-running-job="(\d+)" data-reason="([a-z_]+)" data-user="([^"]*)"`)
+
+// TestSiteRunning: the site page lists the running jobs told they hold idle GPUs or CPUs,
+// as far as the viewer may see them; one whose reason stopped holding, whose batch host
+// stopped saying it, or that ended is not listed; names are escaped, and the CSV has them.
+func TestSiteRunning(t *testing.T) {
+	ctx := context.Background()
+	st, odd := accounts(t)
+	start := now.Add(-5 * time.Hour)
+	for _, n := range []struct {
+		job     store.Job
+		reason  string
+		seenAgo time.Duration
+		until   bool
+	}{
+		{store.Job{ID: 21, User: "alice", Account: "chem", JobName: "<i>train</i>", GPUs: 4, CPUs: 8}, digest.NoticeGPUIdle, time.Minute, false},
+		{store.Job{ID: 22, User: "bob", Account: "chem", CPUs: 16}, digest.NoticeCPUIdle, 2 * time.Minute, false},
+		{store.Job{ID: 23, User: "carol", Account: odd, CPUs: 4}, digest.NoticeCPUIdle, 3 * time.Minute, false},
+		{store.Job{ID: 24, User: "bob", Account: "chem", CPUs: 4}, digest.NoticeCPUIdle, time.Minute, true}, // busy again
+		{store.Job{ID: 25, User: "bob", Account: "chem", CPUs: 4}, digest.NoticeCPUIdle, time.Hour, false},  // no word for an hour
+	} {
+		n.job.Start, n.job.Nodes, n.job.NNodes = start, "node1", 1
+		x := digest.Notice{JobID: n.job.ID, Node: "node1", Reason: n.reason, Since: start.Add(time.Hour), Told: start.Add(2 * time.Hour), Seen: now.Add(-n.seenAgo)}
+		if n.until {
+			x.Until = x.Seen
+		}
+		if err := st.Admin().KeepNotice(ctx, n.job, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" },
+		Coordinated: func(_ context.Context, u string) []string {
+			if u == "alice" {
+				return []string{"chem"}
+			}
+			return nil
+		}}
+	const proxy = "127.0.0.1:40000"
+	for _, c := range []struct {
+		user string
+		want []string
+	}{
+		{"root", []string{"21 gpu_idle alice", "22 cpu_idle bob", "23 cpu_idle carol"}},
+		{"alice", []string{"21 gpu_idle alice", "22 cpu_idle bob"}},
+		{"bob", []string{"22 cpu_idle bob"}},
+		{"dave", nil},
+	} {
+		code, body, _ := get(t, o, proxy, c.user, "/site")
+		var got []string
+		for _, m := range runningRE.FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1]+" "+m[2]+" "+m[3])
+		}
+		if d := cmp.Diff(c.want, got); code != 200 || d != "" {
+			t.Errorf("running jobs %s sees: %d (-want +got):\n%s", c.user, code, d)
+		}
+		if c.user == "root" && (strings.Contains(body, "<i>train") || !strings.Contains(body, "&lt;i&gt;train&lt;/i&gt;") || !strings.Contains(body, "holds GPUs that run nothing")) {
+			t.Errorf("job 21's row: its name not escaped, or its reason not said:\n%s", body)
+		}
+	}
+	// Job 22 ends: no longer running.
+	if err := st.PutJob(ctx, store.Job{ID: 22, Start: start, End: now.Add(-time.Minute), State: "COMPLETED"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := get(t, o, proxy, "root", "/site?format=csv&table=running")
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if code != 200 || err != nil || len(recs) != 3 || recs[1][1] != "21" || recs[1][2] != "<i>train</i>" || recs[2][1] != "23" || recs[2][4] != odd {
+		t.Errorf("running jobs as CSV: %d, %v\n%q", code, err, recs)
+	}
+}

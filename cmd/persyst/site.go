@@ -42,7 +42,7 @@ func (o *siteOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.partition, "partition", "", "one partition's jobs")
 	fs.StringVar(&o.qos, "qos", "", "one QOS's jobs")
 	fs.StringVar(&o.by, "by", "", "group by account (the default; user below an --account), user, partition, qos or cluster")
-	fs.StringVar(&o.tb, "table", "", "print one table: groups, total, findings, weeks (the trend) or jobs (default with --csv and --json: groups)")
+	fs.StringVar(&o.tb, "table", "", "print one table: groups, total, findings, weeks (the trend), jobs, or running (jobs told they hold idle GPUs or CPUs; default with --csv and --json: groups)")
 	fs.BoolVar(&o.csv, "csv", false, "print the table as CSV")
 	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
 	fs.IntVar(&o.top, "top", 5, "users and jobs listed per finding")
@@ -139,7 +139,7 @@ func siteQueryOf(o siteOptions, now time.Time) (siteview.Query, error) {
 	if err != nil {
 		return siteview.Query{}, err
 	}
-	q := siteview.Query{Period: p, Cluster: o.cluster, Account: o.account, User: o.user, Partition: o.partition, QOS: o.qos, Top: o.top}
+	q := siteview.Query{Period: p, Cluster: o.cluster, Account: o.account, User: o.user, Partition: o.partition, QOS: o.qos, Top: o.top, Now: now}
 	by := o.by
 	if by == "" {
 		by = string(store.ByAccount)

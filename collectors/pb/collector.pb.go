@@ -1385,6 +1385,101 @@ func (x *JobLoad) GetMaxRecords() uint32 {
 	return 0
 }
 
+// What a running job's batch host told the job's user (digest.Notice): it keeps the
+// site's view of the running jobs that hold what they do not use. Times are Unix
+// seconds; until is 0 while the reason holds.
+type JobNotice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`     // the batch host (its authenticated name where the tree has one)
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // "gpu_idle", "cpu_idle"
+	Since         int64                  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
+	Told          int64                  `protobuf:"varint,5,opt,name=told,proto3" json:"told,omitempty"`
+	Seen          int64                  `protobuf:"varint,6,opt,name=seen,proto3" json:"seen,omitempty"`
+	Until         int64                  `protobuf:"varint,7,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobNotice) Reset() {
+	*x = JobNotice{}
+	mi := &file_collector_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobNotice) ProtoMessage() {}
+
+func (x *JobNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobNotice.ProtoReflect.Descriptor instead.
+func (*JobNotice) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *JobNotice) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobNotice) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *JobNotice) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *JobNotice) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *JobNotice) GetTold() int64 {
+	if x != nil {
+		return x.Told
+	}
+	return 0
+}
+
+func (x *JobNotice) GetSeen() int64 {
+	if x != nil {
+		return x.Seen
+	}
+	return 0
+}
+
+func (x *JobNotice) GetUntil() int64 {
+	if x != nil {
+		return x.Until
+	}
+	return 0
+}
+
 var File_collector_proto protoreflect.FileDescriptor
 
 const file_collector_proto_rawDesc = "" +
@@ -1511,10 +1606,20 @@ const file_collector_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\rR\arecords\x12\x1f\n" +
 	"\vmax_records\x18\x03 \x01(\rR\n" +
-	"maxRecords2\xe9\x02\n" +
+	"maxRecords\"\xa2\x01\n" +
+	"\tJobNotice\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\x03R\x05since\x12\x12\n" +
+	"\x04told\x18\x05 \x01(\x03R\x04told\x12\x12\n" +
+	"\x04seen\x18\x06 \x01(\x03R\x04seen\x12\x14\n" +
+	"\x05until\x18\a \x01(\x03R\x05until2\x9f\x03\n" +
 	"\tCollector\x125\n" +
 	"\n" +
-	"KeepReport\x12\x16.persyst.v1.JobSummary\x1a\x0f.persyst.v1.Ack\x121\n" +
+	"KeepReport\x12\x16.persyst.v1.JobSummary\x1a\x0f.persyst.v1.Ack\x124\n" +
+	"\n" +
+	"KeepNotice\x12\x15.persyst.v1.JobNotice\x1a\x0f.persyst.v1.Ack\x121\n" +
 	"\x04Push\x12\x18.persyst.v1.CycleRecords\x1a\x0f.persyst.v1.Ack\x128\n" +
 	"\vPushPartial\x12\x18.persyst.v1.PartialCycle\x1a\x0f.persyst.v1.Ack\x12@\n" +
 	"\aSummary\x12\x1d.persyst.v1.JobSummaryRequest\x1a\x16.persyst.v1.JobSummary\x12@\n" +
@@ -1539,7 +1644,7 @@ func file_collector_proto_rawDescGZIP() []byte {
 	return file_collector_proto_rawDescData
 }
 
-var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_collector_proto_goTypes = []any{
 	(*Record)(nil),            // 0: persyst.v1.Record
 	(*CycleRecords)(nil),      // 1: persyst.v1.CycleRecords
@@ -1558,12 +1663,13 @@ var file_collector_proto_goTypes = []any{
 	(*JobPartial)(nil),        // 14: persyst.v1.JobPartial
 	(*Heartbeat)(nil),         // 15: persyst.v1.Heartbeat
 	(*JobLoad)(nil),           // 16: persyst.v1.JobLoad
-	nil,                       // 17: persyst.v1.Route.NodeCollectorEntry
+	(*JobNotice)(nil),         // 17: persyst.v1.JobNotice
+	nil,                       // 18: persyst.v1.Route.NodeCollectorEntry
 }
 var file_collector_proto_depIdxs = []int32{
 	0,  // 0: persyst.v1.CycleRecords.records:type_name -> persyst.v1.Record
 	2,  // 1: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
-	17, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
+	18, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
 	5,  // 3: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
 	7,  // 4: persyst.v1.Routes.episodes:type_name -> persyst.v1.Episode
 	9,  // 5: persyst.v1.RoutesAck.stalls:type_name -> persyst.v1.CycleStall
@@ -1572,29 +1678,31 @@ var file_collector_proto_depIdxs = []int32{
 	13, // 8: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
 	16, // 9: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
 	11, // 10: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
-	1,  // 11: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 12: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	10, // 13: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	10, // 14: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
-	15, // 15: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 16: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	15, // 17: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	10, // 18: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
-	10, // 19: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
-	10, // 20: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 21: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
-	4,  // 22: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 23: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	11, // 24: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	14, // 25: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	15, // 26: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	8,  // 27: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.RoutesAck
-	15, // 28: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	14, // 29: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	11, // 30: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
-	11, // 31: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
+	17, // 11: persyst.v1.Collector.KeepNotice:input_type -> persyst.v1.JobNotice
+	1,  // 12: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	3,  // 13: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	10, // 14: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	10, // 15: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	15, // 16: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	6,  // 17: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	15, // 18: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	10, // 19: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
+	10, // 20: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
+	10, // 21: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
+	4,  // 22: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
+	4,  // 23: persyst.v1.Collector.KeepNotice:output_type -> persyst.v1.Ack
+	4,  // 24: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	4,  // 25: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	11, // 26: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	14, // 27: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	15, // 28: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	8,  // 29: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.RoutesAck
+	15, // 30: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	14, // 31: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	11, // 32: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	11, // 33: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1611,7 +1719,7 @@ func file_collector_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collector_proto_rawDesc), len(file_collector_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Collector_KeepReport_FullMethodName  = "/persyst.v1.Collector/KeepReport"
+	Collector_KeepNotice_FullMethodName  = "/persyst.v1.Collector/KeepNotice"
 	Collector_Push_FullMethodName        = "/persyst.v1.Collector/Push"
 	Collector_PushPartial_FullMethodName = "/persyst.v1.Collector/PushPartial"
 	Collector_Summary_FullMethodName     = "/persyst.v1.Collector/Summary"
@@ -41,6 +42,10 @@ type CollectorClient interface {
 	// KeepReport keeps a job's final report (report_json) for the site's view (the
 	// frontend's database): sent by a node of the job.
 	KeepReport(ctx context.Context, in *JobSummary, opts ...grpc.CallOption) (*Ack, error)
+	// KeepNotice keeps what a running job's user was told, for the site's view: sent by
+	// the job's batch host when it tells the user, while the reason holds, and when it
+	// stops holding.
+	KeepNotice(ctx context.Context, in *JobNotice, opts ...grpc.CallOption) (*Ack, error)
 	Push(ctx context.Context, in *CycleRecords, opts ...grpc.CallOption) (*Ack, error)
 	PushPartial(ctx context.Context, in *PartialCycle, opts ...grpc.CallOption) (*Ack, error)
 	Summary(ctx context.Context, in *JobSummaryRequest, opts ...grpc.CallOption) (*JobSummary, error)
@@ -60,6 +65,16 @@ func (c *collectorClient) KeepReport(ctx context.Context, in *JobSummary, opts .
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Ack)
 	err := c.cc.Invoke(ctx, Collector_KeepReport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *collectorClient) KeepNotice(ctx context.Context, in *JobNotice, opts ...grpc.CallOption) (*Ack, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Ack)
+	err := c.cc.Invoke(ctx, Collector_KeepNotice_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +138,10 @@ type CollectorServer interface {
 	// KeepReport keeps a job's final report (report_json) for the site's view (the
 	// frontend's database): sent by a node of the job.
 	KeepReport(context.Context, *JobSummary) (*Ack, error)
+	// KeepNotice keeps what a running job's user was told, for the site's view: sent by
+	// the job's batch host when it tells the user, while the reason holds, and when it
+	// stops holding.
+	KeepNotice(context.Context, *JobNotice) (*Ack, error)
 	Push(context.Context, *CycleRecords) (*Ack, error)
 	PushPartial(context.Context, *PartialCycle) (*Ack, error)
 	Summary(context.Context, *JobSummaryRequest) (*JobSummary, error)
@@ -140,6 +159,9 @@ type UnimplementedCollectorServer struct{}
 
 func (UnimplementedCollectorServer) KeepReport(context.Context, *JobSummary) (*Ack, error) {
 	return nil, status.Error(codes.Unimplemented, "method KeepReport not implemented")
+}
+func (UnimplementedCollectorServer) KeepNotice(context.Context, *JobNotice) (*Ack, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepNotice not implemented")
 }
 func (UnimplementedCollectorServer) Push(context.Context, *CycleRecords) (*Ack, error) {
 	return nil, status.Error(codes.Unimplemented, "method Push not implemented")
@@ -191,6 +213,24 @@ func _Collector_KeepReport_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CollectorServer).KeepReport(ctx, req.(*JobSummary))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Collector_KeepNotice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobNotice)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CollectorServer).KeepNotice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Collector_KeepNotice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CollectorServer).KeepNotice(ctx, req.(*JobNotice))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -295,6 +335,10 @@ var Collector_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KeepReport",
 			Handler:    _Collector_KeepReport_Handler,
+		},
+		{
+			MethodName: "KeepNotice",
+			Handler:    _Collector_KeepNotice_Handler,
 		},
 		{
 			MethodName: "Push",

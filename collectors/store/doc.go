@@ -91,6 +91,11 @@
 //
 //	episodes: site-wide I/O episodes (from_ts, to_ts, jobs, stalled, peak)
 //
+//	notices: what a running job's user was told (the daemons' notices), per job and
+//	reason, kept up to date by its batch host: node, since_ts, told_ts, seen_ts (the
+//	latest interval it held), until_ts (when it stopped holding; NULL: it held at
+//	seen_ts); PRIMARY KEY (job, reason), job → jobs.key ON DELETE CASCADE
+//
 // A job is found by its cluster, id and start (resolve): Slurm reuses job ids (they wrap
 // at MaxJobId, and restart at FirstJobId when slurmctld loses its state), and several
 // clusters' frontends may write one view, so an id alone names nothing. A report or

@@ -7,7 +7,7 @@ import (
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -290,5 +290,25 @@ var migrations = []migration{
 			) STRICT, WITHOUT ROWID`,
 		},
 		after: rollWaste,
+	},
+	{
+		// What running jobs' users were told (the daemons' notices): a row per job and
+		// reason, kept up to date by the job's batch host while the reason holds, so that
+		// the site's view lists the running jobs that hold what they do not use. It goes
+		// with its job.
+		description: "notices told to running jobs",
+		steps: []string{
+			`CREATE TABLE notices (
+				job      INTEGER NOT NULL REFERENCES jobs (key) ON DELETE CASCADE,
+				reason   TEXT NOT NULL,
+				node     TEXT NOT NULL,
+				since_ts INTEGER NOT NULL,
+				told_ts  INTEGER NOT NULL,
+				seen_ts  INTEGER NOT NULL,
+				until_ts INTEGER,
+				PRIMARY KEY (job, reason)
+			) STRICT, WITHOUT ROWID`,
+			`CREATE INDEX notices_seen ON notices (seen_ts)`,
+		},
 	},
 }

@@ -100,34 +100,44 @@ func (f SiteFilter) span() (from, to int64) {
 // user, partition or QOS has the empty name in the roll-ups.
 func (f SiteFilter) where(prefix string, onJobs bool) (string, []any) {
 	from, to := f.span()
+	day := prefix + "day"
+	who, args := f.narrow(prefix, onJobs)
+	return day + " >= ? AND " + day + " < ?" + who, append([]any{from, to}, args...)
+}
+
+// narrow is the filter's conditions but its period (each after " AND "), with their
+// arguments: its cluster, account, user, partition and QOS, within its scope.
+func (f SiteFilter) narrow(prefix string, onJobs bool) (string, []any) {
 	col := func(c string) string {
 		if onJobs {
 			return "coalesce(" + prefix + c + ", '')"
 		}
 		return prefix + c
 	}
-	day := prefix + "day"
-	conds, args := []string{day + " >= ?", day + " < ?"}, []any{from, to}
+	var conds []string
+	var args []any
 	for _, c := range []struct{ col, v string }{{"cluster", f.Cluster}, {"account", f.Account}, {"user", f.User}, {"partition", f.Partition}, {"qos", f.QOS}} {
 		if c.v != "" {
 			conds, args = append(conds, col(c.col)+" = ?"), append(args, c.v)
 		}
 	}
 	if s := f.Scope; !s.All {
-		in := []string{col("user") + " = ?"}
-		args = append(args, s.User)
+		in := []string{"0"} // nobody's: nothing
+		if s.User != "" {
+			in, args = append(in, col("user")+" = ?"), append(args, s.User)
+		}
 		if len(s.Accounts) > 0 {
 			in = append(in, col("account")+" IN (?"+strings.Repeat(", ?", len(s.Accounts)-1)+")")
 			for _, a := range s.Accounts {
 				args = append(args, a)
 			}
 		}
-		if s.User == "" && len(s.Accounts) == 0 {
-			in = []string{"0"} // nobody's: nothing
-		}
 		conds = append(conds, "("+strings.Join(in, " OR ")+")")
 	}
-	return strings.Join(conds, " AND "), args
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " AND " + strings.Join(conds, " AND "), args
 }
 
 // coarse says whether the finding's totals can come from the roll-ups per day and

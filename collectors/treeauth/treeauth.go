@@ -125,6 +125,7 @@ var allowed = map[string][]Role{
 	"/persyst.v1.Node/Samples":          {User},
 	"/persyst.v1.Collector/Push":        {Node},
 	"/persyst.v1.Collector/KeepReport":  {Node},
+	"/persyst.v1.Collector/KeepNotice":  {Node},
 	"/persyst.v1.Collector/PushPartial": {Collector},
 	"/persyst.v1.Collector/Summary":     {Node, Collector, Sync, Frontend},
 	"/persyst.v1.Collector/Partial":     {Collector, Sync, Frontend},

@@ -44,10 +44,12 @@ const (
 // help.
 var errRefused = errors.New("refused by the keeper")
 
-// keptReport is a job's final report waiting to be sent to the keeper.
+// keptReport is a job's final report, or a notice its user was told, waiting to be
+// sent to the keeper.
 type keptReport struct {
-	job  uint32
-	json []byte
+	job    uint32
+	json   []byte
+	notice *pb.JobNotice // set: a notice, not a report
 }
 
 // MaxKeepQueue bounds the final reports waiting for the keeper; beyond it the newest is
@@ -83,11 +85,51 @@ func (k *keeper) keep(job uint32, r digest.Report) {
 		k.log.Error().Err(err).Uint32("job", job).Msg("final report not kept")
 		return
 	}
-	select {
-	case k.queue <- keptReport{job, b}:
-	default:
-		k.log.Warn().Uint32("job", job).Int("queued", MaxKeepQueue).Msg("final report not sent to the keeper: too many waiting")
+	k.enqueue(keptReport{job: job, json: b})
+}
+
+// keepNotice queues what a running job's user was told for the keeper; without a keeper
+// it is not sent.
+func (k *keeper) keepNotice(n digest.Notice) {
+	if k.address() == "" {
+		return
 	}
+	k.enqueue(keptReport{job: n.JobID, notice: &pb.JobNotice{JobId: n.JobID, Node: k.node, Reason: n.Reason,
+		Since: unixOf(n.Since), Told: unixOf(n.Told), Seen: unixOf(n.Seen), Until: unixOf(n.Until)}})
+}
+
+// unixOf is a time in a message: Unix seconds, 0 for none.
+func unixOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+// enqueue queues r, or drops it (logged) when too many wait.
+func (k *keeper) enqueue(r keptReport) {
+	select {
+	case k.queue <- r:
+	default:
+		k.log.Warn().Uint32("job", r.job).Int("queued", MaxKeepQueue).Str("what", r.what()).Msg("not sent to the keeper: too many waiting")
+	}
+}
+
+// what names what r carries, for the log.
+func (r keptReport) what() string {
+	if r.notice != nil {
+		return "notice"
+	}
+	return "final report"
+}
+
+// tryFor is how long r is tried: a notice no longer than until its batch host says it
+// again.
+func (k *keeper) tryFor(r keptReport) time.Duration {
+	if r.notice != nil {
+		return min(k.retryFor, digest.NoticeRefresh)
+	}
+	return k.retryFor
 }
 
 // run sends the final reports to the keeper, in order, until ctx is done: each is tried
@@ -108,14 +150,14 @@ func (k *keeper) run(ctx context.Context) {
 			if addr != "" {
 				err = k.send(ctx, addr, r)
 			}
-			if err == nil || errors.Is(err, errRefused) || ctx.Err() != nil || time.Since(first) >= k.retryFor {
+			if err == nil || errors.Is(err, errRefused) || ctx.Err() != nil || time.Since(first) >= k.tryFor(r) {
 				if err != nil && ctx.Err() == nil {
-					k.log.Warn().Err(err).Uint32("job", r.job).Str("keeper", addr).Int("tries", tries).Msg("final report not kept by the tree")
+					k.log.Warn().Err(err).Uint32("job", r.job).Str("keeper", addr).Int("tries", tries).Msg(r.what() + " not kept by the tree")
 				}
 				break
 			}
 			if tries == 1 {
-				k.log.Info().Err(err).Uint32("job", r.job).Str("keeper", addr).Msg("final report not taken yet; trying again")
+				k.log.Info().Err(err).Uint32("job", r.job).Str("keeper", addr).Msg(r.what() + " not taken yet; trying again")
 			}
 			select {
 			case <-ctx.Done():
@@ -134,7 +176,12 @@ func (k *keeper) send(ctx context.Context, addr string, r keptReport) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ack, err := cl.KeepReport(pctx, &pb.JobSummary{JobId: r.job, Nodes: []string{k.node}, ReportJson: r.json})
+	var ack *pb.Ack
+	if r.notice != nil {
+		ack, err = cl.KeepNotice(pctx, r.notice)
+	} else {
+		ack, err = cl.KeepReport(pctx, &pb.JobSummary{JobId: r.job, Nodes: []string{k.node}, ReportJson: r.json})
+	}
 	switch {
 	case err != nil:
 		return err

@@ -286,6 +286,10 @@ func (s *Uplink) Pending() int {
 // background; without a keeper (no frontend has sent routes) it is not sent.
 func (s *Uplink) Keep(job uint32, r digest.Report) { s.keeper.keep(job, r) }
 
+// KeepNotice hands what a running job's user was told to the tree's keeper, in the
+// background, as Keep does.
+func (s *Uplink) KeepNotice(n digest.Notice) { s.keeper.keepNotice(n) }
+
 // Run sends queued cycles until ctx is done; while cycles are left unsent (a collector
 // down) it retries every retry interval. Final reports go to the keeper meanwhile. With
 // nothing left to send it sleeps until a cycle is queued: an idle node's daemon is not
