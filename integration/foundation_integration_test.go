@@ -398,10 +398,11 @@ func daemonHung(t *testing.T, c *cluster) {
 
 func daemonRestart(t *testing.T, c *cluster) {
 	node := c.nodes[0]
-	id := c.sbatch(t, nil, "-N1", "-w", node, "-o", "/dev/null", "--wrap", "srun sleep 4")
+	id := c.sbatch(t, nil, "-N1", "-w", node, "-o", "/dev/null", "--wrap", "srun sleep 8")
 	c.waitJob(t, node, id, "running step 0", func(j *daemon.Job) bool { return slices.Contains(stepIDs(j), "0") })
 	c.harness(t, "daemon-stop", node)
 	c.harness(t, "daemon-start", node)
+	back := time.Now() // the restarted daemon answers
 	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
 		t.Fatalf("job %d ended %s", id, st)
 	}
@@ -418,8 +419,18 @@ func daemonRestart(t *testing.T, c *cluster) {
 		return
 	}
 	for _, s := range j.Steps {
-		if s.ID == "0" && (s.State != daemon.Ended || s.Exit != "0:0") {
-			t.Errorf("step 0 started before the restart, ended after: %+v", s)
+		if s.ID != "0" {
+			continue
+		}
+		// A restart slower than the step (a loaded machine: the daemon loads its eBPF
+		// programs) misses the step's end: the step is ended with the job, its exit
+		// status not known rather than made up.
+		if s.State == daemon.Ended && s.Exit == "" && s.Ended != nil && s.Ended.Before(back) {
+			t.Logf("step 0 ended %v before the restarted daemon answered: its exit status is not known", back.Sub(*s.Ended).Round(time.Millisecond))
+			continue
+		}
+		if s.State != daemon.Ended || s.Exit != "0:0" {
+			t.Errorf("step 0 started before the restart, ended after (the daemon answered again at %s): %+v", back.Format("15:04:05.000"), s)
 		}
 	}
 }
