@@ -78,6 +78,8 @@ func TestCorpus(t *testing.T) {
 		{name: "open storm (openat)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f"}, first: "file_open_rate"},
 		{name: "open storm (open)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f", "legacy"}, first: "file_open_rate"},
 		{name: "fork/exec storm", argv: []string{"@C", "forkexec", "3", "/bin/true"}, first: "process_creation_rate"},
+		// Processes forked that start no program: a shell's subshells.
+		{name: "fork storm (subshells)", cpus: "0", argv: []string{"bash", "-c", "end=$((SECONDS+3)); while [ $SECONDS -lt $end ]; do (:); done"}, first: "process_fork_rate"},
 		{name: "oversubscription", argv: []string{"@C", "spin", "3", "8"}, first: "oversubscription"},
 		{name: "mutex contention", argv: []string{"@C", "mutex", "3", "16"}, first: "lock_contention"},
 		{name: "memory leak", cpus: "0", argv: []string{"@W", "alloc", "-mib", "512", "-steps", "10", "-step-seconds", "0.6", "-hold", "1"}, first: "memory_growth"},
@@ -281,6 +283,7 @@ func TestCorpusSlurm(t *testing.T) {
 		{"one CPU that only waits", "sleep 3", []string{"-c", "1"}, "idle_cpu", ""},
 		{"tiny reads", "@C read @D/r 1048576 64 3", nil, "io_read_request_size", ""},
 		{"fork/exec storm", "@C forkexec 3 /bin/true", nil, "process_creation_rate", ""},
+		{"fork storm (subshells)", "bash -c 'end=$((SECONDS+3)); while [ $SECONDS -lt $end ]; do (:); done'", nil, "process_fork_rate", ""},
 		{"oversubscription", "@C spin 3 8", []string{"-c", "2"}, "oversubscription", ""},
 		{"mutex contention", "@C mutex 3 16", []string{"-c", "2"}, "lock_contention", ""},
 		// Not here: the major-fault workload (TestCorpus runs it through persyst run). As a

@@ -42,6 +42,10 @@ type Event struct {
 	Config uint64
 	// Group: events with the same non-empty Group are opened as one perf group per CPU.
 	Group string
+	// Filter, for a tracepoint, is the kernel's event filter (PERF_EVENT_IOC_SET_FILTER,
+	// the ftrace filter syntax): only the events it matches are counted. An event whose
+	// filter the kernel refuses is not available.
+	Filter string
 }
 
 func sw(name string, config uint64) Event {
@@ -60,7 +64,7 @@ func tp(name string) Event {
 // migration): counting user space only, as perf lets an unprivileged user, it is always
 // 0, so it is not measured then.
 func KernelOnly(name string) bool {
-	return name == "context-switches" || name == "cpu-migrations" || strings.HasPrefix(name, "sched:")
+	return name == "context-switches" || name == "cpu-migrations" || strings.HasPrefix(name, "sched:") || strings.HasPrefix(name, "task:")
 }
 
 // SoftwareEvents are the generic software events; they exist on every kernel with
@@ -93,6 +97,16 @@ const SyscallPrefix = "syscalls:sys_enter_"
 // programs it started (exec).
 var ProcessTracepoints = []string{"sched:sched_process_fork", "sched:sched_process_exec"}
 
+// NewProcessTracepoint counts the processes the job created (fork, vfork, a clone
+// without CLONE_THREAD), not its threads: the task_newtask tracepoint, filtered on its
+// clone flags (sched_process_fork counts both). With the execs it tells a fork storm
+// (processes created that start no program: subshells, a process forked per item) from
+// programs started.
+const NewProcessTracepoint = "task:task_newtask"
+
+// newProcessFilter keeps the clones that make a process: CLONE_THREAD (0x10000) unset.
+const newProcessFilter = "!(clone_flags & 0x10000)"
+
 // TracepointEvents are the file open/close and process creation tracepoints.
 func TracepointEvents() []Event {
 	var out []Event
@@ -103,7 +117,9 @@ func TracepointEvents() []Event {
 	for _, n := range ProcessTracepoints {
 		out = append(out, tp(n))
 	}
-	return out
+	newProcess := tp(NewProcessTracepoint)
+	newProcess.Filter = newProcessFilter
+	return append(out, newProcess)
 }
 
 // HardwareEvents are the generic hardware events, grouped so that related events are

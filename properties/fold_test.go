@@ -38,7 +38,8 @@ func TestOneCauseOnce(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1,
 				Job: map[string]float64{sample.CPUUserSeconds: busy0 + busy1, sample.CPUSystemSeconds: 0, sample.PSICPUSomeSeconds: psi,
-					"sched_wait_seconds": wait, "sched_busy_thread_seconds": busy0 + busy1 + wait, "context-switches": 500, "syscalls:sys_enter_futex": 100, "sched:sched_process_exec": 0},
+					"sched_wait_seconds": wait, "sched_busy_thread_seconds": busy0 + busy1 + wait, "context-switches": 500, "syscalls:sys_enter_futex": 100, "sched:sched_process_exec": 0,
+					"task:task_newtask": 0},
 				CPU: []sample.CPUValues{{CPU: 0, Values: map[string]float64{"task-clock": busy0 * 1e9}}, {CPU: 1, Values: map[string]float64{"task-clock": busy1 * 1e9}}}}
 			for k, v := range extra {
 				s.Job[k] = v
@@ -81,9 +82,15 @@ func TestOneCauseOnce(t *testing.T) {
 		{"throttled by its quota", 0.25, 0.25, 0.9, 1.5, map[string]float64{"cpu_periods": 10, "cpu_throttled_periods": 10}, []string{"cpu_throttled"}},
 		{"contended lock", 1, 0.95, 1, 12, map[string]float64{"syscalls:sys_enter_futex": 2e6, sample.CPUSystemSeconds: 1, sample.CPUUserSeconds: 0.95},
 			[]string{"lock_contention"}},
-		{"programs started", 0.6, 0.1, 0, 0, map[string]float64{"sched:sched_process_exec": 500, sample.CPUSystemSeconds: 0.5, sample.CPUUserSeconds: 0.2,
-			sample.ReadChars: 500 * 4000, sample.ReadSyscalls: 500 * 8, "syscalls:sys_enter_openat": 500 * 5, "context-switches": 6000},
+		// A shell loop's fork and exec per command: programs started, not a fork storm.
+		{"programs started", 0.6, 0.1, 0, 0, map[string]float64{"sched:sched_process_exec": 500, "task:task_newtask": 500, sample.CPUSystemSeconds: 0.5,
+			sample.CPUUserSeconds: 0.2, sample.ReadChars: 500 * 4000, sample.ReadSyscalls: 500 * 8, "syscalls:sys_enter_openat": 500 * 5, "context-switches": 6000},
 			[]string{"process_creation_rate"}},
+		// Processes forked and reaped that start no program (stress-ng --fork, subshells):
+		// the kernel time and switches are theirs.
+		{"processes forked", 0.9, 0.9, 0, 0, map[string]float64{"task:task_newtask": 4000, sample.CPUSystemSeconds: 1.6, sample.CPUUserSeconds: 0.2,
+			"context-switches": 60000},
+			[]string{"process_fork_rate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, run(tc.busy0, tc.busy1, tc.ps, tc.wait, tc.extra)); diff != "" {

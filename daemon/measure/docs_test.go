@@ -38,7 +38,11 @@ func metricsTable() string {
 					fmt.Fprintf(&b, "| syscalls (else perf) | on | `%s` | counter | count | system call entries, per CPU of the job: eBPF where the kernel allows it, else the perf tracepoint |\n", e.Name)
 					continue
 				}
-				fmt.Fprintf(&b, "| %s | %s | `%s` | counter | %s | perf %s event, per CPU of the job |\n", r.Name, def, e.Name, unit, e.Kind)
+				what := ""
+				if e.Filter != "" {
+					what = " counting what the filter `" + e.Filter + "` keeps"
+				}
+				fmt.Fprintf(&b, "| %s | %s | `%s` | counter | %s | perf %s event%s, per CPU of the job |\n", r.Name, def, e.Name, unit, e.Kind, what)
 			}
 			b.WriteString("| perf | on | raw floating-point and memory events | counter | count | where the processor has a table (perfevents), per CPU |\n")
 			continue

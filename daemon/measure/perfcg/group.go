@@ -346,7 +346,16 @@ func openEvent(e perfevents.Event, t target, cpu, groupFD int, format uint64, di
 		// Unprivileged users may count only user space (kernel.perf_event_paranoid 2).
 		attr.Bits |= unix.PerfBitInherit | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
 	}
-	return unix.PerfEventOpen(&attr, t.pid, cpu, groupFD, t.flags|unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := unix.PerfEventOpen(&attr, t.pid, cpu, groupFD, t.flags|unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil || e.Filter == "" {
+		return fd, err
+	}
+	// An event whose filter the kernel refuses would count more than its name says.
+	if err := unix.IoctlSetString(fd, unix.PERF_EVENT_IOC_SET_FILTER, e.Filter); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("filter %q refused: %w", e.Filter, err)
+	}
+	return fd, nil
 }
 
 func eventID(fd int) (uint64, error) {
