@@ -41,6 +41,9 @@ PKGS=(
 	# make package's tests: the units checked with systemd-analyze verify, the .rpm's files
 	# listed with rpm
 	systemd rpm
+	# the real-program corpus (integration/programs_integration_test.go): programs HPC
+	# people run, as each Debian release ships them; hpcc runs its ranks with OpenMPI
+	stress-ng fio sysbench hpcc openmpi-bin
 	# make test-vm: the node as a virtual machine (qemu, software emulation where KVM does
 	# not work), its disk made from a Debian root (mkfs.ext4 -d)
 	qemu-system-x86 e2fsprogs
