@@ -84,7 +84,7 @@ func headOf(r Report) head {
 	h.around = suspendedLines(r.Suspended)
 	// Was it the code or the system: the time lost to interference, stated with the
 	// facts whether or not there are findings.
-	h.around = append(h.around, interferenceLines(r.Interference, r.interferenceNode())...)
+	h.around = append(h.around, interferenceLines(r)...)
 	h.around = append(h.around, unlikeLines(r.Alike, r.Start)...)
 	h.around = append(h.around, episodeLines(r.Episodes)...)
 	return h

@@ -55,6 +55,9 @@ var (
 	idleGPU = properties.Result{Key: "gpu_unused", ID: "gpu_unused", Name: "Allocated GPUs left idle", Unit: "GPUs", Domain: properties.Node,
 		Assessed: true, Count: 60, Deciles: deciles(1, 1, 1), Threshold: thr(0.5), TimeShare: 0.53, MeanSeverity: 0.53, MaxSeverity: 1, Finding: true,
 		Recommendation: "Some allocated GPUs ran nothing."}
+	starved = properties.Result{Key: "cpu_starved", ID: "cpu_starved", Name: "Starved of CPU", Unit: "%", Domain: properties.Node,
+		Assessed: true, Count: 16, Deciles: deciles(58, 63, 68), Threshold: thr(20), TimeShare: 0.94, MeanSeverity: 0.7, MaxSeverity: 0.8, Finding: true,
+		Recommendation: "The job had work for all its CPUs but often waited for them."}
 	ioWait = properties.Result{Key: "io_wait", ID: "io_wait", Name: "Time stalled on I/O (PSI)", Unit: "%", Domain: properties.Node,
 		Assessed: true, Count: 16, Deciles: deciles(5, 40, 70), Threshold: thr(10), TimeShare: 0.5, MeanSeverity: 0.4, MaxSeverity: 0.9, Finding: true,
 		Recommendation: "Tasks often waited for I/O: read and write in larger blocks, use node-local scratch for temporary files, or overlap I/O with computation."}
@@ -223,6 +226,10 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{fine}, 300},
 		{"nodes_unlike", unlike(interfered(whole(covering(Facts{JobID: 24, Nodes: []string{"node1", "node2", "node3", "node4"}, NNodes: 4, CPUs: 8}, 960, 16)), 0.09)),
 			[]properties.Result{fine, earlyWrites}, 300},
+		// Two threads, a neighbour's two beside them: some thread waited 63 % of the time,
+		// the job lost 37 %; the digest says why the two differ.
+		{"starved_interference", throughoutInterfered(whole(covering(Facts{JobID: 26, Nodes: []string{"node1"}, CPUs: 2}, 960, 16)), 0.37),
+			[]properties.Result{fine, starved}, 300},
 		{"io_episode", withEpisode(whole(covering(Facts{JobID: 25, Nodes: []string{"node1"}, CPUs: 4}, 960, 16))),
 			[]properties.Result{fine, ioWait}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},

@@ -51,8 +51,10 @@ const InterferenceShown = 0.02
 // throughout: a worst stretch this long a share of the judged time is the whole job's.
 const throughout = 0.8
 
-// interferenceLines say the time lost to interference, where it is worth saying.
-func interferenceLines(in *phases.Interference, node string) []string {
+// interferenceLines say the time lost to interference, where it is worth saying, and
+// why a starvation finding beside it says more.
+func interferenceLines(r Report) []string {
+	in, node := r.Interference, r.interferenceNode()
 	if in == nil || in.Share < InterferenceShown || len(in.Causes) == 0 {
 		return nil
 	}
@@ -85,10 +87,31 @@ func interferenceLines(in *phases.Interference, node string) []string {
 		}
 	}
 	s += "."
+	s += starvedBeside(r, in)
 	if in.Class == "high" {
 		s += " With this much interference the run measured the system more than the code: compare with a run at a quieter time."
 	}
 	return []string{s}
+}
+
+// starvedBeside says why the job's starvation (cpu_starved: the share of the time in
+// which any of its threads waited for a CPU) is higher than the time it lost to other
+// work, where both are said and they differ by a tenth of the time or more: while one
+// thread waited, the others ran on.
+func starvedBeside(r Report, in *phases.Interference) string {
+	if len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU {
+		return ""
+	}
+	for _, f := range r.Findings {
+		if f.Key != "cpu_starved" || len(f.Deciles) != 11 {
+			continue
+		}
+		if waited := f.Median() / 100; waited >= in.Share+0.1 {
+			return fmt.Sprintf(" Its threads waited for a CPU more of the time (%.0f%%, starved of CPU): while one waited, the others ran on, so the job lost less than that.",
+				math.Round(100*waited))
+		}
+	}
+	return ""
 }
 
 // interferenceNode is the node r's interference is of.
@@ -210,7 +233,7 @@ func describe(t phases.Traits, ncpus int) string {
 // the phases where there are several (the text digest's lines).
 func WhenLines(r Report) []string {
 	r = r.Clean()
-	out := append(interferenceLines(r.Interference, r.interferenceNode()), unlikeLines(r.Alike, r.Start)...)
+	out := append(interferenceLines(r), unlikeLines(r.Alike, r.Start)...)
 	out = append(out, episodeLines(r.Episodes)...)
 	return append(out, phaseLines(r.Phases, r.Start, r.CPUs)...)
 }

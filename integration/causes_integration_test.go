@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/phases"
 )
 
 func TestCauses(t *testing.T) {
@@ -60,6 +62,12 @@ func TestCauses(t *testing.T) {
 					t.Errorf("job %d: findings %v include %s", id, keys, tc.notIn)
 				}
 			}
+			// The neighbour took the job's CPUs all along: a starved job is told the time it
+			// lost to other work too, in one story with its starvation.
+			if in := r.Interference; tc.first == "cpu_starved" && (in == nil || in.Share < digest.InterferenceShown || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU) {
+				t.Errorf("job %d: starved by a neighbour, interference %+v: want time lost to other work on its CPUs", id, in)
+			}
+			oneStory(t, r)
 			for _, p := range r.Properties {
 				if p.Key == "cpu_pressure" || p.Key == "idle_cores" || p.Key == "cpu_starved" {
 					t.Logf("job %d: %s median %.2f, share %.2f, finding %v %s", id, p.Key, p.Median(), p.TimeShare, p.Finding, p.Suppressed)

@@ -24,6 +24,7 @@ import (
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/internal/testenv"
+	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/sample"
 	"github.com/persyst/persyst/standalone"
 )
@@ -115,6 +116,7 @@ func TestCorpus(t *testing.T) {
 			}
 			got, row, all := corpusFirst(tc.name, d)
 			table = append(table, row)
+			oneStory(t, d)
 			if tc.event != "" {
 				if len(d.Events) == 0 || d.Events[0].Key != tc.event {
 					t.Errorf("events %+v, want %s first", d.Events, tc.event)
@@ -151,6 +153,28 @@ func corpusFirst(name string, d *digest.Report) (first, row string, all []string
 		all = append(all, f.Key)
 	}
 	return first, fmt.Sprintf("| %s | %s | %s |", name, what, sev), all
+}
+
+// oneStory checks that a digest does not contradict itself where other work took the
+// job's CPUs: with a starvation finding (the share of the time any thread waited) and
+// time lost to other work both said, they agree (within a tenth of the time) or the
+// digest says why they differ.
+func oneStory(t *testing.T, d *digest.Report) {
+	t.Helper()
+	in := d.Interference
+	if in == nil || in.Share < digest.InterferenceShown || len(in.Causes) == 0 || in.Causes[0].Key != phases.CauseCPU {
+		return
+	}
+	for _, f := range d.Findings {
+		if f.Key != "cpu_starved" || len(f.Deciles) != 11 {
+			continue
+		}
+		text := strings.Join(strings.Fields(digest.Text(*d, digest.TextOptions{})), " ")
+		if f.Median()/100 >= in.Share+0.1 && !strings.Contains(text, "Its threads waited for a CPU more of the time") {
+			t.Errorf("starved of CPU %.0f %% of the time, %.0f %% lost to other work, and no word of why they differ:\n%s",
+				f.Median(), 100*in.Share, digest.Text(*d, digest.TextOptions{}))
+		}
+	}
 }
 
 // corpusEvidence keeps a failed case's result under build/test-artifacts and logs what
@@ -315,6 +339,7 @@ func TestCorpusSlurm(t *testing.T) {
 			}
 			got, row, all := corpusFirst(tc.name+" (Slurm)", r)
 			table = append(table, row)
+			oneStory(t, r)
 			// Slurm's own set-up can make a job of `true` outlast its start-up: no finding
 			// either way.
 			if got != tc.first && !(tc.first == "startup" && got == "") {

@@ -112,6 +112,7 @@ func TestRealPrograms(t *testing.T) {
 			r := c.jobReport(t, id)
 			got, row, all := corpusFirst(tc.name+" (Slurm)", r)
 			table = append(table, row+" "+tc.why+" |")
+			oneStory(t, r)
 			if got != tc.first {
 				t.Errorf("job %d: first finding %q, want %q (%s); findings %v; output:\n%s", id, got, tc.first, tc.why, all, output())
 				for _, p := range r.Properties {

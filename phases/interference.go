@@ -283,26 +283,44 @@ func (v *verdicts) tally(pts []point, in *Interference) {
 }
 
 // waitedForOthers is the time a job lost in an interval to other work on its CPUs:
-// where, with the job's own, that work filled them (cpuFull) and took at least
-// causeShare of them, the job's threads waited on a run queue for a CPU, at most as long
+// where that work could slow it (othersOnCPUs) and took at least causeShare of them,
+// the job's threads waited on a run queue for a CPU, at most as long
 // as the others ran. Alone, its runnable threads would have run then: the interval's
 // work would have taken that wait less, spread over the threads that were runnable
 // (their CPU time and wait over the interval, at least one). 0 where the wait is not
 // measured.
 func waitedForOthers(s sample.Sample, ncpus int) float64 {
 	wait, ok := s.Job[sample.SchedWaitSeconds]
-	busy, bok := s.Job[sample.NodeCPUsBusySeconds]
-	if !ok || !bok || s.Seconds <= 0 {
+	if !ok || s.Seconds <= 0 {
 		return 0
 	}
-	n := float64(max(ncpus, 1))
+	others := othersOnCPUs(s, ncpus)
+	if others < causeShare {
+		return 0
+	}
 	own := s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
-	others := max(busy-own, 0)
-	if busy/(s.Seconds*n) < cpuFull || others/(s.Seconds*n) < causeShare {
+	runnable := max((own+wait)/s.Seconds, 1)
+	return min(min(wait, others*s.Seconds*float64(max(ncpus, 1)))/runnable, s.Seconds)
+}
+
+// othersOnCPUs is the share of the job's CPUs that other work used in an interval,
+// counted where it could slow the job: where, with the job's own, it filled them
+// (cpuFull), or where the job had work for them all (a busy thread per CPU, as
+// cpu_starved judges: its threads then waited because others ran). A node's own reading
+// of its CPUs' busy time can fall short of full with four busy threads on two (an
+// emulated node read 87 %), while the job's threads wait all the same. 0 where the
+// CPUs' busy time is not measured.
+func othersOnCPUs(s sample.Sample, ncpus int) float64 {
+	busy, ok := s.Job[sample.NodeCPUsBusySeconds]
+	if !ok || s.Seconds <= 0 {
 		return 0
 	}
-	runnable := max((own+wait)/s.Seconds, 1)
-	return min(min(wait, others)/runnable, s.Seconds)
+	capacity := s.Seconds * float64(max(ncpus, 1))
+	own := s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
+	if busy/capacity < cpuFull && s.Job[sample.SchedBusyThreadSeconds] < cpuFull*capacity {
+		return 0
+	}
+	return max(busy-own, 0) / capacity
 }
 
 // inPhase returns the indices of the points that lie in a phase's stretches.
@@ -360,12 +378,11 @@ func progress(pts []point, idx []int, ncpus int) []float64 {
 }
 
 // signals are the outside causes' shares in each interval of a phase: other work on
-// the job's CPUs (counted only where, with the job's own, it filled them), the node's
+// the job's CPUs (counted only where it could slow the job: othersOnCPUs), the node's
 // I/O and memory stall; and what would make them the job's own: its quota throttling,
 // its I/O rate (the node's I/O stall counts the job's own), its memory growth.
 func signals(pts []point, idx []int, ncpus int) map[string][]float64 {
 	out := map[string][]float64{}
-	n := float64(max(ncpus, 1))
 	peak := 0.0
 	for _, p := range pts {
 		peak = max(peak, memOf(p.s))
@@ -379,15 +396,7 @@ func signals(pts []point, idx []int, ncpus int) map[string][]float64 {
 		out["own_growth"] = append(out["own_growth"], growth)
 		out["own_io"] = append(out["own_io"], (s.Job[sample.ReadChars]+s.Job[sample.WriteChars])/s.Seconds)
 		secs := s.Seconds
-		own := s.Job[sample.CPUUserSeconds] + s.Job[sample.CPUSystemSeconds]
-		others := 0.0
-		if busy, ok := s.Job[sample.NodeCPUsBusySeconds]; ok {
-			others = max(busy-own, 0) / (secs * n)
-			if (busy)/(secs*n) < cpuFull {
-				others = 0
-			}
-		}
-		out[CauseCPU] = append(out[CauseCPU], others)
+		out[CauseCPU] = append(out[CauseCPU], othersOnCPUs(s, ncpus))
 		out[CauseIO] = append(out[CauseIO], s.Job[sample.NodeIOPressureSeconds]/secs)
 		out[CauseMemory] = append(out[CauseMemory], s.Job[sample.NodeMemPressureSeconds]/secs)
 		out["throttled"] = append(out["throttled"], s.Job[sample.CPUThrottledSecs]/secs)

@@ -82,6 +82,34 @@ func TestInterference(t *testing.T) {
 	}
 }
 
+// TestInterferenceStarved: a job with a busy thread on each of its 2 CPUs and a
+// neighbour's two beside them, on a node that reads its CPUs 87 % busy (an emulated
+// node's accounting): its threads waited half the time, and the time lost to other work
+// is counted in every interval, as its starvation is; the job's own extra threads on a
+// node read as full are still no interference.
+func TestInterferenceStarved(t *testing.T) {
+	starved := alone.with(sample.CPUUserSeconds, 1.0, sample.SchedWaitSeconds, 1.0, sample.SchedBusyThreadSeconds, 2.0,
+		sample.NodeCPUsBusySeconds, 1.74)
+	own := alone.with(sample.CPUUserSeconds, 1.98, sample.SchedWaitSeconds, 2.0, sample.SchedBusyThreadSeconds, 4.0,
+		sample.NodeCPUsBusySeconds, 2.0)
+	o := phases.Options{NCPUs: 2}
+	for _, tc := range []struct {
+		name      string
+		s         []sample.Sample
+		intervals int
+		share     float64
+	}{
+		// Lost: the others' 0.74 CPU-s of the waits, over the 2 runnable threads.
+		{"starved, CPUs read 87 % busy", jobNoise(5, 0.01, run{starved, 30}), 30, 0.37},
+		{"its own four threads", jobNoise(5, 0.01, run{own, 30}), 0, 0},
+	} {
+		in := phases.FindInterference(tc.s, phases.Find(tc.s, o), o)
+		if in.Intervals != tc.intervals || math.Abs(in.Share-tc.share) > 0.02 {
+			t.Errorf("%s: %d intervals, %.3f lost; want %d, %.2f (%+v)", tc.name, in.Intervals, in.Share, tc.intervals, tc.share, in)
+		}
+	}
+}
+
 // TestInterferenceThrottled: intervals its own CPU quota slowed, within a phase, are
 // counted apart and lose nothing to interference.
 func TestInterferenceThrottled(t *testing.T) {

@@ -716,12 +716,22 @@ MARIADB_SOCK="$DIR/run/mariadb/mysqld.sock"
 mariadb_start() {
 	local data="$DIR/mariadb" pid
 	if [ ! -d "$data/mysql" ]; then
-		rm -rf "$data" "$data.new"
-		mkdir -p "$data.new"
-		chown mysql: "$data.new"
-		mariadb-install-db --no-defaults --user=mysql --datadir="$data.new" \
-			--auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
-			>"$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed"
+		# Made twice at most: a bootstrap that stopped half-way (once in a CI run, beside
+		# five other clusters) is made again from nothing; its errors are kept and shown.
+		local try
+		for try in 1 2; do
+			rm -rf "$data" "$data.new"
+			mkdir -p "$data.new"
+			chown mysql: "$data.new"
+			if mariadb-install-db --no-defaults --user=mysql --datadir="$data.new" \
+				--auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
+				>"$DIR/log/mariadb-install.log" 2>&1; then
+				break
+			fi
+			cp "$DIR/log/mariadb-install.log" "$DIR/log/mariadb-install-$try.log"
+			log "mariadb-install-db failed (try $try); its errors: $(grep -iE 'error|fail|abort|killed|denied|space' "$DIR/log/mariadb-install.log" | head -n 8 | tr '\n' ' ')"
+			[ "$try" = 2 ] && die "mariadb-install-db failed twice; see $DIR/log/mariadb-install-1.log and -2.log"
+		done
 		mv "$data.new" "$data"
 	fi
 	mkdir -p "$DIR/run/mariadb"
