@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon"
+	"github.com/persyst/persyst/sample"
 )
 
 type bottleneck struct {
@@ -255,7 +256,10 @@ func (c *cluster) debugJob(t *testing.T, id uint32) {
 		for _, cpu := range s.CPU {
 			per = append(per, fmt.Sprintf("cpu%d task-clock %.0f ms", cpu.CPU, cpu.Values["task-clock"]/1e6))
 		}
-		t.Logf("sample %s %.2f s: user %.2f s, system %.2f s, %s", s.Reason, s.Seconds, s.Job["cpu_user_seconds"], s.Job["cpu_system_seconds"], strings.Join(per, ", "))
+		busy, ok := s.Job[sample.SchedBusyThreadSeconds]
+		t.Logf("sample %s %.2f s: user %.2f s, system %.2f s, run-queue wait %.2f s, busy threads' time %.2f s (measured %v), its CPUs busy %.2f s, %s",
+			s.Reason, s.Seconds, s.Job["cpu_user_seconds"], s.Job["cpu_system_seconds"], s.Job[sample.SchedWaitSeconds], busy, ok,
+			s.Job[sample.NodeCPUsBusySeconds], strings.Join(per, ", "))
 	}
 	if err != nil {
 		t.Logf("samples: %v", err)

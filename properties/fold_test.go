@@ -72,6 +72,11 @@ func TestOneCauseOnce(t *testing.T) {
 		// runtime's, slurmstepd's) waited a CPU's worth in all, but one thread had work.
 		{"one busy thread on a loaded node", 0.8, 0, 0.45, 1.1, map[string]float64{"sched_busy_thread_seconds": 1.0}, []string{"idle_cores", "cpu_pressure"}},
 		{"balanced", 1, 1, 0, 0, nil, nil},
+		// One CPU busier than the other with nobody else on them: imbalance; the same
+		// counts where other work took the rest of the quieter CPU: the job did not leave
+		// it unequal (its loss is interference).
+		{"imbalanced, nobody else", 1, 0.7, 0, 0, map[string]float64{sample.NodeCPUsBusySeconds: 1.7}, []string{"intra_node_imbalance"}},
+		{"unequal where others took a CPU", 1, 0.7, 0, 0, map[string]float64{sample.NodeCPUsBusySeconds: 2.0}, nil},
 		{"oversubscribed", 1, 1, 1, 6, nil, []string{"oversubscription"}},
 		// Eight busy threads on two CPUs that other work shared: still too many threads.
 		{"oversubscribed beside a neighbour", 0.8, 0.8, 1, 6.4, nil, []string{"oversubscription"}},
