@@ -372,19 +372,25 @@ func accounts(t *testing.T) (*store.Store, string) {
 	return st, odd
 }
 
-var groupRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)" data-cpu-hours="([0-9.]+)"`)
-
-// TestSiteByWhom: the site by account, an account's users, a coordinator's view of
-// their account (and nothing of another's), names escaped in HTML and intact in CSV.
-func TestSiteByWhom(t *testing.T) {
-	st, odd := accounts(t)
-	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" },
+// chemOptions are the view's options over st behind a proxy's user header: root is an
+// admin, alice coordinates account chem.
+func chemOptions(st *store.Store) Options {
+	return Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" },
 		Coordinated: func(_ context.Context, u string) []string {
 			if u == "alice" {
 				return []string{"chem"}
 			}
 			return nil
 		}}
+}
+
+var groupRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)" data-cpu-hours="([0-9.]+)"`)
+
+// TestSiteByWhom: the site by account, an account's users, a coordinator's view of
+// their account (and nothing of another's), names escaped in HTML and intact in CSV.
+func TestSiteByWhom(t *testing.T) {
+	st, odd := accounts(t)
+	o := chemOptions(st)
 	const proxy = "127.0.0.1:40000"
 	groups := func(user, path string) map[string]string {
 		t.Helper()
@@ -496,13 +502,7 @@ func TestSiteRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := Options{Store: st, UserHeader: "X-Remote-User", IsAdmin: func(u string) bool { return u == "root" },
-		Coordinated: func(_ context.Context, u string) []string {
-			if u == "alice" {
-				return []string{"chem"}
-			}
-			return nil
-		}}
+	o := chemOptions(st)
 	const proxy = "127.0.0.1:40000"
 	for _, c := range []struct {
 		user string
