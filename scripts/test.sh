@@ -98,11 +98,12 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# activation), and those that judge how persyst reads what it measured, not how it
 	# finds a job (the causes of CPU findings, the corpus's programs as jobs, phases and
 	# interference, the imbalance between a 4-node job's nodes and the site's I/O
-	# episodes, the site in a box): every root finds, measures and digests its jobs in TestDigest,
+	# episodes, the site in a box, programs written elsewhere), and the test cluster's own
+	# failures to start: every root finds, measures and digests its jobs in TestDigest,
 	# TestSlurmMeasures and the rest, multi-node jobs through the tree in TestTreeAgents.
 	skip=()
 	if [ "${PERSYST_UNIT:-1}" = 0 ]; then
-		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox'
+		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestRealPrograms|TestClusterUpFailure'
 		skip=(-skip "^($once)\$")
 		echo "(${once//|/, } ran in the first release's root)"
 	fi

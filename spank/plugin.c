@@ -354,12 +354,21 @@ static const char *job_step(const struct persyst_event *ev, char *buf, size_t n)
 	return buf;
 }
 
+/* elapsed_ms is the time since t0, in milliseconds. */
+static double elapsed_ms(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
 /* send_event sends one lifecycle event to the node daemon. */
 static void send_event(int kind, struct persyst_event *ev)
 {
 	char marker[PERSYST_SOCKET_MAX + 16], name[64], why[700], *msg;
 	struct persyst_reply *rep = NULL;
-	struct timespec now, t0, t1;
+	struct timespec now, t0;
 	int64_t timeout = cfg.timeout_ns;
 	int known, len, rc, deliver_only;
 
@@ -420,6 +429,9 @@ static void send_event(int kind, struct persyst_event *ev)
 	if (rc != PERSYST_SENT) {
 		char note[sizeof(why) + 64];
 
+		slurm_debug("persyst: %s: %s not sent after %.3fms: %s", name, kind_label(kind),
+			    elapsed_ms(&t0), why);
+
 		snprintf(note, sizeof(note), "%ld job %u %s: %s", (long)time(NULL), ev->job_id, kind_label(kind), why);
 		if (persyst_mark_unreachable(marker, note) && !known && !daemon_failed)
 			log_error("%s: %s event not recorded: %s (the job is not affected; until the daemon answers again, events wait at most %d ms and are not logged)",
@@ -433,9 +445,8 @@ static void send_event(int kind, struct persyst_event *ev)
 		unlink(marker);
 		daemon_failed = 0;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
 	slurm_debug("persyst: %s: %s sent in %.3fms", name, kind_label(kind),
-		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+		    elapsed_ms(&t0));
 }
 
 /* reportWait bounds how long srun waits at the end of an interactive job for its digest;
