@@ -19,6 +19,8 @@ import (
 	"context"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/digest"
 )
@@ -58,33 +60,33 @@ type View struct {
 	Running []store.Running
 }
 
-// Build reads a query's figures from the store, within scope.
+// Build reads a query's figures from the store, within scope: its parts side by side
+// (each reads roll-ups of its own).
 func Build(ctx context.Context, st *store.Store, q Query, scope store.Scope) (*View, error) {
 	if q.By == "" {
 		q.By = store.ByAccount
 	}
 	f := q.Filter(scope)
-	site, err := st.Rollups().Site(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := st.Rollups().By(ctx, f, q.By)
-	if err != nil {
-		return nil, err
-	}
-	tf := f
-	tf.From = q.Period.To.AddDate(0, 0, -7*TrendWeeks)
-	weeks, err := st.Rollups().Weeks(ctx, tf)
-	if err != nil {
-		return nil, err
-	}
-	var running []store.Running
+	v := &View{Query: q}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { v.Site, err = st.Rollups().Site(gctx, f); return err })
+	g.Go(func() (err error) { v.Groups, err = st.Rollups().By(gctx, f, q.By); return err })
+	g.Go(func() (err error) {
+		tf := f
+		tf.From = q.Period.To.AddDate(0, 0, -7*TrendWeeks)
+		v.Weeks, err = st.Rollups().Weeks(gctx, tf)
+		return err
+	})
 	if !q.Now.IsZero() {
-		if running, err = st.Rollups().Running(ctx, f, q.Now.Add(-3*digest.NoticeRefresh)); err != nil {
-			return nil, err
-		}
+		g.Go(func() (err error) {
+			v.Running, err = st.Rollups().Running(gctx, f, q.Now.Add(-3*digest.NoticeRefresh))
+			return err
+		})
 	}
-	return &View{Query: q, Site: site, Groups: groups, Weeks: weeks, Running: running}, nil
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // Jobs lists the jobs of a query (the newest to end first, at most limit), within scope:

@@ -27,7 +27,7 @@ type Stats struct {
 }
 
 // tables are the store's tables, in the order stats list them.
-var tables = []string{"jobs", "cycles", "reports", "job_findings", "usage_daily", "findings_daily", "findings_site_daily", "finding_users_daily", "finding_names",
+var tables = []string{"jobs", "cycles", "reports", "job_findings", "usage_daily", "findings_daily", "findings_site_daily", "finding_users_daily", "findings_by_daily", "finding_names",
 	"usage_site_daily", "episodes", "mails_sent", "notices", "schema_version"}
 
 // Admin is what an admin does with a database: its sizes, checks, retention and exports

@@ -87,6 +87,9 @@
 //	usage_daily: per day × cluster × account × user × partition × QOS
 //	  jobs, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h
 //	findings_daily: the same, per finding: jobs, cpu_h, gpu_h
+//	findings_site_daily, finding_users_daily: per day × cluster (× user) × finding
+//	findings_by_daily: per dim (account, user, partition, QOS) × day × cluster × its
+//	  value × finding: a group's findings without the other groups' combinations
 //	finding_names: finding → its name
 //
 //	episodes: site-wide I/O episodes (from_ts, to_ts, jobs, stalled, peak)

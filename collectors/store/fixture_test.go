@@ -149,7 +149,8 @@ func TestMigrateReleaseV3(t *testing.T) {
 	defer fresh.Close()
 	keepV3Jobs(t, fresh)
 	f := store.SiteFilter{From: store.T0.AddDate(0, 0, -1), To: store.T0.AddDate(0, 0, 1), Scope: store.Scope{All: true}}
-	for _, by := range []store.Dim{store.ByAccount, store.ByUser} {
+	rollupsAgree(t, migrated)
+	for _, by := range []store.Dim{store.ByAccount, store.ByUser, store.ByPartition, store.ByQOS, store.ByCluster} {
 		got, err := migrated.Rollups().By(ctx, f, by)
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Dim is what the site's figures are grouped by: a column every roll-up row has.
@@ -36,11 +38,27 @@ type Group struct {
 }
 
 // By sums the roll-ups the filter selects per value of d, the groups holding the most
-// CPU-hours first.
+// CPU-hours first; their sums and their costliest findings are read side by side.
 func (r Rollups) By(ctx context.Context, f SiteFilter, d Dim) ([]Group, error) {
 	if _, err := ParseDim(string(d)); err != nil {
 		return nil, fmt.Errorf("store: site by %w", err)
 	}
+	var out []Group
+	var tops map[string]*FindingCost
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { out, err = r.groups(gctx, f, d); return err })
+	g.Go(func() (err error) { tops, err = r.groupTops(gctx, f, d); return err })
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("store: site by %s: %w", d, err)
+	}
+	for i := range out {
+		out[i].Top = tops[out[i].Name]
+	}
+	return out, nil
+}
+
+// groups sums the usage roll-ups per value of d, the most CPU- and GPU-hours first.
+func (r Rollups) groups(ctx context.Context, f SiteFilter, d Dim) ([]Group, error) {
 	col := string(d)
 	table, where, args := "usage_daily", "", []any(nil)
 	if d == ByCluster {
@@ -51,48 +69,59 @@ func (r Rollups) By(ctx context.Context, f SiteFilter, d Dim) ([]Group, error) {
 	rows, err := r.s.r.QueryContext(ctx, `SELECT `+col+`, `+usageSums+` FROM `+table+` WHERE `+where+`
 		GROUP BY `+col+` ORDER BY sum(cpu_h) + sum(gpu_h) DESC, `+col, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: site by %s: %w", d, err)
+		return nil, err
 	}
+	defer rows.Close()
 	var out []Group
-	at := map[string]int{}
 	for rows.Next() {
 		var g Group
 		if err := scanUsage(rows, &g.Usage, &g.Name); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("store: site by %s: %w", d, err)
+			return nil, err
 		}
-		at[g.Name] = len(out)
 		out = append(out, g)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: site by %s: %w", d, err)
-	}
-	// Each group's costliest finding.
-	where, args = f.where("d.", false)
-	rows, err = r.s.r.QueryContext(ctx, `SELECT d.`+col+`, d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
-		FROM findings_daily d LEFT JOIN finding_names n ON n.finding = d.finding
-		WHERE `+where+` GROUP BY d.`+col+`, d.finding`, args...)
+	return out, rows.Err()
+}
+
+// groupTops is each value of d's costliest finding (CPU- and GPU-hours, then the
+// finding's key).
+func (r Rollups) groupTops(ctx context.Context, f SiteFilter, d Dim) (map[string]*FindingCost, error) {
+	table, col, where, args := groupFindings(f, d)
+	rows, err := r.s.r.QueryContext(ctx, `SELECT g.v, g.finding, coalesce(n.name, g.finding), g.jobs, g.cpu_h, g.gpu_h
+		FROM (SELECT d.`+col+` AS v, d.finding, sum(d.jobs) AS jobs, sum(d.cpu_h) AS cpu_h, sum(d.gpu_h) AS gpu_h,
+				row_number() OVER (PARTITION BY d.`+col+` ORDER BY sum(d.cpu_h) + sum(d.gpu_h) DESC, d.finding) AS rn
+			FROM `+table+` d WHERE `+where+` GROUP BY d.`+col+`, d.finding) g
+		LEFT JOIN finding_names n ON n.finding = g.finding WHERE g.rn = 1`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: site by %s: %w", d, err)
+		return nil, err
 	}
 	defer rows.Close()
+	out := map[string]*FindingCost{}
 	for rows.Next() {
 		var name string
 		var c FindingCost
 		if err := rows.Scan(&name, &c.Key, &c.Name, &c.Jobs, &c.CPUHours, &c.GPUHours); err != nil {
-			return nil, fmt.Errorf("store: site by %s: %w", d, err)
+			return nil, err
 		}
-		i, ok := at[name]
-		if !ok {
-			continue
-		}
-		if t := out[i].Top; t == nil || c.CPUHours+c.GPUHours > t.CPUHours+t.GPUHours ||
-			c.CPUHours+c.GPUHours == t.CPUHours+t.GPUHours && c.Key < t.Key {
-			out[i].Top = &c
-		}
+		out[name] = &c
 	}
 	return out, rows.Err()
+}
+
+// groupFindings is where By reads the groups' findings by d, with its column of d and
+// the filter's conditions: where the filter narrows the jobs by nothing but their
+// period and cluster, the roll-up of d alone (findings_by_daily; the site's per cluster,
+// findings_site_daily), else findings_daily (every group column).
+func groupFindings(f SiteFilter, d Dim) (table, col, where string, args []any) {
+	if !f.coarse() || f.User != "" {
+		where, args = f.where("d.", false)
+		return "findings_daily", string(d), where, args
+	}
+	where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, Scope: Scope{All: true}}.where("d.", false)
+	if d == ByCluster {
+		return "findings_site_daily", "cluster", where, args
+	}
+	return "findings_by_daily", "value", "d.dim = ? AND " + where, append([]any{string(d)}, args...)
 }
 
 // Week is a week's figures (From: its Monday, 00:00 UTC).

@@ -125,11 +125,21 @@ func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64
 	return jobs, episodes, nil
 }
 
+// dimsFirst is the condition on a roll-up table's key before its day, if any.
+func dimsFirst(tbl string) string {
+	if tbl == "findings_by_daily" {
+		return "dim IN ('account', 'user', 'partition', 'qos') AND "
+	}
+	return ""
+}
+
 // pruneRollups deletes the roll-ups of the days before day.
 func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err error) {
 	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
-		for _, tbl := range []string{"usage_daily", "usage_site_daily", "findings_daily", "findings_site_daily", "finding_users_daily"} {
-			res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE day < ?`, day)
+		for _, tbl := range []string{"usage_daily", "usage_site_daily", "findings_daily", "findings_site_daily", "finding_users_daily",
+			"findings_by_daily"} {
+			// (By its key's dimension first: findings_by_daily's days per dimension.)
+			res, err := tx.ExecContext(ctx, `DELETE FROM `+tbl+` WHERE `+dimsFirst(tbl)+`day < ?`, day)
 			if err != nil {
 				return err
 			}

@@ -165,6 +165,14 @@ func unroll(ctx context.Context, tx *sql.Tx, key Key) error { return rollBy(ctx,
 
 const rollGroup = `cluster, coalesce(account, ''), coalesce(user, ''), coalesce(partition, ''), coalesce(qos, '')`
 
+// groupDims are the dimensions findings_by_daily keeps, as a table of one column (dim),
+// and dimValue a job's (j) value of the dimension d.dim.
+const (
+	groupDims = `(SELECT 'account' AS dim UNION ALL SELECT 'user' UNION ALL SELECT 'partition' UNION ALL SELECT 'qos')`
+	dimValue  = `CASE d.dim WHEN 'account' THEN coalesce(j.account, '') WHEN 'user' THEN coalesce(j.user, '')
+		WHEN 'partition' THEN coalesce(j.partition, '') ELSE coalesce(j.qos, '') END`
+)
+
 // wasteColumns are usage_daily's figures of what a job requested and left unused, and
 // wasteOf computes them from a job's row (in this order): memory requested, in
 // GiB-hours over the job's measured hours; of it, unused (1 − the peak's share of the
@@ -242,6 +250,11 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 		FROM jobs j JOIN job_findings f ON f.job = j.key WHERE j.key = ?2 AND j.day IS NOT NULL
 		ON CONFLICT (finding, day, cluster, user) DO UPDATE SET
 			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`,
+		`INSERT INTO findings_by_daily (dim, day, cluster, value, finding, jobs, cpu_h, gpu_h)
+		SELECT d.dim, j.day, j.cluster, ` + dimValue + `, f.finding, ?1, ?1 * f.cpu_h, ?1 * f.gpu_h
+		FROM jobs j JOIN job_findings f ON f.job = j.key JOIN ` + groupDims + ` d WHERE j.key = ?2 AND j.day IS NOT NULL
+		ON CONFLICT (dim, day, cluster, value, finding) DO UPDATE SET
+			jobs = jobs + excluded.jobs, cpu_h = cpu_h + excluded.cpu_h, gpu_h = gpu_h + excluded.gpu_h`,
 	} {
 		if _, err := tx.ExecContext(ctx, q, sign, key); err != nil {
 			return err
@@ -260,6 +273,8 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 		`DELETE FROM findings_site_daily WHERE jobs <= 0 AND (day, cluster) IN (SELECT day, cluster FROM jobs WHERE key = ?)`,
 		`DELETE FROM finding_users_daily WHERE jobs <= 0 AND (day, cluster, user) IN
 			(SELECT day, cluster, coalesce(user, '') FROM jobs WHERE key = ?)`,
+		`DELETE FROM findings_by_daily WHERE jobs <= 0 AND (dim, day, cluster, value) IN
+			(SELECT d.dim, j.day, j.cluster, ` + dimValue + ` FROM jobs j JOIN ` + groupDims + ` d WHERE j.key = ?)`,
 	} {
 		if _, err := tx.ExecContext(ctx, q, key); err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -311,4 +311,38 @@ var migrations = []migration{
 			`CREATE INDEX notices_seen ON notices (seen_ts)`,
 		},
 	},
+	{
+		// The findings per day, cluster and one group (account, user, partition or QOS):
+		// each group's costliest finding on the site's page reads its dimension's rows,
+		// not every combination findings_daily keeps (at a million jobs a week, about as
+		// many rows as the jobs' findings). And findings_daily by account and by user,
+		// for a page narrowed to one, or to what a user may see.
+		description: "findings per day by account, user, partition and QOS",
+		steps: append(findingsByFill(), []string{
+			`CREATE INDEX findings_daily_account ON findings_daily (account, finding, day)`,
+			`CREATE INDEX findings_daily_user ON findings_daily (user, finding, day)`,
+		}...),
+	},
+}
+
+// findingsByFill are the steps that make findings_by_daily from findings_daily (a
+// released migration's: its dimensions are its own, not rollBy's).
+func findingsByFill() []string {
+	steps := []string{`CREATE TABLE findings_by_daily (
+		dim     TEXT NOT NULL CHECK (dim IN ('account', 'user', 'partition', 'qos')),
+		day     INTEGER NOT NULL,
+		cluster TEXT NOT NULL,
+		value   TEXT NOT NULL,
+		finding TEXT NOT NULL,
+		jobs    INTEGER NOT NULL,
+		cpu_h   REAL NOT NULL,
+		gpu_h   REAL NOT NULL,
+		PRIMARY KEY (dim, day, cluster, value, finding)
+	) STRICT, WITHOUT ROWID`}
+	for _, d := range []string{"account", "user", "partition", "qos"} {
+		steps = append(steps, `INSERT INTO findings_by_daily (dim, day, cluster, value, finding, jobs, cpu_h, gpu_h)
+			SELECT '`+d+`', day, cluster, `+d+`, finding, sum(jobs), sum(cpu_h), sum(gpu_h) FROM findings_daily
+			GROUP BY day, cluster, `+d+`, finding`)
+	}
+	return steps
 }

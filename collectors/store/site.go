@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Scope is whose figures a reader may see: every job (All), or the jobs of one user and
@@ -108,8 +111,10 @@ func (f SiteFilter) where(prefix string, onJobs bool) (string, []any) {
 // narrow is the filter's conditions but its period (each after " AND "), with their
 // arguments: its cluster, account, user, partition and QOS, within its scope.
 func (f SiteFilter) narrow(prefix string, onJobs bool) (string, []any) {
-	col := func(c string) string {
-		if onJobs {
+	// A job's missing name is NULL on its row, "" in the roll-ups; a name asked for
+	// compares the column itself, so that its index serves.
+	col := func(c string, v ...string) string {
+		if onJobs && slices.Contains(v, "") {
 			return "coalesce(" + prefix + c + ", '')"
 		}
 		return prefix + c
@@ -118,16 +123,16 @@ func (f SiteFilter) narrow(prefix string, onJobs bool) (string, []any) {
 	var args []any
 	for _, c := range []struct{ col, v string }{{"cluster", f.Cluster}, {"account", f.Account}, {"user", f.User}, {"partition", f.Partition}, {"qos", f.QOS}} {
 		if c.v != "" {
-			conds, args = append(conds, col(c.col)+" = ?"), append(args, c.v)
+			conds, args = append(conds, col(c.col, c.v)+" = ?"), append(args, c.v)
 		}
 	}
 	if s := f.Scope; !s.All {
 		in := []string{"0"} // nobody's: nothing
 		if s.User != "" {
-			in, args = append(in, col("user")+" = ?"), append(args, s.User)
+			in, args = append(in, col("user", s.User)+" = ?"), append(args, s.User)
 		}
 		if len(s.Accounts) > 0 {
-			in = append(in, col("account")+" IN (?"+strings.Repeat(", ?", len(s.Accounts)-1)+")")
+			in = append(in, col("account", s.Accounts...)+" IN (?"+strings.Repeat(", ?", len(s.Accounts)-1)+")")
 			for _, a := range s.Accounts {
 				args = append(args, a)
 			}
@@ -144,6 +149,29 @@ func (f SiteFilter) narrow(prefix string, onJobs bool) (string, []any) {
 // cluster (or per user): the filter names no account, partition or QOS, and sees all.
 func (f SiteFilter) coarse() bool {
 	return f.Account == "" && f.Partition == "" && f.QOS == "" && f.Scope.All
+}
+
+// single is the one group column the filter narrows the jobs by, if it narrows them
+// by one account, partition or QOS alone (its cluster aside) and sees all ("" if not),
+// with its value.
+func (f SiteFilter) single() (Dim, string) {
+	if !f.Scope.All || f.User != "" {
+		return "", ""
+	}
+	var d Dim
+	var v string
+	for _, c := range []struct {
+		d Dim
+		v string
+	}{{ByAccount, f.Account}, {ByPartition, f.Partition}, {ByQOS, f.QOS}} {
+		if c.v != "" {
+			if d != "" {
+				return "", ""
+			}
+			d, v = c.d, c.v
+		}
+	}
+	return d, v
 }
 
 // usage is the table the filter's usage sums read, with its conditions: the site's
@@ -196,20 +224,18 @@ func (r Rollups) Site(ctx context.Context, f SiteFilter) (*Site, error) {
 	if out.Findings, err = r.findingTotals(ctx, f); err != nil {
 		return nil, fmt.Errorf("store: site: %w", err)
 	}
-	for i := range out.Findings {
-		c := &out.Findings[i]
-		if err := r.findingTops(ctx, c, f); err != nil {
-			return nil, fmt.Errorf("store: site: %s: %w", c.Key, err)
-		}
+	if err := r.tops(ctx, f, out.Findings); err != nil {
+		return nil, fmt.Errorf("store: site: %w", err)
 	}
 	return out, nil
 }
 
 // findingTotals are the findings' totals, costliest first: from the roll-ups per day and
-// cluster, or a user's (by their own index), where the filter allows; else from the
-// roll-ups with every group column.
+// cluster, a user's (by their own index), or one account's, partition's or QOS's,
+// where the filter allows; else from the roll-ups with every group column.
 func (r Rollups) findingTotals(ctx context.Context, f SiteFilter) ([]FindingCost, error) {
 	table, where, args := `findings_daily d`, "", []any(nil)
+	sd, sv := f.single()
 	switch {
 	case f.coarse() && f.User == "":
 		table = `findings_site_daily d`
@@ -217,12 +243,18 @@ func (r Rollups) findingTotals(ctx context.Context, f SiteFilter) ([]FindingCost
 	case f.coarse():
 		table = `finding_users_daily d INDEXED BY finding_users_daily_user`
 		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, User: f.User, Scope: Scope{All: true}}.where("d.", false)
+	case sd != "":
+		// One account, partition or QOS: its own roll-up.
+		table = `findings_by_daily d`
+		where, args = SiteFilter{From: f.From, To: f.To, Cluster: f.Cluster, Scope: Scope{All: true}}.where("d.", false)
+		where, args = "d.dim = ? AND d.value = ? AND "+where, append([]any{string(sd), sv}, args...)
 	default:
 		where, args = f.where("d.", false)
 	}
-	rows, err := r.s.r.QueryContext(ctx, `SELECT d.finding, coalesce(n.name, d.finding), sum(d.jobs), sum(d.cpu_h), sum(d.gpu_h)
-		FROM `+table+` LEFT JOIN finding_names n ON n.finding = d.finding
-		WHERE `+where+` GROUP BY d.finding ORDER BY sum(d.cpu_h) DESC, d.finding`, args...)
+	rows, err := r.s.r.QueryContext(ctx, `SELECT g.finding, coalesce(n.name, g.finding), g.jobs, g.cpu_h, g.gpu_h
+		FROM (SELECT d.finding, sum(d.jobs) AS jobs, sum(d.cpu_h) AS cpu_h, sum(d.gpu_h) AS gpu_h FROM `+table+`
+			WHERE `+where+` GROUP BY d.finding) g
+		LEFT JOIN finding_names n ON n.finding = g.finding ORDER BY g.cpu_h DESC, g.finding`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -238,9 +270,43 @@ func (r Rollups) findingTotals(ctx context.Context, f SiteFilter) ([]FindingCost
 	return out, rows.Err()
 }
 
-// findingTops fills a finding's top users (from the roll-ups) and top jobs (from the
-// jobs kept).
-func (r Rollups) findingTops(ctx context.Context, c *FindingCost, f SiteFilter) error {
+// tops fills the findings' top users and jobs, the findings side by side on the store's
+// read connections; the top jobs of a user's, an account's or a scope's jobs in one
+// query for every finding (topJobsAll), else a finding's from its costliest jobs down.
+func (r Rollups) tops(ctx context.Context, f SiteFilter, cs []FindingCost) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.s.readConns)
+	if f.selective() {
+		g.Go(func() error { return r.topJobsAll(gctx, f, cs) })
+	}
+	for i := range cs {
+		g.Go(func() error {
+			if err := r.topUsers(gctx, &cs[i], f); err != nil {
+				return fmt.Errorf("%s: %w", cs[i].Key, err)
+			}
+			if f.selective() {
+				return nil
+			}
+			if err := r.topJobs(gctx, &cs[i], f); err != nil {
+				return fmt.Errorf("%s: %w", cs[i].Key, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// selective says whether the filter narrows the jobs to a user's (a user who sees their
+// own alone), which their own index finds: a few thousand jobs a week, where a
+// finding's costliest jobs would be read down a long way before five were theirs. An
+// account's jobs are too many to read whole (a fortieth of the million-job benchmark's
+// week) and are met soon enough from the costliest down.
+func (f SiteFilter) selective() bool {
+	return f.User != "" || (!f.Scope.All && len(f.Scope.Accounts) == 0 && f.Account == "")
+}
+
+// topUsers fills a finding's top users, from the roll-ups.
+func (r Rollups) topUsers(ctx context.Context, c *FindingCost, f SiteFilter) error {
 	table := `findings_daily`
 	where, args := f.where("", false)
 	if f.coarse() {
@@ -252,22 +318,30 @@ func (r Rollups) findingTops(ctx context.Context, c *FindingCost, f SiteFilter) 
 	if err != nil {
 		return err
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var u UserCost
 		if err := rows.Scan(&u.User, &u.CPUHours, &u.GPUHours); err != nil {
-			rows.Close()
 			return err
 		}
 		c.Users = append(c.Users, u)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	// The jobs' conditions, with the finding's day in place of the job's.
-	where, args = f.where("j.", true)
-	where = strings.Replace(where, "j.day >= ? AND j.day < ?", "f.day >= ? AND f.day < ?", 1)
-	rows, err = r.s.r.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
+	return rows.Err()
+}
+
+// jobsWhere is the filter's conditions on a job (j) and its finding's row (f): the
+// finding's day in the period, and the job's cluster, account, user, partition and QOS.
+func (f SiteFilter) jobsWhere() (string, []any) {
+	from, to := f.span()
+	who, args := f.narrow("j.", true)
+	return "f.day >= ? AND f.day < ?" + who, append([]any{from, to}, args...)
+}
+
+// topJobs fills a finding's top jobs from the jobs kept, its costliest first (by its
+// index).
+func (r Rollups) topJobs(ctx context.Context, c *FindingCost, f SiteFilter) error {
+	where, args := f.jobsWhere()
+	rows, err := r.s.r.QueryContext(ctx, `SELECT `+jobColumns+`, f.cpu_h, f.gpu_h
 		FROM job_findings f JOIN jobs j ON j.key = f.job
 		WHERE f.finding = ? AND `+where+`
 		ORDER BY f.cpu_h DESC, f.job LIMIT ?`, append(append([]any{c.Key}, args...), f.Top)...)
@@ -282,6 +356,39 @@ func (r Rollups) findingTops(ctx context.Context, c *FindingCost, f SiteFilter) 
 			return err
 		}
 		c.TopJobs = append(c.TopJobs, jc)
+	}
+	return rows.Err()
+}
+
+// topJobsAll fills every finding's top jobs at once, from the filter's jobs (found by
+// their user's or account's index, those that ended since the period began: a job's day
+// is that of its end, which is never after its row's last update).
+func (r Rollups) topJobsAll(ctx context.Context, f SiteFilter, cs []FindingCost) error {
+	at := make(map[string]*FindingCost, len(cs))
+	for i := range cs {
+		at[cs[i].Key] = &cs[i]
+	}
+	from, _ := f.span()
+	where, args := f.jobsWhere()
+	rows, err := r.s.r.QueryContext(ctx, `SELECT `+jobColumns+`, t.cpu_h, t.gpu_h, t.finding FROM (
+			SELECT f.job, f.finding, f.cpu_h, f.gpu_h, row_number() OVER (PARTITION BY f.finding ORDER BY f.cpu_h DESC, f.job) AS rn
+			FROM jobs j JOIN job_findings f ON f.job = j.key
+			WHERE coalesce(j.end_ts, j.updated_ts) >= ? AND `+where+`) t
+		JOIN jobs j ON j.key = t.job WHERE t.rn <= ? ORDER BY t.finding, t.rn`, append(append([]any{from}, args...), f.Top)...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var jc JobCost
+		var key string
+		var err error
+		if jc.Job, err = scanJob(rows, &jc.CPUHours, &jc.GPUHours, &key); err != nil {
+			return err
+		}
+		if c := at[key]; c != nil {
+			c.TopJobs = append(c.TopJobs, jc)
+		}
 	}
 	return rows.Err()
 }

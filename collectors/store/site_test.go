@@ -55,6 +55,22 @@ func checkSite(t *testing.T, s *store.Store, now time.Time, want sitesim.Totals)
 	}
 }
 
+// rollupsAgree checks that the findings' roll-up of each dimension alone sums what
+// findings_daily keeps per value of it.
+func rollupsAgree(t *testing.T, s *store.Store) {
+	t.Helper()
+	for _, d := range []string{"account", "user", "partition", "qos"} {
+		var n int
+		err := s.Reader().QueryRow(`SELECT count(*) FROM
+			(SELECT day, cluster, `+d+` AS value, finding, sum(jobs) AS jobs, sum(cpu_h) AS cpu_h FROM findings_daily GROUP BY 1, 2, 3, 4) a
+			FULL JOIN (SELECT day, cluster, value, finding, jobs, cpu_h FROM findings_by_daily WHERE dim = ?) b USING (day, cluster, value, finding)
+			WHERE a.jobs IS NOT b.jobs OR abs(coalesce(a.cpu_h, -1) - coalesce(b.cpu_h, -2)) > 1e-6 * max(1, abs(a.cpu_h))`, d).Scan(&n)
+		if err != nil || n != 0 {
+			t.Errorf("findings by %s: %d rows differ from findings_daily's sums (%v)", d, n, err)
+		}
+	}
+}
+
 // TestSiteExact: the site's figures are the sums over every job stored (the roll-ups,
 // whatever their number: web's TestSiteManyJobs has more than a list holds), and stay
 // exact as the same reports come again.
@@ -95,6 +111,7 @@ func TestSiteExact(t *testing.T) {
 	}
 	_ = again
 	checkSite(t, s, now, tot)
+	rollupsAgree(t, s)
 }
 
 // TestRollupsFollowChanges: a replaced report and changed facts move a job's figures in
@@ -160,10 +177,12 @@ func TestRollupsFollowChanges(t *testing.T) {
 			t.Errorf("%s: the site counts %d jobs", step.name, all.Jobs)
 		}
 	}
-	var rows int
-	if err := s.Reader().QueryRow(`SELECT (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM findings_daily)`).Scan(&rows); err != nil || rows != 2 {
-		t.Errorf("roll-up rows left: %d, %v; want 2 (the job's day, its one finding)", rows, err)
+	var rows, byDim int
+	if err := s.Reader().QueryRow(`SELECT (SELECT count(*) FROM usage_daily) + (SELECT count(*) FROM findings_daily),
+			(SELECT count(*) FROM findings_by_daily)`).Scan(&rows, &byDim); err != nil || rows != 2 || byDim != 4 {
+		t.Errorf("roll-up rows left: %d and %d by dimension, %v; want 2 (the job's day, its one finding) and 4 (its finding by account, user, partition, QOS)", rows, byDim, err)
 	}
+	rollupsAgree(t, s)
 }
 
 // TestAdmin: stats count what is stored, check finds a damaged roll-up and nothing in a

@@ -52,7 +52,9 @@ type Store struct {
 	path string
 	w    *sql.DB // one connection, write transactions are BEGIN IMMEDIATE
 	r    *sql.DB // read-only connections
-	now  func() time.Time
+	// readConns is how many r has (Options.ReadConns).
+	readConns int
+	now       func() time.Time
 	// cluster is Options.Cluster.
 	cluster string
 	codec   *codec
@@ -130,7 +132,7 @@ func open(ctx context.Context, path string, opts Options, migs []migration, fina
 		w.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{path: path, w: w, r: r, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
+	return &Store{path: path, w: w, r: r, readConns: opts.ReadConns, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
 }
 
 // Close closes the database. The WAL is checkpointed by SQLite when the last
