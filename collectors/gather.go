@@ -46,7 +46,9 @@ var (
 // smallBuffers are the options of the agents' connections: no read or write buffer of
 // their own (gRPC's are 32 KiB each way). The frontend holds a connection to every
 // node's route service, idle but for a small message a cycle (docs/performance.md).
-var smallBuffers = []grpc.DialOption{grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0)}
+// The connections never go idle (gRPC's default closes them after 30 idle minutes):
+// an agent asks another rarely, at a job's end, and must not wait for a handshake then.
+var smallBuffers = []grpc.DialOption{grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0), grpc.WithIdleTimeout(0)}
 
 // maxTree bounds the addresses a frontend's ping names.
 const maxTree = 1 << 16
@@ -61,7 +63,11 @@ func newDialer(auth *treeauth.Tree, fixed ...string) *dialer {
 	return d
 }
 
-// setTree takes the tree's addresses from a frontend's ping.
+// setTree takes the tree's addresses from a frontend's ping, and connects ahead to those
+// it has no connection to yet: a job's end then asks its parts over a connection that is
+// up. On a loaded machine the first call's TLS handshake alone outlasted partWait, and
+// a 4-node job's digest covered 2 of its nodes (TestTreeAgents, forky's root,
+// 2026-12-05).
 func (d *dialer) setTree(addrs []string) error {
 	if len(addrs) > maxTree {
 		return fmt.Errorf("%d agents, more than %d", len(addrs), maxTree)
@@ -72,7 +78,18 @@ func (d *dialer) setTree(addrs []string) error {
 	}
 	d.mu.Lock()
 	d.tree, d.known = t, true
+	var ahead []string
+	for a := range t {
+		if d.conns[a] == nil {
+			ahead = append(ahead, a)
+		}
+	}
 	d.mu.Unlock()
+	for _, a := range ahead {
+		if c, err := d.conn(a, aggregators...); err == nil {
+			c.Connect()
+		}
+	}
 	return nil
 }
 
