@@ -3,6 +3,7 @@ package digest
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -210,14 +211,22 @@ func writeFoot(b *strings.Builder, r Report, width int) {
 		// Counted in samples: the counts the findings use are estimates, said as such.
 		wrap(b, "File opens, closes, reads and writes and futex calls: "+how+".", width, "")
 	}
+	if told := callsTold(r); told != "" {
+		wrap(b, told, width, "")
+	}
 	if r.Short {
 		wrap(b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), width, "")
 	}
-	for i, na := range r.NotAssessed {
-		if i == 2 {
+	n := 0
+	for _, na := range r.NotAssessed {
+		if n == 2 {
 			break
 		}
+		if !slices.ContainsFunc(na.Properties, func(k string) bool { return !byTarget(k) }) {
+			continue // said by callsTold where it matters
+		}
 		wrap(b, "Not assessed: "+strings.Join(na.Properties, ", ")+" ("+na.Reason+").", width, "  ")
+		n++
 	}
 	if r.Command != "" {
 		wrap(b, "Every value: persyst run --json.", width, "")
@@ -225,6 +234,31 @@ func writeFoot(b *strings.Builder, r Report, width int) {
 		wrap(b, "Opt out: sbatch --persyst=off (or PERSYST=off). Details: persyst report "+r.JobName()+".", width, "")
 	}
 	b.WriteString(strings.Repeat("-", width) + "\n")
+}
+
+// byTarget says whether key is a property of the reads and writes on pipes, sockets or
+// terminals and character devices (properties/catalog.conf), judged where eBPF tells the
+// calls apart by what they went to.
+func byTarget(key string) bool {
+	for _, p := range []string{"pipe_", "socket_", "chardev_"} {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// callsTold says, where a small-request finding is shown, how the calls it judged were
+// told apart: per call by what they went to where the properties of the calls on pipes,
+// sockets and terminals were assessed, else not at all ("" without such a finding).
+func callsTold(r Report) string {
+	if !slices.ContainsFunc(r.Findings, func(f properties.Result) bool { return strings.HasSuffix(f.Key, "_request_size") }) {
+		return ""
+	}
+	if slices.ContainsFunc(r.Properties, func(p properties.Result) bool { return p.Assessed && byTarget(p.Key) }) {
+		return "Reads and writes: told apart per call by what they went to (files, pipes, sockets, terminals), with eBPF."
+	}
+	return "Reads and writes: not told apart by what they went to on this node (that needs eBPF): the small-request findings count every call, on pipes and sockets too."
 }
 
 // sampledKey is the Methods entry of the system call counts.

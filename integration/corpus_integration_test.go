@@ -75,6 +75,9 @@ func TestCorpus(t *testing.T) {
 		// and a stdio writer's 4 KiB writes of 64 MiB.
 		{name: "pipeline through pipes", cpus: "0", argv: []string{"sh", "-c", "seq 3000000 | shuf | sort -n > @D/sorted"}},
 		{name: "stdio writer", cpus: "0", argv: []string{"sh", "-c", "@W write -file @D/stdio -bytes 67108864 -size 4096 && @C spin 2 1"}},
+		// A pipe written in 64-byte pieces (each call wakes the reader, which reads what
+		// has piled up): small writes to a pipe, not to a file.
+		{name: "tiny writes into a pipe", cpus: "0", argv: []string{"sh", "-c", "@W write -file /dev/stdout -bytes 67108864 -size 64 | cat >/dev/null"}, first: "pipe_write_request_size"},
 		{name: "one CPU that only waits", cpus: "0", argv: []string{"sleep", "3"}, first: "idle_cpu"},
 		{name: "open storm (openat)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f"}, first: "file_open_rate"},
 		{name: "open storm (open)", cpus: "0", argv: []string{"@C", "open", "3", "@D/f", "legacy"}, first: "file_open_rate"},

@@ -27,6 +27,9 @@ type programCase struct {
 	sbatch []string // sbatch's options
 	first  string   // the first finding a user would expect ("": none)
 	why    string   // why that one
+	// beside: the case runs beside other tests (TestRealProgramsBeside), its finding one
+	// that other work on the machine cannot change.
+	beside bool
 }
 
 var programCases = []programCase{
@@ -46,11 +49,12 @@ var programCases = []programCase{
 		sbatch: []string{"-c", "2"}, first: "lock_contention", why: "16 threads take turns on 2 mutexes: they sleep on each other's locks more than they run"},
 	{name: "hpcc, one rank", needs: "hpcc", script: hpcc("h1", 1, 1, 1000), sbatch: []string{"-N", "1", "-n", "1", "-c", "1"},
 		why: "HPL, DGEMM, STREAM, PTRANS, RandomAccess and FFT keep the rank's one CPU busy"},
-	// Two CPUs a node for a rank of one thread: half of them idle, whatever MPI does.
-	// (Most of its 30 s here are hpcc's latency and bandwidth tests: TCP between network
-	// namespaces, the two ranks polling on the machine's two CPUs.)
+	// Two CPUs a node for a rank of one thread: half of them idle, whatever MPI does, and
+	// whatever else runs (other work takes CPU time from the rank, never adds to it), so
+	// it runs beside other tests. (Most of its 30 s here are hpcc's latency and
+	// bandwidth tests: TCP between network namespaces, the two ranks polling.)
 	{name: "hpcc, two nodes, one rank of one thread on two CPUs each", needs: "hpcc", script: hpcc("h2", 1, 2, 500),
-		sbatch: []string{"-N", "2", "--ntasks-per-node", "1", "-c", "2"}, first: "idle_cores",
+		sbatch: []string{"-N", "2", "--ntasks-per-node", "1", "-c", "2"}, first: "idle_cores", beside: true,
 		why: "each node's rank keeps one of its two CPUs busy (the test nodes share this machine's CPUs: one each would be one CPU for both ranks)"},
 }
 
@@ -82,7 +86,17 @@ func nodeNet(t *testing.T, c *cluster) string {
 
 // TestRealPrograms runs the real-program corpus through Slurm, one job at a time (the
 // test nodes share this machine's CPUs), and checks each digest's first finding.
-func TestRealPrograms(t *testing.T) {
+func TestRealPrograms(t *testing.T) { runPrograms(t, false) }
+
+// TestRealProgramsBeside runs the corpus's cases whose finding other work cannot change
+// (programCase.beside), beside other tests on a cluster of its own.
+func TestRealProgramsBeside(t *testing.T) {
+	sideBySide(t)
+	runPrograms(t, true)
+}
+
+// runPrograms runs the cases that run beside other tests, or those that do not.
+func runPrograms(t *testing.T, beside bool) {
 	c := startCluster(t, 2)
 	dir := filepath.Join(c.work, "programs")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -91,11 +105,16 @@ func TestRealPrograms(t *testing.T) {
 	os.Chmod(dir, 0o1777)
 	var table []string
 	for _, tc := range programCases {
+		if tc.beside != beside {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := exec.LookPath(tc.needs); err != nil {
 				t.Fatalf("%s not installed (scripts/deps.sh installs it)", tc.needs)
 			}
-			quiet(t)
+			if !beside {
+				quiet(t)
+			}
 			out := filepath.Join(c.work, "program-%j.out")
 			script := strings.NewReplacer("@D", dir, "@N", nodeNet(t, c)).Replace(tc.script)
 			args := append(append([]string{}, tc.sbatch...), "-o", out, "--wrap", script)

@@ -111,14 +111,26 @@ type Metric struct {
 	Help string
 }
 
-// File I/O: read(2)/pread(2) and write(2)/pwrite(2) calls on regular files and the bytes
-// they moved, told apart from pipes, sockets, terminals and devices per call (eBPF,
-// where the kernel takes fentry programs).
+// Read and write calls by what they went to: read(2)/pread(2) and write(2)/pwrite(2)
+// calls and the bytes they moved, on regular files, pipes, sockets, and terminals and
+// character devices, told apart per call by the file's type (eBPF).
 const (
-	FileReadCalls  = "file_read_calls"
-	FileReadBytes  = "file_read_bytes"
-	FileWriteCalls = "file_write_calls"
-	FileWriteBytes = "file_write_bytes"
+	FileReadCalls    = "file_read_calls"
+	FileReadBytes    = "file_read_bytes"
+	FileWriteCalls   = "file_write_calls"
+	FileWriteBytes   = "file_write_bytes"
+	PipeReadCalls    = "pipe_read_calls"
+	PipeReadBytes    = "pipe_read_bytes"
+	PipeWriteCalls   = "pipe_write_calls"
+	PipeWriteBytes   = "pipe_write_bytes"
+	SocketReadCalls  = "socket_read_calls"
+	SocketReadBytes  = "socket_read_bytes"
+	SocketWriteCalls = "socket_write_calls"
+	SocketWriteBytes = "socket_write_bytes"
+	DeviceReadCalls  = "chardev_read_calls"
+	DeviceReadBytes  = "chardev_read_bytes"
+	DeviceWriteCalls = "chardev_write_calls"
+	DeviceWriteBytes = "chardev_write_bytes"
 )
 
 // Metrics is the vocabulary of metrics a Sample's Job map can hold besides perf events
@@ -149,6 +161,18 @@ var metrics = []Metric{
 	{FileReadBytes, Counter, "bytes", "bytes those reads returned"},
 	{FileWriteCalls, Counter, "count", "write(2) and pwrite(2) calls on regular files, per call with eBPF"},
 	{FileWriteBytes, Counter, "bytes", "bytes those writes wrote"},
+	{PipeReadCalls, Counter, "count", "read(2) and pread(2) calls on pipes and FIFOs, per call with eBPF"},
+	{PipeReadBytes, Counter, "bytes", "bytes those reads returned"},
+	{PipeWriteCalls, Counter, "count", "write(2) and pwrite(2) calls on pipes and FIFOs, per call with eBPF"},
+	{PipeWriteBytes, Counter, "bytes", "bytes those writes wrote"},
+	{SocketReadCalls, Counter, "count", "read(2) calls on sockets (not recv(2) and its kin), per call with eBPF"},
+	{SocketReadBytes, Counter, "bytes", "bytes those reads returned"},
+	{SocketWriteCalls, Counter, "count", "write(2) calls on sockets (not send(2) and its kin), per call with eBPF"},
+	{SocketWriteBytes, Counter, "bytes", "bytes those writes wrote"},
+	{DeviceReadCalls, Counter, "count", "read(2) and pread(2) calls on terminals and character devices (/dev/null, /dev/urandom), per call with eBPF"},
+	{DeviceReadBytes, Counter, "bytes", "bytes those reads returned"},
+	{DeviceWriteCalls, Counter, "count", "write(2) and pwrite(2) calls on terminals and character devices, per call with eBPF"},
+	{DeviceWriteBytes, Counter, "bytes", "bytes those writes wrote"},
 	{SchedBusyThreadSeconds, Counter, "seconds", "run and run-queue time of the job's threads that were runnable at least half of the interval (per second: threads with work)"},
 	{SuspendedSeconds, Counter, "seconds", "time Slurm held the job suspended (its step cgroups frozen); not judged"},
 	{PSICPUSomeSeconds, Counter, "seconds", "time some of the job's tasks waited for a CPU (pressure stall)"},

@@ -98,12 +98,13 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# activation), and those that judge how persyst reads what it measured, not how it
 	# finds a job (the causes of CPU findings, the corpus's programs as jobs, phases and
 	# interference, the imbalance between a 4-node job's nodes and the site's I/O
-	# episodes, the site in a box, programs written elsewhere), and the test cluster's own
-	# failures to start: every root finds, measures and digests its jobs in TestDigest,
-	# TestSlurmMeasures and the rest, multi-node jobs through the tree in TestTreeAgents.
+	# episodes, the site in a box), and the test cluster's own failures to start (its
+	# scripts, not Slurm's release): every root finds, measures and digests its jobs in
+	# TestDigest, TestSlurmMeasures and the rest, multi-node jobs through the tree in
+	# TestTreeAgents, real programs in TestRealPrograms.
 	skip=()
 	if [ "${PERSYST_UNIT:-1}" = 0 ]; then
-		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestRealPrograms|TestClusterUpFailure'
+		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestClusterUpFailure'
 		skip=(-skip "^($once)\$")
 		echo "(${once//|/, } ran in the first release's root)"
 	fi

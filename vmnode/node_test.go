@@ -63,6 +63,7 @@ func TestNode(t *testing.T) {
 		{"one busy thread on 2 CPUs: CPUs left idle", testIdle, false},
 		{"tiny writes", testTinyWrites, true},
 		{"file opens and file I/O counted with eBPF fentry programs", testSyscalls, true},
+		{"small pieces into a pipe and from a file: told apart", testTargets, true},
 		{"a storm of opens counted in samples within the budget", testSyscallStorm, true},
 		{"a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM, false},
 		{"a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved, true},
@@ -246,6 +247,19 @@ func testSyscalls(t *testing.T) {
 	if tot["write_syscalls"] < 20000 || tot["file_write_calls"] < 100 || tot["file_write_calls"] > 300 ||
 		tot["file_write_bytes"] < 100*65536 || tot["file_read_calls"] > 2000 {
 		t.Errorf("job %d: files not told apart from the pipe and the devices: %v", id, tot)
+	}
+	// dd's 20,000 reads of /dev/zero and writes into the pipe; cat's reads of it (as
+	// many or fewer) and writes to /dev/null.
+	for _, c := range []struct {
+		name     string
+		min, max float64
+	}{
+		{"chardev_read_calls", 20000, 22000}, {"pipe_write_calls", 20000, 20500}, {"pipe_write_bytes", 20000 * 4096, 20000*4096 + 1e6},
+		{"pipe_read_calls", 1000, 21000}, {"pipe_read_bytes", 20000 * 4096, 20000*4096 + 1e6}, {"chardev_write_calls", 1000, 21000},
+	} {
+		if v, ok := tot[c.name]; !ok || v < c.min || v > c.max {
+			t.Errorf("job %d: %s = %.0f (measured: %v), want %.0f to %.0f", id, c.name, v, ok, c.min, c.max)
+		}
 	}
 }
 

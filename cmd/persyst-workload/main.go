@@ -13,7 +13,7 @@
 //	stat      -seconds S                               stat(2) in a loop for S seconds: time in the kernel
 //	cpu       -iterations N                            fixed CPU-bound work (benchmarks)
 //	membw     -mib M -passes N                         fixed memory-bound work (benchmarks)
-//	read      -file F -bytes B -size S                 read F (B bytes, created if absent) in read(2) calls of S bytes, until B bytes were read
+//	read      -file F -bytes B -size S                 read F (B bytes, created if absent) in read(2) calls of S bytes, until B bytes were read (and -min-seconds passed)
 //	forkexec  -seconds S [-prog P]                     start P (default /bin/true) again and again for S seconds
 //	mutex     -seconds S [-threads N]                  N OS threads take turns on one lock for S seconds
 //	mapread   -file F -mib M -seconds S                read pages of a mapped M MiB file in random order, dropping them from the page cache after each pass, for S seconds
@@ -68,7 +68,7 @@ func parseFlags(name string, args []string) *flags {
 	fs.StringVar(&o.file, "file", "", "write/openclose: file")
 	fs.Int64Var(&o.nbytes, "bytes", 64<<20, "write: total bytes")
 	fs.IntVar(&o.size, "size", 4096, "write: bytes per write(2)")
-	fs.Float64Var(&o.minSecs, "min-seconds", 0, "write, openclose: go on for at least this long (write: from the file's start again after every -bytes)")
+	fs.Float64Var(&o.minSecs, "min-seconds", 0, "write, read, openclose: go on for at least this long (write, read: from the file's start again after every -bytes; a pipe's writer goes on)")
 	fs.IntVar(&o.n, "n", 10000, "openclose: pairs; procs: processes")
 	fs.BoolVar(&o.legacy, "legacy", false, "openclose: open with open(2), not openat(2)")
 	fs.IntVar(&o.mib, "mib", 256, "alloc/membw: MiB")
@@ -104,7 +104,7 @@ func (o *flags) run(name string) error {
 	case "membw":
 		membw(o.mib, o.passes)
 	case "read":
-		return readSmall(o.file, o.nbytes, o.size)
+		return readSmall(o.file, o.nbytes, o.size, secs(o.minSecs))
 	case "forkexec":
 		return forkExec(o.prog, secs(o.seconds))
 	case "mutex":
@@ -188,7 +188,8 @@ func write(path string, total int64, size int, minTime time.Duration) error {
 	start := time.Now()
 	for done := int64(0); done < total || time.Since(start) < minTime; {
 		if done >= total {
-			if _, err := unix.Seek(fd, 0, 0); err != nil {
+			// From the file's start again; a pipe or a socket just goes on.
+			if _, err := unix.Seek(fd, 0, 0); err != nil && err != unix.ESPIPE {
 				return fmt.Errorf("seek %s: %w", path, err)
 			}
 			done = 0
@@ -283,7 +284,7 @@ func membw(mib, passes int) {
 
 // readSmall reads path in read(2) calls of size bytes until total bytes were read,
 // starting over at its end; a missing file is made first (1 MiB).
-func readSmall(path string, total int64, size int) error {
+func readSmall(path string, total int64, size int, minTime time.Duration) error {
 	if _, err := os.Stat(path); err != nil {
 		if err := write(path, 1<<20, 1<<20, 0); err != nil {
 			return err
@@ -295,7 +296,8 @@ func readSmall(path string, total int64, size int) error {
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, size)
-	for done := int64(0); done < total; {
+	start := time.Now()
+	for done := int64(0); done < total || time.Since(start) < minTime; {
 		n, err := unix.Read(fd, buf)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", path, err)

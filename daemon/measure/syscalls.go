@@ -24,15 +24,38 @@ import (
 const SystemCalls = "system calls"
 
 var syscallsRegistration = Registration{Name: "syscalls", Default: true, New: newSyscalls,
-	Metrics: vocabulary(sample.FileReadCalls, sample.FileReadBytes, sample.FileWriteCalls, sample.FileWriteBytes)}
+	Metrics: vocabulary(ioMetricNames()...)}
 
-// fileMetrics are the file I/O counts by their place in syscount.Values.
-var fileMetrics = []struct {
+// ioMetric is a read or write count and its place in syscount.Values.
+type ioMetric struct {
 	name string
 	slot int
-}{
-	{sample.FileReadCalls, syscount.FileReadCalls}, {sample.FileReadBytes, syscount.FileReadBytes},
-	{sample.FileWriteCalls, syscount.FileWriteCalls}, {sample.FileWriteBytes, syscount.FileWriteBytes},
+}
+
+// fileMetrics are the read and write counts by target (syscount.IOSlot).
+var fileMetrics = func() []ioMetric {
+	names := [syscount.NumTargets][4]string{
+		syscount.RegularFile: {sample.FileReadCalls, sample.FileReadBytes, sample.FileWriteCalls, sample.FileWriteBytes},
+		syscount.Pipe:        {sample.PipeReadCalls, sample.PipeReadBytes, sample.PipeWriteCalls, sample.PipeWriteBytes},
+		syscount.Socket:      {sample.SocketReadCalls, sample.SocketReadBytes, sample.SocketWriteCalls, sample.SocketWriteBytes},
+		syscount.CharDevice:  {sample.DeviceReadCalls, sample.DeviceReadBytes, sample.DeviceWriteCalls, sample.DeviceWriteBytes},
+	}
+	var out []ioMetric
+	for t, ns := range names {
+		for k, n := range ns {
+			out = append(out, ioMetric{n, syscount.IOSlot(syscount.Target(t), k)})
+		}
+	}
+	return out
+}()
+
+// ioMetricNames are fileMetrics' names.
+func ioMetricNames() []string {
+	var out []string
+	for _, m := range fileMetrics {
+		out = append(out, m.name)
+	}
+	return out
 }
 
 // startSyscalls loads, in the background, the eBPF programs that count the catalog's
@@ -108,8 +131,8 @@ func (env *Env) useSyscalls(mount string, c *syscount.Counter, missing syscount.
 		Msg("system calls counted with eBPF")
 }
 
-// filesWhy says why file I/O is not told apart from pipes' and sockets' where it is not.
-const filesWhy = "calls on files are told apart from pipes, sockets and terminals only by eBPF programs"
+// filesWhy says why reads and writes are not told apart by target where they are not.
+const filesWhy = "reads and writes are told apart by what they went to (files, pipes, sockets, terminals) only by eBPF programs"
 
 type syscallsSource struct {
 	c     *syscount.Counter
@@ -318,7 +341,7 @@ func (s *syscallsSource) unseen(smp *sample.Sample, cur []syscount.Counts, wall 
 	for k := range names {
 		slot := s.slot(k)
 		sampled[k] = s.sampledOnJobCPUs(smp, cur, slot)
-		if slot != syscount.FileReadBytes && slot != syscount.FileWriteBytes {
+		if !syscount.IsBytes(slot) {
 			calls += sampled[k]
 		}
 	}

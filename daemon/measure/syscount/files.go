@@ -9,16 +9,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Calls on regular files are told apart from those on pipes, sockets, terminals and
-// devices by the file's mode (inode.i_mode & S_IFMT == S_IFREG), at the call's end:
+// Read and write calls are counted by what they went to, regular files, pipes, sockets
+// or terminals and character devices (Target), by the file's type (inode.i_mode &
+// S_IFMT), at the call's end; calls on other files (block devices, directories) are not:
 // - fentry mode: fexit programs on vfs_read and vfs_write, whose first argument is the
 //   file and whose return value the bytes;
 // - raw tracepoint mode: the program on the raw tracepoint sys_exit takes read(2),
 //   pread64(2), write(2) and pwrite64(2) by their number, and finds the file from the
 //   call's first argument, the descriptor, in the calling task's descriptor table.
 
-// attachFiles loads fexit programs on vfs_read and vfs_write that count the calls on
-// regular files and their bytes; with either missing, files are not told apart.
+// attachFiles loads fexit programs on vfs_read and vfs_write that count the calls and
+// their bytes by target; with either missing, targets are not told apart.
 func (l *loader) attachFiles(spec *btf.Spec) error {
 	inode, err := memberOffset(spec, "file", "f_inode")
 	if err != nil {
@@ -41,10 +42,9 @@ func (l *loader) attachFiles(spec *btf.Spec) error {
 			asm.LoadMem(asm.R2, asm.R2, int16(inode), asm.DWord),
 			asm.JEq.Imm(asm.R2, 0, "exit"),
 			asm.LoadMem(asm.R2, asm.R2, int16(mode), asm.Half),
-			asm.And.Imm(asm.R2, unix.S_IFMT),
-			asm.JNE.Imm(asm.R2, unix.S_IFREG, "exit"),
 			asm.Mov.Imm(asm.R6, int32(8*x.slot)),
 		)
+		insns = append(insns, byTarget("exit", "counted")...)
 		insns = append(insns, l.tail(true, "")...)
 		if err := l.attach(spec, "persyst_"+trim(x.fn[4:]), ebpf.AttachTraceFExit, x.fn, insns); err != nil {
 			for _, p := range l.progs.progs[n:] {
@@ -80,7 +80,7 @@ type regsLayout struct {
 }
 
 // rawFiles is the part of the sys_exit program (attachRaw) that counts read and write
-// calls on regular files and their bytes, from its label "fd" on; it expects the
+// calls and their bytes by target, from its label "fd" on; it expects the
 // context in r7, the registers in r2 and the call's number in r3.
 func (l *loader) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
 	rd, rok := syscallNumbers["read"]
@@ -150,10 +150,21 @@ func (l *loader) rawFiles(spec *btf.Spec) (asm.Instructions, error) {
 				asm.JEq.Imm(asm.R3, 0, "files_exit"))
 		}
 	}
-	insns = append(insns,
-		asm.LoadMem(asm.R2, asm.RFP, -24, asm.Half),
-		asm.And.Imm(asm.R2, unix.S_IFMT),
-		asm.JNE.Imm(asm.R2, unix.S_IFREG, "files_exit"),
-	)
+	insns = append(insns, asm.LoadMem(asm.R2, asm.RFP, -24, asm.Half))
+	insns = append(insns, byTarget("files_exit", "files_counted")...)
 	return append(insns, l.tail(true, "files_")...), nil
+}
+
+// byTarget moves the slot in r6, a file's read or write calls, to the target's whose
+// type is the mode in r2 (IOSlot), and goes on at its label next; a file of another
+// type goes to exit.
+func byTarget(exit, next string) asm.Instructions {
+	insns := asm.Instructions{asm.And.Imm(asm.R2, unix.S_IFMT)}
+	for t, mode := range targetModes {
+		if t > 0 {
+			insns = append(insns, asm.Add.Imm(asm.R6, 8*ioSlots))
+		}
+		insns = append(insns, asm.JEq.Imm(asm.R2, mode, next))
+	}
+	return append(insns, asm.Ja.Label(exit), asm.Mov.Reg(asm.R2, asm.R2).WithSymbol(next))
 }

@@ -134,7 +134,7 @@ func (l *loader) fentryHead(keepCtx bool, next string) asm.Instructions {
 
 // attachRaw loads one program on the raw tracepoint sys_exit that counts the events by
 // system call number (the calling thread's registers, ctx[0]) and, unless noFiles, the
-// read and write calls on regular files (files.go): one program for both, since each
+// read and write calls by what they went to (files.go): one program for both, since each
 // program on a raw tracepoint costs every system call of the node its invocation. A
 // kernel that refuses the file part gets the program without it (c.filesErr says why).
 func (l *loader) attachRaw(spec *btf.Spec, events []Event, missing Missing, noFiles bool) error {

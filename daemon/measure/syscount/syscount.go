@@ -57,9 +57,9 @@ type Event struct {
 	Syscall string // "openat"
 }
 
-// Values is one cgroup's counts on one CPU: the events' by index, then the file I/O
-// counts at FileReadCalls... (files.go).
-type Values [MaxEvents + 4]uint64
+// Values is one cgroup's counts on one CPU: the events' by index, then the read and
+// write counts by what the calls went to, at IOSlot (files.go).
+type Values [MaxEvents + int(NumTargets)*ioSlots]uint64
 
 // Counts is one cgroup's counts on one CPU, by how they were counted: Whole while the
 // program was attached for whole sampling periods (every call counted), Sampled in the
@@ -81,15 +81,48 @@ func (a Attached) Sub(b Attached) Attached {
 // Total is the time counted either way.
 func (a Attached) Total() time.Duration { return a.Whole + a.Sampled }
 
-// The file I/O counts in Values: read(2) and pread(2) calls on regular files and the
-// bytes they returned, and the same for write(2) and pwrite(2) (the kernel's vfs_read and
-// vfs_write, with the file's mode: pipes, sockets, terminals and devices are left out).
+// Target is what a read or write call went to, by the file's type (its inode's mode).
+type Target int
+
+// The targets told apart, in the order of their counts in Values.
 const (
-	FileReadCalls = MaxEvents + iota
-	FileReadBytes
-	FileWriteCalls
-	FileWriteBytes
+	RegularFile Target = iota // S_IFREG
+	Pipe                      // S_IFIFO: pipes and FIFOs
+	Socket                    // S_IFSOCK: read(2) and write(2) on sockets (not send or recv)
+	CharDevice                // S_IFCHR: terminals and character devices (/dev/null)
+	NumTargets
 )
+
+// targetModes are the targets' file types, in Target order.
+var targetModes = [NumTargets]int32{unix.S_IFREG, unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFCHR}
+
+// The read and write counts of a target in Values, from its IOSlot: read(2) and
+// pread(2) calls and the bytes they returned, then write(2) and pwrite(2) calls and the
+// bytes they wrote (the kernel's vfs_read and vfs_write, with the file's type).
+const (
+	ReadCalls = iota
+	ReadBytes
+	WriteCalls
+	WriteBytes
+	ioSlots
+)
+
+// IOSlot is the place in Values of count k (ReadCalls...) of the calls that went to t.
+func IOSlot(t Target, k int) int { return MaxEvents + int(t)*ioSlots + k }
+
+// The counts of calls on regular files.
+const (
+	FileReadCalls  = MaxEvents + ReadCalls
+	FileReadBytes  = MaxEvents + ReadBytes
+	FileWriteCalls = MaxEvents + WriteCalls
+	FileWriteBytes = MaxEvents + WriteBytes
+)
+
+// IsBytes says whether slot holds bytes, not calls.
+func IsBytes(slot int) bool {
+	k := (slot - MaxEvents) % ioSlots
+	return slot >= MaxEvents && (k == ReadBytes || k == WriteBytes)
+}
 
 // Counter is the loaded programs, their links and maps. It is safe for concurrent use.
 type Counter struct {
@@ -100,7 +133,7 @@ type Counter struct {
 	progs  programs  // attached while a cgroup is watched
 	ncpu   int
 	mode   Mode
-	files  bool // calls on regular files counted apart (files.go)
+	files  bool // read and write calls counted by target (files.go)
 	// filesErr says why files are not counted apart.
 	filesErr error
 
@@ -247,8 +280,8 @@ func New(o Options) (*Counter, Missing, error) {
 // not MaxCgroups × CPUs of them at once.
 const flagNoPrealloc = 1
 
-// Files says whether calls on regular files are counted apart (FileReadCalls...), and
-// if not in fentry mode, why.
+// Files says whether read and write calls are counted by what they went to (IOSlot),
+// and if not, why.
 func (c *Counter) Files() (bool, error) { return c.files, c.filesErr }
 
 // Mode says how the calls are counted.

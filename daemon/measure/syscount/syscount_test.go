@@ -40,7 +40,8 @@ func TestMain(m *testing.M) {
 }
 
 // childIO writes n records of ioRecord bytes to a file and reads them back with pread,
-// then passes n records through a pipe: only the file's calls are file I/O.
+// then passes n records through a pipe and a socket, and writes n to /dev/null: each
+// target's calls are its own.
 func childIO(arg string) int {
 	n, _ := strconv.Atoi(arg)
 	f, err := os.CreateTemp("", "persyst-syscount-")
@@ -64,12 +65,29 @@ func childIO(arg string) int {
 	if err := unix.Pipe(p[:]); err != nil {
 		return 5
 	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return 8
+	}
+	null, err := unix.Open("/dev/null", unix.O_WRONLY, 0)
+	if err != nil {
+		return 9
+	}
 	for range n {
 		if _, err := unix.Write(p[1], buf); err != nil {
 			return 6
 		}
 		if _, err := unix.Read(p[0], buf); err != nil {
 			return 7
+		}
+		if _, err := unix.Write(sp[0], buf); err != nil {
+			return 10
+		}
+		if _, err := unix.Read(sp[1], buf); err != nil {
+			return 11
+		}
+		if _, err := unix.Write(null, buf); err != nil {
+			return 12
 		}
 	}
 	return 0
@@ -292,8 +310,8 @@ func eachMode(t *testing.T, o Options, f func(t *testing.T, c *Counter)) {
 	}
 }
 
-// TestFilesApart: reads and writes on a regular file are counted with their bytes, those
-// on a pipe are not, in each mode the kernel allows.
+// TestFilesApart: reads and writes are counted with their bytes by what they went to (a
+// regular file, a pipe, a socket, a character device), in each mode the kernel allows.
 func TestFilesApart(t *testing.T) {
 	mount, job, leaf := unifiedDir(t)
 	eachMode(t, Options{Events: testEvents}, func(t *testing.T, c *Counter) {
@@ -320,6 +338,12 @@ func TestFilesApart(t *testing.T) {
 			{"file write bytes", FileWriteBytes, n * ioRecord, n*ioRecord + 50*4096},
 			{"file read calls", FileReadCalls, n, n + 50},
 			{"file read bytes", FileReadBytes, n * ioRecord, n*ioRecord + 50*4096},
+			{"pipe write calls", IOSlot(Pipe, WriteCalls), n, n + 10},
+			{"pipe read bytes", IOSlot(Pipe, ReadBytes), n * ioRecord, n*ioRecord + 10*4096},
+			{"socket write calls", IOSlot(Socket, WriteCalls), n, n + 10},
+			{"socket read calls", IOSlot(Socket, ReadCalls), n, n + 10},
+			{"device write calls", IOSlot(CharDevice, WriteCalls), n, n + 10},
+			{"device write bytes", IOSlot(CharDevice, WriteBytes), n * ioRecord, n*ioRecord + 10*4096},
 		} {
 			if got := sum[x.slot]; got < x.least || got > x.most {
 				t.Errorf("%s: %s = %d, want %d to %d", c.Mode(), x.name, got, x.least, x.most)
