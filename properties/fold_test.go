@@ -72,6 +72,9 @@ func TestOneCauseOnce(t *testing.T) {
 		// runtime's, slurmstepd's) waited a CPU's worth in all, but one thread had work.
 		{"one busy thread on a loaded node", 0.8, 0, 0.45, 1.1, map[string]float64{"sched_busy_thread_seconds": 1.0}, []string{"idle_cores", "cpu_pressure"}},
 		{"balanced", 1, 1, 0, 0, nil, nil},
+		// Two busy threads that others kept off their CPUs for 0.3 s of each second, below
+		// the busy-thread rule (1.67 of 1.8): they wanted the CPUs, none left idle.
+		{"balanced, others took some of its CPUs", 0.83, 0.63, 0, 0.26, map[string]float64{"sched_busy_thread_seconds": 1.67, sample.NodeCPUsBusySeconds: 1.76}, nil},
 		// One CPU busier than the other with nobody else on them: imbalance; the same
 		// counts where other work took the rest of the quieter CPU: the job did not leave
 		// it unequal (its loss is interference).
