@@ -321,22 +321,40 @@ func (c *cluster) jobInfoID(t *testing.T, id string) map[string]string {
 	return m
 }
 
+// poll calls done until it returns true or the deadline has passed, and says which:
+// first within milliseconds, then with pauses growing by half to half a second. Each
+// call may run a Slurm command (an exec, a munge credential, an RPC): with a dozen
+// tests side by side, polling every 50 ms was a fifth of the machine's CPU.
+func poll(deadline time.Time, done func() bool) bool {
+	for wait := 10 * time.Millisecond; ; wait = min(wait*3/2, 500*time.Millisecond) {
+		if done() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
+}
+
+// active reports whether a job state is one of Slurm's active ones ("" while scontrol
+// does not know the job yet).
+func active(state string) bool {
+	switch state {
+	case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "":
+		return true
+	}
+	return false
+}
+
 // waitDone polls until the job has left Slurm's active states and returns its state.
 func (c *cluster) waitDone(t *testing.T, id uint32, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st := c.jobInfo(t, id)["JobState"]
-		switch st {
-		case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "":
-		default:
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d still %s after %v", id, st, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var st string
+	if !poll(time.Now().Add(timeout), func() bool { st = c.jobInfo(t, id)["JobState"]; return !active(st) }) {
+		t.Fatalf("job %d still %s after %v", id, st, timeout)
 	}
+	return st
 }
 
 func (c *cluster) socket(node string) string {
@@ -372,19 +390,17 @@ func (c *cluster) statuses(t *testing.T, node string) []daemon.JobStatus {
 // waitJob polls node's daemon until ok(job) holds for job id, and returns the job.
 func (c *cluster) waitJob(t *testing.T, node string, id uint32, what string, ok func(*daemon.Job) bool) *daemon.Job {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var last *daemon.Job
-	for time.Now().Before(deadline) {
+	if poll(time.Now().Add(30*time.Second), func() bool {
 		last = nil
 		for _, j := range c.jobs(t, node) {
 			if j.JobID == id {
 				last = j
 			}
 		}
-		if last != nil && ok(last) {
-			return last
-		}
-		time.Sleep(100 * time.Millisecond)
+		return last != nil && ok(last)
+	}) {
+		return last
 	}
 	t.Fatalf("node %s: job %d never became %s; last seen: %+v", node, id, what, last)
 	return nil

@@ -84,10 +84,7 @@ func TestSchedulerEvents(t *testing.T) {
 		scontrol(t, "requeue", ids)
 		// Slurm lets a requeued job start again only once its launch credential expired
 		// (2 minutes by default): it may start at once.
-		deadline := time.Now().Add(time.Minute)
-		for c.jobInfo(t, id)["JobState"] != "PENDING" && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-		}
+		poll(time.Now().Add(time.Minute), func() bool { return c.jobInfo(t, id)["JobState"] == "PENDING" })
 		time.Sleep(2 * time.Second)
 		scontrol(t, "update", "JobId="+ids, "StartTime=now")
 		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {

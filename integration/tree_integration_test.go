@@ -304,12 +304,8 @@ func TestTreeAgents(t *testing.T) {
 
 func (c *cluster) waitRunning(t *testing.T, id uint32) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for c.jobInfo(t, id)["JobState"] != "RUNNING" {
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d does not start", id)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !poll(time.Now().Add(time.Minute), func() bool { return c.jobInfo(t, id)["JobState"] == "RUNNING" }) {
+		t.Fatalf("job %d does not start", id)
 	}
 }
 

@@ -43,6 +43,7 @@ type CLISource struct {
 	mu      sync.Mutex
 	noJSON  map[string]bool // commands found without JSON output
 	cmds    *commands       // what the commands are (nil: not asked yet)
+	hosts   hostCache
 }
 
 // commands is what Slurm's commands are: their release (zero: not known) and the data
@@ -274,19 +275,21 @@ func (s *CLISource) markNoJSON(key string, err error) {
 	}
 }
 
-// hostnames maps node names to host names with `sinfo -N -h -o "%N %n"`; node names on failure.
-// sinfo runs only when a name is looked up (lazyHosts).
+// hostnames maps node names to host names with `sinfo -N -h -o "%N %n"`, kept a while
+// (hostCache); node names where sinfo fails.
 func (s *CLISource) hostnames(ctx context.Context) func(string) string {
-	return lazyHosts(func() map[string]string {
+	return s.hosts.lookup(func() (map[string]string, error) {
+		out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %n")
+		if err != nil {
+			return nil, err
+		}
 		m := map[string]string{}
-		if out, err := s.run(ctx, "sinfo", "-N", "-h", "-o", "%N %n"); err == nil {
-			for _, line := range strings.Split(string(out), "\n") {
-				if f := strings.Fields(line); len(f) == 2 {
-					m[f[0]] = f[1]
-				}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 {
+				m[f[0]] = f[1]
 			}
 		}
-		return m
+		return m, nil
 	})
 }
 

@@ -281,23 +281,43 @@ func collected(jobs []*Job, errs []error) ([]*Job, error) {
 	return jobs, nil
 }
 
-// hostLookup maps node names to host names with m, and any other name to itself.
-// lazyHosts is hostLookup over a map fetched when a name is first looked up: only
-// output patterns with %N need host names, and a job's lookup at its end should not ask
-// Slurm for its node list when nothing needs it. It is meant for one call's conversions
-// (fetch may use that call's context).
-func lazyHosts(fetch func() map[string]string) func(string) string {
-	var once sync.Once
-	var look func(string) string
-	return func(node string) string {
-		once.Do(func() { look = hostLookup(fetch()) })
-		return look(node)
-	}
+// hostsTTL is how long a node → host name map is used before it is asked for again.
+const hostsTTL = time.Minute
+
+// hostCache keeps Slurm's node → host name map (for %N in output patterns) between job
+// lists: the names change with slurm.conf, not per job, and asking for them at every
+// list (sinfo, or slurmrestd's nodes) doubled what a frontend's poll asked of slurmctld.
+// A name missing from the map, or a map older than hostsTTL, asks again, at most once
+// per lookup function; where asking fails the names known before serve.
+type hostCache struct {
+	now func() time.Time // nil: time.Now
+
+	mu sync.Mutex
+	m  map[string]string
+	at time.Time
 }
 
-func hostLookup(m map[string]string) func(string) string {
+// lookup returns a node → host name function for one call's conversions (fetch may use
+// that call's context); it asks only when a name is looked up (a job's batch host), and
+// any name it does not know maps to itself.
+func (c *hostCache) lookup(fetch func() (map[string]string, error)) func(string) string {
+	var once sync.Once
 	return func(node string) string {
-		if h, ok := m[node]; ok {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		now := time.Now
+		if c.now != nil {
+			now = c.now
+		}
+		if h, ok := c.m[node]; ok && now().Sub(c.at) < hostsTTL {
+			return h
+		}
+		once.Do(func() {
+			if m, err := fetch(); err == nil {
+				c.m, c.at = m, now()
+			}
+		})
+		if h, ok := c.m[node]; ok {
 			return h
 		}
 		return node

@@ -1,6 +1,7 @@
 package jobmap
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -87,3 +88,50 @@ func TestRequeueFacts(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestHostCache: Slurm's node → host names are asked for once, kept for hostsTTL, and
+// asked again for a name they lack (once per lookup) or when older; names known before
+// serve while asking fails.
+func TestHostCache(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	c := hostCache{now: func() time.Time { return now }}
+	fetches := 0
+	answer := map[string]string{"n1": "host1"}
+	var fail error
+	fetch := func() (map[string]string, error) {
+		fetches++
+		if fail != nil {
+			return nil, fail
+		}
+		return answer, nil
+	}
+	type step struct {
+		advance time.Duration
+		fail    bool
+		names   []string // looked up with one lookup function
+		want    []string
+		fetches int // in all, after the step
+	}
+	for i, s := range []step{
+		{names: nil, fetches: 0}, // nothing looked up: nothing asked
+		{names: []string{"n1", "n1"}, want: []string{"host1", "host1"}, fetches: 1},
+		{advance: 30 * time.Second, names: []string{"n1"}, want: []string{"host1"}, fetches: 1},
+		{names: []string{"n9", "n9"}, want: []string{"n9", "n9"}, fetches: 2}, // unknown: asked once
+		{advance: hostsTTL, fail: true, names: []string{"n1"}, want: []string{"host1"}, fetches: 3},
+		{names: []string{"n1"}, want: []string{"host1"}, fetches: 4}, // still old: asked again
+	} {
+		now = now.Add(s.advance)
+		fail = nil
+		if s.fail {
+			fail = errors.New("sinfo: slurmctld not answering")
+		}
+		look := c.lookup(fetch)
+		var got []string
+		for _, n := range s.names {
+			got = append(got, look(n))
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" || fetches != s.fetches {
+			t.Errorf("step %d: names (-want +got):\n%s fetches %d, want %d", i, diff, fetches, s.fetches)
+		}
+	}
+}

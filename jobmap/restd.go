@@ -40,8 +40,9 @@ type RestSource struct {
 	edit    func(context.Context, *http.Request) error // JWT headers (nil: none)
 	parsers []dataParser                               // preferred first, with their clients
 
-	mu sync.Mutex
-	dp dataParser // the data parser in use (nil: not asked yet)
+	mu    sync.Mutex
+	dp    dataParser // the data parser in use (nil: not asked yet)
+	hosts hostCache
 }
 
 // NewRestSource returns a source for the slurmrestd at cfg.URL.
@@ -236,20 +237,21 @@ func (s *RestSource) jobError(id, endpoint string, r *http.Response, body []byte
 	return httpError(s.url, endpoint, r, body)
 }
 
-// hostnames maps node names to host names (for %N); on failure node names are used.
-// The node list is asked for only when a name is looked up (lazyHosts).
+// hostnames maps node names to host names (for %N), kept a while (hostCache); node
+// names where the node list cannot be read.
 func (s *RestSource) hostnames(ctx context.Context) func(string) string {
-	return lazyHosts(func() map[string]string {
-		m := map[string]string{}
+	return s.hosts.lookup(func() (map[string]string, error) {
 		nodes, err := s.nodes(ctx)
-		if err == nil {
-			for _, n := range nodes {
-				if n.host != "" {
-					m[n.name] = n.host
-				}
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]string{}
+		for _, n := range nodes {
+			if n.host != "" {
+				m[n.name] = n.host
 			}
 		}
-		return m
+		return m, nil
 	})
 }
 

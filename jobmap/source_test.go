@@ -299,8 +299,9 @@ func TestCLISourceRecorded(t *testing.T) {
 		checkRecorded(t, jobs, true)
 	}
 	// scontrol without --json is learned once, not tried on every call.
-	// The commands' release is asked once (not recorded: an older Slurm's commands).
-	if diff := cmp.Diff(map[string]int{"scontrol --version": 1, "scontrol --json show job": 1, "squeue --json": 2, "sinfo -N -h -o %N %n": 2}, r.calls); diff != "" {
+	// The commands' release is asked once (not recorded: an older Slurm's commands), and
+	// the nodes' host names once (hostCache).
+	if diff := cmp.Diff(map[string]int{"scontrol --version": 1, "scontrol --json show job": 1, "squeue --json": 2, "sinfo -N -h -o %N %n": 1}, r.calls); diff != "" {
 		t.Errorf("commands run mismatch (-want +got):\n%s", diff)
 	}
 	if _, err := s.Job(context.Background(), "7_5"); err != nil {

@@ -135,7 +135,13 @@ node_names() { # the node names of the current (or last) cluster
 # PID 1, which may take seconds; a zombie has already exited).
 alive() {
 	local st
-	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	# An empty PID would read /proc//stat, the kernel's /proc/stat, as a live process.
+	[[ "${1:-}" =~ ^[0-9]+$ ]] || return 1
+	# Builtins only: the waits call this every 50 ms. The state follows the command's
+	# name, which ends with the line's last ") ".
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+	st=${st##*) }
+	st=${st%% *}
 	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
@@ -161,16 +167,16 @@ kill_pid() {
 kill_pidfile() {
 	local f=$1
 	[ -f "$f" ] || return 0
-	local pid
-	pid=$(head -n1 "$f" 2>/dev/null || true)
 	# A stale pid file after a reboot or crash may name an unrelated process: only kill it
-	# if its command line matches what we expect (second line of our pid files, or the
-	# daemon's own pid file whose name tells the program).
-	local want
-	want=$(sed -n 2p "$f" 2>/dev/null || true)
-	[ -n "$want" ] || want=$(basename "$f" | sed 's/[-.].*//')
-	if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$want"; then
-		kill_pid "$pid" "$(basename "$f")"
+	# if its command line has what we expect (second line of our pid files, or the
+	# daemon's own pid file whose name tells the program). Builtins only: down reads a
+	# dozen of these.
+	local pid="" want="" name=${f##*/} args=()
+	{ read -r pid && read -r want; } 2>/dev/null <"$f" || true
+	[ -n "$want" ] || want=${name%%[-.]*}
+	if [[ "$pid" =~ ^[0-9]+$ ]] && mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" &&
+		[[ "${args[*]}" == *"$want"* ]]; then
+		kill_pid "$pid" "$name"
 	fi
 	rm -f "$f"
 }
@@ -394,7 +400,7 @@ StorageType=accounting_storage/mysql
 StorageHost=localhost
 StorageLoc=slurm_acct_db
 StorageUser=root
-PidFile=$DIR/run/slurmdbd.pid
+PidFile=$DIR/run/slurmdbd-own.pid
 LogFile=$DIR/log/slurmdbd.log
 DebugLevel=info
 EOF

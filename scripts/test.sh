@@ -47,7 +47,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 		go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
 	fi
 
-	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 3s); a crash
+	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 2s); a crash
 	# fails the tests and leaves its input under the package's testdata/fuzz.
 	stage "fuzzing"
 	# Go's fuzzing coordinator before 1.27 can report a bare "context deadline exceeded"
@@ -56,7 +56,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# fails the tests.
 	fuzz_one() {
 		for _ in 1 2; do
-			if go test -run XXX -fuzz "^$2\$" -fuzztime "${PERSYST_FUZZTIME:-3s}" "$1" >build/fuzz.log 2>&1; then
+			if go test -run XXX -fuzz "^$2\$" -fuzztime "${PERSYST_FUZZTIME:-2s}" "$1" >build/fuzz.log 2>&1; then
 				echo "ok  $1 $2"
 				return
 			fi
