@@ -15,7 +15,7 @@ PKG_VERSION = $(shell scripts/pkgversion.sh '$(VERSION)')
 LDFLAGS := -X main.version=$(VERSION)
 GOFILES := $(shell find . \( -name '*.go' -o -name '*.conf' -o -name '*.strategy' \) -not -path './build/*') go.mod go.sum
 
-.PHONY: package generate record-slurm fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-vm test-unit integration fresh-check bench clean
+.PHONY: package generate record-slurm fetch-spec all build deps cluster-up cluster-down cluster-status cluster-check run demo test test-here test-vm test-unit test-mariadb integration fresh-check bench clean
 
 all: build
 
@@ -137,6 +137,11 @@ test-vm: deps
 
 test-unit:
 	$(GO) test ./...
+
+# The site store's tests on a private MariaDB server they start and stop (Debian's
+# mariadb-server, which scripts/deps.sh installs): what `make test` runs in every root.
+test-mariadb: deps
+	PERSYST_TEST_STORE=mariadb $(GO) test -count=1 ./collectors/store/
 
 # Integration tests on this machine's Slurm, RUN a test name pattern, e.g. in the pristine
 # root of another Debian release: SUITE=trixie scripts/fresh-check.sh 'integration RUN=TestJobmap'

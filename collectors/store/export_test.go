@@ -12,10 +12,10 @@ import (
 // results.
 
 // Reader is the store's connection pool for reads.
-func (s *Store) Reader() *sql.DB { return s.r }
+func (s *Store) Reader() *sql.DB { return s.r.db }
 
 // Writer is the store's connection for writes.
-func (s *Store) Writer() *sql.DB { return s.w }
+func (s *Store) Writer() *sql.DB { return s.w.db }
 
 // T0 is the tests' time, and FixedNow a clock stopped at it.
 var T0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)

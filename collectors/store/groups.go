@@ -133,7 +133,9 @@ type Week struct {
 // Weeks sums the roll-ups the filter selects per week (Monday to Sunday, UTC): every
 // week from the one of f.From to the one before f.To's end, empty weeks included.
 func (r Rollups) Weeks(ctx context.Context, f SiteFilter) ([]Week, error) {
-	const week = `(day - ((day / 86400 + 3) % 7) * 86400)` // 1970-01-01 was a Thursday
+	// 1970-01-01 was a Thursday: a day's Monday is 3 days after the last multiple of 7
+	// days (in integers alone: MariaDB's / gives decimals).
+	const week = `(day - (day + 259200) % 604800)`
 	table, where, args := f.usage()
 	rows, err := r.s.r.QueryContext(ctx, `SELECT `+week+`, `+usageSums+` FROM `+table+` WHERE `+where+`
 		GROUP BY `+week+` ORDER BY `+week, args...)

@@ -81,7 +81,7 @@ const (
 // newest row of the id without a start whose cycles did not begin before the start
 // (a job whose cycles arrived before its facts), else a new row. Without one: the newest
 // row of the id, unless at is well after that job ended or was last seen (a reused id).
-func resolve(ctx context.Context, tx *sql.Tx, cluster string, id uint32, start time.Time, at, now int64) (Key, error) {
+func resolve(ctx context.Context, tx *txn, cluster string, id uint32, start time.Time, at, now int64) (Key, error) {
 	if id == 0 {
 		return 0, errors.New("job id 0")
 	}
@@ -123,7 +123,7 @@ func resolve(ctx context.Context, tx *sql.Tx, cluster string, id uint32, start t
 	return insertJob(ctx, tx, cluster, id, 0, now)
 }
 
-func insertJob(ctx context.Context, tx *sql.Tx, cluster string, id uint32, start, now int64) (Key, error) {
+func insertJob(ctx context.Context, tx *txn, cluster string, id uint32, start, now int64) (Key, error) {
 	var st any
 	if start != 0 {
 		st = start
@@ -154,7 +154,7 @@ func clusterOf(s *Store, c string) string {
 // roll-ups move with changed facts (its account, user, partition, QOS).
 func (s *Store) PutJob(ctx context.Context, j Job) error {
 	now := s.now().Unix()
-	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.w, func(tx *txn) error {
 		key, err := resolve(ctx, tx, clusterOf(s, j.Cluster), j.ID, j.Start, 0, now)
 		if err != nil {
 			return err
@@ -169,7 +169,7 @@ func (s *Store) PutJob(ctx context.Context, j Job) error {
 
 // updateJob writes j's non-zero facts into the row key: over the stored ones, or only
 // where the row has none (fill). The job's roll-ups are taken out and put back around it.
-func updateJob(ctx context.Context, tx *sql.Tx, key Key, j Job, now int64, fill bool) error {
+func updateJob(ctx context.Context, tx *txn, key Key, j Job, now int64, fill bool) error {
 	if err := unroll(ctx, tx, key); err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func updateJob(ctx context.Context, tx *sql.Tx, key Key, j Job, now int64, fill 
 }
 
 // writeFacts is updateJob without the roll-ups.
-func writeFacts(ctx context.Context, tx *sql.Tx, key Key, j Job, now int64, fill bool) error {
+func writeFacts(ctx context.Context, tx *txn, key Key, j Job, now int64, fill bool) error {
 	set := `coalesce(?, %[1]s)`
 	if fill {
 		set = `coalesce(%[1]s, ?)`

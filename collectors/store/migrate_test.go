@@ -69,22 +69,22 @@ func TestOpenFresh(t *testing.T) {
 		"synchronous":    "1", // NORMAL
 		"application_id": "1347572564",
 	} {
-		if got := pragma(t, s.w, name); got != want {
+		if got := pragma(t, s.w.db, name); got != want {
 			t.Errorf("PRAGMA %s = %s, want %s", name, got, want)
 		}
 	}
-	if got := pragma(t, s.r, "query_only"); got != "1" {
+	if got := pragma(t, s.r.db, "query_only"); got != "1" {
 		t.Errorf("read pool: query_only = %s", got)
 	}
-	if _, err := s.r.Exec(`DELETE FROM jobs`); err == nil {
+	if _, err := s.r.db.Exec(`DELETE FROM jobs`); err == nil {
 		t.Error("read pool accepted a write")
 	}
 	var n int
 	var desc string
-	if err := s.w.QueryRow(`SELECT count(*), (SELECT description FROM schema_version ORDER BY version DESC LIMIT 1) FROM schema_version`).Scan(&n, &desc); err != nil || n != SchemaVersion || desc != migrations[SchemaVersion-1].description {
+	if err := s.w.db.QueryRow(`SELECT count(*), (SELECT description FROM schema_version ORDER BY version DESC LIMIT 1) FROM schema_version`).Scan(&n, &desc); err != nil || n != SchemaVersion || desc != migrations[SchemaVersion-1].description {
 		t.Errorf("schema_version: %d rows, %q, %v", n, desc, err)
 	}
-	sch := schemaOf(t, s.w)
+	sch := schemaOf(t, s.w.db)
 	for _, tbl := range []string{"schema_version", "jobs", "cycles", "reports", "episodes"} {
 		if sch[tbl] == "" {
 			t.Errorf("no table %s", tbl)
@@ -102,7 +102,7 @@ func TestReopenIsNoop(t *testing.T) {
 	if err := s.PutCycle(ctx, 7, T0, []CycleResult{Result("a", 1, 2, 3)}); err != nil {
 		t.Fatal(err)
 	}
-	before := schemaOf(t, s.w)
+	before := schemaOf(t, s.w.db)
 	s.Close()
 
 	later := func() time.Time { return T0.Add(time.Hour) }
@@ -111,12 +111,12 @@ func TestReopenIsNoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if d := cmp.Diff(before, schemaOf(t, s.w)); d != "" {
+	if d := cmp.Diff(before, schemaOf(t, s.w.db)); d != "" {
 		t.Errorf("schema changed on re-open (-before +after):\n%s", d)
 	}
 	var n int
 	var applied int64
-	if err := s.w.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != SchemaVersion || applied != T0.Unix() {
+	if err := s.w.db.QueryRow(`SELECT count(*), max(applied_ts) FROM schema_version`).Scan(&n, &applied); err != nil || n != SchemaVersion || applied != T0.Unix() {
 		t.Errorf("schema_version after re-open: %d rows applied at %d, %v", n, applied, err)
 	}
 	cs, err := s.Cycles(ctx, 7, "a")
@@ -132,7 +132,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.w.Exec(`INSERT INTO schema_version VALUES (?, 0, 'from the future')`, SchemaVersion+1); err != nil {
+	if _, err := s.w.db.Exec(`INSERT INTO schema_version VALUES (?, 0, 'from the future')`, SchemaVersion+1); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -172,7 +172,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 	if v, _ := s.Admin().Version(ctx); v != SchemaVersion {
 		t.Errorf("version %d after the failed migration, want %d", v, SchemaVersion)
 	}
-	sch := schemaOf(t, s.w)
+	sch := schemaOf(t, s.w.db)
 	if sch["extra"] != "" || strings.Contains(sch["jobs"], "broken_column") {
 		t.Errorf("the failed migration's first steps were kept: %q, %q", sch["extra"], sch["jobs"])
 	}
@@ -192,7 +192,7 @@ func TestFailingMigrationKeepsVersion(t *testing.T) {
 	if v, _ := s2.Admin().Version(ctx); v != 0 {
 		t.Errorf("version %d, want 0", v)
 	}
-	if sch := schemaOf(t, s2.w); len(sch) != 1 || sch["schema_version"] == "" {
+	if sch := schemaOf(t, s2.w.db); len(sch) != 1 || sch["schema_version"] == "" {
 		t.Errorf("tables %v", sch)
 	}
 }
@@ -244,7 +244,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		`INSERT INTO jobs (job_id, user, updated_ts) VALUES (7, 'alice', 0)`,
 		`INSERT INTO cycles VALUES (7, 1740830400, 'a', 3, 0, 6, 1, 3, 2, '[1,2,3]', 3, 0, 0, 0, 0, 0, 3, 0)`,
 	} {
-		if _, err := s.w.Exec(q); err != nil {
+		if _, err := s.w.db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +260,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if cs, err := s.Cycles(ctx, 7, "a"); err != nil || len(cs) != 1 {
 		t.Errorf("job 7's cycles after the migration: %v, %v", cs, err)
 	}
-	if schemaOf(t, s.w)["episodes"] == "" {
+	if schemaOf(t, s.w.db)["episodes"] == "" {
 		t.Error("no episodes table after the migration")
 	}
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // the user was told.
 func (a Admin) KeepNotice(ctx context.Context, facts Job, n digest.Notice) error {
 	now := a.s.now().Unix()
-	err := inTx(ctx, a.s.w, func(tx *sql.Tx) error {
+	err := inTx(ctx, a.s.w, func(tx *txn) error {
 		key, err := resolve(ctx, tx, clusterOf(a.s, facts.Cluster), facts.ID, facts.Start, 0, now)
 		if err != nil {
 			return err

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -167,7 +166,7 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 		s   *Store
 		sql string
 	}{{raw, rawTable}, {compact, compactTable}} {
-		if _, err := q.s.w.Exec(q.sql); err != nil {
+		if _, err := q.s.w.db.Exec(q.sql); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -199,8 +198,8 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 			}
 			return string(q)
 		}
-		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-			full, err := tx.Prepare(stmt(batch))
+		err := inTx(ctx, s.w, func(tx *txn) error {
+			full, err := tx.tx.Prepare(stmt(batch))
 			if err != nil {
 				return err
 			}
@@ -215,7 +214,7 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 				if n == batch {
 					_, err = full.Exec(vals...)
 				} else {
-					_, err = tx.Exec(stmt(n), vals...)
+					_, err = tx.tx.Exec(stmt(n), vals...)
 				}
 				if err != nil {
 					return err
@@ -250,13 +249,13 @@ func measureReduction(tb testing.TB, dir string, sh shape, naive bool) reduction
 		red.Rows += int64(len(results))
 	}
 	// The dictionaries of the compact form: two small tables.
-	if _, err := compact.w.Exec(`CREATE TABLE keys (id INTEGER PRIMARY KEY, key TEXT NOT NULL) STRICT;
+	if _, err := compact.w.db.Exec(`CREATE TABLE keys (id INTEGER PRIMARY KEY, key TEXT NOT NULL) STRICT;
 		CREATE TABLE devices (id INTEGER PRIMARY KEY, device TEXT NOT NULL) STRICT`); err != nil {
 		tb.Fatal(err)
 	}
 	for table, m := range map[string]map[string]int{"keys": keyID, "devices": devID} {
 		for s, i := range m {
-			if _, err := compact.w.Exec(`INSERT INTO `+table+` VALUES (?, ?)`, i, s); err != nil {
+			if _, err := compact.w.db.Exec(`INSERT INTO `+table+` VALUES (?, ?)`, i, s); err != nil {
 				tb.Fatal(err)
 			}
 		}

@@ -56,7 +56,7 @@ func (s *Store) KeepAll(ctx context.Context, jobs []Kept) error {
 	}
 	now := s.now().Unix()
 	var cur uint32
-	err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.w, func(tx *txn) error {
 		for i := range jobs {
 			cur = jobs[i].Report.JobID
 			if err := keep(ctx, tx, clusterOf(s, jobs[i].Facts.Cluster), jobs[i].Facts, &jobs[i].Report, texts[i], now); err != nil {
@@ -72,7 +72,7 @@ func (s *Store) KeepAll(ctx context.Context, jobs []Kept) error {
 }
 
 // keep is Keep's work in tx for a job of cluster; text is r as stored (codec.encode).
-func keep(ctx context.Context, tx *sql.Tx, cluster string, facts Job, r *digest.Report, text []byte, now int64) error {
+func keep(ctx context.Context, tx *txn, cluster string, facts Job, r *digest.Report, text []byte, now int64) error {
 	facts.ID = r.JobID
 	start := facts.Start
 	if start.IsZero() {

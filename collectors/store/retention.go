@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 )
@@ -64,7 +63,7 @@ func (a Admin) Prune(ctx context.Context, now time.Time, r Retention) (Pruned, e
 func pruneCycles(ctx context.Context, s *Store, t int64) (jobs int, rows int64, err error) {
 	for {
 		var keys []Key
-		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
+		err := inTx(ctx, s.w, func(tx *txn) error {
 			var err error
 			keys, err = keysOf(ctx, tx, `SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ?
 				AND EXISTS (SELECT 1 FROM cycles WHERE job = jobs.key) LIMIT ?`, t, pruneBatch)
@@ -96,9 +95,11 @@ func pruneCycles(ctx context.Context, s *Store, t int64) (jobs int, rows int64, 
 func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64, err error) {
 	for {
 		var n int64
-		err := inTx(ctx, s.w, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE key IN
-				(SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ? LIMIT ?)`, t, pruneBatch)
+		err := inTx(ctx, s.w, func(tx *txn) error {
+			// The batch as a table of its own: MariaDB takes no LIMIT in an IN subquery, nor
+			// the table deleted from in one.
+			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE key IN (SELECT key FROM
+				(SELECT key FROM jobs WHERE coalesce(end_ts, updated_ts) < ? LIMIT ?) AS batch)`, t, pruneBatch)
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
@@ -112,7 +113,7 @@ func pruneJobs(ctx context.Context, s *Store, t int64) (jobs int, episodes int64
 			break
 		}
 	}
-	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err = inTx(ctx, s.w, func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM episodes WHERE to_ts < ?`, t)
 		if err == nil {
 			episodes, err = res.RowsAffected()
@@ -135,7 +136,7 @@ func dimsFirst(tbl string) string {
 
 // pruneRollups deletes the roll-ups of the days before day.
 func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err error) {
-	err = inTx(ctx, s.w, func(tx *sql.Tx) error {
+	err = inTx(ctx, s.w, func(tx *txn) error {
 		for _, tbl := range []string{"usage_daily", "usage_site_daily", "findings_daily", "findings_site_daily", "finding_users_daily",
 			"findings_by_daily"} {
 			// (By its key's dimension first: findings_by_daily's days per dimension.)
@@ -156,7 +157,7 @@ func pruneRollups(ctx context.Context, s *Store, day int64) (rows int64, err err
 	return rows, nil
 }
 
-func keysOf(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Key, error) {
+func keysOf(ctx context.Context, tx *txn, q string, args ...any) ([]Key, error) {
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -124,7 +124,7 @@ func clamp01(v float64) float64 {
 
 // setFigures keeps a job's figures on its row and in job_findings (the job's roll-ups
 // must be out: unroll first, roll after).
-func setFigures(ctx context.Context, tx *sql.Tx, key Key, f figures) error {
+func setFigures(ctx context.Context, tx *txn, key Key, f figures) error {
 	var topKey, topName, topShare, topSev any
 	if f.top != nil {
 		topKey, topName, topShare, topSev = f.top.Key, f.top.Name, f.top.TimeShare, f.top.MeanSeverity
@@ -160,8 +160,8 @@ func setFigures(ctx context.Context, tx *sql.Tx, key Key, f figures) error {
 
 // roll adds the job's figures to the daily roll-ups; unroll takes them out. A job
 // without figures (no report yet) is in none.
-func roll(ctx context.Context, tx *sql.Tx, key Key) error   { return rollBy(ctx, tx, key, 1) }
-func unroll(ctx context.Context, tx *sql.Tx, key Key) error { return rollBy(ctx, tx, key, -1) }
+func roll(ctx context.Context, tx *txn, key Key) error   { return rollBy(ctx, tx, key, 1) }
+func unroll(ctx context.Context, tx *txn, key Key) error { return rollBy(ctx, tx, key, -1) }
 
 const rollGroup = `cluster, coalesce(account, ''), coalesce(user, ''), coalesce(partition, ''), coalesce(qos, '')`
 
@@ -225,7 +225,7 @@ func addUsage(table, groupCols, groupExprs string) string {
 		ON CONFLICT (` + groupCols + `) DO UPDATE SET ` + strings.Join(set, ", ")
 }
 
-func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
+func rollBy(ctx context.Context, tx *txn, key Key, sign int) error {
 	res, err := tx.ExecContext(ctx, addUsage("usage_daily", "day, cluster, account, user, partition, qos", "day, "+rollGroup), sign, key)
 	if err != nil {
 		return err
@@ -286,7 +286,7 @@ func rollBy(ctx context.Context, tx *sql.Tx, key Key, sign int) error {
 // rollAll rolls up every stored report that is in no roll-up yet (a database of an
 // earlier schema, whose reports were kept before there were roll-ups). A report that
 // cannot be read is left out of them, as ListJobs leaves it out of a list.
-func rollAll(ctx context.Context, tx *sql.Tx) error {
+func rollAll(ctx context.Context, tx *txn) error {
 	rows, err := tx.QueryContext(ctx, `SELECT j.key, j.end_ts, coalesce(j.cpus, 0), coalesce(j.gpus, 0), j.updated_ts, r.schema, r.codec, r.report
 		FROM jobs j JOIN reports r ON r.job = j.key WHERE j.day IS NULL`)
 	if err != nil {
@@ -341,7 +341,7 @@ func rollAll(ctx context.Context, tx *sql.Tx) error {
 // from their reports, and what they requested and left unused added to their days'
 // roll-ups (a job pruned before adds nothing: its memory and time limit are not
 // known). The jobs not rolled up yet are rolled after the migration, whole (rollAll).
-func rollWaste(ctx context.Context, tx *sql.Tx) error {
+func rollWaste(ctx context.Context, tx *txn) error {
 	rows, err := tx.QueryContext(ctx, `SELECT j.key, r.schema, r.codec, r.report FROM jobs j JOIN reports r ON r.job = j.key
 		WHERE j.day IS NOT NULL`)
 	if err != nil {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 )
 
 // SchemaVersion is the schema version this persyst writes: the number of
@@ -23,7 +22,10 @@ type migration struct {
 	// only what its own and the earlier migrations made. Jobs whose reports are in no
 	// roll-up yet are rolled up once, after the newest migration (rollAll), with the
 	// newest figures.
-	after func(ctx context.Context, tx *sql.Tx) error
+	after func(ctx context.Context, tx *txn) error
+	// mysql are the migration's steps on MariaDB, for the versions after mysqlBaseline
+	// (mysqlSchema makes those before at once).
+	mysql []string
 }
 
 // migrations is the schema history; migrations[i] brings a database from

@@ -50,8 +50,8 @@ type Options struct {
 // may open the same file: their writes wait up to Options.BusyTimeout.
 type Store struct {
 	path string
-	w    *sql.DB // one connection, write transactions are BEGIN IMMEDIATE
-	r    *sql.DB // read-only connections
+	w    *pool // one connection, write transactions are BEGIN IMMEDIATE
+	r    *pool // read-only connections
 	// readConns is how many r has (Options.ReadConns).
 	readConns int
 	now       func() time.Time
@@ -64,23 +64,34 @@ type Store struct {
 // schema to SchemaVersion. The database uses WAL journaling, synchronous =
 // NORMAL (durable against process crashes; a power loss may lose the last
 // transactions, never corrupt the file), foreign keys and a busy timeout.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	return open(ctx, path, opts, migrations, rollAll)
+//
+// A target mysql://... is a MariaDB (or MySQL) database instead (ParseMySQLTarget): the
+// same tables, read and written the same way.
+func Open(ctx context.Context, target string, opts Options) (*Store, error) {
+	if IsMySQL(target) {
+		return openMySQL(ctx, target, opts.withDefaults())
+	}
+	return open(ctx, target, opts, migrations, rollAll)
 }
 
-func open(ctx context.Context, path string, opts Options, migs []migration, final func(context.Context, *sql.Tx) error) (*Store, error) {
+func (o Options) withDefaults() Options {
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = 4
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+func open(ctx context.Context, path string, opts Options, migs []migration, final func(context.Context, *txn) error) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("store: %q: need a file path (no URI, no '?' or '#')", path)
 	}
-	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
-	}
-	if opts.ReadConns <= 0 {
-		opts.ReadConns = 4
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults()
 	// Job results are private: the database (and its -wal and -shm files, which SQLite
 	// gives the database's mode) is root's alone, in a 0700 directory when it makes one.
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -102,14 +113,15 @@ func open(ctx context.Context, path string, opts Options, migs []migration, fina
 		"_foreign_keys": {"1"},
 		"_txlock":       {"immediate"},
 	}
-	w, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	wdb, err := sql.Open("sqlite", path+"?"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	w.SetConnMaxIdleTime(0)
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	w := &pool{db: wdb, d: sqlite{}}
 	if err := migrate(ctx, w, migs, final, opts.Now); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
@@ -119,13 +131,14 @@ func open(ctx context.Context, path string, opts Options, migs []migration, fina
 		"_foreign_keys": {"1"},
 		"_query_only":   {"1"},
 	}
-	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	rdb, err := sql.Open("sqlite", path+"?"+rq.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	r.SetMaxOpenConns(opts.ReadConns)
-	r.SetMaxIdleConns(opts.ReadConns)
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	r := &pool{db: rdb, d: sqlite{}}
 	c, err := newCodec()
 	if err != nil {
 		r.Close()
@@ -146,9 +159,9 @@ func (s *Store) Close() error {
 // IMMEDIATE transaction that re-reads the version, so two processes opening
 // a fresh file at once apply each migration once. final (if set) runs in the
 // newest migration's transaction, after it.
-func migrate(ctx context.Context, db *sql.DB, migs []migration, final func(context.Context, *sql.Tx) error, now func() time.Time) error {
+func migrate(ctx context.Context, db *pool, migs []migration, final func(context.Context, *txn) error, now func() time.Time) error {
 	var cur int
-	err := inTx(ctx, db, func(tx *sql.Tx) error {
+	err := inTx(ctx, db, func(tx *txn) error {
 		var app int64
 		if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&app); err != nil {
 			return err
@@ -183,7 +196,7 @@ func migrate(ctx context.Context, db *sql.DB, migs []migration, final func(conte
 	}
 	for v := cur + 1; v <= len(migs); v++ {
 		m := migs[v-1]
-		err := inTx(ctx, db, func(tx *sql.Tx) error {
+		err := inTx(ctx, db, func(tx *txn) error {
 			got, err := version(ctx, tx)
 			switch {
 			case err != nil:
@@ -219,7 +232,7 @@ func migrate(ctx context.Context, db *sql.DB, migs []migration, final func(conte
 	return nil
 }
 
-func version(ctx context.Context, tx *sql.Tx) (int, error) {
+func version(ctx context.Context, tx *txn) (int, error) {
 	var v int
 	err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v)
 	return v, err
@@ -235,8 +248,8 @@ func (a Admin) Version(ctx context.Context) (int, error) {
 
 // inTx runs f in a transaction (BEGIN IMMEDIATE on the write pool), committing
 // if f returns nil and rolling back otherwise.
-func inTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
+func inTx(ctx context.Context, db *pool, f func(*txn) error) error {
+	tx, err := db.BeginTx(ctx)
 	if err != nil {
 		return err
 	}
@@ -253,25 +266,11 @@ func ignoreDone(err error) error {
 	return err
 }
 
-// size returns the database's size in bytes (page_count × page_size; in WAL
-// mode this includes committed pages still in the WAL). After vacuum it is
-// the size of the file as a fresh copy.
+// size returns the database's size in bytes (the dialect's size).
 func size(ctx context.Context, s *Store) (int64, error) {
-	var pages, pageSize int64
-	if err := s.w.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
-		return 0, err
-	}
-	if err := s.w.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
-		return 0, err
-	}
-	return pages * pageSize, nil
+	n, _, err := s.w.d.size(ctx, s.w)
+	return n, err
 }
 
-// vacuum rebuilds the database compactly and truncates the WAL.
-func vacuum(ctx context.Context, s *Store) error {
-	if _, err := s.w.ExecContext(ctx, `VACUUM`); err != nil {
-		return err
-	}
-	_, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
-	return err
-}
+// vacuum gives the database's free space back to the file system.
+func vacuum(ctx context.Context, s *Store) error { return s.w.d.compact(ctx, s.w) }

@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// dialect is how one kind of database takes the store's SQL (SQLite's): as it is, or
+// rewritten (mysqlRewrite).
+type dialect interface {
+	rewrite(q string) (rewritten, error)
+	// txOptions are a transaction's options (nil: the database's own).
+	txOptions() *sql.TxOptions
+	// size is the database's bytes, and those free in it for later writes.
+	size(ctx context.Context, p *pool) (total, free int64, err error)
+	// tableBytes are each table's bytes with its indexes, where the database tells them.
+	tableBytes(ctx context.Context, p *pool) (map[string]int64, error)
+	// damage is what the database's own checks find wrong (nothing: sound).
+	damage(ctx context.Context, p *pool) ([]string, error)
+	// compact gives the database's free space back to the file system.
+	compact(ctx context.Context, p *pool) error
+}
+
+// rewritten is a query as the database takes it: its text and, for each '?' in it, the
+// index of the argument it takes (nil: the arguments in their order).
+type rewritten struct {
+	text  string
+	order []int
+	// finite: the database stores no infinite numbers (MariaDB's DOUBLE).
+	finite bool
+}
+
+// maxRewrites bounds mysql's cache: the store's queries are a few dozen texts, and
+// those built per call (a site filter's IN list) vary with their lists.
+const maxRewrites = 512
+
+// mysqlDialect takes the store's SQL rewritten for MariaDB and MySQL (mysqlRewrite),
+// each text rewritten once; its catalog is MariaDB's (mariadb.go).
+type mysqlDialect struct {
+	mu    sync.Mutex
+	cache map[string]rewritten
+}
+
+func (d *mysqlDialect) rewrite(q string) (rewritten, error) {
+	d.mu.Lock()
+	r, ok := d.cache[q]
+	d.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	r, err := mysqlRewrite(q)
+	if err != nil {
+		return rewritten{}, err
+	}
+	d.mu.Lock()
+	if d.cache == nil || len(d.cache) >= maxRewrites {
+		d.cache = map[string]rewritten{}
+	}
+	d.cache[q] = r
+	d.mu.Unlock()
+	return r, nil
+}
+
+// pool is one of the store's connection pools: what it is given is the store's SQL,
+// which its dialect rewrites.
+type pool struct {
+	db *sql.DB
+	d  dialect
+}
+
+func (p *pool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	r, a, err := prepared(p.d, q, args)
+	if err != nil {
+		return nil, err
+	}
+	return p.db.ExecContext(ctx, r, a...)
+}
+
+func (p *pool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	r, a, err := prepared(p.d, q, args)
+	if err != nil {
+		return nil, err
+	}
+	return p.db.QueryContext(ctx, r, a...)
+}
+
+func (p *pool) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	r, a, err := prepared(p.d, q, args)
+	if err != nil {
+		return &row{err: err}
+	}
+	return &row{r: p.db.QueryRowContext(ctx, r, a...)}
+}
+
+// BeginTx begins a transaction with the dialect's options (SQLite's writer: BEGIN
+// IMMEDIATE, set on its connections).
+func (p *pool) BeginTx(ctx context.Context) (*txn, error) {
+	tx, err := p.db.BeginTx(ctx, p.d.txOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &txn{tx: tx, d: p.d}, nil
+}
+
+func (p *pool) Close() error { return p.db.Close() }
+
+// txn is a transaction on a pool.
+type txn struct {
+	tx *sql.Tx
+	d  dialect
+}
+
+func (t *txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	r, a, err := prepared(t.d, q, args)
+	if err != nil {
+		return nil, err
+	}
+	return t.tx.ExecContext(ctx, r, a...)
+}
+
+func (t *txn) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	r, a, err := prepared(t.d, q, args)
+	if err != nil {
+		return nil, err
+	}
+	return t.tx.QueryContext(ctx, r, a...)
+}
+
+func (t *txn) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	r, a, err := prepared(t.d, q, args)
+	if err != nil {
+		return &row{err: err}
+	}
+	return &row{r: t.tx.QueryRowContext(ctx, r, a...)}
+}
+
+// PrepareContext prepares q for several executions in the transaction.
+func (t *txn) PrepareContext(ctx context.Context, q string) (*stmt, error) {
+	r, err := t.d.rewrite(q)
+	if err != nil {
+		return nil, err
+	}
+	st, err := t.tx.PrepareContext(ctx, r.text)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{st: st, r: r}, nil
+}
+
+func (t *txn) Commit() error   { return t.tx.Commit() }
+func (t *txn) Rollback() error { return t.tx.Rollback() }
+
+// stmt is a prepared statement of a transaction.
+type stmt struct {
+	st *sql.Stmt
+	r  rewritten // its text's argument order
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	a, err := s.r.args(args)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.ExecContext(ctx, a...)
+}
+
+func (s *stmt) Close() error { return s.st.Close() }
+
+// row is one row's result, or the error that kept the query from running.
+type row struct {
+	r   *sql.Row
+	err error
+}
+
+func (r *row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.r.Scan(dest...)
+}
+
+func (r *row) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.r.Err()
+}
+
+// prepared is q and args as d's database takes them.
+func prepared(d dialect, q string, args []any) (string, []any, error) {
+	r, err := d.rewrite(q)
+	if err != nil {
+		return "", nil, err
+	}
+	a, err := r.args(args)
+	return r.text, a, err
+}

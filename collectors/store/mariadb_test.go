@@ -1,0 +1,232 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/storetest"
+)
+
+// onMariaDB skips a test of MariaDB's own where the tests' stores are SQLite files: it
+// runs in `make test-mariadb` (PERSYST_TEST_STORE=mariadb), which CI runs in every root.
+func onMariaDB(t *testing.T) {
+	t.Helper()
+	if !storetest.MariaDB() {
+		t.Skip("the stores are SQLite files here: " + storetest.EnvStore + "=mariadb runs this")
+	}
+}
+
+// column is a table's column as both databases' catalogs tell it.
+type column struct {
+	Name    string
+	NotNull bool
+	Key     int // its place in the primary key (0: none)
+}
+
+// catalog is every table's columns and every index's columns, by name.
+type catalog struct {
+	Tables  map[string][]column
+	Indexes map[string]string // "table(col, col)", unique or not
+}
+
+func sqliteCatalog(t *testing.T, db *sql.DB) catalog {
+	t.Helper()
+	c := catalog{Tables: map[string][]column{}, Indexes: map[string]string{}}
+	names := query(t, db, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'`)
+	for _, n := range names {
+		rows, err := db.Query(`SELECT name, "notnull", pk FROM pragma_table_info(?)`, n[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var col column
+			if err := rows.Scan(&col.Name, &col.NotNull, &col.Key); err != nil {
+				t.Fatal(err)
+			}
+			col.NotNull = col.NotNull || col.Key > 0
+			c.Tables[n[0]] = append(c.Tables[n[0]], col)
+		}
+		rows.Close()
+		for _, ix := range query(t, db, `SELECT name FROM pragma_index_list(?) WHERE origin = 'c'`, n[0]) {
+			var cols []string
+			for _, ic := range query(t, db, `SELECT coalesce(name, '(expression)') FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno`, ix[0]) {
+				cols = append(cols, ic[0])
+			}
+			c.Indexes[ix[0]] = n[0] + "(" + strings.Join(cols, ", ") + ")"
+		}
+	}
+	return c
+}
+
+func mariadbCatalog(t *testing.T, db *sql.DB) catalog {
+	t.Helper()
+	c := catalog{Tables: map[string][]column{}, Indexes: map[string]string{}}
+	for _, r := range query(t, db, `SELECT c.table_name, c.column_name, c.is_nullable,
+			coalesce((SELECT s.seq_in_index FROM information_schema.statistics s WHERE s.table_schema = c.table_schema
+				AND s.table_name = c.table_name AND s.index_name = 'PRIMARY' AND s.column_name = c.column_name), 0)
+		FROM information_schema.columns c WHERE c.table_schema = DATABASE() ORDER BY c.table_name, c.ordinal_position`) {
+		var key int
+		fmt.Sscan(r[3], &key)
+		c.Tables[r[0]] = append(c.Tables[r[0]], column{Name: r[1], NotNull: r[2] == "NO", Key: key})
+	}
+	idx := map[string][]string{}
+	table := map[string]string{}
+	for _, r := range query(t, db, `SELECT table_name, index_name, column_name FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND index_name != 'PRIMARY' ORDER BY table_name, index_name, seq_in_index`) {
+		idx[r[1]] = append(idx[r[1]], r[2])
+		table[r[1]] = r[0]
+	}
+	for n, cols := range idx {
+		c.Indexes[n] = table[n] + "(" + strings.Join(cols, ", ") + ")"
+	}
+	return c
+}
+
+func query(t *testing.T, db *sql.DB, q string, args ...any) [][]string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out [][]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(cols))
+		for i, v := range vals {
+			row[i] = v.String
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// TestSchemasAgree: MariaDB's schema (made at once) has SQLite's tables (made by the
+// migrations), with the same columns, nullability, primary keys and indexes; where
+// SQLite indexes coalesce(end_ts, updated_ts), MariaDB indexes its generated column
+// ended_ts, and its foreign keys add an index of their own on the referring column.
+func TestSchemasAgree(t *testing.T) {
+	onMariaDB(t)
+	ctx := context.Background()
+	lite, err := store.Open(ctx, filepath.Join(t.TempDir(), "persyst.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	maria := storetest.Open(t, store.Options{})
+	want, got := sqliteCatalog(t, lite.Reader()), mariadbCatalog(t, maria.Reader())
+	if len(want.Tables) < 15 || len(want.Indexes) < 10 {
+		t.Fatalf("SQLite's catalog: %d tables, %d indexes; want the store's 15 and its indexes", len(want.Tables), len(want.Indexes))
+	}
+	for i, c := range got.Tables["jobs"] {
+		if c.Name == "ended_ts" {
+			got.Tables["jobs"] = append(got.Tables["jobs"][:i:i], got.Tables["jobs"][i+1:]...)
+			break
+		}
+	}
+	for n, ix := range want.Indexes {
+		want.Indexes[n] = strings.ReplaceAll(ix, "(expression)", "ended_ts")
+	}
+	for n, ix := range got.Indexes {
+		if _, ok := want.Indexes[n]; !ok && !strings.Contains(n, "_ibfk_") && strings.HasSuffix(ix, "(job)") {
+			delete(got.Indexes, n) // a foreign key's own index (InnoDB makes one where none leads with job)
+		}
+	}
+	for _, c := range []catalog{want, got} {
+		for n := range c.Tables {
+			sort.Slice(c.Tables[n], func(a, b int) bool { return c.Tables[n][a].Name < c.Tables[n][b].Name })
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MariaDB's schema against SQLite's (-sqlite +mariadb):\n%s", diff)
+	}
+}
+
+// TestMariaDBOutage: the server stopped and started again under an open store: the
+// store's next writes and reads work on new connections, and what was written before
+// is there.
+func TestMariaDBOutage(t *testing.T) {
+	onMariaDB(t)
+	ctx := context.Background()
+	s := storetest.Open(t, store.Options{Now: store.FixedNow})
+	if err := s.PutJob(ctx, store.Job{ID: 7, User: "alice", Start: store.T0}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Stop(t, time.Second)
+	if err := s.PutJob(ctx, store.Job{ID: 8, User: "bob", Start: store.T0}); err != nil {
+		t.Fatalf("a write after the server came back: %v", err)
+	}
+	for id, user := range map[uint32]string{7: "alice", 8: "bob"} {
+		if j, err := s.Job(ctx, id); err != nil || j.User != user {
+			t.Errorf("job %d after the outage: %+v, %v", id, j, err)
+		}
+	}
+}
+
+// TestMariaDBPassword: a user with a password connects with it from a root-only file;
+// a wrong one is refused with an error that names the user and the server, never the
+// password, and a password in the URL is refused before anything connects.
+func TestMariaDBPassword(t *testing.T) {
+	onMariaDB(t)
+	ctx := context.Background()
+	target, err := url.Parse(storetest.Target(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(target.Path, "/")
+	const secret = "Zq9-correct-horse"
+	storetest.Root(t, "CREATE USER IF NOT EXISTS 'persyst_pw'@'localhost' IDENTIFIED BY '"+secret+"'",
+		"GRANT ALL ON "+db+".* TO 'persyst_pw'@'localhost'")
+	t.Cleanup(func() { storetest.Root(t, "DROP USER IF EXISTS 'persyst_pw'@'localhost'") })
+	dir := t.TempDir()
+	file := func(name, pw string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withFile := func(pwFile string) string {
+		return "mysql://persyst_pw@localhost/" + db + "?socket=" + storetest.Socket() + "&password-file=" + pwFile
+	}
+	s, err := store.Open(ctx, withFile(file("good", secret)), store.Options{})
+	if err != nil {
+		t.Fatalf("with the right password: %v", err)
+	}
+	if err := s.PutJob(ctx, store.Job{ID: 1, Start: store.T0}); err != nil {
+		t.Error(err)
+	}
+	s.Close()
+	_, err = store.Open(ctx, withFile(file("bad", "wrong-"+secret)), store.Options{})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "persyst_pw") {
+		t.Errorf("with a wrong password: %v; want a refusal naming the user, not the password", err)
+	}
+	_, err = store.Open(ctx, "mysql://persyst_pw:"+secret+"@localhost/"+db+"?socket="+storetest.Socket(), store.Options{})
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("a password in the URL: %v", err)
+	}
+	var refused *os.PathError
+	if _, err := store.Open(ctx, withFile(filepath.Join(dir, "missing")), store.Options{}); !errors.As(err, &refused) {
+		t.Errorf("a missing password file: %v", err)
+	}
+}
