@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/persyst/persyst/collectors/store"
@@ -12,7 +14,7 @@ import (
 
 // dbOptions are persyst db's flags.
 type dbOptions struct {
-	db, config            string
+	db, config, into      string
 	cycles, jobs, rollups days
 	from, to              dateFlag
 }
@@ -20,12 +22,12 @@ type dbOptions struct {
 // runDb is `persyst db ACTION`: the tree's database for admins.
 func runDb(ctx context.Context, io stdio, args []string) error {
 	if len(args) == 0 {
-		return usagef("persyst db stats|check|prune|vacuum|export --db PATH")
+		return usagef("persyst db stats|check|prune|vacuum|export|copy --db PATH")
 	}
 	action := args[0]
 	var o dbOptions
 	fs := flagSet("db "+action, io)
-	fs.StringVar(&o.db, "db", frontendDB, "the tree's database (the frontend's, a collector's or a sync agent's)")
+	fs.StringVar(&o.db, "db", frontendDB, "the tree's database (the frontend's, a collector's or a sync agent's): a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH")
 	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (the retention of prune)")
 	switch action {
 	case "stats", "check", "vacuum":
@@ -36,18 +38,46 @@ func runDb(ctx context.Context, io stdio, args []string) error {
 	case "export":
 		fs.Var(&o.from, "from", "the first day (YYYY-MM-DD, UTC; default: 7 days ago)")
 		fs.Var(&o.to, "to", "the day after the last (default: tomorrow)")
+	case "copy":
+		fs.StringVar(&o.into, "to", "", "the empty database to copy every row into (mysql://USER@HOST/DATABASE?password-file=PATH, or a SQLite file)")
 	default:
-		return usagef("persyst db %s: want stats, check, prune, vacuum or export", action)
+		return usagef("persyst db %s: want stats, check, prune, vacuum, export or copy", action)
 	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if action == "copy" && o.into == "" {
+		return usagef("persyst db copy: --to names the database to copy into")
 	}
 	st, err := store.Open(ctx, o.db, store.Options{})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if action == "copy" {
+		return dbCopy(ctx, io, st, o.into)
+	}
 	return dbAction(ctx, io, st.Admin(), action, o)
+}
+
+// dbCopy copies every row of st into the empty store at target (store.Copy) and says
+// how many of each table's.
+func dbCopy(ctx context.Context, io stdio, st *store.Store, target string) error {
+	to, err := store.Open(ctx, target, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer to.Close()
+	n, err := store.Copy(ctx, st, to)
+	if err != nil {
+		return err
+	}
+	names := slices.Sorted(maps.Keys(n))
+	for _, t := range names {
+		fmt.Fprintf(io.out, "%-20s %12d rows\n", t, n[t])
+	}
+	fmt.Fprintf(io.out, "copied into %s; check it with persyst db check --db ...\n", to.Admin().Path())
+	return nil
 }
 
 // dbAction does one of persyst db's actions.

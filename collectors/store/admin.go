@@ -37,6 +37,9 @@ type Admin struct{ s *Store }
 // Admin returns the database's admin operations.
 func (s *Store) Admin() Admin { return Admin{s} }
 
+// Path is where the database is: its file, or its mysql:// target (no password in it).
+func (a Admin) Path() string { return a.s.path }
+
 // Stats reads the database's sizes and counts.
 func (a Admin) Stats(ctx context.Context) (*Stats, error) {
 	s := a.s
