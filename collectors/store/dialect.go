@@ -62,36 +62,51 @@ func (d *mysqlDialect) rewrite(q string) (rewritten, error) {
 	return r, nil
 }
 
-// pool is one of the store's connection pools: what it is given is the store's SQL,
-// which its dialect rewrites.
-type pool struct {
-	db *sql.DB
-	d  dialect
+// querier is what a connection pool and a transaction both run queries with.
+type querier interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-func (p *pool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	r, a, err := prepared(p.d, q, args)
+// rewriting runs the store's SQL on a querier, as its dialect rewrites it.
+type rewriting struct {
+	q querier
+	d dialect
+}
+
+func (r rewriting) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	text, a, err := prepared(r.d, q, args)
 	if err != nil {
 		return nil, err
 	}
-	return p.db.ExecContext(ctx, r, a...)
+	return r.q.ExecContext(ctx, text, a...)
 }
 
-func (p *pool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	r, a, err := prepared(p.d, q, args)
+func (r rewriting) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	text, a, err := prepared(r.d, q, args)
 	if err != nil {
 		return nil, err
 	}
-	return p.db.QueryContext(ctx, r, a...)
+	return r.q.QueryContext(ctx, text, a...)
 }
 
-func (p *pool) QueryRowContext(ctx context.Context, q string, args ...any) *row {
-	r, a, err := prepared(p.d, q, args)
+func (r rewriting) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	text, a, err := prepared(r.d, q, args)
 	if err != nil {
 		return &row{err: err}
 	}
-	return &row{r: p.db.QueryRowContext(ctx, r, a...)}
+	return &row{r: r.q.QueryRowContext(ctx, text, a...)}
 }
+
+// pool is one of the store's connection pools: what it is given is the store's SQL,
+// which its dialect rewrites.
+type pool struct {
+	rewriting
+	db *sql.DB
+}
+
+func newPool(db *sql.DB, d dialect) *pool { return &pool{rewriting: rewriting{q: db, d: d}, db: db} }
 
 // BeginTx begins a transaction with the dialect's options (SQLite's writer: BEGIN
 // IMMEDIATE, set on its connections).
@@ -100,39 +115,15 @@ func (p *pool) BeginTx(ctx context.Context) (*txn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &txn{tx: tx, d: p.d}, nil
+	return &txn{rewriting: rewriting{q: tx, d: p.d}, tx: tx}, nil
 }
 
 func (p *pool) Close() error { return p.db.Close() }
 
 // txn is a transaction on a pool.
 type txn struct {
+	rewriting
 	tx *sql.Tx
-	d  dialect
-}
-
-func (t *txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	r, a, err := prepared(t.d, q, args)
-	if err != nil {
-		return nil, err
-	}
-	return t.tx.ExecContext(ctx, r, a...)
-}
-
-func (t *txn) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	r, a, err := prepared(t.d, q, args)
-	if err != nil {
-		return nil, err
-	}
-	return t.tx.QueryContext(ctx, r, a...)
-}
-
-func (t *txn) QueryRowContext(ctx context.Context, q string, args ...any) *row {
-	r, a, err := prepared(t.d, q, args)
-	if err != nil {
-		return &row{err: err}
-	}
-	return &row{r: t.tx.QueryRowContext(ctx, r, a...)}
 }
 
 // PrepareContext prepares q for several executions in the transaction.

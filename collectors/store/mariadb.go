@@ -201,7 +201,7 @@ func openMySQL(ctx context.Context, target string, opts Options) (*Store, error)
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(time.Hour)
-	w := &pool{db: wdb, d: d}
+	w := newPool(wdb, d)
 	if err := wdb.PingContext(ctx); err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("store: %s: %w", t, err)
@@ -220,7 +220,7 @@ func openMySQL(ctx context.Context, target string, opts Options) (*Store, error)
 		wdb.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{path: t.String(), w: w, r: &pool{db: rdb, d: d}, readConns: opts.ReadConns, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
+	return &Store{path: t.String(), w: w, r: newPool(rdb, d), readConns: opts.ReadConns, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
 }
 
 // migrateMySQL brings a MariaDB database to SchemaVersion: an empty one to the newest

@@ -121,7 +121,7 @@ func open(ctx context.Context, path string, opts Options, migs []migration, fina
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
-	w := &pool{db: wdb, d: sqlite{}}
+	w := newPool(wdb, sqlite{})
 	if err := migrate(ctx, w, migs, final, opts.Now); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
@@ -138,7 +138,7 @@ func open(ctx context.Context, path string, opts Options, migs []migration, fina
 	}
 	rdb.SetMaxOpenConns(opts.ReadConns)
 	rdb.SetMaxIdleConns(opts.ReadConns)
-	r := &pool{db: rdb, d: sqlite{}}
+	r := newPool(rdb, sqlite{})
 	c, err := newCodec()
 	if err != nil {
 		r.Close()
