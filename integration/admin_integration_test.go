@@ -27,29 +27,10 @@ import (
 
 func TestAdminView(t *testing.T) {
 	sideBySide(t)
-	if r := skipReason(); r != "" {
-		t.Skip("integration test skipped: " + r)
-	}
-	b := nvmltest.Build(t)
-	dir := t.TempDir()
-	scenario, procs := filepath.Join(dir, "scenario"), filepath.Join(dir, "procs")
 	// GPU 0 busy, the others idle: a 2-GPU job leaves one idle.
 	busy := "at 0 gpu=0 util=98 sm=95 occupancy=40 tensor=80 dram=50 power=600 mem=64424509440\n"
-	for p, s := range map[string]string{scenario: gpuDevices + busy, procs: ""} {
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mail := newMailbox(t)
-	// The site's NoticeCommand logs what it is called with.
-	noticeLog := filepath.Join(dir, "notices.log")
-	noticeCmd := filepath.Join(dir, "notice.sh")
-	if err := os.WriteFile(noticeCmd, []byte("#!/bin/sh\necho \"$@\" >> "+noticeLog+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c := startCluster(t, 2, "ACCOUNTING=1", "PERSYST_COLLECTORS=1", "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
-		"PERSYST_FAKE_NVML="+scenario, "PERSYST_FAKE_NVML_PROCS="+procs,
-		"PERSYST_CONF_EXTRA=MailProg="+mail.mailProg+"\nWebURL=https://hpc.persyst.test/persyst\nNoticeIdleGPUAfter=3s\nNoticeCommand="+noticeCmd)
+	gs := newGPUSite(t, gpuDevices+busy, "ACCOUNTING=1")
+	c, mail := gs.c, gs.mail
 	_, load := binaries(t)
 
 	// Two accounts, three users (system users of every Debian: nobody, daemon, bin);
@@ -95,20 +76,7 @@ func TestAdminView(t *testing.T) {
 			t.Fatalf("job %d ended %s", id, st)
 		}
 	}
-	db := filepath.Join(c.dir, "run", "frontend.db")
-	site := func(args ...string) [][]string {
-		t.Helper()
-		out, errOut, err := c.run(t, nil, persystBin(), append([]string{"site", "--db", db, "--period", "7d", "--csv",
-			"--config", filepath.Join(c.dir, "etc", "persyst.conf")}, args...)...)
-		if err != nil {
-			t.Fatalf("persyst site %v: %v\n%s", args, err, errOut)
-		}
-		recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
-		if err != nil {
-			t.Fatalf("persyst site %v: %v\n%s", args, err, out)
-		}
-		return recs
-	}
+	db, site := gs.db, gs.site(t)
 	waitFor(t, time.Minute, "every job's report in the frontend's database", func() (bool, string) {
 		recs := site("--table", "total")
 		return len(recs) == 2 && recs[1][2] == strconv.Itoa(len(jobs)), fmt.Sprint(recs)
@@ -270,8 +238,55 @@ func TestAdminView(t *testing.T) {
 	if code != 200 || err != nil || len(recs) != 4 || !strings.Contains(body, `"<b>train</b>, ""v2"""`) {
 		t.Errorf("chem's jobs as CSV: %d, %v\n%s", code, err, body)
 	}
+}
 
-	testNotices(t, c, mail, scenario, noticeLog, site)
+// gpuSite is a 2-node cluster with a collector, 4 fake GPUs a node (their scenario in a
+// file: fake NVML, named so; no machine here has a GPU), a mailbox as the MTA, the site's
+// URL, a NoticeCommand that logs its calls and idle-GPU notices after 3 s.
+type gpuSite struct {
+	c                 *cluster
+	mail              *mailbox
+	scenario, notices string // the fake GPUs' scenario; NoticeCommand's log
+	db                string // the frontend's store
+}
+
+func newGPUSite(t *testing.T, scenario string, env ...string) *gpuSite {
+	t.Helper()
+	if r := skipReason(); r != "" {
+		t.Skip("integration test skipped: " + r)
+	}
+	b := nvmltest.Build(t)
+	dir := t.TempDir()
+	gs := &gpuSite{mail: newMailbox(t), scenario: filepath.Join(dir, "scenario"), notices: filepath.Join(dir, "notices.log")}
+	procs, noticeCmd := filepath.Join(dir, "procs"), filepath.Join(dir, "notice.sh")
+	for p, s := range map[string]string{gs.scenario: scenario, procs: "", noticeCmd: "#!/bin/sh\necho \"$@\" >> " + gs.notices + "\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs.c = startCluster(t, 2, append([]string{"PERSYST_COLLECTORS=1", "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB=" + filepath.Dir(b.Fake),
+		"PERSYST_FAKE_NVML=" + gs.scenario, "PERSYST_FAKE_NVML_PROCS=" + procs,
+		"PERSYST_CONF_EXTRA=MailProg=" + gs.mail.mailProg + "\nWebURL=https://hpc.persyst.test/persyst\nNoticeIdleGPUAfter=3s\nNoticeCommand=" + noticeCmd}, env...)...)
+	gs.db = filepath.Join(gs.c.dir, "run", "frontend.db")
+	return gs
+}
+
+// site runs `persyst site --csv` over the last 7 days with ARGS on the frontend's store.
+func (gs *gpuSite) site(t *testing.T) func(args ...string) [][]string {
+	c := gs.c
+	return func(args ...string) [][]string {
+		t.Helper()
+		out, errOut, err := c.run(t, nil, persystBin(), append([]string{"site", "--db", gs.db, "--period", "7d", "--csv",
+			"--config", filepath.Join(c.dir, "etc", "persyst.conf")}, args...)...)
+		if err != nil {
+			t.Fatalf("persyst site %v: %v\n%s", args, err, errOut)
+		}
+		recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+		if err != nil {
+			t.Fatalf("persyst site %v: %v\n%s", args, err, out)
+		}
+		return recs
+	}
 }
 
 var groupRowRE = regexp.MustCompile(`<tr class="group" data-name="([^"]*)" data-jobs="(\d+)"`)
@@ -316,14 +331,14 @@ func mean(r *digest.Report, key string) (float64, bool) {
 	return sum / float64(len(p.Deciles)-1), true
 }
 
-// testNotices: a job whose GPU runs nothing for 3 s (NoticeIdleGPUAfter=3s) is told while
-// it runs, once: a line in its output, a mail, the site's command; a job that opted out
-// is not.
-func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog string, site func(args ...string) [][]string) {
-	t.Helper()
-	if err := os.WriteFile(scenario, []byte(gpuDevices), 0o644); err != nil { // every GPU idle
-		t.Fatal(err)
-	}
+// TestNotices: a job whose GPU runs nothing for 3 s (NoticeIdleGPUAfter=3s) is told
+// while it runs, once: a line in its output, a mail, the site's command; a job that opted
+// out is not. Apart from TestAdminView (a cluster of its own, without accounting) so that
+// the two run side by side; nothing here is judged by CPU time.
+func TestNotices(t *testing.T) {
+	sideBySide(t)
+	gs := newGPUSite(t, gpuDevices) // every GPU idle
+	c, mail, site := gs.c, gs.mail, gs.site(t)
 	out := filepath.Join(c.work, "idle-%j.out")
 	id := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[0], "-o", out, "--wrap", "sleep 20")
 	off := c.sbatch(t, nil, "--gres=gpu:1", "-w", c.nodes[1], "--persyst=off", "-o", out, "--wrap", "sleep 20")
@@ -366,7 +381,7 @@ func testNotices(t *testing.T, c *cluster, mail *mailbox, scenario, noticeLog st
 	if strings.Contains(file(off), "persyst") {
 		t.Errorf("the job that opted out was told:\n%s", file(off))
 	}
-	b, _ := os.ReadFile(noticeLog)
+	b, _ := os.ReadFile(gs.notices)
 	calls := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(calls) != 1 || !strings.HasPrefix(calls[0], fmt.Sprintf("%d nobody gpu_idle ", id)) {
 		t.Errorf("NoticeCommand called with %q, want once for job %d", calls, id)

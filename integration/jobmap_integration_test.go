@@ -183,7 +183,6 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32, ed
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // the batch scripts have started writing
 	ctx := context.Background()
 	// Slurm 24.11 to 25.05 give output paths partly expanded (the pattern is lost).
 	rel := slurmRelease(t)
@@ -257,7 +256,12 @@ func checkWave(t *testing.T, c *cluster, rs *jobmap.RestSource, ids []uint32, ed
 				t.Logf("job %s: %s: Slurm %s gives the pattern partly expanded, the width before '%%' is lost", j.ID(), p, c.slurmVersion(t))
 				continue
 			}
-			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			// The job runs before its batch step has opened its files: under load
+			// (tests side by side) that took over a second once. Wait, bounded.
+			var st os.FileInfo
+			var err error
+			poll(time.Now().Add(30*time.Second), func() bool { st, err = os.Stat(p); return err == nil })
+			if err != nil || !st.Mode().IsRegular() {
 				t.Errorf("job %s: %v; files Slurm wrote: %v", j.ID(), err, listFiles(c.work))
 			}
 		}

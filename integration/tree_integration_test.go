@@ -35,8 +35,9 @@ type treeCluster struct {
 // split over both collectors and merged at the sync agent; the 2-node jobs are exact on
 // one collector. The frontend charges every job the assumed maximum (PerSyst's
 // balancing) until TestTreeAgents' last subtest restarts it on measured loads.
-func newTreeCluster(t *testing.T) *treeCluster {
-	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1", "PERSYST_LOADS=max")
+// loads is how the frontend charges a job: "max" (a node's share at most) or "measured".
+func newTreeCluster(t *testing.T, loads string) *treeCluster {
+	c := startCluster(t, 4, "PERSYST_COLLECTORS=2", "PERSYST_LMAX=2", "PERSYST_SYNCS=1", "PERSYST_LOADS="+loads)
 	_, load := binaries(t)
 	return &treeCluster{c: c, load: load}
 }
@@ -65,7 +66,7 @@ func (tc *treeCluster) imbalanced() string {
 // a site-wide I/O episode), and the pictures of the 4-node job. The tree's other tests,
 // which judge no CPU time, are TestTreeAgents.
 func TestTree(t *testing.T) {
-	tc := newTreeCluster(t)
+	tc := newTreeCluster(t, "max")
 	c, load, out, submit, imbalanced := tc.c, tc.load, tc.out, tc.submit(t), tc.imbalanced()
 
 	var fourNode uint32
@@ -157,12 +158,12 @@ func TestTree(t *testing.T) {
 
 }
 
-// TestTreeAgents: the tree's jobs follow the balancing, a job's digest appears when its
-// sync agent or collector dies mid-job, the frontend balances on measured loads, and an
-// intruder is refused. Nothing here is judged by CPU time: it runs beside other tests.
+// TestTreeAgents: the tree's jobs follow the balancing, and a job's digest appears when
+// its sync agent or collector dies mid-job (TestTreeLoads: measured loads, an intruder).
+// Nothing here is judged by CPU time: it runs beside other tests.
 func TestTreeAgents(t *testing.T) {
 	sideBySide(t)
-	tc := newTreeCluster(t)
+	tc := newTreeCluster(t, "max")
 	c, load, out, submit, imbalanced := tc.c, tc.load, tc.out, tc.submit(t), tc.imbalanced()
 
 	t.Run("jobs of several sizes together follow the balancing", func(t *testing.T) {
@@ -256,10 +257,18 @@ func TestTreeAgents(t *testing.T) {
 			t.Errorf("the frontend did not leave col1 out:\n%s", tail(front, 5))
 		}
 	})
+}
+
+// TestTreeLoads: the frontend balances on the loads the daemons measured, and an intruder
+// on the tree's network is refused. Apart from TestTreeAgents (a cluster of its own) so
+// that the two, each about 100 s under load, run side by side rather than one after the
+// other; nothing here is judged by CPU time either.
+func TestTreeLoads(t *testing.T) {
+	sideBySide(t)
+	tc := newTreeCluster(t, "measured")
+	c, load, out, submit := tc.c, tc.load, tc.out, tc.submit(t)
 
 	t.Run("measured loads: the real daemons' record counts decide the placement", func(t *testing.T) {
-		c.harness(t, "collector-start", "col1")
-		c.harness(t, "frontend-restart", "measured")
 		id := submit("-N4", "--wrap", "srun -N4 "+load+" spin -seconds 6")
 		if st := c.waitDone(t, id, 3*time.Minute); st != "COMPLETED" {
 			t.Fatalf("job %d ended %s", id, st)

@@ -62,7 +62,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 		;;
 	esac
 
-	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 2s); a crash
+	# Every fuzz target, for a fixed short time each (PERSYST_FUZZTIME, default 1s); a crash
 	# fails the tests and leaves its input under the package's testdata/fuzz.
 	stage "fuzzing"
 	# Go's fuzzing coordinator before 1.27 can report a bare "context deadline exceeded"
@@ -71,7 +71,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# fails the tests.
 	fuzz_one() {
 		for _ in 1 2; do
-			if go test -run XXX -fuzz "^$2\$" -fuzztime "${PERSYST_FUZZTIME:-2s}" "$1" >build/fuzz.log 2>&1; then
+			if go test -run XXX -fuzz "^$2\$" -fuzztime "${PERSYST_FUZZTIME:-1s}" "$1" >build/fuzz.log 2>&1; then
 				echo "ok  $1 $2"
 				return
 			fi

@@ -83,12 +83,12 @@ func TestSiteExact(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	s := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
-	const n = 4000
+	n := storetest.Jobs(4000)
 	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: n, Now: now, Seed: 7, Reused: 0.02}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tot.Jobs != n {
+	if tot.Jobs != int64(n) {
 		t.Fatalf("stored %d jobs", tot.Jobs)
 	}
 	checkSite(t, s, now, tot)
@@ -110,7 +110,7 @@ func TestSiteExact(t *testing.T) {
 	}
 
 	// The same reports again (a batch host that resent them): nothing changes.
-	again, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: 500, Now: now, Seed: 7, Reused: 0.02}, nil)
+	again, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: n / 8, Now: now, Seed: 7, Reused: 0.02}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,8 @@ func TestSiteByAccount(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	s := storetest.Open(t, store.Options{Now: func() time.Time { return now }})
-	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: 3000, Now: now, Seed: 11, Accounts: 6, Users: 30}, nil)
+	n := storetest.Jobs(3000)
+	tot, err := sitesim.Fill(ctx, s, sitesim.FillOptions{Jobs: n, Now: now, Seed: 11, Accounts: 6, Users: 30}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestSiteByAccount(t *testing.T) {
 		t.Errorf("%d accounts, stored %d", len(groups), len(tot.ByAccount))
 	}
 	list, err := s.ListJobs(ctx, store.JobFilter{Scope: store.Scope{All: true}})
-	if err != nil || len(list) != 3000 {
+	if err != nil || len(list) != n {
 		t.Fatalf("%d jobs listed, %v", len(list), err)
 	}
 	used := map[string][2]float64{}

@@ -67,6 +67,17 @@ func Main(m *testing.M) int {
 // MariaDB says whether the tests' stores are on MariaDB.
 func MariaDB() bool { return server.Load() != nil }
 
+// Jobs is how many jobs a test that fills a site stores: n on SQLite, a third of it
+// (at least 300) on MariaDB. A job costs MariaDB's tests about 7 ms (a round trip per
+// statement, against SQLite's call in process): the sums and orderings those tests check
+// hold as well for a thousand jobs, and make test runs them once per MariaDB version.
+func Jobs(n int) int {
+	if !MariaDB() {
+		return n
+	}
+	return max(n/3, min(n, 300))
+}
+
 // Target is where a test's fresh store goes: a new database on the tests' MariaDB
 // server (dropped at the test's end), or a file in a temporary directory of tb's.
 func Target(tb testing.TB) string {
