@@ -88,6 +88,7 @@ var checks = []checker{
 	{"counters", checkCounters},
 	{"jobmap", checkJobMap},
 	{"tree", checkTree},
+	{"store", checkStore},
 }
 
 // Run runs every check.

@@ -68,7 +68,10 @@ func (o AgentOptions) open(ctx context.Context, role treeauth.Role) (*agent, err
 	}
 	exporter.TreeRefusals(a.metrics, a.auth.RefusedBy)
 	if o.DB != "" {
-		if a.store, err = store.Open(ctx, o.DB, store.Options{Cluster: o.Config.ClusterOf(o.ConfigPath)}); err != nil {
+		// The frontend starts without its database (a MariaDB down or refusing it): the
+		// nodes hold the reports it cannot keep meanwhile (watchStore).
+		later := role == treeauth.Frontend
+		if a.store, err = store.Open(ctx, o.DB, store.Options{Cluster: o.Config.ClusterOf(o.ConfigPath), Later: later}); err != nil {
 			return nil, err
 		}
 		go a.prune(ctx, store.Retention{Cycles: o.Config.CollectorRetention, Jobs: o.Config.JobRetention, Rollups: o.Config.RollupRetention}, o.Log)
@@ -232,11 +235,15 @@ func RunFrontend(ctx context.Context, o FrontendOptions) error {
 		return err
 	}
 	defer a.close()
+	m := exporter.NewFrontend(a.metrics)
+	if a.store != nil {
+		go watchStore(ctx, a.store.Admin(), a.store.Admin().Path(), storeCheckEvery, m.StoreUp, o.Log)
+	}
 	f, err := NewFrontend(FrontendConfig{
 		Collectors: where.collectors, Syncs: where.syncs, Nodes: where.nodes, Tree: where.tree,
 		Log: o.Log, Balance: balance.Config{LMax: o.LMax}, AssumeMaxLoads: o.Loads == "max", Auth: a.auth,
 		Self: advertised(o.Listen, os.Hostname), Engine: a.engine, Store: a.store, NodeAddr: nodeAddr, Jobs: RunningJobs(jm), Facts: jm.Job,
-		Metrics: exporter.NewFrontend(a.metrics), Period: o.Cycle,
+		Metrics: m, Period: o.Cycle,
 	})
 	if err != nil {
 		return err

@@ -133,6 +133,7 @@ func NewFrontend(cfg FrontendConfig) (*Frontend, error) {
 	keeper := ""
 	if cfg.Self != "" && cfg.Store != nil && cfg.Facts != nil {
 		f.keeper = newReportKeeper(cfg.Store, cfg.Facts, cfg.Log, cfg.Now)
+		f.keeper.failed = cfg.Metrics.StoreFailed
 		keeper = cfg.Self
 	}
 	f.routes = newRouter(cfg, tree, keeper)

@@ -464,7 +464,7 @@ func TestFrontendEpisodes(t *testing.T) {
 	if diff := cmp.Diff(want, gots); diff != "" {
 		t.Errorf("episodes the nodes were sent (-want +got):\n%s", diff)
 	}
-	kept, err := st.Episodes(ctx, t0.Add(-time.Hour))
+	kept, err := st.Episodes(ctx, t0.Add(-time.Hour), "")
 	if err != nil {
 		t.Fatal(err)
 	}

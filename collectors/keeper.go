@@ -29,10 +29,14 @@ type reportKeeper struct {
 	// refused logs the reports refused: at most a line in 10 s (a node gone wrong sends
 	// one a job).
 	refused *ratelog.Log
+	// unkept logs what the store failed to keep (a database down: every report until
+	// it is back): at most a line a minute; failed counts each (nil: not counted).
+	unkept *ratelog.Log
+	failed func()
 }
 
 func newReportKeeper(st *store.Store, facts func(ctx context.Context, job string) (*jobmap.Job, error), log zerolog.Logger, now func() time.Time) *reportKeeper {
-	return &reportKeeper{store: st, now: now, facts: facts, refused: ratelog.New(log, 10*time.Second, now)}
+	return &reportKeeper{store: st, now: now, facts: facts, refused: ratelog.New(log, 10*time.Second, now), unkept: ratelog.New(log, time.Minute, now)}
 }
 
 // MaxKeptReport bounds a final report sent to the frontend (a report with every property
@@ -63,9 +67,19 @@ func (k *reportKeeper) keep(ctx context.Context, in *pb.JobSummary) (*pb.Ack, er
 		return refused, err
 	}
 	if err := k.store.Keep(ctx, factsOf(facts), r); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, k.notKept(in.JobId, "final report", err)
 	}
 	return &pb.Ack{Ok: true}, nil
+}
+
+// notKept says what the store failed to keep, and answers the node with an error it
+// sends again on (the uplink tries a report again for 15 minutes).
+func (k *reportKeeper) notKept(job uint32, what string, err error) error {
+	if k.failed != nil {
+		k.failed()
+	}
+	k.unkept.Warn().Err(err).Uint32("job", job).Msg(what + " not kept: the site's store failed; its batch host sends it again (at most one line a minute)")
+	return status.Error(codes.Internal, err.Error())
 }
 
 // fromFirstNode returns the job's facts when the caller is the job's batch host (its
@@ -112,7 +126,7 @@ func (k *reportKeeper) notice(ctx context.Context, in *pb.JobNotice) (*pb.Ack, e
 		n.Node = p.Identity.Name
 	}
 	if err := k.store.Admin().KeepNotice(ctx, factsOf(facts), n); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, k.notKept(in.JobId, "notice", err)
 	}
 	return &pb.Ack{Ok: true}, nil
 }

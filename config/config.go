@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/persyst/persyst/collectors/store/target"
 )
 
 // DefaultPath is where persyst looks for its configuration when SLURM_CONF does not
@@ -112,6 +114,11 @@ type Config struct {
 	// JobRetention how long they keep its row and report (JobRetention=400d), and
 	// RollupRetention how long the site's daily figures stay (RollupRetention=3650d).
 	CollectorRetention, JobRetention, RollupRetention time.Duration
+	// SiteStore is where the frontend keeps the site's jobs, and where persyst web,
+	// site, report --db and db read them: a SQLite file (the default,
+	// DefaultSiteStore) or a MariaDB database, mysql://USER@HOST/DATABASE with
+	// password-file= (target.ParseMySQL).
+	SiteStore string
 	// ClusterName names the cluster in the tree's databases, so that its jobs never
 	// meet another cluster's with the same ids ("": slurm.conf's ClusterName beside
 	// persyst.conf, see ClusterOf).
@@ -158,8 +165,11 @@ func Defaults() Config {
 		JobRetention: 400 * 24 * time.Hour, RollupRetention: 3650 * 24 * time.Hour,
 		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", ReportMinWastedHours: 10,
 		NoticeIdleGPUAfter: time.Hour, NoticeIdleCPUAfter: 2 * time.Hour, NoticeMail: true, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
-		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget}
+		MetricsJobLabels: "jobid", SyscallBudget: DefaultSyscallBudget, SiteStore: DefaultSiteStore}
 }
+
+// DefaultSiteStore is SiteStore's default: the frontend's SQLite file.
+const DefaultSiteStore = "/var/lib/persyst-frontend/frontend.db"
 
 // DefaultSyscallBudget is SyscallBudget's default: counting a program's system calls
 // slows it by at most 0.25 % beyond a burst (docs/performance.md).
@@ -219,6 +229,13 @@ var fields = []field{
 			return err
 		}
 		c.CollectorRetention = d
+		return nil
+	}},
+	{"SiteStore", func(c *Config, v string) error {
+		if err := target.Check(v); err != nil {
+			return err
+		}
+		c.SiteStore = v
 		return nil
 	}},
 	{"ClusterName", func(c *Config, v string) error {

@@ -39,6 +39,7 @@ var keyDocs = []keyDoc{
 	{"CollectorRetention", "how long the tree's agents keep a job's per-cycle results after its end (`h` or `d`)", "30d"},
 	{"JobRetention", "how long they keep a job's row and report (the job list, the job's page, `persyst report`) after its end", "400d"},
 	{"RollupRetention", "how long the site's daily figures (by cluster, account, user, partition, QOS and finding) stay", "3650d"},
+	{"SiteStore", "where the frontend keeps the site's jobs, and `persyst web`, `site`, `report --db` and `db` read them: a SQLite file, or a MariaDB (or MySQL) database `mysql://USER@HOST[:PORT]/DATABASE?password-file=PATH` (`&tls=true`, `&tls-ca=PATH`; `?socket=PATH` on the database's host), the password in a file only its owner reads (docs/admin.md, \"On MariaDB\"); several clusters' frontends may share one database (`ClusterName` tells their jobs apart)", "/var/lib/persyst-frontend/frontend.db"},
 	{"ClusterName", "the cluster's name in the tree's databases, so that its job ids never meet another cluster's", "slurm.conf's `ClusterName` beside persyst.conf"},
 	{"TreeAuth", "how the tree's agents authenticate each other: `munge`, `tls` or `none` (docs/tree.md)", "munge (tls with the TLS files)"},
 	{"MungeSocket", "munged's socket, for `TreeAuth=munge`", "MUNGE's default"},

@@ -40,8 +40,11 @@ type Cycle struct {
 
 // Episode is one site-wide stretch of I/O stalls.
 type Episode struct {
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
+	// Cluster is the cluster whose frontend found it, in a store several share ("" on
+	// the nodes, and for a store's unnamed cluster).
+	Cluster string    `json:"cluster,omitempty"`
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
 	// Jobs is the most jobs measured in one of its cycles; Stalled the jobs that stalled
 	// in it; Peak the largest share of the measured jobs stalled in one cycle.
 	Jobs    int     `json:"jobs"`

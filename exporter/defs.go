@@ -130,6 +130,10 @@ var catalog = []Def{
 		Help: "Running jobs placed at the latest balancing cycle."},
 	{Name: "persyst_frontend_agents_up", Kind: Gauge, Role: RoleFrontend, Labels: []string{"role"},
 		Help: "Agents (collectors, sync agents) that answered at the latest cycle."},
+	{Name: "persyst_frontend_store_up", Kind: Gauge, Role: RoleFrontend,
+		Help: "1 while the site's store (SiteStore) answered the frontend's latest check (every 10 s), 0 while it does not: the jobs' reports it cannot keep meanwhile wait on their batch hosts."},
+	{Name: "persyst_frontend_store_failures_total", Kind: Counter, Role: RoleFrontend,
+		Help: "Jobs' final reports and notices the frontend could not keep in the site's store (refused: their batch hosts send them again for 15 minutes)."},
 }
 
 // Defs returns the catalog: every metric persyst exports.

@@ -174,21 +174,44 @@ func (m *Sync) Part(ok bool) {
 
 // Frontend is the frontend's own metrics. A nil *Frontend counts nothing.
 type Frontend struct {
-	balance prometheus.Histogram
-	jobs    prometheus.Gauge
-	up      *prometheus.GaugeVec
+	balance       prometheus.Histogram
+	jobs          prometheus.Gauge
+	up            *prometheus.GaugeVec
+	storeUp       prometheus.Gauge
+	storeFailures prometheus.Counter
 }
 
 // NewFrontend registers the frontend's metrics on r.
 func NewFrontend(r prometheus.Registerer) *Frontend {
-	jd, ud := def("persyst_frontend_jobs", Gauge), def("persyst_frontend_agents_up", Gauge)
+	jd, ud, sd := def("persyst_frontend_jobs", Gauge), def("persyst_frontend_agents_up", Gauge), def("persyst_frontend_store_up", Gauge)
 	f := &Frontend{
-		balance: histogram(r, "persyst_frontend_balance_duration_seconds"),
-		jobs:    prometheus.NewGauge(prometheus.GaugeOpts{Name: jd.Name, Help: jd.Help}),
-		up:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ud.Name, Help: ud.Help}, ud.Labels),
+		balance:       histogram(r, "persyst_frontend_balance_duration_seconds"),
+		jobs:          prometheus.NewGauge(prometheus.GaugeOpts{Name: jd.Name, Help: jd.Help}),
+		up:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ud.Name, Help: ud.Help}, ud.Labels),
+		storeUp:       prometheus.NewGauge(prometheus.GaugeOpts{Name: sd.Name, Help: sd.Help}),
+		storeFailures: counter(r, "persyst_frontend_store_failures_total"),
 	}
-	r.MustRegister(f.jobs, f.up)
+	r.MustRegister(f.jobs, f.up, f.storeUp)
 	return f
+}
+
+// StoreUp records whether the site's store answered the latest check.
+func (m *Frontend) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
+}
+
+// StoreFailed counts a report or notice the site's store did not keep.
+func (m *Frontend) StoreFailed() {
+	if m != nil {
+		m.storeFailures.Inc()
+	}
 }
 
 // Cycle records a balancing cycle: its time, the jobs placed, and the agents that

@@ -144,7 +144,7 @@ func TestTree(t *testing.T) {
 			t.Fatalf("frontend database: %v", err)
 		}
 		defer st.Close()
-		kept, err := st.Episodes(context.Background(), time.Now().Add(-time.Hour))
+		kept, err := st.Episodes(context.Background(), time.Now().Add(-time.Hour), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -411,7 +411,8 @@ EOF
 	# The daemons' persyst.conf: test jobs last seconds, so findings that need a longer
 	# run (memory trends) are assessed from 3 s on (production default: 300 s).
 	# Every agent serves Prometheus metrics in its own namespace, to this host only (the
-	# tests' Prometheus scrapes them over the bridge).
+	# tests' Prometheus scrapes them over the bridge). The site's store is the cluster's
+	# own file, unless PERSYST_CONF_EXTRA names another.
 	cat >"$etc/persyst.conf" <<EOF
 DigestMinSeconds=${PERSYST_DIGEST_MIN:-3}
 CalibrationDir=$DIR/calibration
@@ -426,6 +427,10 @@ EOF
 		printf 'TLSCert=%s\nTLSKey=%s\nTLSCA=%s\n' "$DIR/tls/%n.crt" "$DIR/tls/%n.key" "$DIR/tls/ca.crt" >>"$etc/persyst.conf"
 	fi
 	[ -z "$CONF_EXTRA" ] || printf '%s\n' "$CONF_EXTRA" >>"$etc/persyst.conf"
+	case "$CONF_EXTRA" in
+	*SiteStore=*) ;;
+	*) echo "SiteStore=$DIR/run/frontend.db" >>"$etc/persyst.conf" ;;
+	esac
 	if [ "$GPUS" -gt 0 ]; then
 		echo "NodeName=$NODE[1-$n] Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >"$etc/gres.conf"
 	fi
@@ -616,7 +621,7 @@ tree_start() {
 		where=(--tree "$DIR/etc/tree.conf")
 	fi
 	local args=("${where[@]}" --node-addrs "$addrs" --cycle "$CYCLE" --lmax "$LMAX" --listen "$NET.99:16832"
-		--db "$DIR/run/frontend.db" --config "$DIR/etc/persyst.conf")
+		--config "$DIR/etc/persyst.conf")
 	# Kept for frontend-restart.
 	printf '%q ' "${args[@]}" >"$DIR/run/frontend.args"
 	frontend_start "$LOADS" "${args[@]}"

@@ -113,13 +113,18 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# activation), and those that judge how persyst reads what it measured, not how it
 	# finds a job (the causes of CPU findings, the corpus's programs as jobs, phases and
 	# interference, the imbalance between a 4-node job's nodes and the site's I/O
-	# episodes, the site in a box), and the test cluster's own failures to start (its
-	# scripts, not Slurm's release): every root finds, measures and digests its jobs in
-	# TestDigest, TestSlurmMeasures and the rest, multi-node jobs through the tree in
-	# TestTreeAgents, real programs in TestRealPrograms.
+	# episodes, the site in a box), those of the tree and the site's side, which read
+	# nothing a Slurm release changes (the tree over TLS, its measured loads and an
+	# intruder, the idle-GPU notices, the admin's view of the site, two clusters' frontends
+	# on one MariaDB through its outage: the job map's facts are checked per release with
+	# each release's recorded answers and TestJobmap, Slurm's accounting in TestSiteTools,
+	# the store's own tests on each release's MariaDB), and the test cluster's own
+	# failures to start (its scripts, not Slurm's release): every root finds, measures and
+	# digests its jobs in TestDigest, TestSlurmMeasures and the rest, multi-node jobs
+	# through the tree in TestTreeAgents, real programs in TestRealPrograms.
 	skip=()
 	if [ "${PERSYST_UNIT:-1}" = 0 ]; then
-		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestClusterUpFailure'
+		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestClusterUpFailure|TestSiteClusters|TestTreeTLS|TestTreeLoads|TestNotices|TestAdminView'
 		skip=(-skip "^($once)\$")
 		echo "(${once//|/, } ran in the first release's root)"
 	fi

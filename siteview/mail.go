@@ -241,6 +241,10 @@ type SendOptions struct {
 	// DryRun prints every mail to Out instead, and records none as sent.
 	DryRun bool
 	Out    io.Writer
+	// Cluster is the one cluster the mails are of (--cluster; "": every cluster's
+	// jobs): each cluster's are sent once apart from the others' and from every
+	// cluster's together, in a store several clusters share.
+	Cluster string
 	// Send hands one mail to the site's MTA.
 	Send func(ctx context.Context, m Mail) error
 }
@@ -259,6 +263,9 @@ func Send(ctx context.Context, st *store.Store, p Period, mails []Mail, o SendOp
 	}
 	var r SendResult
 	period := periodValue(p)
+	if o.Cluster != "" {
+		period += " cluster=" + o.Cluster
+	}
 	for i, m := range mails {
 		if o.DryRun {
 			fmt.Fprintf(o.Out, "To: %s\nSubject: %s\n\n%s\n", m.To, m.Subject, m.Body)

@@ -256,6 +256,16 @@ func TestMails(t *testing.T) {
 	if d := cmp.Diff([]string{"alice", "erin"}, sent); d != "" {
 		t.Errorf("sent (-want +got):\n%s", d)
 	}
+	// One cluster's mails (--cluster) are sent once apart from every cluster's.
+	oneCluster := send
+	oneCluster.Cluster = "c2"
+	if r, err := Send(ctx, st, p, mails, oneCluster); err != nil || r.Sent != 2 || r.AlreadySent != 0 {
+		t.Errorf("c2's mails: %+v, %v", r, err)
+	}
+	if r, err := Send(ctx, st, p, mails, oneCluster); err != nil || r.Sent != 0 || r.AlreadySent != 2 {
+		t.Errorf("c2's mails again: %+v, %v", r, err)
+	}
+	sent = sent[:2]
 	// A cap: one mail a run.
 	p2, _ := ParsePeriod("2026-11-01..2026-11-29", now)
 	if r, err := Send(ctx, st, p2, mails, SendOptions{Max: 1, Out: &bytes.Buffer{}, Send: send.Send}); err != nil || r.Sent != 1 || r.Left != 1 {

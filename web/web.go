@@ -400,7 +400,7 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The site-wide I/O episodes are counts of jobs, no user's: every viewer sees them.
-	eps, err := s.o.Store.Episodes(r.Context(), view.Site.From)
+	eps, err := s.o.Store.Episodes(r.Context(), view.Site.From, q.Cluster)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -410,7 +410,7 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 	for i, g := range view.Groups {
 		groups[i] = groupRow{Group: g, Link: groupLink(sq, q.By, g.Name)}
 	}
-	s.page(w, "site", sitePage{Viewer: v, Query: sq, View: view, Groups: groups, Links: siteLinks(sq), Episodes: eps,
+	s.page(w, "site", sitePage{Viewer: v, Query: sq, View: view, Groups: groups, Links: siteLinks(sq), Episodes: eps, EpisodeClusters: severalClusters(eps),
 		CPUChart: template.HTML(siteview.Chart(view.Weeks, siteview.CPU)), GPUChart: gpuChart(view)})
 }
 
@@ -501,6 +501,7 @@ type sitePage struct {
 	Groups             []groupRow
 	Links              siteLinkSet
 	Episodes           []episodes.Episode
+	EpisodeClusters    bool // the episodes are of several clusters: each names its own
 	CPUChart, GPUChart template.HTML
 }
 
@@ -588,4 +589,9 @@ func (s *server) siteTable(w http.ResponseWriter, r *http.Request, view *sitevie
 func (s *server) fail(w http.ResponseWriter, err error) {
 	s.o.Log.Warn().Err(err).Msg("web: request failed")
 	http.Error(w, "the database could not be read", http.StatusInternalServerError)
+}
+
+// severalClusters says whether the episodes are of more than one cluster.
+func severalClusters(eps []episodes.Episode) bool {
+	return slices.ContainsFunc(eps, func(e episodes.Episode) bool { return e.Cluster != eps[0].Cluster })
 }

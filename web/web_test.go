@@ -193,6 +193,22 @@ func TestSite(t *testing.T) {
 	if n := strings.Count(body, `<tr class="episode">`); n != 1 || !strings.Contains(body, `<td class="num">37</td><td class="num">120</td><td class="num">30%</td>`) {
 		t.Errorf("alice's site page shows %d episodes, want this week's one:\n%s", n, body)
 	}
+	// One cluster's episodes name no cluster; several clusters' each name theirs.
+	if !strings.Contains(body, `<table id="episodes"><tr><th>from</th>`) {
+		t.Errorf("one cluster's episodes with a cluster column:\n%s", body)
+	}
+	for _, tc := range []struct {
+		clusters []string
+		want     bool
+	}{{nil, false}, {[]string{"a"}, false}, {[]string{"a", "a"}, false}, {[]string{"a", "b"}, true}, {[]string{"", "b"}, true}} {
+		var eps []episodes.Episode
+		for _, c := range tc.clusters {
+			eps = append(eps, episodes.Episode{Cluster: c})
+		}
+		if got := severalClusters(eps); got != tc.want {
+			t.Errorf("severalClusters(%q) = %v", tc.clusters, got)
+		}
+	}
 }
 
 var (

@@ -49,6 +49,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/target"
 	"github.com/persyst/persyst/collectors/treeauth/tlstest"
 	"github.com/persyst/persyst/sitesim"
 )
@@ -112,19 +113,31 @@ func fill(ctx context.Context, args []string) error {
 			fmt.Fprintf(os.Stderr, "sitesim fill: %d of %d jobs, %.0f jobs/s\n", done, o.Jobs, float64(done)/time.Since(t0).Seconds())
 		}
 	})
+	secs := time.Since(t0).Seconds()
+	// A MariaDB's bytes are its tables' (information_schema), a file's its size after
+	// Close (the WAL is in the file then).
+	var size int64
+	if err == nil && target.IsMySQL(*db) {
+		var s *store.Stats
+		if s, err = st.Admin().Stats(ctx); err == nil {
+			size = s.FileBytes
+		}
+	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	secs := time.Since(t0).Seconds()
-	fi, err := os.Stat(*db) // after Close: the WAL is in the file
-	if err != nil {
-		return err
+	if !target.IsMySQL(*db) {
+		fi, err := os.Stat(*db)
+		if err != nil {
+			return err
+		}
+		size = fi.Size()
 	}
 	fmt.Printf("fill: jobs=%d seconds=%.1f jobs_per_s=%.0f db_bytes=%d db_bytes_per_job=%.0f cpu_hours=%.0f gpu_hours=%.0f findings=%d\n",
-		tot.Jobs, secs, float64(tot.Jobs)/secs, fi.Size(), float64(fi.Size())/float64(max(tot.Jobs, 1)), tot.CPUHours, tot.GPUHours, len(tot.Findings))
+		tot.Jobs, secs, float64(tot.Jobs)/secs, size, float64(size)/float64(max(tot.Jobs, 1)), tot.CPUHours, tot.GPUHours, len(tot.Findings))
 	return nil
 }
 

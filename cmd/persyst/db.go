@@ -27,8 +27,8 @@ func runDb(ctx context.Context, io stdio, args []string) error {
 	action := args[0]
 	var o dbOptions
 	fs := flagSet("db "+action, io)
-	fs.StringVar(&o.db, "db", frontendDB, "the tree's database (the frontend's, a collector's or a sync agent's): a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH")
-	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (the retention of prune)")
+	fs.StringVar(&o.db, "db", "", "the tree's database (the frontend's, a collector's or a sync agent's): a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH (default: persyst.conf's SiteStore)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (SiteStore, the retention of prune)")
 	switch action {
 	case "stats", "check", "vacuum":
 	case "prune":
@@ -48,6 +48,13 @@ func runDb(ctx context.Context, io stdio, args []string) error {
 	}
 	if action == "copy" && o.into == "" {
 		return usagef("persyst db copy: --to names the database to copy into")
+	}
+	if !setByUser(fs, "db") {
+		conf, err := loadConfig(o.config)
+		if err != nil {
+			return err
+		}
+		o.db = conf.SiteStore
 	}
 	st, err := store.Open(ctx, o.db, store.Options{})
 	if err != nil {
@@ -98,9 +105,9 @@ func dbAction(ctx context.Context, io stdio, a store.Admin, action string, o dbO
 			fmt.Fprintln(io.out, p)
 		}
 		if len(problems) > 0 {
-			return fmt.Errorf("%s: %d problems", o.db, len(problems))
+			return fmt.Errorf("%s: %d problems", a.Path(), len(problems))
 		}
-		fmt.Fprintf(io.out, "%s: no problems found\n", o.db)
+		fmt.Fprintf(io.out, "%s: no problems found\n", a.Path())
 		return nil
 	case "vacuum":
 		return a.Vacuum(ctx)

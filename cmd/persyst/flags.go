@@ -46,6 +46,22 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// siteStore is the store a command reads: --db where the user gave it, else persyst.conf's
+// SiteStore (the frontend's SQLite file by default).
+func siteStore(fs *flag.FlagSet, db string, conf config.Config) string {
+	if setByUser(fs, "db") {
+		return db
+	}
+	return conf.SiteStore
+}
+
+// setByUser says whether the command line set the flag name.
+func setByUser(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // loadConfig reads persyst.conf; the default path may be missing (then: defaults).
 func loadConfig(path string) (config.Config, error) {
 	return config.Load(path, path == config.DefaultFile())

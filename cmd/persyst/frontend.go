@@ -20,7 +20,7 @@ func frontendFlags(fs *flag.FlagSet, o *collectors.FrontendOptions) (confPath *s
 	fs.IntVar(&o.LMax, "lmax", 0, "l_max, the load one collector takes, in nodes (0: a collector's own nodes)")
 	fs.StringVar(&o.Loads, "loads", "measured", "what a job is charged: measured (the share of its maximum its nodes sent, once reported) or max (every property on every device, as PerSyst assumed)")
 	fs.StringVar(&o.Listen, "listen", "", "address where the frontend merges jobs split over collectors without a live sync agent in common (\"\": such jobs' digests cover their batch host)")
-	fs.StringVar(&o.DB, "db", "", "SQLite database of the per-cycle results merged at the frontend (\"\": not kept)")
+	fs.StringVar(&o.DB, "db", "", "the site's store, where the frontend keeps every job's report and the per-cycle results it merged: a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH (default: persyst.conf's SiteStore; \"\": none kept)")
 	fs.DurationVar(&o.Cycle, "cycle", time.Minute, "balancing cycle")
 	return fs.String("config", config.DefaultFile(), "persyst.conf (the job map's source, the tree)")
 }
@@ -32,12 +32,16 @@ func runFrontend(ctx context.Context, io stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	db := setByUser(fs, "db")
 	if o.Loads != "measured" && o.Loads != "max" {
 		return usagef("--loads %q: want measured or max", o.Loads)
 	}
 	o.Name = "frontend"
 	if err := agentOptions(io, &o.AgentOptions, *confPath, "role"); err != nil {
 		return err
+	}
+	if !db {
+		o.DB = o.Config.SiteStore
 	}
 	return collectors.RunFrontend(ctx, o)
 }

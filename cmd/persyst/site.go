@@ -19,9 +19,6 @@ import (
 	"github.com/persyst/persyst/siteview"
 )
 
-// frontendDB is where the frontend keeps every job's final report (the package's unit).
-const frontendDB = "/var/lib/persyst-frontend/frontend.db"
-
 type siteOptions struct {
 	db, config, period, from, to                   string
 	cluster, account, user, partition, qos, by, tb string
@@ -31,8 +28,8 @@ type siteOptions struct {
 }
 
 func (o *siteOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.db, "db", frontendDB, "the frontend's database")
-	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (AdminGroup)")
+	fs.StringVar(&o.db, "db", "", "the site's store: a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH (default: persyst.conf's SiteStore)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (SiteStore, AdminGroup)")
 	fs.StringVar(&o.period, "period", "month", "week, month, quarter, year (the one up to today), last-month (...), 30d, 2026, 2026-Q3, 2026-11, 2026-W48, or FROM..TO")
 	fs.StringVar(&o.from, "from", "", "the first day (YYYY-MM-DD, UTC), with --to instead of --period")
 	fs.StringVar(&o.to, "to", "", "the last day (YYYY-MM-DD, UTC; default: today)")
@@ -82,6 +79,7 @@ func runSite(ctx context.Context, io stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	o.db = siteStore(fs, o.db, conf)
 	if o.mail {
 		return siteMail(ctx, io, o, q, conf)
 	}
@@ -179,12 +177,6 @@ func siteScope(ctx context.Context, io stdio, adminGroup string) (store.Scope, s
 }
 
 // setByUser says whether the command line set a flag.
-func setByUser(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // siteMail is `persyst site --mail`: the period's efficiency reports (siteview.Mails),
 // each sent once through MailProg (as the database's owner or root: it reads every job).
 func siteMail(ctx context.Context, io stdio, o siteOptions, q siteview.Query, conf config.Config) error {
@@ -219,7 +211,7 @@ func siteMail(ctx context.Context, io stdio, o siteOptions, q siteview.Query, co
 	if err != nil {
 		return err
 	}
-	r, err := siteview.Send(ctx, st, q.Period, mails, siteview.SendOptions{Max: o.max, DryRun: o.dryRun, Out: io.out,
+	r, err := siteview.Send(ctx, st, q.Period, mails, siteview.SendOptions{Max: o.max, DryRun: o.dryRun, Out: io.out, Cluster: q.Cluster,
 		Send: func(ctx context.Context, m siteview.Mail) error {
 			return mailprog.Mail(ctx, conf.MailProg, m.To, m.Subject, m.Body)
 		}})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/persyst/persyst/accounting"
 	"github.com/persyst/persyst/collectors/store"
+	"github.com/persyst/persyst/collectors/store/target"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/internal/ratelog"
 	"github.com/persyst/persyst/jobmap"
@@ -29,7 +30,7 @@ type webOptions struct {
 }
 
 func (o *webOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.db, "db", frontendDB, "the database to show (the frontend's keeps every job's final report)")
+	fs.StringVar(&o.db, "db", "", "the site's store to show: a SQLite file or mysql://USER@HOST/DATABASE?password-file=PATH (default: persyst.conf's SiteStore)")
 	fs.StringVar(&o.listen, "listen", "unix:/run/persyst-web/web.sock", "where to serve: unix:PATH (only --proxy-user's processes and root are served there), systemd (the socket of persyst-web.socket), or HOST:PORT (needs --web-config-file)")
 	fs.StringVar(&o.userHeader, "user-header", "", "request header in which the site's reverse proxy names the authenticated user (e.g. X-Remote-User)")
 	fs.StringVar(&o.proxyUsers, "proxy-user", "www-data", "the reverse proxy's users (comma-separated names or uids): on the unix socket only their processes (and root) may name a user")
@@ -39,19 +40,21 @@ func (o *webOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.admins, "admins", "", "users who see every job (comma-separated), besides root and persyst.conf's AdminGroup")
 	fs.StringVar(&o.coordinators, "coordinators", "sacctmgr", "who sees their accounts' jobs and figures: sacctmgr (the accounts' coordinators in Slurm's accounting, read every 5 minutes) or none")
 	fs.BoolVar(&o.all, "all", false, "without --user-header: show every job, to root on the unix socket only")
-	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (AdminGroup)")
+	fs.StringVar(&o.config, "config", config.DefaultFile(), "persyst.conf (SiteStore, AdminGroup)")
 }
 
 // runWeb serves the read-only web view until ctx is done.
 func runWeb(ctx context.Context, io stdio, args []string) error {
 	var o webOptions
-	if _, err := parseOptions("web [flags]", io, args, &o); err != nil {
+	fs, err := parseOptions("web [flags]", io, args, &o)
+	if err != nil {
 		return err
 	}
 	conf, err := loadConfig(o.config)
 	if err != nil {
 		return err
 	}
+	o.db = siteStore(fs, o.db, conf)
 	proxies, err := webProxies(o.proxies)
 	if err != nil {
 		return err
@@ -69,7 +72,7 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 		return err
 	}
 	defer st.Close()
-	wo := web.Options{Store: st, Source: o.db, UserHeader: o.userHeader, ProxyUIDs: uids, Proxies: proxies, All: o.all,
+	wo := web.Options{Store: st, Source: target.Describe(o.db), UserHeader: o.userHeader, ProxyUIDs: uids, Proxies: proxies, All: o.all,
 		IsAdmin: isAdmin(strings.Split(o.admins, ","), conf.AdminGroup), Log: log, Version: version}
 	if wo.Coordinated, err = coordinated(o.coordinators, log); err != nil {
 		return err
@@ -87,7 +90,7 @@ func runWeb(ctx context.Context, io stdio, args []string) error {
 		return err
 	}
 	web.Serve(ctx, ln, h, log)
-	log.Info().Str("listen", o.listen).Str("address", ln.Addr().String()).Str("db", o.db).Msg("persyst web ready")
+	log.Info().Str("listen", o.listen).Str("address", ln.Addr().String()).Str("db", target.Describe(o.db)).Msg("persyst web ready")
 	fmt.Fprintf(io.err, "persyst web: serving on %s\n", ln.Addr())
 	defer sdnotify.Serving(ctx, log)()
 	<-ctx.Done()

@@ -104,13 +104,40 @@ func (r rewriting) QueryRowContext(ctx context.Context, q string, args ...any) *
 type pool struct {
 	rewriting
 	db *sql.DB
+	// opened, where not nil, opens the database before the pool's first use (a MariaDB
+	// that did not answer when the store was opened: Options.Later).
+	opened *opener
 }
 
 func newPool(db *sql.DB, d dialect) *pool { return &pool{rewriting: rewriting{q: db, d: d}, db: db} }
 
+func (p *pool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := p.opened.ready(ctx); err != nil {
+		return nil, err
+	}
+	return p.rewriting.ExecContext(ctx, q, args...)
+}
+
+func (p *pool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if err := p.opened.ready(ctx); err != nil {
+		return nil, err
+	}
+	return p.rewriting.QueryContext(ctx, q, args...)
+}
+
+func (p *pool) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	if err := p.opened.ready(ctx); err != nil {
+		return &row{err: err}
+	}
+	return p.rewriting.QueryRowContext(ctx, q, args...)
+}
+
 // BeginTx begins a transaction with the dialect's options (SQLite's writer: BEGIN
 // IMMEDIATE, set on its connections).
 func (p *pool) BeginTx(ctx context.Context) (*txn, error) {
+	if err := p.opened.ready(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := p.db.BeginTx(ctx, p.d.txOptions())
 	if err != nil {
 		return nil, err

@@ -92,7 +92,7 @@
 //	  value × finding: a group's findings without the other groups' combinations
 //	finding_names: finding → its name
 //
-//	episodes: site-wide I/O episodes (from_ts, to_ts, jobs, stalled, peak)
+//	episodes: site-wide I/O episodes, per cluster (cluster, from_ts, to_ts, jobs, stalled, peak)
 //
 //	notices: what a running job's user was told (the daemons' notices), per job and
 //	reason, kept up to date by its batch host: node, since_ts, told_ts, seen_ts (the

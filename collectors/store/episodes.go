@@ -8,13 +8,14 @@ import (
 	"github.com/persyst/persyst/episodes"
 )
 
-// PutEpisode keeps a site-wide I/O episode, replacing the one that began at the same
-// time (an episode still going on grows).
+// PutEpisode keeps a site-wide I/O episode of the store's cluster (Options.Cluster),
+// replacing the one of that cluster that began at the same time (an episode still going
+// on grows).
 func (s *Store) PutEpisode(ctx context.Context, e episodes.Episode) error {
 	err := inTx(ctx, s.w, func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO episodes (from_ts, to_ts, jobs, stalled, peak) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (from_ts) DO UPDATE SET to_ts = excluded.to_ts, jobs = excluded.jobs, stalled = excluded.stalled, peak = excluded.peak`,
-			e.From.Unix(), e.To.Unix(), e.Jobs, e.Stalled, e.Peak)
+		_, err := tx.ExecContext(ctx, `INSERT INTO episodes (cluster, from_ts, to_ts, jobs, stalled, peak) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (cluster, from_ts) DO UPDATE SET to_ts = excluded.to_ts, jobs = excluded.jobs, stalled = excluded.stalled, peak = excluded.peak`,
+			s.cluster, e.From.Unix(), e.To.Unix(), e.Jobs, e.Stalled, e.Peak)
 		return err
 	})
 	if err != nil {
@@ -24,10 +25,11 @@ func (s *Store) PutEpisode(ctx context.Context, e episodes.Episode) error {
 }
 
 // Episodes returns the episodes that ended after since, the newest first (at most
-// MaxListed).
-func (s *Store) Episodes(ctx context.Context, since time.Time) ([]episodes.Episode, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT from_ts, to_ts, jobs, stalled, peak FROM episodes WHERE to_ts >= ? ORDER BY from_ts DESC LIMIT ?`,
-		since.Unix(), MaxListed)
+// MaxListed), of one cluster or ("") of every cluster, each with its cluster's name.
+func (s *Store) Episodes(ctx context.Context, since time.Time, cluster string) ([]episodes.Episode, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT cluster, from_ts, to_ts, jobs, stalled, peak FROM episodes
+		WHERE to_ts >= ?1 AND (?2 = '' OR cluster = ?2) ORDER BY from_ts DESC, cluster LIMIT ?3`,
+		since.Unix(), cluster, MaxListed)
 	if err != nil {
 		return nil, fmt.Errorf("store: episodes: %w", err)
 	}
@@ -36,7 +38,7 @@ func (s *Store) Episodes(ctx context.Context, since time.Time) ([]episodes.Episo
 	for rows.Next() {
 		var from, to int64
 		var e episodes.Episode
-		if err := rows.Scan(&from, &to, &e.Jobs, &e.Stalled, &e.Peak); err != nil {
+		if err := rows.Scan(&e.Cluster, &from, &to, &e.Jobs, &e.Stalled, &e.Peak); err != nil {
 			return nil, fmt.Errorf("store: episodes: %w", err)
 		}
 		e.From, e.To = time.Unix(from, 0), time.Unix(to, 0)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -16,89 +15,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sys/unix"
+
+	"github.com/persyst/persyst/collectors/store/target"
 )
-
-// IsMySQL says whether a store's target names a MariaDB (or MySQL) database
-// (mysql://...) rather than a SQLite file.
-func IsMySQL(target string) bool { return strings.HasPrefix(target, "mysql://") }
-
-// MySQLTarget is a parsed mysql:// target:
-//
-//	mysql://USER@HOST[:PORT]/DATABASE[?password-file=PATH&tls=true|skip-verify|false&tls-ca=PATH]
-//	mysql://USER@localhost/DATABASE?socket=PATH[&password-file=PATH]
-//
-// The password is read from password-file, which must be a regular file only its owner
-// (root, or the user running persyst) can read: never in the URL, which shows in process
-// lists, logs and `persyst check`. Without password-file, no password is sent (MariaDB's
-// unix_socket authentication over a socket).
-type MySQLTarget struct {
-	User, Net, Addr, Database string
-	PasswordFile              string
-	TLS                       string // "" (none), "true", "skip-verify", "preferred"
-	TLSCA                     string // a CA file for the server's certificate
-}
-
-// String is the target without anything secret (there is nothing secret in it).
-func (t MySQLTarget) String() string {
-	if t.Net == "unix" {
-		return fmt.Sprintf("mysql://%s@localhost/%s (socket %s)", t.User, t.Database, t.Addr)
-	}
-	return fmt.Sprintf("mysql://%s@%s/%s", t.User, t.Addr, t.Database)
-}
-
-// ParseMySQLTarget parses a mysql:// target; its errors never repeat a password.
-func ParseMySQLTarget(target string) (MySQLTarget, error) {
-	var t MySQLTarget
-	u, err := url.Parse(target)
-	if err != nil {
-		return t, errors.New("store: the mysql:// target is not a URL (its text is not repeated here: it may hold a password)")
-	}
-	if u.Scheme != "mysql" {
-		return t, fmt.Errorf("store: target scheme %q, want mysql", u.Scheme)
-	}
-	if _, has := u.User.Password(); has {
-		return t, errors.New("store: a password in the mysql:// URL: put it in a file only root can read and name it with password-file= (a URL shows in process lists and logs)")
-	}
-	t.User = u.User.Username()
-	if t.User == "" {
-		return t, errors.New("store: mysql:// target without a user (mysql://USER@HOST/DATABASE)")
-	}
-	t.Database = strings.TrimPrefix(u.Path, "/")
-	if t.Database == "" || strings.ContainsAny(t.Database, "/`\"'\\ ") {
-		return t, fmt.Errorf("store: mysql:// target: database name %q: want one plain name", t.Database)
-	}
-	q := u.Query()
-	for k := range q {
-		switch k {
-		case "socket", "password-file", "tls", "tls-ca":
-		default:
-			return t, fmt.Errorf("store: mysql:// target: unknown parameter %q (want socket, password-file, tls, tls-ca)", k)
-		}
-	}
-	t.PasswordFile, t.TLSCA = q.Get("password-file"), q.Get("tls-ca")
-	switch t.TLS = q.Get("tls"); t.TLS {
-	case "", "false":
-		t.TLS = ""
-	case "true", "skip-verify", "preferred":
-	default:
-		return t, fmt.Errorf("store: mysql:// target: tls=%q, want true, skip-verify, preferred or false", t.TLS)
-	}
-	if t.TLSCA != "" && t.TLS == "" {
-		t.TLS = "true"
-	}
-	if s := q.Get("socket"); s != "" {
-		t.Net, t.Addr = "unix", s
-		return t, nil
-	}
-	if u.Host == "" {
-		return t, errors.New("store: mysql:// target without a host (or ?socket=PATH)")
-	}
-	t.Net, t.Addr = "tcp", u.Host
-	if u.Port() == "" {
-		t.Addr = net.JoinHostPort(u.Hostname(), "3306")
-	}
-	return t, nil
-}
 
 // readPassword reads a password file: a regular file, not a link, that neither its
 // group nor others may read, owned by root or by the user reading it.
@@ -141,7 +60,7 @@ func readPassword(path string) (string, error) {
 const mysqlSessionMode = "ANSI_QUOTES,PIPES_AS_CONCAT,SIMULTANEOUS_ASSIGNMENT,STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION"
 
 // mysqlConfig is the driver's configuration for t.
-func mysqlConfig(t MySQLTarget, timeout time.Duration) (*mysql.Config, error) {
+func mysqlConfig(t target.MySQL, timeout time.Duration) (*mysql.Config, error) {
 	c := mysql.NewConfig()
 	c.User, c.Net, c.Addr, c.DBName = t.User, t.Net, t.Addr, t.Database
 	if t.PasswordFile != "" {
@@ -182,11 +101,13 @@ type discard struct{}
 func (discard) Print(...any) {}
 
 // openMySQL opens the MariaDB (or MySQL) database target names and brings its schema to
-// SchemaVersion.
-func openMySQL(ctx context.Context, target string, opts Options) (*Store, error) {
-	t, err := ParseMySQLTarget(target)
+// SchemaVersion. With opts.Later, a database that does not answer yet is opened at the
+// store's first use that finds it answering (opener); a database that is not persyst's,
+// or of a newer schema, is refused at once all the same.
+func openMySQL(ctx context.Context, to string, opts Options) (*Store, error) {
+	t, err := target.ParseMySQL(to)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	cfg, err := mysqlConfig(t, opts.BusyTimeout)
 	if err != nil {
@@ -196,31 +117,36 @@ func openMySQL(ctx context.Context, target string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", t, err)
 	}
-	d := &mysqlDialect{}
-	wdb := sql.OpenDB(conn)
-	wdb.SetMaxOpenConns(1)
-	wdb.SetMaxIdleConns(1)
-	wdb.SetConnMaxLifetime(time.Hour)
-	w := newPool(wdb, d)
-	if err := wdb.PingContext(ctx); err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("store: %s: %w", t, err)
-	}
-	if err := migrateMySQL(ctx, w, opts.Now); err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("store: %s: %w", t, err)
-	}
-	rdb := sql.OpenDB(conn)
-	rdb.SetMaxOpenConns(opts.ReadConns)
-	rdb.SetMaxIdleConns(opts.ReadConns)
-	rdb.SetConnMaxLifetime(time.Hour)
 	c, err := newCodec()
 	if err != nil {
-		rdb.Close()
-		wdb.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{path: t.String(), w: w, r: newPool(rdb, d), readConns: opts.ReadConns, now: opts.Now, cluster: opts.Cluster, codec: c}, nil
+	d := &mysqlDialect{}
+	wdb, rdb := sql.OpenDB(conn), sql.OpenDB(conn)
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	for _, db := range []*sql.DB{wdb, rdb} {
+		db.SetConnMaxLifetime(time.Hour)
+	}
+	mig := newPool(wdb, d) // the migration's own, not waiting for the opener it runs in
+	o := &opener{every: opts.RetryEvery, now: opts.Now, run: func(ctx context.Context) error {
+		if err := wdb.PingContext(ctx); err != nil {
+			return fmt.Errorf("store: %s: %w", t, err)
+		}
+		if err := migrateMySQL(ctx, mig, opts.Now); err != nil {
+			return fmt.Errorf("store: %s: %w", t, err)
+		}
+		return nil
+	}}
+	s := &Store{path: t.String(), w: newPool(wdb, d), r: newPool(rdb, d), readConns: opts.ReadConns, now: opts.Now, cluster: opts.Cluster, codec: c}
+	s.w.opened, s.r.opened = o, o
+	if err := o.ready(ctx); err != nil && (!opts.Later || errors.Is(err, ErrNotStore) || errors.Is(err, ErrSchemaTooNew)) {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // migrateMySQL brings a MariaDB database to SchemaVersion: an empty one to the newest
@@ -314,8 +240,9 @@ func (*mysqlDialect) tableBytes(ctx context.Context, p *pool) (map[string]int64,
 		WHERE table_schema = DATABASE()`, out)
 }
 
-// mysqlBaseline is the schema version mysqlSchema makes: the versions before MariaDB was
-// a store, whose history is SQLite's alone. A later migration has MariaDB steps of its own.
+// mysqlBaseline is the schema version MariaDB stores began at: the versions before have
+// a history that is SQLite's alone. A later migration has MariaDB steps of its own, which
+// bring a database mysqlSchema made at an earlier version up to date.
 const mysqlBaseline = 6
 
 // The names a site gives (clusters, accounts, users, partitions, QOS, findings) are
@@ -327,7 +254,8 @@ const (
 	mysqlTable    = ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin"
 )
 
-// mysqlSchema makes schema version mysqlBaseline in an empty MariaDB database: the same
+// mysqlSchema makes the newest schema version (SchemaVersion) in an empty MariaDB
+// database at once: the same
 // tables, columns, keys and indexes as SQLite's migrations make (TestSchemasAgree).
 // Where they differ, and why: INTEGER is BIGINT and REAL DOUBLE; names are VARCHARs
 // (above); reports are LONGBLOB; SQLite's indexes on coalesce(end_ts, updated_ts) are, in
@@ -408,11 +336,13 @@ var mysqlSchema = []string{
 		updated_ts BIGINT NOT NULL,
 		FOREIGN KEY (job) REFERENCES jobs ("key") ON DELETE CASCADE` + mysqlTable,
 	`CREATE TABLE IF NOT EXISTS episodes (
-		from_ts BIGINT PRIMARY KEY,
+		cluster ` + mysqlName + ` NOT NULL,
+		from_ts BIGINT NOT NULL,
 		to_ts   BIGINT NOT NULL CHECK (to_ts >= from_ts),
 		jobs    BIGINT NOT NULL,
 		stalled BIGINT NOT NULL,
-		peak    DOUBLE NOT NULL` + mysqlTable,
+		peak    DOUBLE NOT NULL,
+		PRIMARY KEY (cluster, from_ts)` + mysqlTable,
 	`CREATE TABLE IF NOT EXISTS job_findings (
 		job     BIGINT NOT NULL,
 		finding ` + mysqlName + ` NOT NULL,
@@ -497,8 +427,8 @@ var mysqlSchema = []string{
 		limit_unused_cpu_h DOUBLE NOT NULL,
 		PRIMARY KEY (day, cluster)` + mysqlTable,
 	`CREATE TABLE IF NOT EXISTS mails_sent (
-		period    VARCHAR(64) NOT NULL,
-		kind      VARCHAR(32) NOT NULL,
+		period    VARCHAR(160) NOT NULL,
+		kind      VARCHAR(200) NOT NULL,
 		recipient VARCHAR(255) NOT NULL,
 		sent_ts   BIGINT NOT NULL,
 		PRIMARY KEY (period, kind, recipient)` + mysqlTable,
@@ -528,6 +458,9 @@ var mysqlSchema = []string{
 // size is the database's bytes (its tables' data and indexes) and the free bytes in them.
 func (*mysqlDialect) size(ctx context.Context, p *pool) (int64, int64, error) {
 	var total, free int64
+	if err := p.opened.ready(ctx); err != nil {
+		return 0, 0, err
+	}
 	err := p.db.QueryRowContext(ctx, `SELECT coalesce(sum(data_length + index_length), 0), coalesce(sum(data_free), 0)
 		FROM information_schema.tables WHERE table_schema = DATABASE()`).Scan(&total, &free)
 	return total, free, err
@@ -535,6 +468,9 @@ func (*mysqlDialect) size(ctx context.Context, p *pool) (int64, int64, error) {
 
 // damage is what CHECK TABLE finds wrong (InnoDB keeps the foreign keys itself).
 func (*mysqlDialect) damage(ctx context.Context, p *pool) ([]string, error) {
+	if err := p.opened.ready(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := p.db.QueryContext(ctx, `CHECK TABLE `+strings.Join(tables, ", "))
 	if err != nil {
 		return nil, err
@@ -556,6 +492,9 @@ func (*mysqlDialect) damage(ctx context.Context, p *pool) ([]string, error) {
 // compact rebuilds the tables (OPTIMIZE TABLE: InnoDB recreates each), giving free
 // space back where innodb_file_per_table keeps a file per table (the default).
 func (*mysqlDialect) compact(ctx context.Context, p *pool) error {
+	if err := p.opened.ready(ctx); err != nil {
+		return err
+	}
 	rows, err := p.db.QueryContext(ctx, `OPTIMIZE TABLE `+strings.Join(tables, ", "))
 	if err != nil {
 		return err

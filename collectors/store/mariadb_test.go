@@ -17,6 +17,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/episodes"
 )
 
 // onMariaDB skips a test of MariaDB's own where the tests' stores are SQLite files: it
@@ -92,6 +93,12 @@ func mariadbCatalog(t *testing.T, db *sql.DB) catalog {
 		c.Indexes[n] = table[n] + "(" + strings.Join(cols, ", ") + ")"
 	}
 	return c
+}
+
+// mariadbColumns is every column's table, name, type, nullability and default.
+func mariadbColumns(t *testing.T, db *sql.DB) [][]string {
+	return query(t, db, `SELECT table_name, column_name, column_type, is_nullable, coalesce(column_default, 'none')
+		FROM information_schema.columns WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position`)
 }
 
 func query(t *testing.T, db *sql.DB, q string, args ...any) [][]string {
@@ -228,5 +235,127 @@ func TestMariaDBPassword(t *testing.T) {
 	var refused *os.PathError
 	if _, err := store.Open(ctx, withFile(filepath.Join(dir, "missing")), store.Options{}); !errors.As(err, &refused) {
 		t.Errorf("a missing password file: %v", err)
+	}
+}
+
+// TestMariaDBLater: a store opened with Later on a database that refuses it (a wrong
+// password here, as an unreachable server) opens all the same; it says why it is not
+// open (naming the user, never the password), fails its uses, and opens at the first
+// use after the database takes it, at most once per RetryEvery. Without Later the same
+// refusal is Open's error.
+func TestMariaDBLater(t *testing.T) {
+	onMariaDB(t)
+	ctx := context.Background()
+	target, err := url.Parse(storetest.Target(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(target.Path, "/")
+	const secret, first = "Lt7-battery-staple", "Lt7-old-password"
+	storetest.Root(t, "CREATE USER IF NOT EXISTS 'persyst_later'@'localhost' IDENTIFIED BY '"+first+"'",
+		"GRANT ALL ON "+db+".* TO 'persyst_later'@'localhost'")
+	t.Cleanup(func() { storetest.Root(t, "DROP USER IF EXISTS 'persyst_later'@'localhost'") })
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to := "mysql://persyst_later@localhost/" + db + "?socket=" + storetest.Socket() + "&password-file=" + pw
+	if _, err := store.Open(ctx, to, store.Options{}); err == nil {
+		t.Fatal("a refused user opened without Later")
+	}
+	now := store.T0
+	clock := func() time.Time { return now }
+	s, err := store.Open(ctx, to, store.Options{Later: true, RetryEvery: time.Minute, Now: clock})
+	if err != nil {
+		t.Fatalf("Later: %v", err)
+	}
+	defer s.Close()
+	why := s.Admin().Pending()
+	if why == nil || !strings.Contains(why.Error(), "persyst_later") || strings.Contains(why.Error(), secret) {
+		t.Errorf("Pending() = %v; want the refusal, naming the user and not the password", why)
+	}
+	if err := s.PutJob(ctx, store.Job{ID: 1, Start: store.T0}); err == nil {
+		t.Error("a write to a store not open yet succeeded")
+	}
+	// The site fixes the user's password: the next use after RetryEvery opens the store.
+	storetest.Root(t, "ALTER USER 'persyst_later'@'localhost' IDENTIFIED BY '"+secret+"'")
+	if err := s.PutJob(ctx, store.Job{ID: 1, Start: store.T0}); err == nil {
+		t.Error("tried again before RetryEvery")
+	}
+	now = now.Add(time.Minute)
+	if err := s.PutJob(ctx, store.Job{ID: 1, User: "alice", Start: store.T0}); err != nil {
+		t.Fatalf("a write after the database took the user: %v", err)
+	}
+	if err := s.Admin().Pending(); err != nil {
+		t.Errorf("Pending() after opening: %v", err)
+	}
+	if j, err := s.Job(ctx, 1); err != nil || j.User != "alice" {
+		t.Errorf("job 1: %+v, %v", j, err)
+	}
+	if err := s.Admin().Ping(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestMariaDBMigrates: a MariaDB store of schema 6 (its episodes without a cluster)
+// is brought to the newest schema by the migrations' MariaDB steps: the same catalog as
+// a new store's, and its episodes kept, as the unnamed cluster's.
+func TestMariaDBMigrates(t *testing.T) {
+	onMariaDB(t)
+	ctx := context.Background()
+	to := storetest.Target(t)
+	u, err := url.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	s, err := store.Open(ctx, to, store.Options{Cluster: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantCols := mariadbCatalog(t, s.Reader()), mariadbColumns(t, s.Reader())
+	s.Close()
+	storetest.Root(t, "ALTER TABLE "+db+".mails_sent MODIFY period VARCHAR(64) NOT NULL, MODIFY kind VARCHAR(32) NOT NULL",
+		"DROP TABLE "+db+".episodes",
+		"CREATE TABLE "+db+`.episodes (from_ts BIGINT PRIMARY KEY, to_ts BIGINT NOT NULL CHECK (to_ts >= from_ts),
+			jobs BIGINT NOT NULL, stalled BIGINT NOT NULL, peak DOUBLE NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
+		"INSERT INTO "+db+".episodes VALUES (100, 200, 10, 3, 0.5)",
+		"DELETE FROM "+db+".schema_version WHERE version > 6")
+	s, err = store.Open(ctx, to, store.Options{Cluster: "c1"})
+	if err != nil {
+		t.Fatalf("schema 6 to %d: %v", store.SchemaVersion, err)
+	}
+	defer s.Close()
+	if v, err := s.Admin().Version(ctx); err != nil || v != store.SchemaVersion {
+		t.Errorf("schema %d, %v; want %d", v, err, store.SchemaVersion)
+	}
+	if diff := cmp.Diff(want, mariadbCatalog(t, s.Reader())); diff != "" {
+		t.Errorf("the migrated schema against a new store's (-new +migrated):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantCols, mariadbColumns(t, s.Reader())); diff != "" {
+		t.Errorf("the migrated columns' types and defaults against a new store's (-new +migrated):\n%s", diff)
+	}
+	// An account's mail key as long as Slurm's account names (the store's 128).
+	long := "account:" + strings.Repeat("a", 128)
+	if ok, err := s.Admin().ClaimMail(ctx, "2026-11 cluster="+strings.Repeat("c", 64), long, "someone"); !ok || err != nil {
+		t.Errorf("claiming a mail of a 128-character account in a named cluster: %v, %v", ok, err)
+	}
+	// The old episode is the unnamed cluster's; c1's of the same second is another.
+	if err := s.PutEpisode(ctx, episodes.Episode{From: time.Unix(100, 0), To: time.Unix(300, 0), Jobs: 20, Stalled: 5, Peak: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	eps, err := s.Episodes(ctx, time.Unix(0, 0), "")
+	if err != nil || len(eps) != 2 {
+		t.Fatalf("episodes %+v, %v; want the unnamed cluster's and c1's", eps, err)
+	}
+	got := map[string]int{}
+	for _, e := range eps {
+		got[e.Cluster] = e.Stalled
+	}
+	if got[""] != 3 || got["c1"] != 5 {
+		t.Errorf("stalled by cluster %v, want the old episode's 3 and c1's 5", got)
+	}
+	if one, err := s.Episodes(ctx, time.Unix(0, 0), "c1"); err != nil || len(one) != 1 || one[0].Cluster != "c1" {
+		t.Errorf("c1's episodes: %+v, %v", one, err)
 	}
 }

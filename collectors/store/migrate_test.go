@@ -310,7 +310,7 @@ func TestMigrateRelease(t *testing.T) {
 	if _, err := s.Report(ctx, 102); !errors.Is(err, ErrNotFound) {
 		t.Errorf("job 102 had no report: %v", err)
 	}
-	if eps, err := s.Episodes(ctx, T0.Add(-2*time.Hour)); err != nil || len(eps) != 1 || eps[0].Stalled != 3 {
+	if eps, err := s.Episodes(ctx, T0.Add(-2*time.Hour), ""); err != nil || len(eps) != 1 || eps[0].Stalled != 3 {
 		t.Errorf("episodes: %+v, %v", eps, err)
 	}
 	site, err := s.Rollups().Site(ctx, SiteFilter{From: T0.AddDate(0, 0, -1), To: T0, Scope: Scope{All: true}})

@@ -6,7 +6,7 @@ import (
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -324,6 +324,35 @@ var migrations = []migration{
 			`CREATE INDEX findings_daily_account ON findings_daily (account, finding, day)`,
 			`CREATE INDEX findings_daily_user ON findings_daily (user, finding, day)`,
 		}...),
+	},
+	{
+		// Each cluster's frontend finds its own site-wide episodes: in a store several
+		// clusters share, one cluster's episode must not overwrite another's that began
+		// in the same second. The episodes from before are the unnamed cluster's. On
+		// MariaDB, the mails' keys hold what they are made of: "account:" and an account
+		// name (up to 128), a period and a cluster's name.
+		description: "site-wide I/O episodes per cluster",
+		steps: []string{
+			`CREATE TABLE episodes_by_cluster (
+				cluster TEXT NOT NULL,
+				from_ts INTEGER NOT NULL,
+				to_ts   INTEGER NOT NULL CHECK (to_ts >= from_ts),
+				jobs    INTEGER NOT NULL,
+				stalled INTEGER NOT NULL,
+				peak    REAL NOT NULL,
+				PRIMARY KEY (cluster, from_ts)
+			) STRICT, WITHOUT ROWID`,
+			`INSERT INTO episodes_by_cluster (cluster, from_ts, to_ts, jobs, stalled, peak)
+				SELECT '', from_ts, to_ts, jobs, stalled, peak FROM episodes`,
+			`DROP TABLE episodes`,
+			`ALTER TABLE episodes_by_cluster RENAME TO episodes`,
+		},
+		mysql: []string{
+			`ALTER TABLE episodes ADD COLUMN IF NOT EXISTS cluster ` + mysqlName + ` NOT NULL DEFAULT '' FIRST`,
+			`ALTER TABLE episodes DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, from_ts)`,
+			`ALTER TABLE episodes ALTER COLUMN cluster DROP DEFAULT`,
+			`ALTER TABLE mails_sent MODIFY period VARCHAR(160) NOT NULL, MODIFY kind VARCHAR(200) NOT NULL`,
+		},
 	},
 }
 

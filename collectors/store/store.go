@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+
+	"github.com/persyst/persyst/collectors/store/target"
 )
 
 // ErrNotFound is returned when a job or its report is not in the store.
@@ -37,6 +39,14 @@ type Options struct {
 	ReadConns int
 	// Now stamps the updated_ts columns (default time.Now).
 	Now func() time.Time
+	// Later, for a MariaDB target, opens a store whose database does not answer yet
+	// (down, unreachable, refusing the user): Open returns it, Pending says why it is
+	// not open, and its uses fail until one finds the database answering, trying at
+	// most once per RetryEvery (default 10 s). A service that must start without its
+	// database (the frontend) takes it; commands take the error. SQLite files open at
+	// once, or not at all.
+	Later      bool
+	RetryEvery time.Duration
 	// Cluster is the cluster this store's writer writes for: the cluster of the jobs
 	// that PutCycle, and PutJob or PutReport without a Job.Cluster, write ("": a
 	// cluster without a name). Readers see every cluster's jobs.
@@ -60,18 +70,18 @@ type Store struct {
 	codec   *codec
 }
 
-// Open opens the database at path, creating it if needed, and brings its
+// Open opens the database at to (a file path), creating it if needed, and brings its
 // schema to SchemaVersion. The database uses WAL journaling, synchronous =
 // NORMAL (durable against process crashes; a power loss may lose the last
 // transactions, never corrupt the file), foreign keys and a busy timeout.
 //
-// A target mysql://... is a MariaDB (or MySQL) database instead (ParseMySQLTarget): the
+// A target mysql://... is a MariaDB (or MySQL) database instead (target.ParseMySQL): the
 // same tables, read and written the same way.
-func Open(ctx context.Context, target string, opts Options) (*Store, error) {
-	if IsMySQL(target) {
-		return openMySQL(ctx, target, opts.withDefaults())
+func Open(ctx context.Context, to string, opts Options) (*Store, error) {
+	if target.IsMySQL(to) {
+		return openMySQL(ctx, to, opts.withDefaults())
 	}
-	return open(ctx, target, opts, migrations, rollAll)
+	return open(ctx, to, opts, migrations, rollAll)
 }
 
 func (o Options) withDefaults() Options {
@@ -83,6 +93,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.RetryEvery <= 0 {
+		o.RetryEvery = 10 * time.Second
 	}
 	return o
 }

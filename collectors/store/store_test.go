@@ -491,7 +491,7 @@ func TestEpisodes(t *testing.T) {
 	put(0, 2*time.Minute, 30)
 	put(0, 5*time.Minute, 40) // the same episode, longer
 	put(time.Hour, time.Hour+3*time.Minute, 12)
-	got, err := s.Episodes(ctx, t0.Add(-time.Hour))
+	got, err := s.Episodes(ctx, t0.Add(-time.Hour), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +506,45 @@ func TestEpisodes(t *testing.T) {
 	if _, err := s.Admin().Prune(ctx, t0.Add(31*time.Minute), store.Retention{Jobs: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Episodes(ctx, t0.Add(-time.Hour)); len(got) != 1 || got[0].Stalled != 12 {
+	if got, _ := s.Episodes(ctx, t0.Add(-time.Hour), ""); len(got) != 1 || got[0].Stalled != 12 {
 		t.Errorf("after pruning to 30 minutes in: %+v, want the second episode only", got)
+	}
+}
+
+// TestEpisodesPerCluster: two clusters' frontends sharing a store keep their episodes
+// apart, those that began in the same second too, and each is listed alone or with the
+// other's.
+func TestEpisodesPerCluster(t *testing.T) {
+	ctx := context.Background()
+	to := storetest.Target(t)
+	t0 := time.Unix(1_800_000_000, 0)
+	for i, c := range []string{"alpha", "beta"} {
+		s, err := store.Open(ctx, to, store.Options{Cluster: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutEpisode(ctx, episodes.Episode{From: t0, To: t0.Add(time.Minute), Jobs: 10, Stalled: 3 + i, Peak: 0.3}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	s, err := store.Open(ctx, to, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	all, err := s.Episodes(ctx, t0.Add(-time.Hour), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, e := range all {
+		got[e.Cluster] = e.Stalled
+	}
+	if diff := cmp.Diff(map[string]int{"alpha": 3, "beta": 4}, got); diff != "" {
+		t.Errorf("every cluster's episodes (-want +got):\n%s", diff)
+	}
+	if one, err := s.Episodes(ctx, t0.Add(-time.Hour), "beta"); err != nil || len(one) != 1 || one[0].Stalled != 4 {
+		t.Errorf("beta's: %+v, %v", one, err)
 	}
 }

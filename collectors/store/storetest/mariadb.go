@@ -87,11 +87,56 @@ func Target(tb testing.TB) string {
 		return filepath.Join(tb.TempDir(), "persyst.db")
 	}
 	name := fmt.Sprintf("t%d", db.n.Add(1))
+	to := db.database(tb, name)
+	tb.Cleanup(func() { db.root.Exec("DROP DATABASE IF EXISTS " + name) })
+	return to
+}
+
+// database makes the database name and returns its target (root over the socket).
+func (db *mariaDB) database(tb testing.TB, name string) string {
+	tb.Helper()
 	if _, err := db.root.Exec("CREATE DATABASE " + name); err != nil {
 		tb.Fatalf("storetest: %v", err)
 	}
-	tb.Cleanup(func() { db.root.Exec("DROP DATABASE IF EXISTS " + name) })
 	return "mysql://root@localhost/" + name + "?socket=" + db.socket
+}
+
+// Server is a private MariaDB server of one test's own (an integration test's: several
+// clusters' frontends writing into one database), stopped and removed at its end.
+type Server struct{ db *mariaDB }
+
+// NewServer starts a server for tb.
+func NewServer(tb testing.TB) *Server {
+	tb.Helper()
+	db, err := startMariaDB()
+	if err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := db.stop(); err != nil {
+			tb.Errorf("storetest: stopping MariaDB: %v", err)
+		}
+	})
+	return &Server{db: db}
+}
+
+// Database makes a database on the server and returns its target.
+func (s *Server) Database(tb testing.TB, name string) string { return s.db.database(tb, name) }
+
+// Halt stops the server, its data kept; Start starts it again (an outage between them).
+func (s *Server) Halt(tb testing.TB) {
+	tb.Helper()
+	if err := s.db.halt(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Start starts a halted server again on its data.
+func (s *Server) Start(tb testing.TB) {
+	tb.Helper()
+	if err := s.db.start(); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // Root runs statements on the tests' MariaDB server as its root (users, grants).
