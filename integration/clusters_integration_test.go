@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,6 +122,29 @@ func TestSiteClusters(t *testing.T) {
 	for _, cl := range clusters {
 		check("--cluster "+cl.name, site("--cluster", cl.name, "--table", "total"), func([]string, map[string]int) string { return cl.name })
 	}
+
+	// The site page (the web view on the shared database) gives the same figures.
+	sock := startWeb(t, alpha, db, "--all")
+	page := func(path string) [][]string {
+		t.Helper()
+		cl := http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+		resp, err := cl.Get("http://web" + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		recs, err := csv.NewReader(resp.Body).ReadAll()
+		if resp.StatusCode != 200 || err != nil || len(recs) == 0 {
+			t.Fatalf("GET %s: %s, %v", path, resp.Status, err)
+		}
+		return recs
+	}
+	check("the site page by cluster", page("/site?period=7d&by=cluster&format=csv&table=groups"),
+		func(rec []string, col map[string]int) string { return rec[col["cluster"]] })
+	check("the site page", page("/site?period=7d&format=csv&table=total"), func([]string, map[string]int) string { return "" })
+	check("beta's site page", page("/site?period=7d&cluster=beta&format=csv&table=total"), func([]string, map[string]int) string { return "beta" })
 
 	// Job 1 of each cluster, by its cluster: each its own report.
 	first := ids["alpha"][0]

@@ -52,6 +52,16 @@ func within(t *testing.T, what string, got, want, frac float64) {
 	}
 }
 
+// between checks that got lies in [lo, hi].
+func between(t *testing.T, what string, got, lo, hi float64) {
+	t.Helper()
+	if got < lo || got > hi {
+		t.Errorf("%s = %.4g, want %.4g to %.4g", what, got, lo, hi)
+	} else {
+		t.Logf("%s = %.4g (want %.4g to %.4g)", what, got, lo, hi)
+	}
+}
+
 func total(t *testing.T, s *sample.Summary, name string) float64 {
 	t.Helper()
 	v, ok := s.Totals[name]
@@ -88,9 +98,15 @@ func tracepointOK(t *testing.T, s *sample.Summary) bool {
 }
 
 func workloads() []workload {
+	// The spin's threads stop at want seconds of their own CPU time: the job used at
+	// least that (3 % less for the counters' own error), and more by what else it ran or
+	// was charged for, the batch script's shell, exec and Go's runtime threads, and the
+	// tracing programs that run in its context as it is switched in and out (a job on
+	// this machine's busy CPUs once used 5.3 % more: 2.105 s of a 2 s spin, the cgroup's
+	// own count agreeing): at most 10 % more.
 	cpuTime := func(t *testing.T, s *sample.Summary, want float64) {
-		within(t, "task-clock (s)", total(t, s, "task-clock")/1e9, want, 0.05)
-		within(t, "cgroup CPU time user+system (s)", total(t, s, sample.CPUUserSeconds)+total(t, s, sample.CPUSystemSeconds), want, 0.05)
+		between(t, "task-clock (s)", total(t, s, "task-clock")/1e9, 0.97*want, 1.10*want)
+		between(t, "cgroup CPU time user+system (s)", total(t, s, sample.CPUUserSeconds)+total(t, s, sample.CPUSystemSeconds), 0.97*want, 1.10*want)
 	}
 	// base is what an empty job writes (Slurm's own set-up in the task before it execs
 	// the script: measured separately, see TestSlurmMeasures); nil for persyst run.
