@@ -26,7 +26,7 @@ import (
 )
 
 func TestAdminView(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	// GPU 0 busy, the others idle: a 2-GPU job leaves one idle.
 	busy := "at 0 gpu=0 util=98 sm=95 occupancy=40 tensor=80 dram=50 power=600 mem=64424509440\n"
 	gs := newGPUSite(t, gpuDevices+busy, "ACCOUNTING=1")
@@ -336,7 +336,7 @@ func mean(r *digest.Report, key string) (float64, bool) {
 // out is not. Apart from TestAdminView (a cluster of its own, without accounting) so that
 // the two run side by side; nothing here is judged by CPU time.
 func TestNotices(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	gs := newGPUSite(t, gpuDevices) // every GPU idle
 	c, mail, site := gs.c, gs.mail, gs.site(t)
 	out := filepath.Join(c.work, "idle-%j.out")

@@ -21,7 +21,7 @@ import (
 // within the grace time, and `persyst check` names the plugin and what to do. On a
 // cluster with the right plugin, persyst check finds nothing to fix.
 func TestPluginNotLoaded(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	rel := slurmRelease(t)
 	// The plugin of the release before (its plugin_version, as SPANK_PLUGIN sets it).
 	other := slurmver.Release{Major: rel.Major - 1, Minor: rel.Minor, Micro: 1}

@@ -159,11 +159,12 @@ func forgeEvent(sock string) int {
 // PERSYST_CLUSTER_INSTANCE: each its own directory, network, node names and ports). A
 // test that judges no CPU time calls sideBySide before startCluster and runs beside the
 // others; the tests that do run first, alone (Go runs the sequential tests before the
-// parallel ones). There are more instances than tests running at once (-parallel): a
-// test whose own subtests run in parallel gives up its turn to them while it holds its
-// cluster, and a test waiting for an instance holds a turn; with as many instances as
-// turns, the two would wait for each other for ever. Four more than -parallel (at most
-// ten) leave room for every such test (TestCoverage, TestEndStates).
+// parallel ones). There are more instances than tests running at once (sideBySide's
+// turns, and Go's -parallel): a test whose own subtests run in parallel gives up its
+// turn to them while it holds its cluster, and a test waiting for an instance holds a
+// turn; with as many instances as turns, the two would wait for each other for ever.
+// Four more than -parallel (at most ten, as many as cluster.sh has) leave room for every
+// such test (TestCoverage).
 var instancePool = sync.OnceValue(func() chan int {
 	n := 2
 	if f := flag.Lookup("test.parallel"); f != nil { // set once the tests run
@@ -181,10 +182,101 @@ var instancePool = sync.OnceValue(func() chan int {
 
 // sideBySide marks a test that judges no CPU time (no finding, no bound, that another
 // test's load could change): it runs after the tests that do, beside other such tests,
-// each on a cluster of its own.
-func sideBySide(t *testing.T) {
+// each on a cluster of its own, as `defer sideBySide(t)()`: it waits for a turn, and
+// gives it back when the test's function returns (a test's parallel subtests take turns
+// of their own).
+func sideBySide(t *testing.T) (done func()) {
 	t.Helper()
 	t.Parallel()
+	return sideTurns().take(t.Name())
+}
+
+// sideSeconds are about how long each side-by-side test takes on this machine's two
+// cores beside the others (bookworm's root, ci33): the turns go to the longest first, so
+// that the phase does not end with one long test alone (in ci31 TestCoverage began last
+// and ran 157 s after the others were done). A scheduling hint, not a bound: a test not
+// listed counts as a minute.
+var sideSeconds = map[string]float64{
+	"TestAdminView": 180, "TestCoverage": 150, "TestTreeAgents": 140, "TestTreeLoads": 135, "TestSiteClusters": 125,
+	"TestGPUJobs": 120, "TestSiteTools": 100, "TestFoundation": 95, "TestTreeTLS": 80, "TestClusterUpFailure": 72,
+	"TestJobmap": 70, "TestPluginNotLoaded": 57, "TestRealProgramsBeside": 57, "TestNotices": 56, "TestEndStates": 20,
+	"TestRunExitAndSignals": 7, "TestPackage": 7, "TestServicesNotifySystemd": 7, "TestWebSocketActivation": 2,
+}
+
+// turns lets PERSYST_IT_PARALLEL side-by-side tests (default 6) run at once, the longest
+// waiting first. Go's own -parallel is set above it (scripts/test.sh) so that every such
+// test reaches take at once; the first turns are given a moment after the first test
+// asks, when all have.
+type turns struct {
+	mu      sync.Mutex
+	free    int
+	opened  bool
+	waiting []*turn
+}
+
+type turn struct {
+	name  string
+	secs  float64
+	ready chan struct{}
+}
+
+var sideTurns = sync.OnceValue(func() *turns {
+	n := 6
+	if v, err := strconv.Atoi(os.Getenv("PERSYST_IT_PARALLEL")); err == nil && v > 0 {
+		n = v
+	}
+	return &turns{free: n}
+})
+
+// gather is how long the first turns wait for the other tests to ask: they are let go
+// at the same instant, when the tests that run alone are done.
+const gather = 300 * time.Millisecond
+
+func (s *turns) take(name string) (done func()) {
+	secs, ok := sideSeconds[name]
+	if !ok {
+		secs = sideSeconds[strings.SplitN(name, "/", 2)[0]] / 4 // a subtest of a listed test
+		if secs == 0 {
+			secs = 60
+		}
+	}
+	tn := &turn{name: name, secs: secs, ready: make(chan struct{})}
+	s.mu.Lock()
+	if !s.opened && len(s.waiting) == 0 {
+		time.AfterFunc(gather, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.opened = true
+			s.dispatch()
+		})
+	}
+	s.waiting = append(s.waiting, tn)
+	if s.opened {
+		s.dispatch()
+	}
+	s.mu.Unlock()
+	<-tn.ready
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.free++
+		s.dispatch()
+	}
+}
+
+// dispatch gives the free turns to the longest waiting tests (s.mu held).
+func (s *turns) dispatch() {
+	for s.free > 0 && len(s.waiting) > 0 {
+		best := 0
+		for i, w := range s.waiting {
+			if w.secs > s.waiting[best].secs || w.secs == s.waiting[best].secs && w.name < s.waiting[best].name {
+				best = i
+			}
+		}
+		close(s.waiting[best].ready)
+		s.waiting = append(s.waiting[:best], s.waiting[best+1:]...)
+		s.free--
+	}
 }
 
 // instanceLetter is what cluster.sh puts before instance i's node names and namespaces

@@ -26,7 +26,7 @@ import (
 // cluster is not job 1 of the other, and the site's figures, per cluster and in all,
 // are the sums over the jobs' own reports. Nothing here is judged by CPU time.
 func TestSiteClusters(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}

@@ -15,7 +15,7 @@ import (
 // namespace or bridge behind. It judges no CPU time: beside the other such tests, on a
 // cluster instance of its own.
 func TestClusterUpFailure(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}

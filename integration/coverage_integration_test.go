@@ -25,7 +25,7 @@ import (
 )
 
 func TestCoverage(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	c := startCluster(t, 3)
 	persyst, _ := binaries(t)
 	out := func(name string, id uint32) string {
@@ -89,7 +89,7 @@ func TestCoverage(t *testing.T) {
 
 	t.Run("daemons stopped", func(t *testing.T) {
 		t.Run("killed, started after the job ended", func(t *testing.T) {
-			t.Parallel()
+			defer sideBySide(t)()
 			node := c.nodes[0]
 			id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "killed-%j.out"), "--wrap", "sleep 12; echo done")
 			running(t, node, id, 3)
@@ -134,7 +134,7 @@ func TestCoverage(t *testing.T) {
 			t.Logf("late digest:\n%s", text)
 		})
 		t.Run("restarted in the middle of a job", func(t *testing.T) {
-			t.Parallel()
+			defer sideBySide(t)()
 			node := c.nodes[1]
 			id := c.sbatch(t, nil, "-w", node, "-o", filepath.Join(c.work, "restarted-%j.out"), "--wrap", "sleep 20")
 			running(t, node, id, 4)
@@ -180,7 +180,7 @@ func TestCoverage(t *testing.T) {
 			t.Logf("digest after a restart:\n%s", text)
 		})
 		t.Run("hung at the job's start", func(t *testing.T) {
-			t.Parallel()
+			defer sideBySide(t)()
 			node := c.nodes[2]
 			pid := c.daemonPID(t, node)
 			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {

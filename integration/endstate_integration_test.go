@@ -19,7 +19,7 @@ import (
 )
 
 func TestEndStates(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	c := startCluster(t, 2)
 	_, load := binaries(t)
 	out := func(id uint32) string {

@@ -27,7 +27,7 @@ import (
 // TestFoundation runs the lifecycle scenarios of the foundation issue, in order, on one
 // real 2-node cluster, and ends by tearing the cluster down and checking nothing is left.
 func TestFoundation(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	c := startCluster(t, 2)
 	ok := true
 	step := func(name string, f func(t *testing.T)) {

@@ -28,7 +28,7 @@ device uuid=GPU-3333 bus=00000000:9D:00.0 minor=3 memory=85899345920 gpm=1 name=
 // job's GPUs reach the daemon from the prolog's SLURM_JOB_GPUS, and its digest says what
 // they did. bench/gpu_check.sh checks the same measurement on a real GPU.
 func TestGPUJobs(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	b := nvmltest.Build(t)
 	dir := t.TempDir()
 	scenario, procs := filepath.Join(dir, "scenario"), filepath.Join(dir, "procs")

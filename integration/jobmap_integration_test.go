@@ -25,7 +25,7 @@ import (
 // harness as a dedicated user) and through Slurm's commands: the nodes of each job and
 // the exact files Slurm wrote its output to.
 func TestJobmap(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	c := startCluster(t, 3)
 	restd := ""
 	for _, kv := range c.env {

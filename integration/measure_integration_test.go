@@ -343,7 +343,7 @@ func TestRunMeasures(t *testing.T) {
 }
 
 func TestRunExitAndSignals(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	testenv.Root(t, "persyst run creates cgroups")
 	persyst, _ := binaries(t)
 	t.Run("exit status", func(t *testing.T) {

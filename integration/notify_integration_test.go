@@ -23,7 +23,7 @@ import (
 )
 
 func TestServicesNotifySystemd(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	persyst := persystBin()
 	if _, err := os.Stat(persyst); err != nil {
 		t.Fatalf("%s not built (make build)", persyst)
@@ -161,7 +161,7 @@ func dial(network, addr string) error {
 // test, with the unit's mode and group) and passes it as fd 3 (LISTEN_FDS, LISTEN_PID);
 // the view says READY once it serves there, and serves the proxy's user alone.
 func TestWebSocketActivation(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	testenv.Root(t, "plays systemd: makes the socket for group www-data, runs clients as other users")
 	dir, err := os.MkdirTemp("/tmp", "persyst-websock-")
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 )
 
 func TestPackage(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	debs, _ := filepath.Glob(filepath.Join(repoRoot, "build/package/persyst_*.deb"))
 	rpms, _ := filepath.Glob(filepath.Join(repoRoot, "build/package/persyst-*.rpm"))
 	if len(debs) != 1 || len(rpms) != 1 {

@@ -103,7 +103,7 @@ func TestRealPrograms(t *testing.T) { runPrograms(t, false) }
 // TestRealProgramsBeside runs the corpus's cases whose finding other work cannot change
 // (programCase.beside), beside other tests on a cluster of its own.
 func TestRealProgramsBeside(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	runPrograms(t, true)
 }
 

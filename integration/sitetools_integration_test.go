@@ -37,7 +37,7 @@ const (
 )
 
 func TestSiteTools(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	if r := skipReason(); r != "" {
 		t.Skip("integration test skipped: " + r)
 	}

@@ -20,7 +20,7 @@ import (
 // a certificate of the site's CA without an identity, one of another CA, TLS without a
 // certificate and plain connections are refused.
 func TestTreeTLS(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	c := startCluster(t, 2, "PERSYST_COLLECTORS=1", "PERSYST_TREEAUTH=tls")
 	_, load := binaries(t)
 	id := c.sbatch(t, nil, "-N2", "-o", filepath.Join(c.work, "tls-%j.out"), "--wrap", "srun -N2 "+load+" spin -seconds 3")

@@ -162,7 +162,7 @@ func TestTree(t *testing.T) {
 // its sync agent or collector dies mid-job (TestTreeLoads: measured loads, an intruder).
 // Nothing here is judged by CPU time: it runs beside other tests.
 func TestTreeAgents(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	tc := newTreeCluster(t, "max")
 	c, load, out, submit, imbalanced := tc.c, tc.load, tc.out, tc.submit(t), tc.imbalanced()
 
@@ -264,7 +264,7 @@ func TestTreeAgents(t *testing.T) {
 // that the two, each about 100 s under load, run side by side rather than one after the
 // other; nothing here is judged by CPU time either.
 func TestTreeLoads(t *testing.T) {
-	sideBySide(t)
+	defer sideBySide(t)()
 	tc := newTreeCluster(t, "measured")
 	c, load, out, submit := tc.c, tc.load, tc.out, tc.submit(t)
 

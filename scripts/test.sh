@@ -131,7 +131,9 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# The tests that judge no CPU time run PERSYST_IT_PARALLEL at a time, each on a
 	# cluster of its own (integration/cluster_test.go), after the others ran alone.
 	# A failure ends the output with each failed test's own lines (scripts/failures.awk).
-	if ! PERSYST_INTEGRATION=1 go test -count=1 -v -timeout 20m -parallel "${PERSYST_IT_PARALLEL:-6}" "${skip[@]}" ./integration/ 2>&1 | tee build/test-integration.log; then
+	# Go's own -parallel lets every such test ask for its turn at once: the turns
+	# (PERSYST_IT_PARALLEL, 6) go to the longest first (sideBySide).
+	if ! PERSYST_INTEGRATION=1 PERSYST_IT_PARALLEL="${PERSYST_IT_PARALLEL:-6}" go test -count=1 -v -timeout 20m -parallel 64 "${skip[@]}" ./integration/ 2>&1 | tee build/test-integration.log; then
 		awk -f scripts/failures.awk build/test-integration.log
 		exit 1
 	fi
