@@ -190,17 +190,25 @@ func TestMariaDBOutage(t *testing.T) {
 	}
 }
 
+// database is a new database on the tests' server: its target, and its name for the
+// statements Root runs.
+func database(t *testing.T) (to, name string) {
+	t.Helper()
+	to = storetest.Target(t)
+	u, err := url.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return to, strings.TrimPrefix(u.Path, "/")
+}
+
 // TestMariaDBPassword: a user with a password connects with it from a root-only file;
 // a wrong one is refused with an error that names the user and the server, never the
 // password, and a password in the URL is refused before anything connects.
 func TestMariaDBPassword(t *testing.T) {
 	onMariaDB(t)
 	ctx := context.Background()
-	target, err := url.Parse(storetest.Target(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := strings.TrimPrefix(target.Path, "/")
+	_, db := database(t)
 	const secret = "Zq9-correct-horse"
 	storetest.Root(t, "CREATE USER IF NOT EXISTS 'persyst_pw'@'localhost' IDENTIFIED BY '"+secret+"'",
 		"GRANT ALL ON "+db+".* TO 'persyst_pw'@'localhost'")
@@ -246,11 +254,7 @@ func TestMariaDBPassword(t *testing.T) {
 func TestMariaDBLater(t *testing.T) {
 	onMariaDB(t)
 	ctx := context.Background()
-	target, err := url.Parse(storetest.Target(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := strings.TrimPrefix(target.Path, "/")
+	_, db := database(t)
 	const secret, first = "Lt7-battery-staple", "Lt7-old-password"
 	storetest.Root(t, "CREATE USER IF NOT EXISTS 'persyst_later'@'localhost' IDENTIFIED BY '"+first+"'",
 		"GRANT ALL ON "+db+".* TO 'persyst_later'@'localhost'")
@@ -303,12 +307,7 @@ func TestMariaDBLater(t *testing.T) {
 func TestMariaDBMigrates(t *testing.T) {
 	onMariaDB(t)
 	ctx := context.Background()
-	to := storetest.Target(t)
-	u, err := url.Parse(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := strings.TrimPrefix(u.Path, "/")
+	to, db := database(t)
 	s, err := store.Open(ctx, to, store.Options{Cluster: "c1"})
 	if err != nil {
 		t.Fatal(err)
