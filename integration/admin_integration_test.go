@@ -244,10 +244,10 @@ func TestAdminView(t *testing.T) {
 // file: fake NVML, named so; no machine here has a GPU), a mailbox as the MTA, the site's
 // URL, a NoticeCommand that logs its calls and idle-GPU notices after 3 s.
 type gpuSite struct {
-	c                 *cluster
-	mail              *mailbox
-	scenario, notices string // the fake GPUs' scenario; NoticeCommand's log
-	db                string // the frontend's store
+	c       *cluster
+	mail    *mailbox
+	notices string // NoticeCommand's log
+	db      string // the frontend's store
 }
 
 func newGPUSite(t *testing.T, scenario string, env ...string) *gpuSite {
@@ -257,15 +257,15 @@ func newGPUSite(t *testing.T, scenario string, env ...string) *gpuSite {
 	}
 	b := nvmltest.Build(t)
 	dir := t.TempDir()
-	gs := &gpuSite{mail: newMailbox(t), scenario: filepath.Join(dir, "scenario"), notices: filepath.Join(dir, "notices.log")}
-	procs, noticeCmd := filepath.Join(dir, "procs"), filepath.Join(dir, "notice.sh")
-	for p, s := range map[string]string{gs.scenario: scenario, procs: "", noticeCmd: "#!/bin/sh\necho \"$@\" >> " + gs.notices + "\n"} {
+	gs := &gpuSite{mail: newMailbox(t), notices: filepath.Join(dir, "notices.log")}
+	file, procs, noticeCmd := filepath.Join(dir, "scenario"), filepath.Join(dir, "procs"), filepath.Join(dir, "notice.sh")
+	for p, s := range map[string]string{file: scenario, procs: "", noticeCmd: "#!/bin/sh\necho \"$@\" >> " + gs.notices + "\n"} {
 		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	gs.c = startCluster(t, 2, append([]string{"PERSYST_COLLECTORS=1", "PERSYST_GPUS=4", "PERSYST_FAKE_NVML_LIB=" + filepath.Dir(b.Fake),
-		"PERSYST_FAKE_NVML=" + gs.scenario, "PERSYST_FAKE_NVML_PROCS=" + procs,
+		"PERSYST_FAKE_NVML=" + file, "PERSYST_FAKE_NVML_PROCS=" + procs,
 		"PERSYST_CONF_EXTRA=MailProg=" + gs.mail.mailProg + "\nWebURL=https://hpc.persyst.test/persyst\nNoticeIdleGPUAfter=3s\nNoticeCommand=" + noticeCmd}, env...)...)
 	gs.db = filepath.Join(gs.c.dir, "run", "frontend.db")
 	return gs
