@@ -59,7 +59,7 @@ var programCases = []programCase{
 		busy: true, why: "both CPUs busy in user space, nothing else"},
 	{name: "sysbench threads, 16 on 2 CPUs, 2 locks", needs: "sysbench", script: "sysbench threads --threads=16 --thread-locks=2 --time=3 run",
 		sbatch: []string{"-c", "2"}, first: "lock_contention", why: "16 threads take turns on 2 mutexes: they sleep on each other's locks more than they run"},
-	{name: "hpcc, one rank", needs: "hpcc", script: hpcc("h1", 1, 1, 1000), sbatch: []string{"-N", "1", "-n", "1", "-c", "1"},
+	{name: "hpcc, one rank", needs: "hpcc", script: hpcc("h1", 1, 1, 2000), sbatch: []string{"-N", "1", "-n", "1", "-c", "1"},
 		busy: true, why: "HPL, DGEMM, STREAM, PTRANS, RandomAccess and FFT keep the rank's one CPU busy"},
 	// Two CPUs a node for a rank of one thread: half of them idle, whatever MPI does, and
 	// whatever else runs (other work takes CPU time from the rank, never adds to it), so
@@ -142,7 +142,7 @@ func runPrograms(t *testing.T, beside bool) {
 			}
 			r := c.jobReport(t, id)
 			got, row, all := corpusFirst(tc.name+" (Slurm)", r)
-			table = append(table, row+" "+tc.why+" |")
+			table = append(table, fmt.Sprintf("%s %.0f s, %d samples | %s |", row, r.Seconds, r.Samples, tc.why))
 			oneStory(t, r)
 			if got != tc.first && tc.busy && tc.first == "" && surroundings[got] {
 				t.Logf("job %d: first finding %s: the machine's other work competed for the CPUs the job kept busy", id, got)
@@ -153,8 +153,9 @@ func runPrograms(t *testing.T, beside bool) {
 						t.Logf("  %s: deciles %.3g share %.2f finding %v%s", p.Key, p.Deciles, p.TimeShare, p.Finding, p.Suppressed)
 					}
 				}
+				c.debugJob(t, id)
 			}
 		})
 	}
-	t.Logf("the real programs through Slurm:\n| program | first finding | mean severity | why |\n|---|---|---|---|\n%s", strings.Join(table, "\n"))
+	t.Logf("the real programs through Slurm:\n| program | first finding | mean severity | measured | why |\n|---|---|---|---|---|\n%s", strings.Join(table, "\n"))
 }
