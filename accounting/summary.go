@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -89,7 +90,58 @@ type summary struct {
 	Coverage *coverage        `json:"cov,omitempty"`
 	EndState *digest.EndState `json:"es,omitempty"`
 	Events   []event          `json:"ev,omitempty"`
+	Energy   *energy          `json:"en,omitempty"`
 	around
+}
+
+// energy is the job's digest.Energy: joules by part, how they were measured (whether a
+// share of a shared node's is in it), the node counted where a multi-node job's others
+// are not, the site's CO2 factor.
+type energy struct {
+	Parts     map[string]float64 `json:"p"`
+	How       string             `json:"h,omitempty"`
+	Estimate  bool               `json:"e,omitempty"`
+	Nodes     []string           `json:"n,omitempty"`
+	CO2PerKWh float64            `json:"c,omitempty"`
+}
+
+// maxEnergyParts bounds the parts a decoded summary takes.
+const maxEnergyParts = 8
+
+func energyOf(e *digest.Energy) *energy {
+	if e == nil {
+		return nil
+	}
+	out := &energy{Parts: map[string]float64{}, How: clipText(e.How, 200), Estimate: e.Estimate, CO2PerKWh: e.CO2PerKWh}
+	for k, v := range e.Parts {
+		out.Parts[k] = round4(v)
+	}
+	for i, n := range e.Nodes {
+		if i == 1 {
+			break
+		}
+		out.Nodes = append(out.Nodes, clipText(n, 64))
+	}
+	return out
+}
+
+// report puts the energy back, with its total, kWh and emissions.
+func (e *energy) report() (*digest.Energy, error) {
+	if len(e.Parts) > maxEnergyParts {
+		return nil, fmt.Errorf("persyst summary: energy of %d parts, at most %d", len(e.Parts), maxEnergyParts)
+	}
+	out := &digest.Energy{Parts: e.Parts, How: e.How, Estimate: e.Estimate, Nodes: e.Nodes}
+	for k, v := range e.Parts {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("persyst summary: energy part %q: %v joules", k, v)
+		}
+		out.Joules += v
+	}
+	out.KWh = out.Joules / 3.6e6
+	if e.CO2PerKWh > 0 && e.CO2PerKWh <= 5000 {
+		out.CO2PerKWh, out.CO2Grams = e.CO2PerKWh, out.KWh*e.CO2PerKWh
+	}
+	return out, nil
 }
 
 // around is what the digest says beside its findings: whether it was the job's code or
@@ -219,6 +271,7 @@ func Encode(r digest.Report) (string, error) {
 		s.Events = append(s.Events, event{Key: e.Key, Text: clipText(e.Text, 300), Rec: clipText(e.Recommendation, 300)})
 	}
 	s.around = aroundOf(r)
+	s.Energy = energyOf(r.Energy)
 	// Findings beyond what fits are counted, from the least important.
 	for {
 		tok, err := encode(s)
@@ -388,6 +441,11 @@ func Decode(tok string, recommendation func(key string) string) (digest.Report, 
 		r.Events = append(r.Events, digest.Event{Key: e.Key, Text: e.Text, Recommendation: e.Rec})
 	}
 	s.around.report(&r)
+	if s.Energy != nil {
+		if r.Energy, err = s.Energy.report(); err != nil {
+			return digest.Report{}, err
+		}
+	}
 	return r, nil
 }
 

@@ -37,7 +37,10 @@ func report(findings int) digest.Report {
 		Alike: &phases.Alikeness{Nodes: 2, Score: 0.6, Unlike: []phases.UnlikeNode{{Node: "node2", Alike: 0.4,
 			Stretch: phases.Stretch{From: t0.Add(50 * time.Second), To: t0.Add(70 * time.Second)}, NCPUs: 4, OthersNCPUs: 4}}},
 		Episodes: []episodes.Episode{{From: t0.Add(60 * time.Second), To: t0.Add(80 * time.Second), Jobs: 40, Stalled: 12}},
-		Notes:    []digest.Event{{Key: "memory_near_limit", Text: "Memory came close to the limit.", Recommendation: "Ask for a little more."}}}
+		Notes:    []digest.Event{{Key: "memory_near_limit", Text: "Memory came close to the limit.", Recommendation: "Ask for a little more."}},
+		Energy: &digest.Energy{Joules: 5_400_000, KWh: 1.5, Parts: map[string]float64{"cpu": 4_000_000, "dram": 500_000, "gpus": 900_000},
+			Estimate: true, How: "RAPL (powercap): the job's share of the node's by its CPU time (DRAM: by its memory), an estimate; GPUs: NVML",
+			Nodes: []string{"node1"}, CO2Grams: 570, CO2PerKWh: 380}}
 	for i := range findings {
 		d := make([]float64, 11)
 		for k := range d {
@@ -138,6 +141,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"wrong version inside", deflate([]byte(`{"v":1}`)), "version 1, want 2"},
 		{"wrong version inside v1", deflateV1([]byte(`{"v":2}`)), "version 2, want 1"},
 		{"deciles cut", deflate([]byte(`{"v":2,"f":[{"k":"x","d":[1,2]}]}`)), "finding x: 2 deciles"},
+		{"negative energy", deflate([]byte(`{"v":2,"en":{"p":{"cpu":-5}}}`)), `energy part "cpu": -5 joules`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -86,6 +86,7 @@ var checks = []checker{
 	{"daemon", checkDaemon},
 	{"cgroups", checkCgroups},
 	{"counters", checkCounters},
+	{"energy", checkEnergy},
 	{"jobmap", checkJobMap},
 	{"tree", checkTree},
 	{"store", checkStore},

@@ -153,7 +153,16 @@ func TestRun(t *testing.T) {
 			name:  "works",
 			files: map[string]string{"etc/slurm/plugstack.conf": line},
 			built: 0x180b05,
-			want:  []string{"ok slurm: Slurm 24.11.2 (slurmd -V)", "ok plugstack: /etc/slurm/plugstack.conf:1 loads", `ok plugin: SPANK plugin "persyst" built for Slurm 24.11`},
+			want: []string{"ok slurm: Slurm 24.11.2 (slurmd -V)", "ok plugstack: /etc/slurm/plugstack.conf:1 loads", `ok plugin: SPANK plugin "persyst" built for Slurm 24.11`,
+				"info energy: no RAPL counters"},
+		},
+		{
+			name: "RAPL counters in the powercap tree",
+			files: map[string]string{"etc/slurm/plugstack.conf": line,
+				"sys/class/powercap/intel-rapl:0/name": "package-0\n", "sys/class/powercap/intel-rapl:0/energy_uj": "12\n",
+				"sys/class/powercap/intel-rapl:0:0/name": "dram\n", "sys/class/powercap/intel-rapl:0:0/energy_uj": "3\n"},
+			built: 0x180b05,
+			want:  []string{"ok energy: RAPL (powercap ", "ok energy: package-0, dram; a job's share of a shared node by its CPU time"},
 		},
 		{
 			name:  "built for another release",

@@ -1,7 +1,9 @@
 package check
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -10,6 +12,8 @@ import (
 	"github.com/persyst/persyst/collectors/treeauth"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/measure/perfcg"
+	"github.com/persyst/persyst/daemon/measure/powercap"
 )
 
 // socket is where the plugin sends the node's events: its socket= argument, else where
@@ -136,6 +140,33 @@ func checkCounters(_ context.Context, n *Node) []Result {
 		return []Result{info("no hardware counters (no PMU, as in most virtual machines): cycles, instructions and cache misses are not measured")}
 	}
 	return []Result{ok("hardware counters: " + strings.Join(pmus, ", "))}
+}
+
+// checkEnergy says from which counters jobs' energy will be read: the powercap tree's
+// zones (PowercapDir), else the perf power PMU's events, else none.
+func checkEnergy(_ context.Context, n *Node) []Result {
+	dir := n.h.Path(cmp.Or(n.o.Config.PowercapDir, "/sys/class/powercap"))
+	zones, zerr := powercap.Zones(dir)
+	if zerr == nil {
+		var names []string
+		for _, z := range zones {
+			names = append(names, z.Name)
+		}
+		return []Result{ok("RAPL (powercap " + dir + "): " + strings.Join(names, ", ") + "; a job's share of a shared node by its CPU time")}
+	}
+	if !errors.Is(zerr, powercap.ErrNone) || n.o.Config.PowercapDir != "" {
+		return []Result{warn(zerr.Error(), "jobs' energy is not measured: check PowercapDir in persyst.conf")}
+	}
+	evs, err := perfcg.PowerEvents(n.h)
+	if err == nil && len(evs) > 0 {
+		var names []string
+		for _, e := range evs {
+			names = append(names, e.Name)
+		}
+		return []Result{ok("RAPL (perf power PMU): " + strings.Join(names, ", ") + "; a job's share of a shared node by its CPU time")}
+	}
+	// Not a failure: the digest says what it did not measure.
+	return []Result{info("no RAPL counters (no powercap zones, no power PMU, as in most virtual machines): jobs' energy is not measured")}
 }
 
 func checkJobMap(ctx context.Context, n *Node) []Result {

@@ -60,6 +60,12 @@ type Config struct {
 	GPUIndex string
 	// StrategyFile replaces the built-in strategy (properties/default.strategy).
 	StrategyFile string
+	// PowercapDir is where the node's powercap tree (RAPL energy counters) lies ("":
+	// /sys/class/powercap; a daemon in a container sees the host's elsewhere).
+	PowercapDir string
+	// EnergyCO2PerKWh, above 0, is the site's grams of CO2-equivalent per kWh: digests
+	// give a job's emissions beside its energy.
+	EnergyCO2PerKWh float64
 	// Thresholds override property thresholds: Threshold.<id>=<number>[unit].
 	// The ids are checked against the catalog when the engine starts.
 	Thresholds map[string]float64
@@ -186,6 +192,21 @@ var fields = []field{
 			return fmt.Errorf("want an absolute path, got %q", v)
 		}
 		c.StrategyFile = v
+		return nil
+	}},
+	{"PowercapDir", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("want an absolute path, got %q", v)
+		}
+		c.PowercapDir = v
+		return nil
+	}},
+	{"EnergyCO2PerKWh", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0 && f <= 5000) {
+			return fmt.Errorf("want grams of CO2-equivalent per kWh between 0 and 5000, got %q", v)
+		}
+		c.EnergyCO2PerKWh = f
 		return nil
 	}},
 	{"DigestMinSeconds", func(c *Config, v string) error {

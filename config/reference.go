@@ -14,6 +14,8 @@ var keyDocs = []keyDoc{
 	{"CycleSeconds", "measurement cycle, 1 to 3600 s (all nodes read at multiples of it)", "60"},
 	{"GPUIndex", "what Slurm's GRES index of a GPU is: `nvml` (gres.conf `AutoDetect=nvml`: NVML's order, by PCI bus id) or `minor` (gres.conf `File=/dev/nvidiaN` lines: the device's minor number N)", "`nvml`"},
 	{"SyscallBudget", "the most extra time counting system calls (eBPF fentry programs, or the raw tracepoint where the kernel refuses those) may cost the node's programs, all together, as a share of one CPU (so no program is slowed by more; one outside every measured job, once its calls would cost half of it, by an eighth of it): beyond it, after a burst (2.5 ms of extra time at 0.25 %), calls are counted in samples and jobs' counts are estimates, which their digests say (docs/metrics.md); `0%`: every call, whatever it costs", "`0.25%`"},
+	{"PowercapDir", "where the node's powercap tree (RAPL energy counters) lies: a daemon in a container sees the host's elsewhere (docs/metrics.md, Energy)", "`/sys/class/powercap`"},
+	{"EnergyCO2PerKWh", "grams of CO2-equivalent per kWh of the site's electricity: digests give a job's emissions beside its energy; `0`: none", "0"},
 	{"Digest", "`on`/`off`: write digests into job output files (evaluation and reports go on)", "on"},
 	{"DigestMinSeconds", "jobs shorter than this get only robust findings", "300"},
 	{"AccountingSummary", "`on`/`off`: keep a summary of each job's digest in its AdminComment in Slurm's accounting (`persyst report --sacct`; docs/admin.md)", "on"},

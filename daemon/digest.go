@@ -37,6 +37,9 @@ type DigestConfig struct {
 	// job as Slurm names it, its id, its AdminComment as the job map read it); it returns
 	// the result for the metrics.
 	Accounting func(ctx context.Context, job string, id uint32, existing string, r digest.Report) (string, error)
+	// CO2PerKWh, above 0, gives a job's emissions beside its energy (persyst.conf's
+	// EnergyCO2PerKWh, grams per kWh).
+	CO2PerKWh float64
 }
 
 // DefaultDigestTimeout bounds a digest when DigestConfig.Timeout does not: below the

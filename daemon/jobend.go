@@ -31,6 +31,7 @@ type jobEnd struct {
 	at, began  time.Time
 	tolerance  time.Duration
 	minSeconds float64 // the engine's shortest judged job
+	co2        float64 // grams of CO2-equivalent per kWh (0: not said)
 
 	answer               // what the job map says of the job
 	measured measurement // what this node measured of it
@@ -67,6 +68,7 @@ type digestPass struct {
 	node    string
 	cycle   time.Duration
 	uplink  Uplink
+	co2     float64 // grams per kWh (DigestConfig.CO2PerKWh)
 	lookups *jobLookups
 	oom     *oomTracker
 	dig     *digester
@@ -81,7 +83,7 @@ func (p *digestPass) make(ctx context.Context, j *Job, pj *pipeline.Job, mode di
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	e := jobEnd{job: j, mode: mode, node: p.node, at: p.now(), began: time.Now(), tolerance: 2*p.cycle + time.Second,
-		minSeconds: p.engine.MinSeconds()}
+		minSeconds: p.engine.MinSeconds(), co2: p.co2}
 	var later <-chan answer
 	var err error
 	e.answer, later, err = p.lookups.atEnd(ctx, j, mode, known)

@@ -48,6 +48,9 @@ type MeasureConfig struct {
 	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "nvml" or "" (NVML's
 	// index) or "minor" (the device's minor number; persyst.conf's GPUIndex).
 	GPUIndex string
+	// PowercapDir is where the node's powercap tree lies ("": the root's
+	// sys/class/powercap; persyst.conf's PowercapDir).
+	PowercapDir string
 	// Metrics counts the daemon's work for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
 	// Notice says when a running job that holds resources without using them is told.
@@ -115,7 +118,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		}
 		m.owned = newOwnedCgroups(m.host, mounts, cfg.CgroupParent, log)
 		// Every perf event of the node's catalog is tried once, in persyst's cgroup.
-		opts.Energy, opts.PerfWhy, opts.ProbeCgroup = true, m.owned.why, m.owned.parent
+		opts.Energy, opts.PowercapDir, opts.PerfWhy, opts.ProbeCgroup = true, cfg.PowercapDir, m.owned.why, m.owned.parent
 		opts.GPU = &nvml.Options{}
 		if m.owned.mount.IsV2 {
 			// System calls are counted with eBPF in the kernel this daemon runs on.
@@ -170,7 +173,7 @@ func (m *Measurer) digests(cfg DigestConfig) {
 	m.lookups = newJobLookups(cfg, m.cfg.Cycle, m.log, m.now)
 	m.dig = &digester{off: cfg.Off, appendText: cfg.Append, uplink: m.cfg.Uplink, reports: newReportStore(m.cfg.StateDir),
 		metrics: m.cfg.Metrics, log: m.log, kept: map[uint32]*digest.Report{}}
-	m.pass = &digestPass{engine: cfg.Engine, timeout: cfg.Timeout, node: m.node, cycle: m.cfg.Cycle, uplink: m.cfg.Uplink,
+	m.pass = &digestPass{engine: cfg.Engine, timeout: cfg.Timeout, node: m.node, cycle: m.cfg.Cycle, uplink: m.cfg.Uplink, co2: cfg.CO2PerKWh,
 		lookups: m.lookups, oom: m.oom, dig: m.dig, log: m.log, now: m.now,
 		acct: accountant{write: cfg.Accounting, facts: cfg.Facts, metrics: m.cfg.Metrics, log: m.log}}
 }

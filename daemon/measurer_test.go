@@ -168,8 +168,18 @@ func fakeNodeJobs(t testing.TB, ids ...int) (root string, setCPU func(id, usec i
 	// A cgroup2 mount that is read-only for persyst's own cgroups: perf is not measured.
 	write("proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n")
 	write("sys/devices/system/cpu/online", "0-3\n")
+	cpuStat := func(usec int) string {
+		return "usage_usec " + strconv.Itoa(usec) + "\nuser_usec " + strconv.Itoa(usec) + "\nsystem_usec 0\n"
+	}
+	used := map[int]int{}
 	setCPU = func(id, usec int) {
-		write(filepath.Join(jobDir(id), "cpu.stat"), "usage_usec "+strconv.Itoa(usec)+"\nuser_usec "+strconv.Itoa(usec)+"\nsystem_usec 0\n")
+		write(filepath.Join(jobDir(id), "cpu.stat"), cpuStat(usec))
+		used[id] = usec
+		all := 0
+		for _, u := range used {
+			all += u
+		}
+		write(filepath.Join(filepath.Dir(jobDir(id)), "cpu.stat"), cpuStat(all)) // the scope of all jobs
 	}
 	for _, id := range ids {
 		if err := os.MkdirAll(filepath.Join(root, jobDir(id)), 0o755); err != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"strconv"
 
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/sample"
 )
@@ -14,7 +15,7 @@ var snapshotNames = []string{
 	"persyst_job_cpus", "persyst_job_cpus_busy", "persyst_job_idle_ratio", "persyst_job_memory_bytes",
 	"persyst_job_read_bytes_per_second", "persyst_job_write_bytes_per_second", "persyst_job_file_opens_per_second",
 	"persyst_job_gpus", "persyst_job_gpus_busy", "persyst_job_gpus_unused", "persyst_job_gpu_sm_active_ratio",
-	"persyst_job_gpu_memory_bytes", "persyst_job_gpu_power_watts", "persyst_job_top_severity", "persyst_job_idle_seconds",
+	"persyst_job_gpu_memory_bytes", "persyst_job_gpu_power_watts", "persyst_job_energy_joules_total", "persyst_job_top_severity", "persyst_job_idle_seconds",
 }
 
 // nodeMetrics counts the node's metrics at the head of snapshotNames.
@@ -73,6 +74,9 @@ func (m *Measurer) snapshot(reg *Registry, uplink Uplink, perJob bool) exporter.
 			}
 			lab := []string{strconv.FormatUint(uint64(jm.id), 10), user, m.node}
 			jobGauges(l.Sample, len(meter.Spec().CPUs), func(name string, v float64) { emit(name, v, lab...) })
+			if e := digest.EnergyJoules(meter.Summary().Totals); e >= 0 {
+				emit("persyst_job_energy_joules_total", e, lab...)
+			}
 			emit("persyst_job_top_severity", l.Top.Severity, append(lab, l.Top.Key)...)
 			for reason, secs := range m.notices.idleFor(jm.id) {
 				emit("persyst_job_idle_seconds", secs, append(lab, reason)...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/persyst/persyst/daemon/measure/powercap/fakepowercap"
 	"github.com/persyst/persyst/daemon/wire"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
@@ -70,6 +72,11 @@ func metricsNode(tb testing.TB, n int, jobLabels string) (*Measurer, *Registry, 
 		ids[i] = i + 1
 	}
 	root, setCPU := fakeNodeJobs(tb, ids...)
+	// A FAKE powercap tree (no machine here has RAPL): 100 J between the two reads.
+	rapl, err := fakepowercap.New(filepath.Join(root, "sys/class/powercap"), 0, fakepowercap.Zone{Dir: "intel-rapl:0", Name: "package-0"})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	reg := newReg(tb, RegistryConfig{UserName: func(uid uint32) string { return "u" + strconv.Itoa(int(uid)) }})
 	engine := propertiestest.Engine(tb)
@@ -92,6 +99,9 @@ func metricsNode(tb testing.TB, n int, jobLabels string) (*Measurer, *Registry, 
 	now = now.Add(10 * time.Second)
 	for _, id := range ids {
 		setCPU(id, 5_000_000)
+	}
+	if err := rapl.Add("intel-rapl:0", 100); err != nil {
+		tb.Fatal(err)
 	}
 	m.cycle()
 	h := exporter.Handler(exporter.ServeOptions{Registry: prom, Log: zerolog.Nop()})
@@ -118,6 +128,8 @@ func TestJobMetricsFollowRunningJobs(t *testing.T) {
 		`persyst_job_cpus{jobid="1",node="node1",user="u1001"} 2`,
 		`persyst_job_cpus_busy{jobid="2",node="node1",user="u1002"} 0.5`,
 		`persyst_job_idle_ratio{jobid="1",node="node1",user="u1001"} 0.75`,
+		// Two jobs of 5 s of CPU time each share the node's 100 J.
+		`persyst_job_energy_joules_total{jobid="2",node="node1",user="u1002"} 50`,
 		`persyst_daemon_jobs{state="running"} 2`,
 		`persyst_daemon_cycle_duration_seconds_count 2`,
 	} {

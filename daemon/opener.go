@@ -46,6 +46,7 @@ func (o *opener) open(j *Job, owned string) (*pipeline.Job, error) {
 		cur := o.reg.Job(id)
 		return cur != nil && cur.Ended == nil
 	}
+	spec.CPUShare = func() float64 { return cpuShare(o.reg.RunningJobs(), id) }
 	opts := pipeline.Options{Engine: o.engine}
 	if a, ok := o.uplink.(interface{ Alone(job uint32) }); ok && j.NNodes == 1 {
 		a.Alone(id) // no other node will ask for this job's part
@@ -62,6 +63,30 @@ func (o *opener) open(j *Job, owned string) (*pipeline.Job, error) {
 	o.log.Info().Uint32("job", id).Str("cpus", sample.FormatCPUList(spec.CPUs)).Str("perf_cgroup", spec.PerfCgroup).
 		Str("procs", spec.ProcCgroup).Msg("measuring job")
 	return job, nil
+}
+
+// cpuShare is job id's share of the cores the running jobs hold on the node (Slurm's
+// lists of their cores); where one's cores are not known, one job's share of them all.
+func cpuShare(running []*Job, id uint32) float64 {
+	mine, all, found := 0, 0, false
+	for _, j := range running {
+		cores, err := sample.ParseCPUList(j.Cores)
+		if j.Cores == "" || err != nil || len(cores) == 0 {
+			all = -1
+		} else if all >= 0 {
+			all += len(cores)
+		}
+		if j.JobID == id {
+			mine, found = len(cores), true
+		}
+	}
+	switch {
+	case !found || len(running) == 0:
+		return 0
+	case all <= 0:
+		return 1 / float64(len(running))
+	}
+	return float64(mine) / float64(all)
 }
 
 // read reads what job j's spec is made of: its cgroups, their CPUs, what an earlier

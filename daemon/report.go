@@ -42,7 +42,7 @@ func (e *jobEnd) report() digest.Report {
 		}
 	}
 	f.Missing = missingNodes(append(slices.Clone(f.Nodes), f.Short...), e.facts, int(e.job.NNodes), why, reasons)
-	in := digest.Input{Facts: f, Results: results, MinSeconds: e.minSeconds, Measured: e.measured.summary,
+	in := digest.Input{Facts: f, Results: results, MinSeconds: e.minSeconds, CO2PerKWh: e.co2, Measured: e.measured.summary,
 		Phases: e.measured.phases, Interference: e.measured.interference, PhasesNode: e.node}
 	if e.ended() {
 		end := ending(e, f.JobEnd.Sub(f.JobStart))

@@ -143,3 +143,31 @@ func TestJobSpecGPUs(t *testing.T) {
 		})
 	}
 }
+
+// TestCPUShare: a job's share of the cores the node's running jobs hold.
+func TestCPUShare(t *testing.T) {
+	jobs := func(cores ...string) []*Job {
+		var out []*Job
+		for i, c := range cores {
+			out = append(out, &Job{JobID: uint32(i + 1), Cores: c})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		running []*Job
+		id      uint32
+		want    float64
+	}{
+		{name: "by the cores each holds", running: jobs("0-5", "6-7"), id: 1, want: 0.75},
+		{name: "the other", running: jobs("0-5", "6-7"), id: 2, want: 0.25},
+		{name: "one's cores not known: an equal share", running: jobs("0-5", "", "7"), id: 3, want: 1.0 / 3},
+		{name: "not running", running: jobs("0-5"), id: 9, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cpuShare(tc.running, tc.id); got != tc.want {
+				t.Errorf("cpuShare = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -24,6 +24,8 @@ type Input struct {
 	// nodes'); MinSeconds is the engine's shortest judged job.
 	Results    []properties.Result
 	MinSeconds float64
+	// CO2PerKWh, above 0, is the site's grams of CO2-equivalent per kWh (Energy.CO2Grams).
+	CO2PerKWh float64
 	// Ending is how the job ended (nil: not ended, or not known): its events lead the
 	// report.
 	Ending *Ending
@@ -100,6 +102,7 @@ func Assemble(in Input) Report {
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	r.Methods = m.Methods
+	r.Energy = energyOf(m, r.Nodes, in.CO2PerKWh)
 	if in.Ending != nil {
 		r.EndState, r.Events = EndEvents(*in.Ending)
 		r.Notes = EndNotes(*in.Ending)

@@ -52,6 +52,8 @@ type Report struct {
 	// node (sample.Summary.Methods): "system calls" counted with eBPF or perf
 	// tracepoints, every call or in samples.
 	Methods map[string]string `json:"methods,omitempty"`
+	// Energy is what the job used on the nodes measured (nil: no counter measured it).
+	Energy *Energy `json:"energy,omitempty"`
 	// Coverage says what of the job the digest covers (absent for `persyst run`).
 	Coverage *Coverage `json:"coverage,omitempty"`
 	// EndState is how the job (its batch script) ended, when that is known; Events are

@@ -33,17 +33,23 @@ func Text(r Report, o TextOptions) string {
 	if len(r.Findings) == 0 && len(r.Events) == 0 {
 		return quietText(r, h, o.Width)
 	}
+	energy := true
 	render := func(o TextOptions) string {
 		var b strings.Builder
 		writeRule(&b, "persyst: "+h.what, o.Width)
 		writeLead(&b, r, h, o.Width)
 		writeFindings(&b, r, o)
-		writeFoot(&b, r, o.Width)
+		writeFoot(&b, r, o.Width, energy)
 		return b.String()
 	}
-	// Over 30 lines, fewer findings are shown (the rest counted) before anything is cut:
-	// the notes after them (memory near the limit) and the foot stay.
+	// Over 30 lines, the energy's line goes first (the facts keep its total), then fewer
+	// findings are shown (the rest counted) before anything is cut: the notes after
+	// them (memory near the limit) and the foot stay.
 	s := render(o)
+	if strings.Count(s, "\n") > maxLines && r.Energy != nil {
+		energy = false
+		s = render(o)
+	}
 	for o.MaxFindings > 1 && strings.Count(s, "\n") > maxLines {
 		o.MaxFindings--
 		s = render(o)
@@ -59,6 +65,8 @@ const maxLines = 30
 type head struct {
 	what  string // "job 1234", "job 1234, run 2", or persyst run's command
 	facts string // the CPUs and GPUs held, the time, the samples
+	// energy is the job's energy as the facts give it ("" : none, or not the whole job's).
+	energy string
 	// covered says what of the job the digest does not cover; around what happened to
 	// the job that was not its code's doing (Slurm suspended it, work outside it took its
 	// time, its nodes behaved unlike each other, the site stalled on I/O): stated with the
@@ -80,6 +88,7 @@ func headOf(r Report) head {
 		held += " and " + plural(r.GPUs, "GPU")
 	}
 	h.facts = fmt.Sprintf("%s, %s, %d sample%s", held, Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
+	h.energy = energyFacts(r.Energy, r.NNodes)
 	h.covered = coverageLines(r.Coverage, r.Nodes, r.NNodes)
 	// Slurm's own doing comes with the facts: never a finding against the job.
 	h.around = suspendedLines(r.Suspended)
@@ -97,6 +106,9 @@ func headOf(r Report) head {
 // job, what the digest does not cover, and the notes.
 func quietText(r Report, h head, width int) string {
 	facts := h.facts
+	if h.energy != "" {
+		facts += ", " + h.energy
+	}
 	if r.Short {
 		facts += "; short job"
 	}
@@ -110,6 +122,11 @@ func quietText(r Report, h head, width int) string {
 		return b.String()
 	}
 	if len(h.covered) == 0 && len(r.Notes) == 0 && len(h.around) == 0 {
+		if r.Energy != nil {
+			// With its energy the line may not fit: wrapped, not cut.
+			wrap(&b, fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width, "  ")
+			return b.String()
+		}
 		return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width) + "\n"
 	}
 	if len(h.covered) == 0 {
@@ -140,6 +157,9 @@ func writeRule(b *strings.Builder, title string, width int) {
 // of these to say, the heading ends the facts' line.
 func writeLead(b *strings.Builder, r Report, h head, width int) {
 	nodes := onNodes(r)
+	if h.energy != "" {
+		nodes += "; " + h.energy
+	}
 	if len(h.covered) == 0 && len(h.around) == 0 && len(r.Events) == 0 && len(phaseLines(r.Phases, r.Start, r.CPUs)) == 0 {
 		wrap(b, h.facts+nodes+". Findings, most important first:", width, "")
 		return
@@ -203,9 +223,9 @@ func writeFindings(b *strings.Builder, r Report, o TextOptions) {
 }
 
 // writeFoot writes what follows the findings: the notes, how the counts were taken where
-// they are estimates, what a short job leaves out, what could not be assessed (two
+// they are estimates, the energy (unless energy is false), what a short job leaves out, what could not be assessed (two
 // reasons at most), where to see more or how to opt out, and the closing rule.
-func writeFoot(b *strings.Builder, r Report, width int) {
+func writeFoot(b *strings.Builder, r Report, width int, energy bool) {
 	notes(b, r.Notes, "", width)
 	if how := r.Methods[sampledKey]; strings.Contains(how, "scaled") {
 		// Counted in samples: the counts the findings use are estimates, said as such.
@@ -213,6 +233,9 @@ func writeFoot(b *strings.Builder, r Report, width int) {
 	}
 	if told := callsTold(r); told != "" {
 		wrap(b, told, width, "")
+	}
+	if e := EnergyLine(r); e != "" && energy {
+		wrap(b, e, width, "")
 	}
 	if r.Short {
 		wrap(b, fmt.Sprintf("Short job (under %s): findings that need a longer run (memory trends) are left out.", Duration(r.MinSeconds)), width, "")
@@ -557,6 +580,11 @@ func (r Report) Clean() Report {
 			cv.Gaps[i].Why = c(cv.Gaps[i].Why)
 		}
 		r.Coverage = &cv
+	}
+	if r.Energy != nil {
+		e := *r.Energy
+		e.How, e.Nodes = c(e.How), cleanAll(e.Nodes, c)
+		r.Energy = &e
 	}
 	r.Findings = append([]properties.Result(nil), r.Findings...)
 	for i := range r.Findings {

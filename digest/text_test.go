@@ -93,6 +93,24 @@ func withGPUs(in Input, n int) Input {
 	return in
 }
 
+// withEnergy adds what RAPL (and NVML) counted of the job, how, and the site's CO2 factor.
+func withEnergy(in Input, totals map[string]float64, how string, co2 float64) Input {
+	if in.Measured.Totals == nil {
+		in.Measured.Totals = map[string]float64{}
+	}
+	for k, v := range totals {
+		in.Measured.Totals[k] = v
+	}
+	in.Measured.Methods = map[string]string{sample.MethodEnergy: how}
+	in.CO2PerKWh = co2
+	return in
+}
+
+const (
+	howShared = "RAPL (powercap): the job's share of the node's by its CPU time (DRAM: by its memory), an estimate"
+	howAlone  = "RAPL (powercap): the node's, the job had it alone"
+)
+
 // ended adds how the job ended.
 func ended(in Input, e Ending) Input {
 	in.Ending = &e
@@ -232,6 +250,13 @@ func TestTextGolden(t *testing.T) {
 			[]properties.Result{fine, starved}, 300},
 		{"io_episode", withEpisode(whole(covering(Facts{JobID: 25, Nodes: []string{"node1"}, CPUs: 4}, 960, 16))),
 			[]properties.Result{fine, ioWait}, 300},
+		{"energy_shared", withEnergy(whole(covering(Facts{JobID: 27, Nodes: []string{"node1"}, CPUs: 2}, 3725, 63)),
+			map[string]float64{sample.EnergyPkgJoules: 812_000, sample.EnergyRAMJoules: 95_000}, howShared, 0), []properties.Result{fine, idle}, 300},
+		{"energy_alone_no_issues", withEnergy(whole(covering(Facts{JobID: 28, Nodes: []string{"node1"}, CPUs: 64}, 86400, 1440)),
+			map[string]float64{sample.EnergyPkgJoules: 38_500_000, sample.EnergyRAMJoules: 4_100_000}, howAlone, 380), []properties.Result{fine}, 300},
+		{"energy_gpus_two_nodes", withEnergy(withGPUs(whole(covering(Facts{JobID: 29, Nodes: []string{"gpu1", "gpu2"}, NNodes: 2, CPUs: 32}, 3600, 60)), 4),
+			map[string]float64{sample.EnergyPsysJoules: 1_900_000, sample.GPUEnergyJoules: 7_200_000}, "RAPL (perf power PMU): the node's, the job had it alone", 0),
+			[]properties.Result{fine, unusedGPUs}, 300},
 		{"persyst_run", covering(Facts{Command: "./my_program --input data.h5", Nodes: []string{"vm"}, CPUs: 2}, 65, 65), []properties.Result{smallWrites, noPMU}, 300},
 	}
 	for _, tc := range tests {

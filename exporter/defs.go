@@ -102,6 +102,8 @@ var catalog = []Def{
 		Help: "GPU memory the job held at its highest over its latest interval, all its GPUs on the node."},
 	{Name: "persyst_job_gpu_power_watts", Kind: Gauge, Role: RoleDaemon, Labels: jobLabels,
 		Help: "Power of the job's GPUs over its latest interval (GPUs not shared with other jobs)."},
+	{Name: "persyst_job_energy_joules_total", Kind: Counter, Role: RoleDaemon, Labels: jobLabels,
+		Help: "Energy the running job has used on the node so far: its processors and memory by RAPL (the node's while it has it alone, else its share by CPU time and memory, an estimate) and its GPUs by NVML."},
 	{Name: "persyst_job_idle_seconds", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "reason"},
 		Help: "How long a running job has held resources without using them, on its batch host, by reason: gpu_idle (every GPU ran nothing), cpu_idle (CPUs under a tenth busy); no series while it uses them. Only where notices are on (NoticeIdleGPUAfter, NoticeIdleCPUAfter)."},
 	{Name: "persyst_job_top_severity", Kind: Gauge, Role: RoleDaemon, Labels: []string{"jobid", "user", "node", "property"},

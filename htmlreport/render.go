@@ -47,6 +47,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return s
 	},
 	"duration": digest.Duration,
+	"energy":   digest.EnergyLine,
 	"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"png": func(b []byte) template.URL {
 		return template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(b))

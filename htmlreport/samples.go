@@ -60,6 +60,8 @@ var metrics = []metric{
 	{"write_size", "Write request size", "bytes", ratio("write_chars", "write_syscalls")},
 	{"opens", "File opens", "/s", sample.Sample.FileOpens},
 	{"ctxsw", "Context switches", "/s", rate("context-switches")},
+	// Where the node's energy counters were read (docs/metrics.md, Energy).
+	{"power", "Power of the processors and memory (RAPL)", "W", cpuPower},
 	// A GPU job's: drawn only where GPUs were measured.
 	{"gpu", "GPUs busy", "GPUs", rate(sample.GPUBusySeconds)},
 	{"gpu_sm", "GPU SMs busy (in GPUs)", "GPUs", rate(sample.GPUSMActiveSeconds)},
@@ -67,6 +69,17 @@ var metrics = []metric{
 		v, ok := s.Job[sample.GPUMemPeakBytes]
 		return v, ok && s.Seconds > 0
 	}},
+	{"gpu_power", "Power of the GPUs", "W", rate(sample.GPUEnergyJoules)},
+}
+
+// cpuPower is the job's power from RAPL in an interval: its packages' and DRAM's, else
+// the platform's (which holds them).
+func cpuPower(s sample.Sample) (float64, bool) {
+	if p, ok := s.Rate(sample.EnergyPkgJoules); ok {
+		d, _ := s.Rate(sample.EnergyRAMJoules)
+		return p + d, true
+	}
+	return s.Rate(sample.EnergyPsysJoules)
 }
 
 // gpuRef is the reference line of a GPU chart: the job's GPUs on a node, or their

@@ -77,9 +77,14 @@ const (
 	IBTxBytes    = "ib_xmit_bytes"
 	IBRxPackets  = "ib_rcv_packets"
 	IBTxPackets  = "ib_xmit_packets"
-	// RAPL energy (package, DRAM), node-wide, only when the job has the node alone.
-	EnergyPkgJoules = "energy_pkg_joules"
-	EnergyRAMJoules = "energy_ram_joules"
+	// RAPL energy (packages, DRAM, the platform): the node's while the job has it alone,
+	// else the job's share (measure's energy source).
+	EnergyPkgJoules  = "energy_pkg_joules"
+	EnergyRAMJoules  = "energy_ram_joules"
+	EnergyPsysJoules = "energy_psys_joules"
+	// MethodEnergy is the Summary.Methods entry that says where a job's energy came from
+	// and how its share of a shared node's was taken.
+	MethodEnergy = "energy"
 	// NVIDIA GPUs of the job (NVML, through persyst-nvml), summed over the job's GPUs on
 	// the node; device-wide values only while no other job shares a GPU.
 	GPUs                  = "gpus"
@@ -197,8 +202,9 @@ var metrics = []Metric{
 	{IBTxBytes, Counter, "bytes", "bytes sent on the node's InfiniBand ports (job alone)"},
 	{IBRxPackets, Counter, "count", "packets received on the node's InfiniBand ports (job alone)"},
 	{IBTxPackets, Counter, "count", "packets sent on the node's InfiniBand ports (job alone)"},
-	{EnergyPkgJoules, Counter, "joules", "energy of the node's processor packages (RAPL; job alone)"},
-	{EnergyRAMJoules, Counter, "joules", "energy of the node's DRAM (RAPL; job alone)"},
+	{EnergyPkgJoules, Counter, "joules", "energy of the processor packages (RAPL): the node's while the job had it alone, else the job's share by its CPU time"},
+	{EnergyRAMJoules, Counter, "joules", "energy of the DRAM (RAPL): the node's while the job had it alone, else the job's share by its memory"},
+	{EnergyPsysJoules, Counter, "joules", "energy of the platform (RAPL psys, where the processor counts it): the node's while the job had it alone, else the job's share by its CPU time"},
 	{GPUs, Gauge, "count", "NVIDIA GPUs of the job on the node, measured"},
 	{GPUBusySeconds, Counter, "seconds", "GPU-seconds in which a kernel ran (NVML utilization, per GPU, times the interval)"},
 	{GPUUnusedSeconds, Counter, "seconds", "GPU-seconds of GPUs that ran no kernel in the interval (under 1 % busy)"},

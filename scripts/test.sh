@@ -108,7 +108,8 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# episodes, the site in a box), those of the tree and the site's side, which read
 	# nothing a Slurm release changes (the tree over TLS, its measured loads and an
 	# intruder, the idle-GPU notices, the admin's view of the site, two clusters' frontends
-	# on one MariaDB through its outage: the job map's facts are checked per release with
+	# on one MariaDB through its outage; jobs' energy, whose cgroups are the host's in
+	# every root and cgroup v2's on the virtual nodes): the job map's facts are checked per release with
 	# each release's recorded answers and TestJobmap, Slurm's accounting in TestSiteTools,
 	# the store's own tests on each release's MariaDB), and the test cluster's own
 	# failures to start (its scripts, not Slurm's release): every root finds, measures and
@@ -116,7 +117,7 @@ if [ "${PERSYST_FRESH:-1}" = 0 ] || [ -n "${PERSYST_FRESH_INSIDE:-}" ]; then
 	# through the tree in TestTreeAgents, real programs in TestRealPrograms.
 	skip=()
 	if [ "${PERSYST_UNIT:-1}" = 0 ]; then
-		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestClusterUpFailure|TestSiteClusters|TestTreeTLS|TestTreeLoads|TestNotices|TestAdminView'
+		once='TestCorpus|TestOwnQuotaIsNoInterference|TestRunMeasures|TestRunExitAndSignals|TestRunUnprivileged|TestServicesNotifySystemd|TestWebSocketActivation|TestCauses|TestCorpusSlurm|TestWhenAndWhy|TestTree|TestSiteInABox|TestClusterUpFailure|TestSiteClusters|TestTreeTLS|TestTreeLoads|TestNotices|TestAdminView|TestEnergy'
 		skip=(-skip "^($once)\$")
 		echo "(${once//|/, } ran in the first release's root)"
 	fi

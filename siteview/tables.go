@@ -29,12 +29,14 @@ type Named struct {
 // usageColumns are Usage's columns, in usageCells' order.
 var usageColumns = []string{"jobs", "cpu_hours", "cpu_used_hours", "cpu_idle_hours", "cpu_measured_hours",
 	"gpu_hours", "gpu_used_hours", "gpu_idle_hours", "gpu_measured_hours",
-	"mem_gib_hours", "mem_unused_gib_hours", "mem_measured_gib_hours", "limit_cpu_hours", "limit_unused_cpu_hours"}
+	"mem_gib_hours", "mem_unused_gib_hours", "mem_measured_gib_hours", "limit_cpu_hours", "limit_unused_cpu_hours",
+	"energy_kwh", "energy_jobs"}
 
 func usageCells(u store.Usage) []any {
 	return []any{u.Jobs, u.CPUHours, u.CPUUsedHours, u.CPUIdleHours(), u.CPUMeasuredHours,
 		u.GPUHours, u.GPUUsedHours, u.GPUIdleHours(), u.GPUMeasuredHours,
-		u.MemGiBHours, u.MemUnusedGiBHours, u.MemMeasuredGiBHours, u.LimitCPUHours, u.LimitUnusedCPUHours}
+		u.MemGiBHours, u.MemUnusedGiBHours, u.MemMeasuredGiBHours, u.LimitCPUHours, u.LimitUnusedCPUHours,
+		u.EnergyKWh, u.EnergyJobs}
 }
 
 // day formats a day as the tables do.

@@ -160,9 +160,12 @@ func WriteSummary(w io.Writer, v *View, who string) error {
 	if u.LimitCPUHours > 0 {
 		fmt.Fprintf(w, "Time limits: %s CPU-hours requested, %s not run (the jobs ended earlier).\n", hours(u.LimitCPUHours), hours(u.LimitUnusedCPUHours))
 	}
+	if u.EnergyJobs > 0 {
+		fmt.Fprintf(w, "Energy: %s kWh, of the %d jobs whose energy was measured.\n", hours(u.EnergyKWh), u.EnergyJobs)
+	}
 	fmt.Fprintf(w, "\nBy %s (most hours first):\n", q.By)
 	if err := WriteText(w, v.GroupsTable(), string(q.By), "jobs", "cpu_hours", "cpu_idle_hours", "gpu_hours", "gpu_idle_hours",
-		"mem_unused_gib_hours", "limit_unused_cpu_hours", "top_finding"); err != nil {
+		"mem_unused_gib_hours", "limit_unused_cpu_hours", "energy_kwh", "top_finding"); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nFindings that cost the most hours:\n")

@@ -10,6 +10,7 @@ package vmnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/measure/powercap/fakepowercap"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/sample"
@@ -39,6 +41,10 @@ const (
 	unitDaemon    = "persyst-daemon.service"
 	unitCollector = "persyst-collector.service"
 	unitFrontend  = "persyst-frontend.service"
+	// powercapDir is the FAKE powercap tree the node's daemon reads (PowercapDir): no
+	// machine here has RAPL. TestNode advances its package counter at vmPkgWatts.
+	powercapDir = "/run/persyst-test/powercap"
+	vmPkgWatts  = 100.0
 )
 
 // nodeTest is one of TestNode's scenarios. kernel: it judges what the node's kernel
@@ -66,6 +72,7 @@ func TestNode(t *testing.T) {
 		{"small pieces into a pipe and from a file: told apart", testTargets, true},
 		{"a storm of opens counted in samples within the budget", testSyscallStorm, true},
 		{"a memory request Slurm enforces: OUT_OF_MEMORY first", testOOM, false},
+		{"two jobs sharing the node: the energy by CPU time, in slurmstepd's scope", testEnergy, false},
 		{"a neighbour's load: cpu_starved from the job's cpu.pressure", testStarved, true},
 		{"a job's own CPU quota is no interference", testOwnQuota, true},
 		{"the daemon restarted by systemd mid-job keeps the job's coverage", testRestart, false},
@@ -80,6 +87,7 @@ func TestNode(t *testing.T) {
 	tests = append(tests,
 		nodeTest{"every job Slurm ran was announced by the plugin", testAnnounced, false},
 		nodeTest{"persyst check finds every link working", testCheck, false})
+	fakeRAPL(t)
 	scope := os.Getenv("PERSYST_VM_SCOPE")
 	switch scope {
 	case "", "all", "release":
@@ -146,7 +154,7 @@ PERSYST_FRONTEND_ARGS="--collectors vmnode=127.0.0.1:16830 --nodes vmnode --node
 	// costs ten to hundreds of times what it does on hardware (0.5 to 17 µs as the daemon
 	// measures it there), so the budget's burst credit holds a few thousand calls, not the
 	// tens of thousands testSyscalls counts exactly.
-	write(t, "/etc/slurm/persyst.conf", conf+"\nCollector=127.0.0.1:16830\n"+budgetOff)
+	write(t, "/etc/slurm/persyst.conf", conf+"\nCollector=127.0.0.1:16830\nPowercapDir="+powercapDir+"\n"+budgetOff)
 	for _, u := range []string{unitCollector, unitDaemon, unitFrontend} {
 		// systemctl start returns once a Type=notify unit said READY: its listeners are
 		// bound by then.
@@ -173,6 +181,60 @@ PERSYST_FRONTEND_ARGS="--collectors vmnode=127.0.0.1:16830 --nodes vmnode --node
 	// announced (testAnnounced checks every job at the end).
 	id := sbatch(t, "--wrap", "true")
 	waitDone(t, id)
+}
+
+// fakeRAPL advances the FAKE powercap tree until TestNode ends, every 50 ms (under
+// emulation a write costs far more than on hardware).
+func fakeRAPL(t *testing.T) {
+	tree, err := fakepowercap.New(powercapDir, 0, fakepowercap.Zone{Dir: "intel-rapl:0", Name: "package-0", MaxRange: 1_000_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tree.Run(ctx, map[string]float64{"intel-rapl:0": vmPkgWatts}, 50*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the fake RAPL counters: %v", err)
+		}
+	})
+}
+
+// testEnergy: on cgroup v2 two jobs that share the node are given the package's energy
+// by the CPU time each used, out of all jobs' in slurmstepd's scope: each an estimate,
+// in proportion (2 %), adding up to the node's (5 %: the fake counter is written every
+// 50 ms).
+func testEnergy(t *testing.T) {
+	a := sbatch(t, "--wrap", workload+" spin -seconds 10 -threads 1")
+	b := sbatch(t, "--wrap", workload+" spin -seconds 10 -threads 1")
+	waitDone(t, a)
+	waitDone(t, b)
+	var samples [2][]sample.Sample
+	for i, id := range []uint32{a, b} {
+		r, text := digestOf(t, id)
+		if e := r.Energy; e == nil || !e.Estimate || !strings.Contains(e.How, "RAPL (powercap)") {
+			t.Errorf("job %d shared the node: energy %+v, want an estimate from the fake RAPL counters:\n%s", id, e, text)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := daemon.JobSamples(ctx, socket, id)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples[i] = s
+	}
+	j := fakepowercap.Together(samples[0], samples[1], sample.EnergyPkgJoules)
+	t.Logf("jobs %d and %d: %d intervals together, %.1f s; %.1f J and %.1f J of the node's %.1f J; CPU time %.2f s and %.2f s",
+		a, b, j.Intervals, j.Seconds, j.A, j.B, vmPkgWatts*j.Seconds, j.CPUA, j.CPUB)
+	switch {
+	case j.Intervals < 2 || j.B == 0 || j.CPUB == 0:
+		t.Errorf("jobs %d and %d: %d intervals measured together", a, b, j.Intervals)
+	case math.Abs(j.A/j.B-j.CPUA/j.CPUB) > 0.02*j.CPUA/j.CPUB:
+		t.Errorf("energy %.3f times the other's, CPU time %.3f times: want them within 2 %%", j.A/j.B, j.CPUA/j.CPUB)
+	case math.Abs(j.A+j.B-vmPkgWatts*j.Seconds) > 0.05*vmPkgWatts*j.Seconds:
+		t.Errorf("the jobs' shares add up to %.1f J, the node counted %.1f J: want them within 5 %%", j.A+j.B, vmPkgWatts*j.Seconds)
+	}
 }
 
 func testSecurity(t *testing.T) {

@@ -88,7 +88,9 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version,
 			WebConfig: conf.MetricsWebConfig, JobLabels: conf.MetricsJobLabels, TreeRefused: auth.RefusedBy},
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget, GPUIndex: conf.GPUIndex,
-			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf)},
+			PowercapDir: conf.PowercapDir,
+			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf),
+				CO2PerKWh: conf.EnergyCO2PerKWh},
 			Notice: noticeConfig(conf, expand(o.stateDir))},
 	}, log, time.Now)
 }

@@ -59,6 +59,7 @@
 //	                                    the figures the job added to the roll-ups (NULL: none)
 //	  seconds, findings, top_key, top_name, top_share, top_severity
 //	                                    the report's summary, for job lists
+//	  energy_kwh  REAL                  the report's energy (NULL: not measured)
 //
 //	cycles: one row per job, cycle timestamp and property; WITHOUT ROWID
 //	  job         INTEGER → jobs.key ON DELETE CASCADE
@@ -85,7 +86,9 @@
 //	  job, finding, day, cpu_h, gpu_h; PRIMARY KEY (job, finding)
 //
 //	usage_daily: per day × cluster × account × user × partition × QOS
-//	  jobs, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h
+//	  jobs, cpu_h, cpu_used_h, cpu_meas_h, gpu_h, gpu_used_h, gpu_meas_h, the memory and
+//	  time limits requested and left unused, energy_kwh and energy_jobs (the jobs whose
+//	  energy was measured); usage_site_daily: the same per day × cluster
 //	findings_daily: the same, per finding: jobs, cpu_h, gpu_h
 //	findings_site_daily, finding_users_daily: per day × cluster (× user) × finding
 //	findings_by_daily: per dim (account, user, partition, QOS) × day × cluster × its

@@ -319,6 +319,9 @@ func TestMariaDBMigrates(t *testing.T) {
 		"CREATE TABLE "+db+`.episodes (from_ts BIGINT PRIMARY KEY, to_ts BIGINT NOT NULL CHECK (to_ts >= from_ts),
 			jobs BIGINT NOT NULL, stalled BIGINT NOT NULL, peak DOUBLE NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
 		"INSERT INTO "+db+".episodes VALUES (100, 200, 10, 3, 0.5)",
+		"ALTER TABLE "+db+".jobs DROP COLUMN energy_kwh",
+		"ALTER TABLE "+db+".usage_daily DROP COLUMN energy_kwh, DROP COLUMN energy_jobs",
+		"ALTER TABLE "+db+".usage_site_daily DROP COLUMN energy_kwh, DROP COLUMN energy_jobs",
 		"DELETE FROM "+db+".schema_version WHERE version > 6")
 	s, err = store.Open(ctx, to, store.Options{Cluster: "c1"})
 	if err != nil {

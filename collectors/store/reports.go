@@ -173,7 +173,8 @@ type JobFilter struct {
 
 // jobUsage is a job's row's figures as the roll-ups add them (Usage's order).
 var jobUsage = `1, coalesce(j.cpu_h, 0), coalesce(j.cpu_used_h, 0), coalesce(j.cpu_meas_h, 0), coalesce(j.gpu_h, 0),
-	coalesce(j.gpu_used_h, 0), coalesce(j.gpu_meas_h, 0), ` + wasteOf("1")
+	coalesce(j.gpu_used_h, 0), coalesce(j.gpu_meas_h, 0), ` + wasteOf("1") + `,
+	coalesce(j.energy_kwh, 0), CASE WHEN j.energy_kwh IS NULL THEN 0 ELSE 1 END`
 
 // MaxListed bounds the jobs one ListJobs returns.
 const MaxListed = 10000
@@ -260,7 +261,8 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]Listed, error) {
 		u := &sum.Usage
 		if l.Job, err = scanJob(rows, &has, &sum.Seconds, &sum.Findings, &sum.TopKey, &sum.TopName, &sum.TopShare, &sum.TopMeanSeverity,
 			&u.Jobs, &u.CPUHours, &u.CPUUsedHours, &u.CPUMeasuredHours, &u.GPUHours, &u.GPUUsedHours, &u.GPUMeasuredHours,
-			&u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours); err != nil {
+			&u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours,
+			&u.EnergyKWh, &u.EnergyJobs); err != nil {
 			return nil, fmt.Errorf("store: list jobs: %w", err)
 		}
 		if has {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,9 @@ type figures struct {
 	gpuH, gpuUsedH, gpuMeasH float64
 	findings                 []findingHours
 	// memPeakShare is the job's highest memory against its request (memory_unused),
-	// where it was measured.
+	// where it was measured; energyKWh its energy, where measured.
 	memPeakShare *float64
+	energyKWh    *float64
 	// For the job list: the measured seconds, the findings (those the digest left out
 	// counted), the first finding.
 	seconds float64
@@ -87,6 +89,10 @@ func figuresOf(r *digest.Report, end time.Time, cpus, gpus int) figures {
 		m = max(m, 0)
 		f.memPeakShare = &m
 	}
+	if e := r.Energy; e != nil && e.KWh >= 0 && !math.IsInf(e.KWh, 0) {
+		kwh := e.KWh
+		f.energyKWh = &kwh
+	}
 	for _, p := range r.Findings {
 		share := clamp01(p.TimeShare)
 		f.findings = append(f.findings, findingHours{key: p.Key, name: p.Name, cpuH: f.cpuH * share, gpuH: f.gpuH * share})
@@ -129,14 +135,17 @@ func setFigures(ctx context.Context, tx *txn, key Key, f figures) error {
 	if f.top != nil {
 		topKey, topName, topShare, topSev = f.top.Key, f.top.Name, f.top.TimeShare, f.top.MeanSeverity
 	}
-	var peak any
+	var peak, energy any
 	if f.memPeakShare != nil {
 		peak = *f.memPeakShare
 	}
+	if f.energyKWh != nil {
+		energy = *f.energyKWh
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET day = ?, cpu_h = ?, cpu_used_h = ?, cpu_meas_h = ?, gpu_h = ?, gpu_used_h = ?, gpu_meas_h = ?,
-			seconds = ?, findings = ?, top_key = ?, top_name = ?, top_share = ?, top_severity = ?, mem_peak_share = ?
+			seconds = ?, findings = ?, top_key = ?, top_name = ?, top_share = ?, top_severity = ?, mem_peak_share = ?, energy_kwh = ?
 		WHERE key = ?`, f.day, f.cpuH, f.cpuUsedH, f.cpuMeasH, f.gpuH, f.gpuUsedH, f.gpuMeasH,
-		f.seconds, f.count, topKey, topName, topShare, topSev, peak, key); err != nil {
+		f.seconds, f.count, topKey, topName, topShare, topSev, peak, energy, key); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_findings WHERE job = ?`, key); err != nil {
@@ -205,12 +214,17 @@ func wasteOf(sign string) string {
 }
 
 // usageColumns are the figures usage_daily and usage_site_daily sum, and usageOf their
-// values from a job's row times sign.
-var usageColumns = append([]string{"jobs", "cpu_h", "cpu_used_h", "cpu_meas_h", "gpu_h", "gpu_used_h", "gpu_meas_h"}, wasteColumns...)
+// values from a job's row times sign (its energy: where measured, counted in energy_jobs).
+var usageColumns = slices.Concat(usageColumnsV4, []string{"energy_kwh", "energy_jobs"})
+
+// usageColumnsV4 are the columns usage_site_daily was made with (schema version 4: its
+// migration fills them).
+var usageColumnsV4 = slices.Concat([]string{"jobs", "cpu_h", "cpu_used_h", "cpu_meas_h", "gpu_h", "gpu_used_h", "gpu_meas_h"}, wasteColumns)
 
 func usageOf(sign string) string {
 	return sign + ", " + sign + " * cpu_h, " + sign + " * cpu_used_h, " + sign + " * cpu_meas_h, " + sign + " * gpu_h, " +
-		sign + " * gpu_used_h, " + sign + " * gpu_meas_h, " + wasteOf(sign)
+		sign + " * gpu_used_h, " + sign + " * gpu_meas_h, " + wasteOf(sign) + ", " +
+		sign + " * coalesce(energy_kwh, 0), CASE WHEN energy_kwh IS NULL THEN 0 ELSE " + sign + " END"
 }
 
 // addUsage is the upsert that adds a job's figures (?1: the sign, ?2: the job's key) to a
@@ -401,11 +415,11 @@ func rollWaste(ctx context.Context, tx *txn) error {
 		return err
 	}
 	// The site's daily figures: usage_daily's per day and cluster.
-	sums = make([]string, len(usageColumns))
-	for i, c := range usageColumns {
+	sums = make([]string, len(usageColumnsV4))
+	for i, c := range usageColumnsV4 {
 		sums[i] = "sum(" + c + ")"
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO usage_site_daily (day, cluster, `+strings.Join(usageColumns, ", ")+`)
+	_, err = tx.ExecContext(ctx, `INSERT INTO usage_site_daily (day, cluster, `+strings.Join(usageColumnsV4, ", ")+`)
 		SELECT day, cluster, `+strings.Join(sums, ", ")+` FROM usage_daily GROUP BY day, cluster`)
 	return err
 }

@@ -6,7 +6,7 @@ import (
 
 // SchemaVersion is the schema version this persyst writes: the number of
 // migrations. A database with a higher version is refused by Open.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // applicationID marks a SQLite file as a persyst store (PRAGMA application_id,
 // "PRST"), so that `file` and Open can tell it from other databases.
@@ -352,6 +352,26 @@ var migrations = []migration{
 			`ALTER TABLE episodes DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, from_ts)`,
 			`ALTER TABLE episodes ALTER COLUMN cluster DROP DEFAULT`,
 			`ALTER TABLE mails_sent MODIFY period VARCHAR(160) NOT NULL, MODIFY kind VARCHAR(200) NOT NULL`,
+		},
+	},
+	{
+		// Version 8: a job's energy (its report's, kWh; NULL: not measured) and its sums in
+		// the roll-ups, with the jobs whose energy was measured. The reports of before
+		// have none.
+		description: "energy per job and in the roll-ups",
+		steps: []string{
+			`ALTER TABLE jobs ADD COLUMN energy_kwh REAL`,
+			`ALTER TABLE usage_daily ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_daily ADD COLUMN energy_jobs INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_site_daily ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_site_daily ADD COLUMN energy_jobs INTEGER NOT NULL DEFAULT 0`,
+		},
+		mysql: []string{
+			`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS energy_kwh DOUBLE`,
+			`ALTER TABLE usage_daily ADD COLUMN IF NOT EXISTS energy_kwh DOUBLE NOT NULL DEFAULT 0,
+				ADD COLUMN IF NOT EXISTS energy_jobs BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE usage_site_daily ADD COLUMN IF NOT EXISTS energy_kwh DOUBLE NOT NULL DEFAULT 0,
+				ADD COLUMN IF NOT EXISTS energy_jobs BIGINT NOT NULL DEFAULT 0`,
 		},
 	},
 }

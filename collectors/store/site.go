@@ -50,6 +50,10 @@ type Usage struct {
 	// LimitCPUHours are the CPU-hours of the jobs' time limits (jobs with one);
 	// LimitUnusedCPUHours those the jobs did not run for, ending before their limit.
 	LimitCPUHours, LimitUnusedCPUHours float64
+	// EnergyKWh is the energy of the EnergyJobs whose energy was measured
+	// (docs/metrics.md, Energy).
+	EnergyKWh  float64
+	EnergyJobs int64
 }
 
 // CPUIdleHours are the allocated CPU-hours not used, where use was measured.
@@ -191,12 +195,13 @@ func (f SiteFilter) usage() (table, where string, args []any) {
 const usageSums = `coalesce(sum(jobs), 0), coalesce(sum(cpu_h), 0), coalesce(sum(cpu_used_h), 0), coalesce(sum(cpu_meas_h), 0),
 	coalesce(sum(gpu_h), 0), coalesce(sum(gpu_used_h), 0), coalesce(sum(gpu_meas_h), 0),
 	coalesce(sum(mem_gbh), 0), coalesce(sum(mem_unused_gbh), 0), coalesce(sum(mem_meas_gbh), 0),
-	coalesce(sum(limit_cpu_h), 0), coalesce(sum(limit_unused_cpu_h), 0)`
+	coalesce(sum(limit_cpu_h), 0), coalesce(sum(limit_unused_cpu_h), 0), coalesce(sum(energy_kwh), 0), coalesce(sum(energy_jobs), 0)`
 
 // scanUsage reads usageSums after the extra destinations.
 func scanUsage(r scanner, u *Usage, extra ...any) error {
 	return r.Scan(append(extra, &u.Jobs, &u.CPUHours, &u.CPUUsedHours, &u.CPUMeasuredHours, &u.GPUHours, &u.GPUUsedHours,
-		&u.GPUMeasuredHours, &u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours)...)
+		&u.GPUMeasuredHours, &u.MemGiBHours, &u.MemUnusedGiBHours, &u.MemMeasuredGiBHours, &u.LimitCPUHours, &u.LimitUnusedCPUHours,
+		&u.EnergyKWh, &u.EnergyJobs)...)
 }
 
 // Rollups reads the site's figures from the daily roll-ups: a period's totals and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/persyst/persyst/collectors/store"
 	"github.com/persyst/persyst/collectors/store/storetest"
+	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/sitesim"
 )
@@ -138,36 +139,45 @@ func TestRollupsFollowChanges(t *testing.T) {
 		return st
 	}
 	type fig struct {
-		Jobs     int64
-		CPUHours float64
-		Findings map[string]float64
+		Jobs       int64
+		CPUHours   float64
+		Findings   map[string]float64
+		EnergyKWh  float64
+		EnergyJobs int64
 	}
 	figOf := func(st *store.Site) fig {
-		f := fig{Jobs: st.Jobs, CPUHours: st.CPUHours, Findings: map[string]float64{}}
+		f := fig{Jobs: st.Jobs, CPUHours: st.CPUHours, Findings: map[string]float64{}, EnergyKWh: st.EnergyKWh, EnergyJobs: st.EnergyJobs}
 		for _, c := range st.Findings {
 			f.Findings[c.Key] = c.CPUHours
 		}
 		return f
 	}
+	// The report replaced gives the job an energy; the same report again does not
+	// count it twice; one without takes it out.
+	withEnergy := func() digest.Report {
+		r2 := testReport(11)
+		r2.Findings[0].Key, r2.Findings[0].TimeShare, r2.Seconds = "io_wait", 0.5, 7200
+		r2.Energy = &digest.Energy{Joules: 9e6, KWh: 2.5, Parts: map[string]float64{"cpu": 9e6}}
+		return r2
+	}
+	none := fig{0, 0, map[string]float64{}, 0, 0}
 	for _, step := range []struct {
 		name       string
 		change     func() error
 		alice, bob fig
 	}{
-		{"kept", func() error { return nil },
-			fig{1, 64, map[string]float64{"idle_cores": 64}}, fig{0, 0, map[string]float64{}}},
+		{"kept", func() error { return nil }, fig{1, 64, map[string]float64{"idle_cores": 64}, 0, 0}, none},
 		{"user changed", func() error { return s.PutJob(ctx, store.Job{ID: 11, User: "bob", Start: r.Start}) },
-			fig{0, 0, map[string]float64{}}, fig{1, 64, map[string]float64{"idle_cores": 64}}},
-		{"report replaced", func() error {
-			r2 := testReport(11)
-			r2.Findings[0].Key, r2.Findings[0].TimeShare, r2.Seconds = "io_wait", 0.5, 7200
-			return s.Keep(ctx, store.Job{}, r2)
-		}, fig{0, 0, map[string]float64{}}, fig{1, 128, map[string]float64{"io_wait": 64}}},
-		{"same report again", func() error {
-			r2 := testReport(11)
-			r2.Findings[0].Key, r2.Findings[0].TimeShare, r2.Seconds = "io_wait", 0.5, 7200
+			none, fig{1, 64, map[string]float64{"idle_cores": 64}, 0, 0}},
+		{"report replaced", func() error { return s.Keep(ctx, store.Job{}, withEnergy()) },
+			none, fig{1, 128, map[string]float64{"io_wait": 64}, 2.5, 1}},
+		{"same report again", func() error { return s.Keep(ctx, store.Job{Start: r.Start}, withEnergy()) },
+			none, fig{1, 128, map[string]float64{"io_wait": 64}, 2.5, 1}},
+		{"a report without energy", func() error {
+			r2 := withEnergy()
+			r2.Energy = nil
 			return s.Keep(ctx, store.Job{Start: r.Start}, r2)
-		}, fig{0, 0, map[string]float64{}}, fig{1, 128, map[string]float64{"io_wait": 64}}},
+		}, none, fig{1, 128, map[string]float64{"io_wait": 64}, 0, 0}},
 	} {
 		if err := step.change(); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
@@ -274,12 +284,13 @@ func TestSiteByAccount(t *testing.T) {
 			{"memory GiB-hours", g.MemGiBHours, w.MemGiBHours}, {"memory unused", g.MemUnusedGiBHours, w.MemUnusedGiBHours},
 			{"time limit CPU-hours", g.LimitCPUHours, w.LimitCPUHours}, {"time limit not run", g.LimitUnusedCPUHours, w.LimitUnusedCPUHours},
 			{"CPU-hours used", g.CPUUsedHours, used[g.Name][0]}, {"GPU-hours used", g.GPUUsedHours, used[g.Name][1]},
+			{"kWh", g.EnergyKWh, w.EnergyKWh}, {"jobs with energy", float64(g.EnergyJobs), float64(w.EnergyJobs)},
 		} {
 			if !near(c.got, c.want) {
 				t.Errorf("account %s: %s %.6f, its jobs sum to %.6f", g.Name, c.what, c.got, c.want)
 			}
 		}
-		if g.MemUnusedGiBHours <= 0 || g.LimitUnusedCPUHours <= 0 || g.Top == nil || g.CPUIdleHours() <= 0 {
+		if g.MemUnusedGiBHours <= 0 || g.LimitUnusedCPUHours <= 0 || g.Top == nil || g.CPUIdleHours() <= 0 || g.EnergyKWh <= 0 {
 			t.Errorf("account %s: nothing unused, or no finding: %+v", g.Name, g)
 		}
 		if i > 0 && g.CPUHours+g.GPUHours > groups[i-1].CPUHours+groups[i-1].GPUHours {

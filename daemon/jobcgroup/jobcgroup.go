@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -255,6 +256,35 @@ func isScope(name, node string) bool {
 // Crockford's base 32, the name of a job's cgroup/v2 directory from 26.05 on (unless
 // cgroup.conf's CgroupJobIdPaths=yes, 26.05.2 and later).
 var sluidRE = regexp.MustCompile(`^s[0-9A-HJKMNP-TV-Z]{13}$`)
+
+// AllJobs is the cgroup that holds all of Slurm's jobs on the node, from one job's
+// directory: without its job_<id> (or Slurm 26.05's SLUID) and (cgroup v1) uid_<uid>
+// directories ("…/slurm/uid_1000/job_42" → "…/slurm"; v2's "…/slurmstepd.scope/job_42"
+// → "…/slurmstepd.scope"). false: the directory is not named as Slurm names a job's.
+func AllJobs(jobDir string) (string, bool) {
+	d := path.Clean(jobDir)
+	if b := path.Base(d); !numbered(b, "job_") && !IsSLUID(b) {
+		return "", false
+	}
+	d = path.Dir(d)
+	if numbered(path.Base(d), "uid_") {
+		d = path.Dir(d)
+	}
+	if d == "/" || d == "." {
+		return "", false
+	}
+	return d, true
+}
+
+// numbered says whether name is prefix followed by a decimal number.
+func numbered(name, prefix string) bool {
+	n, ok := strings.CutPrefix(name, prefix)
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(n, 10, 64)
+	return err == nil
+}
 
 // IsSLUID says whether a cgroup directory's name is a SLUID (Slurm 26.05's cgroup/v2
 // names a job's directory so, unless CgroupJobIdPaths=yes), not job_<id>.

@@ -17,3 +17,22 @@ func TestIsSLUID(t *testing.T) {
 		}
 	}
 }
+
+// TestAllJobs: the cgroup that holds all of Slurm's jobs on a node, from a job's.
+func TestAllJobs(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/sys/fs/cgroup/cpu,cpuacct/slurm_n1/uid_1000/job_7", "/sys/fs/cgroup/cpu,cpuacct/slurm_n1"},
+		{"/sys/fs/cgroup/memory/slurm/uid_0/job_12/", "/sys/fs/cgroup/memory/slurm"},
+		{"/sys/fs/cgroup/system.slice/n1_slurmstepd.scope/job_7", "/sys/fs/cgroup/system.slice/n1_slurmstepd.scope"},
+		{"/sys/fs/cgroup/system.slice/slurmstepd.scope/s0123456789ABC", "/sys/fs/cgroup/system.slice/slurmstepd.scope"},
+		{"/sys/fs/cgroup/jobs/seven", ""},
+		{"/job_x", ""},
+		{"/job_7", ""},
+		{"/sys/fs/cgroup/unified/persyst_n1/job_7", "/sys/fs/cgroup/unified/persyst_n1"},
+	} {
+		got, ok := AllJobs(tc.in)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("AllJobs(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+		}
+	}
+}

@@ -38,8 +38,10 @@ type EnvOptions struct {
 	// SyscallLinger keeps the eBPF programs attached that long after the last measured
 	// job ended (the daemon: SyscallLinger; `persyst run`, which measures one command: 0).
 	SyscallLinger time.Duration
-	// Energy opens the node's RAPL counters (attributed to jobs alone on the node).
-	Energy bool
+	// Energy opens the node's RAPL counters (NodeEnergy): from the powercap tree in
+	// PowercapDir ("": the host's sys/class/powercap), else the perf power PMU.
+	Energy      bool
+	PowercapDir string
 	// GPU, if set, reads the node's NVIDIA GPUs through persyst-nvml with these options
 	// (Env.GPU); the helper starts at once in the background where it is installed.
 	GPU         *nvml.Options
@@ -65,7 +67,7 @@ func NewEnv(o EnvOptions) *Env {
 		Log: o.Log, Now: o.Now, SampleBytes: o.SampleBytes, Node: NewNodeView(o.Host, o.Now),
 	}
 	if o.Energy {
-		env.openEnergy()
+		env.NodeEnergy = OpenNodeEnergy(o.Host, o.PowercapDir, env.Stats, o.Now, o.Log)
 	}
 	env.openGPU(o)
 	finish := env.syscalls(o)
@@ -150,9 +152,9 @@ func (env *Env) Close() error {
 		errs = append(errs, env.Syscalls.Close())
 		env.Syscalls = nil
 	}
-	if env.Energy != nil {
-		errs = append(errs, env.Energy.Close())
-		env.Energy = nil
+	if env.NodeEnergy != nil {
+		errs = append(errs, env.NodeEnergy.Close())
+		env.NodeEnergy = nil
 	}
 	if env.GPU != nil {
 		errs = append(errs, env.GPU.Close())
@@ -184,20 +186,5 @@ func (env *Env) openGPU(o EnvOptions) {
 	env.GPUErrors = &GPUErrors{} // counted where the kernel's log is followed (Following)
 	if st, err := os.Stat(opts.Path); err == nil && st.Mode().IsRegular() {
 		go func() { _, _ = env.GPU.Start(context.Background()) }()
-	}
-}
-
-// openEnergy opens the node's RAPL energy counters, if the kernel has them.
-func (env *Env) openEnergy() {
-	evs, err := perfcg.PowerEvents(env.Host)
-	if err == nil {
-		var cpus []int
-		if cpus, err = env.Host.OnlineCPUs(); err == nil {
-			env.Energy, err = perfcg.OpenEnergy(evs, env.Host.PackageCPUs(cpus))
-		}
-	}
-	if err != nil {
-		env.EnergyWhy = "not available: " + err.Error()
-		env.Log.Info().Err(err).Msg("energy (RAPL) not measured")
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/persyst/persyst/daemon/measure/cgstats"
-	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
@@ -47,9 +46,9 @@ type Env struct {
 	// Unavailable names the catalog events that are not measured on this node, and why.
 	Unavailable map[string]string
 	Stats       *cgstats.Reader
-	// Energy reads the node's RAPL counters (nil: EnergyWhy says why not).
-	Energy    *perfcg.Energy
-	EnergyWhy string
+	// NodeEnergy reads the node's energy counters for every job's share (nil: energy
+	// is not measured; its Why says why there are none).
+	NodeEnergy *NodeEnergy
 	// Syscalls counts the syscall tracepoints' system calls with eBPF, for jobs whose
 	// perf cgroup lies on the cgroup v2 hierarchy at SyscallsMount (nil: SyscallsWhy
 	// says why not, and the tracepoints count them as perf events).
@@ -110,8 +109,11 @@ type Spec struct {
 	// job (`persyst run`: its child, a zombie until reaped).
 	ExtraPIDs func() []int
 	// Exclusive, if set, says whether the job has the node to itself now; node counters
-	// are attributed to it only then.
+	// are attributed to it only then (its energy: all of the node's then, a share else).
 	Exclusive func() bool
+	// CPUShare, if set, is the job's share of the CPUs the node's running jobs hold:
+	// its share of an interval's energy in which no job used the CPUs.
+	CPUShare func() float64
 	// GPUs are the job's GPUs on this node as Slurm or CUDA name them (SLURM_JOB_GPUS,
 	// CUDA_VISIBLE_DEVICES): an NVML index, "minor:N" (the device /dev/nvidiaN), a
 	// "GPU-…" or "MIG-…" UUID (or a prefix of one), or a PCI bus id. AllGPUs: every GPU of the node (`persyst run` without

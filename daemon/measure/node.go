@@ -5,7 +5,7 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// Node counters (network interfaces, InfiniBand ports, RAPL energy) count for the whole
+// Node counters (network interfaces, InfiniBand ports) count for the whole
 // node, whatever runs on it: they are attributed to a job only over intervals in which it
 // had the node to itself (Spec.Exclusive) at both ends.
 var (
@@ -13,14 +13,11 @@ var (
 		New: func(env *Env, _ *Spec) (Source, error) { return &nodeSource{names: netNames, read: readNetDev}, nil }}
 	infinibandRegistration = Registration{Name: "infiniband", Default: true, Metrics: vocabulary(ibNames...),
 		New: func(env *Env, _ *Spec) (Source, error) { return &nodeSource{names: ibNames, read: readInfiniBand}, nil }}
-	energyRegistration = Registration{Name: "rapl", Default: true, Metrics: vocabulary(energyNames...),
-		New: func(env *Env, _ *Spec) (Source, error) { return &nodeSource{names: energyNames, read: readEnergy}, nil }}
 )
 
 var (
-	netNames    = []string{sample.NetRxBytes, sample.NetTxBytes, sample.NetRxPackets, sample.NetTxPackets}
-	ibNames     = []string{sample.IBRxBytes, sample.IBTxBytes, sample.IBRxPackets, sample.IBTxPackets}
-	energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules}
+	netNames = []string{sample.NetRxBytes, sample.NetTxBytes, sample.NetRxPackets, sample.NetTxPackets}
+	ibNames  = []string{sample.IBRxBytes, sample.IBTxBytes, sample.IBRxPackets, sample.IBTxPackets}
 )
 
 // nodeSource reads a group of node counters: read returns their cumulative values now
@@ -103,31 +100,6 @@ func readInfiniBand(r *Read, cur map[string]float64) error {
 		cur[sample.IBTxPackets] += float64(p.XmitPackets)
 	}
 	return nil
-}
-
-func readEnergy(r *Read, cur map[string]float64) error {
-	var err error
-	if e := r.env.Energy; e != nil {
-		var joules map[string]float64
-		if joules, err = e.Read(); err == nil {
-			if v, ok := joules["energy-pkg"]; ok {
-				cur[sample.EnergyPkgJoules] = v
-			}
-			if v, ok := joules["energy-ram"]; ok {
-				cur[sample.EnergyRAMJoules] = v
-			}
-		}
-	}
-	for _, n := range energyNames {
-		if _, ok := cur[n]; !ok {
-			why := r.env.EnergyWhy
-			if why == "" {
-				why = "no such RAPL counter on this node"
-			}
-			r.NotMeasured(n, why)
-		}
-	}
-	return err
 }
 
 // Exclusive says whether the job has the node to itself now and, if not, why node

@@ -1,0 +1,358 @@
+package measure
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/jobcgroup"
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/daemon/measure/perfcg"
+	"github.com/persyst/persyst/daemon/measure/powercap"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/sample"
+)
+
+// Energy per job. A node's RAPL counters count whole processor packages, their DRAM or
+// the platform, whatever runs there. A job alone on its node gets all of it. On a shared
+// node each interval's energy is shared out among the jobs running there: the packages'
+// (and the platform's) by the CPU time each job used in the interval, out of the CPU
+// time of all of Slurm's jobs on the node (the cgroup that holds them), the DRAM's by the
+// memory each holds; in an interval in which no job used the CPUs, by the CPUs each
+// holds. What one job is given is then an estimate, and said so; the jobs' shares add
+// up to the node's.
+var energyRegistration = Registration{Name: "rapl", Default: true, Metrics: vocabulary(energyNames...), New: newEnergy}
+
+var energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules}
+
+// energyDomains are the metrics of the node's counters.
+var energyDomains = map[powercap.Domain]string{
+	powercap.Package: sample.EnergyPkgJoules, powercap.DRAM: sample.EnergyRAMJoules, powercap.Platform: sample.EnergyPsysJoules,
+}
+
+// perfDomains are the power PMU's events of each domain.
+var perfDomains = map[string]powercap.Domain{"energy-pkg": powercap.Package, "energy-ram": powercap.DRAM, "energy-psys": powercap.Platform}
+
+// NodeEnergy reads the node's energy counters, once for all jobs read at about the same
+// time, and the CPU time and memory of all of Slurm's jobs on the node.
+type NodeEnergy struct {
+	now   func() time.Time
+	stats *cgstats.Reader
+	// How names the counters ("RAPL (powercap)"); "" : none, Why says why.
+	How, Why string
+
+	mu       sync.Mutex
+	zones    []powercap.Zone
+	counters []*powercap.Counter
+	perf     *perfcg.Energy
+	at       time.Time
+	last     energyNow
+	total    map[powercap.Domain]float64
+	resets   map[powercap.Domain]int
+	usage    map[string]jobsUsage
+}
+
+// energyNow is one read of the node's counters: joules counted since the daemon began
+// reading them, how many times each went backwards, and why the read failed.
+type energyNow struct {
+	joules map[powercap.Domain]float64
+	resets map[powercap.Domain]int
+	err    error
+}
+
+// jobsUsage is one read of the cgroup of all of Slurm's jobs on the node.
+type jobsUsage struct {
+	at       time.Time
+	cpu, mem float64 // CPU seconds since the cgroup's start; bytes now
+	hasMem   bool
+	err      error
+}
+
+// maxUsageRoots bounds the cgroups of all jobs remembered (one per Slurm on the node).
+const maxUsageRoots = 8
+
+// OpenNodeEnergy opens the node's RAPL counters: the powercap tree in dir under the host's
+// root ("": /sys/class/powercap), else the perf power PMU. Neither: How is "" and Why
+// says why.
+func OpenNodeEnergy(host hostfs.FS, dir string, stats *cgstats.Reader, now func() time.Time, log zerolog.Logger) *NodeEnergy {
+	if now == nil {
+		now = time.Now
+	}
+	e := &NodeEnergy{now: now, stats: stats, total: map[powercap.Domain]float64{}, resets: map[powercap.Domain]int{},
+		usage: map[string]jobsUsage{}}
+	zones, zerr := powercap.Zones(host.Path(cmp.Or(dir, "/sys/class/powercap")))
+	if zerr == nil {
+		e.zones, e.How = zones, "RAPL (powercap)"
+		for _, z := range zones {
+			e.counters = append(e.counters, powercap.NewCounter(z.MaxRange))
+		}
+		return e
+	}
+	evs, err := perfcg.PowerEvents(host)
+	if err == nil {
+		var cpus []int
+		if cpus, err = host.OnlineCPUs(); err == nil {
+			e.perf, err = perfcg.OpenEnergy(evs, host.PackageCPUs(cpus))
+		}
+	}
+	if err != nil {
+		e.Why = "not available: " + zerr.Error() + "; " + err.Error()
+		log.Info().Str("why", e.Why).Msg("energy (RAPL) not measured")
+		return e
+	}
+	e.How = "RAPL (perf power PMU)"
+	return e
+}
+
+// Close closes the perf counters.
+func (e *NodeEnergy) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.perf != nil {
+		return e.perf.Close()
+	}
+	return nil
+}
+
+// read returns the counters now, or as read less than nodeViewShare ago.
+func (e *NodeEnergy) read() energyNow {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.now()
+	if !e.at.IsZero() && t.Sub(e.at) >= 0 && t.Sub(e.at) < nodeViewShare {
+		return e.last
+	}
+	e.at = t
+	var errs []error
+	switch {
+	case e.perf != nil:
+		joules, err := e.perf.Read()
+		errs = append(errs, err)
+		for ev, j := range joules {
+			if d, ok := perfDomains[ev]; ok {
+				e.total[d] = j
+			}
+		}
+	default:
+		for i, z := range e.zones {
+			uj, err := z.Read()
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			j, err := e.counters[i].Add(uj)
+			if errors.Is(err, powercap.ErrBackwards) {
+				e.resets[z.Domain]++
+			}
+			e.total[z.Domain] += j
+		}
+	}
+	e.last = energyNow{joules: maps.Clone(e.total), resets: maps.Clone(e.resets), err: errors.Join(errs...)}
+	return e.last
+}
+
+// jobsUsage reads the cgroup of all jobs (hierarchy key to directory), or returns the read
+// of it less than nodeViewShare ago.
+func (e *NodeEnergy) jobsUsage(paths map[string]string) jobsUsage {
+	key := usageKey(paths)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.now()
+	if u, ok := e.usage[key]; ok && t.Sub(u.at) >= 0 && t.Sub(u.at) < nodeViewShare {
+		return u
+	}
+	u := readUsage(e.stats, paths, t)
+	if len(e.usage) >= maxUsageRoots {
+		clear(e.usage)
+	}
+	e.usage[key] = u
+	return u
+}
+
+// readUsage reads the CPU time and memory of cgroups.
+func readUsage(stats *cgstats.Reader, paths map[string]string, t time.Time) jobsUsage {
+	u := jobsUsage{at: t}
+	st, err := stats.Read(paths)
+	switch {
+	case st.Has(cgstats.CPUUser | cgstats.CPUSystem):
+		u.cpu = float64(st.CPUUserNs+st.CPUSystemNs) / 1e9
+		u.mem, u.hasMem = float64(st.MemCurrent), st.Has(cgstats.MemCurrent)
+	case err != nil:
+		u.err = err
+	default:
+		u.err = fmt.Errorf("the CPU time of %s is not measured", strings.Join(sortedValues(paths), ", "))
+	}
+	return u
+}
+
+func usageKey(paths map[string]string) string {
+	keys := make([]string, 0, len(paths))
+	for k, v := range paths {
+		keys = append(keys, k+"="+v)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, "\x00")
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// energySource gives a job its share of the node's energy, interval by interval.
+type energySource struct {
+	node  *NodeEnergy
+	stats *cgstats.Reader
+	prev  energyNow
+	// prevAll and prevJob are all jobs' and this job's CPU time and memory at the
+	// previous read, read in the same hierarchies (usage).
+	prevAll, prevJob jobsUsage
+	have, prevAlone  bool
+	alone, shared    bool // intervals the job had the node to itself, and shared it
+	byCPUs           bool // an interval shared by the CPUs held (no job used any)
+}
+
+func newEnergy(env *Env, _ *Spec) (Source, error) {
+	return &energySource{node: env.NodeEnergy, stats: env.Stats}, nil
+}
+
+func (s *energySource) Read(r *Read) error {
+	e := s.node
+	if e == nil || e.How == "" {
+		why := "not available: no energy counters read on this node"
+		if e != nil {
+			why = e.Why
+		}
+		for _, n := range energyNames {
+			r.NotMeasured(n, why)
+		}
+		return nil
+	}
+	cur := e.read()
+	alone, _ := r.Exclusive()
+	all, job := s.usage(r.Spec)
+	if s.have && r.Reason != sample.Start {
+		s.share(r, cur, all, job, alone && s.prevAlone)
+	}
+	s.prev, s.prevAll, s.prevJob, s.prevAlone, s.have = cur, all, job, alone, true
+	return cur.err
+}
+
+// usage reads all jobs' and the job's CPU time and memory: in Slurm's cgroups of the job
+// as found now (persyst's own left out: it holds only measured jobs), and those that
+// hold all of Slurm's jobs above them (jobcgroup.AllJobs), so that the numerator and the
+// denominator of a share are counted alike.
+func (s *energySource) usage(spec *Spec) (all, job jobsUsage) {
+	paths, nodes := map[string]string{}, map[string]string{}
+	for k, d := range spec.StatCgroups {
+		if d == spec.OwnCgroup {
+			continue
+		}
+		if n, ok := jobcgroup.AllJobs(d); ok {
+			paths[k], nodes[k] = d, n
+		}
+	}
+	if len(nodes) == 0 || s.stats == nil {
+		err := errors.New("the cgroup of all jobs on the node is not known")
+		return jobsUsage{err: err}, jobsUsage{err: err}
+	}
+	all = s.node.jobsUsage(nodes)
+	return all, readUsage(s.stats, paths, all.at)
+}
+
+// share gives the job its share of the interval's energy, or says why none.
+func (s *energySource) share(r *Read, cur energyNow, all, job jobsUsage, alone bool) {
+	cpuShare, memShare, why := 1.0, 1.0, ""
+	if !alone {
+		cpuShare, memShare, why = s.shares(r, all, job)
+	}
+	for d, name := range energyDomains {
+		now, ok := cur.joules[d]
+		before, had := s.prev.joules[d]
+		switch {
+		case !ok && !had:
+			r.NotMeasured(name, "no such RAPL counter on this node")
+		case !ok || !had:
+			r.NotMeasured(name, "not measured in this interval: the counter was not read at both ends")
+		case cur.err != nil:
+			r.NotMeasured(name, "not measured in this interval: "+cur.err.Error())
+		case s.prev.err != nil:
+			r.NotMeasured(name, "not measured in this interval: "+s.prev.err.Error())
+		case cur.resets[d] != s.prev.resets[d]:
+			r.NotMeasured(name, "not measured in this interval: the node's counter went backwards")
+		case why != "":
+			r.NotMeasured(name, why)
+		default:
+			f := cpuShare
+			if d == powercap.DRAM {
+				f = memShare
+			}
+			r.Sample.Job[name] = max(now-before, 0) * f
+		}
+	}
+	if why == "" {
+		s.alone = s.alone || alone
+		s.shared = s.shared || !alone
+	}
+}
+
+// shares are the job's shares of the packages' and of the DRAM's energy in an interval of
+// a shared node: of all jobs' CPU time its own, of their memory its own.
+func (s *energySource) shares(r *Read, all, job jobsUsage) (cpu, mem float64, why string) {
+	switch {
+	case all.err != nil:
+		return 0, 0, "the node is shared, and " + all.err.Error()
+	case job.err != nil:
+		return 0, 0, "the node is shared, and " + job.err.Error()
+	case s.prevAll.err != nil || s.prevJob.err != nil || s.prevAll.at.IsZero():
+		return 0, 0, "the node is shared, and the CPU time of its jobs was not read at the interval's start"
+	}
+	used, total := job.cpu-s.prevJob.cpu, all.cpu-s.prevAll.cpu
+	if total > 0.001*r.Sample.Seconds && total > 0 {
+		cpu = min(max(used/total, 0), 1)
+	} else {
+		// No job used the CPUs: the node idled for them all, shared by the CPUs held.
+		if r.Spec.CPUShare == nil {
+			return 0, 0, "the node is shared, no job used its CPUs, and the CPUs each holds are not known"
+		}
+		cpu, s.byCPUs = min(max(r.Spec.CPUShare(), 0), 1), true
+	}
+	mem = cpu
+	if job.hasMem && all.hasMem && all.mem > 0 {
+		mem = min(max(job.mem/all.mem, 0), 1)
+	}
+	return cpu, mem, ""
+}
+
+// Method says where the energy came from and how the job's share was taken.
+func (s *energySource) Method() (string, string) {
+	if s.node == nil || s.node.How == "" || (!s.alone && !s.shared) {
+		return "", ""
+	}
+	how := s.node.How
+	switch {
+	case s.shared && s.alone:
+		how += ": the node's while the job had it alone, else the job's share by its CPU time (DRAM: by its memory)"
+	case s.shared:
+		how += ": the job's share of the node's by its CPU time (DRAM: by its memory)"
+	default:
+		return sample.MethodEnergy, how + ": the node's, the job had it alone"
+	}
+	if s.byCPUs {
+		how += "; while no job used the CPUs, by the CPUs each held"
+	}
+	return sample.MethodEnergy, how + ", an estimate"
+}
+
+func (s *energySource) Close() error { return nil }

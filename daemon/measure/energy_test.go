@@ -1,0 +1,167 @@
+package measure
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/persyst/persyst/daemon/measure/cgstats"
+	"github.com/persyst/persyst/daemon/measure/powercap/fakepowercap"
+	"github.com/persyst/persyst/hostfs"
+	"github.com/persyst/persyst/sample"
+)
+
+// energyNode is a fake node: Slurm's cgroup v2 scope of all jobs with two jobs in it, and
+// a FAKE powercap tree (no machine here has RAPL) of one package and its DRAM, whose
+// package counter wraps at 250 J.
+type energyNode struct {
+	root string
+	tree *fakepowercap.Tree
+	cpu  map[string]int // µs of CPU time by cgroup directory
+	mem  map[string]int
+}
+
+const scope = "/sys/fs/cgroup/system.slice/slurmstepd.scope"
+
+func newEnergyNode(t *testing.T) *energyNode {
+	t.Helper()
+	root := t.TempDir()
+	tree, err := fakepowercap.New(filepath.Join(root, "sys/class/powercap"), 0,
+		fakepowercap.Zone{Dir: "intel-rapl:0", Name: "package-0", MaxRange: 250_000_000},
+		fakepowercap.Zone{Dir: "intel-rapl:0:0", Name: "dram", MaxRange: 65_712_999_613})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &energyNode{root: root, tree: tree, cpu: map[string]int{}, mem: map[string]int{}}
+	for _, d := range []string{scope, scope + "/job_1", scope + "/job_2"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		n.set(t, d, 0, 0)
+	}
+	return n
+}
+
+// set writes a cgroup's CPU time (µs, added to its scope's) and memory.
+func (n *energyNode) set(t *testing.T, dir string, cpuUs, mem int) {
+	t.Helper()
+	n.cpu[dir], n.mem[dir] = cpuUs, mem
+	for _, d := range []string{dir, scope} {
+		us, m := n.cpu[d], n.mem[d]
+		if d == scope && dir != scope {
+			us, m = n.cpu[scope+"/job_1"]+n.cpu[scope+"/job_2"], n.mem[scope+"/job_1"]+n.mem[scope+"/job_2"]
+		}
+		for name, content := range map[string]string{
+			"cpu.stat":       "usage_usec " + itoa(us) + "\nuser_usec " + itoa(us) + "\nsystem_usec 0\n",
+			"memory.current": itoa(m) + "\n",
+		} {
+			if err := os.WriteFile(filepath.Join(n.root, d, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestEnergyShares: two jobs on a shared node get the package's energy by the CPU time
+// each used and the DRAM's by the memory each holds, adding up to the node's; a job
+// alone gets all; an interval with a counter reset is not measured, never negative; an
+// interval in which no job used the CPUs is shared by the CPUs each holds.
+func TestEnergyShares(t *testing.T) {
+	n := newEnergyNode(t)
+	now := time.Unix(1_800_000_000, 0)
+	host := hostfs.New(n.root)
+	stats := cgstats.NewReader(host, cgstats.Options{})
+	env := &Env{Host: host, Stats: stats, Log: zerolog.Nop(), Now: func() time.Time { return now },
+		Enable: map[string]bool{"perf": false, "procio": false, "schedstat": false, "outside": false, "suspend": false, "netdev": false, "infiniband": false, "gpu": false, "syscalls": false}}
+	env.NodeEnergy = OpenNodeEnergy(host, "", stats, env.Now, zerolog.Nop())
+	if env.NodeEnergy.How != "RAPL (powercap)" {
+		t.Fatalf("energy counters: %q (%s), want the fake powercap tree", env.NodeEnergy.How, env.NodeEnergy.Why)
+	}
+	alone := false
+	open := func(job string, share float64) *Meter {
+		m, err := Open(env, Spec{Name: job, CPUs: []int{0}, StatCgroups: map[string]string{"unified": scope + "/" + job},
+			Exclusive: func() bool { return alone },
+			CPUShare:  func() float64 { return share }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Read(sample.Start); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := open("job_1", 0.75), open("job_2", 0.25)
+	type interval struct {
+		name         string
+		pkg, dram    float64 // joules the node counted
+		reset        bool    // the package counter reads 0 (a reset)
+		cpuA, cpuB   int     // µs each job used
+		memA, memB   int
+		alone        bool // job_2 is not running: job_1 has the node
+		wantA, wantB string
+		wantDRAMA    string
+	}
+	var got, want []string
+	cpuA, cpuB := 0, 0
+	for _, iv := range []interval{
+		{name: "busy 3:1, memory 1:3", pkg: 100, dram: 20, cpuA: 750_000, cpuB: 250_000, memA: 100, memB: 300, wantA: "75.00", wantB: "25.00", wantDRAMA: "5.00"},
+		{name: "busy 1:1", pkg: 100, dram: 20, cpuA: 500_000, cpuB: 500_000, memA: 100, memB: 100, wantA: "50.00", wantB: "50.00", wantDRAMA: "10.00"},
+		{name: "the package counter wraps at 250 J", pkg: 100, dram: 20, cpuA: 500_000, cpuB: 500_000, memA: 100, memB: 100, wantA: "50.00", wantB: "50.00", wantDRAMA: "10.00"},
+		{name: "no job used a CPU: by the CPUs held", pkg: 40, dram: 4, memA: 100, memB: 100, wantA: "30.00", wantB: "10.00", wantDRAMA: "2.00"},
+		{name: "a reset", pkg: 10, dram: 4, reset: true, cpuA: 100, cpuB: 100, memA: 1, memB: 1, wantA: "-", wantB: "-", wantDRAMA: "2.00"},
+		{name: "job_2 ended: its share by CPU time is all", pkg: 50, dram: 5, alone: true, cpuA: 500_000, memA: 1, wantA: "50.00", wantB: "-", wantDRAMA: "5.00"},
+		{name: "alone from start to end of the interval, idle", pkg: 50, dram: 5, alone: true, memA: 1, wantA: "50.00", wantB: "-", wantDRAMA: "5.00"},
+	} {
+		now = now.Add(time.Second)
+		if err := n.tree.Add("intel-rapl:0", iv.pkg); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.tree.Add("intel-rapl:0:0", iv.dram); err != nil {
+			t.Fatal(err)
+		}
+		if iv.reset {
+			if err := n.tree.Set("intel-rapl:0", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cpuA, cpuB = cpuA+iv.cpuA, cpuB+iv.cpuB
+		n.set(t, scope+"/job_1", cpuA, iv.memA)
+		n.set(t, scope+"/job_2", cpuB, iv.memB)
+		alone = iv.alone
+		sa, _ := a.Read(sample.Cycle)
+		row := []string{iv.name, joules(sa, sample.EnergyPkgJoules), joules(sa, sample.EnergyRAMJoules)}
+		want = append(want, strings.Join([]string{iv.name, iv.wantA, iv.wantDRAMA}, " "))
+		if !iv.alone {
+			sb, _ := b.Read(sample.Cycle)
+			row = append(row, joules(sb, sample.EnergyPkgJoules))
+			want[len(want)-1] += " " + iv.wantB
+			if pa, ok := sa.Job[sample.EnergyPkgJoules]; ok {
+				if sum := pa + sb.Job[sample.EnergyPkgJoules]; sum < iv.pkg*0.999 || sum > iv.pkg*1.001 {
+					t.Errorf("%s: the jobs' shares add up to %.3f J, the node counted %.0f J", iv.name, sum, iv.pkg)
+				}
+			}
+		}
+		got = append(got, strings.Join(row, " "))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("energy per interval: name, job_1's package and DRAM joules, job_2's package joules (-want +got):\n%s", diff)
+	}
+	sum := a.Summary()
+	if how := sum.Methods[sample.MethodEnergy]; !strings.Contains(how, "RAPL (powercap)") || !strings.Contains(how, "an estimate") || !strings.Contains(how, "alone") {
+		t.Errorf("how job_1's energy was measured: %q, want RAPL (powercap), alone and shared (an estimate)", how)
+	}
+}
+
+func joules(s sample.Sample, name string) string {
+	v, ok := s.Job[name]
+	if !ok {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}

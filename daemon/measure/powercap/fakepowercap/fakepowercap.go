@@ -1,0 +1,167 @@
+// Package fakepowercap writes a fake powercap tree for tests: no machine here has RAPL
+// (docs/metrics.md says the energy figures were checked against this fake only). Its
+// counters advance as the test says, at a power (Run) or by hand, and wrap at their range
+// as the kernel's do. Together sums what two jobs that shared a node were given.
+package fakepowercap
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/persyst/persyst/sample"
+)
+
+// Zone is one zone of the fake tree: Dir is its directory name ("intel-rapl:0",
+// "intel-rapl:0:0"), Name what its name file says ("package-0", "dram", "psys", "core").
+type Zone struct {
+	Dir, Name string
+	MaxRange  uint64 // µJ; 0: no max_energy_range_uj file
+}
+
+// Tree is a fake powercap directory.
+type Tree struct {
+	Root string
+
+	mu     sync.Mutex
+	zones  []Zone
+	energy []float64 // µJ counted, before the wrap
+}
+
+// New writes the zones under root, their counters at start µJ.
+func New(root string, start uint64, zones ...Zone) (*Tree, error) {
+	t := &Tree{Root: root, zones: zones, energy: make([]float64, len(zones))}
+	for i, z := range zones {
+		dir := filepath.Join(root, z.Dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "name"), []byte(z.Name+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		if z.MaxRange > 0 {
+			if err := os.WriteFile(filepath.Join(dir, "max_energy_range_uj"), []byte(strconv.FormatUint(z.MaxRange, 10)+"\n"), 0o644); err != nil {
+				return nil, err
+			}
+		}
+		t.energy[i] = float64(start)
+		if err := t.write(i); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Add counts joules more on the zone named dir.
+func (t *Tree) Add(dir string, joules float64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, z := range t.zones {
+		if z.Dir == dir {
+			t.energy[i] += joules * 1e6
+			return t.write(i)
+		}
+	}
+	return fmt.Errorf("fakepowercap: no zone %s", dir)
+}
+
+// Set sets the zone's counter to uj as read (a reset, when below what it read).
+func (t *Tree) Set(dir string, uj uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, z := range t.zones {
+		if z.Dir == dir {
+			t.energy[i] = float64(uj)
+			return t.write(i)
+		}
+	}
+	return fmt.Errorf("fakepowercap: no zone %s", dir)
+}
+
+// write writes zone i's energy_uj, wrapped at its range, replacing the file whole (a
+// reader never sees half a number).
+func (t *Tree) write(i int) error {
+	z := t.zones[i]
+	v := uint64(t.energy[i])
+	if z.MaxRange > 0 {
+		v %= z.MaxRange
+	}
+	p := filepath.Join(t.Root, z.Dir, "energy_uj")
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(v, 10)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// Run advances the zones (directory name to watts) at their power from now on, every
+// period, until ctx is done: each zone's counter is its power times the time since Run
+// began (added to what it held), so that a read between two writes is at most a period
+// behind.
+func (t *Tree) Run(ctx context.Context, watts map[string]float64, every time.Duration) error {
+	t.mu.Lock()
+	base := map[string]float64{}
+	for i, z := range t.zones {
+		if _, ok := watts[z.Dir]; ok {
+			base[z.Dir] = t.energy[i]
+		}
+	}
+	t.mu.Unlock()
+	if len(base) != len(watts) {
+		return fmt.Errorf("fakepowercap: a zone of %v is not in the tree", watts)
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		s := time.Since(t0).Seconds()
+		for dir, w := range watts {
+			if err := t.Set(dir, uint64(base[dir]+w*s*1e6)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Joint is what two jobs on one node were given in the intervals both were measured in
+// (their samples at the same times, within a tolerance): their energy of a metric, their
+// CPU time, the intervals' seconds and count.
+type Joint struct {
+	A, B       float64 // joules
+	CPUA, CPUB float64 // seconds
+	Seconds    float64
+	Intervals  int
+}
+
+// Together sums metric (e.g. sample.EnergyPkgJoules) and the CPU time of jobs a and b over
+// the intervals both have it in, matched by their end within 200 ms and their length
+// within 0.2 s (a node reads all its jobs at each cycle boundary).
+func Together(a, b []sample.Sample, metric string) Joint {
+	var j Joint
+	for _, x := range a {
+		xe, ok := x.Job[metric]
+		if !ok {
+			continue
+		}
+		for _, y := range b {
+			ye, ok := y.Job[metric]
+			if !ok || y.Time.Sub(x.Time).Abs() > 200*time.Millisecond || (y.Seconds-x.Seconds) > 0.2 || (x.Seconds-y.Seconds) > 0.2 {
+				continue
+			}
+			j.A, j.B, j.Seconds, j.Intervals = j.A+xe, j.B+ye, j.Seconds+x.Seconds, j.Intervals+1
+			j.CPUA += x.Job[sample.CPUUserSeconds] + x.Job[sample.CPUSystemSeconds]
+			j.CPUB += y.Job[sample.CPUUserSeconds] + y.Job[sample.CPUSystemSeconds]
+			break
+		}
+	}
+	return j
+}
