@@ -202,12 +202,14 @@ func fakeRAPL(t *testing.T) {
 }
 
 // testEnergy: on cgroup v2 two jobs that share the node are given the package's energy
-// by the CPU time each used, out of all jobs' in slurmstepd's scope: each an estimate,
-// in proportion (2 %), adding up to the node's (5 %: the fake counter is written every
-// 50 ms).
+// by the CPU time each used, out of all jobs' in slurmstepd's scope (its own "system"
+// cgroup left out): each an estimate, in proportion to their CPU time and adding up to
+// the node's within 10 % (under emulation a cycle's reads of the jobs and of the scope
+// are tens of milliseconds apart, and the fake counter is written every 50 ms; the
+// test cluster checks 5 % and 2 %: TestEnergy).
 func testEnergy(t *testing.T) {
-	a := sbatch(t, "--wrap", workload+" spin -seconds 10 -threads 1")
-	b := sbatch(t, "--wrap", workload+" spin -seconds 10 -threads 1")
+	a := sbatch(t, "--wrap", workload+" spin -seconds 20 -threads 1")
+	b := sbatch(t, "--wrap", workload+" spin -seconds 20 -threads 1")
 	waitDone(t, a)
 	waitDone(t, b)
 	var samples [2][]sample.Sample
@@ -225,15 +227,15 @@ func testEnergy(t *testing.T) {
 		samples[i] = s
 	}
 	j := fakepowercap.Together(samples[0], samples[1], sample.EnergyPkgJoules)
-	t.Logf("jobs %d and %d: %d intervals together, %.1f s; %.1f J and %.1f J of the node's %.1f J; CPU time %.2f s and %.2f s",
-		a, b, j.Intervals, j.Seconds, j.A, j.B, vmPkgWatts*j.Seconds, j.CPUA, j.CPUB)
+	t.Logf("jobs %d and %d: %d intervals together, %.1f s; %.1f J and %.1f J of the node's %.1f J; CPU time %.2f s and %.2f s; worst interval %.1f %% off",
+		a, b, j.Intervals, j.Seconds, j.A, j.B, vmPkgWatts*j.Seconds, j.CPUA, j.CPUB, 100*j.Worst)
 	switch {
 	case j.Intervals < 2 || j.B == 0 || j.CPUB == 0:
 		t.Errorf("jobs %d and %d: %d intervals measured together", a, b, j.Intervals)
-	case math.Abs(j.A/j.B-j.CPUA/j.CPUB) > 0.02*j.CPUA/j.CPUB:
-		t.Errorf("energy %.3f times the other's, CPU time %.3f times: want them within 2 %%", j.A/j.B, j.CPUA/j.CPUB)
-	case math.Abs(j.A+j.B-vmPkgWatts*j.Seconds) > 0.05*vmPkgWatts*j.Seconds:
-		t.Errorf("the jobs' shares add up to %.1f J, the node counted %.1f J: want them within 5 %%", j.A+j.B, vmPkgWatts*j.Seconds)
+	case math.Abs(j.A/j.B-j.CPUA/j.CPUB) > 0.1*j.CPUA/j.CPUB:
+		t.Errorf("energy %.3f times the other's, CPU time %.3f times: want them within 10 %%", j.A/j.B, j.CPUA/j.CPUB)
+	case math.Abs(j.A+j.B-vmPkgWatts*j.Seconds) > 0.1*vmPkgWatts*j.Seconds:
+		t.Errorf("the jobs' shares add up to %.1f J, the node counted %.1f J: want them within 10 %%", j.A+j.B, vmPkgWatts*j.Seconds)
 	}
 }
 

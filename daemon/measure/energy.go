@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -169,6 +170,18 @@ func (e *NodeEnergy) jobsUsage(paths map[string]string) jobsUsage {
 		return u
 	}
 	u := readUsage(e.stats, paths, t)
+	// Slurm's own processes (slurmstepd's "system" cgroup beside the jobs', cgroup v2)
+	// are no job's: left out, so that the jobs' shares add up to the node's.
+	sys := make(map[string]string, len(paths))
+	for k, d := range paths {
+		sys[k] = path.Join(d, "system")
+	}
+	if own := readUsage(e.stats, sys, t); u.err == nil && own.err == nil {
+		u.cpu = max(u.cpu-own.cpu, 0)
+		if own.hasMem {
+			u.mem = max(u.mem-own.mem, 0)
+		}
+	}
 	if len(e.usage) >= maxUsageRoots {
 		clear(e.usage)
 	}

@@ -17,7 +17,8 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// energyNode is a fake node: Slurm's cgroup v2 scope of all jobs with two jobs in it, and
+// energyNode is a fake node: Slurm's cgroup v2 scope of all jobs with two jobs and
+// slurmstepd's own cgroup (system) in it, and
 // a FAKE powercap tree (no machine here has RAPL) of one package and its DRAM, whose
 // package counter wraps at 250 J.
 type energyNode struct {
@@ -39,27 +40,30 @@ func newEnergyNode(t *testing.T) *energyNode {
 		t.Fatal(err)
 	}
 	n := &energyNode{root: root, tree: tree, cpu: map[string]int{}, mem: map[string]int{}}
-	for _, d := range []string{scope, scope + "/job_1", scope + "/job_2"} {
+	for _, d := range []string{scope, scope + "/job_1", scope + "/job_2", scope + "/system"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, d := range []string{scope + "/job_1", scope + "/job_2", scope + "/system"} {
 		n.set(t, d, 0, 0)
 	}
 	return n
 }
 
-// set writes a cgroup's CPU time (µs, added to its scope's) and memory.
+// set writes a cgroup's CPU time (µs) and memory, and its scope's: the sum of the jobs'
+// and slurmstepd's own (system).
 func (n *energyNode) set(t *testing.T, dir string, cpuUs, mem int) {
 	t.Helper()
 	n.cpu[dir], n.mem[dir] = cpuUs, mem
-	for _, d := range []string{dir, scope} {
-		us, m := n.cpu[d], n.mem[d]
-		if d == scope && dir != scope {
-			us, m = n.cpu[scope+"/job_1"]+n.cpu[scope+"/job_2"], n.mem[scope+"/job_1"]+n.mem[scope+"/job_2"]
-		}
+	us, m := 0, 0
+	for _, d := range []string{scope + "/job_1", scope + "/job_2", scope + "/system"} {
+		us, m = us+n.cpu[d], m+n.mem[d]
+	}
+	for d, v := range map[string][2]int{dir: {cpuUs, mem}, scope: {us, m}} {
 		for name, content := range map[string]string{
-			"cpu.stat":       "usage_usec " + itoa(us) + "\nuser_usec " + itoa(us) + "\nsystem_usec 0\n",
-			"memory.current": itoa(m) + "\n",
+			"cpu.stat":       "usage_usec " + itoa(v[0]) + "\nuser_usec " + itoa(v[0]) + "\nsystem_usec 0\n",
+			"memory.current": itoa(v[1]) + "\n",
 		} {
 			if err := os.WriteFile(filepath.Join(n.root, d, name), []byte(content), 0o644); err != nil {
 				t.Fatal(err)
@@ -108,7 +112,7 @@ func TestEnergyShares(t *testing.T) {
 		wantDRAMA    string
 	}
 	var got, want []string
-	cpuA, cpuB := 0, 0
+	cpuA, cpuB, stepd := 0, 0, 0
 	for _, iv := range []interval{
 		{name: "busy 3:1, memory 1:3", pkg: 100, dram: 20, cpuA: 750_000, cpuB: 250_000, memA: 100, memB: 300, wantA: "75.00", wantB: "25.00", wantDRAMA: "5.00"},
 		{name: "busy 1:1", pkg: 100, dram: 20, cpuA: 500_000, cpuB: 500_000, memA: 100, memB: 100, wantA: "50.00", wantB: "50.00", wantDRAMA: "10.00"},
@@ -131,6 +135,8 @@ func TestEnergyShares(t *testing.T) {
 			}
 		}
 		cpuA, cpuB = cpuA+iv.cpuA, cpuB+iv.cpuB
+		stepd += 300_000 // slurmstepd's own: no job's
+		n.set(t, scope+"/system", stepd, 50)
 		n.set(t, scope+"/job_1", cpuA, iv.memA)
 		n.set(t, scope+"/job_2", cpuB, iv.memB)
 		alone = iv.alone

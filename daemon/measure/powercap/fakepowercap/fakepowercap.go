@@ -7,6 +7,7 @@ package fakepowercap
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -134,12 +135,14 @@ func (t *Tree) Run(ctx context.Context, watts map[string]float64, every time.Dur
 
 // Joint is what two jobs on one node were given in the intervals both were measured in
 // (their samples at the same times, within a tolerance): their energy of a metric, their
-// CPU time, the intervals' seconds and count.
+// CPU time, the intervals' seconds and count, and the interval whose energies' ratio was
+// the farthest from their CPU times' (Worst: |energy ratio / CPU ratio - 1|).
 type Joint struct {
 	A, B       float64 // joules
 	CPUA, CPUB float64 // seconds
 	Seconds    float64
 	Intervals  int
+	Worst      float64
 }
 
 // Together sums metric (e.g. sample.EnergyPkgJoules) and the CPU time of jobs a and b over
@@ -158,8 +161,12 @@ func Together(a, b []sample.Sample, metric string) Joint {
 				continue
 			}
 			j.A, j.B, j.Seconds, j.Intervals = j.A+xe, j.B+ye, j.Seconds+x.Seconds, j.Intervals+1
-			j.CPUA += x.Job[sample.CPUUserSeconds] + x.Job[sample.CPUSystemSeconds]
-			j.CPUB += y.Job[sample.CPUUserSeconds] + y.Job[sample.CPUSystemSeconds]
+			ca := x.Job[sample.CPUUserSeconds] + x.Job[sample.CPUSystemSeconds]
+			cb := y.Job[sample.CPUUserSeconds] + y.Job[sample.CPUSystemSeconds]
+			j.CPUA, j.CPUB = j.CPUA+ca, j.CPUB+cb
+			if ye > 0 && cb > 0 && ca > 0 {
+				j.Worst = max(j.Worst, math.Abs((xe/ye)/(ca/cb)-1))
+			}
 			break
 		}
 	}
