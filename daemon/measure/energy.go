@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -200,27 +200,18 @@ func readUsage(stats *cgstats.Reader, paths map[string]string, t time.Time) jobs
 	case err != nil:
 		u.err = err
 	default:
-		u.err = fmt.Errorf("the CPU time of %s is not measured", strings.Join(sortedValues(paths), ", "))
+		u.err = fmt.Errorf("the CPU time of %s is not measured", strings.Join(slices.Sorted(maps.Values(paths)), ", "))
 	}
 	return u
 }
 
 func usageKey(paths map[string]string) string {
-	keys := make([]string, 0, len(paths))
+	var keys []string
 	for k, v := range paths {
 		keys = append(keys, k+"="+v)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return strings.Join(keys, "\x00")
-}
-
-func sortedValues(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // energySource gives a job its share of the node's energy, interval by interval.
