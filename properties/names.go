@@ -30,10 +30,12 @@ const (
 	NameIOWriteCalls = "io_write_calls"
 	NameIOWriteBytes = "io_write_bytes"
 	NameMemRequest   = "mem_requested_bytes"
-	NameMemGrowth    = "mem_growth"  // job: memory growth along a steady trend, as a share of the peak
-	NameSamples      = "samples"     // job: number of samples
-	NameNodes        = "nnodes"      // job: nodes with data
-	NameLoadBalance  = "busy_spread" // job: spread of per-node mean busy share (max − min)
+	NameMemGrowth    = "mem_growth" // job: memory growth along a steady trend, as a share of the peak
+	// NameMemGrowthBytes is that growth in bytes.
+	NameMemGrowthBytes = "mem_growth_bytes"
+	NameSamples        = "samples"     // job: number of samples
+	NameNodes          = "nnodes"      // job: nodes with data
+	NameLoadBalance    = "busy_spread" // job: spread of per-node mean busy share (max − min)
 	// cpu, core and node, from the raw floating-point events of the processor's table
 	NameFlops       = "flops"        // floating-point operations
 	NameVectorFlops = "vector_flops" // of which in packed (vector) instructions
@@ -109,7 +111,7 @@ func envTemplate(d Domain) map[string]float64 {
 		for _, n := range sample.Names() {
 			m[Sanitize(n)] = 0
 		}
-		for _, n := range []string{NameNCPUs, NameMemRequest, NameMemGrowth, NameSamples, NameNodes, NameLoadBalance} {
+		for _, n := range []string{NameNCPUs, NameMemRequest, NameMemGrowth, NameMemGrowthBytes, NameSamples, NameNodes, NameLoadBalance} {
 			m[n] = 0
 		}
 	}

@@ -25,24 +25,25 @@ const NothingToAssess = "nothing to assess: no value in any interval"
 
 // derivedWhy says why a derived value can be missing.
 var derivedWhy = map[string]string{
-	NameLoadBalance:  "needs the data of all the job's nodes (one-node job, or no collector tree yet)",
-	NameMemRequest:   "the job requested no memory explicitly",
-	NameMemGrowth:    "no memory series",
-	NameBusyMin:      "no per-CPU task-clock",
-	NameBusyMax:      "no per-CPU task-clock",
-	NameIdleCPUs:     "no per-CPU task-clock",
-	NameBusyCPUs:     "no per-CPU task-clock",
-	NameFileOpens:    "no open system call is traced (tracefs)",
-	NameIOReadCalls:  "the processes' I/O was not read",
-	NameIOReadBytes:  "the processes' I/O was not read",
-	NameIOWriteCalls: "the processes' I/O was not read",
-	NameIOWriteBytes: "the processes' I/O was not read",
-	NameFlops:        "no floating-point events for this processor",
-	NameVectorFlops:  "no vector floating-point breakdown for this processor",
-	NameTxBytes:      "node counters are not attributed to this job",
-	NameRxBytes:      "node counters are not attributed to this job",
-	NameTxPackets:    "node counters are not attributed to this job",
-	NameRxPackets:    "node counters are not attributed to this job",
+	NameLoadBalance:    "needs the data of all the job's nodes (one-node job, or no collector tree yet)",
+	NameMemRequest:     "the job requested no memory explicitly",
+	NameMemGrowth:      "no memory series",
+	NameMemGrowthBytes: "no memory series",
+	NameBusyMin:        "no per-CPU task-clock",
+	NameBusyMax:        "no per-CPU task-clock",
+	NameIdleCPUs:       "no per-CPU task-clock",
+	NameBusyCPUs:       "no per-CPU task-clock",
+	NameFileOpens:      "no open system call is traced (tracefs)",
+	NameIOReadCalls:    "the processes' I/O was not read",
+	NameIOReadBytes:    "the processes' I/O was not read",
+	NameIOWriteCalls:   "the processes' I/O was not read",
+	NameIOWriteBytes:   "the processes' I/O was not read",
+	NameFlops:          "no floating-point events for this processor",
+	NameVectorFlops:    "no vector floating-point breakdown for this processor",
+	NameTxBytes:        "node counters are not attributed to this job",
+	NameRxBytes:        "node counters are not attributed to this job",
+	NameTxPackets:      "node counters are not attributed to this job",
+	NameRxPackets:      "node counters are not attributed to this job",
 }
 
 // Result is one property's outcome for a job.
@@ -251,7 +252,7 @@ func (a *Accumulator) finishJob(samples []sample.Sample, sum sample.Summary) {
 		env[NameMemRequest] = a.info.MemRequestedBytes
 	}
 	if g, ok := memGrowth(samples); ok {
-		env[NameMemGrowth] = g
+		env[NameMemGrowth], env[NameMemGrowthBytes] = g.share, g.bytes
 	}
 	sl := newSlots(len(a.e.tab.list))
 	for k, v := range env {
@@ -309,10 +310,10 @@ func (a *Accumulator) evalJob(n *enode, sl *slots, w float64) {
 // memory in use) over the cycle samples, up to the last one
 // still holding at least half the peak (the job's teardown frees everything; a last
 // sample caught in the middle of it, below the peak just before, is left out too), and
-// returns the growth along the line as a share of the peak, when the line explains the
-// series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is false when
-// there is no memory series at all.
-func memGrowth(samples []sample.Sample) (float64, bool) {
+// returns the growth along the line, in bytes and as a share of the peak, when the line
+// explains the series well (R² ≥ 0.8) and there are at least 4 points; else 0. ok is
+// false when there is no memory series at all.
+func memGrowth(samples []sample.Sample) (growth, bool) {
 	// Anonymous memory when measured: memory in use also counts the page cache that
 	// writing files fills, which grows steadily without any leak.
 	metric := sample.MemBytes
@@ -338,7 +339,7 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 		}
 	}
 	if len(ms) == 0 || peak <= 0 {
-		return 0, false
+		return growth{}, false
 	}
 	last := len(ms) - 1
 	for last >= 0 && ms[last] < peak/2 {
@@ -352,7 +353,7 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 	}
 	ts, ms = ts[:last+1], ms[:last+1]
 	if len(ms) < 4 {
-		return 0, true
+		return growth{}, true
 	}
 	n := float64(len(ms))
 	var st, sm, stt, stm float64
@@ -361,7 +362,7 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 	}
 	den := n*stt - st*st
 	if den == 0 {
-		return 0, true
+		return growth{}, true
 	}
 	slope := (n*stm - st*sm) / den
 	icpt := (sm - slope*st) / n
@@ -373,10 +374,14 @@ func memGrowth(samples []sample.Sample) (float64, bool) {
 		sst += (ms[i] - mean) * (ms[i] - mean)
 	}
 	if sst == 0 || 1-ssr/sst < 0.8 || slope <= 0 {
-		return 0, true
+		return growth{}, true
 	}
-	return slope * (ts[len(ts)-1] - ts[0]) / peak, true
+	b := slope * (ts[len(ts)-1] - ts[0])
+	return growth{share: b / peak, bytes: b}, true
 }
+
+// growth is memory's growth along its trend: in bytes, and as a share of the peak.
+type growth struct{ share, bytes float64 }
 
 // Fold returns the results with the findings that another finding explains (its Folds:
 // one cause, its symptoms) turned into non-findings that say which: a job starved of
