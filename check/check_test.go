@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/daemon/measure/redfish/fakebmc"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/internal/testenv"
 	"github.com/persyst/persyst/slurmver"
@@ -141,6 +143,7 @@ func TestRun(t *testing.T) {
 	testenv.Root(t, "the plugin file must be root's (a test root made by another user is not)")
 	const plugdir = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
 	line := "optional " + plugdir + "/spank_persyst.so default=on\n"
+	bmcURL, bmcCA := fakeBMC(t, "n1", 412)
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -163,6 +166,20 @@ func TestRun(t *testing.T) {
 				"sys/class/powercap/intel-rapl:0:0/name": "dram\n", "sys/class/powercap/intel-rapl:0:0/energy_uj": "3\n"},
 			built: 0x180b05,
 			want:  []string{"ok energy: RAPL (powercap ", "ok energy: package-0, dram; a job's share of a shared node by its CPU time"},
+		},
+		{
+			name:  "the node's BMC answers",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			conf:  func(c *config.Config) { c.BMCRedfish, c.BMCCA = bmcURL, bmcCA },
+			want:  []string{"ok energy: the node's meter (BMC, Redfish): 412 W now"},
+		},
+		{
+			name:  "the node's BMC is not there",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			conf:  func(c *config.Config) { c.BMCRedfish, c.BMCCA = strings.Replace(bmcURL, "%n", "other", 1), bmcCA },
+			want:  []string{"warn energy: 404", "warn energy: → the node's whole energy is not measured while its BMC does not answer"},
 		},
 		{
 			name:  "built for another release",
@@ -248,6 +265,28 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeBMC serves a FAKE BMC (no machine here has one) on loopback with a chassis at watts,
+// and returns its URL with %n for the chassis and the file of its certificate.
+func fakeBMC(t *testing.T, chassis string, watts float64) (url, caFile string) {
+	t.Helper()
+	bmc := fakebmc.New(nil)
+	bmc.Set(chassis, watts)
+	cert, ca, err := fakebmc.Certificate("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fakebmc.Serve(ln, bmc, cert))
+	return "https://" + ln.Addr().String() + "/redfish/v1/Chassis/%n", caFile
 }
 
 // TestDocsListEveryCheck: docs/admin.md's table of persyst check names every check, and

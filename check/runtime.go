@@ -14,6 +14,7 @@ import (
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/powercap"
+	"github.com/persyst/persyst/daemon/measure/redfish"
 )
 
 // socket is where the plugin sends the node's events: its socket= argument, else where
@@ -142,9 +143,35 @@ func checkCounters(_ context.Context, n *Node) []Result {
 	return []Result{ok("hardware counters: " + strings.Join(pmus, ", "))}
 }
 
-// checkEnergy says from which counters jobs' energy will be read: the powercap tree's
-// zones (PowercapDir), else the perf power PMU's events, else none.
-func checkEnergy(_ context.Context, n *Node) []Result {
+// checkEnergy says from which counters jobs' energy will be read: the node's own meter
+// where persyst.conf names its BMC (asked once), and the powercap tree's zones
+// (PowercapDir), else the perf power PMU's events, else none.
+func checkEnergy(ctx context.Context, n *Node) []Result {
+	return append(checkBMC(ctx, n), checkRAPL(n)...)
+}
+
+// checkBMC asks the node's BMC (BMCRedfish) for its power once, as the daemon does.
+func checkBMC(ctx context.Context, n *Node) []Result {
+	c := n.o.Config
+	if c.BMCRedfish == "" {
+		return nil
+	}
+	m, err := redfish.New(redfish.Options{URL: strings.ReplaceAll(c.BMCRedfish, "%n", n.o.Node), User: c.BMCUser,
+		PasswordFile: c.BMCPasswordFile, CAFile: c.BMCCA, Timeout: c.BMCTimeout})
+	if err != nil {
+		return []Result{fail(err.Error(), "the node's whole energy is not measured: check the BMC keys in persyst.conf")}
+	}
+	m.Poll(ctx)
+	r, err := m.Last()
+	if err != nil {
+		return []Result{warn(err.Error(), "the node's whole energy is not measured while its BMC does not answer; jobs' energy is RAPL's alone")}
+	}
+	return []Result{ok(fmt.Sprintf("%s: %.0f W now; a job's share of a shared node by its CPU time", m.Name(), r.Watts))}
+}
+
+// checkRAPL says from which RAPL counters jobs' processors' and memory's energy will be
+// read.
+func checkRAPL(n *Node) []Result {
 	dir := n.h.Path(cmp.Or(n.o.Config.PowercapDir, "/sys/class/powercap"))
 	zones, zerr := powercap.Zones(dir)
 	if zerr == nil {

@@ -66,6 +66,13 @@ type Config struct {
 	// EnergyCO2PerKWh, above 0, is the site's grams of CO2-equivalent per kWh: digests
 	// give a job's emissions beside its energy.
 	EnergyCO2PerKWh float64
+	// BMCRedfish is the node's chassis on its BMC, read through Redfish for the node's
+	// whole power ("": none); %n is the node's name. BMCUser and BMCPasswordFile are
+	// the account's (the password in a file only its owner reads), BMCCA the
+	// certificates the BMC's is checked against ("": the system's); BMCTimeout bounds
+	// one request.
+	BMCRedfish, BMCUser, BMCPasswordFile, BMCCA string
+	BMCTimeout                                  time.Duration
 	// Thresholds override property thresholds: Threshold.<id>=<number>[unit].
 	// The ids are checked against the catalog when the engine starts.
 	Thresholds map[string]float64
@@ -167,7 +174,7 @@ var groupRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 
 // Defaults is the configuration without a file.
 func Defaults() Config {
-	return Config{SlurmRestdTimeout: 10 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
+	return Config{SlurmRestdTimeout: 10 * time.Second, BMCTimeout: 2 * time.Second, Cycle: 60 * time.Second, CollectorRetention: 30 * 24 * time.Hour,
 		JobRetention: 400 * 24 * time.Hour, RollupRetention: 3650 * 24 * time.Hour,
 		DigestMinSeconds: 300, Digest: true, AccountingSummary: true, MailProg: "/usr/bin/mail", ReportMinWastedHours: 10,
 		NoticeIdleGPUAfter: time.Hour, NoticeIdleCPUAfter: 2 * time.Hour, NoticeMail: true, CalibrationDir: "/var/lib/persyst/calibration", NodePort: 16831,
@@ -208,6 +215,25 @@ var fields = []field{
 		}
 		c.EnergyCO2PerKWh = f
 		return nil
+	}},
+	{"BMCRedfish", func(c *Config, v string) error {
+		u, err := url.Parse(strings.ReplaceAll(v, "%n", "node"))
+		if err == nil && u.User != nil {
+			return errors.New("the account goes in BMCUser and BMCPasswordFile, not in the URL (not repeated here)")
+		}
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("want https://HOST/redfish/v1/Chassis/ID (%%n: the node's name; the account in BMCUser), got %q", v)
+		}
+		c.BMCRedfish = v
+		return nil
+	}},
+	{"BMCUser", func(c *Config, v string) error { c.BMCUser = v; return nil }},
+	{"BMCPasswordFile", func(c *Config, v string) error { return absPath(&c.BMCPasswordFile, v) }},
+	{"BMCCA", func(c *Config, v string) error { return absPath(&c.BMCCA, v) }},
+	{"BMCTimeout", func(c *Config, v string) error {
+		d, err := parseSeconds(v)
+		c.BMCTimeout = d
+		return err
 	}},
 	{"DigestMinSeconds", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)

@@ -58,6 +58,13 @@ func TestParse(t *testing.T) {
 		{"bad GPU index", "GPUIndex=pci", Config{}, `test.conf:1: GPUIndex: want nvml or minor, got "pci"`},
 		{"powercap tree", "PowercapDir=/host/sys/class/powercap", with(func(c *Config) { c.PowercapDir = "/host/sys/class/powercap" }), ""},
 		{"relative powercap tree", "PowercapDir=sys", Config{}, `test.conf:1: PowercapDir: want an absolute path, got "sys"`},
+		{"BMC", "BMCRedfish=https://%n-bmc/redfish/v1/Chassis/1\nBMCUser=persyst\nBMCPasswordFile=/etc/persyst/bmc.secret\nBMCCA=/etc/persyst/bmc-ca.pem\nBMCTimeout=1.5",
+			with(func(c *Config) {
+				c.BMCRedfish, c.BMCUser, c.BMCPasswordFile, c.BMCCA = "https://%n-bmc/redfish/v1/Chassis/1", "persyst", "/etc/persyst/bmc.secret", "/etc/persyst/bmc-ca.pem"
+				c.BMCTimeout = 1500 * time.Millisecond
+			}), ""},
+		{"BMC without a host", "BMCRedfish=/redfish/v1/Chassis/1", Config{}, `test.conf:1: BMCRedfish: want https://HOST/redfish/v1/Chassis/ID (%n: the node's name; the account in BMCUser), got "/redfish/v1/Chassis/1"`},
+		{"BMC account in the URL", "BMCRedfish=https://root:calvin@bmc/redfish/v1/Chassis/1", Config{}, `test.conf:1: BMCRedfish: the account goes in BMCUser and BMCPasswordFile, not in the URL (not repeated here)`},
 		{"carbon factor", "EnergyCO2PerKWh=380.5", with(func(c *Config) { c.EnergyCO2PerKWh = 380.5 }), ""},
 		{"negative carbon factor", "EnergyCO2PerKWh=-1", Config{}, `test.conf:1: EnergyCO2PerKWh: want grams of CO2-equivalent per kWh between 0 and 5000, got "-1"`},
 		{"site store on MariaDB", "SiteStore=mysql://persyst@db1/persyst?password-file=/etc/persyst/db.pass",

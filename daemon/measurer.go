@@ -12,6 +12,7 @@ import (
 	"github.com/persyst/persyst/daemon/jobcgroup"
 	"github.com/persyst/persyst/daemon/kmsg"
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/measure/redfish"
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
@@ -51,6 +52,9 @@ type MeasureConfig struct {
 	// PowercapDir is where the node's powercap tree lies ("": the root's
 	// sys/class/powercap; persyst.conf's PowercapDir).
 	PowercapDir string
+	// NodeMeter reads the node's own power meter, its BMC, at most once a cycle (nil:
+	// none; persyst.conf's BMC keys).
+	NodeMeter *redfish.Options
 	// Metrics counts the daemon's work for Prometheus (nil: not counted).
 	Metrics *exporter.Daemon
 	// Notice says when a running job that holds resources without using them is told.
@@ -107,7 +111,7 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	samples := newSampleFiles(cfg.StateDir, measure.DefaultSampleBytes, log)
 	samples.sweep(func(id uint32) bool { j := reg.Job(id); return j != nil && j.Ended == nil })
 	opts := measure.EnvOptions{Host: m.host, Enable: cfg.Enable, Log: log, Now: now, SyscallBudget: cfg.SyscallBudget,
-		SyscallLinger: measure.SyscallLinger}
+		SyscallLinger: measure.SyscallLinger, NodeMeter: cfg.NodeMeter}
 	var mounts []jobcgroup.Mount
 	if cfg.Disabled {
 		opts.PerfWhy = "measurement is turned off"

@@ -9,16 +9,20 @@ import (
 	"github.com/persyst/persyst/sample"
 )
 
-// Energy is what a job's processors, memory and GPUs used on the nodes measured: the
-// RAPL counters' (the node's while the job had it alone, else the job's share, an
-// estimate) and NVML's for its GPUs. It is information, never a finding.
+// Energy is what a job used on the nodes measured: the node's own meter's (its BMC's)
+// where it gave a reading all along, else the RAPL counters' of its processors and
+// memory and NVML's of its GPUs; the node's while the job had it alone, else the job's
+// share (an estimate). It is information, never a finding.
 type Energy struct {
 	Joules float64 `json:"joules"`
 	KWh    float64 `json:"kwh"`
-	// Parts are the joules of each counter that makes up Joules: "cpu" (the processor
-	// packages), "dram", "platform" (RAPL psys, where no package counter is read) and
-	// "gpus".
+	// Parts are the joules of each counter that makes up Joules: "node" (the node's
+	// meter: everything in the node), or "cpu" (the processor packages), "dram",
+	// "platform" (RAPL psys, where no package counter is read) and "gpus".
 	Parts map[string]float64 `json:"parts"`
+	// Within are the parts measured inside the node's meter's ("cpu", "dram", "gpus"):
+	// already in Joules.
+	Within map[string]float64 `json:"within,omitempty"`
 	// Estimate: a share of a shared node's energy is in it (by CPU time or memory).
 	Estimate bool `json:"estimate,omitempty"`
 	// How says where the energy came from (sample.MethodEnergy; the GPUs' from NVML).
@@ -32,8 +36,22 @@ type Energy struct {
 }
 
 // energyParts are the joules of each part of a job's energy in a meter's totals (none:
-// no counter measured it).
-func energyParts(totals map[string]float64) map[string]float64 {
+// no counter measured it): the node's meter's where it read the whole job (the rest
+// then within it), else the RAPL counters' and the GPUs'.
+func energyParts(totals map[string]float64) (parts, within map[string]float64) {
+	parts = raplParts(totals)
+	node, ok := totals[sample.EnergyNodeJoules]
+	switch {
+	case ok && totals[sample.EnergyNodeMissedSeconds] == 0:
+		return map[string]float64{"node": node}, parts
+	case ok && len(parts) == 0:
+		parts["node"] = node // the meter's, without the seconds it did not read
+	}
+	return parts, nil
+}
+
+// raplParts are the joules of the RAPL counters and the GPUs in a meter's totals.
+func raplParts(totals map[string]float64) map[string]float64 {
 	parts := map[string]float64{}
 	if v, ok := totals[sample.EnergyPkgJoules]; ok {
 		parts["cpu"] = v
@@ -51,7 +69,7 @@ func energyParts(totals map[string]float64) map[string]float64 {
 
 // EnergyJoules is a job's energy so far in a meter's totals; -1: no counter measured it.
 func EnergyJoules(totals map[string]float64) float64 {
-	parts := energyParts(totals)
+	parts, _ := energyParts(totals)
 	if len(parts) == 0 {
 		return -1
 	}
@@ -64,15 +82,15 @@ func EnergyJoules(totals map[string]float64) float64 {
 
 // energyOf is a job's energy from what was measured of it (nil: nothing measured it).
 func energyOf(m sample.Summary, nodes []string, co2PerKWh float64) *Energy {
-	parts := energyParts(m.Totals)
+	parts, within := energyParts(m.Totals)
 	if len(parts) == 0 {
 		return nil
 	}
 	how := m.Methods[sample.MethodEnergy]
-	if _, ok := parts["gpus"]; ok {
+	if _, ok := parts["gpus"]; ok || within["gpus"] > 0 {
 		how = strings.TrimPrefix(how+"; GPUs: NVML", "; ")
 	}
-	e := &Energy{Parts: parts, How: how, Estimate: strings.Contains(how, "estimate")}
+	e := &Energy{Parts: parts, Within: within, How: how, Estimate: strings.Contains(how, "estimate")}
 	for _, v := range parts {
 		e.Joules += v
 	}
@@ -112,10 +130,13 @@ func EnergyLine(r Report) string {
 		return ""
 	}
 	names := []struct{ key, name string }{{"cpu", "processors"}, {"dram", "memory"}, {"platform", "platform"}, {"gpus", "GPUs"}}
-	var parts []string
+	var parts, within []string
 	for _, n := range names {
 		if v, ok := e.Parts[n.key]; ok {
 			parts = append(parts, n.name+" "+KWh(v/3.6e6))
+		}
+		if v, ok := e.Within[n.key]; ok {
+			within = append(within, n.name+" "+KWh(v/3.6e6))
 		}
 	}
 	s := "Energy: " + KWh(e.KWh)
@@ -123,8 +144,18 @@ func EnergyLine(r Report) string {
 		s = "Energy on " + strings.Join(e.Nodes, ", ") + " (not on the job's other nodes): " + KWh(e.KWh)
 	}
 	var about []string
+	if _, ok := e.Parts["node"]; ok {
+		m := "the whole node's, from its own meter"
+		if len(within) > 0 {
+			m += "; of it " + strings.Join(within, ", ")
+		}
+		about = append(about, m)
+	}
 	if len(parts) > 1 {
 		about = append(about, strings.Join(parts, ", "))
+	}
+	if strings.Contains(e.How, "gave no reading") {
+		about = append(about, "the node's own meter gave no reading for part of the job: its fans, disks and power supply are not counted")
 	}
 	if e.Estimate {
 		about = append(about, "a share of a shared node's by CPU time and memory, an estimate")

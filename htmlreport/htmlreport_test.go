@@ -260,6 +260,28 @@ func TestGPUCharts(t *testing.T) {
 	}
 }
 
+// TestPowerCharts: the power of the processors and memory (RAPL) and of the whole node
+// (its own meter) are charted where they were measured, and only there.
+func TestPowerCharts(t *testing.T) {
+	in := job(1, 2, 10)
+	for i := range in.Nodes[0].Samples {
+		s := &in.Nodes[0].Samples[i]
+		if s.Seconds > 0 {
+			s.Job[sample.EnergyPkgJoules], s.Job[sample.EnergyRAMJoules] = 100*s.Seconds, 10*s.Seconds
+			s.Job[sample.EnergyNodeJoules] = 300 * s.Seconds
+		}
+	}
+	page := render(t, FromSamples(in))
+	for _, want := range []string{`id="chart-power"`, `id="chart-node_power"`, "Power of the whole node (its own meter, BMC)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if page := render(t, FromSamples(job(1, 2, 10))); strings.Contains(page, `id="chart-node_power"`) || strings.Contains(page, `id="chart-power"`) {
+		t.Error("a power chart for a job whose energy was not measured")
+	}
+}
+
 // TestPhases: a job's phases are numbered grey bands on every chart, with the phases
 // and the interference stated above the findings and each finding's phases under it.
 func TestPhases(t *testing.T) {

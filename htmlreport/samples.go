@@ -62,6 +62,7 @@ var metrics = []metric{
 	{"ctxsw", "Context switches", "/s", rate("context-switches")},
 	// Where the node's energy counters were read (docs/metrics.md, Energy).
 	{"power", "Power of the processors and memory (RAPL)", "W", cpuPower},
+	{"node_power", "Power of the whole node (its own meter, BMC)", "W", rate(sample.EnergyNodeJoules)},
 	// A GPU job's: drawn only where GPUs were measured.
 	{"gpu", "GPUs busy", "GPUs", rate(sample.GPUBusySeconds)},
 	{"gpu_sm", "GPU SMs busy (in GPUs)", "GPUs", rate(sample.GPUSMActiveSeconds)},

@@ -2,16 +2,22 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/measure/powercap/fakepowercap"
+	"github.com/persyst/persyst/daemon/measure/redfish/fakebmc"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/sample"
 )
@@ -48,14 +54,80 @@ func raplAtPower(t *testing.T) string {
 	return dir
 }
 
+// The FAKE BMC of TestEnergy (no machine here has one): a Redfish server in each test
+// node's network namespace, on its loopback, the node at bmcWatts.
+const (
+	bmcWatts = 300.0
+	bmcAddr  = "127.0.0.1:16623"
+)
+
+// bmcIn serves a FAKE BMC for the cluster's nodes, each in its node's network
+// namespace, until the test ends, with cert.
+func bmcIn(t *testing.T, c *cluster, bmc *fakebmc.BMC, cert tls.Certificate) {
+	t.Helper()
+	prefix := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "PERSYST_NETNS_PREFIX="); ok {
+			prefix = v
+		}
+	}
+	for _, n := range c.nodes {
+		bmc.Set(n, bmcWatts)
+		t.Cleanup(fakebmc.Serve(listenIn(t, "/run/netns/"+prefix+n, bmcAddr), bmc, cert))
+	}
+}
+
+// listenIn listens on addr in the network namespace ns (a file of /run/netns).
+func listenIn(t *testing.T, ns, addr string) net.Listener {
+	t.Helper()
+	runtime.LockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	target, err := os.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		t.Fatalf("enter %s: %v", ns, err)
+	}
+	ln, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread stays locked, in the wrong namespace, and ends with the test.
+		t.Fatalf("back from %s: %v", ns, err)
+	}
+	runtime.UnlockOSThread()
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	return ln
+}
+
 // TestEnergy: every job's energy from the node's RAPL counters (a FAKE powercap tree
-// advancing at a set power and wrapping, on the test cluster's node): two jobs sharing
-// the node get the package's energy in proportion to the CPU time each used, adding up
-// to the node's within 2 %, and say it is an estimate; a job alone on it gets the node's;
-// the digest and the JSON report give it in kWh, with the site's CO2 factor.
+// advancing at a set power and wrapping, on the test cluster's node) and its own power
+// meter (a FAKE BMC read through Redfish): two jobs sharing the node get the package's
+// and the node's energy in proportion to the CPU time each used, adding up to the
+// node's within 2 %, and say it is an estimate; a job alone on it gets the node's; the
+// digest and the JSON report give it in kWh, with the site's CO2 factor; a job during
+// which the BMC stops answering gets RAPL's alone, and says so.
 func TestEnergy(t *testing.T) {
 	defer sideBySide(t)()
-	c := startCluster(t, 2, "PERSYST_CONF_EXTRA=PowercapDir="+raplAtPower(t)+"\nEnergyCO2PerKWh=400")
+	caFile := filepath.Join(t.TempDir(), "bmc-ca.pem")
+	os.Chmod(filepath.Dir(caFile), 0o755)
+	cert, ca, err := fakebmc.Certificate(strings.Split(bmcAddr, ":")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 2, "PERSYST_CONF_EXTRA=PowercapDir="+raplAtPower(t)+"\nEnergyCO2PerKWh=400"+
+		"\nBMCRedfish=https://"+bmcAddr+"/redfish/v1/Chassis/%n\nBMCCA="+caFile)
+	bmc := fakebmc.New(nil)
+	bmcIn(t, c, bmc, cert)
 	out := filepath.Join(c.work, "energy-%j.out")
 	on1 := []string{"-w", c.nodes[0], "-c", "1", "--mem=100M", "-o", out}
 	// One job spins a CPU, the other keeps one busy about a third of the time.
@@ -78,14 +150,46 @@ func TestEnergy(t *testing.T) {
 		c.debugJob(t, alone)
 		t.Fatalf("job %d alone on the node: no energy in its report", alone)
 	}
-	if want := (pkgWatts + dramWatts) * r.Seconds; math.Abs(e.Joules-want) > 0.02*want || e.Estimate || !strings.Contains(e.How, "alone") {
-		t.Errorf("job %d alone on the node for %.2f s: %.1f J (%s, estimate %v), want the node's %.1f J", alone, r.Seconds, e.Joules, e.How, e.Estimate, want)
+	if want := bmcWatts * r.Seconds; math.Abs(e.Joules-want) > 0.02*want || e.Estimate || !strings.Contains(e.How, "alone") || e.Parts["node"] == 0 {
+		t.Errorf("job %d alone on the node for %.2f s: %.1f J (%s, estimate %v), want the node's meter's %.1f J", alone, r.Seconds, e.Joules, e.How, e.Estimate, want)
+	}
+	if want := (pkgWatts + dramWatts) * r.Seconds; math.Abs(e.Within["cpu"]+e.Within["dram"]-want) > 0.02*want {
+		t.Errorf("job %d alone on the node: processors and memory %+v, want RAPL's %.1f J within the node's", alone, e.Within, want)
 	}
 	text := digest.Text(*r, digest.TextOptions{})
 	b, err := os.ReadFile(strings.ReplaceAll(out, "%j", fmt.Sprint(alone)))
 	t.Logf("job %d alone: %.1f J over %.2f s; its output:\n%s", alone, e.Joules, r.Seconds, b)
-	if err != nil || !strings.Contains(string(b), digest.KWh(e.KWh)) || !strings.Contains(text, "g CO2e") {
-		t.Errorf("job %d: its digest gives no energy (%s) and CO2 (%v):\n%s", alone, digest.KWh(e.KWh), err, b)
+	if err != nil || !strings.Contains(string(b), digest.KWh(e.KWh)) || !strings.Contains(text, "g CO2e") || !strings.Contains(text, "from its own meter") {
+		t.Errorf("job %d: its digest gives no energy (%s), CO2, or the node's meter (%v):\n%s", alone, digest.KWh(e.KWh), err, b)
+	}
+	bmcGone(t, c, bmc, on1)
+}
+
+// bmcGone: a job during which the node's BMC stops answering gets the energy of RAPL
+// alone, and says so.
+func bmcGone(t *testing.T, c *cluster, bmc *fakebmc.BMC, on []string) {
+	t.Helper()
+	id := c.sbatch(t, nil, append(on, "--wrap", "timeout 8 sh -c 'while :; do :; done'; true")...)
+	c.waitJob(t, c.nodes[0], id, "running", func(j *daemon.Job) bool { return j != nil })
+	time.Sleep(3 * time.Second)
+	bmc.Answer(false)
+	defer bmc.Answer(true)
+	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+		t.Fatalf("job %d: %s", id, st)
+	}
+	r := c.jobReport(t, id)
+	e := r.Energy
+	if e == nil {
+		c.debugJob(t, id)
+		t.Fatalf("job %d: no energy in its report", id)
+	}
+	text := digest.Text(*r, digest.TextOptions{})
+	t.Logf("job %d, the BMC gone 3 s in: %.1f J over %.2f s (%s)\n%s", id, e.Joules, r.Seconds, e.How, text)
+	if want := (pkgWatts + dramWatts) * r.Seconds; math.Abs(e.Joules-want) > 0.02*want || e.Parts["node"] != 0 {
+		t.Errorf("job %d: %.1f J, parts %v; want RAPL's alone, %.1f J", id, e.Joules, e.Parts, want)
+	}
+	if !strings.Contains(e.How, "gave no reading") || !strings.Contains(e.How, "RAPL's alone") || !strings.Contains(strings.Join(strings.Fields(text), " "), "the node's own meter gave no reading for part of the job") {
+		t.Errorf("job %d: how its energy was measured: %q; want the BMC's silence said, in the digest too", id, e.How)
 	}
 }
 
@@ -105,10 +209,27 @@ func checkShared(t *testing.T, c *cluster, a, b uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := fakepowercap.Together(sa, sb, sample.EnergyPkgJoules)
+	for _, m := range []struct {
+		metric string
+		watts  float64
+	}{{sample.EnergyPkgJoules, pkgWatts}, {sample.EnergyNodeJoules, bmcWatts}} {
+		checkSharedMetric(t, c, a, b, sa, sb, m.metric, m.watts)
+	}
+	for _, id := range []uint32{a, b} {
+		if e := c.jobReport(t, id).Energy; e == nil || !e.Estimate || !strings.Contains(e.How, "an estimate") {
+			t.Errorf("job %d shared the node: its energy %+v, want one said to be an estimate", id, e)
+		}
+	}
+}
+
+// checkSharedMetric checks two jobs' shares of one of the node's counters, at watts.
+func checkSharedMetric(t *testing.T, c *cluster, a, b uint32, sa, sb []sample.Sample, metric string, watts float64) {
+	t.Helper()
+	node := c.nodes[0]
+	j := fakepowercap.Together(sa, sb, metric)
 	ea, eb, ca, cb, secs, intervals := j.A, j.B, j.CPUA, j.CPUB, j.Seconds, j.Intervals
-	t.Logf("jobs %d and %d on %s: %d intervals together, %.2f s; package energy %.1f J and %.1f J (node %.1f J); CPU time %.2f s and %.2f s; worst interval %.2f %% off",
-		a, b, node, intervals, secs, ea, eb, pkgWatts*secs, ca, cb, 100*j.Worst)
+	t.Logf("jobs %d and %d on %s: %d intervals together, %.2f s; %s %.1f J and %.1f J (node %.1f J); CPU time %.2f s and %.2f s; worst interval %.2f %% off",
+		a, b, node, intervals, secs, metric, ea, eb, watts*secs, ca, cb, 100*j.Worst)
 	if intervals < 5 || cb == 0 || eb == 0 {
 		for _, id := range []uint32{a, b} {
 			c.debugJob(t, id)
@@ -121,14 +242,9 @@ func checkShared(t *testing.T, c *cluster, a, b uint32) {
 	// two differ by up to 4 % here (one interval up to 7 %), most for the job that starts
 	// a process three times a second.
 	if got, want := ea/eb, ca/cb; math.Abs(got-want) > 0.05*want {
-		t.Errorf("energy %.3f times the other's, CPU time %.3f times: want them within 5 %%", got, want)
+		t.Errorf("%s: energy %.3f times the other's, CPU time %.3f times: want them within 5 %%", metric, got, want)
 	}
-	if sum, node := ea+eb, pkgWatts*secs; math.Abs(sum-node) > 0.02*node {
-		t.Errorf("the jobs' shares add up to %.1f J, the node counted %.1f J: want them within 2 %%", sum, node)
-	}
-	for _, id := range []uint32{a, b} {
-		if e := c.jobReport(t, id).Energy; e == nil || !e.Estimate || !strings.Contains(e.How, "an estimate") {
-			t.Errorf("job %d shared the node: its energy %+v, want one said to be an estimate", id, e)
-		}
+	if sum, node := ea+eb, watts*secs; math.Abs(sum-node) > 0.02*node {
+		t.Errorf("%s: the jobs' shares add up to %.1f J, the node counted %.1f J: want them within 2 %%", metric, sum, node)
 	}
 }

@@ -82,6 +82,10 @@ const (
 	EnergyPkgJoules  = "energy_pkg_joules"
 	EnergyRAMJoules  = "energy_ram_joules"
 	EnergyPsysJoules = "energy_psys_joules"
+	// The node's own power meter (its BMC): the whole node's energy, shared out like
+	// RAPL's; the seconds of the job in which the meter could not be read.
+	EnergyNodeJoules        = "energy_node_joules"
+	EnergyNodeMissedSeconds = "energy_node_missed_seconds"
 	// MethodEnergy is the Summary.Methods entry that says where a job's energy came from
 	// and how its share of a shared node's was taken.
 	MethodEnergy = "energy"
@@ -205,6 +209,8 @@ var metrics = []Metric{
 	{EnergyPkgJoules, Counter, "joules", "energy of the processor packages (RAPL): the node's while the job had it alone, else the job's share by its CPU time"},
 	{EnergyRAMJoules, Counter, "joules", "energy of the DRAM (RAPL): the node's while the job had it alone, else the job's share by its memory"},
 	{EnergyPsysJoules, Counter, "joules", "energy of the platform (RAPL psys, where the processor counts it): the node's while the job had it alone, else the job's share by its CPU time"},
+	{EnergyNodeJoules, Counter, "joules", "energy of the whole node from its own power meter (BMC, Redfish): the node's while the job had it alone, else the job's share by its CPU time"},
+	{EnergyNodeMissedSeconds, Counter, "seconds", "seconds of the job in which the node's power meter (BMC) gave no reading: its energy is then RAPL's alone"},
 	{GPUs, Gauge, "count", "NVIDIA GPUs of the job on the node, measured"},
 	{GPUBusySeconds, Counter, "seconds", "GPU-seconds in which a kernel ran (NVML utilization, per GPU, times the interval)"},
 	{GPUUnusedSeconds, Counter, "seconds", "GPU-seconds of GPUs that ran no kernel in the interval (under 1 % busy)"},

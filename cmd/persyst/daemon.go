@@ -13,6 +13,7 @@ import (
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon"
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/daemon/measure/redfish"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
@@ -88,11 +89,20 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version,
 			WebConfig: conf.MetricsWebConfig, JobLabels: conf.MetricsJobLabels, TreeRefused: auth.RefusedBy},
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget, GPUIndex: conf.GPUIndex,
-			PowercapDir: conf.PowercapDir,
+			PowercapDir: conf.PowercapDir, NodeMeter: nodeMeter(conf, o.node, o.cycle),
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf),
 				CO2PerKWh: conf.EnergyCO2PerKWh},
 			Notice: noticeConfig(conf, expand(o.stateDir))},
 	}, log, time.Now)
+}
+
+// nodeMeter is how the node's BMC is read (nil: persyst.conf names none).
+func nodeMeter(conf config.Config, node string, cycle time.Duration) *redfish.Options {
+	if conf.BMCRedfish == "" {
+		return nil
+	}
+	return &redfish.Options{URL: strings.ReplaceAll(conf.BMCRedfish, "%n", node), User: conf.BMCUser, PasswordFile: conf.BMCPasswordFile,
+		CAFile: conf.BMCCA, Timeout: min(conf.BMCTimeout, cycle/2), Interval: cycle}
 }
 
 // accountingWriter keeps jobs' summaries in Slurm's accounting with scontrol, unless

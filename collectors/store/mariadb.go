@@ -10,48 +10,13 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/collectors/store/target"
+	"github.com/persyst/persyst/internal/secret"
 )
-
-// readPassword reads a password file: a regular file, not a link, that neither its
-// group nor others may read, owned by root or by the user reading it.
-func readPassword(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return "", fmt.Errorf("store: password file: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("store: password file: %w", err)
-	}
-	sys, _ := st.Sys().(*syscall.Stat_t)
-	switch {
-	case !st.Mode().IsRegular():
-		return "", fmt.Errorf("store: password file %s: not a regular file", path)
-	case st.Mode().Perm()&0o077 != 0:
-		return "", fmt.Errorf("store: password file %s: mode %04o lets others read it; chmod 600", path, st.Mode().Perm())
-	case sys != nil && sys.Uid != 0 && int(sys.Uid) != os.Geteuid():
-		return "", fmt.Errorf("store: password file %s: owned by uid %d, want root or the user running persyst", path, sys.Uid)
-	case st.Size() > 4096:
-		return "", fmt.Errorf("store: password file %s: %d bytes, want one line", path, st.Size())
-	}
-	b := make([]byte, st.Size())
-	if _, err := f.ReadAt(b, 0); err != nil && st.Size() > 0 {
-		return "", fmt.Errorf("store: password file %s: %w", path, err)
-	}
-	pw := strings.TrimRight(string(b), "\r\n")
-	if pw == "" || strings.ContainsAny(pw, "\n") {
-		return "", fmt.Errorf("store: password file %s: want the password alone on one line", path)
-	}
-	return pw, nil
-}
 
 // mysqlSessionMode is every session's sql_mode: double-quoted names, || and an UPDATE's
 // assignments (each reads the row as it was) as in SQLite, and errors, not silent
@@ -64,7 +29,7 @@ func mysqlConfig(t target.MySQL, timeout time.Duration) (*mysql.Config, error) {
 	c := mysql.NewConfig()
 	c.User, c.Net, c.Addr, c.DBName = t.User, t.Net, t.Addr, t.Database
 	if t.PasswordFile != "" {
-		pw, err := readPassword(t.PasswordFile)
+		pw, err := secret.Read(t.PasswordFile)
 		if err != nil {
 			return nil, err
 		}

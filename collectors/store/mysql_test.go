@@ -1,8 +1,6 @@
 package store
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -106,40 +104,5 @@ func TestMySQLArgs(t *testing.T) {
 	}
 	if _, err := q.args([]any{"a"}); err == nil {
 		t.Error("one argument for a query that takes two: no error")
-	}
-}
-
-func TestReadPassword(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("good", "pa ss\n", 0o600)
-	if pw, err := readPassword(good); err != nil || pw != "pa ss" {
-		t.Errorf("a good file: %q, %v", pw, err)
-	}
-	link := filepath.Join(dir, "link")
-	if err := os.Symlink(good, link); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ path, err string }{
-		{write("open", "pw\n", 0o644), "mode 0644"},
-		{write("empty", "", 0o600), "alone on one line"},
-		{write("two", "a\nb\n", 0o600), "alone on one line"},
-		{link, "symbolic link"},
-		{dir, "not a regular file"},
-		{filepath.Join(dir, "missing"), "no such file"},
-	} {
-		pw, err := readPassword(tc.path)
-		if err == nil || !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("%s: %q, error %v; want one with %q", tc.path, pw, err, tc.err)
-		}
 	}
 }

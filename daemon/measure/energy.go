@@ -29,13 +29,29 @@ import (
 // memory each holds; in an interval in which no job used the CPUs, by the CPUs each
 // holds. What one job is given is then an estimate, and said so; the jobs' shares add
 // up to the node's.
+//
+// Where the node has a power meter of its own (its BMC, read through Redfish: NodeMeter),
+// the node's whole energy (fans, disks, network, the power supply's loss besides the
+// processors and memory) is shared out the same way, by CPU time, as
+// sample.EnergyNodeJoules; the seconds it could not be read in are
+// sample.EnergyNodeMissedSeconds, and the job's energy is then RAPL's alone.
 var energyRegistration = Registration{Name: "rapl", Default: true, Metrics: vocabulary(energyNames...), New: newEnergy}
 
-var energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules}
+var energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules, sample.EnergyNodeJoules, sample.EnergyNodeMissedSeconds}
+
+// raplNames are the RAPL counters' metrics.
+var raplNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules}
 
 // energyDomains are the metrics of the node's counters.
 var energyDomains = map[powercap.Domain]string{
 	powercap.Package: sample.EnergyPkgJoules, powercap.DRAM: sample.EnergyRAMJoules, powercap.Platform: sample.EnergyPsysJoules,
+}
+
+// NodeMeter is a node's own power meter (redfish.Meter): the energy counted so far,
+// its resets, or why none.
+type NodeMeter interface {
+	Read(t time.Time) (joules float64, resets int, err error)
+	Name() string
 }
 
 // perfDomains are the power PMU's events of each domain.
@@ -48,6 +64,8 @@ type NodeEnergy struct {
 	stats *cgstats.Reader
 	// How names the counters ("RAPL (powercap)"); "" : none, Why says why.
 	How, Why string
+	// Meter is the node's own power meter (nil: none).
+	Meter NodeMeter
 
 	mu       sync.Mutex
 	zones    []powercap.Zone
@@ -55,17 +73,17 @@ type NodeEnergy struct {
 	perf     *perfcg.Energy
 	at       time.Time
 	last     energyNow
-	total    map[powercap.Domain]float64
-	resets   map[powercap.Domain]int
+	total    map[string]float64
+	resets   map[string]int
 	usage    map[string]jobsUsage
 }
 
-// energyNow is one read of the node's counters: joules counted since the daemon began
-// reading them, how many times each went backwards, and why the read failed.
+// energyNow is one read of the node's counters by metric: joules counted since the daemon
+// began reading them, how many times each went backwards, and why a read failed.
 type energyNow struct {
-	joules map[powercap.Domain]float64
-	resets map[powercap.Domain]int
-	err    error
+	joules map[string]float64
+	resets map[string]int
+	errs   map[string]error
 }
 
 // jobsUsage is one read of the cgroup of all of Slurm's jobs on the node.
@@ -86,7 +104,7 @@ func OpenNodeEnergy(host hostfs.FS, dir string, stats *cgstats.Reader, now func(
 	if now == nil {
 		now = time.Now
 	}
-	e := &NodeEnergy{now: now, stats: stats, total: map[powercap.Domain]float64{}, resets: map[powercap.Domain]int{},
+	e := &NodeEnergy{now: now, stats: stats, total: map[string]float64{}, resets: map[string]int{},
 		usage: map[string]jobsUsage{}}
 	zones, zerr := powercap.Zones(host.Path(cmp.Or(dir, "/sys/class/powercap")))
 	if zerr == nil {
@@ -138,7 +156,7 @@ func (e *NodeEnergy) read() energyNow {
 		errs = append(errs, err)
 		for ev, j := range joules {
 			if d, ok := perfDomains[ev]; ok {
-				e.total[d] = j
+				e.total[energyDomains[d]] = j
 			}
 		}
 	default:
@@ -150,12 +168,25 @@ func (e *NodeEnergy) read() energyNow {
 			}
 			j, err := e.counters[i].Add(uj)
 			if errors.Is(err, powercap.ErrBackwards) {
-				e.resets[z.Domain]++
+				e.resets[energyDomains[z.Domain]]++
 			}
-			e.total[z.Domain] += j
+			e.total[energyDomains[z.Domain]] += j
 		}
 	}
-	e.last = energyNow{joules: maps.Clone(e.total), resets: maps.Clone(e.resets), err: errors.Join(errs...)}
+	now := energyNow{joules: maps.Clone(e.total), resets: maps.Clone(e.resets), errs: map[string]error{}}
+	if err := errors.Join(errs...); err != nil {
+		for _, n := range raplNames {
+			now.errs[n] = err
+		}
+	}
+	if e.Meter != nil {
+		j, resets, err := e.Meter.Read(t)
+		now.joules[sample.EnergyNodeJoules], now.resets[sample.EnergyNodeJoules] = j, resets
+		if err != nil {
+			now.errs[sample.EnergyNodeJoules] = err
+		}
+	}
+	e.last = now
 	return e.last
 }
 
@@ -225,6 +256,11 @@ type energySource struct {
 	have, prevAlone  bool
 	alone, shared    bool // intervals the job had the node to itself, and shared it
 	byCPUs           bool // an interval shared by the CPUs held (no job used any)
+	// metered and missed are the seconds the node's meter gave the job a share in, and
+	// did not; missedAt and missedWhy say when it first did not, and why.
+	metered, missed float64
+	missedAt        time.Time
+	missedWhy       string
 }
 
 func newEnergy(env *Env, _ *Spec) (Source, error) {
@@ -233,7 +269,7 @@ func newEnergy(env *Env, _ *Spec) (Source, error) {
 
 func (s *energySource) Read(r *Read) error {
 	e := s.node
-	if e == nil || e.How == "" {
+	if e == nil || (e.How == "" && e.Meter == nil) {
 		why := "not available: no energy counters read on this node"
 		if e != nil {
 			why = e.Why
@@ -243,6 +279,14 @@ func (s *energySource) Read(r *Read) error {
 		}
 		return nil
 	}
+	if e.How == "" {
+		for _, n := range raplNames {
+			r.NotMeasured(n, e.Why)
+		}
+	}
+	if e.Meter == nil {
+		r.NotMeasured(sample.EnergyNodeJoules, "not available: the node has no power meter configured (BMCRedfish)")
+	}
 	cur := e.read()
 	alone, _ := r.Exclusive()
 	all, job := s.usage(r.Spec)
@@ -250,7 +294,7 @@ func (s *energySource) Read(r *Read) error {
 		s.share(r, cur, all, job, alone && s.prevAlone)
 	}
 	s.prev, s.prevAll, s.prevJob, s.prevAlone, s.have = cur, all, job, alone, true
-	return cur.err
+	return cur.errs[sample.EnergyPkgJoules]
 }
 
 // usage reads all jobs' and the job's CPU time and memory: in Slurm's cgroups of the job
@@ -281,34 +325,57 @@ func (s *energySource) share(r *Read, cur energyNow, all, job jobsUsage, alone b
 	if !alone {
 		cpuShare, memShare, why = s.shares(r, all, job)
 	}
-	for d, name := range energyDomains {
-		now, ok := cur.joules[d]
-		before, had := s.prev.joules[d]
+	for _, name := range energyNames[:4] {
+		now, ok := cur.joules[name]
+		before, had := s.prev.joules[name]
+		err := cmp.Or(cur.errs[name], s.prev.errs[name])
 		switch {
-		case !ok && !had:
-			r.NotMeasured(name, "no such RAPL counter on this node")
+		case !ok && !had && cur.errs[name] == nil:
+			if name != sample.EnergyNodeJoules {
+				r.NotMeasured(name, "no such RAPL counter on this node")
+			}
+		case err != nil:
+			r.NotMeasured(name, "not measured in this interval: "+err.Error())
 		case !ok || !had:
 			r.NotMeasured(name, "not measured in this interval: the counter was not read at both ends")
-		case cur.err != nil:
-			r.NotMeasured(name, "not measured in this interval: "+cur.err.Error())
-		case s.prev.err != nil:
-			r.NotMeasured(name, "not measured in this interval: "+s.prev.err.Error())
-		case cur.resets[d] != s.prev.resets[d]:
+		case cur.resets[name] != s.prev.resets[name]:
 			r.NotMeasured(name, "not measured in this interval: the node's counter went backwards")
 		case why != "":
 			r.NotMeasured(name, why)
 		default:
 			f := cpuShare
-			if d == powercap.DRAM {
+			if name == sample.EnergyRAMJoules {
 				f = memShare
 			}
 			r.Sample.Job[name] = max(now-before, 0) * f
 		}
 	}
+	s.meterCovered(r, cur, why)
 	if why == "" {
 		s.alone = s.alone || alone
 		s.shared = s.shared || !alone
 	}
+}
+
+// meterCovered counts the interval as one the node's meter gave the job its share of, or
+// one it did not (the job's energy is then RAPL's alone, and the digest says so).
+func (s *energySource) meterCovered(r *Read, cur energyNow, why string) {
+	if s.node.Meter == nil || why != "" {
+		return
+	}
+	if _, ok := r.Sample.Job[sample.EnergyNodeJoules]; ok {
+		s.metered += r.Sample.Seconds
+		return
+	}
+	r.Sample.Job[sample.EnergyNodeMissedSeconds] = r.Sample.Seconds
+	if s.missed == 0 {
+		s.missedAt = r.Sample.Time.Add(-time.Duration(r.Sample.Seconds * float64(time.Second)))
+		s.missedWhy = "its counter went backwards"
+		if err := cmp.Or(cur.errs[sample.EnergyNodeJoules], s.prev.errs[sample.EnergyNodeJoules]); err != nil {
+			s.missedWhy = err.Error()
+		}
+	}
+	s.missed += r.Sample.Seconds
 }
 
 // shares are the job's shares of the packages' and of the DRAM's energy in an interval of
@@ -341,22 +408,40 @@ func (s *energySource) shares(r *Read, all, job jobsUsage) (cpu, mem float64, wh
 
 // Method says where the energy came from and how the job's share was taken.
 func (s *energySource) Method() (string, string) {
-	if s.node == nil || s.node.How == "" || (!s.alone && !s.shared) {
+	e := s.node
+	if e == nil || (!s.alone && !s.shared) {
 		return "", ""
 	}
-	how := s.node.How
+	how, rapl := e.How, ""
+	if e.Meter != nil && s.missed == 0 && s.metered > 0 {
+		how = e.Meter.Name()
+		if e.How != "" {
+			rapl = "; of it, the processors and memory: " + e.How
+		}
+	}
 	switch {
 	case s.shared && s.alone:
 		how += ": the node's while the job had it alone, else the job's share by its CPU time (DRAM: by its memory)"
 	case s.shared:
 		how += ": the job's share of the node's by its CPU time (DRAM: by its memory)"
 	default:
-		return sample.MethodEnergy, how + ": the node's, the job had it alone"
+		how += ": the node's, the job had it alone"
 	}
 	if s.byCPUs {
 		how += "; while no job used the CPUs, by the CPUs each held"
 	}
-	return sample.MethodEnergy, how + ", an estimate"
+	if s.shared {
+		how += ", an estimate"
+	}
+	if s.missed > 0 {
+		how += fmt.Sprintf("; %s gave no reading for %.0f s of the job (from %s: %s)", e.Meter.Name(), s.missed, s.missedAt.Format(time.TimeOnly), s.missedWhy)
+		if e.How != "" {
+			how += ": the job's energy is RAPL's alone"
+		} else {
+			how += ": the node's energy without those seconds"
+		}
+	}
+	return sample.MethodEnergy, how + rapl
 }
 
 func (s *energySource) Close() error { return nil }

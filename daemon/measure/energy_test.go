@@ -1,6 +1,8 @@
 package measure
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -170,4 +172,74 @@ func joules(s sample.Sample, name string) string {
 		return "-"
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// fakeMeter is a FAKE node power meter (no machine here has a BMC): joules the test
+// adds, and an error while it is down.
+type fakeMeter struct {
+	joules float64
+	down   error
+}
+
+func (f *fakeMeter) Read(time.Time) (float64, int, error) { return f.joules, 0, f.down }
+func (f *fakeMeter) Name() string                         { return "the node's meter (FAKE)" }
+
+// TestEnergyNodeMeter: the node's own meter is shared out by CPU time like the
+// packages' RAPL counter; an interval it gave no reading in is counted as missed, and
+// the job's energy is then said to be RAPL's alone.
+func TestEnergyNodeMeter(t *testing.T) {
+	n := newEnergyNode(t)
+	now := time.Unix(1_800_000_000, 0)
+	host := hostfs.New(n.root)
+	stats := cgstats.NewReader(host, cgstats.Options{})
+	env := &Env{Host: host, Stats: stats, Log: zerolog.Nop(), Now: func() time.Time { return now },
+		Enable: map[string]bool{"perf": false, "procio": false, "schedstat": false, "outside": false, "suspend": false, "netdev": false, "infiniband": false, "gpu": false, "syscalls": false}}
+	meter := &fakeMeter{}
+	env.NodeEnergy = OpenNodeEnergy(host, "", stats, env.Now, zerolog.Nop())
+	env.NodeEnergy.Meter = meter
+	open := func(job string) *Meter {
+		m, err := Open(env, Spec{Name: job, CPUs: []int{0}, StatCgroups: map[string]string{"unified": scope + "/" + job},
+			Exclusive: func() bool { return false }, CPUShare: func() float64 { return 0.5 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Read(sample.Start); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := open("job_1"), open("job_2")
+	var got []string
+	cpuA, cpuB := 0, 0
+	for i, down := range []bool{false, false, true, false} {
+		now = now.Add(time.Second)
+		n.tree.Add("intel-rapl:0", 100)
+		n.tree.Add("intel-rapl:0:0", 10)
+		meter.joules += 300
+		meter.down = nil
+		if down {
+			meter.down = errors.New("the node's power meter (BMC) has not answered since 10:00:01: timeout")
+		}
+		cpuA, cpuB = cpuA+750_000, cpuB+250_000
+		n.set(t, scope+"/job_1", cpuA, 100)
+		n.set(t, scope+"/job_2", cpuB, 300)
+		sa, _ := a.Read(sample.Cycle)
+		sb, _ := b.Read(sample.Cycle)
+		got = append(got, fmt.Sprintf("%d: node %s %s, missed %s, package %s", i, joules(sa, sample.EnergyNodeJoules), joules(sb, sample.EnergyNodeJoules),
+			joules(sa, sample.EnergyNodeMissedSeconds), joules(sa, sample.EnergyPkgJoules)))
+	}
+	want := []string{
+		"0: node 225.00 75.00, missed -, package 75.00",
+		// The meter down at the interval's end, and at the next one's start.
+		"1: node 225.00 75.00, missed -, package 75.00",
+		"2: node - -, missed 1.00, package 75.00",
+		"3: node - -, missed 1.00, package 75.00",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("per interval: job_1's and job_2's shares of the node's meter, job_1's seconds missed and package (-want +got):\n%s", diff)
+	}
+	how := a.Summary().Methods[sample.MethodEnergy]
+	if !strings.Contains(how, "gave no reading for 2 s") || !strings.Contains(how, "RAPL's alone") || !strings.Contains(how, "timeout") {
+		t.Errorf("how job_1's energy was measured: %q, want the meter's gap said, and RAPL alone", how)
+	}
 }

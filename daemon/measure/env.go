@@ -10,6 +10,7 @@ import (
 
 	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
+	"github.com/persyst/persyst/daemon/measure/redfish"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/nvml"
@@ -42,6 +43,9 @@ type EnvOptions struct {
 	// PowercapDir ("": the host's sys/class/powercap), else the perf power PMU.
 	Energy      bool
 	PowercapDir string
+	// NodeMeter, with Energy, reads the node's own power meter (its BMC) in the
+	// background (nil: none).
+	NodeMeter *redfish.Options
 	// GPU, if set, reads the node's NVIDIA GPUs through persyst-nvml with these options
 	// (Env.GPU); the helper starts at once in the background where it is installed.
 	GPU         *nvml.Options
@@ -68,6 +72,7 @@ func NewEnv(o EnvOptions) *Env {
 	}
 	if o.Energy {
 		env.NodeEnergy = OpenNodeEnergy(o.Host, o.PowercapDir, env.Stats, o.Now, o.Log)
+		env.startMeter(o)
 	}
 	env.openGPU(o)
 	finish := env.syscalls(o)
@@ -117,6 +122,25 @@ func NewEnv(o EnvOptions) *Env {
 	return env
 }
 
+// startMeter reads the node's own power meter in the background, until Close.
+func (env *Env) startMeter(o EnvOptions) {
+	if o.NodeMeter == nil {
+		return
+	}
+	mo := *o.NodeMeter
+	mo.Now, mo.Log = o.Now, o.Log
+	m, err := redfish.New(mo)
+	if err != nil {
+		o.Log.Warn().Err(err).Msg("the node's power meter (BMC) is not read")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	env.NodeEnergy.Meter = m
+	env.stopMeter = func() { cancel(); <-done }
+}
+
 // outsideShare is how much less than the budget the calls counted for no job may cost
 // (syscount.Sampling.Outside) once they would cost half of it: a program outside every
 // measured job that makes calls without pause, such as a job that opted out, pays an
@@ -151,6 +175,10 @@ func (env *Env) Close() error {
 	if env.Syscalls != nil {
 		errs = append(errs, env.Syscalls.Close())
 		env.Syscalls = nil
+	}
+	if env.stopMeter != nil {
+		env.stopMeter()
+		env.stopMeter = nil
 	}
 	if env.NodeEnergy != nil {
 		errs = append(errs, env.NodeEnergy.Close())

@@ -49,6 +49,8 @@ type Env struct {
 	// NodeEnergy reads the node's energy counters for every job's share (nil: energy
 	// is not measured; its Why says why there are none).
 	NodeEnergy *NodeEnergy
+	// stopMeter stops reading the node's own power meter (nil: none read).
+	stopMeter func()
 	// Syscalls counts the syscall tracepoints' system calls with eBPF, for jobs whose
 	// perf cgroup lies on the cgroup v2 hierarchy at SyscallsMount (nil: SyscallsWhy
 	// says why not, and the tracepoints count them as perf events).
