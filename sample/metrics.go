@@ -86,6 +86,9 @@ const (
 	// RAPL's; the seconds of the job in which the meter could not be read.
 	EnergyNodeJoules        = "energy_node_joules"
 	EnergyNodeMissedSeconds = "energy_node_missed_seconds"
+	// EnergyShareCPUSeconds is the job's CPU time its share of a shared node's energy
+	// was taken by (in Slurm's cgroup of the job, as all jobs' is).
+	EnergyShareCPUSeconds = "energy_share_cpu_seconds"
 	// MethodEnergy is the Summary.Methods entry that says where a job's energy came from
 	// and how its share of a shared node's was taken.
 	MethodEnergy = "energy"
@@ -210,6 +213,7 @@ var metrics = []Metric{
 	{EnergyRAMJoules, Counter, "joules", "energy of the DRAM (RAPL): the node's while the job had it alone, else the job's share by its memory"},
 	{EnergyPsysJoules, Counter, "joules", "energy of the platform (RAPL psys, where the processor counts it): the node's while the job had it alone, else the job's share by its CPU time"},
 	{EnergyNodeJoules, Counter, "joules", "energy of the whole node from its own power meter (BMC, Redfish): the node's while the job had it alone, else the job's share by its CPU time"},
+	{EnergyShareCPUSeconds, Counter, "seconds", "the job's CPU time (in Slurm's cgroup of the job) its share of a shared node's energy was taken by, out of all jobs' on the node"},
 	{EnergyNodeMissedSeconds, Counter, "seconds", "seconds of the job in which the node's power meter (BMC) gave no reading: its energy is then RAPL's alone"},
 	{GPUs, Gauge, "count", "NVIDIA GPUs of the job on the node, measured"},
 	{GPUBusySeconds, Counter, "seconds", "GPU-seconds in which a kernel ran (NVML utilization, per GPU, times the interval)"},

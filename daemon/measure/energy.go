@@ -37,7 +37,8 @@ import (
 // sample.EnergyNodeMissedSeconds, and the job's energy is then RAPL's alone.
 var energyRegistration = Registration{Name: "rapl", Default: true, Metrics: vocabulary(energyNames...), New: newEnergy}
 
-var energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules, sample.EnergyNodeJoules, sample.EnergyNodeMissedSeconds}
+var energyNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules, sample.EnergyNodeJoules, sample.EnergyNodeMissedSeconds,
+	sample.EnergyShareCPUSeconds}
 
 // raplNames are the RAPL counters' metrics.
 var raplNames = []string{sample.EnergyPkgJoules, sample.EnergyRAMJoules, sample.EnergyPsysJoules}
@@ -392,6 +393,7 @@ func (s *energySource) shares(r *Read, all, job jobsUsage) (cpu, mem float64, wh
 	used, total := job.cpu-s.prevJob.cpu, all.cpu-s.prevAll.cpu
 	if total > 0.001*r.Sample.Seconds && total > 0 {
 		cpu = min(max(used/total, 0), 1)
+		r.Sample.Job[sample.EnergyShareCPUSeconds] = max(used, 0)
 	} else {
 		// No job used the CPUs: the node idled for them all, shared by the CPUs held.
 		if r.Spec.CPUShare == nil {

@@ -140,6 +140,9 @@ func (t *Tree) Run(ctx context.Context, watts map[string]float64, every time.Dur
 type Joint struct {
 	A, B       float64 // joules
 	CPUA, CPUB float64 // seconds
+	// BasisA and BasisB are the CPU seconds the shares were taken by
+	// (sample.EnergyShareCPUSeconds: in Slurm's cgroups of the jobs).
+	BasisA, BasisB float64
 	Seconds    float64
 	Intervals  int
 	Worst      float64
@@ -164,6 +167,7 @@ func Together(a, b []sample.Sample, metric string) Joint {
 			ca := x.Job[sample.CPUUserSeconds] + x.Job[sample.CPUSystemSeconds]
 			cb := y.Job[sample.CPUUserSeconds] + y.Job[sample.CPUSystemSeconds]
 			j.CPUA, j.CPUB = j.CPUA+ca, j.CPUB+cb
+			j.BasisA, j.BasisB = j.BasisA+x.Job[sample.EnergyShareCPUSeconds], j.BasisB+y.Job[sample.EnergyShareCPUSeconds]
 			if ye > 0 && cb > 0 && ca > 0 {
 				j.Worst = max(j.Worst, math.Abs((xe/ye)/(ca/cb)-1))
 			}
