@@ -143,9 +143,9 @@ type Joint struct {
 	// BasisA and BasisB are the CPU seconds the shares were taken by
 	// (sample.EnergyShareCPUSeconds: in Slurm's cgroups of the jobs).
 	BasisA, BasisB float64
-	Seconds    float64
-	Intervals  int
-	Worst      float64
+	Seconds        float64
+	Intervals      int
+	Worst          float64
 }
 
 // Together sums metric (e.g. sample.EnergyPkgJoules) and the CPU time of jobs a and b over
