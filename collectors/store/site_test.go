@@ -178,6 +178,16 @@ func TestRollupsFollowChanges(t *testing.T) {
 			r2.Energy = nil
 			return s.Keep(ctx, store.Job{Start: r.Start}, r2)
 		}, none, fig{1, 128, map[string]float64{"io_wait": 64}, 0, 0}},
+		{"a multi-node job's energy of one node: not the job's", func() error {
+			r2 := withEnergy()
+			r2.NNodes, r2.Energy.Nodes = 2, []string{"node1"}
+			return s.Keep(ctx, store.Job{Start: r.Start}, r2)
+		}, none, fig{1, 128, map[string]float64{"io_wait": 64}, 0, 0}},
+		{"the energy of all its nodes", func() error {
+			r2 := withEnergy()
+			r2.NNodes, r2.Energy.Nodes = 2, []string{"node1", "node2"}
+			return s.Keep(ctx, store.Job{Start: r.Start}, r2)
+		}, none, fig{1, 128, map[string]float64{"io_wait": 64}, 2.5, 1}},
 	} {
 		if err := step.change(); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
