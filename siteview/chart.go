@@ -9,13 +9,14 @@ import (
 	"github.com/persyst/persyst/collectors/store"
 )
 
-// Resource is what a trend chart shows: CPU- or GPU-hours.
+// Resource is what a trend chart shows: CPU- or GPU-hours, or energy.
 type Resource string
 
 // The resources a trend chart shows.
 const (
-	CPU Resource = "cpu"
-	GPU Resource = "gpu"
+	CPU    Resource = "cpu"
+	GPU    Resource = "gpu"
+	Energy Resource = "energy" // kWh of the jobs whose energy was measured (one bar)
 )
 
 // Chart draws a resource's hours per week as an SVG bar chart (no script, no external
@@ -24,8 +25,11 @@ const (
 func Chart(weeks []store.Week, r Resource) string {
 	const w, h, left, bottom, top = 720.0, 180.0, 48.0, 20.0, 8.0
 	alloc := func(u store.Usage) (all, used float64) {
-		if r == GPU {
+		switch r {
+		case GPU:
 			return u.GPUHours, u.GPUUsedHours
+		case Energy:
+			return u.EnergyKWh, u.EnergyKWh
 		}
 		return u.CPUHours, u.CPUUsedHours
 	}
@@ -35,7 +39,7 @@ func Chart(weeks []store.Week, r Resource) string {
 		peak = max(peak, a)
 	}
 	var b strings.Builder
-	title := map[Resource]string{CPU: "CPU-hours per week", GPU: "GPU-hours per week"}[r]
+	title := map[Resource]string{CPU: "CPU-hours per week", GPU: "GPU-hours per week", Energy: "kWh per week, of the jobs whose energy was measured"}[r]
 	fmt.Fprintf(&b, `<svg class="trend" id="trend-%s" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s">`,
 		r, w, h, w, h, html.EscapeString(title))
 	fmt.Fprintf(&b, `<title>%s: allocated (light) and used (dark)</title>`, html.EscapeString(title))

@@ -133,6 +133,17 @@ func usageLines(b *strings.Builder, u store.Usage) {
 	if u.LimitCPUHours > 0 {
 		fmt.Fprintf(b, "  time limits: %s CPU-hours requested, %s not run (%s)\n", hours(u.LimitCPUHours), hours(u.LimitUnusedCPUHours), pct(u.LimitUnusedCPUHours, u.LimitCPUHours))
 	}
+	if u.EnergyJobs > 0 {
+		fmt.Fprintf(b, "  energy: %s kWh, of %s whose energy was measured\n", hours(u.EnergyKWh), countJobs(u.EnergyJobs))
+	}
+}
+
+// countJobs is "1 job", "2 jobs".
+func countJobs(n int64) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
 }
 
 // link is a web view address with a query, or "" without a web view.

@@ -172,6 +172,10 @@ func TestChart(t *testing.T) {
 	if Chart(nil, GPU) == "" || strings.Contains(Chart(nil, GPU), "rect") {
 		t.Error("an empty chart draws bars")
 	}
+	weeks[3].EnergyKWh, weeks[3].EnergyJobs = 120, 4
+	if svg := Chart(weeks, Energy); strings.Count(svg, `class="used"`) != 1 || !strings.Contains(svg, `data-hours="120"`) || !strings.Contains(svg, "kWh per week") {
+		t.Errorf("the energy trend: want one bar of 120 kWh:\n%.600s", svg)
+	}
 }
 
 // TestMails: one report per user above the threshold, with their findings and advice;
@@ -195,6 +199,9 @@ func TestMails(t *testing.T) {
 				{Key: "cpu_system_pct", Assessed: true, Deciles: []float64{0, 0}}}}
 		if j.use < 50 {
 			r.Findings = []properties.Result{idle}
+		}
+		if i == 0 {
+			r.Energy = &digest.Energy{Joules: 36e6, KWh: 10, Parts: map[string]float64{"cpu": 36e6}}
 		}
 		if err := st.Keep(ctx, store.Job{User: j.user, Account: j.account, Start: r.Start, End: end}, r); err != nil {
 			t.Fatal(err)
@@ -221,7 +228,8 @@ func TestMails(t *testing.T) {
 		t.Fatalf("mails (-want +got):\n%s", d)
 	}
 	for _, want := range []string{"2 jobs, 960 CPU-hours: 832 idle (87 %", "1. Allocated CPUs left idle: 960 CPU-hours in 2 jobs",
-		"Request fewer CPUs (idle_cores).", "https://hpc.example/persyst/?period=2026-11-01..2026-11-30&user=alice", "2026-11-01 to 2026-11-30"} {
+		"Request fewer CPUs (idle_cores).", "https://hpc.example/persyst/?period=2026-11-01..2026-11-30&user=alice", "2026-11-01 to 2026-11-30",
+		"energy: 10 kWh, of 1 job whose energy was measured"} {
 		if !strings.Contains(mails[0].Body, want) {
 			t.Errorf("alice's mail lacks %q:\n%s", want, mails[0].Body)
 		}

@@ -161,7 +161,7 @@ func WriteSummary(w io.Writer, v *View, who string) error {
 		fmt.Fprintf(w, "Time limits: %s CPU-hours requested, %s not run (the jobs ended earlier).\n", hours(u.LimitCPUHours), hours(u.LimitUnusedCPUHours))
 	}
 	if u.EnergyJobs > 0 {
-		fmt.Fprintf(w, "Energy: %s kWh, of the %d jobs whose energy was measured.\n", hours(u.EnergyKWh), u.EnergyJobs)
+		fmt.Fprintf(w, "Energy: %s kWh, of %s whose energy was measured.\n", hours(u.EnergyKWh), countJobs(u.EnergyJobs))
 	}
 	fmt.Fprintf(w, "\nBy %s (most hours first):\n", q.By)
 	if err := WriteText(w, v.GroupsTable(), string(q.By), "jobs", "cpu_hours", "cpu_idle_hours", "gpu_hours", "gpu_idle_hours",

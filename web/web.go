@@ -411,14 +411,14 @@ func (s *server) site(w http.ResponseWriter, r *http.Request) {
 		groups[i] = groupRow{Group: g, Link: groupLink(sq, q.By, g.Name)}
 	}
 	s.page(w, "site", sitePage{Viewer: v, Query: sq, View: view, Groups: groups, Links: siteLinks(sq), Episodes: eps, EpisodeClusters: severalClusters(eps),
-		CPUChart: template.HTML(siteview.Chart(view.Weeks, siteview.CPU)), GPUChart: gpuChart(view)})
+		CPUChart: template.HTML(siteview.Chart(view.Weeks, siteview.CPU)), GPUChart: trendOf(view, siteview.GPU), EnergyChart: trendOf(view, siteview.Energy)})
 }
 
-// gpuChart is the GPU trend where the year had GPU-hours.
-func gpuChart(v *siteview.View) template.HTML {
+// trendOf is the GPU or energy trend where the year had GPU-hours or measured energy.
+func trendOf(v *siteview.View, r siteview.Resource) template.HTML {
 	for _, w := range v.Weeks {
-		if w.GPUHours > 0 {
-			return template.HTML(siteview.Chart(v.Weeks, siteview.GPU))
+		if (r == siteview.GPU && w.GPUHours > 0) || (r == siteview.Energy && w.EnergyJobs > 0) {
+			return template.HTML(siteview.Chart(v.Weeks, r))
 		}
 	}
 	return ""
@@ -502,7 +502,7 @@ type sitePage struct {
 	Links              siteLinkSet
 	Episodes           []episodes.Episode
 	EpisodeClusters    bool // the episodes are of several clusters: each names its own
-	CPUChart, GPUChart template.HTML
+	CPUChart, GPUChart, EnergyChart template.HTML
 }
 
 // siteLinkSet are the site page's links: periods, groupings, tables to download, and

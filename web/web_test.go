@@ -239,6 +239,9 @@ func TestSiteManyJobs(t *testing.T) {
 	if strings.Contains(body, "Only the newest") || strings.Contains(body, "only the newest") {
 		t.Error("the site page says it counts a part")
 	}
+	if !strings.Contains(body, `id="trend-energy"`) {
+		t.Error("the site page draws no energy trend, yet the jobs' energy was measured")
+	}
 	got := map[string]sitesim.FindingTotal{}
 	for _, m := range siteFindingRE.FindAllStringSubmatch(body, -1) {
 		n, _ := strconv.ParseInt(m[2], 10, 64)
