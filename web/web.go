@@ -495,13 +495,13 @@ func (q siteQuery) values(change ...string) url.Values {
 
 // sitePage is what the site page shows.
 type sitePage struct {
-	Viewer             viewer
-	Query              siteQuery
-	View               *siteview.View
-	Groups             []groupRow
-	Links              siteLinkSet
-	Episodes           []episodes.Episode
-	EpisodeClusters    bool // the episodes are of several clusters: each names its own
+	Viewer                          viewer
+	Query                           siteQuery
+	View                            *siteview.View
+	Groups                          []groupRow
+	Links                           siteLinkSet
+	Episodes                        []episodes.Episode
+	EpisodeClusters                 bool // the episodes are of several clusters: each names its own
 	CPUChart, GPUChart, EnergyChart template.HTML
 }
 
