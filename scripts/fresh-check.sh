@@ -54,7 +54,7 @@ in_root() {
 		goenv+=("$v=${!v:-}")
 	done
 	env -i HOME=/root LANG=C.UTF-8 TERM=dumb PATH="$INSIDE_PATH" PERSYST_FRESH_INSIDE=1 \
-		PERSYST_FUZZ="${PERSYST_FUZZ:-1}" PERSYST_UNIT="${PERSYST_UNIT:-1}" \
+		PERSYST_FUZZ="${PERSYST_FUZZ:-1}" PERSYST_UNIT="${PERSYST_UNIT:-1}" PERSYST_MARIADB_SEEN="${PERSYST_MARIADB_SEEN:-}" \
 		SSL_CERT_FILE=/etc/ssl/site-ca.crt "${goenv[@]}" chroot "$r" "$@"
 }
 
