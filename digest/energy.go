@@ -144,7 +144,8 @@ func EnergyLine(r Report) string {
 		s = "Energy on " + strings.Join(e.Nodes, ", ") + " (not on the job's other nodes): " + KWh(e.KWh)
 	}
 	var about []string
-	if _, ok := e.Parts["node"]; ok {
+	_, metered := e.Parts["node"]
+	if metered {
 		m := "the whole node's, from its own meter"
 		if len(within) > 0 {
 			m += "; of it " + strings.Join(within, ", ")
@@ -154,7 +155,10 @@ func EnergyLine(r Report) string {
 	if len(parts) > 1 {
 		about = append(about, strings.Join(parts, ", "))
 	}
-	if strings.Contains(e.How, "gave no reading") {
+	switch {
+	case strings.Contains(e.How, "gave no reading") && metered:
+		about = append(about, "the node's own meter gave no reading for part of the job: that part is not counted")
+	case strings.Contains(e.How, "gave no reading"):
 		about = append(about, "the node's own meter gave no reading for part of the job: its fans, disks and power supply are not counted")
 	}
 	if e.Estimate {

@@ -159,8 +159,14 @@ func TestSiteClusters(t *testing.T) {
 		t.Errorf("persyst report %d without --cluster does not say two clusters have the id:\n%s", first, errOut)
 	}
 
-	// Each frontend said once that the store does not answer, and once that it does again.
+	// Each frontend said once that the store does not answer, and once that it does again:
+	// its watch asks every 10 s (collectors.storeCheckEvery), and the batch hosts' reports
+	// may all be in before it asks again.
 	for _, cl := range clusters {
+		waitFor(t, 30*time.Second, cl.name+"'s frontend saying the store answers again", func() (bool, string) {
+			log := cl.c.readLog(t, "frontend")
+			return strings.Contains(log, "the site's store answers"), tail(log, 5)
+		})
 		log := cl.c.readLog(t, "frontend")
 		lost := strings.Count(log, "the site's store cannot be opened") + strings.Count(log, "the site's store does not answer")
 		if back := strings.Count(log, "the site's store answers"); lost != 1 || back != 1 {
