@@ -53,6 +53,17 @@ func newEnergyNode(t *testing.T) *energyNode {
 	return n
 }
 
+// env is the node's environment for meters of the energy source alone, its clock at
+// *now, its counters opened.
+func (n *energyNode) env(now *time.Time) *Env {
+	host := hostfs.New(n.root)
+	stats := cgstats.NewReader(host, cgstats.Options{})
+	env := &Env{Host: host, Stats: stats, Log: zerolog.Nop(), Now: func() time.Time { return *now },
+		Enable: map[string]bool{"perf": false, "procio": false, "schedstat": false, "outside": false, "suspend": false, "netdev": false, "infiniband": false, "gpu": false, "syscalls": false}}
+	env.NodeEnergy = OpenNodeEnergy(host, "", stats, env.Now, zerolog.Nop())
+	return env
+}
+
 // set writes a cgroup's CPU time (µs) and memory, and its scope's: the sum of the jobs'
 // and slurmstepd's own (system).
 func (n *energyNode) set(t *testing.T, dir string, cpuUs, mem int) {
@@ -81,11 +92,7 @@ func (n *energyNode) set(t *testing.T, dir string, cpuUs, mem int) {
 func TestEnergyShares(t *testing.T) {
 	n := newEnergyNode(t)
 	now := time.Unix(1_800_000_000, 0)
-	host := hostfs.New(n.root)
-	stats := cgstats.NewReader(host, cgstats.Options{})
-	env := &Env{Host: host, Stats: stats, Log: zerolog.Nop(), Now: func() time.Time { return now },
-		Enable: map[string]bool{"perf": false, "procio": false, "schedstat": false, "outside": false, "suspend": false, "netdev": false, "infiniband": false, "gpu": false, "syscalls": false}}
-	env.NodeEnergy = OpenNodeEnergy(host, "", stats, env.Now, zerolog.Nop())
+	env := n.env(&now)
 	if env.NodeEnergy.How != "RAPL (powercap)" {
 		t.Fatalf("energy counters: %q (%s), want the fake powercap tree", env.NodeEnergy.How, env.NodeEnergy.Why)
 	}
@@ -190,12 +197,8 @@ func (f *fakeMeter) Name() string                         { return "the node's m
 func TestEnergyNodeMeter(t *testing.T) {
 	n := newEnergyNode(t)
 	now := time.Unix(1_800_000_000, 0)
-	host := hostfs.New(n.root)
-	stats := cgstats.NewReader(host, cgstats.Options{})
-	env := &Env{Host: host, Stats: stats, Log: zerolog.Nop(), Now: func() time.Time { return now },
-		Enable: map[string]bool{"perf": false, "procio": false, "schedstat": false, "outside": false, "suspend": false, "netdev": false, "infiniband": false, "gpu": false, "syscalls": false}}
+	env := n.env(&now)
 	meter := &fakeMeter{}
-	env.NodeEnergy = OpenNodeEnergy(host, "", stats, env.Now, zerolog.Nop())
 	env.NodeEnergy.Meter = meter
 	open := func(job string) *Meter {
 		m, err := Open(env, Spec{Name: job, CPUs: []int{0}, StatCgroups: map[string]string{"unified": scope + "/" + job},
