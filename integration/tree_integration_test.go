@@ -108,17 +108,13 @@ func TestTree(t *testing.T) {
 		}
 	})
 
-	t.Run("pictures: the 4-node job's HTML report and the web view, in a browser", func(t *testing.T) {
-		if fourNode == 0 {
-			t.Skip("the 4-node job failed")
-		}
-		testPictures(t, c, fourNode)
-	})
-
 	t.Run("4 jobs stalled on I/O at once: a site-wide episode", func(t *testing.T) {
 		// Each node's job reads a file of its own page by page from storage, the page
 		// cache dropped after each pass (major faults): the four share this machine's
-		// disk, and stall on it together.
+		// disk, and stall on it together. It runs before the pictures, whose browser's
+		// processes may still be exiting: after them, a CI run read 70 % of the four
+		// jobs' time lost to other work on the CPUs, their I/O waits under io_wait's
+		// threshold, and no episode.
 		dir := filepath.Join(c.work, "episode")
 		if err := os.MkdirAll(dir, 0o777); err != nil || os.Chmod(dir, 0o777) != nil {
 			t.Fatal(err)
@@ -154,6 +150,13 @@ func TestTree(t *testing.T) {
 			}
 			t.Errorf("%d of the 4 jobs told of a site-wide episode, %d episodes kept (%+v): want 3 or more told, one kept", told, len(kept), kept)
 		}
+	})
+
+	t.Run("pictures: the 4-node job's HTML report and the web view, in a browser", func(t *testing.T) {
+		if fourNode == 0 {
+			t.Skip("the 4-node job failed")
+		}
+		testPictures(t, c, fourNode)
 	})
 
 }
