@@ -31,7 +31,7 @@ func mysqlConfig(t target.MySQL, timeout time.Duration) (*mysql.Config, error) {
 	if t.PasswordFile != "" {
 		pw, err := secret.Read(t.PasswordFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("store: %w", err)
 		}
 		c.Passwd = pw
 	}
