@@ -97,6 +97,26 @@ func TestDigest(t *testing.T) {
 		script := "#!/bin/sh\n" + strings.ReplaceAll(strings.ReplaceAll(bc.script, "@", load), "%d", dir) + "\n"
 		ids[i] = sbatch(t, bc.sbatch, script)
 	}
+	// sbatch --wait, submitted before the others so that it runs at once: Slurm's sbatch
+	// asks after 2, 10 and 42 s (its pause quadruples up to 32 s while under MinJobAge),
+	// and behind the other jobs it returned only at 42 s, a minute of each root's run.
+	type sbatchWait struct {
+		out, errOut string
+		err         error
+	}
+	waited := make(chan sbatchWait, 1)
+	go func() {
+		args := []string{"--parsable", "--wait", "--job-name", "persyst-wait", "--uid", u.Uid, "--gid", u.Gid, "-D", work, "-o", filepath.Join(work, "wait-%j.out"), "-c", "2",
+			"--wrap", "#!/bin/sh\necho start\n" + load + " spin -seconds 2\n"}
+		out, errOut, err := c.run(t, nil, "sbatch", args...)
+		waited <- sbatchWait{out, errOut, err}
+	}()
+	if !poll(time.Now().Add(time.Minute), func() bool {
+		out, _, _ := c.run(t, nil, "squeue", "-h", "-n", "persyst-wait", "-o", "%i")
+		return strings.TrimSpace(out) != ""
+	}) {
+		t.Fatal("sbatch --wait: slurmctld did not list its job within a minute")
+	}
 	for i, bc := range cases {
 		if !alone[bc.name] {
 			submit(i)
@@ -116,9 +136,8 @@ func TestDigest(t *testing.T) {
 
 	// sbatch --wait: when it returns, the digest is in the file.
 	t.Run("digest before sbatch --wait returns", func(t *testing.T) {
-		args := []string{"--parsable", "--wait", "--uid", u.Uid, "--gid", u.Gid, "-D", work, "-o", filepath.Join(work, "wait-%j.out"), "-c", "2",
-			"--wrap", "#!/bin/sh\necho start\n" + load + " spin -seconds 2\n"}
-		out, errOut, err := c.run(t, nil, "sbatch", args...)
+		w := <-waited
+		out, errOut, err := w.out, w.errOut, w.err
 		if err != nil {
 			t.Fatalf("sbatch --wait: %v\n%s%s", err, out, errOut)
 		}
