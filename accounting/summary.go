@@ -95,13 +95,14 @@ type summary struct {
 }
 
 // energy is the job's digest.Energy: joules by part, how they were measured (whether a
-// share of a shared node's is in it), the node counted where a multi-node job's others
-// are not, the site's CO2 factor.
+// share of a shared node's is in it), the first node counted and how many (where more
+// than one), the site's CO2 factor.
 type energy struct {
 	Parts     map[string]float64 `json:"p"`
 	How       string             `json:"h,omitempty"`
 	Estimate  bool               `json:"e,omitempty"`
 	Nodes     []string           `json:"n,omitempty"`
+	Counted   int                `json:"nc,omitempty"`
 	CO2PerKWh float64            `json:"c,omitempty"`
 }
 
@@ -112,7 +113,7 @@ func energyOf(e *digest.Energy) *energy {
 	if e == nil {
 		return nil
 	}
-	out := &energy{Parts: map[string]float64{}, How: clipText(e.How, 200), Estimate: e.Estimate, CO2PerKWh: e.CO2PerKWh}
+	out := &energy{Parts: map[string]float64{}, How: clipText(e.How, 200), Estimate: e.Estimate, CO2PerKWh: e.CO2PerKWh, Counted: e.NodesCounted}
 	for k, v := range e.Parts {
 		out.Parts[k] = round4(v)
 	}
@@ -130,7 +131,7 @@ func (e *energy) report() (*digest.Energy, error) {
 	if len(e.Parts) > maxEnergyParts {
 		return nil, fmt.Errorf("persyst summary: energy of %d parts, at most %d", len(e.Parts), maxEnergyParts)
 	}
-	out := &digest.Energy{Parts: e.Parts, How: e.How, Estimate: e.Estimate, Nodes: e.Nodes}
+	out := &digest.Energy{Parts: e.Parts, How: e.How, Estimate: e.Estimate, Nodes: e.Nodes, NodesCounted: max(e.Counted, 0)}
 	for k, v := range e.Parts {
 		if !(v >= 0) || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("persyst summary: energy part %q: %v joules", k, v)

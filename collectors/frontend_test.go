@@ -24,6 +24,7 @@ import (
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/quantile"
+	"github.com/persyst/persyst/sample"
 )
 
 // serveCollector runs a real collector on a loopback port until the returned stop.
@@ -214,7 +215,7 @@ func TestSplitJobMergedAtTheFrontend(t *testing.T) {
 			ships[n].Send(20, ts, 60, []properties.Record{
 				{Key: "cpu_user_pct", Device: "node", Value: user, Severity: math.Max(0, 1-user/80)},
 				{Key: "io_write_request_size", Device: "node", Value: size, Severity: 1 - size/(256<<10)},
-			}, 0)
+			}, 0, sample.Energy{})
 			if err := ships[n].FlushJob(ctx, 20); err != nil {
 				t.Fatal(err)
 			}
@@ -436,7 +437,7 @@ func TestFrontendEpisodes(t *testing.T) {
 				sev = 0.8
 			}
 			ships[j.Nodes[0]].Send(id, t0.Add(time.Duration(c)*time.Minute), 60,
-				[]properties.Record{{Key: uplink.StallKey, Device: "node", Value: 100 * sev, Severity: sev}, {Key: "cpu_user_pct", Device: "node", Value: 50}}, 0)
+				[]properties.Record{{Key: uplink.StallKey, Device: "node", Value: 100 * sev, Severity: sev}, {Key: "cpu_user_pct", Device: "node", Value: 50}}, 0, sample.Energy{})
 		}
 	}
 	// The first cycle gathers the stalls, the second sends the episode.

@@ -3,6 +3,7 @@ package collectors
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -29,6 +30,8 @@ type jobView struct {
 	first    int64
 	last     int64
 	samples  map[int64]bool
+	// energy is each node's energy of the job, the latest its cycles brought.
+	energy map[string]nodeEnergy
 	// sketchOnly: values go into the sketches only (a node's own part, which is only
 	// ever merged: Peers).
 	sketchOnly bool
@@ -37,6 +40,12 @@ type jobView struct {
 	seq     int
 	touched []*keyAgg
 	domains []domainCount
+}
+
+// nodeEnergy is a node's energy of a job as of its cycle ts.
+type nodeEnergy struct {
+	ts int64
+	e  sample.Energy
 }
 
 // push is one node's push of one cycle.
@@ -60,15 +69,45 @@ type keyAgg struct {
 
 func newJobView() *jobView {
 	return &jobView{keys: map[string]*keyAgg{}, devSecs: map[string]float64{}, pushed: map[push]bool{},
-		nodeUser: map[string]*[2]float64{}, samples: map[int64]bool{}}
+		nodeUser: map[string]*[2]float64{}, samples: map[int64]bool{}, energy: map[string]nodeEnergy{}}
 }
 
-// add counts one node's push of one cycle (from the wire).
+// add counts one node's push of one cycle (from the wire), and keeps its energy of the
+// job where it is newer than what the node sent before.
 func (v *jobView) add(in *pb.CycleRecords) {
 	v.addRecords(in.Node, in.Ts, in.Seconds, len(in.Records), func(i int) (string, string, float64, float64) {
 		r := in.Records[i]
 		return r.Key, r.Device, r.Value, r.Severity
 	})
+	if in.Energy != nil {
+		if e, ok := sample.CleanEnergy(in.Energy.Totals, in.Energy.How); ok {
+			v.noteEnergy(in.Node, in.Ts, e)
+		}
+	}
+}
+
+// noteEnergy keeps a node's energy of the job as of cycle ts, unless an energy of a later
+// cycle is kept (the totals are the job's so far: the latest holds the earlier ones).
+func (v *jobView) noteEnergy(node string, ts int64, e sample.Energy) {
+	if len(e.Totals) == 0 {
+		return
+	}
+	if old, ok := v.energy[node]; ok && old.ts > ts {
+		return
+	}
+	v.energy[node] = nodeEnergy{ts, e}
+}
+
+// energies is each node's energy of the job (nil: none sent any).
+func (v *jobView) energies() map[string]*digest.Energy {
+	if len(v.energy) == 0 {
+		return nil
+	}
+	out := make(map[string]*digest.Energy, len(v.energy))
+	for n, ne := range v.energy {
+		out[n] = digest.NodeEnergy(ne.e)
+	}
+	return out
 }
 
 // addLocal counts this node's records of one cycle (Peers: no wire message is made).
@@ -238,6 +277,10 @@ func (v *jobView) partial(job uint32, from string) *pb.JobPartial {
 		u := v.nodeUser[n]
 		p.NodeUse = append(p.NodeUse, &pb.NodeUse{Node: n, UserPctSeconds: u[0], Seconds: u[1]})
 	}
+	for _, n := range slices.Sorted(maps.Keys(v.energy)) {
+		ne := v.energy[n]
+		p.NodeEnergy = append(p.NodeEnergy, &pb.NodeEnergy{Node: n, Ts: ne.ts, Totals: ne.e.Totals, How: ne.e.How})
+	}
 	return p
 }
 
@@ -288,6 +331,12 @@ func MergePartials(e *properties.Engine, job uint32, parts []*pb.JobPartial) (di
 		}
 		for _, u := range p.NodeUse {
 			v.nodeUser[u.Node] = &[2]float64{u.UserPctSeconds, u.Seconds}
+		}
+		// A part's energy is taken of its own nodes only.
+		for _, ne := range p.NodeEnergy {
+			if e, ok := sample.CleanEnergy(ne.Totals, ne.How); ok && slices.Contains(p.Nodes, ne.Node) {
+				v.noteEnergy(ne.Node, ne.Ts, e)
+			}
 		}
 	}
 	for k, a := range v.keys {
@@ -388,6 +437,6 @@ func (v *jobView) report(job uint32, e *properties.Engine) digest.Report {
 	return digest.Assemble(digest.Input{
 		Facts:    digest.Facts{JobID: job, Nodes: nodes, NNodes: len(nodes)},
 		Measured: sample.Summary{Started: time.Unix(v.first, 0).UTC(), Last: time.Unix(v.last, 0).UTC(), Seconds: float64(v.last - v.first), Samples: len(v.samples)},
-		Results:  v.results(e), MinSeconds: e.MinSeconds(),
+		Results:  v.results(e), MinSeconds: e.MinSeconds(), Energy: v.energies(),
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/persyst/persyst/balance"
 	"github.com/persyst/persyst/collectors/pb"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // TestPingReportsMeasuredLoads: a collector's heartbeat carries, per job, the node-cycle
@@ -98,7 +99,7 @@ func TestBalanceOnMeasuredLoads(t *testing.T) {
 				for i := 0; i < tc.sent[k]; i++ {
 					recs = append(recs, properties.Record{Key: "cpi", Device: fmt.Sprintf("cpu%d", i), Value: float64(1 + i)})
 				}
-				tt.ships[n].Send(60, ts, 60, recs, 8)
+				tt.ships[n].Send(60, ts, 60, recs, 8, sample.Energy{})
 				if err := tt.ships[n].FlushJob(ctx, 60); err != nil {
 					t.Fatal(err)
 				}

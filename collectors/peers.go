@@ -20,6 +20,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // Peers makes multi-node jobs whole without a collector tree (the embedded default):
@@ -67,7 +68,7 @@ type PeersConfig struct {
 // Tree is the collector tree as Peers uses it (uplink.Uplink), when there is one:
 // records go there too, and a job with an aggregation point is asked there first.
 type Tree interface {
-	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy)
 	JobWide(ctx context.Context, job uint32) (*digest.Report, error)
 	Forget(job uint32)
 	Aggregation(job uint32) string
@@ -145,10 +146,11 @@ func (p *Peers) Alone(job uint32) {
 	}
 }
 
-// Send adds this node's records of one interval of a job to its part.
-func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
+// Send adds this node's records of one interval of a job, and its energy so far, to
+// its part.
+func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy) {
 	if p.tree != nil {
-		p.tree.Send(job, ts, seconds, recs, maxRecords)
+		p.tree.Send(job, ts, seconds, recs, maxRecords, energy)
 	}
 	if len(recs) == 0 || seconds <= 0 {
 		return
@@ -169,6 +171,7 @@ func (p *Peers) Send(job uint32, ts time.Time, seconds float64, recs []propertie
 		p.views[job] = v
 	}
 	v.addLocal(p.cfg.Node, ts.Unix(), seconds, recs)
+	v.noteEnergy(p.cfg.Node, ts.Unix(), energy)
 }
 
 // sweepLocked drops the parts of jobs that ended here more than partKeep ago.

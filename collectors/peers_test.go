@@ -18,6 +18,7 @@ import (
 	"github.com/persyst/persyst/phases"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
+	"github.com/persyst/persyst/sample"
 )
 
 // TestPeersGatherAJob: without a collector tree, the batch host of a 3-node job gathers
@@ -69,7 +70,7 @@ func TestPeersGatherAJob(t *testing.T) {
 			for c := 0; c < 2; c++ {
 				recs = append(recs, properties.Record{Key: "cpi", Device: fmt.Sprintf("cpu%d", c), Value: 1 + float64(k), Severity: 0})
 			}
-			peers[n].Send(7, t0.Add(time.Duration(i)*time.Minute), 60, recs, 0)
+			peers[n].Send(7, t0.Add(time.Duration(i)*time.Minute), 60, recs, 0, sample.Energy{})
 		}
 	}
 	wide, err := peers["n1"].JobWide(ctx, 7)
@@ -121,8 +122,8 @@ func TestPeersAlone(t *testing.T) {
 	recs := []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 50}}
 	t0 := time.Unix(1_800_000_000, 0)
 	p.Alone(7)
-	p.Send(7, t0, 60, recs, 1)
-	p.Send(8, t0, 60, recs, 1)
+	p.Send(7, t0, 60, recs, 1, sample.Energy{})
+	p.Send(8, t0, 60, recs, 1, sample.Energy{})
 	if got := p.Part(7); len(got.Nodes) != 0 {
 		t.Errorf("part of a job alone on its node: %+v, want none", got)
 	}
@@ -133,7 +134,7 @@ func TestPeersAlone(t *testing.T) {
 		t.Errorf("the tree got %d cycles, want 2 (a job alone on its node still goes there)", tree.sent)
 	}
 	p.Forget(7)
-	p.Send(7, t0.Add(time.Minute), 60, recs, 1)
+	p.Send(7, t0.Add(time.Minute), 60, recs, 1, sample.Energy{})
 	if got := p.Part(7); len(got.Nodes) != 1 {
 		t.Errorf("part of a later job with the id: %+v, want this node's", got)
 	}
@@ -142,7 +143,9 @@ func TestPeersAlone(t *testing.T) {
 // countingTree counts the cycles Peers hands to the tree.
 type countingTree struct{ sent int }
 
-func (c *countingTree) Send(uint32, time.Time, float64, []properties.Record, int) { c.sent++ }
+func (c *countingTree) Send(uint32, time.Time, float64, []properties.Record, int, sample.Energy) {
+	c.sent++
+}
 func (c *countingTree) JobWide(context.Context, uint32) (*digest.Report, error) {
 	return nil, fmt.Errorf("no tree")
 }
@@ -256,7 +259,7 @@ func TestPeersCompareNodes(t *testing.T) {
 		}
 		p.NodePhases(func(uint32) []byte { return b })
 		for i := 0; i < 5; i++ {
-			p.Send(8, t0.Add(time.Duration(i)*time.Minute), 60, []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 90}}, 0)
+			p.Send(8, t0.Add(time.Duration(i)*time.Minute), 60, []properties.Record{{Key: "cpu_user_pct", Device: "node", Value: 90}}, 0, sample.Energy{})
 		}
 	})
 	// Without a tree, then with one (which carries records, not phases: the batch host

@@ -21,6 +21,7 @@ import (
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
 	"github.com/persyst/persyst/quantile"
+	"github.com/persyst/persyst/sample"
 )
 
 // testTree runs real agents on loopback: collectors (with their forwarders), sync
@@ -175,7 +176,7 @@ func (tt *testTree) send(job uint32, ts time.Time, nodes []string, cpus int, cpi
 		size := float64(512 * (k + 1))
 		recs = append(recs, properties.Record{Key: "io_write_request_size", Device: "node", Value: size, Severity: 1 - size/(256<<10)})
 		all["io_write_request_size"] = append(all["io_write_request_size"], size)
-		tt.ships[n].Send(job, ts, 60, recs, 0)
+		tt.ships[n].Send(job, ts, 60, recs, 0, sample.Energy{})
 		if err := tt.ships[n].FlushJob(tt.ctx, job); err != nil {
 			tt.t.Fatal(err)
 		}

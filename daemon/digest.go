@@ -15,6 +15,7 @@ import (
 	"github.com/persyst/persyst/exporter"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // JobFacts looks a job up in the cluster's job map (jobmap.Map in production).
@@ -59,7 +60,7 @@ func (c DigestConfig) withDefaults() DigestConfig {
 type Uplink interface {
 	// Send hands over a job's property records of one interval; it never blocks the
 	// cycle (maxRecords: what the strategy would yield if every condition held).
-	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	Send(job uint32, t time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy)
 	// JobWide returns a multi-node job's report over all its nodes, after sending this
 	// node's last interval, or why there is none (bounded in time).
 	JobWide(ctx context.Context, job uint32) (*digest.Report, error)

@@ -52,8 +52,8 @@ func (o *opener) open(j *Job, owned string) (*pipeline.Job, error) {
 		a.Alone(id) // no other node will ask for this job's part
 	}
 	if up := o.uplink; up != nil {
-		opts.Records = func(t time.Time, seconds float64, recs []properties.Record, maxRecords int) {
-			up.Send(id, t, seconds, recs, maxRecords)
+		opts.Records = func(t time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy) {
+			up.Send(id, t, seconds, recs, maxRecords, energy)
 		}
 	}
 	job, err := o.startKept(j, spec, opts, in.Prev, prev)

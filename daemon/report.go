@@ -51,6 +51,7 @@ func (e *jobEnd) report() digest.Report {
 	}
 	if e.wide != nil {
 		whenAndWhy(&in, e.wide, f.Nodes)
+		in.Energy = energies(e, f.Nodes)
 	}
 	in.Episodes = within(e.episodes, f.JobStart, f.JobEnd)
 	return digest.Assemble(in)
@@ -84,6 +85,32 @@ func whenAndWhy(in *digest.Input, wide *digest.Report, nodes []string) {
 	if in.Interference == nil || w.Share > in.Interference.Share {
 		in.Interference, in.InterferenceNode = w, wide.InterferenceNode
 	}
+}
+
+// energies is each node's energy of a multi-node job: this node's as it measured it, the
+// job's other nodes' as the job-wide report brought them (each as of its latest cycle
+// that reached the tree). Node names come from other agents: only the job's are taken.
+func energies(e *jobEnd, nodes []string) map[string]*digest.Energy {
+	sum := e.measured.summary
+	out := map[string]*digest.Energy{e.node: digest.NodeEnergy(sample.EnergyOf(sum.Totals, sum.Methods))}
+	w := e.wide.Energy
+	if w == nil {
+		return out
+	}
+	by := w.ByNode
+	if len(by) == 0 && len(w.Nodes) == 1 {
+		by = map[string]*digest.Energy{w.Nodes[0]: w}
+	}
+	job := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		job[n] = true
+	}
+	for n, ne := range by {
+		if n != e.node && job[n] {
+			out[n] = ne
+		}
+	}
+	return out
 }
 
 // memRequest is the job's memory request on this node in bytes (0: none), and what of it

@@ -26,6 +26,9 @@ type Input struct {
 	MinSeconds float64
 	// CO2PerKWh, above 0, is the site's grams of CO2-equivalent per kWh (Energy.CO2Grams).
 	CO2PerKWh float64
+	// Energy is each node's energy of the job (NodeEnergy), summed into the report's
+	// (nil: Measured's, on the first of Facts.Nodes).
+	Energy map[string]*Energy
 	// Ending is how the job ended (nil: not ended, or not known): its events lead the
 	// report.
 	Ending *Ending
@@ -102,7 +105,11 @@ func Assemble(in Input) Report {
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
 	r.Methods = m.Methods
-	r.Energy = energyOf(m, r.Nodes, in.CO2PerKWh)
+	if in.Energy != nil {
+		r.Energy = energyOfNodes(in.Energy, in.CO2PerKWh)
+	} else {
+		r.Energy = energyOf(m, r.Nodes, in.CO2PerKWh)
+	}
 	if in.Ending != nil {
 		r.EndState, r.Events = EndEvents(*in.Ending)
 		r.Notes = EndNotes(*in.Ending)

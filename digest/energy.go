@@ -3,6 +3,8 @@ package digest
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -27,9 +29,13 @@ type Energy struct {
 	Estimate bool `json:"estimate,omitempty"`
 	// How says where the energy came from (sample.MethodEnergy; the GPUs' from NVML).
 	How string `json:"how,omitempty"`
-	// Nodes are the nodes whose energy is counted: of a multi-node job, the batch host's
-	// only (the other nodes' is not summed yet).
-	Nodes []string `json:"nodes,omitempty"`
+	// Nodes are the nodes whose energy is counted (a multi-node job's nodes whose energy
+	// reached its batch host); NodesCounted how many, where more than one (a summary in
+	// Slurm's accounting keeps one name only).
+	Nodes        []string `json:"nodes,omitempty"`
+	NodesCounted int      `json:"nodes_counted,omitempty"`
+	// ByNode is each counted node's energy, where more than one is counted.
+	ByNode map[string]*Energy `json:"by_node,omitempty"`
 	// CO2Grams is the emissions at the site's CO2PerKWh (0: the site gives none).
 	CO2Grams  float64 `json:"co2_grams,omitempty"`
 	CO2PerKWh float64 `json:"co2_per_kwh,omitempty"`
@@ -80,13 +86,24 @@ func EnergyJoules(totals map[string]float64) float64 {
 	return sum
 }
 
-// energyOf is a job's energy from what was measured of it (nil: nothing measured it).
+// energyOf is a job's energy from what was measured of it on the first of nodes (nil:
+// nothing measured it).
 func energyOf(m sample.Summary, nodes []string, co2PerKWh float64) *Energy {
-	parts, within := energyParts(m.Totals)
+	node := ""
+	if len(nodes) > 0 {
+		node = nodes[0]
+	}
+	return energyOfNodes(map[string]*Energy{node: NodeEnergy(sample.EnergyOf(m.Totals, m.Methods))}, co2PerKWh)
+}
+
+// NodeEnergy is a job's energy on one node, from its meter's totals (nil: nothing
+// measured it there).
+func NodeEnergy(in sample.Energy) *Energy {
+	parts, within := energyParts(in.Totals)
 	if len(parts) == 0 {
 		return nil
 	}
-	how := m.Methods[sample.MethodEnergy]
+	how := in.How
 	if _, ok := parts["gpus"]; ok || within["gpus"] > 0 {
 		how = strings.TrimPrefix(how+"; GPUs: NVML", "; ")
 	}
@@ -95,14 +112,88 @@ func energyOf(m sample.Summary, nodes []string, co2PerKWh float64) *Energy {
 		e.Joules += v
 	}
 	e.KWh = e.Joules / 3.6e6
-	if len(nodes) > 0 {
-		e.Nodes = nodes[:1]
+	return e
+}
+
+// maxHowNodes is how many nodes' ways of measuring a multi-node job's energy names, where
+// they differ (each node's is in ByNode).
+const maxHowNodes = 3
+
+// energyOfNodes is a job's energy over its nodes, each node's (NodeEnergy; nil: nothing
+// measured it there); nil where nothing measured it on any node. A node named "" is not
+// named.
+func energyOfNodes(by map[string]*Energy, co2PerKWh float64) *Energy {
+	var counted []string
+	per := map[string]*Energy{}
+	for n, ne := range by {
+		if ne != nil && ne.Parts != nil {
+			c := *ne
+			c.Nodes, c.NodesCounted, c.ByNode, c.CO2Grams, c.CO2PerKWh = nil, 0, nil, 0, 0
+			per[n] = &c
+			counted = append(counted, n)
+		}
+	}
+	sort.Strings(counted)
+	var e *Energy
+	switch len(counted) {
+	case 0:
+		return nil
+	case 1:
+		e = per[counted[0]]
+		if counted[0] != "" {
+			e.Nodes = counted
+		}
+	default:
+		e = sumEnergy(counted, per)
 	}
 	if co2PerKWh > 0 {
 		e.CO2PerKWh, e.CO2Grams = co2PerKWh, e.KWh*co2PerKWh
 	}
 	return e
 }
+
+// sumEnergy adds up the energy of the nodes counted (two or more): joules and each part,
+// an estimate where any node's is, how each node measured it where they differ.
+func sumEnergy(counted []string, per map[string]*Energy) *Energy {
+	e := &Energy{Parts: map[string]float64{}, Nodes: counted, NodesCounted: len(counted), ByNode: per}
+	var hows []string
+	for _, n := range counted {
+		ne := per[n]
+		for k, v := range ne.Parts {
+			e.Parts[k] += v
+		}
+		for k, v := range ne.Within {
+			if e.Within == nil {
+				e.Within = map[string]float64{}
+			}
+			e.Within[k] += v
+		}
+		e.Joules += ne.Joules
+		e.Estimate = e.Estimate || ne.Estimate
+		if ne.How != "" && !slices.Contains(hows, ne.How) {
+			hows = append(hows, ne.How)
+		}
+	}
+	e.KWh = e.Joules / 3.6e6
+	if len(hows) <= 1 {
+		e.How = strings.Join(hows, "")
+		return e
+	}
+	var each []string
+	for i, n := range counted {
+		if i == maxHowNodes {
+			each = append(each, fmt.Sprintf("%d more nodes (each node's in by_node)", len(counted)-i))
+			break
+		}
+		each = append(each, n+": "+per[n].How)
+	}
+	e.How = strings.Join(each, " | ")
+	return e
+}
+
+// Whole says whether the energy is all of a job's nnodes' (a report made before nodes were
+// summed names the batch host's only).
+func (e *Energy) Whole(nnodes int) bool { return !someNodes(e, nnodes) }
 
 // energyFacts is the energy as the digest's facts give it: "0.45 kWh", "12 Wh", with the
 // emissions where the site gives its factor; "" where it is not the whole job's (a
@@ -119,7 +210,10 @@ func energyFacts(e *Energy, nnodes int) string {
 }
 
 // someNodes says whether the energy counts fewer of the job's nodes than it ran on.
-func someNodes(e *Energy, nnodes int) bool { return len(e.Nodes) > 0 && nnodes > len(e.Nodes) }
+func someNodes(e *Energy, nnodes int) bool {
+	n := max(e.NodesCounted, len(e.Nodes))
+	return n > 0 && nnodes > n
+}
 
 // EnergyLine says (the text digest: after the findings) what a report's energy is made of,
 // whether it is an estimate, and what it emitted ("" : no energy). How each part was
@@ -140,26 +234,41 @@ func EnergyLine(r Report) string {
 		}
 	}
 	s := "Energy: " + KWh(e.KWh)
-	if someNodes(e, r.NNodes) {
+	switch n := max(e.NodesCounted, len(e.Nodes)); {
+	case someNodes(e, r.NNodes) && n == 1:
 		s = "Energy on " + strings.Join(e.Nodes, ", ") + " (not on the job's other nodes): " + KWh(e.KWh)
+	case someNodes(e, r.NNodes):
+		s = fmt.Sprintf("Energy on %d of the job's %d nodes (not on the others): %s", n, r.NNodes, KWh(e.KWh))
 	}
+	multi := e.NodesCounted > 1
 	var about []string
-	_, metered := e.Parts["node"]
+	node, metered := e.Parts["node"]
 	if metered {
 		m := "the whole node's, from its own meter"
+		switch {
+		case multi && len(parts) == 0:
+			m = "the whole nodes', each from its own meter"
+		case multi:
+			// Some nodes by their meters, the others by RAPL and NVML.
+			m = "the whole node's from its own meter on " + nodesMetered(e) + " (" + KWh(node/3.6e6) + "), the others' parts"
+		}
 		if len(within) > 0 {
 			m += "; of it " + strings.Join(within, ", ")
 		}
 		about = append(about, m)
 	}
-	if len(parts) > 1 {
+	if len(parts) > 1 || metered && len(parts) > 0 {
 		about = append(about, strings.Join(parts, ", "))
 	}
+	meter := "the node's own meter"
+	if multi {
+		meter = "a node's own meter"
+	}
 	switch {
-	case strings.Contains(e.How, "gave no reading") && metered:
-		about = append(about, "the node's own meter gave no reading for part of the job: that part is not counted")
+	case strings.Contains(e.How, "gave no reading") && metered && !multi:
+		about = append(about, meter+" gave no reading for part of the job: that part is not counted")
 	case strings.Contains(e.How, "gave no reading"):
-		about = append(about, "the node's own meter gave no reading for part of the job: its fans, disks and power supply are not counted")
+		about = append(about, meter+" gave no reading for part of the job: its fans, disks and power supply are not counted")
 	}
 	if e.Estimate {
 		about = append(about, "a share of a shared node's by CPU time and memory, an estimate")
@@ -171,6 +280,21 @@ func EnergyLine(r Report) string {
 		s += fmt.Sprintf(", about %s CO2e at %s g per kWh", grams(e.CO2Grams), round2(e.CO2PerKWh))
 	}
 	return s + "."
+}
+
+// nodesMetered says on how many of the nodes counted the node's own meter read the job
+// ("some nodes" where each node's energy is not at hand).
+func nodesMetered(e *Energy) string {
+	if len(e.ByNode) == 0 {
+		return "some nodes"
+	}
+	n := 0
+	for _, ne := range e.ByNode {
+		if _, ok := ne.Parts["node"]; ok {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d nodes", n, len(e.ByNode))
 }
 
 // KWh writes energy in kWh, or Wh below a tenth of a kWh, to 2 significant digits.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/persyst/persyst/sample"
 )
 
@@ -82,4 +84,98 @@ func keysOf(m map[string]float64) []string {
 		}
 	}
 	return out
+}
+
+// TestEnergyOfNodes: a multi-node job's energy is its nodes' summed, part by part; it is
+// the whole job's only where every node's is in it; how each node measured it is said
+// where they differ; a node whose meter read the whole job and one read by RAPL alone
+// are told apart.
+func TestEnergyOfNodes(t *testing.T) {
+	const kwh = 3.6e6
+	rapl := func(pkg, dram float64, how string) *Energy {
+		return NodeEnergy(sample.Energy{Totals: map[string]float64{sample.EnergyPkgJoules: pkg * kwh, sample.EnergyRAMJoules: dram * kwh}, How: how})
+	}
+	metered := NodeEnergy(sample.Energy{Totals: map[string]float64{sample.EnergyNodeJoules: 3 * kwh, sample.EnergyPkgJoules: kwh}, How: "the node's meter (BMC, Redfish): the node's, the job had it alone"})
+	alone := "RAPL (powercap): the node's, the job had it alone"
+	shared := "RAPL (powercap): the job's share of the node's by its CPU time (DRAM: by its memory), an estimate"
+	for _, tc := range []struct {
+		name     string
+		by       map[string]*Energy
+		nnodes   int
+		joules   float64
+		parts    map[string]float64
+		counted  int
+		nodes    []string
+		estimate bool
+		how      []string // in How
+		line     []string // in the line, in this order
+		notLine  []string
+	}{
+		{name: "two nodes by RAPL, alike", by: map[string]*Energy{"n2": rapl(1, 0.1, alone), "n1": rapl(2, 0.2, alone)}, nnodes: 2,
+			joules: 3.3 * kwh, parts: map[string]float64{"cpu": 3 * kwh, "dram": 0.3 * kwh}, counted: 2, nodes: []string{"n1", "n2"},
+			how: []string{alone}, line: []string{"Energy: " + KWh(3.3), "processors " + KWh(3), "memory " + KWh(0.3)}, notLine: []string{"not on", "n1:"}},
+		{name: "one node shared: an estimate, each node's way named", by: map[string]*Energy{"n1": rapl(2, 0.2, alone), "n2": rapl(1, 0.1, shared)}, nnodes: 2,
+			joules: 3.3 * kwh, parts: map[string]float64{"cpu": 3 * kwh, "dram": 0.3 * kwh}, counted: 2, nodes: []string{"n1", "n2"}, estimate: true,
+			how: []string{"n1: " + alone, " | n2: " + shared}, line: []string{"Energy: " + KWh(3.3), "an estimate"}},
+		{name: "two of three nodes", by: map[string]*Energy{"n1": rapl(2, 0, alone), "n3": rapl(1, 0, alone), "n2": nil}, nnodes: 3,
+			joules: 3 * kwh, parts: map[string]float64{"cpu": 3 * kwh, "dram": 0}, counted: 2, nodes: []string{"n1", "n3"},
+			line: []string{"Energy on 2 of the job's 3 nodes (not on the others): " + KWh(3)}},
+		{name: "one node's meter, one node's RAPL", by: map[string]*Energy{"n1": metered, "n2": rapl(1, 0.5, alone)}, nnodes: 2,
+			joules: 4.5 * kwh, parts: map[string]float64{"node": 3 * kwh, "cpu": kwh, "dram": 0.5 * kwh}, counted: 2, nodes: []string{"n1", "n2"},
+			line: []string{"Energy: " + KWh(4.5), "from its own meter on 1 of 2 nodes (" + KWh(3) + ")", "of it processors " + KWh(1), "processors " + KWh(1) + ", memory " + KWh(0.5)}},
+		{name: "one node of two: named", by: map[string]*Energy{"n1": rapl(1, 0, alone), "n2": nil}, nnodes: 2,
+			joules: kwh, parts: map[string]float64{"cpu": kwh, "dram": 0}, counted: 0, nodes: []string{"n1"},
+			line: []string{"Energy on n1 (not on the job's other nodes): " + KWh(1)}},
+	} {
+		e := energyOfNodes(tc.by, 0)
+		if e == nil {
+			t.Errorf("%s: no energy", tc.name)
+			continue
+		}
+		if math.Abs(e.Joules-tc.joules) > 1e-6 || math.Abs(e.KWh-tc.joules/kwh) > 1e-9 {
+			t.Errorf("%s: %v J, %v kWh; want %v J", tc.name, e.Joules, e.KWh, tc.joules)
+		}
+		if diff := cmp.Diff(tc.parts, e.Parts, cmpopts.EquateApprox(0, 1e-6)); diff != "" {
+			t.Errorf("%s: parts (-want +got):\n%s", tc.name, diff)
+		}
+		if e.NodesCounted != tc.counted || strings.Join(e.Nodes, ",") != strings.Join(tc.nodes, ",") || e.Estimate != tc.estimate {
+			t.Errorf("%s: nodes %v (%d counted), estimate %v; want %v (%d), %v", tc.name, e.Nodes, e.NodesCounted, e.Estimate, tc.nodes, tc.counted, tc.estimate)
+		}
+		if tc.counted > 1 && len(e.ByNode) != tc.counted {
+			t.Errorf("%s: by node %v, want %d nodes", tc.name, e.ByNode, tc.counted)
+		}
+		if e.Whole(tc.nnodes) != (len(tc.nodes) == tc.nnodes) {
+			t.Errorf("%s: whole %v with %d of %d nodes", tc.name, e.Whole(tc.nnodes), len(tc.nodes), tc.nnodes)
+		}
+		at := 0
+		for _, w := range tc.how {
+			i := strings.Index(e.How[at:], w)
+			if i < 0 {
+				t.Errorf("%s: how lacks %q after its first %d bytes: %s", tc.name, w, at, e.How)
+				break
+			}
+			at += i + len(w)
+		}
+		line := EnergyLine(Report{Energy: e, NNodes: tc.nnodes})
+		at = 0
+		for _, w := range tc.line {
+			i := strings.Index(line[at:], w)
+			if i < 0 {
+				t.Errorf("%s: the line lacks %q after its first %d bytes: %s", tc.name, w, at, line)
+				break
+			}
+			at += i + len(w)
+		}
+		for _, w := range tc.notLine {
+			if strings.Contains(line, w) {
+				t.Errorf("%s: the line says %q: %s", tc.name, w, line)
+			}
+		}
+		// The nodes' own energies are left as they were.
+		for n, ne := range tc.by {
+			if ne != nil && (ne.Nodes != nil || ne.ByNode != nil) {
+				t.Errorf("%s: node %s's energy changed: %+v", tc.name, n, ne)
+			}
+		}
+	}
 }

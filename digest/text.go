@@ -584,6 +584,17 @@ func (r Report) Clean() Report {
 	if r.Energy != nil {
 		e := *r.Energy
 		e.How, e.Nodes = c(e.How), cleanAll(e.Nodes, c)
+		if e.ByNode != nil {
+			by := make(map[string]*Energy, len(e.ByNode))
+			for n, ne := range e.ByNode {
+				if ne != nil {
+					x := *ne
+					x.How = c(x.How)
+					by[c(n)] = &x
+				}
+			}
+			e.ByNode = by
+		}
 		r.Energy = &e
 	}
 	r.Findings = append([]properties.Result(nil), r.Findings...)

@@ -162,7 +162,41 @@ func TestEnergy(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), digest.KWh(e.KWh)) || !strings.Contains(text, "g CO2e") || !strings.Contains(text, "from its own meter") {
 		t.Errorf("job %d: its digest gives no energy (%s), CO2, or the node's meter (%v):\n%s", alone, digest.KWh(e.KWh), err, b)
 	}
+	bothNodes(t, c, out)
 	bmcGone(t, c, bmc, on1)
+}
+
+// bothNodes: a 2-node job's energy is both nodes' summed at its batch host, each node's
+// the node's meter's while the job had it alone.
+func bothNodes(t *testing.T, c *cluster, out string) {
+	t.Helper()
+	id := c.sbatch(t, nil, "-N2", "-w", strings.Join(c.nodes[:2], ","), "--mem=100M", "-o", out, "--wrap",
+		"srun -N2 timeout 6 sh -c 'while :; do :; done'; true")
+	if st := c.waitDone(t, id, 2*time.Minute); st != "COMPLETED" {
+		t.Fatalf("job %d: %s", id, st)
+	}
+	r := c.jobReport(t, id)
+	e := r.Energy
+	b, err := os.ReadFile(strings.ReplaceAll(out, "%j", fmt.Sprint(id)))
+	t.Logf("2-node job %d: energy %+v; its output (%v):\n%s", id, e, err, b)
+	if e == nil || e.NodesCounted != 2 || !e.Whole(r.NNodes) || len(e.ByNode) != 2 {
+		c.debugJob(t, id)
+		t.Fatalf("2-node job %d: energy %+v, want both nodes' summed", id, e)
+	}
+	sum := 0.0
+	for _, n := range c.nodes[:2] {
+		ne := e.ByNode[n]
+		// Each node's part spun about 6 s (srun's step; the batch host's a little longer):
+		// at least half of that at the meter's watts, at most the whole job's.
+		if ne == nil || ne.Joules < 0.5*bmcWatts*6 || ne.Joules > 1.05*bmcWatts*r.Seconds || ne.Parts["node"] == 0 {
+			t.Errorf("2-node job %d over %.2f s: node %s's energy %+v, want its meter's, %.0f-%.0f J", id, r.Seconds, n, ne, 0.5*bmcWatts*6, 1.05*bmcWatts*r.Seconds)
+			continue
+		}
+		sum += ne.Joules
+	}
+	if math.Abs(sum-e.Joules) > 1e-6*e.Joules || err != nil || !strings.Contains(string(b), digest.KWh(e.KWh)) || strings.Contains(string(b), "not on the job's other nodes") {
+		t.Errorf("2-node job %d: %.1f J, its nodes' %.1f J; its digest must give the sum, %s, of both nodes:\n%s", id, e.Joules, sum, digest.KWh(e.KWh), b)
+	}
 }
 
 // bmcGone: a job during which the node's BMC stops answering gets the energy of RAPL

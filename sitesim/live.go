@@ -15,6 +15,7 @@ import (
 	"github.com/persyst/persyst/collectors/uplink"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // LiveOptions say what site Live plays.
@@ -85,6 +86,9 @@ type Live struct {
 	stats LiveStats
 	recs  atomic.Int64
 }
+
+// simWatts is what a simulated node's processors draw.
+const simWatts = 250
 
 type liveJob struct {
 	id         uint32
@@ -214,13 +218,18 @@ func (l *Live) cycle(now time.Time) {
 	}
 	l.startJobs(now)
 	type send struct {
-		node int
-		job  uint32
+		node  int
+		job   uint32
+		start time.Time
 	}
 	var sends []send
 	for i, id := range l.busy {
 		if id != 0 {
-			sends = append(sends, send{i, id})
+			sn := send{node: i, job: id, start: ts}
+			if j := l.jobs[id]; j != nil {
+				sn.start = j.start
+			}
+			sends = append(sends, sn)
 		}
 	}
 	l.mu.Unlock()
@@ -232,7 +241,10 @@ func (l *Live) cycle(now time.Time) {
 			continue
 		}
 		recs := l.records(s.node)
-		l.links[s.node].Send(s.job, ts, l.o.Cycle.Seconds(), recs, len(recs))
+		// The job's energy on the node so far, as a node alone with its job sends it.
+		energy := sample.Energy{Totals: map[string]float64{sample.EnergyPkgJoules: simWatts * max(ts.Sub(s.start).Seconds(), 0)},
+			How: "RAPL (powercap): the node's, the job had it alone"}
+		l.links[s.node].Send(s.job, ts, l.o.Cycle.Seconds(), recs, len(recs), energy)
 		l.recs.Add(int64(len(recs)))
 		l.mu.Lock()
 		l.stats.Sends++

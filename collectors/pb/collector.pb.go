@@ -112,7 +112,10 @@ type CycleRecords struct {
 	// strategy held on every device: the maximum the PerSyst thesis assumes (§5.3) every job sends.
 	// records / max_records is the job's measured load on the node (0: unknown, assume the
 	// maximum).
-	MaxRecords    uint32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	MaxRecords uint32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	// The job's energy on the node so far (cumulative: a cycle that is lost loses none of
+	// it), for a multi-node job's batch host to sum its nodes' energy.
+	Energy        *NodeEnergy `protobuf:"bytes,8,opt,name=energy,proto3" json:"energy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -196,6 +199,84 @@ func (x *CycleRecords) GetMaxRecords() uint32 {
 	return 0
 }
 
+func (x *CycleRecords) GetEnergy() *NodeEnergy {
+	if x != nil {
+		return x.Energy
+	}
+	return nil
+}
+
+// A job's energy on one node from its start there to the cycle ts: the node daemon's
+// totals of the energy metrics (sample.EnergyMetrics: joules, and the seconds its own
+// meter gave no reading) and how they were measured (sample.MethodEnergy).
+type NodeEnergy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Ts            int64                  `protobuf:"varint,2,opt,name=ts,proto3" json:"ts,omitempty"`
+	Totals        map[string]float64     `protobuf:"bytes,3,rep,name=totals,proto3" json:"totals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	How           string                 `protobuf:"bytes,4,opt,name=how,proto3" json:"how,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeEnergy) Reset() {
+	*x = NodeEnergy{}
+	mi := &file_collector_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeEnergy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeEnergy) ProtoMessage() {}
+
+func (x *NodeEnergy) ProtoReflect() protoreflect.Message {
+	mi := &file_collector_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeEnergy.ProtoReflect.Descriptor instead.
+func (*NodeEnergy) Descriptor() ([]byte, []int) {
+	return file_collector_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeEnergy) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeEnergy) GetTs() int64 {
+	if x != nil {
+		return x.Ts
+	}
+	return 0
+}
+
+func (x *NodeEnergy) GetTotals() map[string]float64 {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+func (x *NodeEnergy) GetHow() string {
+	if x != nil {
+		return x.How
+	}
+	return ""
+}
+
 // One property's summary over a set of devices in one cycle (store.CycleResult).
 type PropertySummary struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -217,7 +298,7 @@ type PropertySummary struct {
 
 func (x *PropertySummary) Reset() {
 	*x = PropertySummary{}
-	mi := &file_collector_proto_msgTypes[2]
+	mi := &file_collector_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +310,7 @@ func (x *PropertySummary) String() string {
 func (*PropertySummary) ProtoMessage() {}
 
 func (x *PropertySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[2]
+	mi := &file_collector_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +323,7 @@ func (x *PropertySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertySummary.ProtoReflect.Descriptor instead.
 func (*PropertySummary) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{2}
+	return file_collector_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PropertySummary) GetKey() string {
@@ -343,7 +424,7 @@ type PartialCycle struct {
 
 func (x *PartialCycle) Reset() {
 	*x = PartialCycle{}
-	mi := &file_collector_proto_msgTypes[3]
+	mi := &file_collector_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +436,7 @@ func (x *PartialCycle) String() string {
 func (*PartialCycle) ProtoMessage() {}
 
 func (x *PartialCycle) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[3]
+	mi := &file_collector_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +449,7 @@ func (x *PartialCycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartialCycle.ProtoReflect.Descriptor instead.
 func (*PartialCycle) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{3}
+	return file_collector_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PartialCycle) GetJobId() uint32 {
@@ -416,7 +497,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_collector_proto_msgTypes[4]
+	mi := &file_collector_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +509,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[4]
+	mi := &file_collector_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +522,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{4}
+	return file_collector_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ack) GetOk() bool {
@@ -473,7 +554,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_collector_proto_msgTypes[5]
+	mi := &file_collector_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +566,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[5]
+	mi := &file_collector_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +579,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{5}
+	return file_collector_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Route) GetJobId() uint32 {
@@ -545,7 +626,7 @@ type Routes struct {
 
 func (x *Routes) Reset() {
 	*x = Routes{}
-	mi := &file_collector_proto_msgTypes[6]
+	mi := &file_collector_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +638,7 @@ func (x *Routes) String() string {
 func (*Routes) ProtoMessage() {}
 
 func (x *Routes) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[6]
+	mi := &file_collector_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +651,7 @@ func (x *Routes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Routes.ProtoReflect.Descriptor instead.
 func (*Routes) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{6}
+	return file_collector_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Routes) GetCycleTs() int64 {
@@ -615,7 +696,7 @@ type Episode struct {
 
 func (x *Episode) Reset() {
 	*x = Episode{}
-	mi := &file_collector_proto_msgTypes[7]
+	mi := &file_collector_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +708,7 @@ func (x *Episode) String() string {
 func (*Episode) ProtoMessage() {}
 
 func (x *Episode) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[7]
+	mi := &file_collector_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +721,7 @@ func (x *Episode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Episode.ProtoReflect.Descriptor instead.
 func (*Episode) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{7}
+	return file_collector_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Episode) GetFrom() int64 {
@@ -698,7 +779,7 @@ type RoutesAck struct {
 
 func (x *RoutesAck) Reset() {
 	*x = RoutesAck{}
-	mi := &file_collector_proto_msgTypes[8]
+	mi := &file_collector_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +791,7 @@ func (x *RoutesAck) String() string {
 func (*RoutesAck) ProtoMessage() {}
 
 func (x *RoutesAck) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[8]
+	mi := &file_collector_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +804,7 @@ func (x *RoutesAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutesAck.ProtoReflect.Descriptor instead.
 func (*RoutesAck) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{8}
+	return file_collector_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RoutesAck) GetOk() bool {
@@ -759,7 +840,7 @@ type CycleStall struct {
 
 func (x *CycleStall) Reset() {
 	*x = CycleStall{}
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +852,7 @@ func (x *CycleStall) String() string {
 func (*CycleStall) ProtoMessage() {}
 
 func (x *CycleStall) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[9]
+	mi := &file_collector_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +865,7 @@ func (x *CycleStall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CycleStall.ProtoReflect.Descriptor instead.
 func (*CycleStall) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{9}
+	return file_collector_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CycleStall) GetTs() int64 {
@@ -820,7 +901,7 @@ type JobSummaryRequest struct {
 
 func (x *JobSummaryRequest) Reset() {
 	*x = JobSummaryRequest{}
-	mi := &file_collector_proto_msgTypes[10]
+	mi := &file_collector_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +913,7 @@ func (x *JobSummaryRequest) String() string {
 func (*JobSummaryRequest) ProtoMessage() {}
 
 func (x *JobSummaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[10]
+	mi := &file_collector_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +926,7 @@ func (x *JobSummaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSummaryRequest.ProtoReflect.Descriptor instead.
 func (*JobSummaryRequest) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{10}
+	return file_collector_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobSummaryRequest) GetJobId() uint32 {
@@ -877,7 +958,7 @@ type JobSummary struct {
 
 func (x *JobSummary) Reset() {
 	*x = JobSummary{}
-	mi := &file_collector_proto_msgTypes[11]
+	mi := &file_collector_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +970,7 @@ func (x *JobSummary) String() string {
 func (*JobSummary) ProtoMessage() {}
 
 func (x *JobSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[11]
+	mi := &file_collector_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +983,7 @@ func (x *JobSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSummary.ProtoReflect.Descriptor instead.
 func (*JobSummary) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{11}
+	return file_collector_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobSummary) GetJobId() uint32 {
@@ -958,7 +1039,7 @@ type KeyPartial struct {
 
 func (x *KeyPartial) Reset() {
 	*x = KeyPartial{}
-	mi := &file_collector_proto_msgTypes[12]
+	mi := &file_collector_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1051,7 @@ func (x *KeyPartial) String() string {
 func (*KeyPartial) ProtoMessage() {}
 
 func (x *KeyPartial) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[12]
+	mi := &file_collector_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1064,7 @@ func (x *KeyPartial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyPartial.ProtoReflect.Descriptor instead.
 func (*KeyPartial) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{12}
+	return file_collector_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeyPartial) GetKey() string {
@@ -1054,7 +1135,7 @@ type NodeUse struct {
 
 func (x *NodeUse) Reset() {
 	*x = NodeUse{}
-	mi := &file_collector_proto_msgTypes[13]
+	mi := &file_collector_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1147,7 @@ func (x *NodeUse) String() string {
 func (*NodeUse) ProtoMessage() {}
 
 func (x *NodeUse) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[13]
+	mi := &file_collector_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1160,7 @@ func (x *NodeUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUse.ProtoReflect.Descriptor instead.
 func (*NodeUse) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{13}
+	return file_collector_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeUse) GetNode() string {
@@ -1123,14 +1204,16 @@ type JobPartial struct {
 	// The node's phases and interference (phases.NodePhases as JSON) of each node whose
 	// daemon sent them: what the job's nodes are compared by, and the job's interference
 	// taken from the node that lost the most.
-	NodePhases    [][]byte `protobuf:"bytes,11,rep,name=node_phases,json=nodePhases,proto3" json:"node_phases,omitempty"`
+	NodePhases [][]byte `protobuf:"bytes,11,rep,name=node_phases,json=nodePhases,proto3" json:"node_phases,omitempty"`
+	// Each node's energy of the job, the latest its cycles brought.
+	NodeEnergy    []*NodeEnergy `protobuf:"bytes,12,rep,name=node_energy,json=nodeEnergy,proto3" json:"node_energy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobPartial) Reset() {
 	*x = JobPartial{}
-	mi := &file_collector_proto_msgTypes[14]
+	mi := &file_collector_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1225,7 @@ func (x *JobPartial) String() string {
 func (*JobPartial) ProtoMessage() {}
 
 func (x *JobPartial) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[14]
+	mi := &file_collector_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1238,7 @@ func (x *JobPartial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobPartial.ProtoReflect.Descriptor instead.
 func (*JobPartial) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{14}
+	return file_collector_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobPartial) GetJobId() uint32 {
@@ -1235,6 +1318,13 @@ func (x *JobPartial) GetNodePhases() [][]byte {
 	return nil
 }
 
+func (x *JobPartial) GetNodeEnergy() []*NodeEnergy {
+	if x != nil {
+		return x.NodeEnergy
+	}
+	return nil
+}
+
 type Heartbeat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1254,7 +1344,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_collector_proto_msgTypes[15]
+	mi := &file_collector_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1356,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[15]
+	mi := &file_collector_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1369,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{15}
+	return file_collector_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetName() string {
@@ -1336,7 +1426,7 @@ type JobLoad struct {
 
 func (x *JobLoad) Reset() {
 	*x = JobLoad{}
-	mi := &file_collector_proto_msgTypes[16]
+	mi := &file_collector_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1438,7 @@ func (x *JobLoad) String() string {
 func (*JobLoad) ProtoMessage() {}
 
 func (x *JobLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[16]
+	mi := &file_collector_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1451,7 @@ func (x *JobLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLoad.ProtoReflect.Descriptor instead.
 func (*JobLoad) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{16}
+	return file_collector_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobLoad) GetJobId() uint32 {
@@ -1403,7 +1493,7 @@ type JobNotice struct {
 
 func (x *JobNotice) Reset() {
 	*x = JobNotice{}
-	mi := &file_collector_proto_msgTypes[17]
+	mi := &file_collector_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1505,7 @@ func (x *JobNotice) String() string {
 func (*JobNotice) ProtoMessage() {}
 
 func (x *JobNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_collector_proto_msgTypes[17]
+	mi := &file_collector_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1518,7 @@ func (x *JobNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobNotice.ProtoReflect.Descriptor instead.
 func (*JobNotice) Descriptor() ([]byte, []int) {
-	return file_collector_proto_rawDescGZIP(), []int{17}
+	return file_collector_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobNotice) GetJobId() uint32 {
@@ -1490,7 +1580,7 @@ const file_collector_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x1a\n" +
-	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\xdf\x01\n" +
+	"\bseverity\x18\x04 \x01(\x01R\bseverity\"\x8f\x02\n" +
 	"\fCycleRecords\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x0e\n" +
@@ -1499,7 +1589,17 @@ const file_collector_proto_rawDesc = "" +
 	"\arecords\x18\x05 \x03(\v2\x12.persyst.v1.RecordR\arecords\x12+\n" +
 	"\x11aggregation_point\x18\x06 \x01(\tR\x10aggregationPoint\x12\x1f\n" +
 	"\vmax_records\x18\a \x01(\rR\n" +
-	"maxRecords\"\xcc\x02\n" +
+	"maxRecords\x12.\n" +
+	"\x06energy\x18\b \x01(\v2\x16.persyst.v1.NodeEnergyR\x06energy\"\xb9\x01\n" +
+	"\n" +
+	"NodeEnergy\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x0e\n" +
+	"\x02ts\x18\x02 \x01(\x03R\x02ts\x12:\n" +
+	"\x06totals\x18\x03 \x03(\v2\".persyst.v1.NodeEnergy.TotalsEntryR\x06totals\x12\x10\n" +
+	"\x03how\x18\x04 \x01(\tR\x03how\x1a9\n" +
+	"\vTotalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xcc\x02\n" +
 	"\x0fPropertySummary\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
@@ -1577,7 +1677,7 @@ const file_collector_proto_rawDesc = "" +
 	"\aNodeUse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
 	"\x10user_pct_seconds\x18\x02 \x01(\x01R\x0euserPctSeconds\x12\x18\n" +
-	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xc2\x02\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xfb\x02\n" +
 	"\n" +
 	"JobPartial\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
@@ -1594,7 +1694,9 @@ const file_collector_proto_rawDesc = "" +
 	"\x05short\x18\n" +
 	" \x01(\bR\x05short\x12\x1f\n" +
 	"\vnode_phases\x18\v \x03(\fR\n" +
-	"nodePhases\"\x94\x01\n" +
+	"nodePhases\x127\n" +
+	"\vnode_energy\x18\f \x03(\v2\x16.persyst.v1.NodeEnergyR\n" +
+	"nodeEnergy\"\x94\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x0e\n" +
@@ -1644,68 +1746,73 @@ func file_collector_proto_rawDescGZIP() []byte {
 	return file_collector_proto_rawDescData
 }
 
-var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_collector_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_collector_proto_goTypes = []any{
 	(*Record)(nil),            // 0: persyst.v1.Record
 	(*CycleRecords)(nil),      // 1: persyst.v1.CycleRecords
-	(*PropertySummary)(nil),   // 2: persyst.v1.PropertySummary
-	(*PartialCycle)(nil),      // 3: persyst.v1.PartialCycle
-	(*Ack)(nil),               // 4: persyst.v1.Ack
-	(*Route)(nil),             // 5: persyst.v1.Route
-	(*Routes)(nil),            // 6: persyst.v1.Routes
-	(*Episode)(nil),           // 7: persyst.v1.Episode
-	(*RoutesAck)(nil),         // 8: persyst.v1.RoutesAck
-	(*CycleStall)(nil),        // 9: persyst.v1.CycleStall
-	(*JobSummaryRequest)(nil), // 10: persyst.v1.JobSummaryRequest
-	(*JobSummary)(nil),        // 11: persyst.v1.JobSummary
-	(*KeyPartial)(nil),        // 12: persyst.v1.KeyPartial
-	(*NodeUse)(nil),           // 13: persyst.v1.NodeUse
-	(*JobPartial)(nil),        // 14: persyst.v1.JobPartial
-	(*Heartbeat)(nil),         // 15: persyst.v1.Heartbeat
-	(*JobLoad)(nil),           // 16: persyst.v1.JobLoad
-	(*JobNotice)(nil),         // 17: persyst.v1.JobNotice
-	nil,                       // 18: persyst.v1.Route.NodeCollectorEntry
+	(*NodeEnergy)(nil),        // 2: persyst.v1.NodeEnergy
+	(*PropertySummary)(nil),   // 3: persyst.v1.PropertySummary
+	(*PartialCycle)(nil),      // 4: persyst.v1.PartialCycle
+	(*Ack)(nil),               // 5: persyst.v1.Ack
+	(*Route)(nil),             // 6: persyst.v1.Route
+	(*Routes)(nil),            // 7: persyst.v1.Routes
+	(*Episode)(nil),           // 8: persyst.v1.Episode
+	(*RoutesAck)(nil),         // 9: persyst.v1.RoutesAck
+	(*CycleStall)(nil),        // 10: persyst.v1.CycleStall
+	(*JobSummaryRequest)(nil), // 11: persyst.v1.JobSummaryRequest
+	(*JobSummary)(nil),        // 12: persyst.v1.JobSummary
+	(*KeyPartial)(nil),        // 13: persyst.v1.KeyPartial
+	(*NodeUse)(nil),           // 14: persyst.v1.NodeUse
+	(*JobPartial)(nil),        // 15: persyst.v1.JobPartial
+	(*Heartbeat)(nil),         // 16: persyst.v1.Heartbeat
+	(*JobLoad)(nil),           // 17: persyst.v1.JobLoad
+	(*JobNotice)(nil),         // 18: persyst.v1.JobNotice
+	nil,                       // 19: persyst.v1.NodeEnergy.TotalsEntry
+	nil,                       // 20: persyst.v1.Route.NodeCollectorEntry
 }
 var file_collector_proto_depIdxs = []int32{
 	0,  // 0: persyst.v1.CycleRecords.records:type_name -> persyst.v1.Record
-	2,  // 1: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
-	18, // 2: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
-	5,  // 3: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
-	7,  // 4: persyst.v1.Routes.episodes:type_name -> persyst.v1.Episode
-	9,  // 5: persyst.v1.RoutesAck.stalls:type_name -> persyst.v1.CycleStall
-	3,  // 6: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
-	12, // 7: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
-	13, // 8: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
-	16, // 9: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
-	11, // 10: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
-	17, // 11: persyst.v1.Collector.KeepNotice:input_type -> persyst.v1.JobNotice
-	1,  // 12: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
-	3,  // 13: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
-	10, // 14: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
-	10, // 15: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
-	15, // 16: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
-	6,  // 17: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
-	15, // 18: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
-	10, // 19: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
-	10, // 20: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
-	10, // 21: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
-	4,  // 22: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
-	4,  // 23: persyst.v1.Collector.KeepNotice:output_type -> persyst.v1.Ack
-	4,  // 24: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
-	4,  // 25: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
-	11, // 26: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
-	14, // 27: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
-	15, // 28: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
-	8,  // 29: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.RoutesAck
-	15, // 30: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
-	14, // 31: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
-	11, // 32: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
-	11, // 33: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
-	22, // [22:34] is the sub-list for method output_type
-	10, // [10:22] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 1: persyst.v1.CycleRecords.energy:type_name -> persyst.v1.NodeEnergy
+	19, // 2: persyst.v1.NodeEnergy.totals:type_name -> persyst.v1.NodeEnergy.TotalsEntry
+	3,  // 3: persyst.v1.PartialCycle.summaries:type_name -> persyst.v1.PropertySummary
+	20, // 4: persyst.v1.Route.node_collector:type_name -> persyst.v1.Route.NodeCollectorEntry
+	6,  // 5: persyst.v1.Routes.routes:type_name -> persyst.v1.Route
+	8,  // 6: persyst.v1.Routes.episodes:type_name -> persyst.v1.Episode
+	10, // 7: persyst.v1.RoutesAck.stalls:type_name -> persyst.v1.CycleStall
+	4,  // 8: persyst.v1.JobSummary.cycles:type_name -> persyst.v1.PartialCycle
+	13, // 9: persyst.v1.JobPartial.keys:type_name -> persyst.v1.KeyPartial
+	14, // 10: persyst.v1.JobPartial.node_use:type_name -> persyst.v1.NodeUse
+	2,  // 11: persyst.v1.JobPartial.node_energy:type_name -> persyst.v1.NodeEnergy
+	17, // 12: persyst.v1.Heartbeat.jobs:type_name -> persyst.v1.JobLoad
+	12, // 13: persyst.v1.Collector.KeepReport:input_type -> persyst.v1.JobSummary
+	18, // 14: persyst.v1.Collector.KeepNotice:input_type -> persyst.v1.JobNotice
+	1,  // 15: persyst.v1.Collector.Push:input_type -> persyst.v1.CycleRecords
+	4,  // 16: persyst.v1.Collector.PushPartial:input_type -> persyst.v1.PartialCycle
+	11, // 17: persyst.v1.Collector.Summary:input_type -> persyst.v1.JobSummaryRequest
+	11, // 18: persyst.v1.Collector.Partial:input_type -> persyst.v1.JobSummaryRequest
+	16, // 19: persyst.v1.Collector.Ping:input_type -> persyst.v1.Heartbeat
+	7,  // 20: persyst.v1.Node.SetRoutes:input_type -> persyst.v1.Routes
+	16, // 21: persyst.v1.Node.Ping:input_type -> persyst.v1.Heartbeat
+	11, // 22: persyst.v1.Node.Part:input_type -> persyst.v1.JobSummaryRequest
+	11, // 23: persyst.v1.Node.Report:input_type -> persyst.v1.JobSummaryRequest
+	11, // 24: persyst.v1.Node.Samples:input_type -> persyst.v1.JobSummaryRequest
+	5,  // 25: persyst.v1.Collector.KeepReport:output_type -> persyst.v1.Ack
+	5,  // 26: persyst.v1.Collector.KeepNotice:output_type -> persyst.v1.Ack
+	5,  // 27: persyst.v1.Collector.Push:output_type -> persyst.v1.Ack
+	5,  // 28: persyst.v1.Collector.PushPartial:output_type -> persyst.v1.Ack
+	12, // 29: persyst.v1.Collector.Summary:output_type -> persyst.v1.JobSummary
+	15, // 30: persyst.v1.Collector.Partial:output_type -> persyst.v1.JobPartial
+	16, // 31: persyst.v1.Collector.Ping:output_type -> persyst.v1.Heartbeat
+	9,  // 32: persyst.v1.Node.SetRoutes:output_type -> persyst.v1.RoutesAck
+	16, // 33: persyst.v1.Node.Ping:output_type -> persyst.v1.Heartbeat
+	15, // 34: persyst.v1.Node.Part:output_type -> persyst.v1.JobPartial
+	12, // 35: persyst.v1.Node.Report:output_type -> persyst.v1.JobSummary
+	12, // 36: persyst.v1.Node.Samples:output_type -> persyst.v1.JobSummary
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_collector_proto_init() }
@@ -1719,7 +1826,7 @@ func file_collector_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collector_proto_rawDesc), len(file_collector_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -91,7 +91,7 @@ func figuresOf(r *digest.Report, end time.Time, cpus, gpus int) figures {
 	}
 	// A multi-node job's energy counts where it is all its nodes': the batch host's alone
 	// would understate the site's (the job counts among those without).
-	if e := r.Energy; e != nil && e.KWh >= 0 && !math.IsInf(e.KWh, 0) && (len(e.Nodes) == 0 || len(e.Nodes) >= max(r.NNodes, 1)) {
+	if e := r.Energy; e != nil && e.KWh >= 0 && !math.IsInf(e.KWh, 0) && e.Whole(max(r.NNodes, 1)) {
 		kwh := e.KWh
 		f.energyKWh = &kwh
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/episodes"
 	"github.com/persyst/persyst/properties"
+	"github.com/persyst/persyst/sample"
 )
 
 // Config configures sending property records to collectors.
@@ -180,7 +181,7 @@ func (s *Uplink) routeLocked(job uint32) string {
 // unsent older one. maxRecords is what the node would send if every condition of the
 // strategy held (properties.Accumulator.MaxRecords; 0: unknown): the collector reports
 // the job's measured load against it to the frontend.
-func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int) {
+func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy) {
 	if len(recs) == 0 {
 		return
 	}
@@ -194,6 +195,9 @@ func (s *Uplink) Send(job uint32, ts time.Time, seconds float64, recs []properti
 	in := &pb.CycleRecords{JobId: job, Node: s.cfg.Node, Ts: ts.Unix(), Seconds: seconds, AggregationPoint: s.aggs[job], MaxRecords: uint32(max(maxRecords, 0))}
 	for _, r := range recs {
 		in.Records = append(in.Records, &pb.Record{Key: r.Key, Device: r.Device, Value: r.Value, Severity: r.Severity})
+	}
+	if len(energy.Totals) > 0 {
+		in.Energy = &pb.NodeEnergy{Node: s.cfg.Node, Ts: in.Ts, Totals: energy.Totals, How: energy.How}
 	}
 	if old := s.pending[job]; old != nil && old.Ts != in.Ts {
 		s.log.Debug().Uint32("job", job).Int64("ts", old.Ts).Msg("unsent cycle replaced by a newer one")

@@ -18,6 +18,7 @@ import (
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/properties"
 	"github.com/persyst/persyst/properties/propertiestest"
+	"github.com/persyst/persyst/sample"
 )
 
 // runCollector serves a real collector at addr ("127.0.0.1:0" picks a port) until stop.
@@ -74,14 +75,14 @@ func TestUplinkSurvivesADeadCollector(t *testing.T) {
 		}
 		return out
 	}
-	sh.Send(7, t0, 60, recs(t0, 50), 0)
+	sh.Send(7, t0, 60, recs(t0, 50), 0, sample.Energy{})
 	waitFor("the first cycle at the collector", func() bool { return len(stored()) == 1 })
 
 	stop() // the collector dies
 	start := time.Now()
 	for i := 1; i <= 3; i++ {
 		ts := t0.Add(time.Duration(i) * time.Minute)
-		sh.Send(7, ts, 60, recs(ts, float64(50+i)), 0)
+		sh.Send(7, ts, 60, recs(ts, float64(50+i)), 0, sample.Energy{})
 	}
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("Send blocked for %v with the collector down", d)
@@ -123,7 +124,7 @@ func TestJobWideFetch(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		ts := t0.Add(time.Duration(i) * time.Minute)
 		for n, user := range map[string]float64{"node1": 97, "node2": 5} {
-			ships[n].Send(5, ts, 60, []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: user, Severity: max(0, 1-user/80)}}, 0)
+			ships[n].Send(5, ts, 60, []properties.Record{{Time: ts, Key: "cpu_user_pct", Device: "node", Value: user, Severity: max(0, 1-user/80)}}, 0, sample.Energy{})
 			if err := ships[n].FlushJob(ctx, 5); err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +341,7 @@ func TestReroutedCycleTakesTheRoute(t *testing.T) {
 		}
 	}
 	route(dead, dead) // the job whole at one collector
-	up.Send(7, time.Unix(1_800_000_000, 0), 60, recs(time.Unix(1_800_000_000, 0), 50), 1)
+	up.Send(7, time.Unix(1_800_000_000, 0), 60, recs(time.Unix(1_800_000_000, 0), 50), 1, sample.Energy{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	up.flush(ctx) // the collector does not answer: the cycle is kept

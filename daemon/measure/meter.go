@@ -487,6 +487,23 @@ func (m *Meter) Summary() sample.Summary {
 	return s
 }
 
+// Energy returns the job's energy so far (its totals of sample.EnergyMetrics, and how
+// they were measured), without the rest of its Summary.
+func (m *Meter) Energy() sample.Energy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var totals map[string]float64
+	for _, k := range sample.EnergyMetrics() {
+		if v, ok := m.store.total(k); ok {
+			if totals == nil {
+				totals = map[string]float64{}
+			}
+			totals[k] = v
+		}
+	}
+	return sample.Energy{Totals: totals, How: m.how[sample.MethodEnergy]}
+}
+
 // Counters returns how many perf counters the meter holds open (without waiting for a
 // read in progress).
 func (m *Meter) Counters() int {

@@ -168,6 +168,16 @@ func (st *store) add(s sample.Sample, kv []slotValue) {
 	}
 }
 
+// total returns the job's total of one metric; false: none measured.
+func (st *store) total(name string) (float64, bool) {
+	for i, n := range st.names {
+		if n == name {
+			return st.totals[i], st.tHas[i]
+		}
+	}
+	return 0, false
+}
+
 // totalsMap returns the job's totals by name; cpuTotalsMap CPU i's.
 func (st *store) totalsMap() map[string]float64 {
 	out := make(map[string]float64, len(st.names))

@@ -29,8 +29,9 @@ type Options struct {
 	// Engine evaluates the properties (nil: the job is measured only).
 	Engine *properties.Engine
 	// Records, if set, gets each interval's property records as they are made, with the
-	// records the strategy would yield if every condition held (the job's full load).
-	Records func(t time.Time, seconds float64, recs []properties.Record, maxRecords int)
+	// records the strategy would yield if every condition held (the job's full load) and
+	// the job's energy so far (a multi-node job's batch host sums its nodes').
+	Records func(t time.Time, seconds float64, recs []properties.Record, maxRecords int, energy sample.Energy)
 	// Keep, if set, gets every sample as it is read (the daemon keeps them on disk, so
 	// that a restarted daemon's digest still covers the whole job: Restore).
 	Keep func(sample.Sample)
@@ -175,7 +176,7 @@ func (j *Job) evaluate(s sample.Sample) {
 		}
 	}
 	if j.opts.Records != nil {
-		j.opts.Records(s.Time, s.Seconds, recs, j.acc.MaxRecords())
+		j.opts.Records(s.Time, s.Seconds, recs, j.acc.MaxRecords(), j.meter.Energy())
 	}
 }
 
