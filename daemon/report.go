@@ -106,8 +106,12 @@ func energies(e *jobEnd, nodes []string) map[string]*digest.Energy {
 		job[n] = true
 	}
 	for n, ne := range by {
-		if n != e.node && job[n] {
-			out[n] = ne
+		if n != e.node && job[n] && ne != nil {
+			c := *ne
+			if c.How == "" {
+				c.How = w.How // every node's the same: said once
+			}
+			out[n] = &c
 		}
 	}
 	return out

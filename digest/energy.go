@@ -34,7 +34,8 @@ type Energy struct {
 	// Slurm's accounting keeps one name only).
 	Nodes        []string `json:"nodes,omitempty"`
 	NodesCounted int      `json:"nodes_counted,omitempty"`
-	// ByNode is each counted node's energy, where more than one is counted.
+	// ByNode is each counted node's energy, where more than one is counted (without how
+// it was measured where every node's is the same: How).
 	ByNode map[string]*Energy `json:"by_node,omitempty"`
 	// CO2Grams is the emissions at the site's CO2PerKWh (0: the site gives none).
 	CO2Grams  float64 `json:"co2_grams,omitempty"`
@@ -176,7 +177,11 @@ func sumEnergy(counted []string, per map[string]*Energy) *Energy {
 	}
 	e.KWh = e.Joules / 3.6e6
 	if len(hows) <= 1 {
+		// Each node measured it the same way: said once (a job may run on thousands).
 		e.How = strings.Join(hows, "")
+		for _, ne := range per {
+			ne.How = ""
+		}
 		return e
 	}
 	var each []string
