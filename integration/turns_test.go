@@ -37,9 +37,9 @@ func TestTurnsLongestFirst(t *testing.T) {
 		wg.Wait()
 		return order, most
 	}
-	// AdminView 180, Coverage 150, Jobmap 70, an unlisted test 60, a subtest of
-	// Coverage's 37.5, EndStates 20.
-	want := []string{"TestAdminView", "TestCoverage", "TestJobmap", "TestUnlisted", "TestCoverage/one", "TestEndStates"}
+	// EndStates 200, AdminView 180, Coverage 150, Jobmap 70, an unlisted test 60, a
+	// subtest of Coverage's 37.5.
+	want := []string{"TestEndStates", "TestAdminView", "TestCoverage", "TestJobmap", "TestUnlisted", "TestCoverage/one"}
 	if order, _ := run(1, 20*time.Millisecond); !slices.Equal(order, want) {
 		t.Errorf("one turn went to %v, want %v", order, want)
 	}
