@@ -155,10 +155,12 @@ PERSYST_FRONTEND_ARGS="--collectors vmnode=127.0.0.1:16830 --nodes vmnode --node
 	// measures it there), so the budget's burst credit holds a few thousand calls, not the
 	// tens of thousands testSyscalls counts exactly.
 	write(t, "/etc/slurm/persyst.conf", conf+"\nCollector=127.0.0.1:16830\nPowercapDir="+powercapDir+"\n"+budgetOff)
-	for _, u := range []string{unitCollector, unitDaemon, unitFrontend} {
-		// systemctl start returns once a Type=notify unit said READY: its listeners are
-		// bound by then.
-		run(t, "systemctl", "enable", "--now", u)
+	// systemctl start returns once a Type=notify unit said READY: its listeners are bound
+	// by then. The three start together, as at a node's boot (one after another under
+	// emulation took seconds each).
+	units := []string{unitCollector, unitDaemon, unitFrontend}
+	run(t, "systemctl", append([]string{"enable", "--now"}, units...)...)
+	for _, u := range units {
 		if s := state(t, u); s != "active" {
 			t.Fatalf("%s is %s after systemctl start:\n%s", u, s, journal(u))
 		}
@@ -511,21 +513,27 @@ func testOwnQuota(t *testing.T) {
 // did not measure is the restart itself, stated as such in the digest; the rest of the
 // job is measured.
 //
-// The job outlives the restart: under software emulation a restart takes 10 to 14 s
-// (the forky node's journal, 2026-11-27: 1.5 s to stop, 11 s to start, 5.6 s of it
-// loading the eBPF programs), and a job that ends while the daemon is down is digested
-// late by design, which is not what this tests.
+// The job outlives the restart: it spins until the test lets it end, once the restarted
+// daemon has measured it again (under software emulation a restart takes 10 to 14 s: the
+// forky node's journal, 2026-11-27: 1.5 s to stop, 11 s to start, 5.6 s of it loading the
+// eBPF programs). A job that ends while the daemon is down is digested late by design,
+// which is not what this tests.
 func testRestart(t *testing.T) {
-	id := sbatch(t, "--wrap", workload+" spin -seconds 35 -threads 1")
-	waitSamples(t, id, 3)
-	before := show(t, unitDaemon)["MainPID"]
+	end := filepath.Join(home, "restart-may-end")
+	os.Remove(end)
+	id := sbatch(t, "--wrap", workload+" spin -seconds 600 -threads 1 & while [ ! -e "+end+" ]; do sleep 0.3; done; kill $!")
+	before := waitSamples(t, id, 3).Measurement.Samples
+	pid := show(t, unitDaemon)["MainPID"]
 	t0 := time.Now()
 	run(t, "systemctl", "restart", unitDaemon)
 	t1 := time.Now()
 	t.Logf("systemctl restart took %s", t1.Sub(t0).Round(time.Millisecond))
-	if after := show(t, unitDaemon)["MainPID"]; after == before {
+	if after := show(t, unitDaemon)["MainPID"]; after == pid {
 		t.Fatalf("the daemon's MainPID is still %s after systemctl restart", after)
 	}
+	// The old daemon's samples are restored, and the new one reads two cycles more.
+	waitSamples(t, id, before+3)
+	write(t, end, "")
 	waitDone(t, id)
 	r, text := digestOf(t, id)
 	c := r.Coverage
