@@ -201,7 +201,7 @@ func sideBySide(t *testing.T) (done func()) {
 var sideSeconds = map[string]float64{
 	"TestAdminView": 180, "TestCoverage": 150, "TestTreeAgents": 140, "TestTreeLoads": 135, "TestSiteClusters": 125,
 	"TestGPUJobs": 120, "TestSiteTools": 100, "TestFoundation": 95, "TestTreeTLS": 80, "TestClusterUpFailure": 72,
-	"TestJobmap": 70, "TestPluginNotLoaded": 57, "TestEnergy": 40, "TestRealProgramsBeside": 57, "TestNotices": 56, "TestEndStates": 200,
+	"TestJobmap": 70, "TestPluginNotLoaded": 57, "TestEnergy": 40, "TestRealProgramsBeside": 57, "TestNotices": 56, "TestEndStates": 200, "TestRequeues": 35,
 	"TestRunExitAndSignals": 7, "TestPackage": 7, "TestServicesNotifySystemd": 7, "TestWebSocketActivation": 2,
 }
 

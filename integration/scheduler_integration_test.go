@@ -2,8 +2,10 @@ package integration
 
 // What Slurm does to a job is not the job's fault: on the real cluster, a job suspended
 // by `scontrol suspend` for a third of its life gets no finding from the suspension and
-// a line that names it; a requeued job's digests say "requeued" and "run 2"; a job
-// preempted by one of a higher partition (PreemptMode=REQUEUE) says so.
+// a line that names it (TestSchedulerEvents, alone: it judges the job's CPU time); a
+// requeued job's digests say "requeued" and "run 2"; a job preempted by one of a higher
+// partition (PreemptMode=REQUEUE) says so (TestRequeues, beside other tests: they judge
+// no CPU time, and their jobs run for a wall-clock time, not CPU time).
 
 import (
 	"context"
@@ -18,10 +20,13 @@ import (
 	"github.com/persyst/persyst/digest"
 )
 
-func TestSchedulerEvents(t *testing.T) {
-	c := startCluster(t, 1)
-	_, load := binaries(t)
-	report := func(t *testing.T, id uint32) (*digest.Report, string) {
+// schedulerCluster starts a one-node cluster for the scheduler's events, with how to read a
+// job's report and output there and to run scontrol.
+func schedulerCluster(t *testing.T) (c *cluster, load string, report func(*testing.T, uint32) (*digest.Report, string), scontrol func(*testing.T, ...string)) {
+	t.Helper()
+	c = startCluster(t, 1)
+	_, load = binaries(t)
+	report = func(t *testing.T, id uint32) (*digest.Report, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -35,13 +40,17 @@ func TestSchedulerEvents(t *testing.T) {
 		}
 		return r, string(b)
 	}
-	scontrol := func(t *testing.T, args ...string) {
+	scontrol = func(t *testing.T, args ...string) {
 		t.Helper()
 		if o, e, err := c.run(t, nil, "scontrol", args...); err != nil {
 			t.Fatalf("scontrol %v: %v %s%s", args, err, o, e)
 		}
 	}
+	return c, load, report, scontrol
+}
 
+func TestSchedulerEvents(t *testing.T) {
+	c, load, report, scontrol := schedulerCluster(t)
 	t.Run("suspended for a third of its life: stated, not judged", func(t *testing.T) {
 		// Two busy threads on two CPUs for 16 s of CPU time each, suspended for 10 s.
 		id := c.sbatch(t, nil, "-c", "2", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
@@ -75,10 +84,14 @@ func TestSchedulerEvents(t *testing.T) {
 			t.Errorf("the digest does not state the suspension:\n%s", text)
 		}
 	})
+}
 
+func TestRequeues(t *testing.T) {
+	defer sideBySide(t)()
+	c, load, report, scontrol := schedulerCluster(t)
 	t.Run("requeued: named, and the next run says which it is", func(t *testing.T) {
 		id := c.sbatch(t, nil, "-c", "1", "--open-mode=append", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
-			load+" spin -seconds 6")
+			"timeout 6 "+load+" spin -seconds 600; true")
 		waitSamples(t, c, id, 3)
 		ids := strconv.FormatUint(uint64(id), 10)
 		scontrol(t, "requeue", ids)
@@ -115,7 +128,7 @@ func TestSchedulerEvents(t *testing.T) {
 	t.Run("preempted by a job of a higher partition, requeued", func(t *testing.T) {
 		// The cluster's partition "urgent" preempts "debug" (PreemptMode=REQUEUE).
 		id := c.sbatch(t, nil, "--exclusive", "--open-mode=append", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap",
-			load+" spin -seconds 4 -threads 2")
+			"timeout 4 "+load+" spin -seconds 600 -threads 2; true")
 		waitSamples(t, c, id, 3)
 		urgent := c.sbatch(t, nil, "-p", "urgent", "--exclusive", "-o", filepath.Join(c.work, "sched-%j.out"), "--wrap", "sleep 1")
 		if st := c.waitDone(t, urgent, 2*time.Minute); st != "COMPLETED" {
