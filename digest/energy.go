@@ -35,7 +35,7 @@ type Energy struct {
 	Nodes        []string `json:"nodes,omitempty"`
 	NodesCounted int      `json:"nodes_counted,omitempty"`
 	// ByNode is each counted node's energy, where more than one is counted (without how
-// it was measured where every node's is the same: How).
+	// it was measured where every node's is the same: How).
 	ByNode map[string]*Energy `json:"by_node,omitempty"`
 	// CO2Grams is the emissions at the site's CO2PerKWh (0: the site gives none).
 	CO2Grams  float64 `json:"co2_grams,omitempty"`
