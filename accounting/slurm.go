@@ -98,12 +98,15 @@ func writeDatabase(ctx context.Context, run Runner, job string, id uint32, tok s
 				return "error", fmt.Errorf("job %s: AdminComment in the database: sacctmgr would lowercase the site's text %q: not written", job, clipText(existing, 80))
 			}
 			out, err := run(ctx, "sacctmgr", "-i", "modify", "job", "where", "jobid="+raw, "cluster="+recs[0][1], "set", "AdminComment="+merged)
-			if err != nil {
+			switch {
+			case err != nil && !strings.Contains(err.Error(), "No error"):
 				return "error", fmt.Errorf("job %s: AdminComment in the database: %w", job, err)
-			}
-			if strings.Contains(string(out), "Modified jobs") {
+			case err == nil && strings.Contains(string(out), "Modified jobs"):
 				return "written", nil
 			}
+			// Nothing modified ("sacctmgr: No error", exit status 1): slurmdbd had the
+			// job's end in sacct's answer but not yet where modify looks (seen on 24.11
+			// a moment after the job's end): asked again.
 		}
 		// No record yet, or not the job's end: slurmctld has not sent it to the database.
 		select {
