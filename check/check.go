@@ -87,6 +87,7 @@ var checks = []checker{
 	{"cgroups", checkCgroups},
 	{"counters", checkCounters},
 	{"energy", checkEnergy},
+	{"gpus", checkGPUs},
 	{"jobmap", checkJobMap},
 	{"tree", checkTree},
 	{"store", checkStore},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/persyst/persyst/amdgpu/fakeamdgpu"
 	"github.com/persyst/persyst/config"
 	"github.com/persyst/persyst/daemon/measure/redfish/fakebmc"
 	"github.com/persyst/persyst/hostfs"
@@ -150,6 +151,7 @@ func TestRun(t *testing.T) {
 		built   uint32 // the plugin's plugin_version (0: no plugin file)
 		answers map[string]string
 		conf    func(c *config.Config)
+		setup   func(t *testing.T, root string)
 		want    []string // "STATUS check: substring" of results that must be there
 	}{
 		{
@@ -157,7 +159,28 @@ func TestRun(t *testing.T) {
 			files: map[string]string{"etc/slurm/plugstack.conf": line},
 			built: 0x180b05,
 			want: []string{"ok slurm: Slurm 24.11.2 (slurmd -V)", "ok plugstack: /etc/slurm/plugstack.conf:1 loads", `ok plugin: SPANK plugin "persyst" built for Slurm 24.11`,
-				"info energy: no RAPL counters"},
+				"info energy: no RAPL counters", "info gpus: no AMD GPU"},
+		},
+		{
+			// FAKE AMD cards (no machine here has one): an MI250X-like one read whole, an
+			// MI300X-like one in a partition whose table (v1.4) says nothing of throttling
+			// and that the KFD does not list.
+			name:  "AMD GPUs",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			setup: func(t *testing.T, root string) {
+				tree, err := fakeamdgpu.New(root,
+					fakeamdgpu.Card{Bus: "0000:c1:00.0", Render: 128, GPUID: 5, Name: "AMD Instinct MI250X", VRAM: 64 << 30, Metrics: 3},
+					fakeamdgpu.Card{Bus: "0000:d1:00.0", Render: 136, Name: "AMD Instinct MI300X", VRAM: 192 << 30, Partition: "CPX", PowerInput: true, Metrics: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tree.Set(0, fakeamdgpu.State{Watts: 90, Joules: 5})
+				tree.Set(1, fakeamdgpu.State{Watts: 140, Joules: 7})
+			},
+			want: []string{"ok gpus: AMD Instinct MI250X at 0000:c1:00.0 (card1, /dev/dri/renderD128): busy time, memory, power, energy counter, throttling, RAS errors; processes through the KFD",
+				"warn gpus: AMD Instinct MI300X at 0000:d1:00.0 (card2, /dev/dri/renderD136, compute partition CPX)", "warn gpus: not: throttling (gpu_metrics v1.4 says nothing",
+				"warn gpus: whose processes use it (the KFD does not list this GPU"},
 		},
 		{
 			name: "RAPL counters in the powercap tree",
@@ -234,6 +257,9 @@ func TestRun(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			root := testenv.Files(t, tc.files)
+			if tc.setup != nil {
+				tc.setup(t, root)
+			}
 			if tc.built != 0 {
 				buildPlugin(t, filepath.Join(root, plugdir, "spank_persyst.so"), "persyst", "spank", tc.built)
 			}

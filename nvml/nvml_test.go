@@ -46,8 +46,8 @@ func TestHello(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := nvml.Hello{Driver: "550.54.15", Devices: []nvml.Device{
-		{Index: 0, UUID: "GPU-aaaa", Bus: "00000000:3B:00.0", Minor: 2, Memory: 85899345920, Name: "Fake H100", GPM: true, Parent: -1},
-		{Index: 1, UUID: "GPU-bbbb", Bus: "00000000:86:00.0", Minor: 0, Memory: 42949672960, Name: "Fake GPU", Parent: -1},
+		{Index: 0, UUID: "GPU-aaaa", Bus: "00000000:3B:00.0", Minor: 2, Memory: 85899345920, Name: "Fake H100", GPM: true, Parent: -1, Vendor: "NVIDIA"},
+		{Index: 1, UUID: "GPU-bbbb", Bus: "00000000:86:00.0", Minor: 0, Memory: 42949672960, Name: "Fake GPU", Parent: -1, Vendor: "NVIDIA"},
 	}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("hello (-want +got):\n%s", d)
@@ -256,9 +256,9 @@ at 0 gpu=101 sm=0
 		t.Fatal(err)
 	}
 	want := []nvml.Device{
-		{Index: 0, UUID: "GPU-a", Bus: "00000000:3B:00.0", Minor: 0, Memory: 85899345920, Name: "Fake GPU", MIG: true, GPM: true, Parent: -1},
-		{Index: 1, UUID: "MIG-1111", Minor: -1, Memory: 10737418240, Name: "Fake MIG", GPM: true, Parent: 0, GI: 1},
-		{Index: 2, UUID: "MIG-2222", Minor: -1, Memory: 21474836480, Name: "Fake MIG", GPM: true, Parent: 0, GI: 2},
+		{Index: 0, UUID: "GPU-a", Bus: "00000000:3B:00.0", Minor: 0, Memory: 85899345920, Name: "Fake GPU", MIG: true, GPM: true, Parent: -1, Vendor: "NVIDIA"},
+		{Index: 1, UUID: "MIG-1111", Minor: -1, Memory: 10737418240, Name: "Fake MIG", GPM: true, Parent: 0, GI: 1, Vendor: "NVIDIA"},
+		{Index: 2, UUID: "MIG-2222", Minor: -1, Memory: 21474836480, Name: "Fake MIG", GPM: true, Parent: 0, GI: 2, Vendor: "NVIDIA"},
 	}
 	if d := cmp.Diff(want, hello.Devices); d != "" {
 		t.Fatalf("devices (-want +got):\n%s", d)

@@ -36,6 +36,9 @@ type Device struct {
 	// Parent, for a MIG instance, is its GPU's index (-1: a GPU), GI its GPU instance.
 	Parent int
 	GI     int
+	// Vendor is "NVIDIA" (persyst-nvml's devices) or "AMD" (read through the amdgpu
+	// driver's sysfs: daemon/measure's AMDGPUs).
+	Vendor string
 }
 
 // Hello is what the helper says when it starts.
@@ -149,7 +152,7 @@ func indexedLine(what, s string) (int, [][2]string, error) {
 }
 
 func parseDevice(s string) (Device, error) {
-	d := Device{Minor: -1, Parent: -1}
+	d := Device{Minor: -1, Parent: -1, Vendor: "NVIDIA"}
 	var fields [][2]string
 	var err error
 	if d.Index, fields, err = indexedLine("device", s); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/persyst/persyst/amdgpu"
 	"github.com/persyst/persyst/daemon/measure/cgstats"
 	"github.com/persyst/persyst/daemon/measure/perfcg"
 	"github.com/persyst/persyst/daemon/measure/redfish"
@@ -47,7 +48,8 @@ type EnvOptions struct {
 	// background (nil: none).
 	NodeMeter *redfish.Options
 	// GPU, if set, reads the node's NVIDIA GPUs through persyst-nvml with these options
-	// (Env.GPU); the helper starts at once in the background where it is installed.
+	// (Env.GPU), the helper started at once in the background where it is installed,
+	// and its AMD GPUs through the amdgpu driver's sysfs under Host.
 	GPU         *nvml.Options
 	Enable      map[string]bool
 	Log         zerolog.Logger
@@ -210,9 +212,18 @@ func (env *Env) openGPU(o EnvOptions) {
 	if opts.Path == "" {
 		opts.Path = nvml.HelperPath()
 	}
-	env.GPU = nvml.New(opts)
+	nv := nvml.New(opts)
+	env.GPU = nv
 	env.GPUErrors = &GPUErrors{} // counted where the kernel's log is followed (Following)
 	if st, err := os.Stat(opts.Path); err == nil && st.Mode().IsRegular() {
-		go func() { _, _ = env.GPU.Start(context.Background()) }()
+		go func() { _, _ = nv.Start(context.Background()) }()
+	}
+	// AMD's GPUs, where the amdgpu driver has any: beside NVIDIA's, after them.
+	amd, err := OpenAMDGPUs(amdgpu.New(o.Host), amdgpu.Options{})
+	if err != nil {
+		o.Log.Warn().Err(err).Msg("AMD GPUs: a card could not be read")
+	}
+	if amd != nil {
+		env.GPU = &gpuSet{nv: nv, amd: amd}
 	}
 }

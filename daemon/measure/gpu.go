@@ -328,6 +328,9 @@ func counterDelta(prev, cur nvml.Reading, key string) (float64, bool) {
 // gpuWhy says why GPU i has no value for the helper's key.
 func gpuWhy(cur nvml.Reading, key string, hello nvml.Hello, i int) string {
 	if why, ok := cur.NotMeasured[key]; ok {
+		if gpuVendor(hello, i) == "AMD" {
+			return fmt.Sprintf("GPU %d (AMD, %s): %s", i, AMDDriver, why)
+		}
 		return fmt.Sprintf("GPU %d: NVML: %s", i, why)
 	}
 	for _, d := range hello.Devices {
@@ -347,6 +350,16 @@ func gpuWhy(cur nvml.Reading, key string, hello nvml.Hello, i int) string {
 		return fmt.Sprintf("GPU %d: this driver (%s) lacks %s", i, hello.Driver, strings.Join(hello.Absent, ", "))
 	}
 	return fmt.Sprintf("GPU %d: NVML gave no %s", i, key)
+}
+
+// gpuVendor is GPU i's vendor ("NVIDIA", "AMD").
+func gpuVendor(hello nvml.Hello, i int) string {
+	for _, d := range hello.Devices {
+		if d.Index == i {
+			return d.Vendor
+		}
+	}
+	return ""
 }
 
 // warnStray logs, once per GPU, a process of the job on a GPU it was not given.

@@ -32,7 +32,6 @@ import (
 	"github.com/persyst/persyst/daemon/measure/procio"
 	"github.com/persyst/persyst/daemon/measure/syscount"
 	"github.com/persyst/persyst/hostfs"
-	"github.com/persyst/persyst/nvml"
 	"github.com/persyst/persyst/perfevents"
 	"github.com/persyst/persyst/sample"
 )
@@ -57,8 +56,8 @@ type Env struct {
 	Syscalls      *syscount.Counter
 	SyscallsMount string
 	SyscallsWhy   string
-	// GPU reads the node's NVIDIA GPUs (nil: GPUWhy says why not).
-	GPU    *nvml.Helper
+	// GPU reads the node's GPUs, NVIDIA's and AMD's (nil: GPUWhy says why not).
+	GPU    GPUs
 	GPUWhy string
 	// GPUErrors counts the NVIDIA driver's hardware error reports per GPU (the daemon's
 	// kernel-log reader adds them; nil: not counted).

@@ -1,0 +1,165 @@
+// Package amdgpu reads AMD GPUs (Instinct MI210, MI250X, MI300A/X) through the amdgpu
+// driver's sysfs files, with no library: what the kernel gives every node that has the
+// driver loaded. A card is found under class/drm with the amdgpu driver; its render node
+// (/dev/dri/renderD*, what Slurm's gres.conf names) and its PCI address tie it to a
+// job's GRES and to the KFD's per-process files (Processes), which say whose processes
+// use it.
+//
+// Every read takes a hostfs.FS: "/" on a node, a fake tree in tests (fakeamdgpu). The
+// parsers take an io.Reader or bytes and are pure.
+package amdgpu
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/persyst/persyst/hostfs"
+)
+
+// Device is an amdgpu card as the driver presents it.
+type Device struct {
+	Card   string // "card1"
+	Bus    string // PCI address, "0000:c1:00.0"
+	Render int    // its render node's minor (renderD128 is 128); -1: none found
+	Name   string // the product name, where the driver gives one
+	VRAM   uint64 // bytes (mem_info_vram_total); 0: not given
+	// Partition is the compute partition mode where the GPU is partitioned ("SPX",
+	// "DPX", "CPX": current_compute_partition); "" where it gives none.
+	Partition string
+	// GPUIDs are the KFD's ids of the GPU (its topology nodes' gpu_id, one per compute
+	// partition; none: not found), which name it in the per-process files.
+	GPUIDs []uint64
+	hwmon  string // its hwmon directory under the root ("": none)
+}
+
+// Sysfs reads the node's amdgpu devices under a root.
+type Sysfs struct{ fs hostfs.FS }
+
+// New returns a reader of the devices under fs's root.
+func New(fs hostfs.FS) *Sysfs { return &Sysfs{fs: fs} }
+
+const drm = "sys/class/drm"
+
+// Devices lists the amdgpu cards, by PCI address. A card whose files cannot be read is
+// left out with why in the error (the others are returned).
+func (s *Sysfs) Devices() ([]Device, error) {
+	ents, err := os.ReadDir(s.fs.Path(drm))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("amdgpu: %w", err)
+	}
+	renders := map[string]int{}
+	var cards []string
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, "renderD"):
+			if minor, err := strconv.Atoi(strings.TrimPrefix(name, "renderD")); err == nil {
+				if bus := s.bus(name); bus != "" {
+					renders[bus] = minor
+				}
+			}
+		case strings.HasPrefix(name, "card") && !strings.Contains(name, "-"): // not card1-DP-1
+			cards = append(cards, name)
+		}
+	}
+	gpuIDs := s.kfdGPUs()
+	var out []Device
+	var errs []string
+	for _, c := range cards {
+		if s.driver(c) != "amdgpu" {
+			continue
+		}
+		d, err := s.device(c)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		d.Render = -1
+		if m, ok := renders[d.Bus]; ok {
+			d.Render = m
+		}
+		d.GPUIDs = gpuIDs[d.Bus]
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bus < out[j].Bus })
+	if len(errs) > 0 {
+		return out, fmt.Errorf("amdgpu: %s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+// bus is the PCI address of a drm entry's device ("" : none).
+func (s *Sysfs) bus(entry string) string {
+	target, err := filepath.EvalSymlinks(s.fs.Path(drm, entry, "device"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(target)
+}
+
+// driver is the name of the driver bound to a card's device.
+func (s *Sysfs) driver(card string) string {
+	target, err := os.Readlink(s.fs.Path(drm, card, "device", "driver"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(target)
+}
+
+// device reads what a card's device directory says once.
+func (s *Sysfs) device(card string) (Device, error) {
+	d := Device{Card: card, Bus: s.bus(card)}
+	if d.Bus == "" {
+		return d, fmt.Errorf("%s: no PCI device", s.fs.Path(drm, card))
+	}
+	dir := filepath.Join(drm, card, "device")
+	if v, err := s.uintFile(dir, "mem_info_vram_total"); err == nil {
+		d.VRAM = v
+	}
+	if b, err := s.fs.ReadString(dir, "product_name"); err == nil {
+		d.Name = clean(b)
+	}
+	if b, err := s.fs.ReadString(dir, "current_compute_partition"); err == nil {
+		d.Partition = clean(b)
+	}
+	if hw, err := filepath.Glob(s.fs.Path(dir, "hwmon", "hwmon*")); err == nil && len(hw) > 0 {
+		sort.Strings(hw)
+		d.hwmon = s.fs.Rel(hw[0])
+	}
+	return d, nil
+}
+
+// uintFile reads a file of one unsigned integer under the root; the error names it.
+func (s *Sysfs) uintFile(elem ...string) (uint64, error) {
+	b, err := s.fs.ReadFile(elem...)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseUint(bytes.NewReader(b))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", s.fs.Path(elem...), err)
+	}
+	return v, nil
+}
+
+// clean keeps a short, printable name from a sysfs file.
+func clean(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.TrimSpace(s))
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return s
+}
