@@ -26,20 +26,6 @@ func ParseUint(r io.Reader) (uint64, error) {
 	return v, nil
 }
 
-// ParseInt reads a file holding one integer (a temperature may be below zero).
-func ParseInt(r io.Reader) (int64, error) {
-	b, err := io.ReadAll(io.LimitReader(r, 64))
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(b))
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("want an integer, got %q", s)
-	}
-	return v, nil
-}
-
 // RAS is one block's error counts (ras/<block>_err_count): uncorrectable and
 // correctable, since the driver loaded.
 type RAS struct{ Uncorrectable, Correctable uint64 }

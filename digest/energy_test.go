@@ -59,19 +59,25 @@ func TestEnergy(t *testing.T) {
 			t.Errorf("%s: within %v, want %v", tc.name, got, tc.within)
 		}
 		line := EnergyLine(Report{Energy: e, NNodes: tc.nnodes})
-		at := 0
-		for _, w := range tc.line {
-			i := strings.Index(line[at:], w)
-			if i < 0 {
-				t.Errorf("%s: the line lacks %q after its first %d bytes: %s", tc.name, w, at, line)
-				break
-			}
-			at += i + len(w)
+		inOrder(t, tc.name+": the line", line, tc.line, tc.notLine)
+	}
+}
+
+// inOrder checks that text holds each of want, in this order, and none of not.
+func inOrder(t *testing.T, what, text string, want, not []string) {
+	t.Helper()
+	at := 0
+	for _, w := range want {
+		i := strings.Index(text[at:], w)
+		if i < 0 {
+			t.Errorf("%s lacks %q after its first %d bytes: %s", what, w, at, text)
+			break
 		}
-		for _, w := range tc.notLine {
-			if strings.Contains(line, w) {
-				t.Errorf("%s: the line says %q: %s", tc.name, w, line)
-			}
+		at += i + len(w)
+	}
+	for _, w := range not {
+		if strings.Contains(text, w) {
+			t.Errorf("%s says %q: %s", what, w, text)
 		}
 	}
 }
@@ -147,30 +153,8 @@ func TestEnergyOfNodes(t *testing.T) {
 		if e.Whole(tc.nnodes) != (len(tc.nodes) == tc.nnodes) {
 			t.Errorf("%s: whole %v with %d of %d nodes", tc.name, e.Whole(tc.nnodes), len(tc.nodes), tc.nnodes)
 		}
-		at := 0
-		for _, w := range tc.how {
-			i := strings.Index(e.How[at:], w)
-			if i < 0 {
-				t.Errorf("%s: how lacks %q after its first %d bytes: %s", tc.name, w, at, e.How)
-				break
-			}
-			at += i + len(w)
-		}
-		line := EnergyLine(Report{Energy: e, NNodes: tc.nnodes})
-		at = 0
-		for _, w := range tc.line {
-			i := strings.Index(line[at:], w)
-			if i < 0 {
-				t.Errorf("%s: the line lacks %q after its first %d bytes: %s", tc.name, w, at, line)
-				break
-			}
-			at += i + len(w)
-		}
-		for _, w := range tc.notLine {
-			if strings.Contains(line, w) {
-				t.Errorf("%s: the line says %q: %s", tc.name, w, line)
-			}
-		}
+		inOrder(t, tc.name+": how", e.How, tc.how, nil)
+		inOrder(t, tc.name+": the line", EnergyLine(Report{Energy: e, NNodes: tc.nnodes}), tc.line, tc.notLine)
 		// The nodes' own energies are left as they were.
 		for n, ne := range tc.by {
 			if ne != nil && (ne.Nodes != nil || ne.ByNode != nil) {
