@@ -219,7 +219,12 @@ func bmcGone(t *testing.T, c *cluster, bmc *fakebmc.BMC, on []string) {
 	}
 	text := digest.Text(*r, digest.TextOptions{})
 	t.Logf("job %d, the BMC gone 3 s in: %.1f J over %.2f s (%s)\n%s", id, e.Joules, r.Seconds, e.How, text)
-	if want := (pkgWatts + dramWatts) * r.Seconds; math.Abs(e.Joules-want) > 0.02*want || e.Parts["node"] != 0 {
+	// The counters' energy is that between the first read and the last, the seconds those
+	// of the samples' times: a read under the tests beside this one may come well after
+	// its sample's time (the last 0.62 s more than the first, once, in bookworm's root), so
+	// a second's energy is allowed beyond 2 %; the BMC's 300 W would be far more.
+	want := (pkgWatts + dramWatts) * r.Seconds
+	if math.Abs(e.Joules-want) > 0.02*want+(pkgWatts+dramWatts) || e.Parts["node"] != 0 {
 		t.Errorf("job %d: %.1f J, parts %v; want RAPL's alone, %.1f J", id, e.Joules, e.Parts, want)
 	}
 	if !strings.Contains(e.How, "gave no reading") || !strings.Contains(e.How, "RAPL's alone") || !strings.Contains(strings.Join(strings.Fields(text), " "), "the node's own meter gave no reading for part of the job") {
