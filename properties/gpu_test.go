@@ -116,3 +116,48 @@ func TestGPUFindings(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUIdleNotAssessed: a GPU idle all along, its busy time missing in the first
+// interval only (the GPU's first read): the busy share has no value where it was
+// measured, nothing to assess rather than a reason that is none; SM activity, never
+// measured (an AMD GPU), keeps its reason.
+func TestGPUIdleNotAssessed(t *testing.T) {
+	const noSM = "AMD GPUs give no SM activity"
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := e.NewAccumulator(JobInfo{NCPUs: 4})
+	t0 := time.Unix(1_800_000_000, 0)
+	var samples []sample.Sample
+	totals := map[string]float64{}
+	for i := range 10 {
+		job := map[string]float64{sample.CPUUserSeconds: 0.4, sample.CPUSystemSeconds: 0, sample.GPUs: 1,
+			sample.GPUMemPeakBytes: 1 << 28, sample.GPUMemTotalBytes: 64 << 30}
+		if i > 0 {
+			job[sample.GPUBusySeconds], job[sample.GPUUnusedSeconds] = 0, 1
+		}
+		s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: job}
+		acc.Add(s)
+		samples = append(samples, s)
+		for k, v := range job {
+			if sample.KindOf(k) == sample.Counter {
+				totals[k] += v
+			} else {
+				totals[k] = max(totals[k], v)
+			}
+		}
+	}
+	res := acc.Finish(samples, sample.Summary{Seconds: 10, Samples: 10, Totals: totals,
+		NotMeasured: map[string]string{sample.GPUSMActiveSeconds: noSM}})
+	got := map[string]string{}
+	for _, r := range res {
+		got[r.Key] = r.NotAssessed
+	}
+	if got["gpu_low_util"] != NothingToAssess {
+		t.Errorf("gpu_low_util not assessed %q, want %q", got["gpu_low_util"], NothingToAssess)
+	}
+	if w := got["gpu_sm_activity"]; !strings.Contains(w, noSM) && !strings.HasPrefix(w, "not evaluated") {
+		t.Errorf("gpu_sm_activity not assessed %q, want %q", w, noSM)
+	}
+}

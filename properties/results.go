@@ -125,10 +125,18 @@ func (a *Accumulator) Finish(samples []sample.Sample, sum sample.Summary) []Resu
 				if why == "" {
 					why = derivedWhy[orig]
 				}
-				if why == "" {
-					why = "not provided"
+				_, measured := sum.Totals[orig]
+				switch {
+				case why == "" && measured:
+					// Missing in some intervals only (a GPU's first read): where it was
+					// measured the property had no value (an idle GPU's busy share),
+					// unless another of its inputs was never measured.
+					r.NotAssessed = a.neverMeasured(a.e.evals[p], sum, unsanitized)
+				case why == "":
+					r.NotAssessed = orig + ": not provided"
+				default:
+					r.NotAssessed = orig + ": " + why
 				}
-				r.NotAssessed = orig + ": " + why
 			}
 		case x.records == 0:
 			r.NotAssessed = NothingToAssess
@@ -465,4 +473,25 @@ func fmtSeconds(s float64) string {
 		return strconv.Itoa(int(d/time.Minute)) + " min"
 	}
 	return strconv.FormatFloat(s, 'f', -1, 64) + " s"
+}
+
+// neverMeasured says why a property had no value where it was evaluated: an input that
+// was never measured, with why ("name: why"), else NothingToAssess.
+func (a *Accumulator) neverMeasured(pe *propEval, sum sample.Summary, unsanitized map[string]string) string {
+	for k, i := range pe.value {
+		if pe.optional[k] {
+			continue
+		}
+		name := a.e.tab.list[i]
+		if orig := unsanitized[name]; orig != "" {
+			name = orig
+		}
+		if _, ok := sum.Totals[name]; ok {
+			continue
+		}
+		if why := sum.NotMeasured[name]; why != "" {
+			return name + ": " + why
+		}
+	}
+	return NothingToAssess
 }
