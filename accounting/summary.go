@@ -78,6 +78,8 @@ type summary struct {
 	NNodes   int              `json:"nn"`
 	CPUs     int              `json:"c"`
 	GPUs     int              `json:"g,omitempty"`
+	GPUModel string           `json:"gm,omitempty"` // vendor first, at most maxModel bytes
+	Slices   int              `json:"gs,omitempty"`
 	Start    int64            `json:"t0"`
 	End      int64            `json:"t1"`
 	Seconds  float64          `json:"s"`
@@ -220,6 +222,9 @@ func round4(v float64) float64 {
 	return r
 }
 
+// maxModel bounds the GPUs' model a summary keeps.
+const maxModel = 80
+
 func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -235,7 +240,7 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 // Encode makes a job report's summary token (at most MaxToken bytes).
 func Encode(r digest.Report) (string, error) {
 	s := summary{V: Version, Job: r.JobID, ArrayJob: r.ArrayJobID, Task: r.ArrayTaskID, Nodes: r.Nodes, NNodes: r.NNodes,
-		CPUs: r.CPUs, GPUs: r.GPUs, Seconds: round4(r.Seconds), Samples: r.Samples, Short: r.Short, MinSecs: r.MinSeconds, Startup: r.StartupOnly,
+		CPUs: r.CPUs, GPUs: r.GPUs, GPUModel: clipText(r.GPUModel, maxModel), Slices: r.GPUSlices, Seconds: round4(r.Seconds), Samples: r.Samples, Short: r.Short, MinSecs: r.MinSeconds, Startup: r.StartupOnly,
 		EndState: r.EndState, Findings: []finding{}}
 	if !r.Start.IsZero() {
 		s.Start, s.End = r.Start.Unix(), r.End.Unix()
@@ -412,7 +417,7 @@ func Decode(tok string, recommendation func(key string) string) (digest.Report, 
 		return digest.Report{}, fmt.Errorf("persyst summary: version %d, want %d", s.V, version)
 	}
 	r := digest.Report{Schema: digest.SchemaVersion, JobID: s.Job, ArrayJobID: s.ArrayJob, ArrayTaskID: s.Task, Nodes: s.Nodes,
-		NNodes: s.NNodes, CPUs: s.CPUs, GPUs: s.GPUs, Seconds: s.Seconds, Samples: s.Samples, Short: s.Short, MinSeconds: s.MinSecs,
+		NNodes: s.NNodes, CPUs: s.CPUs, GPUs: s.GPUs, GPUModel: s.GPUModel, GPUSlices: s.Slices, Seconds: s.Seconds, Samples: s.Samples, Short: s.Short, MinSeconds: s.MinSecs,
 		StartupOnly: s.Startup, EndState: s.EndState, Findings: []properties.Result{}, Properties: []properties.Result{}}
 	if s.Start != 0 {
 		r.Start, r.End = time.Unix(s.Start, 0).UTC(), time.Unix(s.End, 0).UTC()

@@ -5,8 +5,9 @@
 // job's GRES and to the KFD's per-process files (Processes), which say whose processes
 // use it.
 //
-// Every read takes a hostfs.FS: "/" on a node, a fake tree in tests (fakeamdgpu). The
-// parsers take an io.Reader or bytes and are pure.
+// Every read takes a hostfs.FS rooted at the kernel's sysfs: /sys on a node (where a
+// daemon in a container sees the host's elsewhere, persyst.conf's AMDGPUSysfs), a fake
+// tree in tests (fakeamdgpu). The parsers take an io.Reader or bytes and are pure.
 package amdgpu
 
 import (
@@ -37,13 +38,13 @@ type Device struct {
 	hwmon  string // its hwmon directory under the root ("": none)
 }
 
-// Sysfs reads the node's amdgpu devices under a root.
+// Sysfs reads the node's amdgpu devices in a sysfs.
 type Sysfs struct{ fs hostfs.FS }
 
-// New returns a reader of the devices under fs's root.
-func New(fs hostfs.FS) *Sysfs { return &Sysfs{fs: fs} }
+// New returns a reader of the devices in the sysfs at sys's root ("/sys" on a node).
+func New(sys hostfs.FS) *Sysfs { return &Sysfs{fs: sys} }
 
-const drm = "sys/class/drm"
+const drm = "class/drm"
 
 // Devices lists the amdgpu cards, by PCI address. A card whose files cannot be read is
 // left out with why in the error (the others are returned).

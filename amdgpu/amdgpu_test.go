@@ -32,7 +32,7 @@ func fakeNode(t *testing.T) (*fakeamdgpu.Tree, *amdgpu.Sysfs, string) {
 	os.MkdirAll(filepath.Join(root, "sys/class/drm/card9"), 0o755)
 	os.Symlink(other, filepath.Join(root, "sys/class/drm/card9/device"))
 	os.MkdirAll(filepath.Join(root, "sys/class/drm/card1-DP-1"), 0o755)
-	return tree, amdgpu.New(hostfs.New(root)), root
+	return tree, amdgpu.New(hostfs.New(tree.Sys())), root
 }
 
 func TestDevices(t *testing.T) {

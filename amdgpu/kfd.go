@@ -12,7 +12,7 @@ import (
 // The KFD (the kernel's compute driver that ROCm programs open, /dev/kfd) lists its GPUs
 // as topology nodes and each process that uses one under proc/<pid>, with the VRAM it
 // holds on each GPU: what says whose processes a GPU runs, without rocm-smi.
-const kfd = "sys/class/kfd/kfd"
+const kfd = "class/kfd/kfd"
 
 // kfdGPUs maps the KFD's GPUs' PCI addresses to their gpu_ids (one per compute
 // partition; none where the KFD is not there).

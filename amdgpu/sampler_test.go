@@ -26,7 +26,7 @@ func TestSampler(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
-	s, err := amdgpu.NewSampler(amdgpu.New(hostfs.New(root)), amdgpu.Options{Now: func() time.Time { return now }})
+	s, err := amdgpu.NewSampler(amdgpu.New(hostfs.New(tree.Sys())), amdgpu.Options{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

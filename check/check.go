@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
 )
@@ -65,6 +66,9 @@ type Options struct {
 	ConfigErr  error
 	// Run runs Slurm's and MUNGE's commands.
 	Run jobmap.Runner
+	// RunAll runs a command for all it prints, its standard error too (slurmd -G, which
+	// says the node's GPUs in Slurm's order; nil: not asked).
+	RunAll gres.Run
 	// Sources are the job map's sources, each asked for the cluster's jobs.
 	Sources []jobmap.Source
 	// Timeout bounds each command and request.

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/persyst/persyst/amdgpu/fakeamdgpu"
 	"github.com/persyst/persyst/config"
@@ -152,8 +153,35 @@ func TestRun(t *testing.T) {
 		answers map[string]string
 		conf    func(c *config.Config)
 		setup   func(t *testing.T, root string)
+		gres    string   // what slurmd -G prints ("": not asked; "fail": it fails)
 		want    []string // "STATUS check: substring" of results that must be there
 	}{
+		{
+			// Slurm's GPU indices: the device nodes slurmd -G names, read under the root
+			// (one of them a plain file, no device).
+			name:  "GPU indices from slurmd",
+			files: map[string]string{"etc/slurm/plugstack.conf": line, "dev/nvidia1": ""},
+			built: 0x180b05,
+			setup: func(t *testing.T, root string) {
+				os.MkdirAll(filepath.Join(root, "dev/dri"), 0o755)
+				for p, dev := range map[string]uint64{"dev/nvidia0": unix.Mkdev(195, 0), "dev/dri/renderD128": unix.Mkdev(226, 128)} {
+					if err := unix.Mknod(filepath.Join(root, p), unix.S_IFCHR|0o600, int(dev)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			gres: "slurmd: Gres Name=gpu Type=nvidia Count=2 Index=0 ID=7696487 File=/dev/nvidia[0-1] Links=(null) Flags=HAS_FILE\n" +
+				"slurmd: Gres Name=gpu Type=amd Count=1 Index=128 ID=7696487 File=/dev/dri/renderD128 Links=(null) Flags=HAS_FILE\n",
+			want: []string{"ok gpus: Slurm's GPU indices (slurmd -G): 0 /dev/nvidia0, 2 /dev/dri/renderD128",
+				"warn gpus: Slurm's GPU indices that name no one GPU device: 1 (/dev/nvidia1: not a character device)"},
+		},
+		{
+			name:  "slurmd -G fails",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			gres:  "fail",
+			want:  []string{"warn gpus: slurmd -G: exit status 1", "warn gpus: → jobs' GPU indices are taken as NVML's"},
+		},
 		{
 			name:  "works",
 			files: map[string]string{"etc/slurm/plugstack.conf": line},
@@ -271,8 +299,17 @@ func TestRun(t *testing.T) {
 			if tc.conf != nil {
 				tc.conf(&conf)
 			}
-			rs := Run(context.Background(), Options{Host: hostfs.New(root), Node: "n1", Socket: filepath.Join(root, "none.sock"),
-				Config: conf, Run: slurmCommands(answers)})
+			o := Options{Host: hostfs.New(root), Node: "n1", Socket: filepath.Join(root, "none.sock"),
+				Config: conf, Run: slurmCommands(answers)}
+			if tc.gres != "" {
+				o.RunAll = func(_ context.Context, name string, args ...string) ([]byte, error) {
+					if tc.gres == "fail" || name+" "+strings.Join(args, " ") != "slurmd -G -N n1" {
+						return nil, errors.New("exit status 1: fatal: Unable to determine this slurmd's NodeName")
+					}
+					return []byte(tc.gres), nil
+				}
+			}
+			rs := Run(context.Background(), o)
 			var got []string
 			for _, r := range rs {
 				got = append(got, fmt.Sprintf("%s %s: %s", r.Status, r.Check, r.Detail))

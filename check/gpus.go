@@ -1,17 +1,58 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
 
 	"github.com/persyst/persyst/amdgpu"
+	"github.com/persyst/persyst/gres"
+	"github.com/persyst/persyst/hostfs"
 )
 
-// checkGPUs says which AMD GPUs the daemon will read, and what each gives (NVIDIA's are
-// read through persyst-nvml, which says what it found in the daemon's log as it starts).
-func checkGPUs(_ context.Context, n *Node) []Result {
-	sys := amdgpu.New(n.h)
+// checkGPUs says which device each of Slurm's GPU indices is, and which AMD GPUs the
+// daemon will read and what each gives (NVIDIA's are read through persyst-nvml, which
+// says what it found in the daemon's log as it starts).
+func checkGPUs(ctx context.Context, n *Node) []Result {
+	return append(checkGRES(ctx, n), checkAMDGPUs(n)...)
+}
+
+// checkGRES asks slurmd, as the daemon does, which device each GPU index is.
+func checkGRES(ctx context.Context, n *Node) []Result {
+	if n.o.RunAll == nil {
+		return nil
+	}
+	if idx := n.o.Config.GPUIndex; idx != "" && idx != "slurmd" {
+		return []Result{info(fmt.Sprintf("Slurm's GPU indices are taken as GPUIndex=%s says (persyst.conf)", idx))}
+	}
+	gpus, err := gres.Start(ctx, gres.Options{Node: n.o.Node, Host: n.h, Run: n.o.RunAll, Timeout: n.o.Timeout}).Wait(ctx)
+	if err != nil {
+		return []Result{warn(err.Error(), "jobs' GPU indices are taken as NVML's (right with gres.conf AutoDetect=nvml only): "+
+			"let the daemon run slurmd -G, or set GPUIndex in persyst.conf (docs/admin.md)")}
+	}
+	if len(gpus) == 0 {
+		return []Result{info("Slurm gives this node no GPUs (slurmd -G lists no gpu GRES)")}
+	}
+	var said, unknown []string
+	for _, g := range gpus {
+		if g.ID() == "" {
+			unknown = append(unknown, fmt.Sprintf("%d (%s)", g.Index, g.Why))
+			continue
+		}
+		said = append(said, fmt.Sprintf("%d %s", g.Index, strings.Join(g.Files, ",")))
+	}
+	out := []Result{ok("Slurm's GPU indices (slurmd -G): " + strings.Join(said, ", "))}
+	if len(unknown) > 0 {
+		out = append(out, warn("Slurm's GPU indices that name no one GPU device: "+strings.Join(unknown, "; "),
+			"a job given one is measured by NVML's index (a MIG instance's GPUs are sent by UUID, docs/metrics.md)"))
+	}
+	return out
+}
+
+// checkAMDGPUs says which AMD GPUs the daemon will read, and what each gives.
+func checkAMDGPUs(n *Node) []Result {
+	sys := amdgpu.New(hostfs.New(n.h.Path(cmp.Or(n.o.Config.AMDGPUSysfs, "/sys"))))
 	devs, err := sys.Devices()
 	var out []Result
 	if err != nil {

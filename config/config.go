@@ -55,14 +55,19 @@ type Config struct {
 	// samples (SyscallBudget=0.25%, the default: 0.0025). 0: every call, whatever it costs.
 	SyscallBudget float64
 	// GPUIndex says what Slurm's GRES index of a GPU (SLURM_JOB_GPUS) is on this
-	// cluster: "nvml" (the default; gres.conf AutoDetect=nvml orders GPUs as NVML does)
-	// or "minor" (gres.conf File=/dev/nvidia[0-7] by hand: the device's minor number).
+	// cluster: "slurmd" (the default: the device slurmd -G numbers so, whatever
+	// gres.conf says; NVML's order where slurmd does not answer), "nvml" (gres.conf
+	// AutoDetect=nvml orders GPUs as NVML does, AMD's after them) or "minor" (gres.conf
+	// File=/dev/nvidia[0-7] by hand: the device's minor number).
 	GPUIndex string
 	// StrategyFile replaces the built-in strategy (properties/default.strategy).
 	StrategyFile string
 	// PowercapDir is where the node's powercap tree (RAPL energy counters) lies ("":
 	// /sys/class/powercap; a daemon in a container sees the host's elsewhere).
 	PowercapDir string
+	// AMDGPUSysfs is the kernel's sysfs the AMD GPUs are read in ("": /sys; a daemon in
+	// a container sees the host's elsewhere).
+	AMDGPUSysfs string
 	// EnergyCO2PerKWh, above 0, is the site's grams of CO2-equivalent per kWh: digests
 	// give a job's emissions beside its energy.
 	EnergyCO2PerKWh float64
@@ -206,6 +211,13 @@ var fields = []field{
 			return fmt.Errorf("want an absolute path, got %q", v)
 		}
 		c.PowercapDir = v
+		return nil
+	}},
+	{"AMDGPUSysfs", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("want an absolute path, got %q", v)
+		}
+		c.AMDGPUSysfs = v
 		return nil
 	}},
 	{"EnergyCO2PerKWh", func(c *Config, v string) error {
@@ -414,11 +426,11 @@ var fields = []field{
 	}},
 	{"GPUIndex", func(c *Config, v string) error {
 		switch strings.ToLower(v) {
-		case "nvml", "minor":
+		case "slurmd", "nvml", "minor":
 			c.GPUIndex = strings.ToLower(v)
 			return nil
 		}
-		return fmt.Errorf("want nvml or minor, got %q", v)
+		return fmt.Errorf("want slurmd, nvml or minor, got %q", v)
 	}},
 	{"SlurmRestd", func(c *Config, v string) error {
 		switch {

@@ -55,7 +55,7 @@ func TestParse(t *testing.T) {
 		{"bad source value", "MetricSource.perf=maybe", Config{}, `test.conf:1: MetricSource.perf: want on or off, got "maybe"`},
 		{"source twice", "MetricSource.perf=on\nMetricSource.Perf=off", Config{}, `test.conf:2: MetricSource.Perf: already set on line 1`},
 		{"GPU index", "GPUIndex=Minor", with(func(c *Config) { c.GPUIndex = "minor" }), ""},
-		{"bad GPU index", "GPUIndex=pci", Config{}, `test.conf:1: GPUIndex: want nvml or minor, got "pci"`},
+		{"bad GPU index", "GPUIndex=pci", Config{}, `test.conf:1: GPUIndex: want slurmd, nvml or minor, got "pci"`},
 		{"powercap tree", "PowercapDir=/host/sys/class/powercap", with(func(c *Config) { c.PowercapDir = "/host/sys/class/powercap" }), ""},
 		{"relative powercap tree", "PowercapDir=sys", Config{}, `test.conf:1: PowercapDir: want an absolute path, got "sys"`},
 		{"BMC", "BMCRedfish=https://%n-bmc/redfish/v1/Chassis/1\nBMCUser=persyst\nBMCPasswordFile=/etc/persyst/bmc.secret\nBMCCA=/etc/persyst/bmc-ca.pem\nBMCTimeout=1.5",

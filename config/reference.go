@@ -12,9 +12,10 @@ type keyDoc struct{ key, meaning, def string }
 // patterns and tree lines the parser knows besides (TestReference keeps them in step).
 var keyDocs = []keyDoc{
 	{"CycleSeconds", "measurement cycle, 1 to 3600 s (all nodes read at multiples of it)", "60"},
-	{"GPUIndex", "what Slurm's GRES index of a GPU is: `nvml` (gres.conf `AutoDetect=nvml`: NVML's order, by PCI bus id) or `minor` (gres.conf `File=/dev/nvidiaN` lines: the device's minor number N)", "`nvml`"},
+	{"GPUIndex", "what Slurm's GRES index of a GPU is: `slurmd` (the device file `slurmd -G` numbers so, asked once as the daemon starts: right for gres.conf's `File=` lines, `AutoDetect` and nodes with NVIDIA's and AMD's GPUs; NVML's order where slurmd does not answer, said in the daemon's log), `nvml` (gres.conf `AutoDetect=nvml`: NVML's order, by PCI bus id, AMD's GPUs after NVIDIA's) or `minor` (gres.conf `File=/dev/nvidiaN` lines: the device's minor number N)", "`slurmd`"},
 	{"SyscallBudget", "the most extra time counting system calls (eBPF fentry programs, or the raw tracepoint where the kernel refuses those) may cost the node's programs, all together, as a share of one CPU (so no program is slowed by more; one outside every measured job, once its calls would cost half of it, by an eighth of it): beyond it, after a burst (2.5 ms of extra time at 0.25 %), calls are counted in samples and jobs' counts are estimates, which their digests say (docs/metrics.md); `0%`: every call, whatever it costs", "`0.25%`"},
 	{"PowercapDir", "where the node's powercap tree (RAPL energy counters) lies: a daemon in a container sees the host's elsewhere (docs/metrics.md, Energy)", "`/sys/class/powercap`"},
+	{"AMDGPUSysfs", "the kernel's sysfs that AMD GPUs are read in (the amdgpu driver's cards and the KFD's processes): a daemon in a container sees the host's elsewhere (docs/metrics.md, GPUs)", "`/sys`"},
 	{"BMCRedfish", "the node's chassis on its BMC (`https://%n-bmc/redfish/v1/Chassis/1`, `%n`: the node's name), read through Redfish at most once a cycle for the node's whole power (docs/metrics.md, Energy); none: RAPL only", "none"},
 	{"BMCUser", "the BMC account persyst reads with (one that may only read)", "none"},
 	{"BMCPasswordFile", "the file that holds the BMC account's password, alone on one line, readable by its owner only (root); refused with an `http://` BMCRedfish", "none"},

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/persyst/persyst/daemon/pipeline"
 	"github.com/persyst/persyst/digest"
 	"github.com/persyst/persyst/exporter"
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/nvml"
@@ -46,12 +48,19 @@ type MeasureConfig struct {
 	// SyscallBudget lets counting system calls sample beyond this share of one CPU (0:
 	// every call; persyst.conf's SyscallBudget).
 	SyscallBudget float64
-	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "nvml" or "" (NVML's
-	// index) or "minor" (the device's minor number; persyst.conf's GPUIndex).
+	// GPUIndex is what a GRES index of SLURM_JOB_GPUS names: "slurmd" or "" (the device
+	// GPUOrder gives it), "nvml" (NVML's index) or "minor" (the device's minor number;
+	// persyst.conf's GPUIndex).
 	GPUIndex string
+	// GPUOrder is the node's GPUs in Slurm's order, asked of slurmd (nil: not asked; a
+	// GRES index is then NVML's).
+	GPUOrder *gres.Order
 	// PowercapDir is where the node's powercap tree lies ("": the root's
 	// sys/class/powercap; persyst.conf's PowercapDir).
 	PowercapDir string
+	// AMDGPUSysfs is the sysfs AMD GPUs are read in ("": the root's sys; persyst.conf's
+	// AMDGPUSysfs).
+	AMDGPUSysfs string
 	// NodeMeter reads the node's own power meter, its BMC, at most once a cycle (nil:
 	// none; persyst.conf's BMC keys).
 	NodeMeter *redfish.Options
@@ -88,9 +97,8 @@ type Measurer struct {
 	starts sync.WaitGroup
 }
 
-// NewMeasurer probes what this node can measure (perf events, cgroup hierarchies) and
-// removes persyst cgroups of jobs the registry no longer knows as running.
-func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logger, now func() time.Time) (*Measurer, error) {
+// withDefaults fills in what cfg leaves out, and refuses what it cannot be.
+func (cfg MeasureConfig) withDefaults(node string) (MeasureConfig, error) {
 	if cfg.Root == "" {
 		cfg.Root = "/"
 	}
@@ -101,9 +109,16 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 		cfg.CgroupParent = "persyst_" + node
 	}
 	if strings.Contains(cfg.CgroupParent, "..") || strings.HasPrefix(cfg.CgroupParent, "/") {
-		return nil, fmt.Errorf("cgroup parent %q: want a relative path without ..", cfg.CgroupParent)
+		return cfg, fmt.Errorf("cgroup parent %q: want a relative path without ..", cfg.CgroupParent)
 	}
-	if err := measure.CheckEnable(cfg.Enable, "", nil); err != nil {
+	return cfg, measure.CheckEnable(cfg.Enable, "", nil)
+}
+
+// NewMeasurer probes what this node can measure (perf events, cgroup hierarchies) and
+// removes persyst cgroups of jobs the registry no longer knows as running.
+func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logger, now func() time.Time) (*Measurer, error) {
+	cfg, err := cfg.withDefaults(node)
+	if err != nil {
 		return nil, err
 	}
 	log = log.With().Str("part", "measure").Logger()
@@ -116,14 +131,13 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	if cfg.Disabled {
 		opts.PerfWhy = "measurement is turned off"
 	} else {
-		var err error
 		if mounts, err = jobcgroup.Mounts(m.host); err != nil {
 			return nil, err
 		}
 		m.owned = newOwnedCgroups(m.host, mounts, cfg.CgroupParent, log)
 		// Every perf event of the node's catalog is tried once, in persyst's cgroup.
 		opts.Energy, opts.PowercapDir, opts.PerfWhy, opts.ProbeCgroup = true, cfg.PowercapDir, m.owned.why, m.owned.parent
-		opts.GPU = &nvml.Options{}
+		opts.GPU, opts.AMDGPUSysfs = &nvml.Options{}, cfg.AMDGPUSysfs
 		if m.owned.mount.IsV2 {
 			// System calls are counted with eBPF in the kernel this daemon runs on.
 			opts.SyscallMount = m.host.Path(m.owned.mount.Path)
@@ -151,6 +165,10 @@ func NewMeasurer(cfg MeasureConfig, reg *Registry, node string, log zerolog.Logg
 	m.notices = newNoticer(ncfg, appendNotice, cfg.Metrics, log, now)
 	m.open = &opener{env: m.env, slurm: m.slurm, samples: samples, reg: reg, engine: cfg.Digest.Engine, uplink: cfg.Uplink, log: log, now: now,
 		node: specNode{Host: m.host, Topology: m.host.Topology, CpusetV1: m.slurm.cpusetV1, PerfParent: m.owned.parent, PerfWhy: m.owned.why, OwnedV2: m.owned.mount.IsV2, GPUIndex: cfg.GPUIndex}}
+	if o := cfg.GPUOrder; o != nil {
+		m.open.node.GPUOrder = o.Get
+		go logGPUOrder(o, log)
+	}
 	if m.owned.parent == "" {
 		return m, nil
 	}
@@ -460,4 +478,19 @@ func (m *Measurer) WatchOOM(ctx context.Context) {
 	if !m.cfg.Disabled {
 		m.oom.follow(ctx, m.host)
 	}
+}
+
+// logGPUOrder says, once slurmd answered, which device each of the node's GRES indices
+// is, or why they are taken as NVML's.
+func logGPUOrder(o *gres.Order, log zerolog.Logger) {
+	gpus, err := o.Wait(context.Background()) // slurmd's run is bounded
+	if err != nil {
+		log.Warn().Err(err).Msg("Slurm's order of the node's GPUs not read: a job's GPU indices are taken as NVML's")
+		return
+	}
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = cmp.Or(g.ID(), "?("+g.Why+")")
+	}
+	log.Info().Strs("gpus", ids).Msg("the node's GPUs in Slurm's order (slurmd -G)")
 }

@@ -14,7 +14,7 @@ var snapshotNames = []string{
 	"persyst_daemon_jobs", "persyst_daemon_perf_counters", "persyst_daemon_ship_queue",
 	"persyst_job_cpus", "persyst_job_cpus_busy", "persyst_job_idle_ratio", "persyst_job_memory_bytes",
 	"persyst_job_read_bytes_per_second", "persyst_job_write_bytes_per_second", "persyst_job_file_opens_per_second",
-	"persyst_job_gpus", "persyst_job_gpus_busy", "persyst_job_gpus_unused", "persyst_job_gpu_sm_active_ratio",
+	"persyst_job_gpus", "persyst_job_gpu_info", "persyst_job_gpus_busy", "persyst_job_gpus_unused", "persyst_job_gpu_sm_active_ratio",
 	"persyst_job_gpu_memory_bytes", "persyst_job_gpu_power_watts", "persyst_job_energy_joules_total", "persyst_job_top_severity", "persyst_job_idle_seconds",
 }
 
@@ -74,8 +74,12 @@ func (m *Measurer) snapshot(reg *Registry, uplink Uplink, perJob bool) exporter.
 			}
 			lab := []string{strconv.FormatUint(uint64(jm.id), 10), user, m.node}
 			jobGauges(l.Sample, len(meter.Spec().CPUs), func(name string, v float64) { emit(name, v, lab...) })
-			if e := digest.EnergyJoules(meter.Summary().Totals); e >= 0 {
+			sum := meter.Summary()
+			if e := digest.EnergyJoules(sum.Totals); e >= 0 {
 				emit("persyst_job_energy_joules_total", e, lab...)
+			}
+			if model := sum.Methods[sample.GPUModelMethod]; model != "" {
+				emit("persyst_job_gpu_info", 1, append(lab, model)...)
 			}
 			emit("persyst_job_top_severity", l.Top.Severity, append(lab, l.Top.Key)...)
 			for reason, secs := range m.notices.idleFor(jm.id) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/persyst/persyst/daemon/measure"
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
@@ -21,7 +22,10 @@ type specNode struct {
 	Host     hostfs.FS                    // where cgroup paths lie (only joined, never read)
 	Topology func([]int) []sample.CPUTopo // the cores and sockets of CPUs
 	CpusetV1 bool                         // a v1 cpuset hierarchy is mounted (Slurm's job cpusets live there)
-	GPUIndex string                       // what a GRES index is: "" or "nvml" (NVML's index), "minor"
+	GPUIndex string                       // what a GRES index is: "" or "slurmd" (GPUOrder's), "nvml" (NVML's index), "minor"
+	// GPUOrder gives the node's GPUs in Slurm's order, as slurmd said them (ready false:
+	// not yet; nil: not asked).
+	GPUOrder func() (gpus []gres.GPU, ready bool, err error)
 	// PerfParent is persyst's perf cgroup parent ("": perf cannot be counted in a cgroup
 	// of persyst's, PerfWhy says why); OwnedV2: it is on the v2 hierarchy.
 	PerfParent, PerfWhy string
@@ -80,15 +84,11 @@ func jobSpec(n specNode, in specInput) (measure.Spec, error) {
 	if strings.Contains(in.GPUs, "MIG-") || strings.Contains(in.GPUs, "GPU-") {
 		spec.GPUs = strings.Split(in.GPUs, ",") // UUIDs (MIG instances)
 	} else if gpus, err := sample.ParseCPUList(in.GPUs); err == nil {
-		// With AutoDetect=nvml Slurm orders GPUs as NVML does: a GRES index is an NVML one;
-		// with File=/dev/nvidiaN lines, the device's minor number (GPUIndex=minor).
-		for _, g := range gpus {
-			id := strconv.Itoa(g)
-			if n.GPUIndex == "minor" {
-				id = "minor:" + id
-			}
-			spec.GPUs = append(spec.GPUs, id)
+		ids, err := gpuIDs(gpus, n, early)
+		if err != nil {
+			return measure.Spec{}, err
 		}
+		spec.GPUs = ids
 	}
 	for k := range cg {
 		if !keyHas(k, "cpuset") {
@@ -193,4 +193,36 @@ func statCgroups(cg map[string]string, owned string, ownedV2 bool) map[string]st
 		out["unified"] = owned
 	}
 	return out
+}
+
+// gpuIDs names a job's GRES indices as its meter's GPU source matches them: by the
+// device Slurm numbered so (GPUIndex slurmd, the default: slurmd -G's order, which
+// covers gres.conf's File= lines, AutoDetect and a node with NVIDIA's and AMD's GPUs);
+// else as NVML's index (with AutoDetect=nvml Slurm orders GPUs as NVML does, the AMD
+// GPUs after them as package measure numbers them), or the device's minor number
+// (GPUIndex=minor: File=/dev/nvidiaN lines). Early in the job, slurmd not answered yet
+// is waited for.
+func gpuIDs(gpus []int, n specNode, early bool) ([]string, error) {
+	var order []gres.GPU
+	if (n.GPUIndex == "" || n.GPUIndex == "slurmd") && n.GPUOrder != nil {
+		o, ready, err := n.GPUOrder()
+		if !ready && early {
+			return nil, fmt.Errorf("%w: Slurm's order of the node's GPUs (slurmd -G) not read yet", errNotYet)
+		}
+		if err == nil {
+			order = o
+		}
+	}
+	ids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		id := strconv.Itoa(g)
+		switch {
+		case g < len(order) && order[g].ID() != "":
+			id = order[g].ID()
+		case n.GPUIndex == "minor":
+			id = "minor:" + id
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/sample"
 )
@@ -116,24 +117,52 @@ func TestJobSpec(t *testing.T) {
 }
 
 // TestJobSpecGPUs: the prolog's list of the job's GPUs becomes the names the GPU source
-// matches: NVML indices (AutoDetect=nvml), minor numbers (GPUIndex=minor), MIG UUIDs.
+// matches: the devices slurmd numbers so (GPUIndex slurmd, the default), NVML indices
+// (where slurmd did not answer, or GPUIndex=nvml), minor numbers (GPUIndex=minor), MIG
+// UUIDs; slurmd not answered yet is waited for early in the job only.
 func TestJobSpecGPUs(t *testing.T) {
 	const v2job = "/sys/fs/cgroup/system.slice/n1_slurmstepd.scope/job_7"
+	// A node's GPUs as slurmd numbers them: an NVIDIA GPU, two AMD ones, a MIG instance
+	// (its files are no one GPU's device node: not resolved).
+	order := gres.Known([]gres.GPU{{Index: 0, Kind: gres.NVIDIA, Minor: 0}, {Index: 1, Kind: gres.AMD, Minor: 128},
+		{Index: 2, Kind: gres.AMD, Minor: 129}, {Index: 3, Why: "a MIG instance"}}, nil)
+	failed := gres.Known(nil, errors.New("slurmd -G: exit status 1"))
+	pending := func() ([]gres.GPU, bool, error) { return nil, false, nil }
 	for _, tc := range []struct {
 		name, gpus, index string
+		order             func() ([]gres.GPU, bool, error)
+		late              bool // the job started long ago
 		want              []string
+		notYet            bool
 	}{
-		{"none", "", "", nil},
-		{"GRES indices", "0,2-3", "", []string{"0", "2", "3"}},
-		{"minor numbers", "1,5", "minor", []string{"minor:1", "minor:5"}},
-		{"MIG instances", "MIG-1a2b,MIG-3c4d", "minor", []string{"MIG-1a2b", "MIG-3c4d"}},
-		{"not a list", "0,x", "", nil},
+		{name: "none", want: nil},
+		{name: "GRES indices", gpus: "0,2-3", want: []string{"0", "2", "3"}},
+		{name: "minor numbers", gpus: "1,5", index: "minor", want: []string{"minor:1", "minor:5"}},
+		{name: "MIG instances", gpus: "MIG-1a2b,MIG-3c4d", index: "minor", want: []string{"MIG-1a2b", "MIG-3c4d"}},
+		{name: "not a list", gpus: "0,x", want: nil},
+		{name: "slurmd's order", gpus: "0-3", order: order.Get, want: []string{"minor:0", "render:128", "render:129", "3"}},
+		{name: "slurmd's order, said so", gpus: "2", index: "slurmd", order: order.Get, want: []string{"render:129"}},
+		{name: "beyond slurmd's GPUs", gpus: "7", order: order.Get, want: []string{"7"}},
+		{name: "NVML's order asked for", gpus: "1", index: "nvml", order: order.Get, want: []string{"1"}},
+		{name: "slurmd failed", gpus: "1", order: failed.Get, want: []string{"1"}},
+		{name: "slurmd not answered yet", gpus: "1", order: pending, notYet: true},
+		{name: "slurmd not answered, the job long started", gpus: "1", order: pending, late: true, want: []string{"1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := specNode{Host: hostfs.New("/r"), Topology: func(cpus []int) []sample.CPUTopo { return nil },
-				PerfParent: "/sys/fs/cgroup/persyst_n1", OwnedV2: true, GPUIndex: tc.index}
-			spec, err := jobSpec(n, specInput{ID: 7, GPUs: tc.gpus, Steps: 1, Cgroups: map[string]string{"unified": v2job},
-				CPUs: map[string]listedCPUs{"unified": {CPUs: []int{0}, Listed: true}}})
+				PerfParent: "/sys/fs/cgroup/persyst_n1", OwnedV2: true, GPUIndex: tc.index, GPUOrder: tc.order}
+			in := specInput{ID: 7, GPUs: tc.gpus, Steps: 1, Cgroups: map[string]string{"unified": v2job},
+				CPUs: map[string]listedCPUs{"unified": {CPUs: []int{0}, Listed: true}}}
+			if tc.late {
+				in.Now = in.Started.Add(time.Hour)
+			}
+			spec, err := jobSpec(n, in)
+			if tc.notYet {
+				if !errors.Is(err, errNotYet) {
+					t.Fatalf("err = %v, want not yet", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package digest
 
 import (
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -87,6 +88,7 @@ func Assemble(in Input) Report {
 		// The measurement is this node's: a multi-node job's other nodes' GPUs are not in
 		// it, and its idle GPUs are said as a share of them all.
 		r.GPUs = int(m.Totals[sample.GPUs])
+		r.GPUSlices = int(m.Totals[sample.GPUSlices])
 	}
 	if f.ArrayJobID != 0 {
 		task := f.ArrayTaskID
@@ -104,7 +106,17 @@ func Assemble(in Input) Report {
 	r.Episodes = in.Episodes
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
+	sliceWords(&r)
 	r.Methods = m.Methods
+	if model, ok := m.Methods[sample.GPUModelMethod]; ok {
+		// Said as what the GPUs are, not as a way of measuring.
+		r.GPUModel = model
+		r.Methods = maps.Clone(m.Methods)
+		delete(r.Methods, sample.GPUModelMethod)
+		if len(r.Methods) == 0 {
+			r.Methods = nil
+		}
+	}
 	if in.Energy != nil {
 		r.Energy = energyOfNodes(in.Energy, in.CO2PerKWh)
 	} else {

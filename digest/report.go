@@ -23,15 +23,20 @@ type Report struct {
 	ArrayTaskID *uint32 `json:"array_task_id,omitempty"`
 	Command     string  `json:"command,omitempty"` // persyst run
 	// Run is which run of a job Slurm requeued the report covers (0: never requeued).
-	Run     int       `json:"run,omitempty"`
-	Nodes   []string  `json:"nodes"`          // nodes whose data the digest covers
-	NNodes  int       `json:"nnodes"`         // nodes of the job
-	CPUs    int       `json:"cpus"`           // CPUs on the nodes covered
-	GPUs    int       `json:"gpus,omitempty"` // GPUs measured on the nodes covered
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	Seconds float64   `json:"seconds"`
-	Samples int       `json:"samples"`
+	Run    int      `json:"run,omitempty"`
+	Nodes  []string `json:"nodes"`          // nodes whose data the digest covers
+	NNodes int      `json:"nnodes"`         // nodes of the job
+	CPUs   int      `json:"cpus"`           // CPUs on the nodes covered
+	GPUs   int      `json:"gpus,omitempty"` // GPUs measured on the nodes covered
+	// GPUModel names the job's GPUs on its batch host, vendor first ("NVIDIA H100 80GB
+	// HBM3", "AMD Instinct MI250X"; "1 × …, 2 × …" for a mix).
+	GPUModel string `json:"gpu_model,omitempty"`
+	// GPUSlices counts the GPUs that are MIG instances, slices of a GPU (of GPUs).
+	GPUSlices int       `json:"gpu_slices,omitempty"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	Seconds   float64   `json:"seconds"`
+	Samples   int       `json:"samples"`
 	// Short is set when the job was shorter than MinSeconds (or had fewer than 4
 	// samples): properties that need a longer job are left out.
 	Short      bool    `json:"short"`

@@ -86,6 +86,9 @@ func headOf(r Report) head {
 	held := plural(r.CPUs, "CPU")
 	if r.GPUs > 0 {
 		held += " and " + plural(r.GPUs, "GPU")
+		if r.GPUModel != "" {
+			held += " (" + r.GPUModel + ")"
+		}
 	}
 	h.facts = fmt.Sprintf("%s, %s, %d sample%s", held, Duration(r.Seconds), r.Samples, map[bool]string{true: "", false: "s"}[r.Samples == 1])
 	h.energy = energyFacts(r.Energy, r.NNodes)
@@ -122,15 +125,17 @@ func quietText(r Report, h head, width int) string {
 		return b.String()
 	}
 	if len(h.covered) == 0 && len(r.Notes) == 0 && len(h.around) == 0 {
-		if r.Energy != nil {
-			// With its energy the line may not fit: wrapped, not cut.
+		if r.Energy != nil || r.GPUModel != "" {
+			// With its energy or its GPUs' model the line may not fit: wrapped, not cut.
 			wrap(&b, fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width, "  ")
 			return b.String()
 		}
 		return clip(fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width) + "\n"
 	}
-	if len(h.covered) == 0 {
+	if len(h.covered) == 0 && r.GPUModel == "" {
 		b.WriteString(clip(fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width) + "\n")
+	} else if len(h.covered) == 0 {
+		wrap(&b, fmt.Sprintf("persyst: %s: no issues found (%s)", h.what, facts), width, "  ")
 	} else {
 		// "No issues" is said of what was measured only, and what was not follows.
 		wrap(&b, fmt.Sprintf("persyst: %s: no issues found in what was measured (%s)", h.what, facts), width, "  ")
@@ -211,7 +216,7 @@ func writeFindings(b *strings.Builder, r Report, o TextOptions) {
 		shown = shown[:o.MaxFindings]
 	}
 	for i, f := range shown {
-		finding(b, i+1, f, o.Width, r.GPUs, findingPhases(f, r.Phases, r.Start))
+		finding(b, i+1, f, o.Width, gpuNoun(r), findingPhases(f, r.Phases, r.Start))
 	}
 	if n := len(r.Findings) - len(shown) + r.Omitted; n > 0 {
 		more := "persyst report " + r.JobName()
@@ -374,7 +379,8 @@ func listSome(names []string, n int) string {
 	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
 }
 
-func finding(b *strings.Builder, n int, f properties.Result, width, gpus int, where string) {
+func finding(b *strings.Builder, n int, f properties.Result, width int, g gpuWords, where string) {
+	gpus := g.n
 	// Severity while the bottleneck held, and for how much of the job.
 	while := f.MeanSeverity
 	if f.TimeShare > 0 {
@@ -394,14 +400,14 @@ func finding(b *strings.Builder, n int, f properties.Result, width, gpus int, wh
 		if f.Unit == "GPUs" {
 			// A share of the job's GPUs, said as GPUs: any one is a finding.
 			n := int(math.Round(f.Median() * float64(gpus)))
-			what := fmt.Sprintf("%d of %s", n, plural(gpus, "GPU"))
+			what := fmt.Sprintf("%d of %s", n, plural(gpus, g.noun))
 			switch {
 			case gpus == 0: // their number is not known (several nodes)
-				what = fmt.Sprintf("%.0f%% of the GPUs", 100*f.Median())
+				what = fmt.Sprintf("%.0f%% of the %ss", 100*f.Median(), g.noun)
 			case gpus == 1:
-				what = "The job's GPU"
+				what = "The job's " + g.noun
 			case n == gpus:
-				what = fmt.Sprintf("All %d GPUs", gpus)
+				what = fmt.Sprintf("All %d %ss", gpus, g.noun)
 			}
 			b.WriteString(clip("   "+what+" did nothing", width) + "\n")
 			if where != "" {

@@ -93,6 +93,16 @@ func withGPUs(in Input, n int) Input {
 	return in
 }
 
+// withGPUModel names the job's GPUs (slices of them MIG instances), as the GPU source does.
+func withGPUModel(in Input, model string, slices int) Input {
+	in.Measured.Totals[sample.GPUSlices] = float64(slices)
+	if in.Measured.Methods == nil {
+		in.Measured.Methods = map[string]string{}
+	}
+	in.Measured.Methods[sample.GPUModelMethod] = model
+	return in
+}
+
 // withEnergy adds what RAPL (and NVML) counted of the job, how, and the site's CO2 factor.
 func withEnergy(in Input, totals map[string]float64, how string, co2 float64) Input {
 	if in.Measured.Totals == nil {
@@ -236,6 +246,11 @@ func TestTextGolden(t *testing.T) {
 		{"gpu_job_two_nodes", withGPUs(whole(covering(Facts{JobID: 20, Nodes: []string{"gpu1", "gpu2"}, NNodes: 2, CPUs: 32}, 3600, 60)), 4),
 			[]properties.Result{fine, unusedGPUs}, 300},
 		{"one_gpu_idle", withGPUs(whole(covering(Facts{JobID: 19, Nodes: []string{"gpu1"}, CPUs: 4}, 3600, 60)), 1), []properties.Result{fine, idleGPU}, 300},
+		// AMD's GPU named, vendor first; a MIG slice left idle is told of its slice.
+		{"amd_gpu_no_issues", withGPUModel(withGPUs(whole(covering(Facts{JobID: 30, Nodes: []string{"mi1"}, CPUs: 8}, 3600, 60)), 1), "AMD Instinct MI250X", 0),
+			[]properties.Result{fine}, 300},
+		{"mig_slice_idle", withGPUModel(withGPUs(whole(covering(Facts{JobID: 31, Nodes: []string{"gpu1"}, CPUs: 4}, 3600, 60)), 1), "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 1),
+			[]properties.Result{fine, idleGPU}, 300},
 		{"phases_interference", interfered(withPhases(whole(covering(Facts{JobID: 21, Nodes: []string{"node1"}, CPUs: 2}, 960, 16))), 0.12),
 			[]properties.Result{fine, earlyWrites, idle}, 300},
 		{"interference_high_no_findings", interfered(whole(covering(Facts{JobID: 22, Nodes: []string{"node1"}, CPUs: 2}, 960, 16)), 0.31),

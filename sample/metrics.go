@@ -92,9 +92,11 @@ const (
 	// MethodEnergy is the Summary.Methods entry that says where a job's energy came from
 	// and how its share of a shared node's was taken.
 	MethodEnergy = "energy"
-	// NVIDIA GPUs of the job (NVML, through persyst-nvml), summed over the job's GPUs on
-	// the node; device-wide values only while no other job shares a GPU.
+	// GPUs of the job (NVIDIA's through NVML and persyst-nvml, AMD's through the amdgpu
+	// driver's sysfs), summed over the job's GPUs on the node; device-wide values only
+	// while no other job shares a GPU. GPUSlices counts those that are MIG instances.
 	GPUs                  = "gpus"
+	GPUSlices             = "gpu_slices"
 	GPUBusySeconds        = "gpu_busy_seconds"
 	GPUUnusedSeconds      = "gpu_unused_seconds"
 	GPUSMActiveSeconds    = "gpu_sm_active_seconds"
@@ -215,7 +217,8 @@ var metrics = []Metric{
 	{EnergyNodeJoules, Counter, "joules", "energy of the whole node from its own power meter (BMC, Redfish): the node's while the job had it alone, else the job's share by its CPU time"},
 	{EnergyShareCPUSeconds, Counter, "seconds", "the job's CPU time (in Slurm's cgroup of the job) its share of a shared node's energy was taken by, out of all jobs' on the node"},
 	{EnergyNodeMissedSeconds, Counter, "seconds", "seconds of the job in which the node's power meter (BMC) gave no reading: its energy is then RAPL's alone"},
-	{GPUs, Gauge, "count", "NVIDIA GPUs of the job on the node, measured"},
+	{GPUs, Gauge, "count", "GPUs of the job on the node, measured (NVIDIA's and AMD's)"},
+	{GPUSlices, Gauge, "count", "of the job's GPUs on the node, those that are MIG instances (slices of a GPU)"},
 	{GPUBusySeconds, Counter, "seconds", "GPU-seconds in which a kernel ran (NVML utilization, per GPU, times the interval)"},
 	{GPUUnusedSeconds, Counter, "seconds", "GPU-seconds of GPUs that ran no kernel in the interval (under 1 % busy)"},
 	{GPUSMActiveSeconds, Counter, "seconds", "GPU-seconds weighted by the share of SMs busy (GPM, Hopper and newer)"},

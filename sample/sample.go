@@ -130,6 +130,11 @@ type Summary struct {
 	Methods map[string]string `json:"methods,omitempty"`
 }
 
+// GPUModelMethod is the Summary.Methods entry that names the job's GPUs on the node,
+// vendor first: "NVIDIA H100 80GB HBM3", "AMD Instinct MI250X", "1 × NVIDIA H100, 2 ×
+// AMD Instinct MI210" for a mix.
+const GPUModelMethod = "GPUs"
+
 // Suspended says whether Slurm held the job suspended for most of the sample's
 // interval: such an interval is not judged.
 func (s Sample) Suspended() bool {

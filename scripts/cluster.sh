@@ -34,7 +34,11 @@
 # devices under build/cluster/dev, major 195 as NVIDIA's), and PERSYST_FAKE_NVML_LIB=DIR
 # (a directory holding the fake libnvidia-ml.so.1, nvml/helper/fake.c) with
 # PERSYST_FAKE_NVML=FILE (its scenario) and PERSYST_FAKE_NVML_PROCS=FILE make the
-# daemons' NVML helper load it.
+# daemons' NVML helper load it. PERSYST_AMD_GPUS=N gives every node N AMD GPUs in Slurm
+# (render nodes under build/cluster/dev/dri, major 226 and minors from 128 as the DRM's,
+# after NVIDIA's in gres.conf); with both kinds, each has a Type (nvidia, amd) that jobs
+# ask for. Tests point the daemons at a FAKE amdgpu sysfs with persyst.conf's AMDGPUSysfs
+# (PERSYST_CONF_EXTRA).
 #
 # PERSYST_CLUSTER_INSTANCE=I (0 to 9, default 0) keeps up to ten clusters apart, so that
 # tests can run side by side: instance I > 0 lives in build/cluster-I, on 10.213.(47+I).0/24,
@@ -104,6 +108,7 @@ SYNCS=${PERSYST_SYNCS:-0}
 TREEAUTH=${PERSYST_TREEAUTH:-munge}
 TIMEOUT_UP=${PERSYST_CLUSTER_TIMEOUT:-60}
 GPUS=${PERSYST_GPUS:-0}
+AMD_GPUS=${PERSYST_AMD_GPUS:-0}
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
@@ -260,6 +265,15 @@ make_keys() {
 	chmod 0600 "$DIR/etc/jwt_hs256.key"
 }
 
+# node_gres: a node's Gres= in slurm.conf (" Gres=gpu:N", typed with both kinds; "": none).
+node_gres() {
+	if [ "$GPUS" -gt 0 ] && [ "$AMD_GPUS" -gt 0 ]; then
+		echo " Gres=gpu:nvidia:$GPUS,gpu:amd:$AMD_GPUS"
+	elif [ $((GPUS + AMD_GPUS)) -gt 0 ]; then
+		echo " Gres=gpu:$((GPUS + AMD_GPUS))"
+	fi
+}
+
 # make_gpus: PERSYST_GPUS character devices for gres.conf, and the daemons' fake NVML
 # (kept in run/gpu.env for a daemon restarted later).
 make_gpus() {
@@ -268,6 +282,11 @@ make_gpus() {
 		mkdir -p "$DIR/dev"
 		local i
 		for i in $(seq 0 $((GPUS - 1))); do mknod -m 0666 "$DIR/dev/nvidia$i" c 195 "$i"; done
+	fi
+	if [ "$AMD_GPUS" -gt 0 ]; then
+		mkdir -p "$DIR/dev/dri"
+		local r
+		for r in $(seq 128 $((127 + AMD_GPUS))); do mknod -m 0666 "$DIR/dev/dri/renderD$r" c 226 "$r"; done
 	fi
 	: >"$DIR/run/gpu.env"
 	if [ -n "${PERSYST_FAKE_NVML_LIB:-}" ]; then
@@ -355,7 +374,7 @@ PrologFlags=Alloc,Contain
 JobAcctGatherType=jobacct_gather/cgroup
 $acct
 MpiDefault=none
-$([ "$GPUS" -gt 0 ] && echo "GresTypes=gpu")
+$([ $((GPUS + AMD_GPUS)) -gt 0 ] && echo "GresTypes=gpu")
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -374,7 +393,7 @@ PreemptMode=REQUEUE
 EOF
 		local k
 		for k in $(seq 1 "$n"); do
-			echo "NodeName=$NODE$k NodeAddr=$NET.$((10 + k)) NodeHostname=$NODE$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN$([ "$GPUS" -gt 0 ] && echo " Gres=gpu:$GPUS")"
+			echo "NodeName=$NODE$k NodeAddr=$NET.$((10 + k)) NodeHostname=$NODE$k CPUs=$(nproc) RealMemory=$mem State=UNKNOWN$(node_gres)"
 		done
 		echo "PartitionName=debug Nodes=$NODE[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
 		echo "PartitionName=urgent Nodes=$NODE[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
@@ -431,8 +450,16 @@ EOF
 	*SiteStore=*) ;;
 	*) echo "SiteStore=$DIR/run/frontend.db" >>"$etc/persyst.conf" ;;
 	esac
+	rm -f "$etc/gres.conf"
+	local nvtype="" amdtype=""
+	if [ "$GPUS" -gt 0 ] && [ "$AMD_GPUS" -gt 0 ]; then
+		nvtype=" Type=nvidia" amdtype=" Type=amd"
+	fi
 	if [ "$GPUS" -gt 0 ]; then
-		echo "NodeName=$NODE[1-$n] Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >"$etc/gres.conf"
+		echo "NodeName=$NODE[1-$n] Name=gpu$nvtype File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >>"$etc/gres.conf"
+	fi
+	if [ "$AMD_GPUS" -gt 0 ]; then
+		echo "NodeName=$NODE[1-$n] Name=gpu$amdtype File=$DIR/dev/dri/renderD[128-$((127 + AMD_GPUS))]" >>"$etc/gres.conf"
 	fi
 	cat >"$etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1

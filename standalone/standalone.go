@@ -204,18 +204,31 @@ func (r *runner) setup(cpus []int) (*measure.Env, measure.Spec) {
 }
 
 // visibleGPUs are the GPUs the command may use: those CUDA_VISIBLE_DEVICES names (set
-// and empty: none), else every GPU of the machine.
+// and empty: none), else the AMD GPUs ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES name
+// (indices among the AMD GPUs, "amd:N"; UUIDs as they are), else every GPU of the
+// machine.
 func visibleGPUs() (ids []string, all bool) {
-	v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
-	if !set {
-		return nil, true
-	}
-	for _, id := range strings.Split(v, ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
+	return visibleGPUsOf(os.LookupEnv)
+}
+
+func visibleGPUsOf(lookup func(string) (string, bool)) (ids []string, all bool) {
+	for _, name := range []string{"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"} {
+		v, set := lookup(name)
+		if !set {
+			continue
 		}
+		for _, id := range strings.Split(v, ",") {
+			id = strings.TrimSpace(id)
+			if _, err := strconv.Atoi(id); err == nil && name != "CUDA_VISIBLE_DEVICES" {
+				id = "amd:" + id
+			}
+			if id != "" {
+				ids = append(ids, id)
+			}
+		}
+		return ids, false
 	}
-	return ids, false
+	return nil, true
 }
 
 // start starts the command through a re-executed persyst that stops itself once its own

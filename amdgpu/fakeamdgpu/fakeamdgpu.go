@@ -51,6 +51,9 @@ type Tree struct {
 	cards []Card
 }
 
+// Sys is the tree's sysfs (root/sys): what amdgpu reads, and persyst.conf's AMDGPUSysfs.
+func (t *Tree) Sys() string { return filepath.Join(t.root, "sys") }
+
 // New lays out the cards under root (the host's "/": root/sys/...), each at a zero State.
 func New(root string, cards ...Card) (*Tree, error) {
 	t := &Tree{root: root, cards: cards}

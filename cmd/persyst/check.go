@@ -11,6 +11,7 @@ import (
 
 	"github.com/persyst/persyst/check"
 	"github.com/persyst/persyst/config"
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
 )
@@ -53,7 +54,7 @@ func runCheck(ctx context.Context, io stdio, args []string) error {
 		confErr = errors.Join(confErr, err)
 	}
 	rs := check.Run(ctx, check.Options{Host: hostfs.New("/"), Node: o.node, Socket: strings.ReplaceAll(o.socket, "%n", o.node),
-		ConfigPath: o.config, Config: conf, ConfigErr: confErr, Run: jobmap.ExecRunner, Sources: srcs, Timeout: o.timeout})
+		ConfigPath: o.config, Config: conf, ConfigErr: confErr, Run: jobmap.ExecRunner, RunAll: gres.ExecRun, Sources: srcs, Timeout: o.timeout})
 	if o.json {
 		err = check.WriteJSON(io.out, o.node, rs)
 	} else {

@@ -15,6 +15,7 @@ import (
 	"github.com/persyst/persyst/daemon/measure"
 	"github.com/persyst/persyst/daemon/measure/redfish"
 	"github.com/persyst/persyst/digest"
+	"github.com/persyst/persyst/gres"
 	"github.com/persyst/persyst/hostfs"
 	"github.com/persyst/persyst/jobmap"
 	"github.com/persyst/persyst/mailprog"
@@ -89,11 +90,21 @@ func runDaemon(ctx context.Context, io stdio, args []string) error {
 		Metrics: daemon.MetricsConfig{Addr: conf.DaemonMetricsAddr, Allow: conf.MetricsAllow, Version: version,
 			WebConfig: conf.MetricsWebConfig, JobLabels: conf.MetricsJobLabels, TreeRefused: auth.RefusedBy},
 		Measure: daemon.MeasureConfig{Cycle: o.cycle, Disabled: o.noMeasure, Uplink: peers, Enable: conf.Sources, SyscallBudget: conf.SyscallBudget, GPUIndex: conf.GPUIndex,
-			PowercapDir: conf.PowercapDir, NodeMeter: nodeMeter(conf, o.node, o.cycle),
+			GPUOrder:    gpuOrder(ctx, conf, o.node),
+			PowercapDir: conf.PowercapDir, AMDGPUSysfs: conf.AMDGPUSysfs, NodeMeter: nodeMeter(conf, o.node, o.cycle),
 			Digest: daemon.DigestConfig{Engine: engine, Facts: jm, Off: !conf.Digest, Append: appendDigest, Accounting: accountingWriter(conf),
 				CO2PerKWh: conf.EnergyCO2PerKWh},
 			Notice: noticeConfig(conf, expand(o.stateDir))},
 	}, log, time.Now)
+}
+
+// gpuOrder asks slurmd for the node's GPUs in Slurm's order, unless persyst.conf's
+// GPUIndex says otherwise (nil).
+func gpuOrder(ctx context.Context, conf config.Config, node string) *gres.Order {
+	if conf.GPUIndex != "" && conf.GPUIndex != "slurmd" {
+		return nil
+	}
+	return gres.Start(ctx, gres.Options{Node: node, Host: hostfs.New("/")})
 }
 
 // nodeMeter is how the node's BMC is read (nil: persyst.conf names none).

@@ -42,7 +42,7 @@ func TestAMDGPUSource(t *testing.T) {
 	busy(1000, 8<<30)
 	tree.Proc(4242, map[uint64]uint64{11: 8 << 30})
 	tree.Proc(777, map[uint64]uint64{12: 1 << 30}) // another job's, on the other card
-	s, err := amdgpu.NewSampler(amdgpu.New(hostfs.New(f.root)), amdgpu.Options{Now: clock, Interval: time.Hour})
+	s, err := amdgpu.NewSampler(amdgpu.New(hostfs.New(tree.Sys())), amdgpu.Options{Now: clock, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

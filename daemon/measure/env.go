@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -50,7 +51,9 @@ type EnvOptions struct {
 	// GPU, if set, reads the node's NVIDIA GPUs through persyst-nvml with these options
 	// (Env.GPU), the helper started at once in the background where it is installed,
 	// and its AMD GPUs through the amdgpu driver's sysfs under Host.
-	GPU         *nvml.Options
+	GPU *nvml.Options
+	// AMDGPUSysfs is the sysfs the AMD GPUs are read in, under Host ("": /sys).
+	AMDGPUSysfs string
 	Enable      map[string]bool
 	Log         zerolog.Logger
 	Now         func() time.Time
@@ -219,7 +222,7 @@ func (env *Env) openGPU(o EnvOptions) {
 		go func() { _, _ = nv.Start(context.Background()) }()
 	}
 	// AMD's GPUs, where the amdgpu driver has any: beside NVIDIA's, after them.
-	amd, err := OpenAMDGPUs(amdgpu.New(o.Host), amdgpu.Options{})
+	amd, err := OpenAMDGPUs(amdgpu.New(hostfs.New(o.Host.Path(cmp.Or(o.AMDGPUSysfs, "/sys")))), amdgpu.Options{})
 	if err != nil {
 		o.Log.Warn().Err(err).Msg("AMD GPUs: a card could not be read")
 	}

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -23,7 +24,7 @@ var gpuRegistration = Registration{Name: "gpu", Default: true, Metrics: vocabula
 		return &gpuSource{prev: map[int]nvml.Reading{}, xids: map[int]float64{}, warned: map[int]bool{}}, nil
 	}}
 
-var gpuNames = []string{sample.GPUs, sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
+var gpuNames = []string{sample.GPUs, sample.GPUSlices, sample.GPUBusySeconds, sample.GPUUnusedSeconds, sample.GPUSMActiveSeconds,
 	sample.GPUOccupancySeconds, sample.GPUTensorSeconds, sample.GPUDRAMSeconds, sample.GPUMemPeakBytes,
 	sample.GPUMemTotalBytes, sample.GPUEnergyJoules, sample.GPUThermalSeconds, sample.GPUPowerCappedSeconds, sample.GPUErrors}
 
@@ -54,6 +55,53 @@ type gpuSource struct {
 	xids   map[int]float64      // the driver's hardware error reports on the GPU so far
 	alone  map[int]bool         // the GPU was the job's alone at the previous read
 	warned map[int]bool         // a process of the job on a GPU it was not given, logged
+	model  string               // the job's GPUs, vendor first (gpuModel), at the last read
+}
+
+// Method names the job's GPUs, vendor and model (sample.GPUModelMethod).
+func (g *gpuSource) Method() (string, string) { return sample.GPUModelMethod, g.model }
+
+// migInstances counts the GPUs idx of hello that are MIG instances.
+func migInstances(hello nvml.Hello, idx []int) int {
+	n := 0
+	for _, d := range hello.Devices {
+		if d.Parent >= 0 && slices.Contains(idx, d.Index) {
+			n++
+		}
+	}
+	return n
+}
+
+// gpuModel names the GPUs idx of hello, vendor first: one name where they are alike,
+// else each with its count ("1 × NVIDIA H100, 2 × AMD Instinct MI210").
+func gpuModel(hello nvml.Hello, idx []int) string {
+	count := map[string]int{}
+	var names []string
+	for _, i := range idx {
+		var d nvml.Device
+		for _, x := range hello.Devices {
+			if x.Index == i {
+				d = x
+				break
+			}
+		}
+		vendor := cmp.Or(d.Vendor, "NVIDIA")
+		name := cmp.Or(d.Name, vendor+" GPU")
+		if !strings.HasPrefix(strings.ToUpper(name), strings.ToUpper(vendor)) {
+			name = vendor + " " + name
+		}
+		if count[name] == 0 {
+			names = append(names, name)
+		}
+		count[name]++
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	for i, n := range names {
+		names[i] = fmt.Sprintf("%d × %s", count[n], n)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (g *gpuSource) notMeasured(r *Read, why string) {
@@ -75,10 +123,12 @@ func (g *gpuSource) Read(r *Read) error {
 		g.notMeasured(r, why)
 		return nil
 	}
+	g.model = gpuModel(hello, idx)
 	mine := jobPIDs(r)
 	g.warnStray(r, byIndex, idx, mine)
 	alone, memPeak, memTotal := gpuMemory(hello, byIndex, idx, mine)
 	r.Sample.Job[sample.GPUs] = float64(len(idx))
+	r.Sample.Job[sample.GPUSlices] = float64(migInstances(hello, idx))
 	r.Sample.Job[sample.GPUMemTotalBytes] = memTotal
 	errs, errsWhy := g.errors(r, hello, byIndex, idx)
 	if r.Reason == sample.Start {
@@ -380,6 +430,8 @@ func (g *gpuSource) warnStray(r *Read, byIndex map[int]nvml.Reading, idx []int, 
 }
 
 // matchGPUs maps the job's GPU names to NVML indices: an index, "minor:N" (/dev/nvidiaN),
+// "render:M" (an AMD GPU's /dev/dri/renderD<M>), "amd:N" (the N-th AMD GPU, as
+// ROCR_VISIBLE_DEVICES counts them),
 // a UUID or its prefix ("GPU-…", "MIG-…"), or a PCI bus id (domain optional). unknown
 // are names no GPU has.
 func matchGPUs(ids []string, all bool, devs []nvml.Device) (idx []int, unknown []string) {
@@ -389,11 +441,22 @@ func matchGPUs(ids []string, all bool, devs []nvml.Device) (idx []int, unknown [
 		}
 		return idx, nil
 	}
+	var amd []int // the AMD GPUs' indices, in their order ("amd:N" is the N-th)
+	for _, d := range devs {
+		if d.Vendor == "AMD" {
+			amd = append(amd, d.Index)
+		}
+	}
 	for _, id := range ids {
 		id = strings.TrimSpace(id)
 		found := -1
+		if n, err := strconv.Atoi(strings.TrimPrefix(id, "amd:")); err == nil && strings.HasPrefix(id, "amd:") {
+			if n >= 0 && n < len(amd) {
+				found = amd[n]
+			}
+		}
 		for _, d := range devs {
-			if gpuIs(d, id) {
+			if found < 0 && gpuIs(d, id) {
 				found = d.Index
 				break
 			}
@@ -412,11 +475,14 @@ func matchGPUs(ids []string, all bool, devs []nvml.Device) (idx []int, unknown [
 
 func gpuIs(d nvml.Device, id string) bool {
 	switch {
-	case id == "":
-		return false
+	case id == "" || strings.HasPrefix(id, "amd:"):
+		return false // "amd:N": matchGPUs counts the AMD GPUs
 	case strings.HasPrefix(id, "minor:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(id, "minor:"))
-		return err == nil && d.Minor >= 0 && n == d.Minor
+		return err == nil && d.Vendor != "AMD" && d.Minor >= 0 && n == d.Minor
+	case strings.HasPrefix(id, "render:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(id, "render:"))
+		return err == nil && d.Vendor == "AMD" && d.Minor >= 0 && n == d.Minor
 	case strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-"):
 		return d.UUID != "" && strings.HasPrefix(d.UUID, id)
 	case strings.Contains(id, ":"):

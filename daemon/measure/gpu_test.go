@@ -56,7 +56,9 @@ func gpuMeterScenario(t *testing.T, scenario, procs string, spec Spec) (*Meter, 
 		GPU: h, GPUErrors: errs, Log: zerolog.Nop(), Now: func() time.Time { return now }}
 	spec.Name, spec.CPUs, spec.ProcCgroup = "job 42", []int{0}, f.dir
 	spec.StatCgroups = map[string]string{"unified": f.dir}
-	spec.ExtraPIDs = func() []int { return []int{4242} }
+	if spec.ExtraPIDs == nil {
+		spec.ExtraPIDs = func() []int { return []int{4242} }
+	}
 	m, err := Open(env, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +82,42 @@ func TestGPUErrors(t *testing.T) {
 	}
 	if got := s.Job[sample.GPUErrors]; got != 3 {
 		t.Errorf("gpu_errors = %v, want 3 (2 ECC on GPU 0, 1 Xid on GPU 1); not measured: %q", got, m.Summary().NotMeasured[sample.GPUErrors])
+	}
+}
+
+// TestMatchGPUs: on a node with NVIDIA's and AMD's GPUs, a job's GPU names find the
+// vendor's device they name, never the other's: an NVIDIA minor number is no render
+// node's, and ROCR_VISIBLE_DEVICES counts the AMD GPUs only.
+func TestMatchGPUs(t *testing.T) {
+	devs := []nvml.Device{
+		{Index: 0, Minor: 0, Parent: -1, Vendor: "NVIDIA", UUID: "GPU-aaaa"},
+		{Index: 1, Minor: 128, Parent: -1, Vendor: "NVIDIA", UUID: "GPU-bbbb"},
+		{Index: 2, Minor: 128, Parent: -1, Vendor: "AMD", Bus: "0000:c1:00.0"},
+		{Index: 3, Minor: 129, Parent: -1, Vendor: "AMD", Bus: "0000:c9:00.0"},
+	}
+	for _, c := range []struct {
+		name    string
+		ids     []string
+		want    []int
+		unknown []string
+	}{
+		{"indices", []string{"3", "0"}, []int{0, 3}, nil},
+		{"an NVIDIA minor number", []string{"minor:128"}, []int{1}, nil},
+		{"an AMD render node", []string{"render:128"}, []int{2}, nil},
+		{"no render node of NVIDIA's", []string{"render:0"}, nil, []string{"render:0"}},
+		{"the AMD GPUs counted alone", []string{"amd:1", "amd:0"}, []int{2, 3}, nil},
+		{"beyond the AMD GPUs", []string{"amd:2"}, nil, []string{"amd:2"}},
+		{"a PCI bus id", []string{"c9:00.0"}, []int{3}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			idx, unknown := matchGPUs(c.ids, false, devs)
+			if d := cmp.Diff(c.want, idx); d != "" {
+				t.Errorf("indices (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(c.unknown, unknown); d != "" {
+				t.Errorf("unknown (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 
@@ -246,6 +284,55 @@ at 0 gpu=101 sm=90
 	}
 	if why := m.Summary().NotMeasured[sample.GPUEnergyJoules]; !strings.Contains(why, "MIG instance") {
 		t.Errorf("energy of a MIG instance: not measured %q, want it said why", why)
+	}
+}
+
+// TestGPUMIGTwoJobs: two jobs on two MIG instances of one GPU (FAKE NVML) each get
+// their own instance's values, and neither is "shared" for the other's processes: NVML
+// lists an instance's processes on the instance, the GPU's on the GPU.
+func TestGPUMIGTwoJobs(t *testing.T) {
+	sc := `device uuid=GPU-aaaa bus=00000000:3B:00.0 gpm=1 mig=1
+mig parent=0 uuid=MIG-1111-2222 gi=1 memory=10737418240
+mig parent=0 uuid=MIG-3333-4444 gi=2 memory=21474836480
+at 0 gpu=100 util=100 sm=60 mem=5368709120
+at 0 gpu=101 util=100 sm=90 mem=17179869184
+`
+	// The job of PID 4242 on the first instance, that of PID 5353 on the second, both on
+	// the GPU.
+	procs := "100 4242 5368709120\n101 5353 17179869184\n0 4242 5368709120\n0 5353 17179869184\n"
+	a, nowA, _ := gpuMeterScenario(t, sc, procs, Spec{GPUs: []string{"MIG-1111-2222"}})
+	b, nowB, _ := gpuMeterScenario(t, sc, procs, Spec{GPUs: []string{"MIG-3333-4444"}, ExtraPIDs: func() []int { return []int{5353} }})
+	time.Sleep(time.Second)
+	for _, c := range []struct {
+		name     string
+		m        *Meter
+		now      *time.Time
+		sm, mem  float64
+		memTotal float64
+	}{
+		{"the first instance's job", a, nowA, 0.6, 5 << 30, 10 << 30},
+		{"the second instance's job", b, nowB, 0.9, 16 << 30, 20 << 30},
+	} {
+		*c.now = c.now.Add(time.Second)
+		s, err := c.m.Read(sample.Cycle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy, sm := s.Job[sample.GPUBusySeconds], s.Job[sample.GPUSMActiveSeconds]
+		if busy < 0.8 || busy > 1.2 || math.Abs(sm/busy-c.sm) > 0.05 {
+			t.Errorf("%s: busy %.3f s, SM activity %.3f s; want about 1 s and %.0f %% of it", c.name, busy, sm, 100*c.sm)
+		}
+		if v := s.Job[sample.GPUMemPeakBytes]; v != c.mem {
+			t.Errorf("%s: GPU memory %v, want its instance's %v", c.name, v, c.mem)
+		}
+		if v := s.Job[sample.GPUMemTotalBytes]; v != c.memTotal {
+			t.Errorf("%s: memory of its GPUs %v, want its instance's %v", c.name, v, c.memTotal)
+		}
+		for metric, why := range c.m.Summary().NotMeasured {
+			if strings.Contains(why, "shared") && !strings.Contains(why, "MIG instance") {
+				t.Errorf("%s: %s not measured: %q", c.name, metric, why)
+			}
+		}
 	}
 }
 
