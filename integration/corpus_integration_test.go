@@ -107,17 +107,28 @@ func TestCorpus(t *testing.T) {
 			for i, a := range tc.argv {
 				argv[i] = strings.NewReplacer("@D", dir, "@C", corpus, "@W", load).Replace(a)
 			}
-			quiet(t)
 			quota := noQuota
 			if tc.quota {
 				quota = 0
 			}
-			res := corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, quota, tc.memLimit)
-			d := res.Digest
-			if d == nil {
-				t.Fatal("no digest")
+			var res standalone.Result
+			var d *digest.Report
+			var got, row string
+			var all []string
+			// A run that work outside it slowed (its own report says so: time lost to
+			// other work on its CPUs) measured the machine, not the program: run once more.
+			for try := 1; ; try++ {
+				quiet(t)
+				res = corpusRun(t, persyst, conf, tc.cpus, filepath.Join(dir, "result.json"), argv, quota, tc.memLimit)
+				if d = res.Digest; d == nil {
+					t.Fatal("no digest")
+				}
+				got, row, all = corpusFirst(tc.name, d)
+				if got == tc.first || try == 2 || d.Interference == nil || d.Interference.LostSeconds <= 0 {
+					break
+				}
+				t.Logf("run %d: first finding %q with %.2f s lost to work outside it (%s): run again", try, got, d.Interference.LostSeconds, d.Interference.Class)
 			}
-			got, row, all := corpusFirst(tc.name, d)
 			table = append(table, row)
 			oneStory(t, d)
 			if tc.event != "" {
