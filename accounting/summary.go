@@ -452,6 +452,7 @@ func Decode(tok string, recommendation func(key string) string) (digest.Report, 
 			return digest.Report{}, err
 		}
 	}
+	digest.SliceWords(&r)
 	return r, nil
 }
 

@@ -22,6 +22,7 @@ func ptr[T any](v T) *T { return &v }
 func report(findings int) digest.Report {
 	t0 := time.Unix(1700000000, 0).UTC()
 	r := digest.Report{Schema: digest.SchemaVersion, JobID: 4242, Nodes: []string{"node1", "node2"}, NNodes: 3, CPUs: 8, GPUs: 4,
+		GPUModel: "NVIDIA A100-SXM4-40GB MIG 1g.5gb", GPUSlices: 4,
 		Start: t0, End: t0.Add(95 * time.Second), Seconds: 95, Samples: 96, MinSeconds: 300, Short: true,
 		Coverage: &digest.Coverage{Elapsed: 100, Measured: 95, Gaps: []sample.Gap{{From: t0.Add(-5 * time.Second), To: t0, Why: "before measurement began"}},
 			Missing: []digest.MissingNode{{Node: "node3", Why: "unreachable"}}},

@@ -12,6 +12,7 @@ package amdgpu
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,10 +33,16 @@ type Device struct {
 	// Partition is the compute partition mode where the GPU is partitioned ("SPX",
 	// "DPX", "CPX": current_compute_partition); "" where it gives none.
 	Partition string
-	// GPUIDs are the KFD's ids of the GPU (its topology nodes' gpu_id, one per compute
-	// partition; none: not found), which name it in the per-process files.
+	// GPUIDs are the KFD's ids of the GPU (its topology node's gpu_id; none: not found),
+	// which name it in the per-process files.
 	GPUIDs []uint64
-	hwmon  string // its hwmon directory under the root ("": none)
+	// XCP is, on a card in compute partitions (an MI300 in CPX or DPX mode: each its own
+	// KFD node and render node, what a job is given), the partition's number, of
+	// Partitions; -1 for a whole card. A partition's busy share is its own (gpu_metrics'
+	// xcp_stats), its memory its processes' (the KFD's), its power the card's: not its.
+	XCP        int
+	Partitions int
+	hwmon      string // its hwmon directory under the root ("": none)
 }
 
 // Sysfs reads the node's amdgpu devices in a sysfs.
@@ -71,7 +78,7 @@ func (s *Sysfs) Devices() ([]Device, error) {
 			cards = append(cards, name)
 		}
 	}
-	gpuIDs := s.kfdGPUs()
+	nodes := s.kfdNodes()
 	var out []Device
 	var errs []string
 	for _, c := range cards {
@@ -83,18 +90,47 @@ func (s *Sysfs) Devices() ([]Device, error) {
 			errs = append(errs, err.Error())
 			continue
 		}
-		d.Render = -1
+		d.Render, d.XCP = -1, -1
 		if m, ok := renders[d.Bus]; ok {
 			d.Render = m
 		}
-		d.GPUIDs = gpuIDs[d.Bus]
+		ns := nodes[cardKey(d.Bus)]
+		if len(ns) > 1 {
+			out = append(out, partitions(d, ns)...)
+			continue
+		}
+		for _, n := range ns {
+			d.GPUIDs = append(d.GPUIDs, n.gpuID)
+		}
 		out = append(out, d)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Bus < out[j].Bus })
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Bus != out[j].Bus {
+			return out[i].Bus < out[j].Bus
+		}
+		return out[i].XCP < out[j].XCP
+	})
 	if len(errs) > 0 {
 		return out, fmt.Errorf("amdgpu: %s", strings.Join(errs, "; "))
 	}
 	return out, nil
+}
+
+// partitions are a card's compute partitions, one device each, as the KFD lists them:
+// each its render node and gpu_id, its share of the card's memory.
+func partitions(card Device, ns []kfdNode) []Device {
+	out := make([]Device, 0, len(ns))
+	for _, n := range ns {
+		d := card
+		d.XCP, d.Partitions, d.GPUIDs, d.Render = n.xcp, len(ns), []uint64{n.gpuID}, n.render
+		d.VRAM = n.vram
+		if d.VRAM == 0 && card.VRAM > 0 {
+			d.VRAM = card.VRAM / uint64(len(ns))
+		}
+		d.Name = strings.TrimSpace(cmp.Or(card.Name, "AMD GPU") + " " + card.Partition + " partition")
+		out = append(out, d)
+	}
+	return out
 }
 
 // bus is the PCI address of a drm entry's device ("" : none).

@@ -88,6 +88,67 @@ func TestRead(t *testing.T) {
 	}
 }
 
+// TestPartitions: a FAKE MI300X in CPX mode (4 compute partitions here; the KFD lists
+// each, partition 0 on the card's render node, the others on the driver's partition
+// devices) is 4 devices, each its render node, gpu_id and share of the memory; a
+// partition's busy share is its own (gpu_metrics' xcp_stats), its memory its processes',
+// and its power the card's, not its own.
+func TestPartitions(t *testing.T) {
+	root := t.TempDir()
+	tree, err := fakeamdgpu.New(root,
+		fakeamdgpu.Card{Bus: "0000:c1:00.0", Render: 128, GPUID: 4242, Name: "AMD Instinct MI250X", VRAM: 64 << 30, Metrics: 3},
+		fakeamdgpu.Card{Bus: "0000:d1:00.0", Render: 136, GPUID: 500, Name: "AMD Instinct MI300X", VRAM: 192 << 30, Partition: "CPX",
+			PowerInput: true, Metrics: 8, Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := amdgpu.New(hostfs.New(tree.Sys()))
+	devs, err := sys.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type dev struct {
+		Name            string
+		Render, XCP, Of int
+		VRAM            uint64
+		GPUIDs          []uint64
+	}
+	var got []dev
+	for _, d := range devs {
+		got = append(got, dev{d.Name, d.Render, d.XCP, d.Partitions, d.VRAM, d.GPUIDs})
+	}
+	part := "AMD Instinct MI300X CPX partition"
+	want := []dev{{"AMD Instinct MI250X", 128, -1, 0, 64 << 30, []uint64{4242}},
+		{part, 136, 0, 4, 48 << 30, []uint64{500}}, {part, 137, 1, 4, 48 << 30, []uint64{501}},
+		{part, 138, 2, 4, 48 << 30, []uint64{502}}, {part, 139, 3, 4, 48 << 30, []uint64{503}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("devices (-want +got):\n%s", diff)
+	}
+	if err := tree.Set(1, fakeamdgpu.State{Busy: 40, VRAMUsed: 100 << 30, Watts: 700, Joules: 10, PartitionBusy: []int{0, 0, 95, 10}}); err != nil {
+		t.Fatal(err)
+	}
+	tree.Proc(300, map[uint64]uint64{502: 30 << 30, 503: 1 << 30})
+	tree.Proc(301, map[uint64]uint64{502: 2 << 30})
+	n := sys.Read(devs[3]) // partition 2
+	if n.Busy != 95 || !n.Has["busy"] || n.VRAMUsed != 32<<30 || !n.Has["vram"] || n.Has["watts"] || n.Has["joules"] || n.Has["throttle"] ||
+		!strings.Contains(n.Why["joules"], "partition 2 of 4: the card's power") || !n.Has["ras"] {
+		t.Errorf("partition 2 read %+v", n)
+	}
+	// A table that gives no partition's busy share (v1.5): said so, never the card's.
+	tree2, err := fakeamdgpu.New(t.TempDir(), fakeamdgpu.Card{Bus: "0000:d1:00.0", Render: 128, GPUID: 9, VRAM: 192 << 30, Partition: "DPX", Metrics: 5, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys2 := amdgpu.New(hostfs.New(tree2.Sys()))
+	devs2, _ := sys2.Devices()
+	if len(devs2) != 2 {
+		t.Fatalf("a DPX card: %d devices, want 2", len(devs2))
+	}
+	if n := sys2.Read(devs2[1]); n.Has["busy"] || !strings.Contains(n.Why["busy"], "gpu_metrics v1.5 gives no busy share for partition 1") {
+		t.Errorf("partition 1 of a v1.5 table read %+v", n)
+	}
+}
+
 // TestProcesses: the KFD's processes, each with the VRAM it holds on each card.
 func TestProcesses(t *testing.T) {
 	tree, sys, _ := fakeNode(t)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -14,10 +15,20 @@ import (
 // holds on each GPU: what says whose processes a GPU runs, without rocm-smi.
 const kfd = "class/kfd/kfd"
 
-// kfdGPUs maps the KFD's GPUs' PCI addresses to their gpu_ids (one per compute
-// partition; none where the KFD is not there).
-func (s *Sysfs) kfdGPUs() map[string][]uint64 {
-	out := map[string][]uint64{}
+// kfdNode is one of the KFD's GPU nodes: a card, or one compute partition of a card
+// (an MI300 in CPX mode has one node per partition, its own gpu_id and render node).
+type kfdNode struct {
+	gpuID  uint64
+	card   string // the card's PCI address without its function ("0000:c1:00")
+	xcp    int    // the partition's number on its card (the node's in location_id)
+	render int    // drm_render_minor (-1: not given)
+	vram   uint64 // its memory bank's size (a partition's share of the card's; 0: not given)
+}
+
+// kfdNodes lists the KFD's GPU nodes by card (none where the KFD is not there), each
+// card's by partition.
+func (s *Sysfs) kfdNodes() map[string][]kfdNode {
+	out := map[string][]kfdNode{}
 	nodes, err := os.ReadDir(s.fs.Path(kfd, "topology", "nodes"))
 	if err != nil {
 		return out
@@ -36,23 +47,50 @@ func (s *Sysfs) kfdGPUs() map[string][]uint64 {
 		if err != nil {
 			continue
 		}
-		if bus, ok := pciAddress(props); ok {
-			out[bus] = append(out[bus], id)
+		card, xcp, ok := kfdLocation(props)
+		if !ok {
+			continue
 		}
+		node := kfdNode{gpuID: id, card: card, xcp: xcp, render: -1}
+		if r, ok := props["drm_render_minor"]; ok && r > 0 {
+			node.render = int(r)
+		}
+		if b, err := s.fs.ReadFile(dir, "mem_banks", "0", "properties"); err == nil {
+			if mp, err := ParseProperties(bytes.NewReader(b)); err == nil {
+				node.vram = mp["size_in_bytes"]
+			}
+		}
+		out[card] = append(out[card], node)
+	}
+	for _, ns := range out {
+		sort.Slice(ns, func(i, j int) bool { return ns[i].xcp < ns[j].xcp })
 	}
 	return out
 }
 
-// pciAddress is the PCI address a KFD node's properties give (location_id: bus << 8 |
-// device << 3 | function, with a partition's number in its high bits; domain): a
-// partitioned GPU's nodes all give their GPU's.
-func pciAddress(props map[string]uint64) (string, bool) {
+// kfdLocation is the card a KFD node's properties give (location_id: bus << 8 | device
+// << 3 | function; domain) and its partition's number: the kernel puts a partition's in
+// the function bits (or, in a variant it reverted, in bits 28-31), so a partitioned
+// card's nodes all give their card's bus and device.
+func kfdLocation(props map[string]uint64) (card string, xcp int, ok bool) {
 	loc, ok := props["location_id"]
 	if !ok {
-		return "", false
+		return "", 0, false
+	}
+	xcp = int(loc >> 28 & 0xf)
+	if xcp == 0 {
+		xcp = int(loc & 0x7)
 	}
 	loc &= 0xffff
-	return fmt.Sprintf("%04x:%02x:%02x.%x", props["domain"], loc>>8&0xff, loc>>3&0x1f, loc&0x7), true
+	return fmt.Sprintf("%04x:%02x:%02x", props["domain"], loc>>8&0xff, loc>>3&0x1f), xcp, true
+}
+
+// cardKey is a PCI address without its function ("0000:c1:00.0" → "0000:c1:00").
+func cardKey(bus string) string {
+	if i := strings.LastIndexByte(bus, '.'); i > 0 {
+		return bus[:i]
+	}
+	return bus
 }
 
 // Proc is a process the KFD lists, with the VRAM it holds on each GPU it opened (by

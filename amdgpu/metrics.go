@@ -25,6 +25,10 @@ type Metrics struct {
 	Ticks                uint32
 	PowerResidency       uint32
 	ThermalResidency     uint32
+	// XCPBusy is each compute partition's busy share now, in percent (v1.6 on: the mean
+	// of its XCCs' gfx_busy_inst in xcp_stats[partition]), for the partitions that give
+	// one.
+	XCPBusy map[int]float64
 }
 
 // metricsLayout is where a revision keeps the fields read (-1: not in it).
@@ -33,19 +37,30 @@ type metricsLayout struct {
 	energy                         int
 	indepThrottle                  int // u64: v1.1-v1.3
 	accumulation, ppt, socketTherm int // u32: v1.6 on
+	xcp, xcpEntry                  int // xcp_stats[numXCP] and one entry's size: v1.6 on
 }
+
+// The per-partition statistics of v1.6 on: numXCP entries, each beginning with its XCCs'
+// gfx_busy_inst (u32[maxXCC], percent; all ones where the partition has no such XCC).
+const (
+	numXCP = 8
+	maxXCC = 8
+)
 
 // metricsLayouts are format 1's (dGPU) revisions, by content revision. v1.4 and v1.5 keep
 // a throttle_status the driver sets to 0 ("not reported through metrics now"): not
 // read. The v1.6 read is the released one (Linux 6.13), not the reverted first draft.
 var metricsLayouts = map[int]metricsLayout{
-	1: {size: 96, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1},
-	2: {size: 104, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1},
-	3: {size: 120, energy: 24, indepThrottle: 112, accumulation: -1, ppt: -1, socketTherm: -1},
-	4: {size: 288, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1},
-	5: {size: 360, energy: 88, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1},
-	6: {size: 1664, energy: 16, indepThrottle: -1, accumulation: 32, ppt: 40, socketTherm: 44},
-	7: {size: 2208, energy: 24, indepThrottle: -1, accumulation: 40, ppt: 48, socketTherm: 52},
+	1: {size: 96, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1, xcp: -1},
+	2: {size: 104, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1, xcp: -1},
+	3: {size: 120, energy: 24, indepThrottle: 112, accumulation: -1, ppt: -1, socketTherm: -1, xcp: -1},
+	4: {size: 288, energy: 24, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1, xcp: -1},
+	5: {size: 360, energy: 88, indepThrottle: -1, accumulation: -1, ppt: -1, socketTherm: -1, xcp: -1},
+	6: {size: 1664, energy: 16, indepThrottle: -1, accumulation: 32, ppt: 40, socketTherm: 44, xcp: 312, xcpEntry: 168},
+	7: {size: 2208, energy: 24, indepThrottle: -1, accumulation: 40, ppt: 48, socketTherm: 52, xcp: 344, xcpEntry: 232},
+	// v1.8 (MI300, newer kernels) keeps v1.7's fields where they were and widens each
+	// partition's entry (JPEG engines, the limits' accumulators).
+	8: {size: 3872, energy: 24, indepThrottle: -1, accumulation: 40, ppt: 48, socketTherm: 52, xcp: 344, xcpEntry: 440},
 }
 
 // The independent throttler bits (amdgpu_smu.h SMU_THROTTLER_*): the power limits (PPT0
@@ -90,7 +105,31 @@ func ParseMetrics(b []byte) (Metrics, error) {
 			m.HasResidency, m.Ticks, m.PowerResidency, m.ThermalResidency = true, acc, ppt, thm
 		}
 	}
+	if l.xcp >= 0 {
+		m.XCPBusy = xcpBusy(b[l.xcp:], l.xcpEntry)
+	}
 	return m, nil
+}
+
+// xcpBusy reads each partition's busy share from xcp_stats: the mean of its XCCs'
+// gfx_busy_inst that are set.
+func xcpBusy(b []byte, entry int) map[int]float64 {
+	var out map[int]float64
+	for x := range numXCP {
+		sum, n := 0.0, 0
+		for c := range maxXCC {
+			if v := binary.LittleEndian.Uint32(b[x*entry+4*c:]); v != ^uint32(0) {
+				sum, n = sum+min(float64(v), 100), n+1
+			}
+		}
+		if n > 0 {
+			if out == nil {
+				out = map[int]float64{}
+			}
+			out[x] = sum / float64(n)
+		}
+	}
+	return out
 }
 
 // EncodeMetrics writes a gpu_metrics table of format 1, content revision content, with
@@ -124,6 +163,12 @@ func EncodeMetrics(content int, m Metrics) ([]byte, error) {
 		binary.LittleEndian.PutUint32(b[l.accumulation:], m.Ticks)
 		binary.LittleEndian.PutUint32(b[l.ppt:], m.PowerResidency)
 		binary.LittleEndian.PutUint32(b[l.socketTherm:], m.ThermalResidency)
+	}
+	for x, busy := range m.XCPBusy {
+		if l.xcp < 0 || x < 0 || x >= numXCP {
+			return nil, fmt.Errorf("gpu_metrics v1.%d: no partition %d", content, x)
+		}
+		binary.LittleEndian.PutUint32(b[l.xcp+x*l.xcpEntry:], uint32(busy)) // its first XCC
 	}
 	return b, nil
 }

@@ -15,14 +15,20 @@ import (
 func TestMetrics(t *testing.T) {
 	in := amdgpu.Metrics{Joules: 1234.5, HasEnergy: true, HasThrottle: true, PowerCapped: true,
 		HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5}
+	xcp := map[int]float64{0: 90, 3: 12, 7: 100}
 	for content, want := range map[int]amdgpu.Metrics{
 		1: {Format: 1, Content: 1, Joules: 1234.5, HasEnergy: true},
 		3: {Format: 1, Content: 3, Joules: 1234.5, HasEnergy: true, HasThrottle: true, PowerCapped: true},
 		4: {Format: 1, Content: 4, Joules: 1234.5, HasEnergy: true},
 		5: {Format: 1, Content: 5, Joules: 1234.5, HasEnergy: true},
-		6: {Format: 1, Content: 6, Joules: 1234.5, HasEnergy: true, HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5},
-		7: {Format: 1, Content: 7, Joules: 1234.5, HasEnergy: true, HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5},
+		6: {Format: 1, Content: 6, Joules: 1234.5, HasEnergy: true, HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5, XCPBusy: xcp},
+		7: {Format: 1, Content: 7, Joules: 1234.5, HasEnergy: true, HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5, XCPBusy: xcp},
+		8: {Format: 1, Content: 8, Joules: 1234.5, HasEnergy: true, HasResidency: true, Ticks: 1000, PowerResidency: 250, ThermalResidency: 5, XCPBusy: xcp},
 	} {
+		in := in
+		if content >= 6 {
+			in.XCPBusy = xcp // each compute partition's busy share (xcp_stats)
+		}
 		b, err := amdgpu.EncodeMetrics(content, in)
 		if err != nil {
 			t.Fatal(err)

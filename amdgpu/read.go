@@ -34,10 +34,14 @@ type Now struct {
 	Why map[string]string
 }
 
-// Read reads one card now.
+// Read reads one card, or one compute partition of a card, now.
 func (s *Sysfs) Read(d Device) Now {
 	n := Now{Has: map[string]bool{}, Why: map[string]string{}}
 	dir := filepath.Join(drm, d.Card, "device")
+	if d.Partitions > 1 {
+		s.readPartition(d, dir, &n)
+		return n
+	}
 	if v, err := s.uintFile(dir, "gpu_busy_percent"); err == nil {
 		n.Busy, n.Has["busy"] = min(float64(v), 100), true
 	} else {
@@ -62,6 +66,46 @@ func (s *Sysfs) Read(d Device) Now {
 		n.Why["ras"] = err.Error()
 	}
 	return n
+}
+
+// readPartition reads a compute partition: its busy share from the card's gpu_metrics
+// (xcp_stats), its memory as the KFD's processes on it hold it; the card's power and
+// throttling are all its partitions' together, and its RAS counts the card's (errors
+// count for every job on the GPU).
+func (s *Sysfs) readPartition(d Device, dir string, n *Now) {
+	var m Metrics
+	b, err := s.fs.ReadFile(dir, "gpu_metrics")
+	if err == nil {
+		m, err = ParseMetrics(b)
+	}
+	busy, ok := m.XCPBusy[d.XCP]
+	switch {
+	case err != nil:
+		n.Why["busy"] = fmt.Sprintf("%s: %s", s.fs.Path(dir, "gpu_metrics"), absent(err))
+	case !ok:
+		n.Why["busy"] = fmt.Sprintf("gpu_metrics v%d.%d gives no busy share for partition %d", m.Format, m.Content, d.XCP)
+	default:
+		n.Busy, n.Has["busy"] = busy, true
+	}
+	procs, kfdOK, err := s.Processes()
+	switch {
+	case err != nil:
+		n.Why["vram"] = err.Error()
+	case !kfdOK || len(d.GPUIDs) == 0:
+		n.Why["vram"] = "the KFD does not list the partition's processes"
+	default:
+		for _, p := range procs {
+			n.VRAMUsed += p.VRAM[d.GPUIDs[0]]
+		}
+		n.Has["vram"] = true
+	}
+	shared := fmt.Sprintf("partition %d of %d: the card's power and throttling are all its partitions' together", d.XCP, d.Partitions)
+	n.Why["watts"], n.Why["joules"], n.Why["throttle"] = shared, shared, shared
+	if ue, err := s.ras(dir); err == nil {
+		n.Uncorrectable, n.Has["ras"] = ue, true
+	} else {
+		n.Why["ras"] = err.Error()
+	}
 }
 
 // noPower is why a die that reports no power has none: its package's is on the other die.

@@ -82,7 +82,10 @@ func checkAMDGPUs(n *Node) []Result {
 		if d.Render >= 0 {
 			where += fmt.Sprintf(", /dev/dri/renderD%d", d.Render)
 		}
-		if d.Partition != "" {
+		switch {
+		case d.Partitions > 1:
+			where += fmt.Sprintf(", partition %d of %d", d.XCP, d.Partitions)
+		case d.Partition != "":
 			where += ", compute partition " + d.Partition
 		}
 		where += ")"

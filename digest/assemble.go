@@ -106,7 +106,7 @@ func Assemble(in Input) Report {
 	r.Episodes = in.Episodes
 	r.Coverage = coverage(f, m)
 	r.Suspended = m.Suspended
-	sliceWords(&r)
+	SliceWords(&r)
 	r.Methods = m.Methods
 	if model, ok := m.Methods[sample.GPUModelMethod]; ok {
 		// Said as what the GPUs are, not as a way of measuring.

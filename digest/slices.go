@@ -32,8 +32,9 @@ func gpuNoun(r Report) gpuWords {
 	return gpuWords{n: r.GPUs, noun: "GPU"}
 }
 
-// sliceWords gives a job on MIG slices the slices' recommendations.
-func sliceWords(r *Report) {
+// SliceWords gives a job on MIG slices the slices' recommendations (a report rebuilt from
+// elsewhere, Slurm's accounting, takes the catalog's and then these).
+func SliceWords(r *Report) {
 	if !allSlices(r) {
 		return
 	}

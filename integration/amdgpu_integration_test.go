@@ -25,10 +25,12 @@ func TestAMDGPUJobs(t *testing.T) {
 	b := nvmltest.Build(t)
 	dir := t.TempDir()
 	const gpuID = 101 // the KFD's id of the first AMD GPU
-	// MI210-like cards without a gpu_metrics table: their energy is their power's.
+	// An MI210-like card without a gpu_metrics table (its energy is its power's), and an
+	// MI300X-like one in 2 compute partitions, each a GPU of Slurm's (renderD129, 130).
 	tree, err := fakeamdgpu.New(filepath.Join(dir, "host"),
 		fakeamdgpu.Card{Bus: "0000:c1:00.0", Render: 128, GPUID: gpuID, Name: "AMD Instinct MI210", VRAM: 64 << 30},
-		fakeamdgpu.Card{Bus: "0000:c9:00.0", Render: 129, GPUID: 102, Name: "AMD Instinct MI210", VRAM: 64 << 30})
+		fakeamdgpu.Card{Bus: "0000:c9:00.0", Render: 129, GPUID: 201, Name: "AMD Instinct MI300X", VRAM: 192 << 30, Partition: "DPX",
+			PowerInput: true, Metrics: 8, Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +46,14 @@ func TestAMDGPUJobs(t *testing.T) {
 	const nvidiaIdle = "at 0 gpu=0 util=0 sm=0 occupancy=0 tensor=0 dram=0 power=60 mem=0\n"
 	write(procs, "")
 	write(scenario, nvidia+nvidiaBusy)
-	c := startCluster(t, 1, "PERSYST_GPUS=1", "PERSYST_AMD_GPUS=2", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
+	c := startCluster(t, 1, "PERSYST_GPUS=1", "PERSYST_AMD_GPUS=3", "PERSYST_FAKE_NVML_LIB="+filepath.Dir(b.Fake),
 		"PERSYST_FAKE_NVML="+scenario, "PERSYST_FAKE_NVML_PROCS="+procs, "PERSYST_CONF_EXTRA=AMDGPUSysfs="+tree.Sys())
 	busy := fakeamdgpu.State{Busy: 97, VRAMUsed: 60 << 30, Watts: 300}
 	idle := fakeamdgpu.State{Busy: 0, VRAMUsed: 256 << 20, Watts: 40}
 	for _, tc := range []struct {
 		name, gres  string
-		amd         fakeamdgpu.State // both AMD GPUs
+		amd         fakeamdgpu.State // the MI210's
+		parts       []int            // the MI300X's partitions' busy shares
 		nvidia      string           // the NVIDIA GPU's state
 		outside     bool             // a process outside the job (PID 1) on the first AMD GPU
 		index       string           // the job's GRES index (SLURM_JOB_GPUS)
@@ -64,14 +67,18 @@ func TestAMDGPUJobs(t *testing.T) {
 		{name: "AMD shared with a process outside the job", gres: "gpu:amd:1", amd: busy, nvidia: nvidiaBusy, outside: true, index: "1",
 			text: "1 GPU (AMD Instinct MI210)", notAssessed: "shared with processes outside the job"},
 		// The AMD GPUs idle: taken for the NVIDIA one, the job would look idle.
-		{name: "NVIDIA busy beside idle AMD GPUs", gres: "gpu:nvidia:1", amd: idle, nvidia: nvidiaBusy, index: "0", text: "1 GPU (NVIDIA Fake H100)"},
+		{name: "NVIDIA busy beside idle AMD GPUs", gres: "gpu:nvidia:1", amd: idle, parts: []int{0, 0}, nvidia: nvidiaBusy, index: "0", text: "1 GPU (NVIDIA Fake H100)"},
+		// A partition idle beside its busy sibling: each partition's busy share is its own.
+		{name: "an MI300X partition idle beside its busy sibling", gres: "gpu:amd:3", amd: busy, parts: []int{0, 90}, nvidia: nvidiaBusy,
+			index: "1,2,3", first: "gpu_unused", text: "3 GPUs (1 × AMD Instinct MI210, 2 × AMD Instinct MI300X DPX partition)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(scenario, nvidia+tc.nvidia)
-			for i := range 2 {
-				if err := tree.Set(i, tc.amd); err != nil {
-					t.Fatal(err)
-				}
+			if err := tree.Set(0, tc.amd); err != nil {
+				t.Fatal(err)
+			}
+			if err := tree.Set(1, fakeamdgpu.State{Busy: 50, Watts: 500, Joules: 1, PartitionBusy: tc.parts}); err != nil {
+				t.Fatal(err)
 			}
 			kfd := map[uint64]uint64{}
 			if tc.outside {
@@ -84,7 +91,7 @@ func TestAMDGPUJobs(t *testing.T) {
 			id := c.sbatch(t, nil, "--gres="+tc.gres, "-o", out, "--wrap", "sleep 6")
 			j := c.waitJob(t, c.nodes[0], id, "its GPUs", func(j *daemon.Job) bool { return j.GPUs != "" })
 			if j.GPUs != tc.index {
-				t.Errorf("the job's GPUs from the prolog: %q, want %q (the NVIDIA GPU is GRES index 0, the AMD ones 1 and 2)", j.GPUs, tc.index)
+				t.Errorf("the job's GPUs from the prolog: %q, want %q (the NVIDIA GPU is GRES index 0, the AMD ones 1 to 3)", j.GPUs, tc.index)
 			}
 			if tc.gres == "gpu:amd:1" && !tc.outside {
 				// Prometheus names the running job's GPUs, vendor first.
@@ -104,7 +111,7 @@ func TestAMDGPUJobs(t *testing.T) {
 			c.waitDone(t, id, time.Minute)
 			text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
 			t.Log(text)
-			if !strings.Contains(text, tc.text) {
+			if !strings.Contains(strings.Join(strings.Fields(text), " "), tc.text) { // as if unwrapped
 				t.Errorf("digest lacks %q", tc.text)
 			}
 			r := c.jobReport(t, id)
@@ -118,8 +125,8 @@ func TestAMDGPUJobs(t *testing.T) {
 			if first != tc.first {
 				t.Errorf("first GPU finding %q, want %q", first, tc.first)
 			}
-			if r.GPUs != 1 {
-				t.Errorf("the report's GPUs: %d, want 1", r.GPUs)
+			if want := len(strings.Split(tc.index, ",")); r.GPUs != want {
+				t.Errorf("the report's GPUs: %d, want %d", r.GPUs, want)
 			}
 			if tc.notAssessed == "" {
 				return

@@ -30,6 +30,11 @@ type Card struct {
 	Metrics int
 	// NoRAS: the driver gives no RAS counts.
 	NoRAS bool
+	// Partitions, above 1, lays the card out in that many compute partitions (an MI300
+	// in CPX mode, Partition "CPX"): a KFD node each (gpu_id GPUID+k, drm_render_minor
+	// Render+k, its share of VRAM), partition 0 on the card's render node, the others'
+	// on the driver's platform devices (amdgpu_xcp.N, no driver of their own).
+	Partitions int
 }
 
 // State is what a card reads now.
@@ -43,12 +48,16 @@ type State struct {
 	Thermal, PowerCapped            bool
 	Ticks, PowerTicks, ThermalTicks uint32
 	Uncorrectable                   uint64
+	// PartitionBusy is each compute partition's busy share (percent, gpu_metrics v1.6 on).
+	PartitionBusy []int
 }
 
 // Tree is a fake sysfs tree.
 type Tree struct {
 	root  string
 	cards []Card
+	nodes int // KFD topology nodes made after the CPU's
+	xcps  int // partition devices made (amdgpu_xcp.N)
 }
 
 // Sys is the tree's sysfs (root/sys): what amdgpu reads, and persyst.conf's AMDGPUSysfs.
@@ -96,14 +105,8 @@ func New(root string, cards ...Card) (*Tree, error) {
 				return nil, err
 			}
 		}
-		if c.GPUID != 0 {
-			props, err := properties(c.Bus)
-			if err != nil {
-				return nil, err
-			}
-			if err := writeFiles(filepath.Join(topo, strconv.Itoa(i+1)), map[string]string{"gpu_id": strconv.FormatUint(c.GPUID, 10), "properties": props}); err != nil {
-				return nil, err
-			}
+		if err := t.kfd(topo, c); err != nil {
+			return nil, err
 		}
 		if err := t.Set(i, State{}); err != nil {
 			return nil, err
@@ -112,18 +115,64 @@ func New(root string, cards ...Card) (*Tree, error) {
 	return t, nil
 }
 
+// kfd lays out card c's KFD topology nodes (none without a GPUID): one, or one per
+// compute partition, each partition after the first with its render node on a platform
+// device of the driver's.
+func (t *Tree) kfd(topo string, c Card) error {
+	if c.GPUID == 0 {
+		return nil
+	}
+	parts := max(c.Partitions, 1)
+	for k := range parts {
+		props, err := properties(c.Bus, k, c.Render+k)
+		if err != nil {
+			return err
+		}
+		t.nodes++
+		dir := filepath.Join(topo, strconv.Itoa(t.nodes))
+		files := map[string]string{"gpu_id": strconv.FormatUint(c.GPUID+uint64(k), 10), "properties": props}
+		if err := writeFiles(dir, files); err != nil {
+			return err
+		}
+		bank := fmt.Sprintf("heap_type 1\nsize_in_bytes %d\n", c.VRAM/uint64(parts))
+		if err := writeFiles(filepath.Join(dir, "mem_banks", "0"), map[string]string{"properties": bank}); err != nil {
+			return err
+		}
+		if k == 0 {
+			continue
+		}
+		xcp := filepath.Join(t.root, "sys/devices/platform", "amdgpu_xcp."+strconv.Itoa(t.xcps))
+		t.xcps++
+		if err := os.MkdirAll(xcp, 0o755); err != nil {
+			return err
+		}
+		for _, entry := range []string{"card" + strconv.Itoa(100+t.xcps), "renderD" + strconv.Itoa(c.Render+k)} {
+			d := filepath.Join(t.root, "sys/class/drm", entry)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(xcp, filepath.Join(d, "device")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // device is card i's PCI device directory.
 func (t *Tree) device(i int) string {
 	return filepath.Join(t.root, "sys/devices/pci0000:00", t.cards[i].Bus)
 }
 
-// properties is a KFD topology node's properties for a card at bus.
-func properties(bus string) (string, error) {
+// properties is a KFD topology node's properties for partition k of a card at bus (0:
+// the whole card), whose render node's minor is render: the kernel puts the partition's
+// number in location_id's function bits.
+func properties(bus string, k, render int) (string, error) {
 	var domain, b, dev, fn uint64
 	if _, err := fmt.Sscanf(bus, "%x:%x:%x.%x", &domain, &b, &dev, &fn); err != nil {
 		return "", fmt.Errorf("fakeamdgpu: bus %q: %w", bus, err)
 	}
-	return fmt.Sprintf("cpu_cores_count 0\nsimd_count 440\nlocation_id %d\ndomain %d\ndrm_render_minor 0\n", b<<8|dev<<3|fn, domain), nil
+	return fmt.Sprintf("cpu_cores_count 0\nsimd_count 440\nlocation_id %d\ndomain %d\ndrm_render_minor %d\n", b<<8|dev<<3|(fn|uint64(k)), domain, render), nil
 }
 
 // Set makes card i read st.
@@ -152,9 +201,13 @@ func (t *Tree) Set(i int, st State) error {
 		}
 	}
 	if c.Metrics > 0 {
+		xcp := map[int]float64{}
+		for k, busy := range st.PartitionBusy {
+			xcp[k] = float64(busy)
+		}
 		b, err := amdgpu.EncodeMetrics(c.Metrics, amdgpu.Metrics{Joules: st.Joules, HasEnergy: true,
 			HasThrottle: true, Thermal: st.Thermal, PowerCapped: st.PowerCapped,
-			HasResidency: true, Ticks: st.Ticks, PowerResidency: st.PowerTicks, ThermalResidency: st.ThermalTicks})
+			HasResidency: true, Ticks: st.Ticks, PowerResidency: st.PowerTicks, ThermalResidency: st.ThermalTicks, XCPBusy: xcp})
 		if err != nil {
 			return err
 		}
