@@ -95,18 +95,7 @@ func TestAMDGPUJobs(t *testing.T) {
 			}
 			if tc.gres == "gpu:amd:1" && !tc.outside {
 				// Prometheus names the running job's GPUs, vendor first.
-				want := fmt.Sprintf(`persyst_job_gpu_info{jobid="%d",model="AMD Instinct MI210",node="%s"} 1`, id, c.nodes[0])
-				url := fmt.Sprintf("http://%s.11:%d/metrics", c.getenv("PERSYST_CLUSTER_NET"), daemonMetricsPort)
-				var body string
-				for range 50 {
-					if body = scrape(url); strings.Contains(body, want) {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if !strings.Contains(body, want) {
-					t.Errorf("%s lacks %s:\n%s", url, want, grepLines(body, "persyst_job_gpu"))
-				}
+				c.waitSeries(t, fmt.Sprintf(`persyst_job_gpu_info{jobid="%d",model="AMD Instinct MI210",node="%s"} 1`, id, c.nodes[0]), "persyst_job_gpu")
 			}
 			c.waitDone(t, id, time.Minute)
 			text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))

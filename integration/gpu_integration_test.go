@@ -68,18 +68,7 @@ func TestGPUJobs(t *testing.T) {
 			}
 			if tc.name == "4 GPUs, 2 used" {
 				// Prometheus: the job's GPU gauges while it runs (MetricsJobLabels: jobid).
-				want := fmt.Sprintf(`persyst_job_gpus_unused{jobid="%d",node="%s"} 2`, id, c.nodes[0])
-				url := fmt.Sprintf("http://%s.11:%d/metrics", c.getenv("PERSYST_CLUSTER_NET"), daemonMetricsPort)
-				var body string
-				for range 40 {
-					if body = scrape(url); strings.Contains(body, want) {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if !strings.Contains(body, want) {
-					t.Errorf("%s lacks %s:\n%s", url, want, grepLines(body, "persyst_job_gpu"))
-				}
+				c.waitSeries(t, fmt.Sprintf(`persyst_job_gpus_unused{jobid="%d",node="%s"} 2`, id, c.nodes[0]), "persyst_job_gpu")
 			}
 			c.waitDone(t, id, time.Minute)
 			text := readDigest(t, strings.ReplaceAll(out, "%j", strconv.FormatUint(uint64(id), 10)))
@@ -148,6 +137,21 @@ func TestGPUJobs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// waitSeries waits up to 5 s for the first node's daemon's /metrics to give the line
+// want, and fails with its lines that hold about where it does not.
+func (c *cluster) waitSeries(t *testing.T, want, about string) {
+	t.Helper()
+	url := fmt.Sprintf("http://%s.11:%d/metrics", c.getenv("PERSYST_CLUSTER_NET"), daemonMetricsPort)
+	var body string
+	for range 50 {
+		if body = scrape(url); strings.Contains(body, want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("%s lacks %s:\n%s", url, want, grepLines(body, about))
 }
 
 // getenv is a variable of the cluster's environment (its env file), "" if absent.

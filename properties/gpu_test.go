@@ -61,15 +61,7 @@ func TestGPUFindings(t *testing.T) {
 		{"no GPU", map[string]float64{}, 0.3, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := Load(Settings{MinSeconds: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			acc := e.NewAccumulator(JobInfo{NCPUs: 4})
-			t0 := time.Unix(1_800_000_000, 0)
-			var samples []sample.Sample
-			totals := map[string]float64{}
-			for i := range 10 {
+			res := tenSeconds(t, func(i int) (map[string]float64, []sample.CPUValues) {
 				job := map[string]float64{sample.CPUUserSeconds: 4 * tc.cpuBusy, sample.CPUSystemSeconds: 0}
 				for k, v := range tc.job {
 					if !strings.HasPrefix(k, onceKey) {
@@ -85,21 +77,11 @@ func TestGPUFindings(t *testing.T) {
 				for c := range 4 {
 					cpus = append(cpus, sample.CPUValues{CPU: c, Values: map[string]float64{"task-clock": tc.cpuBusy * 1e9}})
 				}
-				s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: job, CPU: cpus}
-				acc.Add(s)
-				samples = append(samples, s)
-				for k, v := range job {
-					switch sample.KindOf(k) {
-					case sample.Counter:
-						totals[k] += v
-					default:
-						totals[k] = max(totals[k], v)
-					}
-				}
-			}
+				return job, cpus
+			}, nil)
 			var got []string
 			values := map[string]float64{}
-			for _, r := range Findings(Fold(acc.Finish(samples, sample.Summary{Seconds: 10, Samples: 10, Totals: totals}))) {
+			for _, r := range Findings(Fold(res)) {
 				if len(r.ID) > 4 && r.ID[:4] == "gpu_" {
 					got = append(got, r.ID)
 					values[r.ID] = r.Median()
@@ -123,33 +105,14 @@ func TestGPUFindings(t *testing.T) {
 // measured (an AMD GPU), keeps its reason.
 func TestGPUIdleNotAssessed(t *testing.T) {
 	const noSM = "AMD GPUs give no SM activity"
-	e, err := Load(Settings{MinSeconds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc := e.NewAccumulator(JobInfo{NCPUs: 4})
-	t0 := time.Unix(1_800_000_000, 0)
-	var samples []sample.Sample
-	totals := map[string]float64{}
-	for i := range 10 {
+	res := tenSeconds(t, func(i int) (map[string]float64, []sample.CPUValues) {
 		job := map[string]float64{sample.CPUUserSeconds: 0.4, sample.CPUSystemSeconds: 0, sample.GPUs: 1,
 			sample.GPUMemPeakBytes: 1 << 28, sample.GPUMemTotalBytes: 64 << 30}
 		if i > 0 {
 			job[sample.GPUBusySeconds], job[sample.GPUUnusedSeconds] = 0, 1
 		}
-		s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: job}
-		acc.Add(s)
-		samples = append(samples, s)
-		for k, v := range job {
-			if sample.KindOf(k) == sample.Counter {
-				totals[k] += v
-			} else {
-				totals[k] = max(totals[k], v)
-			}
-		}
-	}
-	res := acc.Finish(samples, sample.Summary{Seconds: 10, Samples: 10, Totals: totals,
-		NotMeasured: map[string]string{sample.GPUSMActiveSeconds: noSM}})
+		return job, nil
+	}, map[string]string{sample.GPUSMActiveSeconds: noSM})
 	got := map[string]string{}
 	for _, r := range res {
 		got[r.Key] = r.NotAssessed
@@ -160,4 +123,33 @@ func TestGPUIdleNotAssessed(t *testing.T) {
 	if w := got["gpu_sm_activity"]; !strings.Contains(w, noSM) && !strings.HasPrefix(w, "not evaluated") {
 		t.Errorf("gpu_sm_activity not assessed %q, want %q", w, noSM)
 	}
+}
+
+// tenSeconds runs a job of 4 CPUs for ten one-second samples, interval i's values
+// from job, through the default strategy, and returns its results (notMeasured: the
+// summary's metrics without a value, with why).
+func tenSeconds(t *testing.T, job func(i int) (map[string]float64, []sample.CPUValues), notMeasured map[string]string) []Result {
+	t.Helper()
+	e, err := Load(Settings{MinSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := e.NewAccumulator(JobInfo{NCPUs: 4})
+	t0 := time.Unix(1_800_000_000, 0)
+	var samples []sample.Sample
+	totals := map[string]float64{}
+	for i := range 10 {
+		values, cpus := job(i)
+		s := sample.Sample{Time: t0.Add(time.Duration(i) * time.Second), Reason: sample.Cycle, Seconds: 1, Job: values, CPU: cpus}
+		acc.Add(s)
+		samples = append(samples, s)
+		for k, v := range values {
+			if sample.KindOf(k) == sample.Counter {
+				totals[k] += v
+			} else {
+				totals[k] = max(totals[k], v)
+			}
+		}
+	}
+	return acc.Finish(samples, sample.Summary{Seconds: 10, Samples: 10, Totals: totals, NotMeasured: notMeasured})
 }
