@@ -180,7 +180,21 @@ func TestRun(t *testing.T) {
 			files: map[string]string{"etc/slurm/plugstack.conf": line},
 			built: 0x180b05,
 			gres:  "fail",
-			want:  []string{"warn gpus: slurmd -G: exit status 1", "warn gpus: → jobs' GPU indices are taken as NVML's"},
+			setup: func(t *testing.T, root string) {
+				os.MkdirAll(filepath.Join(root, "dev"), 0o755)
+				if err := unix.Mknod(filepath.Join(root, "dev/nvidia0"), unix.S_IFCHR|0o600, int(unix.Mkdev(195, 0))); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []string{"warn gpus: slurmd -G: exit status 1", "warn gpus: → jobs' GPU indices are taken as NVML's"},
+		},
+		{
+			// Nothing depends on slurmd's answer on a node without a GPU.
+			name:  "slurmd -G fails on a node without GPUs",
+			files: map[string]string{"etc/slurm/plugstack.conf": line},
+			built: 0x180b05,
+			gres:  "fail",
+			want:  []string{"info gpus: slurmd -G: exit status 1", "info gpus: this node has no GPU, so nothing depends on it"},
 		},
 		{
 			name:  "works",

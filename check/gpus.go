@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/persyst/persyst/amdgpu"
@@ -27,6 +28,9 @@ func checkGRES(ctx context.Context, n *Node) []Result {
 		return []Result{info(fmt.Sprintf("Slurm's GPU indices are taken as GPUIndex=%s says (persyst.conf)", idx))}
 	}
 	gpus, err := gres.Start(ctx, gres.Options{Node: n.o.Node, Host: n.h, Run: n.o.RunAll, Timeout: n.o.Timeout}).Wait(ctx)
+	if err != nil && !hasGPUs(n) {
+		return []Result{info(err.Error() + "; this node has no GPU, so nothing depends on it")}
+	}
 	if err != nil {
 		return []Result{warn(err.Error(), "jobs' GPU indices are taken as NVML's (right with gres.conf AutoDetect=nvml only): "+
 			"let the daemon run slurmd -G, or set GPUIndex in persyst.conf (docs/admin.md)")}
@@ -48,6 +52,16 @@ func checkGRES(ctx context.Context, n *Node) []Result {
 			"a job given one is measured by NVML's index (a MIG instance's GPUs are sent by UUID, docs/metrics.md)"))
 	}
 	return out
+}
+
+// hasGPUs says whether the node has a GPU: an NVIDIA device node, or a card the amdgpu
+// driver lists.
+func hasGPUs(n *Node) bool {
+	if nv, _ := filepath.Glob(n.h.Path("/dev/nvidia[0-9]*")); len(nv) > 0 {
+		return true
+	}
+	devs, _ := amdgpu.New(hostfs.New(n.h.Path(cmp.Or(n.o.Config.AMDGPUSysfs, "/sys")))).Devices()
+	return len(devs) > 0
 }
 
 // checkAMDGPUs says which AMD GPUs the daemon will read, and what each gives.

@@ -142,12 +142,17 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLine is the last line of out that says something, cut to 200 bytes.
+// lastLine is the last lines of out that say what went wrong (up to 3, cut to 300
+// bytes): slurmd ends with "slurmd initialization failed" after the cause.
 func lastLine(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	l := strings.TrimSpace(lines[len(lines)-1])
-	if len(l) > 200 {
-		l = l[:200] + "…"
+	lines = lines[max(0, len(lines)-3):]
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	l := strings.Join(lines, "; ")
+	if len(l) > 300 {
+		l = l[:300] + "…"
 	}
 	return l
 }
