@@ -1,7 +1,7 @@
 // Package fakepowercap writes a fake powercap tree for tests: no machine here has RAPL
 // (docs/metrics.md says the energy figures were checked against this fake only). Its
 // counters advance as the test says, at a power (Run) or by hand, and wrap at their range
-// as the kernel's do. Together sums what two jobs that shared a node were given.
+// as the kernel's do. Together and Span sum what two jobs that shared a node were given.
 package fakepowercap
 
 import (
@@ -175,4 +175,85 @@ func Together(a, b []sample.Sample, metric string) Joint {
 		}
 	}
 	return j
+}
+
+// Overlap is what each of two jobs on one node was given over the span both were
+// measured in, its own intervals summed however they fall: a node under load may read
+// its jobs a second apart in a cycle, so no interval of one need match the other's.
+type Overlap struct {
+	From, To time.Time
+	A, B     Share
+}
+
+// Share is one job's part of an Overlap: its energy of a metric, its CPU time (its
+// tasks', and Basis: in Slurm's cgroup of the job, sample.EnergyShareCPUSeconds, what
+// the share was taken by), and the count and seconds of its intervals wholly in the span.
+type Share struct {
+	Joules, CPU, Basis, Seconds float64
+	Intervals                   int
+}
+
+// Watts is the job's mean power over its intervals in the span.
+func (s Share) Watts() float64 {
+	if s.Seconds <= 0 {
+		return 0
+	}
+	return s.Joules / s.Seconds
+}
+
+// Span sums metric and the CPU time of jobs a and b over their intervals that lay wholly
+// within the time both had metric measured: from the later one's first interval's start
+// to the earlier one's last interval's end.
+func Span(a, b []sample.Sample, metric string) Overlap {
+	fa, ta := measuredSpan(a, metric)
+	fb, tb := measuredSpan(b, metric)
+	o := Overlap{From: later(fa, fb), To: earlier(ta, tb)}
+	o.A, o.B = o.share(a, metric), o.share(b, metric)
+	return o
+}
+
+func (o Overlap) share(ss []sample.Sample, metric string) Share {
+	var s Share
+	for _, x := range ss {
+		e, ok := x.Job[metric]
+		start := x.Time.Add(-time.Duration(x.Seconds * float64(time.Second)))
+		if !ok || start.Before(o.From) || x.Time.After(o.To) {
+			continue
+		}
+		s.Joules, s.Seconds, s.Intervals = s.Joules+e, s.Seconds+x.Seconds, s.Intervals+1
+		s.CPU += x.Job[sample.CPUUserSeconds] + x.Job[sample.CPUSystemSeconds]
+		s.Basis += x.Job[sample.EnergyShareCPUSeconds]
+	}
+	return s
+}
+
+// measuredSpan is the start of the first and the end of the last interval with metric.
+func measuredSpan(ss []sample.Sample, metric string) (from, to time.Time) {
+	for _, x := range ss {
+		if _, ok := x.Job[metric]; !ok {
+			continue
+		}
+		start := x.Time.Add(-time.Duration(x.Seconds * float64(time.Second)))
+		if from.IsZero() || start.Before(from) {
+			from = start
+		}
+		if x.Time.After(to) {
+			to = x.Time
+		}
+	}
+	return from, to
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
