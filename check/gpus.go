@@ -60,13 +60,13 @@ func hasGPUs(n *Node) bool {
 	if nv, _ := filepath.Glob(n.h.Path("/dev/nvidia[0-9]*")); len(nv) > 0 {
 		return true
 	}
-	devs, _ := amdgpu.New(hostfs.New(n.h.Path(cmp.Or(n.o.Config.AMDGPUSysfs, "/sys")))).Devices()
+	devs, _ := amdSysfs(n).Devices()
 	return len(devs) > 0
 }
 
 // checkAMDGPUs says which AMD GPUs the daemon will read, and what each gives.
 func checkAMDGPUs(n *Node) []Result {
-	sys := amdgpu.New(hostfs.New(n.h.Path(cmp.Or(n.o.Config.AMDGPUSysfs, "/sys"))))
+	sys := amdSysfs(n)
 	devs, err := sys.Devices()
 	var out []Result
 	if err != nil {
@@ -117,4 +117,9 @@ func checkAMDGPUs(n *Node) []Result {
 		out = append(out, ok(detail+"; processes through the KFD"))
 	}
 	return out
+}
+
+// amdSysfs is the amdgpu driver's sysfs the daemon reads (AMDGPUSysfs, or /sys).
+func amdSysfs(n *Node) *amdgpu.Sysfs {
+	return amdgpu.New(hostfs.New(n.h.Path(cmp.Or(n.o.Config.AMDGPUSysfs, "/sys"))))
 }

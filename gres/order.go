@@ -127,7 +127,7 @@ func ExecRun(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return out.b, fmt.Errorf("%w: %s", err, lastLine(out.b))
+		return out.b, fmt.Errorf("%w: %s", err, lastLines(out.b))
 	}
 	return out.b, nil
 }
@@ -142,9 +142,9 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLine is the last lines of out that say what went wrong (up to 3, cut to 300
+// lastLines is the last lines of out that say what went wrong (up to 3, cut to 300
 // bytes): slurmd ends with "slurmd initialization failed" after the cause.
-func lastLine(out []byte) string {
+func lastLines(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	lines = lines[max(0, len(lines)-3):]
 	for i := range lines {

@@ -293,10 +293,7 @@ func Lanes(engine *properties.Engine, r digest.Report, nodes []NodeSamples) []La
 		for _, s := range n.Samples {
 			ncpus = max(ncpus, len(s.CPU))
 		}
-		first := n.Samples[0].Time
-		if n.Samples[0].Seconds > 0 {
-			first = first.Add(-time.Duration(n.Samples[0].Seconds * float64(time.Second)))
-		}
+		first := n.Samples[0].From()
 		acc := engine.NewAccumulator(properties.JobInfo{Started: first, NCPUs: max(ncpus, 1)})
 		for _, s := range n.Samples {
 			held := map[int]bool{}

@@ -370,7 +370,7 @@ func (s *energySource) meterCovered(r *Read, cur energyNow, why string) {
 	}
 	r.Sample.Job[sample.EnergyNodeMissedSeconds] = r.Sample.Seconds
 	if s.missed == 0 {
-		s.missedAt = r.Sample.Time.Add(-time.Duration(r.Sample.Seconds * float64(time.Second)))
+		s.missedAt = r.Sample.From()
 		s.missedWhy = "its counter went backwards"
 		if err := cmp.Or(cur.errs[sample.EnergyNodeJoules], s.prev.errs[sample.EnergyNodeJoules]); err != nil {
 			s.missedWhy = err.Error()

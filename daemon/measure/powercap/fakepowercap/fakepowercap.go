@@ -216,8 +216,7 @@ func (o Overlap) share(ss []sample.Sample, metric string) Share {
 	var s Share
 	for _, x := range ss {
 		e, ok := x.Job[metric]
-		start := x.Time.Add(-time.Duration(x.Seconds * float64(time.Second)))
-		if !ok || start.Before(o.From) || x.Time.After(o.To) {
+		if !ok || x.From().Before(o.From) || x.Time.After(o.To) {
 			continue
 		}
 		s.Joules, s.Seconds, s.Intervals = s.Joules+e, s.Seconds+x.Seconds, s.Intervals+1
@@ -233,9 +232,8 @@ func measuredSpan(ss []sample.Sample, metric string) (from, to time.Time) {
 		if _, ok := x.Job[metric]; !ok {
 			continue
 		}
-		start := x.Time.Add(-time.Duration(x.Seconds * float64(time.Second)))
-		if from.IsZero() || start.Before(from) {
-			from = start
+		if from.IsZero() || x.From().Before(from) {
+			from = x.From()
 		}
 		if x.Time.After(to) {
 			to = x.Time
